@@ -1,0 +1,84 @@
+"""Typed errors. Every error about bytes names the file and the byte position in it.
+
+Kafka's reader raises `CorruptRecordException` / `InvalidRecordException` with a message; we keep
+the same distinctions but carry the path, the byte position and, where known, the offset, so the
+run report can tell an operator exactly where a partition is damaged.
+"""
+
+from __future__ import annotations
+
+
+class CompactionError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class KafkaFormatError(CompactionError):
+    """Bytes that do not follow Kafka's on-disk format."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str = "<memory>",
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.position = position
+        self.offset = offset
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = self.path if self.position is None else f"{self.path}: byte {self.position}"
+        at_offset = "" if self.offset is None else f" (offset {self.offset})"
+        return f"{where}: {self.message}{at_offset}"
+
+    def __reduce__(self):  # keep the attributes when the error crosses a process (Spark tasks)
+        return (_rebuild, (type(self), self.message, self.path, self.position, self.offset, self.__dict__))
+
+
+def _rebuild(cls, message, path, position, offset, state):
+    err = cls.__new__(cls)
+    KafkaFormatError.__init__(err, message, path=path, position=position, offset=offset)
+    err.__dict__.update(state)
+    return err
+
+
+class CorruptRecordError(KafkaFormatError):
+    """A malformed batch or record: bad size, bad magic, varints past the end, wrong record count."""
+
+
+class CrcMismatchError(KafkaFormatError):
+    """The stored checksum does not match the bytes."""
+
+    def __init__(self, message: str, *, expected: int, actual: int, **where) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"{message} (stored crc {expected}, computed {actual})", **where)
+
+
+class TruncatedBatchError(KafkaFormatError):
+    """A batch whose declared size runs past the end of the file (a partial trailing batch)."""
+
+    def __init__(self, message: str, *, available: int, needed: int, **where) -> None:
+        self.available = available
+        self.needed = needed
+        super().__init__(f"{message} ({needed} bytes declared, {available} available)", **where)
+
+
+class UnsupportedCodecError(KafkaFormatError):
+    """A compression codec id Kafka does not define (or zstd in a legacy message)."""
+
+
+class IndexCorruptError(KafkaFormatError):
+    """An .index/.timeindex/.txnindex that fails the broker's sanity checks."""
+
+
+class CheckpointError(KafkaFormatError):
+    """A malformed checkpoint file (cleaner-offset-checkpoint and its siblings)."""
+
+    def __init__(self, message: str, *, line: int | None = None, **where) -> None:
+        self.line = line
+        text = message if line is None else f"line {line}: {message}"
+        super().__init__(text, **where)
