@@ -1,0 +1,480 @@
+"""Pure planning: which offsets of a partition are cleanable, how dirty it is, whether it is
+eligible, and how its segments group into output segments.
+
+Every function mirrors one method of Kafka's ``LogCleanerManager`` / ``LogToClean`` / ``Cleaner``
+(spec §5.2, §5.3 step 1, §5.5, §6). No Spark, no files: the inputs are segment metadata that
+``discover.py`` reads from a partition directory.
+
+Offline difference: our offset map is exact and unbounded (DESIGN.md "Offset map"), so a round
+always maps the whole dirty range and Kafka's ``endOffset = map.latestOffset + 1`` equals the
+segment-aligned ``firstUncleanableOffset`` (spec §5.4, last segment rule). ``plan_partition``
+groups ``logSegments(0, firstUncleanableOffset)`` on that basis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Sequence
+
+# --- Java limits and on-disk sizes -------------------------------------------------------------
+INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets in .index are 4 bytes
+LONG_MAX = 2**63 - 1  # Long.MAX_VALUE
+NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
+OFFSET_INDEX_ENTRY_BYTES = 8  # OffsetIndex entry: relative offset int32 + position int32
+TIME_INDEX_ENTRY_BYTES = 12  # TimeIndex entry: timestamp int64 + relative offset int32
+
+# --- Kafka topic config names (TopicConfig) -----------------------------------------------------
+CLEANUP_POLICY = "cleanup.policy"
+MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
+DELETE_RETENTION_MS = "delete.retention.ms"
+MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
+MAX_COMPACTION_LAG_MS = "max.compaction.lag.ms"
+SEGMENT_BYTES = "segment.bytes"
+SEGMENT_INDEX_BYTES = "segment.index.bytes"
+INDEX_INTERVAL_BYTES = "index.interval.bytes"
+MAX_MESSAGE_BYTES = "max.message.bytes"
+POLICY_COMPACT = "compact"
+POLICY_DELETE = "delete"
+
+# --- Kafka defaults at the snapshot (spec §6) --------------------------------------------------
+DEFAULT_CLEANUP_POLICY = (POLICY_DELETE,)
+DEFAULT_MIN_CLEANABLE_DIRTY_RATIO = 0.5
+DEFAULT_DELETE_RETENTION_MS = 86_400_000
+DEFAULT_MIN_COMPACTION_LAG_MS = 0
+DEFAULT_MAX_COMPACTION_LAG_MS = LONG_MAX
+DEFAULT_SEGMENT_BYTES = 1_073_741_824
+DEFAULT_SEGMENT_INDEX_BYTES = 10_485_760
+DEFAULT_INDEX_INTERVAL_BYTES = 4_096
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+# Lower bounds Kafka's ConfigDef enforces (spec §6); a value below is a config error, not a plan.
+MIN_SEGMENT_BYTES = 14
+MIN_SEGMENT_INDEX_BYTES = 4
+MIN_MAX_COMPACTION_LAG_MS = 1
+
+# --- Reasons reported for a partition that is not cleaned ---------------------------------------
+REASON_NOT_COMPACTED = "cleanup.policy is delete"
+REASON_ACTIVE_ONLY = "nothing cleanable: active segment only"
+REASON_LSO_BOUND = "nothing cleanable: bounded by the last stable offset"
+REASON_LAG_BOUND = "nothing cleanable: within min.compaction.lag.ms"
+REASON_NOTHING_CLEANABLE = "nothing cleanable"
+REASON_BELOW_RATIO = "below min.cleanable.dirty.ratio"
+
+
+@dataclass(frozen=True)
+class SegmentMeta:
+    """What the planner needs of one segment (Kafka's ``LogSegment`` accessors)."""
+
+    base_offset: int
+    size: int  # bytes of the .log file (LogSegment.size)
+    offset_index_entries: int  # len(.index) // 8 of the existing index
+    time_index_entries: int  # len(.timeindex) // 12 of the existing index
+    largest_timestamp: int  # max timestamp of the segment, -1 if unknown
+    first_batch_timestamp: int  # maxTimestamp of its first batch, -1 if no batch
+    mtime_ms: int  # .log lastModified
+    next_offset: int | None = None  # offset after its last batch (readNextOffset), None if unknown
+
+    @property
+    def offset_index_bytes(self) -> int:
+        """``OffsetIndex.sizeInBytes``: entries x 8 (the file is trimmed to its entries)."""
+        return self.offset_index_entries * OFFSET_INDEX_ENTRY_BYTES
+
+    @property
+    def time_index_bytes(self) -> int:
+        """``TimeIndex.sizeInBytes``: entries x 12."""
+        return self.time_index_entries * TIME_INDEX_ENTRY_BYTES
+
+    @property
+    def effective_largest_timestamp(self) -> int:
+        """``LogSegment.largestTimestamp``: the max timestamp if known (>= 0), else the mtime."""
+        return self.largest_timestamp if self.largest_timestamp >= 0 else self.mtime_ms
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The topic configs the cleaner reads (spec §6), already resolved and validated."""
+
+    cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
+    min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
+    max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    @property
+    def compact(self) -> bool:
+        """``LogConfig.compact``: the (lower-cased) policy list contains ``compact``."""
+        return POLICY_COMPACT in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """``LogConfig.delete``: the policy list contains ``delete``."""
+        return POLICY_DELETE in self.cleanup_policy
+
+
+def _parse_policy(value: object) -> tuple[str, ...]:
+    # Kafka's LIST type: comma separated, trimmed; LogConfig lower-cases before matching.
+    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[arg-type]
+    return tuple(str(item).strip().lower() for item in items if str(item).strip())
+
+
+def _parse_int(name: str, value: object, minimum: int) -> int:
+    parsed = int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[arg-type]
+    if parsed < minimum:
+        raise ValueError(f"{name}={parsed} is below its minimum {minimum}")
+    return parsed
+
+
+def _parse_ratio(value: object) -> float:
+    ratio = float(str(value).strip()) if isinstance(value, str) else float(value)  # type: ignore[arg-type]
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"{MIN_CLEANABLE_DIRTY_RATIO}={ratio} is outside [0, 1]")
+    return ratio
+
+
+# Kafka config name -> (TopicConfig field, parser). Integer minimums follow ConfigDef (spec §6).
+_INT_CONFIGS = {
+    DELETE_RETENTION_MS: ("delete_retention_ms", 0),
+    MIN_COMPACTION_LAG_MS: ("min_compaction_lag_ms", 0),
+    MAX_COMPACTION_LAG_MS: ("max_compaction_lag_ms", MIN_MAX_COMPACTION_LAG_MS),
+    SEGMENT_BYTES: ("segment_bytes", MIN_SEGMENT_BYTES),
+    SEGMENT_INDEX_BYTES: ("segment_index_bytes", MIN_SEGMENT_INDEX_BYTES),
+    INDEX_INTERVAL_BYTES: ("index_interval_bytes", 0),
+    MAX_MESSAGE_BYTES: ("max_message_bytes", 0),
+}
+
+
+def resolve_topic_config(
+    topic_overrides: Mapping[str, object] | None = None,
+    job_options: Mapping[str, object] | None = None,
+) -> TopicConfig:
+    """``LogConfig.fromProps``: per-topic override > job-wide option > Kafka default.
+
+    Both mappings use Kafka's topic config names; values may be strings (as read from a config
+    file) or numbers. Names the cleaner does not read are ignored.
+    """
+    merged: dict[str, object] = {**(job_options or {}), **(topic_overrides or {})}
+    values: dict[str, object] = {}
+    if CLEANUP_POLICY in merged:
+        values["cleanup_policy"] = _parse_policy(merged[CLEANUP_POLICY])
+    if MIN_CLEANABLE_DIRTY_RATIO in merged:
+        values["min_cleanable_dirty_ratio"] = _parse_ratio(merged[MIN_CLEANABLE_DIRTY_RATIO])
+    for name, (attr, minimum) in _INT_CONFIGS.items():
+        if name in merged:
+            values[attr] = _parse_int(name, merged[name], minimum)
+    return TopicConfig(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """One partition as the cleaner manager sees it (``UnifiedLog`` + its checkpoint entry).
+
+    ``segments`` are sorted by base offset; the last one is the active segment.
+    ``last_stable_offset`` None means "no bound beyond the active segment" (spec §2.3: the
+    caller computes min(HW, first unstable offset) when it has them).
+    """
+
+    segments: tuple[SegmentMeta, ...]
+    log_start_offset: int
+    log_end_offset: int
+    checkpoint_offset: int | None = None
+    last_stable_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.segments:
+            raise ValueError("a partition always has an active segment")
+        bases = [s.base_offset for s in self.segments]
+        if bases != sorted(set(bases)):
+            raise ValueError(f"segments must be sorted by distinct base offset: {bases}")
+
+    @property
+    def active_segment(self) -> SegmentMeta:
+        return self.segments[-1]
+
+
+def log_segments(segments: Sequence[SegmentMeta], start: int, end: int) -> list[SegmentMeta]:
+    """``LogSegments.values(from, to)``: the segment containing ``start`` through those with
+    base < ``end``; empty when ``start == end`` (non-aligned empty ranges)."""
+    if start == end:
+        return []
+    if end < start:
+        raise ValueError(f"invalid segment range [{start}, {end})")
+    floor = max((s.base_offset for s in segments if s.base_offset <= start), default=None)
+    low = start if floor is None else floor
+    return [s for s in segments if low <= s.base_offset < end]
+
+
+def non_active_segments_from(segments: Sequence[SegmentMeta], start: int) -> list[SegmentMeta]:
+    """``LogSegments.nonActiveLogSegmentsFrom``: segments from the one containing ``start`` up to
+    the active segment (excluded); empty when ``start`` is past the active base."""
+    active_base = segments[-1].base_offset
+    if start > active_base:
+        return []
+    return log_segments(segments, start, active_base)
+
+
+class OffsetsToClean(NamedTuple):
+    """``LogCleanerManager.OffsetsToClean``."""
+
+    first_dirty_offset: int
+    first_uncleanable_dirty_offset: int
+    force_update_checkpoint: bool
+
+
+def _first_dirty_offset(state: PartitionState) -> tuple[int, bool]:
+    """Checkpoint validation of ``cleanableOffsets``: absent -> log start (no forced update);
+    below log start or beyond log end -> log start and the checkpoint is rewritten."""
+    checkpoint = state.log_start_offset if state.checkpoint_offset is None else state.checkpoint_offset
+    if checkpoint < state.log_start_offset or checkpoint > state.log_end_offset:
+        return state.log_start_offset, True
+    return checkpoint, False
+
+
+def find_first_uncleanable_segment(
+    state: PartitionState, first_dirty_offset: int, now_ms: int, min_compaction_lag_ms: int
+) -> int | None:
+    """``LogCleanerManager.findFirstUncleanableSegment``: base offset of the first non-active
+    segment (from the one holding ``first_dirty_offset``) whose largest timestamp is newer than
+    ``now - min.compaction.lag.ms`` (strict >)."""
+    horizon = now_ms - min_compaction_lag_ms
+    for segment in non_active_segments_from(state.segments, first_dirty_offset):
+        if segment.effective_largest_timestamp > horizon:
+            return segment.base_offset
+    return None
+
+
+def cleanable_offsets(state: PartitionState, config: TopicConfig, now_ms: int) -> OffsetsToClean:
+    """``LogCleanerManager.cleanableOffsets`` (spec §5.2 step 1)."""
+    first_dirty, force_update = _first_dirty_offset(state)
+    # Kafka always has an LSO; "None" means it does not bound below the active segment.
+    candidates = [state.active_segment.base_offset]
+    if state.last_stable_offset is not None:
+        candidates.append(state.last_stable_offset)
+    min_lag = max(config.min_compaction_lag_ms, 0)
+    if min_lag > 0:
+        lag_bound = find_first_uncleanable_segment(state, first_dirty, now_ms, min_lag)
+        if lag_bound is not None:
+            candidates.append(lag_bound)
+    return OffsetsToClean(first_dirty, max(first_dirty, min(candidates)), force_update)
+
+
+def max_compaction_delay(
+    state: PartitionState, first_dirty_offset: int, now_ms: int, max_compaction_lag_ms: int
+) -> int:
+    """``LogCleanerManager.maxCompactionDelay`` (spec §5.2 step 2): how long past
+    ``max.compaction.lag.ms`` the oldest dirty non-active segment is; 0 when not overdue.
+    First-batch timestamps <= 0 (none / unknown) are ignored."""
+    stamps = [
+        s.first_batch_timestamp
+        for s in non_active_segments_from(state.segments, first_dirty_offset)
+        if s.first_batch_timestamp > 0
+    ]
+    earliest = min(stamps, default=LONG_MAX)
+    clean_until = now_ms - max(max_compaction_lag_ms, 0)
+    return clean_until - earliest if earliest < clean_until else 0
+
+
+def calculate_cleanable_bytes(
+    state: PartitionState, first_dirty_offset: int, uncleanable_offset: int
+) -> tuple[int, int]:
+    """``LogCleanerManager.calculateCleanableBytes`` -> (firstUncleanableOffset, cleanableBytes).
+
+    The upper bound is moved down to the base of the segment containing ``uncleanable_offset``
+    (or the active base), so a round never cleans part of a segment (spec §5.2 step 3)."""
+    above = non_active_segments_from(state.segments, uncleanable_offset)
+    first_uncleanable = (above[0] if above else state.active_segment).base_offset
+    lower = min(first_dirty_offset, first_uncleanable)
+    cleanable = sum(s.size for s in log_segments(state.segments, lower, first_uncleanable))
+    return first_uncleanable, cleanable
+
+
+@dataclass(frozen=True)
+class LogToClean:
+    """``LogToClean``: byte accounting of one candidate partition (spec §5.2 step 3)."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int  # segment-aligned upper bound of the round
+    clean_bytes: int
+    cleanable_bytes: int
+    need_compaction_now: bool
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        # Java double division: 0/0 is NaN (such logs are dropped by totalBytes == 0 first).
+        if self.total_bytes == 0:
+            return math.nan
+        return self.cleanable_bytes / self.total_bytes
+
+
+def log_to_clean(
+    state: PartitionState, first_dirty_offset: int, uncleanable_offset: int, need_compaction_now: bool
+) -> LogToClean:
+    """``new LogToClean(log, firstDirtyOffset, uncleanableOffset, needCompactionNow)``.
+
+    cleanBytes counts segments with base < firstDirtyOffset, which includes the segment that
+    contains a mid-segment firstDirtyOffset (also counted as cleanable, as in Kafka)."""
+    clean = sum(s.size for s in log_segments(state.segments, -1, first_dirty_offset))
+    first_uncleanable, cleanable = calculate_cleanable_bytes(state, first_dirty_offset, uncleanable_offset)
+    return LogToClean(first_dirty_offset, first_uncleanable, clean, cleanable, need_compaction_now)
+
+
+def is_eligible(candidate: LogToClean, min_cleanable_dirty_ratio: float) -> bool:
+    """``grabFilthiestCompactedLog`` filters (spec §5.2 step 4): skip empty logs, then
+    ``(needCompactionNow && cleanableBytes > 0) || cleanableRatio > minCleanableRatio``."""
+    if candidate.total_bytes <= 0:
+        return False
+    if candidate.need_compaction_now and candidate.cleanable_bytes > 0:
+        return True
+    return candidate.cleanable_ratio > min_cleanable_dirty_ratio
+
+
+def group_segments_by_size(
+    segments: Sequence[SegmentMeta], max_size: int, max_index_size: int, first_uncleanable_offset: int
+) -> list[list[SegmentMeta]]:
+    """``Cleaner.groupSegmentsBySize`` (spec §5.5): greedy, in order; a segment joins the open
+    group while the log bytes, each index's bytes and the offset range (<= Int.MaxValue from the
+    group's first base, skipped for empty segments) stay within bounds. Python ints are exact,
+    which matches Kafka's 64-bit sums."""
+    groups: list[list[SegmentMeta]] = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        log_bytes = segments[i].size
+        index_bytes = segments[i].offset_index_bytes
+        time_index_bytes = segments[i].time_index_bytes
+        i += 1
+        while i < len(segments) and _fits(
+            segments, i, group[0], log_bytes, index_bytes, time_index_bytes,
+            max_size, max_index_size, first_uncleanable_offset,
+        ):
+            log_bytes += segments[i].size
+            index_bytes += segments[i].offset_index_bytes
+            time_index_bytes += segments[i].time_index_bytes
+            group.append(segments[i])
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def _fits(
+    segments: Sequence[SegmentMeta], i: int, first: SegmentMeta, log_bytes: int, index_bytes: int,
+    time_index_bytes: int, max_size: int, max_index_size: int, first_uncleanable_offset: int,
+) -> bool:
+    candidate = segments[i]
+    if log_bytes + candidate.size > max_size:
+        return False
+    if index_bytes + candidate.offset_index_bytes > max_index_size:
+        return False
+    if time_index_bytes + candidate.time_index_bytes > max_index_size:
+        return False
+    # An empty segment adds no offsets; skipping the check avoids leaving one behind every 2^31.
+    if candidate.size == 0:
+        return True
+    last = _estimated_last_offset(segments, i, first_uncleanable_offset)
+    return last - first.base_offset <= INT32_MAX
+
+
+def _estimated_last_offset(segments: Sequence[SegmentMeta], i: int, first_uncleanable_offset: int) -> int:
+    """``Cleaner.lastOffsetForFirstSegment``: next segment's base - 1, or, for the last segment of
+    the list, ``firstUncleanableOffset - 1`` (cheap upper bounds instead of reading the log)."""
+    if i + 1 < len(segments):
+        return segments[i + 1].base_offset - 1
+    return first_uncleanable_offset - 1
+
+
+def legacy_delete_horizon_ms(state: PartitionState, first_dirty_offset: int, delete_retention_ms: int) -> int:
+    """``Cleaner.doClean`` step 1 (spec §5.3): mtime of the last segment in
+    ``logSegments(0, firstDirtyOffset)`` minus ``delete.retention.ms``, or 0 if there is none.
+    Only magic < 2 tombstones are judged by it."""
+    below = log_segments(state.segments, 0, first_dirty_offset)
+    return below[-1].mtime_ms - delete_retention_ms if below else 0
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """The planner's verdict on one partition, for the job and the report."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    first_uncleanable_dirty_offset: int
+    first_uncleanable_offset: int  # segment-aligned upper bound (the round's upperBound)
+    force_update_checkpoint: bool
+    clean_bytes: int
+    dirty_bytes: int  # Kafka's cleanableBytes
+    cleanable_ratio: float
+    max_compaction_delay_ms: int
+    eligible: bool
+    reason: str | None  # why not eligible; None when eligible
+    legacy_delete_horizon_ms: int
+    groups: tuple[tuple[int, ...], ...] = field(default=())  # base offsets per output group
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.dirty_bytes
+
+
+def _not_cleanable_reason(state: PartitionState, config: TopicConfig, offsets: OffsetsToClean, now_ms: int) -> str:
+    """Name the bound that left nothing cleanable (the report's wording, not Kafka's)."""
+    first_dirty, bound, _ = offsets
+    if not non_active_segments_from(state.segments, first_dirty):
+        return REASON_ACTIVE_ONLY
+    if state.last_stable_offset is not None and bound == max(first_dirty, state.last_stable_offset):
+        return REASON_LSO_BOUND
+    if config.min_compaction_lag_ms > 0 and find_first_uncleanable_segment(
+        state, first_dirty, now_ms, config.min_compaction_lag_ms
+    ) is not None:
+        return REASON_LAG_BOUND
+    return REASON_NOTHING_CLEANABLE
+
+
+def plan_partition(
+    topic: str, partition: int, state: PartitionState, config: TopicConfig, now_ms: int
+) -> PartitionPlan:
+    """One partition through ``grabFilthiestCompactedLog`` and the planning half of
+    ``Cleaner.doClean``: offsets, byte accounting, eligibility, legacy horizon and groups."""
+    offsets = cleanable_offsets(state, config, now_ms)
+    delay = max_compaction_delay(state, offsets.first_dirty_offset, now_ms, config.max_compaction_lag_ms)
+    candidate = log_to_clean(state, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset, delay > 0)
+    eligible = config.compact and is_eligible(candidate, config.min_cleanable_dirty_ratio)
+    reason = None
+    if not config.compact:
+        reason = REASON_NOT_COMPACTED
+    elif candidate.cleanable_bytes == 0:
+        reason = _not_cleanable_reason(state, config, offsets, now_ms)
+    elif not eligible:
+        reason = REASON_BELOW_RATIO
+    groups: tuple[tuple[int, ...], ...] = ()
+    if eligible:
+        # Exact map => endOffset == upperBound, so doClean groups logSegments(0, upperBound).
+        to_group = log_segments(state.segments, 0, candidate.first_uncleanable_offset)
+        grouped = group_segments_by_size(
+            to_group, config.segment_bytes, config.segment_index_bytes, candidate.first_uncleanable_offset
+        )
+        groups = tuple(tuple(s.base_offset for s in g) for g in grouped)
+    return PartitionPlan(
+        topic=topic,
+        partition=partition,
+        first_dirty_offset=offsets.first_dirty_offset,
+        first_uncleanable_dirty_offset=offsets.first_uncleanable_dirty_offset,
+        first_uncleanable_offset=candidate.first_uncleanable_offset,
+        force_update_checkpoint=offsets.force_update_checkpoint,
+        clean_bytes=candidate.clean_bytes,
+        dirty_bytes=candidate.cleanable_bytes,
+        cleanable_ratio=candidate.cleanable_ratio,
+        max_compaction_delay_ms=delay,
+        eligible=eligible,
+        reason=reason,
+        legacy_delete_horizon_ms=legacy_delete_horizon_ms(
+            state, offsets.first_dirty_offset, config.delete_retention_ms
+        ),
+        groups=groups,
+    )
