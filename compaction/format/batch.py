@@ -1,0 +1,488 @@
+"""RecordBatch v2 (magic 2): header, records, parse, build, empty batch, control records.
+
+Kafka sources: `clients/.../common/record/DefaultRecordBatch.java` (header layout, attributes,
+`writeHeader`, `writeEmptyHeader`), `DefaultRecord.java` (record layout), `MemoryRecordsBuilder.java`
+(building rules), `ControlRecordType.java`, `EndTransactionMarker.java`. Spec §1.1-1.5, §2.1, §5.11.
+
+Batch header (all big-endian; 61 bytes = `RECORD_BATCH_OVERHEAD`):
+
+| offset | size | field                | meaning                                                   |
+|-------:|-----:|----------------------|-----------------------------------------------------------|
+| 0      | 8    | baseOffset           | offset of the first offset slot                           |
+| 8      | 4    | batchLength          | bytes after this field (total size - 12)                  |
+| 12     | 4    | partitionLeaderEpoch | -1 = none; NOT covered by the CRC                         |
+| 16     | 1    | magic                | 2                                                         |
+| 17     | 4    | crc                  | CRC-32C of bytes [21, end)                                |
+| 21     | 2    | attributes           | flags in the low byte (byte 22), see the masks below      |
+| 23     | 4    | lastOffsetDelta      | lastOffset - baseOffset                                   |
+| 27     | 8    | baseTimestamp        | first record's timestamp, or the delete horizon (bit 6)   |
+| 35     | 8    | maxTimestamp         | max record timestamp, or the append time (LogAppendTime)  |
+| 43     | 8    | producerId           | -1 = none                                                 |
+| 51     | 2    | producerEpoch        | -1 = none                                                 |
+| 53     | 4    | baseSequence         | -1 = none                                                 |
+| 57     | 4    | recordsCount         | number of records (uncompressed count)                    |
+| 61     | ...  | records              | concatenated records, compressed as one stream if codec>0 |
+
+Record (all varints zig-zag, see `varint.py`):
+`length varint | attributes int8 (0) | timestampDelta varlong | offsetDelta varint |
+keyLength varint (-1 null) | key | valueLength varint (-1 null = tombstone) | value |
+headersCount varint | per header: keyLength varint, key utf-8, valueLength varint (-1 null), value`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from compaction.errors import CorruptRecordError, CrcMismatchError
+from compaction.format import compression
+from compaction.format.crc import crc32c
+from compaction.format.varint import read_varint, read_varlong, write_varint, write_varlong
+
+MAGIC_V2 = 2
+
+BATCH_HEADER = struct.Struct(
+    ">"
+    "q"  # baseOffset
+    "i"  # batchLength
+    "i"  # partitionLeaderEpoch
+    "b"  # magic
+    "I"  # crc (unsigned)
+    "h"  # attributes
+    "i"  # lastOffsetDelta
+    "q"  # baseTimestamp
+    "q"  # maxTimestamp
+    "q"  # producerId
+    "h"  # producerEpoch
+    "i"  # baseSequence
+    "i"  # recordsCount
+)
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = struct.calcsize(">q")
+PARTITION_LEADER_EPOCH_OFFSET = struct.calcsize(">qi")
+MAGIC_OFFSET = struct.calcsize(">qii")
+CRC_OFFSET = struct.calcsize(">qiib")
+ATTRIBUTES_OFFSET = struct.calcsize(">qiibI")
+LAST_OFFSET_DELTA_OFFSET = struct.calcsize(">qiibIh")
+BASE_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhi")
+MAX_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhiq")
+PRODUCER_ID_OFFSET = struct.calcsize(">qiibIhiqq")
+PRODUCER_EPOCH_OFFSET = struct.calcsize(">qiibIhiqqq")
+BASE_SEQUENCE_OFFSET = struct.calcsize(">qiibIhiqqqh")
+RECORDS_COUNT_OFFSET = struct.calcsize(">qiibIhiqqqhi")
+RECORD_BATCH_OVERHEAD = BATCH_HEADER.size  # 61
+LOG_OVERHEAD = LENGTH_OFFSET + struct.calcsize(">i")  # offset + size prefix common to all formats
+HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
+CRC_FIELD = struct.Struct(">I")
+ATTRIBUTES_FIELD = struct.Struct(">h")
+CRC_COVERED_FROM = ATTRIBUTES_OFFSET  # the CRC skips baseOffset, length, leader epoch, magic, crc
+
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+ATTRIBUTE_FLAGS_MASK = 0xFF  # Kafka reads `(byte) getShort(21)`: only the low byte counts
+
+NO_TIMESTAMP_TYPE, CREATE_TIME, LOG_APPEND_TIME = -1, 0, 1  # TimestampType ids
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+# Control records (spec §2.1): key = int16 version + int16 type; COMMIT/ABORT value = int16
+# version + int32 coordinator epoch.
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+CONTROL_KEY = struct.Struct(">hh")
+END_TXN_MARKER_VALUE = struct.Struct(">hi")
+CONTROL_KEY_VERSION = 0
+END_TXN_MARKER_VERSION = 0
+
+RECORD_ATTRIBUTES = 0  # no record-level attributes are defined
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The fixed header fields. Also used for v0/v1 "batches" (see `legacy.py`)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @classmethod
+    def unpack_from(cls, buf, pos: int = 0) -> BatchHeader:
+        return cls(*BATCH_HEADER.unpack_from(buf, pos))
+
+    def pack(self) -> bytes:
+        return BATCH_HEADER.pack(
+            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
+            self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+            self.producer_id, self.producer_epoch, self.base_sequence, self.records_count)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & COMPRESSION_CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        if self.magic == 0:  # v0 has no timestamps at all
+            return NO_TIMESTAMP_TYPE
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+
+class RecordBatch:
+    """A v2 batch over a memoryview of its bytes (`raw`), found at byte `position` of `path`."""
+
+    __slots__ = ("header", "path", "position", "raw")
+
+    def __init__(self, raw, position: int = 0, path: str = "<memory>") -> None:
+        self.raw = memoryview(raw)
+        self.position = position
+        self.path = path
+        if len(self.raw) < RECORD_BATCH_OVERHEAD:
+            raise self._corrupt(f"record batch of {len(self.raw)} bytes is smaller than the "
+                                f"{RECORD_BATCH_OVERHEAD}-byte v2 header")
+        self.header = BatchHeader.unpack_from(self.raw)
+        if self.header.magic != MAGIC_V2:
+            raise self._corrupt(f"magic {self.header.magic} is not a v2 record batch")
+        if self.header.size != len(self.raw):
+            raise self._corrupt(f"batch length field says {self.header.size} bytes, buffer has {len(self.raw)}")
+
+    def _corrupt(self, message: str) -> CorruptRecordError:
+        offset = getattr(self, "header", None)
+        return CorruptRecordError(message, path=self.path, position=self.position,
+                                  offset=None if offset is None else offset.base_offset)
+
+    @property
+    def magic(self) -> int:
+        return MAGIC_V2
+
+    def computed_crc(self) -> int:
+        return crc32c(self.raw[CRC_COVERED_FROM:])
+
+    def crc_valid(self) -> bool:
+        return self.computed_crc() == self.header.crc
+
+    def ensure_valid(self) -> None:
+        actual = self.computed_crc()
+        if actual != self.header.crc:
+            raise CrcMismatchError("record batch checksum mismatch", expected=self.header.crc,
+                                   actual=actual, path=self.path, position=self.position,
+                                   offset=self.header.base_offset)
+
+    def records_payload(self) -> bytes | memoryview:
+        """The (decompressed) concatenated records."""
+        body = self.raw[RECORD_BATCH_OVERHEAD:]
+        if self.header.codec == compression.CODEC_NONE:
+            return body
+        return compression.decompress(self.header.codec, body, MAGIC_V2, path=self.path,
+                                      position=self.position + RECORD_BATCH_OVERHEAD)
+
+    def records(self) -> list[Record]:
+        """Decode every record. LogAppendTime batches report maxTimestamp for every record."""
+        h = self.header
+        if h.records_count < 0:
+            raise self._corrupt(f"invalid record count {h.records_count}")
+        try:
+            return decode_records(self.records_payload(), h)
+        except CorruptRecordError as err:
+            if err.path != "<memory>":
+                raise
+            raise self._corrupt(f"{err.message} (at byte {err.position} of the records)") from err
+
+    def control_type(self) -> int | None:
+        """Type of the first control record (0 ABORT, 1 COMMIT, ...); None if not a control batch."""
+        if not self.header.is_control or self.header.records_count == 0:
+            return None
+        first = self.records()[0]
+        return parse_control_type(first.key, self)
+
+
+def decode_records(payload, header: BatchHeader) -> list[Record]:
+    """Decode `header.records_count` records from `payload`; no bytes may remain afterwards."""
+    log_append = header.timestamp_type == LOG_APPEND_TIME
+    out = []
+    pos = 0
+    for _ in range(header.records_count):
+        record, pos = _decode_record(payload, pos, header.base_offset, header.base_timestamp)
+        if log_append:
+            record.timestamp = header.max_timestamp
+        out.append(record)
+    if pos != len(payload):
+        raise CorruptRecordError(
+            f"Incorrect declared batch size: {len(payload) - pos} bytes left after "
+            f"{header.records_count} records", position=pos)
+    return out
+
+
+def _read_bytes(buf, pos: int, length: int, what: str) -> tuple[bytes | None, int]:
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise CorruptRecordError(f"{what} of {length} bytes runs past the end", position=pos)
+    return bytes(buf[pos:pos + length]), pos + length
+
+
+def _decode_record(buf, pos: int, base_offset: int, base_timestamp: int) -> tuple[Record, int]:
+    start = pos
+    size, pos = read_varint(buf, pos)
+    body_start = pos
+    if size < 0 or body_start + size > len(buf):
+        raise CorruptRecordError(f"record length {size} runs past the end of the batch", position=start)
+    buf_end = body_start + size
+    view = memoryview(buf)[:buf_end]  # a record may not read past its declared length
+    pos += 1  # record attributes: int8, unused
+    ts_delta, pos = read_varlong(view, pos)
+    offset_delta, pos = read_varint(view, pos)
+    key_len, pos = read_varint(view, pos)
+    key, pos = _read_bytes(view, pos, key_len, "key")
+    value_len, pos = read_varint(view, pos)
+    value, pos = _read_bytes(view, pos, value_len, "value")
+    headers, pos = _decode_headers(view, pos)
+    if pos != buf_end:
+        raise CorruptRecordError(f"Invalid record size: expected {size} bytes in record payload, "
+                                 f"read {pos - body_start}", position=start)
+    return Record(base_offset + offset_delta, base_timestamp + ts_delta, key, value, headers), pos
+
+
+def _decode_headers(buf, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    count, pos = read_varint(buf, pos)
+    if count < 0:
+        raise CorruptRecordError(f"invalid negative header count {count}", position=pos)
+    headers = []
+    for _ in range(count):
+        key_len, pos = read_varint(buf, pos)
+        if key_len < 0:
+            raise CorruptRecordError(f"invalid negative header key size {key_len}", position=pos)
+        key, pos = _read_bytes(buf, pos, key_len, "header key")
+        value_len, pos = read_varint(buf, pos)
+        value, pos = _read_bytes(buf, pos, value_len, "header value")
+        # Java decodes header keys with `new String(bytes, UTF_8)`, replacing malformed input.
+        headers.append((key.decode("utf-8", errors="replace"), value))
+    return tuple(headers), pos
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+def encode_record(out: bytearray, record: Record, offset_delta: int, timestamp_delta: int) -> None:
+    """Append one record (DefaultRecord.writeTo) to `out`."""
+    body = bytearray([RECORD_ATTRIBUTES])
+    write_varlong(timestamp_delta, body)
+    write_varint(offset_delta, body)
+    _write_nullable(body, record.key)
+    _write_nullable(body, record.value)
+    write_varint(len(record.headers), body)
+    for name, value in record.headers:
+        _write_nullable(body, name.encode("utf-8"))
+        _write_nullable(body, value)
+    write_varint(len(body), out)
+    out += body
+
+
+def _write_nullable(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        write_varint(-1, out)
+    else:
+        write_varint(len(data), out)
+        out += data
+
+
+def _attributes(codec: int, timestamp_type: int, is_transactional: bool, is_control: bool,
+                has_delete_horizon: bool) -> int:
+    return ((codec & COMPRESSION_CODEC_MASK)
+            | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
+            | (TRANSACTIONAL_MASK if is_transactional else 0)
+            | (CONTROL_MASK if is_control else 0)
+            | (DELETE_HORIZON_MASK if has_delete_horizon else 0))
+
+
+def _seal(header: BatchHeader, payload: bytes) -> bytes:
+    """Header + payload with `batch_length` and the CRC filled in."""
+    header.batch_length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload)
+    header.crc = 0
+    buf = bytearray(header.pack())
+    buf += payload
+    header.crc = crc32c(memoryview(buf)[CRC_COVERED_FROM:])
+    CRC_FIELD.pack_into(buf, CRC_OFFSET, header.crc)
+    return bytes(buf)
+
+
+def _validate_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int,
+                              is_transactional: bool, is_control: bool) -> None:
+    # MemoryRecordsBuilder's constructor checks, so that we never write what Kafka would refuse.
+    if is_transactional and producer_id == NO_PRODUCER_ID:
+        raise ValueError("cannot write transactional messages without a valid producer id")
+    if producer_id != NO_PRODUCER_ID and not is_control:
+        if producer_epoch == NO_PRODUCER_EPOCH:
+            raise ValueError("invalid negative producer epoch")
+        if base_sequence < 0:
+            raise ValueError("invalid negative sequence number used")
+
+
+def _check_offsets(records: Sequence[Record], base_offset: int) -> None:
+    previous = None
+    for record in records:
+        if record.offset < base_offset or (previous is not None and record.offset <= previous):
+            raise ValueError(f"illegal offset {record.offset} (base {base_offset}, previous {previous}); "
+                             "offsets must increase")
+        previous = record.offset
+
+
+def build_batch(
+    records: Iterable[Record],
+    *,
+    base_offset: int | None = None,
+    codec: int = compression.CODEC_NONE,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    delete_horizon_ms: int | None = None,
+    last_offset_delta: int | None = None,
+    log_append_time: int | None = None,
+) -> bytes:
+    """Encode a v2 batch the way `MemoryRecordsBuilder` does (spec §5.11 rebuild rules).
+
+    * `base_offset` defaults to the first record's offset; records keep their absolute offsets
+      (gaps allowed), so rebuilding with the original base offset preserves every offsetDelta.
+    * `last_offset_delta` may be forced above the last record's delta (the cleaner keeps the
+      original one so that the producer's last sequence survives).
+    * `delete_horizon_ms` sets attribute bit 6 and becomes `baseTimestamp`; every
+      timestampDelta is then relative to it (and may be negative).
+    * LogAppendTime needs `log_append_time`, which becomes `maxTimestamp`.
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("a batch needs at least one record; use build_empty_batch for an empty one")
+    _validate_producer_fields(producer_id, producer_epoch, base_sequence, is_transactional, is_control)
+    if timestamp_type == LOG_APPEND_TIME and log_append_time is None:
+        raise ValueError("LogAppendTime batches need log_append_time")
+    base_offset = records[0].offset if base_offset is None else base_offset
+    _check_offsets(records, base_offset)
+    natural_last_delta = records[-1].offset - base_offset
+    if last_offset_delta is None:
+        last_offset_delta = natural_last_delta
+    elif last_offset_delta < natural_last_delta:
+        raise ValueError(f"last_offset_delta {last_offset_delta} is below the last record's {natural_last_delta}")
+
+    has_horizon = delete_horizon_ms is not None and delete_horizon_ms >= 0
+    base_timestamp = delete_horizon_ms if has_horizon else records[0].timestamp
+    payload = bytearray()
+    for record in records:
+        encode_record(payload, record, record.offset - base_offset, record.timestamp - base_timestamp)
+    if timestamp_type == LOG_APPEND_TIME:
+        max_timestamp = log_append_time
+    else:  # MemoryRecordsBuilder starts from NO_TIMESTAMP and keeps the largest
+        max_timestamp = max([NO_TIMESTAMP, *(r.timestamp for r in records)])
+    header = BatchHeader(
+        base_offset=base_offset, batch_length=0, partition_leader_epoch=partition_leader_epoch,
+        magic=MAGIC_V2, crc=0,
+        attributes=_attributes(codec, timestamp_type, is_transactional, is_control, has_horizon),
+        last_offset_delta=last_offset_delta, base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+        records_count=len(records))
+    return _seal(header, compression.compress(codec, bytes(payload), MAGIC_V2))
+
+
+def build_empty_batch(header: BatchHeader) -> bytes:
+    """The 61-byte header Kafka keeps when no record of a batch survives (spec §5.11, §10).
+
+    Keeps base offset, lastOffsetDelta, producer fields, leader epoch, timestamp type,
+    transactional and control flags and maxTimestamp; codec none; delete-horizon flag cleared;
+    baseTimestamp -1; no records; fresh CRC.
+    """
+    empty = BatchHeader(
+        base_offset=header.base_offset, batch_length=0, partition_leader_epoch=header.partition_leader_epoch,
+        magic=MAGIC_V2, crc=0,
+        attributes=_attributes(compression.CODEC_NONE, header.timestamp_type, header.is_transactional,
+                               header.is_control, False),
+        last_offset_delta=header.last_offset_delta, base_timestamp=NO_TIMESTAMP,
+        max_timestamp=header.max_timestamp, producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence, records_count=0)
+    return _seal(empty, b"")
+
+
+# --- control records -----------------------------------------------------------------------------
+
+def control_record(control_type: int, coordinator_epoch: int = 0) -> tuple[bytes, bytes]:
+    """Key and value of an end-transaction marker (COMMIT or ABORT), as the broker writes them."""
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise ValueError(f"control type {control_type} is not an end-transaction marker")
+    key = CONTROL_KEY.pack(CONTROL_KEY_VERSION, control_type)
+    value = END_TXN_MARKER_VALUE.pack(END_TXN_MARKER_VERSION, coordinator_epoch)
+    return key, value
+
+
+def parse_control_type(key: bytes | None, where: RecordBatch | None = None) -> int:
+    """ControlRecordType.parseTypeId: the int16 at key offset 2; version must be >= 0."""
+    path = "<memory>" if where is None else where.path
+    position = None if where is None else where.position
+    if key is None or len(key) < CONTROL_KEY.size:
+        raise CorruptRecordError("invalid control record key (fewer than 4 bytes)", path=path, position=position)
+    version, control_type = CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise CorruptRecordError(f"invalid control record key version {version}", path=path, position=position)
+    return control_type
+
+
+def parse_end_txn_marker(value: bytes | None) -> tuple[int, int]:
+    """(version, coordinatorEpoch) of a COMMIT/ABORT marker value."""
+    if value is None or len(value) < END_TXN_MARKER_VALUE.size:
+        raise CorruptRecordError("invalid end-transaction marker value")
+    return END_TXN_MARKER_VALUE.unpack_from(value)
