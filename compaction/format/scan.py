@@ -1,0 +1,1073 @@
+"""Compiled fast path: a .log buffer -> columnar numpy arrays (one row per batch, one per record).
+
+Wire format (spec §1.1-1.7; all header integers big-endian):
+
+    log entry      = baseOffset int64 | size int32 | ... `size` more bytes      (LOG_OVERHEAD = 12)
+    v2 batch       = baseOffset(0) int64 | batchLength(8) int32 | partitionLeaderEpoch(12) int32
+                     | magic(16) int8 = 2 | crc(17) uint32 (CRC-32C over [21, end)) | attributes(21) int16
+                     | lastOffsetDelta(23) int32 | baseTimestamp(27) int64 | maxTimestamp(35) int64
+                     | producerId(43) int64 | producerEpoch(51) int16 | baseSequence(53) int32
+                     | recordsCount(57) int32 | records(61..) (compressed as one stream if codec != 0)
+    v2 record      = length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+                     | keyLength varint (-1 null) | key | valueLength varint (-1 tombstone) | value
+                     | headersCount varint (>= 0) | headersCount x (keyLen varint >= 0 | key
+                     | valueLen varint >= -1 | value)
+                     every varint is zig-zag LEB128: int <= 5 bytes, long <= 10 bytes (spec §1.4)
+    v0/v1 message  = offset int64 | size int32 | crc(12) uint32 (CRC-32 IEEE over [16, end))
+                     | magic(16) int8 | attributes(17) int8 | timestamp(18) int64 (v1 only) | key/value
+                     with int32 lengths (spec §1.6)
+
+Layers:
+  * `scan_batches` / `scan_batches_py`: walk the entries of a buffer (spec §1.7) and return their
+    header fields as `BatchColumns`. Legacy entries get the fields that exist.
+  * `walk_records` / `walk_records_py`: decode the records of many v2 record regions in one call and
+    return `RecordColumns` (positions of keys and values, not copies). Malformed input comes back as
+    an error code and a byte position, never as an exception from inside the kernel.
+  * `gather_keys`: keys -> one contiguous Arrow-ready binary column (int32 offsets, or int64 with
+    `large=True` for `pa.large_binary()`).
+  * `scan_segment`: CRC checks, decompression into a side buffer, legacy entries through
+    `compaction.format.legacy`, and typed errors naming the path and byte position.
+
+Kernels are `numba.njit(cache=True)`. numba writes its cache next to this file or, when that is not
+writable (read-only site-packages, Spark executors), under `NUMBA_CACHE_DIR`; set that variable on
+executors (e.g. `spark.executorEnv.NUMBA_CACHE_DIR=/tmp/numba`). When no cache location is usable at
+all the kernels are compiled without a cache instead of failing the import.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from compaction.errors import (
+    CorruptRecordError,
+    CrcMismatchError,
+    KafkaFormatError,
+    TruncatedBatchError,
+    UnsupportedCodecError,
+)
+
+# --- log entry framing (spec §1.7) -----------------------------------------------------------------
+LOG_OVERHEAD = 12  # offset int64 + size int32
+SIZE_OFFSET = 8
+MAGIC_OFFSET = 16
+HEADER_SIZE_UP_TO_MAGIC = 17
+MIN_ENTRY_SIZE = 14  # Kafka rejects a `size` below LegacyRecord.RECORD_OVERHEAD_V0
+
+# --- v2 batch header (spec §1.1) -------------------------------------------------------------------
+V2_PLE_OFFSET = 12
+V2_CRC_OFFSET = 17
+V2_ATTRIBUTES_OFFSET = 21
+V2_LAST_OFFSET_DELTA_OFFSET = 23
+V2_BASE_TIMESTAMP_OFFSET = 27
+V2_MAX_TIMESTAMP_OFFSET = 35
+V2_PRODUCER_ID_OFFSET = 43
+V2_PRODUCER_EPOCH_OFFSET = 51
+V2_BASE_SEQUENCE_OFFSET = 53
+V2_RECORDS_COUNT_OFFSET = 57
+V2_HEADER_SIZE = 61  # RECORD_BATCH_OVERHEAD; also the size of an empty batch
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+LOG_APPEND_TIME = 1
+MAX_CODEC = 4  # zstd; 5..7 are not defined by Kafka
+
+# --- legacy v0/v1 message (spec §1.6) --------------------------------------------------------------
+LEGACY_CRC_OFFSET = 12
+LEGACY_ATTRIBUTES_OFFSET = 17
+LEGACY_TIMESTAMP_OFFSET = 18
+LEGACY_MIN_SIZE_V0 = 14  # crc + magic + attributes + keyLength + valueLength
+LEGACY_MIN_SIZE_V1 = 22  # ... + timestamp
+LEGACY_COUNT_UNKNOWN = -1  # a compressed wrapper's count is only known after decompression
+
+# --- scan_batches stop reasons ---------------------------------------------------------------------
+STOP_END = 0  # every byte consumed
+STOP_PARTIAL = 1  # a partial trailing batch (the rest is shorter than its declared size)
+STOP_CORRUPT = 2  # size < 14, magic not in 0..2, or a header that cannot fit in its declared size
+_CONTINUE = -1
+
+# --- walk_records error codes ----------------------------------------------------------------------
+ERR_OK = 0
+ERR_TRUNCATED = 1  # a record (or its length varint) runs past the end of the record region
+ERR_BAD_VARINT = 2  # a varint longer than 5 bytes (int) / 10 bytes (long)
+ERR_NEGATIVE_LENGTH = 3  # record length < 0, key/header-key length < -1 or < 0, value length < -1
+ERR_RECORD_SIZE = 4  # the fields do not end exactly at the record's declared length
+ERR_COUNT_MISMATCH = 5  # bytes left after recordsCount records ("Incorrect declared batch size")
+ERR_BAD_COUNT = 6  # recordsCount < 0
+ERR_BAD_REGION = 7  # rec_start/rec_end outside the buffer or reversed
+ERR_NAMES = {
+    ERR_OK: "ok",
+    ERR_TRUNCATED: "record runs past the end of the batch",
+    ERR_BAD_VARINT: "malformed varint (too many bytes)",
+    ERR_NEGATIVE_LENGTH: "invalid negative length",
+    ERR_RECORD_SIZE: "record fields do not match the record's declared length",
+    ERR_COUNT_MISMATCH: "bytes left after recordsCount records (incorrect declared batch size)",
+    ERR_BAD_COUNT: "negative recordsCount",
+    ERR_BAD_REGION: "record region outside the buffer",
+}
+
+# The smallest possible record is 7 bytes (length, attributes, timestampDelta, offsetDelta, keyLength,
+# valueLength, headersCount: one byte each), so a region of n bytes holds at most n // 7 records.
+# This bounds the output allocation even when recordsCount is corrupt.
+MIN_RECORD_SIZE = 7
+_NO_LIMIT = np.iinfo(np.int64).max
+
+
+def _njit(fn):
+    """`numba.njit(cache=True)`, or without a cache when no cache directory is writable."""
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(cache=False, nogil=True)(fn)
+
+
+# ====================================================================================================
+# Result containers
+# ====================================================================================================
+
+
+@dataclass(slots=True)
+class BatchColumns:
+    """One entry per batch (v2) or log entry (v0/v1), in file order."""
+
+    position: np.ndarray  # int64, byte position of the entry in the buffer
+    size: np.ndarray  # int64, whole entry size (12 + batchLength)
+    base_offset: np.ndarray  # int64 (legacy: the entry offset)
+    last_offset: np.ndarray  # int64 (legacy: the entry offset)
+    magic: np.ndarray  # int8
+    attributes: np.ndarray  # int16 (legacy: the attributes byte)
+    partition_leader_epoch: np.ndarray  # int32 (legacy: -1)
+    base_timestamp: np.ndarray  # int64 (v1: the message timestamp, v0: -1)
+    max_timestamp: np.ndarray  # int64 (v1: the message timestamp, v0: -1)
+    producer_id: np.ndarray  # int64 (legacy: -1)
+    producer_epoch: np.ndarray  # int16 (legacy: -1)
+    base_sequence: np.ndarray  # int32 (legacy: -1)
+    records_count: np.ndarray  # int32 (legacy: 1 uncompressed, -1 compressed wrapper)
+    crc: np.ndarray  # uint32 as stored (v2: CRC-32C, legacy: CRC-32)
+    stop_position: int  # where the scan stopped
+    stop_reason: int  # STOP_END / STOP_PARTIAL / STOP_CORRUPT
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+    @property
+    def codec(self) -> np.ndarray:
+        return (self.attributes & CODEC_MASK).astype(np.int8)
+
+    @property
+    def timestamp_type(self) -> np.ndarray:
+        return ((self.attributes & TIMESTAMP_TYPE_MASK) >> 3).astype(np.int8)
+
+
+BATCH_FIELDS = (
+    "position", "size", "base_offset", "last_offset", "magic", "attributes", "partition_leader_epoch",
+    "base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence",
+    "records_count", "crc",
+)  # fmt: skip
+BATCH_DTYPES = (
+    np.int64, np.int64, np.int64, np.int64, np.int8, np.int16, np.int32,
+    np.int64, np.int64, np.int64, np.int16, np.int32,
+    np.int32, np.uint32,
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class RecordColumns:
+    """One entry per record, in batch order then stream order; positions index the walked buffer."""
+
+    batch_index: np.ndarray  # int32, index into the batch arrays passed to walk_records
+    offset: np.ndarray  # int64, baseOffset + offsetDelta
+    timestamp: np.ndarray  # int64 (LogAppendTime batches: the batch maxTimestamp)
+    key_pos: np.ndarray  # int64
+    key_len: np.ndarray  # int32, -1 = null key
+    value_pos: np.ndarray  # int64
+    value_len: np.ndarray  # int32, -1 = tombstone
+    error_code: int  # ERR_OK or one of ERR_*
+    error_position: int  # byte position in the walked buffer of the failing record (-1 if none)
+    error_batch: int  # index of the batch holding it (-1 if none)
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+
+RECORD_FIELDS = ("batch_index", "offset", "timestamp", "key_pos", "key_len", "value_pos", "value_len")
+RECORD_DTYPES = (np.int32, np.int64, np.int64, np.int64, np.int32, np.int64, np.int32)
+
+
+# ====================================================================================================
+# numba kernels
+# ====================================================================================================
+
+
+@_njit
+def _be_int(buf, pos, width):
+    """Signed big-endian integer of `width` bytes (2, 4 or 8)."""
+    v = np.int64(0)
+    for i in range(width):
+        v = (v << 8) | np.int64(buf[pos + i])
+    if width < 8:  # sign-extend; for width 8 the shifts already wrapped into the sign bit
+        sign = np.int64(1) << (8 * width - 1)
+        if v & sign:
+            v -= sign << 1
+    return v
+
+
+@_njit
+def _be_uint32(buf, pos):
+    v = np.int64(0)
+    for i in range(4):
+        v = (v << 8) | np.int64(buf[pos + i])
+    return v
+
+
+@_njit
+def _entry_at(buf, pos, end):
+    """(stop reason or _CONTINUE, entry size) for the entry at `pos` (spec §1.7, Kafka's order)."""
+    remaining = end - pos
+    if remaining == 0:
+        return STOP_END, 0
+    if remaining < LOG_OVERHEAD:
+        return STOP_PARTIAL, 0
+    size = _be_int(buf, pos + SIZE_OFFSET, 4)
+    if size < MIN_ENTRY_SIZE:
+        return STOP_CORRUPT, 0
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        return STOP_PARTIAL, 0
+    magic = np.int64(buf[pos + MAGIC_OFFSET])
+    if magic > 2:  # uint8 read: a negative int8 magic is > 127 here
+        return STOP_CORRUPT, 0
+    total = size + LOG_OVERHEAD
+    if total > remaining:
+        return STOP_PARTIAL, 0
+    # A header that does not fit in its own declared size cannot be read at all.
+    if magic == 2 and total < V2_HEADER_SIZE:
+        return STOP_CORRUPT, 0
+    if magic == 1 and size < LEGACY_MIN_SIZE_V1:
+        return STOP_CORRUPT, 0
+    return _CONTINUE, total
+
+
+@_njit
+def _count_entries(buf, start, end):
+    pos = start
+    n = 0
+    while True:
+        reason, total = _entry_at(buf, pos, end)
+        if reason != _CONTINUE:
+            return n, pos, reason
+        n += 1
+        pos += total
+
+
+@_njit
+def _fill_entries(buf, start, n, position, size, base_offset, last_offset, magic, attributes, ple,
+                  base_ts, max_ts, producer_id, producer_epoch, base_sequence, records_count, crc):  # fmt: skip
+    pos = start
+    for i in range(n):
+        total = _be_int(buf, pos + SIZE_OFFSET, 4) + LOG_OVERHEAD
+        m = buf[pos + MAGIC_OFFSET]
+        off = _be_int(buf, pos, 8)
+        position[i] = pos
+        size[i] = total
+        base_offset[i] = off
+        magic[i] = m
+        if m == 2:
+            attributes[i] = _be_int(buf, pos + V2_ATTRIBUTES_OFFSET, 2)
+            last_offset[i] = off + _be_int(buf, pos + V2_LAST_OFFSET_DELTA_OFFSET, 4)
+            ple[i] = _be_int(buf, pos + V2_PLE_OFFSET, 4)
+            base_ts[i] = _be_int(buf, pos + V2_BASE_TIMESTAMP_OFFSET, 8)
+            max_ts[i] = _be_int(buf, pos + V2_MAX_TIMESTAMP_OFFSET, 8)
+            producer_id[i] = _be_int(buf, pos + V2_PRODUCER_ID_OFFSET, 8)
+            producer_epoch[i] = _be_int(buf, pos + V2_PRODUCER_EPOCH_OFFSET, 2)
+            base_sequence[i] = _be_int(buf, pos + V2_BASE_SEQUENCE_OFFSET, 4)
+            records_count[i] = _be_int(buf, pos + V2_RECORDS_COUNT_OFFSET, 4)
+            crc[i] = _be_uint32(buf, pos + V2_CRC_OFFSET)
+        else:
+            attr = buf[pos + LEGACY_ATTRIBUTES_OFFSET]
+            attributes[i] = attr
+            last_offset[i] = off
+            ple[i] = -1
+            ts = _be_int(buf, pos + LEGACY_TIMESTAMP_OFFSET, 8) if m == 1 else -1
+            base_ts[i] = ts
+            max_ts[i] = ts
+            producer_id[i] = -1
+            producer_epoch[i] = -1
+            base_sequence[i] = -1
+            records_count[i] = 1 if (attr & CODEC_MASK) == 0 else LEGACY_COUNT_UNKNOWN
+            crc[i] = _be_uint32(buf, pos + LEGACY_CRC_OFFSET)
+        pos += total
+
+
+@_njit
+def _read_varint(buf, pos, end):
+    """Zig-zag int32 varint as Kafka's ByteUtils.readVarint: (value, next pos) or (0, -error)."""
+    raw = np.int64(0)
+    shift = 0
+    while True:
+        if pos >= end:
+            return np.int64(0), -ERR_TRUNCATED
+        b = np.int64(buf[pos])
+        pos += 1
+        if shift == 28:  # 5th byte: no continuation allowed; bits past 32 fall off (Java int shift)
+            if b & 0x80:
+                return np.int64(0), -ERR_BAD_VARINT
+            raw = (raw | (b << 28)) & 0xFFFFFFFF
+            break
+        raw |= (b & 0x7F) << shift
+        if (b & 0x80) == 0:
+            break
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+@_njit
+def _read_varlong(buf, pos, end):
+    """Zig-zag int64 varint as Kafka's ByteUtils.readVarlong: (value, next pos) or (0, -error)."""
+    raw = np.int64(0)
+    shift = 0
+    while True:
+        if pos >= end:
+            return np.int64(0), -ERR_TRUNCATED
+        b = np.int64(buf[pos])
+        pos += 1
+        if shift == 63:  # 10th byte: only its lowest bit survives the int64 shift
+            if b & 0x80:
+                return np.int64(0), -ERR_BAD_VARINT
+            raw |= b << 63
+            break
+        raw |= (b & 0x7F) << shift
+        if (b & 0x80) == 0:
+            break
+        shift += 7
+    # logical shift right by one (raw may be negative as a signed int64), then undo the zig-zag
+    return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
+
+
+@_njit
+def _skip_headers(buf, pos, body_end):
+    """Validate and skip a record's headers; returns next pos or -error."""
+    count, pos = _read_varint(buf, pos, body_end)
+    if pos < 0:
+        return pos if pos != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+    if count < 0:
+        return -ERR_NEGATIVE_LENGTH
+    for _ in range(count):
+        klen, pos = _read_varint(buf, pos, body_end)
+        if pos < 0:
+            return pos if pos != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+        if klen < 0:
+            return -ERR_NEGATIVE_LENGTH
+        pos += klen
+        if pos > body_end:
+            return -ERR_RECORD_SIZE
+        vlen, pos = _read_varint(buf, pos, body_end)
+        if pos < 0:
+            return pos if pos != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+        if vlen < -1:
+            return -ERR_NEGATIVE_LENGTH
+        if vlen > 0:
+            pos += vlen
+            if pos > body_end:
+                return -ERR_RECORD_SIZE
+    return pos
+
+
+@_njit
+def _read_record(buf, pos, end, out):
+    """Parse one record at `pos`; fills out[0..5] = ts_delta, off_delta, key_pos, key_len,
+    value_pos, value_len and returns the next position, or -error."""
+    length, p = _read_varint(buf, pos, end)
+    if p < 0:
+        return p
+    if length < 0:
+        return -ERR_NEGATIVE_LENGTH
+    body_end = p + length
+    if body_end > end:
+        return -ERR_TRUNCATED
+    # Inside the body every overrun means the declared length is wrong (Kafka: "Invalid record size").
+    if p >= body_end:
+        return -ERR_RECORD_SIZE
+    p += 1  # record attributes: unused by Kafka
+    ts_delta, p = _read_varlong(buf, p, body_end)
+    if p < 0:
+        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+    off_delta, p = _read_varint(buf, p, body_end)
+    if p < 0:
+        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+    key_len, p = _read_varint(buf, p, body_end)
+    if p < 0:
+        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+    if key_len < -1:
+        return -ERR_NEGATIVE_LENGTH
+    key_pos = p
+    if key_len > 0:
+        p += key_len
+        if p > body_end:
+            return -ERR_RECORD_SIZE
+    value_len, p = _read_varint(buf, p, body_end)
+    if p < 0:
+        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+    if value_len < -1:
+        return -ERR_NEGATIVE_LENGTH
+    value_pos = p
+    if value_len > 0:
+        p += value_len
+        if p > body_end:
+            return -ERR_RECORD_SIZE
+    p = _skip_headers(buf, p, body_end)
+    if p < 0:
+        return p
+    if p != body_end:
+        return -ERR_RECORD_SIZE
+    out[0] = ts_delta
+    out[1] = off_delta
+    out[2] = key_pos
+    out[3] = key_len
+    out[4] = value_pos
+    out[5] = value_len
+    return p
+
+
+@_njit
+def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, count,
+                 capacity, batch_index, offset, timestamp, key_pos, key_len, value_pos, value_len):  # fmt: skip
+    """Returns (records written, error code, error position, error batch)."""
+    out = np.empty(6, dtype=np.int64)
+    k = 0
+    n_buf = len(buf)
+    for i in range(len(rec_start)):
+        pos = rec_start[i]
+        end = rec_end[i]
+        if pos < 0 or end > n_buf or pos > end:
+            return k, ERR_BAD_REGION, pos, i
+        limit = count[i]
+        if limit < 0:
+            return k, ERR_BAD_COUNT, pos, i
+        n = 0
+        while n < limit:
+            if pos >= end and limit == _NO_LIMIT:
+                break
+            if k >= capacity:  # cannot happen for well-formed input; guards the arrays anyway
+                return k, ERR_TRUNCATED, pos, i
+            nxt = _read_record(buf, pos, end, out)
+            if nxt < 0:
+                return k, -nxt, pos, i
+            batch_index[k] = i
+            offset[k] = base_offset[i] + out[1]
+            timestamp[k] = max_ts[i] if ts_type[i] == LOG_APPEND_TIME else base_timestamp[i] + out[0]
+            key_pos[k] = out[2]
+            key_len[k] = out[3]
+            value_pos[k] = out[4]
+            value_len[k] = out[5]
+            k += 1
+            n += 1
+            pos = nxt
+        if pos != end:
+            return k, ERR_COUNT_MISMATCH, pos, i
+    return k, ERR_OK, -1, -1
+
+
+@_njit
+def _gather_kernel(file, side, split, key_pos, key_len, offsets, out):
+    """Copy each key into `out` at offsets[i]; positions >= split address `side` (at pos - split)."""
+    for i in range(len(key_pos)):
+        n = key_len[i]
+        if n <= 0:
+            continue
+        dst = offsets[i]
+        src = key_pos[i]
+        if src >= split:
+            src -= split
+            for j in range(n):
+                out[dst + j] = side[src + j]
+        else:
+            for j in range(n):
+                out[dst + j] = file[src + j]
+
+
+# ====================================================================================================
+# Public kernels (numba) and their plain-Python references
+# ====================================================================================================
+
+
+def _as_u8(buf) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        if buf.dtype != np.uint8 or buf.ndim != 1:
+            raise TypeError(f"expected a 1-D uint8 array, got {buf.dtype} with shape {buf.shape}")
+        return buf
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def _bounds(buf: np.ndarray, start: int, end: int) -> tuple[int, int]:
+    end = len(buf) if end < 0 else min(end, len(buf))
+    if not 0 <= start <= end:
+        raise ValueError(f"bad scan range start={start} end={end} for a buffer of {len(buf)} bytes")
+    return start, end
+
+
+def scan_batches(buf, start: int = 0, end: int = -1) -> BatchColumns:
+    """Header fields of every entry in buf[start:end] (numba). Never raises on malformed bytes:
+    the scan stops and says why (`stop_reason`) and where (`stop_position`)."""
+    buf = _as_u8(buf)
+    start, end = _bounds(buf, start, end)
+    n, stop_position, stop_reason = _count_entries(buf, start, end)
+    cols = [np.empty(n, dtype=dt) for dt in BATCH_DTYPES]
+    _fill_entries(buf, start, n, *cols)
+    return BatchColumns(*cols, stop_position=int(stop_position), stop_reason=int(stop_reason))
+
+
+def _records_limit(records_count, n: int) -> np.ndarray:
+    if records_count is None:
+        return np.full(n, _NO_LIMIT, dtype=np.int64)
+    return np.ascontiguousarray(records_count, dtype=np.int64)
+
+
+def _walk_inputs(rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, records_count):
+    rs = np.ascontiguousarray(rec_start, dtype=np.int64)
+    re_ = np.ascontiguousarray(rec_end, dtype=np.int64)
+    args = (
+        rs,
+        re_,
+        np.ascontiguousarray(base_offset, dtype=np.int64),
+        np.ascontiguousarray(base_timestamp, dtype=np.int64),
+        np.ascontiguousarray(ts_type, dtype=np.int8),
+        np.ascontiguousarray(max_ts, dtype=np.int64),
+        _records_limit(records_count, len(rs)),
+    )
+    if len({len(a) for a in args}) != 1:
+        raise ValueError("walk_records: per-batch arrays differ in length")
+    return args
+
+
+def _capacity(rec_start, rec_end, limit) -> int:
+    by_bytes = np.maximum(rec_end - rec_start, 0) // MIN_RECORD_SIZE
+    return int(np.minimum(np.maximum(limit, 0), by_bytes).sum())
+
+
+def walk_records(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts,
+                 records_count=None) -> RecordColumns:  # fmt: skip
+    """Decode the v2 records of many batches in one compiled call (numba).
+
+    Batch i's records are buf[rec_start[i]:rec_end[i]]. `ts_type` is the batch timestamp type (1 =
+    LogAppendTime: every record reports max_ts[i]). With `records_count` the region must hold exactly
+    that many records (Kafka's check); without it the region is read to its end. Decoding stops at
+    the first malformed record: the columns then hold the records before it and `error_code`,
+    `error_position`, `error_batch` say what and where.
+    """
+    buf = _as_u8(buf)
+    args = _walk_inputs(rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, records_count)
+    cap = _capacity(args[0], args[1], args[6])
+    cols = [np.empty(cap, dtype=dt) for dt in RECORD_DTYPES]
+    k, code, pos, batch = _walk_kernel(buf, *args, cap, *cols)
+    return RecordColumns(*(c[:k] for c in cols), error_code=int(code), error_position=int(pos),
+                         error_batch=int(batch))  # fmt: skip
+
+
+def gather_keys(buf, key_pos, key_len, *, large: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Keys -> (data uint8, offsets int32 [int64 if large]) for `pa.binary()` [`pa.large_binary()`].
+
+    Record i's key is data[offsets[i]:offsets[i+1]]; null keys (key_len == -1) have zero length here
+    and must be masked by the caller (see `SegmentScan.keys_arrow`). Wrap without copying with
+    `pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])`.
+    """
+    buf = _as_u8(buf)
+    return _gather(buf, np.empty(0, dtype=np.uint8), len(buf), key_pos, key_len, large)
+
+
+def _gather(file, side, split, key_pos, key_len, large):
+    key_pos = np.ascontiguousarray(key_pos, dtype=np.int64)
+    key_len = np.ascontiguousarray(key_len, dtype=np.int32)
+    lengths = np.maximum(key_len, 0).astype(np.int64)
+    offsets = np.zeros(len(key_len) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if not large and total > np.iinfo(np.int32).max:
+        raise OverflowError(f"{total} bytes of keys exceed int32 offsets; use large=True")
+    present = key_len > 0
+    if present.any():
+        ends = key_pos[present] + lengths[present]
+        in_side = key_pos[present] >= split
+        limit = np.where(in_side, split + len(side), split)
+        if (key_pos[present] < 0).any() or (ends > limit).any():
+            raise ValueError("gather_keys: a key lies outside its buffer")
+    data = np.empty(total, dtype=np.uint8)
+    _gather_kernel(file, side, split, key_pos, key_len, offsets, data)
+    return data, (offsets if large else offsets.astype(np.int32))
+
+
+# --- plain-Python references (same signatures, same results; the tests compare them) --------------
+
+
+def _py_be(b, pos: int, width: int, signed: bool = True) -> int:
+    return int.from_bytes(b[pos : pos + width], "big", signed=signed)
+
+
+def _py_entry_at(b, pos: int, end: int) -> tuple[int, int]:
+    remaining = end - pos
+    if remaining == 0:
+        return STOP_END, 0
+    if remaining < LOG_OVERHEAD:
+        return STOP_PARTIAL, 0
+    size = _py_be(b, pos + SIZE_OFFSET, 4)
+    if size < MIN_ENTRY_SIZE:
+        return STOP_CORRUPT, 0
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        return STOP_PARTIAL, 0
+    magic = b[pos + MAGIC_OFFSET]
+    if magic not in (0, 1, 2):
+        return STOP_CORRUPT, 0
+    total = size + LOG_OVERHEAD
+    if total > remaining:
+        return STOP_PARTIAL, 0
+    if (magic == 2 and total < V2_HEADER_SIZE) or (magic == 1 and size < LEGACY_MIN_SIZE_V1):
+        return STOP_CORRUPT, 0
+    return _CONTINUE, total
+
+
+def _py_entry_fields(b, pos: int, total: int) -> tuple:
+    off = _py_be(b, pos, 8)
+    magic = b[pos + MAGIC_OFFSET]
+    if magic == 2:
+        return (
+            pos, total, off, off + _py_be(b, pos + V2_LAST_OFFSET_DELTA_OFFSET, 4), magic,
+            _py_be(b, pos + V2_ATTRIBUTES_OFFSET, 2), _py_be(b, pos + V2_PLE_OFFSET, 4),
+            _py_be(b, pos + V2_BASE_TIMESTAMP_OFFSET, 8), _py_be(b, pos + V2_MAX_TIMESTAMP_OFFSET, 8),
+            _py_be(b, pos + V2_PRODUCER_ID_OFFSET, 8), _py_be(b, pos + V2_PRODUCER_EPOCH_OFFSET, 2),
+            _py_be(b, pos + V2_BASE_SEQUENCE_OFFSET, 4), _py_be(b, pos + V2_RECORDS_COUNT_OFFSET, 4),
+            _py_be(b, pos + V2_CRC_OFFSET, 4, signed=False),
+        )  # fmt: skip
+    attr = b[pos + LEGACY_ATTRIBUTES_OFFSET]
+    ts = _py_be(b, pos + LEGACY_TIMESTAMP_OFFSET, 8) if magic == 1 else -1
+    count = 1 if attr & CODEC_MASK == 0 else LEGACY_COUNT_UNKNOWN
+    crc = _py_be(b, pos + LEGACY_CRC_OFFSET, 4, signed=False)
+    return (pos, total, off, off, magic, attr, -1, ts, ts, -1, -1, -1, count, crc)
+
+
+def scan_batches_py(buf, start: int = 0, end: int = -1) -> BatchColumns:
+    """Plain-Python reference of `scan_batches`."""
+    arr = _as_u8(buf)
+    start, end = _bounds(arr, start, end)
+    b = arr.tobytes()
+    rows = []
+    pos = start
+    while True:
+        reason, total = _py_entry_at(b, pos, end)
+        if reason != _CONTINUE:
+            break
+        rows.append(_py_entry_fields(b, pos, total))
+        pos += total
+    cols = [np.array([r[j] for r in rows], dtype=dt) for j, dt in enumerate(BATCH_DTYPES)]
+    return BatchColumns(*cols, stop_position=pos, stop_reason=reason)
+
+
+class _PyRecordError(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _py_varint(b, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    bits = 7 * (max_bytes - 1)  # shift of the last allowed byte: 28 (int) or 63 (long)
+    width = 32 if max_bytes == 5 else 64
+    raw = shift = 0
+    while True:
+        if pos >= end:
+            raise _PyRecordError(ERR_TRUNCATED)
+        byte = b[pos]
+        pos += 1
+        if shift == bits:
+            if byte & 0x80:
+                raise _PyRecordError(ERR_BAD_VARINT)
+            raw |= byte << shift
+            break
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            break
+        shift += 7
+    raw &= (1 << width) - 1
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _py_body_varint(b, pos: int, body_end: int, max_bytes: int = 5) -> tuple[int, int]:
+    try:
+        return _py_varint(b, pos, body_end, max_bytes)
+    except _PyRecordError as e:  # inside a record body, running out means a wrong record length
+        raise _PyRecordError(ERR_RECORD_SIZE if e.code == ERR_TRUNCATED else e.code) from None
+
+
+def _py_skip(pos: int, n: int, body_end: int) -> int:
+    if n > 0:
+        pos += n
+        if pos > body_end:
+            raise _PyRecordError(ERR_RECORD_SIZE)
+    return pos
+
+
+def _py_record(b, pos: int, end: int) -> tuple[int, tuple]:
+    length, p = _py_varint(b, pos, end, 5)
+    if length < 0:
+        raise _PyRecordError(ERR_NEGATIVE_LENGTH)
+    body_end = p + length
+    if body_end > end:
+        raise _PyRecordError(ERR_TRUNCATED)
+    if p >= body_end:
+        raise _PyRecordError(ERR_RECORD_SIZE)
+    p += 1  # attributes
+    ts_delta, p = _py_body_varint(b, p, body_end, 10)
+    off_delta, p = _py_body_varint(b, p, body_end)
+    key_len, p = _py_body_varint(b, p, body_end)
+    if key_len < -1:
+        raise _PyRecordError(ERR_NEGATIVE_LENGTH)
+    key_pos = p
+    p = _py_skip(p, key_len, body_end)
+    value_len, p = _py_body_varint(b, p, body_end)
+    if value_len < -1:
+        raise _PyRecordError(ERR_NEGATIVE_LENGTH)
+    value_pos = p
+    p = _py_skip(p, value_len, body_end)
+    n_headers, p = _py_body_varint(b, p, body_end)
+    if n_headers < 0:
+        raise _PyRecordError(ERR_NEGATIVE_LENGTH)
+    for _ in range(n_headers):
+        hk, p = _py_body_varint(b, p, body_end)
+        if hk < 0:
+            raise _PyRecordError(ERR_NEGATIVE_LENGTH)
+        p = _py_skip(p, hk, body_end)
+        hv, p = _py_body_varint(b, p, body_end)
+        if hv < -1:
+            raise _PyRecordError(ERR_NEGATIVE_LENGTH)
+        p = _py_skip(p, hv, body_end)
+    if p != body_end:
+        raise _PyRecordError(ERR_RECORD_SIZE)
+    return p, (ts_delta, off_delta, key_pos, key_len, value_pos, value_len)
+
+
+def _wrap64(v: int) -> int:
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+def walk_records_py(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts,
+                    records_count=None) -> RecordColumns:  # fmt: skip
+    """Plain-Python reference of `walk_records`."""
+    arr = _as_u8(buf)
+    b = arr.tobytes()
+    rs, re_, bo, bt, tt, mt, limit = (
+        a.tolist()
+        for a in _walk_inputs(rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts,
+                              records_count)  # fmt: skip
+    )
+    rows: list[tuple] = []
+    error = (ERR_OK, -1, -1)
+    for i in range(len(rs)):
+        error = _py_walk_batch(b, i, rs[i], re_[i], bo[i], bt[i], tt[i], mt[i], limit[i], rows)
+        if error[0] != ERR_OK:
+            break
+    cols = [np.array([r[j] for r in rows], dtype=dt) for j, dt in enumerate(RECORD_DTYPES)]
+    return RecordColumns(*cols, error_code=error[0], error_position=error[1], error_batch=error[2])
+
+
+def _py_walk_batch(b, i, pos, end, base_offset, base_ts, ts_type, max_ts, limit, rows) -> tuple:
+    if pos < 0 or end > len(b) or pos > end:
+        return ERR_BAD_REGION, pos, i
+    if limit < 0:
+        return ERR_BAD_COUNT, pos, i
+    n = 0
+    while n < limit and not (limit == _NO_LIMIT and pos >= end):
+        try:
+            nxt, (ts_delta, off_delta, kp, kl, vp, vl) = _py_record(b, pos, end)
+        except _PyRecordError as e:
+            return e.code, pos, i
+        ts = max_ts if ts_type == LOG_APPEND_TIME else _wrap64(base_ts + ts_delta)
+        rows.append((i, _wrap64(base_offset + off_delta), ts, kp, kl, vp, vl))
+        n += 1
+        pos = nxt
+    if pos != end:
+        return ERR_COUNT_MISMATCH, pos, i
+    return ERR_OK, -1, -1
+
+
+# ====================================================================================================
+# scan_segment: batches + CRCs + decompression + legacy -> one SegmentScan
+# ====================================================================================================
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """Everything the Spark scan needs from one buffer (a segment or a byte range of one).
+
+    Record positions (`records.key_pos`, `records.value_pos`) live in one combined address space:
+    [0, len(file)) is the file buffer itself (uncompressed v2 batches), [len(file), len(file) +
+    len(side)) is `side`, where decompressed v2 record streams and legacy keys/values were appended.
+    """
+
+    path: str
+    file: np.ndarray  # uint8, the scanned buffer (not copied)
+    side: np.ndarray  # uint8, decompressed records + legacy keys/values
+    batches: BatchColumns
+    records: RecordColumns  # error fields are always ERR_OK here (errors raise)
+
+    @property
+    def split(self) -> int:
+        """First combined position that addresses `side`."""
+        return len(self.file)
+
+    @property
+    def key_in_side(self) -> np.ndarray:
+        """Per record: True when its key lives in `side`, False when in `file`."""
+        return self.records.key_pos >= self.split
+
+    def _slice(self, pos: int, length: int) -> bytes | None:
+        if length < 0:
+            return None
+        if pos >= self.split:
+            return self.side[pos - self.split : pos - self.split + length].tobytes()
+        return self.file[pos : pos + length].tobytes()
+
+    def key(self, i: int) -> bytes | None:
+        return self._slice(int(self.records.key_pos[i]), int(self.records.key_len[i]))
+
+    def value(self, i: int) -> bytes | None:
+        return self._slice(int(self.records.value_pos[i]), int(self.records.value_len[i]))
+
+    def gather_keys(self, *, large: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """All keys as (data, offsets), see `gather_keys`; null keys have zero length."""
+        r = self.records
+        return _gather(self.file, self.side, self.split, r.key_pos, r.key_len, large)
+
+    def keys_arrow(self, *, large: bool = False):
+        """The keys as a pyarrow BinaryArray (LargeBinaryArray) with nulls for null keys, built
+        zero-copy over `gather_keys` output; ready for `pa.table({...}).group_by("key")`."""
+        import pyarrow as pa
+
+        data, offsets = self.gather_keys(large=large)
+        valid = self.records.key_len >= 0
+        n = len(valid)
+        validity = None
+        null_count = int(n - np.count_nonzero(valid))
+        if null_count:
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        typ = pa.large_binary() if large else pa.binary()
+        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                     null_count=null_count)  # fmt: skip
+
+
+def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, verify_crc: bool = True,
+                 allow_trailing: bool = False) -> SegmentScan:  # fmt: skip
+    """Scan buf[start:end] into batch and record columns.
+
+    Raises CorruptRecordError (bad size/magic, malformed records), CrcMismatchError, TruncatedBatchError
+    (partial trailing batch, unless `allow_trailing`; then `batches.stop_reason` says so),
+    UnsupportedCodecError; each names `path` and the byte position of the failing batch.
+    """
+    file = _as_u8(buf)
+    batches = scan_batches(file, start, end)
+    _check_stop(file, batches, path, allow_trailing)
+    if verify_crc:
+        _verify_crcs(file, batches, path)
+    v2 = batches.magic == 2
+    codec = batches.codec
+    _check_codecs(batches, codec, v2, path)
+    plain = np.flatnonzero(v2 & (codec == 0))
+    packed = np.flatnonzero(v2 & (codec != 0) & (batches.size > V2_HEADER_SIZE))
+    legacy = np.flatnonzero(~v2)
+
+    parts = [_walk_plain(file, batches, plain, path)]
+    side_chunks: list[bytes] = []
+    parts.append(_walk_compressed(file, batches, packed, path, side_chunks, len(file)))
+    side_len = sum(len(c) for c in side_chunks)
+    parts.append(_read_legacy(file, batches, legacy, path, side_chunks, len(file) + side_len))
+    side = np.frombuffer(b"".join(side_chunks), dtype=np.uint8) if side_chunks else np.empty(0, np.uint8)
+    return SegmentScan(path=path, file=file, side=side, batches=batches, records=_merge(parts))
+
+
+def _check_stop(file, batches: BatchColumns, path: str, allow_trailing: bool) -> None:
+    pos = batches.stop_position
+    if batches.stop_reason == STOP_CORRUPT:
+        raise CorruptRecordError(_corrupt_entry_message(file, pos), path=path, position=pos)
+    if batches.stop_reason == STOP_PARTIAL and not allow_trailing:
+        available = len(file) - pos
+        needed = LOG_OVERHEAD
+        if available >= LOG_OVERHEAD:
+            needed = _py_be(file, pos + SIZE_OFFSET, 4) + LOG_OVERHEAD
+        raise TruncatedBatchError("partial trailing batch, log segment may be corrupt",
+                                  available=available, needed=needed, path=path, position=pos)  # fmt: skip
+
+
+def _corrupt_entry_message(file, pos: int) -> str:
+    size = _py_be(file, pos + SIZE_OFFSET, 4)
+    if size < MIN_ENTRY_SIZE:
+        return f"record size {size} is less than the minimum record overhead ({MIN_ENTRY_SIZE})"
+    magic = _py_be(file, pos + MAGIC_OFFSET, 1)
+    if magic not in (0, 1, 2):
+        return f"invalid magic {magic}"
+    return f"entry size {size + LOG_OVERHEAD} is smaller than the magic v{magic} header"
+
+
+def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str) -> None:
+    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6)."""
+    import crc32c
+
+    mv = memoryview(file)
+    positions = batches.position.tolist()
+    sizes = batches.size.tolist()
+    magics = batches.magic.tolist()
+    actual = np.empty(len(positions), dtype=np.uint32)
+    for i, (pos, size, magic) in enumerate(zip(positions, sizes, magics)):
+        if magic == 2:
+            actual[i] = crc32c.crc32c(mv[pos + V2_ATTRIBUTES_OFFSET : pos + size])
+        else:
+            actual[i] = zlib.crc32(mv[pos + MAGIC_OFFSET : pos + size])
+    bad = np.flatnonzero(actual != batches.crc)
+    if len(bad):
+        i = int(bad[0])
+        raise CrcMismatchError(f"magic v{magics[i]} batch checksum mismatch", expected=int(batches.crc[i]),
+                               actual=int(actual[i]), path=path, position=positions[i],
+                               offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
+    # zstd (4) is illegal in legacy messages (spec §1.8); 5..7 are undefined everywhere.
+    bad = np.flatnonzero((codec > MAX_CODEC) | (~v2 & (codec > 3)))
+    if len(bad):
+        i = int(bad[0])
+        raise UnsupportedCodecError(f"unsupported compression codec id {int(codec[i])} "
+                                    f"in a magic v{int(batches.magic[i])} batch",
+                                    path=path, position=int(batches.position[i]),
+                                    offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+def _empty_records() -> RecordColumns:
+    cols = [np.empty(0, dtype=dt) for dt in RECORD_DTYPES]
+    return RecordColumns(*cols, error_code=ERR_OK, error_position=-1, error_batch=-1)
+
+
+def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end) -> RecordColumns:
+    cols = walk_records(buf, rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
+                        batches.timestamp_type[idx], batches.max_timestamp[idx],
+                        batches.records_count[idx])  # fmt: skip
+    cols.batch_index = idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
+    if cols.error_batch >= 0:
+        cols.error_batch = int(idx[cols.error_batch])
+    return cols
+
+
+def _walk_plain(file, batches: BatchColumns, idx: np.ndarray, path: str) -> RecordColumns:
+    """Uncompressed v2 batches: one kernel call over the file buffer itself, no copies."""
+    if not len(idx):
+        return _empty_records()
+    start = batches.position[idx] + V2_HEADER_SIZE
+    end = batches.position[idx] + batches.size[idx]
+    cols = _walk_subset(file, batches, idx, start, end)
+    _raise_walk_error(cols, batches, path, in_side=False)
+    return cols
+
+
+def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, side_chunks: list,
+                     base: int) -> RecordColumns:  # fmt: skip
+    """Compressed v2 batches: decompress each record stream into the side buffer, then one walk."""
+    if not len(idx):
+        return _empty_records()
+    from compaction.format.compression import decompress
+
+    mv = memoryview(file)
+    start = np.empty(len(idx), dtype=np.int64)
+    end = np.empty(len(idx), dtype=np.int64)
+    at = 0
+    for j, i in enumerate(idx.tolist()):
+        pos, size = int(batches.position[i]), int(batches.size[i])
+        codec = int(batches.attributes[i]) & CODEC_MASK
+        data = _decompress(decompress, codec, mv[pos + V2_HEADER_SIZE : pos + size], 2, path, pos,
+                           int(batches.base_offset[i]))  # fmt: skip
+        side_chunks.append(data)
+        start[j] = at
+        at += len(data)
+        end[j] = at
+    local = np.frombuffer(b"".join(side_chunks[-len(idx) :]), dtype=np.uint8)
+    cols = _walk_subset(local, batches, idx, start, end)
+    _raise_walk_error(cols, batches, path, in_side=True, side_start=start)
+    cols.key_pos += base
+    cols.value_pos += base
+    return cols
+
+
+def _decompress(decompress, codec: int, data, magic: int, path: str, pos: int, offset: int) -> bytes:
+    try:
+        return bytes(decompress(codec, data, magic, path=path, position=pos))
+    except KafkaFormatError as e:  # already typed and placed; add the offset
+        e.offset = offset
+        raise
+    except Exception as e:  # anything a codec library raises that compression.py does not map
+        raise CorruptRecordError(f"cannot decompress codec {codec} records: {type(e).__name__}: {e}",
+                                 path=path, position=pos, offset=offset) from e  # fmt: skip
+
+
+def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, in_side: bool,
+                      side_start=None) -> None:  # fmt: skip
+    if cols.error_code == ERR_OK:
+        return
+    i = cols.error_batch
+    batch_pos = int(batches.position[i])
+    what = ERR_NAMES.get(cols.error_code, f"error {cols.error_code}")
+    if in_side:  # the position is inside a decompressed stream: report the batch, and where in it
+        j = int(np.searchsorted(side_start, cols.error_position, side="right") - 1)
+        inner = cols.error_position - int(side_start[j])
+        raise CorruptRecordError(f"{what} at byte {inner} of the decompressed records of the batch",
+                                 path=path, position=batch_pos, offset=int(batches.base_offset[i]))  # fmt: skip
+    raise CorruptRecordError(f"{what} (in the batch at byte {batch_pos})", path=path,
+                             position=cols.error_position, offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+def _read_legacy(file, batches: BatchColumns, idx: np.ndarray, path: str, side_chunks: list,
+                 base: int) -> RecordColumns:  # fmt: skip
+    """v0/v1 entries through compaction.format.legacy (rare; Python speed is fine). Keys and values
+    are appended to the side buffer; compressed wrappers get their real base offset and count."""
+    if not len(idx):
+        return _empty_records()
+    rows: list[tuple] = []
+    at = base
+    mv = memoryview(file)
+    for i in idx.tolist():
+        pos, size = int(batches.position[i]), int(batches.size[i])
+        records = _legacy_records(mv[pos : pos + size], path, pos)
+        if not records:
+            raise CorruptRecordError("legacy entry without records", path=path, position=pos)
+        for offset, timestamp, key, value in records:
+            key_pos, key_len, at = _append(side_chunks, key, at)
+            value_pos, value_len, at = _append(side_chunks, value, at)
+            rows.append((i, offset, timestamp, key_pos, key_len, value_pos, value_len))
+        batches.base_offset[i] = records[0][0]
+        batches.records_count[i] = len(records)
+    cols = [np.array([r[j] for r in rows], dtype=dt) for j, dt in enumerate(RECORD_DTYPES)]
+    return RecordColumns(*cols, error_code=ERR_OK, error_position=-1, error_batch=-1)
+
+
+def _append(chunks: list, data: bytes | None, at: int) -> tuple[int, int, int]:
+    if data is None:
+        return at, -1, at
+    chunks.append(bytes(data))
+    return at, len(data), at + len(data)
+
+
+def _legacy_records(entry: memoryview, path: str, pos: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of each record of one legacy log entry (deep for wrappers)."""
+    from compaction.format import legacy
+
+    try:
+        return [(r.offset, r.timestamp, r.key, r.value) for r in legacy.read_entry_records(entry)]
+    except KafkaFormatError as e:  # re-place the error: the reader saw only this entry
+        inner = 0 if e.position is None else e.position
+        raise type(e)(e.message, path=path, position=pos + inner, offset=e.offset) from e
+
+
+def _merge(parts: list[RecordColumns]) -> RecordColumns:
+    """Concatenate the record columns of the three paths back into batch order."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _empty_records()
+    if len(parts) == 1:
+        return parts[0]
+    cols = [np.concatenate([getattr(p, f) for p in parts]) for f in RECORD_FIELDS]
+    order = np.argsort(cols[0], kind="stable")  # each part is already in order within itself
+    return RecordColumns(*(c[order] for c in cols), error_code=ERR_OK, error_position=-1, error_batch=-1)
