@@ -1,0 +1,422 @@
+"""Pure retention rules: what the cleaner keeps of each batch and record.
+
+Mirrors Kafka's ``Cleaner.cleanInto`` record filter (``checkBatchRetention``,
+``shouldRetainRecord``), ``CleanedTransactionMetadata``, the retention-relevant part of
+``MemoryRecords.filterTo`` and, offline, the producer view ``UnifiedLog.lastRecordsOfActiveProducers``
+(spec §5.6 step 2, §5.8-§5.11). No bytes are parsed here.
+
+Batches are duck-typed: anything with ``base_offset, last_offset, next_offset, producer_id,
+producer_epoch, is_transactional, is_control, records_count, magic, delete_horizon_ms (None
+when unset), max_timestamp`` works - ``format.batch.BatchHeader`` or :class:`BatchInfo`.
+Aborted transactions are duck-typed too (``producer_id, first_offset, last_offset,
+last_stable_offset``, e.g. ``format.index.AbortedTxn``) and are passed through unchanged to the
+cleaned transaction index.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping, NamedTuple
+
+NO_PRODUCER_ID = -1  # RecordBatch.NO_PRODUCER_ID
+NO_PRODUCER_EPOCH = -1  # RecordBatch.NO_PRODUCER_EPOCH
+NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
+MAGIC_V2 = 2  # RecordBatch.MAGIC_VALUE_V2
+ABSENT_OFFSET = -1  # OffsetMap.get for an absent key
+# ControlRecordType ids (spec §2.1); the same values format.batch exports.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """A batch header as the retention rules see it (tests, generators, plain callers)."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    is_transactional: bool = False
+    is_control: bool = False
+    records_count: int = 1
+    magic: int = MAGIC_V2
+    delete_horizon_ms: int | None = None
+    max_timestamp: int = NO_TIMESTAMP
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+def has_producer_id(batch: Any) -> bool:
+    """``RecordBatch.hasProducerId``: producerId > NO_PRODUCER_ID."""
+    return batch.producer_id > NO_PRODUCER_ID
+
+
+# ----------------------------------------------------------------------------------------------
+# Transaction bookkeeping (spec §5.8)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _AbortedTxnState:
+    """``AbortedTransactionMetadata``: the index entry and the last data batch seen of it."""
+
+    aborted_txn: Any
+    last_observed_batch_offset: int | None = None
+
+
+class CleanedTransactionMetadata:
+    """``CleanedTransactionMetadata``: transaction state carried across the batches of a round.
+
+    One instance per cleaning round, traversing every group in order. ``cleaned_index`` is the
+    list the retained ABORT markers' entries go to (``setCleanedIndex``; one list per output
+    segment), or None while only state is tracked (as ``buildOffsetMap`` does).
+    """
+
+    def __init__(self, cleaned_index: list | None = None) -> None:
+        self.ongoing_committed_txns: set[int] = set()
+        self.ongoing_aborted_txns: dict[int, _AbortedTxnState] = {}
+        # Min-heap by firstOffset; the counter keeps equal offsets in insertion order.
+        self._aborted_heap: list[tuple[int, int, Any]] = []
+        self._tiebreak = itertools.count()
+        self.cleaned_index = cleaned_index
+
+    def set_cleaned_index(self, cleaned_index: list | None) -> None:
+        """``setCleanedIndex``: where the next output segment's AbortedTxn entries go."""
+        self.cleaned_index = cleaned_index
+
+    def add_aborted(self, aborted_txns: Iterable[Any]) -> None:
+        """``addAbortedTransactions``: duplicates are harmless (ignored while ongoing)."""
+        for txn in aborted_txns:
+            heapq.heappush(self._aborted_heap, (txn.first_offset, next(self._tiebreak), txn))
+
+    def _consume_aborted_txns_up_to(self, offset: int) -> None:
+        """``consumeAbortedTxnsUpTo``: start tracking every aborted txn beginning at/before
+        ``offset``; an already ongoing one for the same producer is kept."""
+        while self._aborted_heap and self._aborted_heap[0][0] <= offset:
+            _, _, txn = heapq.heappop(self._aborted_heap)
+            self.ongoing_aborted_txns.setdefault(txn.producer_id, _AbortedTxnState(txn))
+
+    def on_batch_read(self, batch: Any) -> bool:
+        """``onBatchRead``: True iff this data batch belongs to an aborted transaction."""
+        self._consume_aborted_txns_up_to(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        state = self.ongoing_aborted_txns.get(batch.producer_id)
+        if state is not None:
+            self.ongoing_aborted_txns[batch.producer_id] = replace(
+                state, last_observed_batch_offset=batch.last_offset
+            )
+            return True
+        self.ongoing_committed_txns.add(batch.producer_id)
+        return False
+
+    def on_control_batch_read(self, batch: Any, control_type: int | None) -> bool:
+        """``onControlBatchRead``: True iff the marker may be discarded.
+
+        ``control_type`` is the type of the batch's first control record, None for an empty
+        (already cleaned) control batch, which is always discardable.
+        """
+        self._consume_aborted_txns_up_to(batch.last_offset)
+        if control_type is None:
+            return True
+        if control_type == CONTROL_ABORT:
+            state = self.ongoing_aborted_txns.pop(batch.producer_id, None)
+            # Keep the marker (and its index entry) while data of the transaction remains.
+            if state is not None and state.last_observed_batch_offset is not None:
+                if self.cleaned_index is not None:
+                    self.cleaned_index.append(state.aborted_txn)
+                return False
+            return True
+        if control_type == CONTROL_COMMIT:
+            # Discardable iff no data batch of this transaction was traversed in the round.
+            if batch.producer_id in self.ongoing_committed_txns:
+                self.ongoing_committed_txns.discard(batch.producer_id)
+                return False
+            return True
+        return False  # other control types (LEADER_CHANGE, ...) are always kept
+
+
+# ----------------------------------------------------------------------------------------------
+# Producer state (spec §5.6 step 2, §5.15 item 3)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LastRecord:
+    """``LastRecord``: a producer's last data offset (None if its batch metadata is empty) and
+    its current epoch."""
+
+    last_data_offset: int | None
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
+class _ProducerEntry:
+    """The part of ``ProducerStateEntry`` the cleaner observes."""
+
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    last_data_offset: int | None = None
+    last_timestamp: int = NO_TIMESTAMP
+    in_transaction: bool = False
+
+    def with_epoch(self, epoch: int) -> "_ProducerEntry":
+        """``maybeUpdateProducerEpoch``: a new epoch clears the batch metadata."""
+        if epoch == self.producer_epoch:
+            return self
+        return replace(self, producer_epoch=epoch, last_data_offset=None)
+
+
+def _apply_batch(entry: _ProducerEntry, batch: Any) -> _ProducerEntry:
+    """``ProducerAppendInfo.append`` for one batch read back from the log."""
+    if batch.is_control:
+        if batch.records_count == 0:
+            return entry  # an empty (cleaned) control batch is not replayed
+        # appendEndTxnMarker: epoch bump clears metadata; the transaction ends.
+        return replace(entry.with_epoch(batch.producer_epoch), in_transaction=False,
+                       last_timestamp=batch.max_timestamp)
+    # appendDataBatch: an empty retained data batch still re-creates lastDataOffset.
+    return replace(
+        entry.with_epoch(batch.producer_epoch),
+        last_data_offset=batch.last_offset,
+        last_timestamp=batch.max_timestamp,
+        in_transaction=entry.in_transaction or bool(batch.is_transactional),
+    )
+
+
+def last_records_of_active_producers(
+    batches: Iterable[Any],
+    now_ms: int | None = None,
+    producer_id_expiration_ms: int | None = None,
+) -> dict[int, LastRecord]:
+    """``UnifiedLog.lastRecordsOfActiveProducers`` rebuilt offline by replaying batch headers in
+    log order, the way ``ProducerStateManager`` would.
+
+    Offline approximation: the broker starts from its latest ``.snapshot`` and expires producers
+    with no open transaction whose last timestamp is ``producer.id.expiration.ms`` old. Here
+    nothing expires unless both ``now_ms`` and ``producer_id_expiration_ms`` are given; then
+    the same rule (``now - lastTimestamp >= expiration``) is applied once at the end. Batches
+    without a producer id are skipped; sequence validation is not modelled (a valid log is
+    assumed), nor the 5-entry batch metadata cap (only the last entry is ever read).
+    """
+    entries: dict[int, _ProducerEntry] = {}
+    for batch in batches:
+        if not has_producer_id(batch):
+            continue
+        entries[batch.producer_id] = _apply_batch(entries.get(batch.producer_id, _ProducerEntry()), batch)
+    if now_ms is not None and producer_id_expiration_ms is not None:
+        entries = {
+            pid: e for pid, e in entries.items()
+            if e.in_transaction or now_ms - e.last_timestamp < producer_id_expiration_ms
+        }
+    return {pid: LastRecord(e.last_data_offset, e.producer_epoch) for pid, e in entries.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Batch-level retention (spec §5.9)
+# ----------------------------------------------------------------------------------------------
+
+
+class BatchRetention(enum.Enum):
+    """``MemoryRecords.RecordFilter.BatchRetention``."""
+
+    RETAIN_EMPTY = "retain_empty"  # keep the batch, as an empty header if no record survives
+    DELETE = "delete"  # drop the batch without looking at its records
+    DELETE_EMPTY = "delete_empty"  # drop the batch only if no record survives
+
+
+def discard_batch_records(batch: Any, can_discard: bool, current_time_ms: int) -> bool:
+    """``discardBatchRecords`` of ``checkBatchRetention``: a discardable marker goes only once
+    its delete horizon has passed; aborted data goes at once."""
+    if batch.is_control:
+        horizon = batch.delete_horizon_ms
+        return can_discard and horizon is not None and horizon <= current_time_ms
+    return can_discard
+
+
+def is_last_of_producer(batch: Any, last_records: Mapping[int, LastRecord]) -> bool:
+    """``isBatchLastRecordOfProducer``: the batch holding the producer's last data offset, or,
+    when the producer has no data metadata, its marker of the current epoch."""
+    last = last_records.get(batch.producer_id)
+    if last is None:
+        return False
+    if last.last_data_offset is not None:
+        return batch.last_offset == last.last_data_offset
+    return bool(batch.is_control) and batch.producer_epoch == last.producer_epoch
+
+
+def batch_retention(
+    batch: Any,
+    *,
+    discard_batch_records: bool,
+    last_records_of_active_producers: Mapping[int, LastRecord],
+    upper_bound_offset: int,
+    retain_last_batch_of_round: bool = True,
+) -> BatchRetention:
+    """The retention verdict of ``checkBatchRetention``.
+
+    ``retain_last_batch_of_round`` is KAFKA-17076 (4.0+; off for 3.9): the batch ending right at
+    the round's upper bound is kept so the cleaned log keeps its last offset."""
+    if has_producer_id(batch) and is_last_of_producer(batch, last_records_of_active_producers):
+        return BatchRetention.RETAIN_EMPTY
+    if retain_last_batch_of_round and batch.next_offset == upper_bound_offset:
+        return BatchRetention.RETAIN_EMPTY
+    if discard_batch_records:
+        return BatchRetention.DELETE
+    return BatchRetention.DELETE_EMPTY
+
+
+def contains_marker_for_empty_txn(batch: Any, can_discard: bool) -> bool:
+    """``BatchRetentionResult.containsMarkerForEmptyTxn``: a discardable marker (it needs a
+    delete horizon before it can go)."""
+    return can_discard and bool(batch.is_control)
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """Everything ``checkBatchRetention`` decides about one batch."""
+
+    retention: BatchRetention
+    can_discard: bool
+    discard_batch_records: bool
+    contains_marker_for_empty_txn: bool
+
+
+def check_batch_retention(
+    batch: Any,
+    txn_metadata: CleanedTransactionMetadata,
+    *,
+    control_type: int | None,
+    last_records_of_active_producers: Mapping[int, LastRecord],
+    upper_bound_offset: int,
+    current_time_ms: int,
+    retain_last_batch_of_round: bool = True,
+) -> BatchDecision:
+    """``checkBatchRetention`` end to end: updates ``txn_metadata`` (every batch must pass
+    through here in log order, deleted ones included) and returns the decision.
+    ``control_type`` is only read for control batches (None = empty control batch)."""
+    if batch.is_control:
+        can_discard = txn_metadata.on_control_batch_read(batch, control_type)
+    else:
+        can_discard = txn_metadata.on_batch_read(batch)
+    discard = discard_batch_records(batch, can_discard, current_time_ms)
+    retention = batch_retention(
+        batch,
+        discard_batch_records=discard,
+        last_records_of_active_producers=last_records_of_active_producers,
+        upper_bound_offset=upper_bound_offset,
+        retain_last_batch_of_round=retain_last_batch_of_round,
+    )
+    return BatchDecision(retention, can_discard, discard, contains_marker_for_empty_txn(batch, can_discard))
+
+
+# ----------------------------------------------------------------------------------------------
+# Record-level retention (spec §5.10)
+# ----------------------------------------------------------------------------------------------
+
+
+class RecordDecision(NamedTuple):
+    """Whether a record is kept, and whether it counts as invalid (``stats.invalidMessage``)."""
+
+    retain: bool
+    invalid: bool = False
+
+
+KEEP = RecordDecision(True)
+DROP = RecordDecision(False)
+DROP_INVALID = RecordDecision(False, True)
+
+
+def retain_legacy_deletes(segment_mtime_ms: int, legacy_delete_horizon_ms: int) -> bool:
+    """``retainLegacyDeletesAndTxnMarkers`` of ``cleanSegments``: per source segment."""
+    return segment_mtime_ms > legacy_delete_horizon_ms
+
+
+def should_retain_deletes(batch: Any, current_time_ms: int, retain_legacy: bool) -> bool:
+    """May a tombstone of this batch still be kept? v2: until its batch's delete horizon (no
+    horizon yet = keep, the rewrite will set one); v0/v1: the segment's legacy horizon."""
+    if batch.magic >= MAGIC_V2:
+        horizon = batch.delete_horizon_ms
+        return horizon is None or current_time_ms < horizon
+    return retain_legacy
+
+
+def should_retain_record(
+    batch: Any,
+    record_offset: int,
+    key: bytes | None,
+    has_value: bool,
+    *,
+    discard_batch_records: bool,
+    offset_map: Mapping[bytes, int],
+    map_latest_offset: int,
+    current_time_ms: int,
+    retain_legacy_deletes: bool,
+) -> RecordDecision:
+    """The record filter's ``shouldRetainRecord`` plus ``Cleaner.shouldRetainRecord``."""
+    if discard_batch_records:
+        return DROP  # batch kept only for producer state; its records go
+    if batch.is_control:
+        return KEEP
+    if record_offset > map_latest_offset:
+        return KEEP  # beyond this round's map: untouched (tombstones and unkeyed too)
+    if key is None:
+        return DROP_INVALID
+    latest_for_key = record_offset >= offset_map.get(key, ABSENT_OFFSET)
+    keep_value = has_value or should_retain_deletes(batch, current_time_ms, retain_legacy_deletes)
+    return KEEP if latest_for_key and keep_value else DROP
+
+
+# ----------------------------------------------------------------------------------------------
+# What filterTo writes for a batch (spec §5.11)
+# ----------------------------------------------------------------------------------------------
+
+
+def needs_delete_horizon(batch: Any, contains_tombstones: bool, contains_marker_for_empty_txn: bool) -> bool:
+    """``needToSetDeleteHorizon`` with 4.0+ semantics (no magic condition: converted legacy
+    tombstones get a horizon too): a retained tombstone or a discardable marker, and no horizon
+    set yet."""
+    return (contains_tombstones or contains_marker_for_empty_txn) and batch.delete_horizon_ms is None
+
+
+def delete_horizon_ms(current_time_ms: int, delete_retention_ms: int) -> int:
+    """The horizon a rebuilt batch gets: ``currentTime + delete.retention.ms``."""
+    return current_time_ms + delete_retention_ms
+
+
+class BatchOutput(enum.Enum):
+    """What ``filterTo`` emits for one batch."""
+
+    DROP = "drop"
+    COPY_ORIGINAL = "copy_original"  # verbatim bytes, CRC and leader epoch included
+    REBUILD = "rebuild"  # MemoryRecordsBuilder with the retained records
+    EMPTY_HEADER = "empty_header"  # 61-byte writeEmptyHeader
+
+
+def filter_batch_output(
+    batch: Any,
+    retention: BatchRetention,
+    records_retained: int,
+    need_to_set_delete_horizon: bool,
+    convert_legacy_to_v2: bool = True,
+) -> BatchOutput:
+    """``MemoryRecords.filterTo``'s per-batch branch. ``records_retained`` is compared with
+    ``batch.records_count`` to know whether every record survived (``writeOriginalBatch``).
+    ``convert_legacy_to_v2`` is KIP-724 (4.0+): v0/v1 batches are never copied verbatim.
+    Raises ValueError where Kafka throws IllegalStateException (empty legacy batch)."""
+    if retention is BatchRetention.DELETE:
+        return BatchOutput.DROP
+    if records_retained > 0:
+        write_original = records_retained == batch.records_count and (
+            batch.magic >= MAGIC_V2 or not convert_legacy_to_v2
+        )
+        return BatchOutput.COPY_ORIGINAL if write_original and not need_to_set_delete_horizon else BatchOutput.REBUILD
+    if retention is BatchRetention.RETAIN_EMPTY:
+        if batch.magic < MAGIC_V2:
+            raise ValueError(f"cannot keep an empty batch of magic {batch.magic}: empty headers need magic >= 2")
+        return BatchOutput.EMPTY_HEADER
+    return BatchOutput.DROP
