@@ -1,0 +1,86 @@
+"""The JSON run report and Kafka-style log lines.
+
+The report follows the shape of dbt's run_results.json (metadata, args, elapsed, one result
+per unit of work) with Kafka's own cleaner numbers per partition (spec §8).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+
+from compaction import __version__
+
+log = logging.getLogger("kafka.log.LogCleaner")
+
+CLEANED, SKIPPED, FAILED = "cleaned", "skipped", "failed"
+MB = 1_048_576
+REPORT_VERSION = 1
+
+
+@dataclass
+class PartitionResult:
+    topic: str
+    partition: int
+    logDir: str
+    status: str = SKIPPED
+    reason: str | None = None
+    dirtyRatio: float | None = None
+    firstDirtyOffset: int | None = None
+    firstUncleanableOffset: int | None = None
+    endOffset: int | None = None
+    bytesRead: int = 0
+    bytesWritten: int = 0
+    recordsRead: int = 0
+    recordsWritten: int = 0
+    invalidRecords: int = 0
+    segmentsBefore: int = 0
+    segmentsAfter: int = 0
+    groups: int = 0
+    seconds: float = 0.0
+    recovery: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def kafka_log_line(r: PartitionResult) -> str:
+    """`CleanerThread.recordStats`' message (spec §8), numbers from our run."""
+    secs = max(r.seconds, 1e-9)
+    read_mb, written_mb = r.bytesRead / MB, r.bytesWritten / MB
+    size_cut = 100 * (1 - r.bytesWritten / r.bytesRead) if r.bytesRead else 0.0
+    msg_cut = 100 * (1 - r.recordsWritten / r.recordsRead) if r.recordsRead else 0.0
+    return (
+        f"\n\tOffline cleaner cleaned log {r.name} (dirty section = [{r.firstDirtyOffset}, {r.endOffset}])\n"
+        f"\t{read_mb:,.1f} MB of log processed in {secs:,.1f} seconds ({read_mb / secs:,.1f} MB/sec).\n"
+        f"\tStart size: {read_mb:,.1f} MB ({r.recordsRead} messages)\n"
+        f"\tEnd size: {written_mb:,.1f} MB ({r.recordsWritten} messages)\n"
+        f"\t{size_cut:.1f}% size reduction ({msg_cut:.1f}% fewer messages)\n"
+    )
+
+
+def build_report(results: list[PartitionResult], args: dict, timings: dict, started_ms: int) -> dict:
+    totals = {
+        "partitions": len(results),
+        "cleaned": sum(r.status == CLEANED for r in results),
+        "skipped": sum(r.status == SKIPPED for r in results),
+        "failed": sum(r.status == FAILED for r in results),
+        "bytesRead": sum(r.bytesRead for r in results),
+        "bytesWritten": sum(r.bytesWritten for r in results),
+        "recordsRead": sum(r.recordsRead for r in results),
+        "recordsWritten": sum(r.recordsWritten for r in results),
+    }
+    return {
+        "version": REPORT_VERSION,
+        "metadata": {"tool": "kafka-offline-compaction", "toolVersion": __version__, "startedAtMs": started_ms},
+        "args": args,
+        "timings": timings,
+        "totals": totals,
+        "partitions": [asdict(r) for r in results],
+    }
+
+
+def dumps(report: dict) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"

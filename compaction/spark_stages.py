@@ -1,0 +1,195 @@
+"""The Spark stages of one round: scan -> offset map -> lookup -> rewrite.
+
+Each stage is DataFrame -> DataFrame with an explicit schema. Only (key, offset) rows travel
+through Spark; record values stay in the files and are copied once, by the rewrite task.
+
+Work units are described by `GroupSpec`s (one per output segment group) shipped to executors in
+a broadcast; rows refer to them by `group_id`. Errors inside a task never fail the Spark job:
+they come back as rows with an `error` text, so one damaged partition cannot stop the others.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from compaction.errors import CompactionError
+from compaction.rewrite import GroupSpec, rewrite_unit, scan_group
+
+PRODUCER_FIELDS = (
+    ("producer_id", T.LongType(), pa.int64()),
+    ("producer_epoch", T.IntegerType(), pa.int32()),
+    ("base_offset", T.LongType(), pa.int64()),
+    ("last_offset", T.LongType(), pa.int64()),
+    ("attributes", T.IntegerType(), pa.int32()),
+    ("records_count", T.IntegerType(), pa.int32()),
+    ("max_timestamp", T.LongType(), pa.int64()),
+)
+# Three kinds of rows share one schema: key rows (key set), producer batch rows (producer_id
+# set) and error rows (error set).
+SCAN_SCHEMA = T.StructType(
+    [
+        T.StructField("group_id", T.IntegerType(), False),
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("max_offset", T.LongType(), True),
+        T.StructField("dirty_offset", T.LongType(), True),  # -1: the key has no dirty record here
+        T.StructField("error", T.StringType(), True),
+        *(T.StructField(n, t, True) for n, t, _ in PRODUCER_FIELDS),
+    ]
+)
+LOOKUP_SCHEMA = T.StructType(
+    [
+        T.StructField("group_id", T.IntegerType(), False),
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("latest_offset", T.LongType(), True),
+    ]
+)
+RESULT_FIELDS = (
+    ("group_id", T.IntegerType()),
+    ("error", T.StringType()),
+    ("bytes_read", T.LongType()),
+    ("bytes_written", T.LongType()),
+    ("records_read", T.LongType()),
+    ("records_written", T.LongType()),
+    ("batches_read", T.LongType()),
+    ("batches_written", T.LongType()),
+    ("invalid_records", T.LongType()),
+    ("seconds", T.DoubleType()),
+)
+RESULT_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in RESULT_FIELDS])
+_SCAN_ARROW = pa.schema(
+    [
+        pa.field("group_id", pa.int32(), False),
+        pa.field("key", pa.binary()),
+        pa.field("max_offset", pa.int64()),
+        pa.field("dirty_offset", pa.int64()),
+        pa.field("error", pa.string()),
+        *(pa.field(n, a) for n, _, a in PRODUCER_FIELDS),
+    ]
+)
+
+
+def _scan_rows(gid: int, n: int, columns: dict) -> pa.RecordBatch:
+    arrays = [
+        columns.get(f.name, pa.nulls(n, f.type)) if f.name != "group_id" else pa.array([gid] * n, pa.int32())
+        for f in _SCAN_ARROW
+    ]
+    return pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, _SCAN_ARROW)], schema=_SCAN_ARROW)
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, CompactionError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+
+
+def group_ids_frame(spark: SparkSession, group_ids: list[int]) -> DataFrame:
+    """One Spark partition per group id, so every group is its own task."""
+    rdd = spark.sparkContext.parallelize([(g,) for g in group_ids], max(1, len(group_ids)))
+    return spark.createDataFrame(rdd, "group_id int")
+
+
+def scan(groups: DataFrame, specs) -> DataFrame:
+    """Per group: one row per distinct key with its latest offset, and latest dirty offset.
+
+    `specs` is a broadcast of {group_id: GroupSpec}. The pre-aggregation happens in the task
+    (pyarrow hash aggregation), so Spark receives one row per distinct key per group.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = specs.value
+        for batch in batches:
+            for gid in batch.column("group_id").to_pylist():
+                try:
+                    keys, producers = scan_group(table[gid])
+                except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                    yield _scan_rows(gid, 1, {"error": pa.array([_error_text(exc)])})
+                    continue
+                yield _scan_rows(gid, keys.num_rows, {c: keys.column(c).combine_chunks() for c in keys.column_names})
+                if producers is not None and producers.num_rows:
+                    cols = {c: producers.column(c).combine_chunks() for c in producers.column_names}
+                    yield _scan_rows(gid, producers.num_rows, cols)
+
+    return groups.mapInArrow(run, SCAN_SCHEMA)
+
+
+def scan_errors(scan_rows: DataFrame) -> DataFrame:
+    return scan_rows.where(F.col("error").isNotNull()).select("group_id", "error")
+
+
+def producer_rows(scan_rows: DataFrame) -> DataFrame:
+    return scan_rows.where(F.col("producer_id").isNotNull()).select("group_id", *(n for n, _, _ in PRODUCER_FIELDS))
+
+
+def offset_map(scan_rows: DataFrame, group_partition: DataFrame) -> DataFrame:
+    """The key -> latest offset map of each partition's dirty section, exact keys, no bound.
+
+    `group_partition` maps group_id -> (topic, partition). Output: topic, partition, key,
+    latest_offset, groups (the groups the key occurs in, for the lookup step).
+    """
+    keyed = scan_rows.where(F.col("key").isNotNull()).join(F.broadcast(group_partition), "group_id", "inner")
+    return (
+        keyed.groupBy("topic", "partition", "key")
+        .agg(
+            F.max("dirty_offset").alias("latest_offset"),
+            F.collect_set("group_id").alias("groups"),
+        )
+        .where(F.col("latest_offset") >= 0)
+        .select("topic", "partition", "key", "latest_offset", "groups")
+    )
+
+
+def group_lookup(offset_map_df: DataFrame) -> DataFrame:
+    """For each group, the map entries of the keys occurring in it (the anti-join of the clean
+    tail falls out: a key absent here keeps its records)."""
+    return offset_map_df.select(
+        F.explode("groups").alias("group_id"), F.col("key"), F.col("latest_offset")
+    ).select("group_id", "key", "latest_offset")
+
+
+def rewrite(lookup: DataFrame, sentinels: DataFrame, group_units: DataFrame, units) -> DataFrame:
+    """One task per unit (see rewrite.py): re-read its segments, keep what the map says, write
+    `.cleaned` files. `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log order."""
+
+    def run(table: pa.Table) -> pa.Table:
+        uid = table.column("unit_id")[0].as_py()
+        specs = units.value[uid]
+        keyed = table.filter(table.column("key").is_valid())
+        keys = keyed.column("key").combine_chunks().cast(pa.binary())
+        latest = keyed.column("latest_offset").combine_chunks().to_numpy(zero_copy_only=False)
+        try:
+            rows = rewrite_unit(specs, keys, latest)
+        except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+            rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+        return pa.Table.from_pylist(rows, schema=_result_arrow())
+
+    with_units = lookup.unionByName(sentinels).join(F.broadcast(group_units), "group_id", "inner")
+    return with_units.select("unit_id", "key", "latest_offset").groupBy("unit_id").applyInArrow(run, RESULT_SCHEMA)
+
+
+def _result_arrow() -> pa.Schema:
+    kinds = {T.IntegerType: pa.int32(), T.StringType: pa.string(), T.LongType: pa.int64(), T.DoubleType: pa.float64()}
+    return pa.schema([pa.field(n, kinds[type(t)]) for n, t in RESULT_FIELDS])
+
+
+def sentinel_rows(spark: SparkSession, group_ids: list[int]) -> DataFrame:
+    """A null-key row per group so that a group with no mapped key still gets its rewrite task."""
+    return spark.createDataFrame([(g, None, -1) for g in group_ids], LOOKUP_SCHEMA)
+
+
+__all__ = [
+    "GroupSpec",
+    "group_ids_frame",
+    "group_lookup",
+    "offset_map",
+    "producer_rows",
+    "rewrite",
+    "scan",
+    "scan_errors",
+    "sentinel_rows",
+]
