@@ -125,14 +125,16 @@ def test_fixture_offset_checkpoints_parse_and_round_trip(name):
         assert len(entries) == count, path
         # Same entries after our (sorted) formatting; the broker's order is a hash-map order.
         assert parse_offset_checkpoint(format_offset_checkpoint(entries)) == entries
-        assert sorted(raw.decode().splitlines()[2:]) == sorted(format_offset_checkpoint(entries).splitlines()[2:])
+        ours = format_offset_checkpoint(entries).splitlines()[2:]
+        assert sorted(raw.decode().splitlines()[2:]) == sorted(ours)
 
 
 def test_fixture_known_values():
     path = f"{FIXTURES}/kafka-0.9.0.1/kafka-logs/cleaner-offset-checkpoint"
     assert parse_offset_checkpoint(open(path, "rb").read(), path) == {("compacted", 0): 2964}
     path = f"{FIXTURES}/kafka-0.9.0.1/kafka-logs/recovery-point-offset-checkpoint"
-    assert parse_offset_checkpoint(open(path, "rb").read(), path) == {("plain", 0): 2000, ("compacted", 0): 3000}
+    expected = {("plain", 0): 2000, ("compacted", 0): 3000}
+    assert parse_offset_checkpoint(open(path, "rb").read(), path) == expected
 
 
 def test_fixture_leader_epoch_checkpoints_parse():

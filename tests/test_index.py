@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.errors import IndexCorruptError
-from compaction.format import index as ix
+from compaction.errors import CorruptRecordError, IndexCorruptError
 from compaction.format.index import (
     AbortedTxn,
     build_indexes,
@@ -191,8 +190,8 @@ def test_time_index_sanity():
     with pytest.raises(IndexCorruptError, match="multiple of 12"):
         sanity_check_time_index(struct.pack(">qi", 10, 0) + b"\x00", 0)
     with pytest.raises(IndexCorruptError, match="timestamp"):
-        sanity_check_time_index(struct.pack(">qi", 10, 0) + struct.pack(">qi", 12, 1) + struct.pack(">qi", 11, 2)
-                                + struct.pack(">qi", 13, 3), 0, strict=True)
+        entries = [(10, 0), (12, 1), (11, 2), (13, 3)]
+        sanity_check_time_index(b"".join(struct.pack(">qi", *e) for e in entries), 0, strict=True)
 
 
 def test_txn_index_sanity():
@@ -209,8 +208,9 @@ def test_txn_index_sanity():
 
 
 def _batches(sizes, last_offsets, max_timestamps):
-    positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if sizes else np.zeros(0, np.int64)
-    return positions, np.asarray(sizes, np.int64), np.asarray(last_offsets, np.int64), np.asarray(max_timestamps, np.int64)
+    sizes = np.asarray(sizes, np.int64)
+    positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+    return positions, sizes, np.asarray(last_offsets, np.int64), np.asarray(max_timestamps, np.int64)
 
 
 def _both(batches, base, interval):
@@ -275,7 +275,9 @@ HAND_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("sizes", "last_offsets", "max_ts", "base", "interval", "want_off", "want_time"), HAND_CASES)
+@pytest.mark.parametrize(
+    ("sizes", "last_offsets", "max_ts", "base", "interval", "want_off", "want_time"), HAND_CASES
+)
 def test_entry_rule_hand_cases(sizes, last_offsets, max_ts, base, interval, want_off, want_time):
     batches = _batches(sizes, last_offsets, max_ts)
     off, tim = _both(batches, base, interval)
@@ -428,7 +430,9 @@ def test_fixture_inventory():
     assert glob.glob(f"{FIXTURES}/*/*/*/*.timeindex") == []
 
 
-@pytest.mark.parametrize(("index_path", "log_path"), BROKER_SEGMENTS, ids=[p.split(FIXTURES)[1] for p, _ in BROKER_SEGMENTS])
+@pytest.mark.parametrize(
+    ("index_path", "log_path"), BROKER_SEGMENTS, ids=[p.split(FIXTURES)[1] for p, _ in BROKER_SEGMENTS]
+)
 def test_rebuild_matches_broker_index(index_path, log_path):
     base = int(os.path.basename(log_path)[:20])
     with open(log_path, "rb") as f:
@@ -440,7 +444,10 @@ def test_rebuild_matches_broker_index(index_path, log_path):
     timeindex_path = index_path[: -len(".index")] + ".timeindex"
     if index_path in EXPECTED_DIFFERENCES:  # pragma: no cover - none today
         pytest.skip(EXPECTED_DIFFERENCES[index_path])
-    assert ours_index == broker_index, (read_offset_index(ours_index, base), read_offset_index(broker_index, base))
+    assert ours_index == broker_index, (
+        read_offset_index(ours_index, base),
+        read_offset_index(broker_index, base),
+    )
     if os.path.exists(timeindex_path):  # pragma: no cover - no fixture has one today
         assert ours_time == open(timeindex_path, "rb").read()
     else:
@@ -491,9 +498,13 @@ def test_rebuild_v2_fixture_segments_are_consistent():
     assert checked == len(nonempty) == 27
 
 
-def test_walker_stops_at_a_partial_trailing_batch():
+def test_rebuild_refuses_a_partial_tail_unless_allowed():
     path = f"{FIXTURES}/kafka-0.9.0.1/kafka-logs/plain-0/00000000000000000000.log"
     log = open(path, "rb").read()
-    full = ix._walk_batch_headers(log)
-    cut = ix._walk_batch_headers(log[:-5])
-    assert len(cut[0]) == len(full[0]) - 1
+    full, _ = rebuild_indexes_from_log(log, 0)
+    with pytest.raises(CorruptRecordError) as err:
+        rebuild_indexes_from_log(log[:-5], 0, path=path)
+    assert err.value.path == path and err.value.position == 16015  # start of the last message
+    # Like LogSegment.recover: index the valid prefix (the last message is not indexed anyway).
+    prefix, _ = rebuild_indexes_from_log(log[:-5], 0, allow_trailing=True)
+    assert prefix == full

@@ -62,7 +62,9 @@ def test_not_20_digits_message_is_clear():
         parse_segment_file_name("123.log")
 
 
-@pytest.mark.parametrize("bad", [(-1, ".log", None), (2**63, ".log", None), (0, ".foo", None), (0, ".log", ".bak")])
+@pytest.mark.parametrize(
+    "bad", [(-1, ".log", None), (2**63, ".log", None), (0, ".foo", None), (0, ".log", ".bak")]
+)
 def test_segment_file_name_rejects(bad):
     with pytest.raises(SegmentNameError):
         segment_file_name(*bad)
@@ -76,7 +78,10 @@ def test_segment_file_name_rejects(bad):
         ("a-b-c-3", ("a-b-c", 3)),
         ("__consumer_offsets-49", ("__consumer_offsets", 49)),
         ("__cluster_metadata-0", ("__cluster_metadata", 0)),
-        ("_confluent-controlcenter-5-1-2-1-error-topic-0", ("_confluent-controlcenter-5-1-2-1-error-topic", 0)),
+        (
+            "_confluent-controlcenter-5-1-2-1-error-topic-0",
+            ("_confluent-controlcenter-5-1-2-1-error-topic", 0),
+        ),
         ("t-2147483647", ("t", 2**31 - 1)),
         ("x" * 249 + "-1", ("x" * 249, 1)),
         # not partitions

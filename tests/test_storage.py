@@ -99,7 +99,12 @@ def test_write_atomic_leaves_no_tmp(tmp_path):
 def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
     synced = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     path = str(tmp_path / "x.log")
     Storage.local().write_durable(path, b"abc")
     assert synced == [path, str(tmp_path)]
@@ -114,7 +119,10 @@ def test_storage_pickles_and_works_in_another_process(tmp_path):
     plain = pickle.loads(pickle.dumps(Storage.local()))
     assert plain.is_local and plain.read_bytes(str(tmp_path / "a")) == b"1"
     # and in a separate interpreter, as in a Spark executor
-    code = "import pickle,sys; s=pickle.loads(sys.stdin.buffer.read()); sys.stdout.write(s.read_bytes(%r).decode())"
+    code = (
+        "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
+        "sys.stdout.write(s.read_bytes(%r).decode())"
+    )
     out = subprocess.run([sys.executable, "-c", code % str(tmp_path / "a")], input=pickle.dumps(storage),
                          capture_output=True, check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.stdout == b"1"

@@ -53,7 +53,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from compaction.errors import IndexCorruptError
+from compaction.errors import CorruptRecordError, IndexCorruptError
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -123,7 +123,9 @@ def _relative(offset: int, base_offset: int, path: str) -> int:
     relative = offset - base_offset
     if not 0 <= relative <= INT32_MAX:  # IndexOffsetOverflowException
         raise IndexCorruptError(
-            f"offset {offset} cannot be stored relative to base offset {base_offset}", path=path, offset=offset
+            f"offset {offset} cannot be stored relative to base offset {base_offset}",
+            path=path,
+            offset=offset,
         )
     return relative
 
@@ -213,8 +215,12 @@ def sanity_check_offset_index(
             position=(len(entries) - 1) * OFFSET_ENTRY_SIZE,
         )
     if strict:
-        _check_increasing(entries[:, 0], strictly=True, what="offset", path=path, entry_size=OFFSET_ENTRY_SIZE)
-        _check_increasing(entries[:, 1], strictly=True, what="position", path=path, entry_size=OFFSET_ENTRY_SIZE)
+        _check_increasing(
+            entries[:, 0], strictly=True, what="offset", path=path, entry_size=OFFSET_ENTRY_SIZE
+        )
+        _check_increasing(
+            entries[:, 1], strictly=True, what="position", path=path, entry_size=OFFSET_ENTRY_SIZE
+        )
         if len(entries) and entries[0, 0] < base_offset:
             raise IndexCorruptError(f"offset {entries[0, 0]} below base {base_offset}", path=path, position=0)
 
@@ -232,14 +238,18 @@ def sanity_check_time_index(
         )
     if len(entries) and entries[-1, 1] < base_offset:
         raise IndexCorruptError(
-            f"last offset {entries[-1, 1]} is below the base offset {base_offset}", path=path, position=last_position
+            f"last offset {entries[-1, 1]} is below the base offset {base_offset}",
+            path=path,
+            position=last_position,
         )
     if len(data) % TIME_ENTRY_SIZE:
         raise IndexCorruptError(
             f"time index file length {len(data)} is not a multiple of {TIME_ENTRY_SIZE}", path=path
         )
     if strict:
-        _check_increasing(entries[:, 0], strictly=True, what="timestamp", path=path, entry_size=TIME_ENTRY_SIZE)
+        _check_increasing(
+            entries[:, 0], strictly=True, what="timestamp", path=path, entry_size=TIME_ENTRY_SIZE
+        )
         _check_increasing(entries[:, 1], strictly=False, what="offset", path=path, entry_size=TIME_ENTRY_SIZE)
 
 
@@ -320,8 +330,18 @@ def index_entries_py(
     return offset_entries, time_entries
 
 
-@njit(cache=True, nogil=True)
-def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_offset, interval):  # pragma: no cover - compiled
+def _njit(fn):
+    # Same policy as scan.py: cache compiled code, but do not fail the import where no cache
+    # directory is writable (read-only site-packages on executors without NUMBA_CACHE_DIR).
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError:
+        return njit(cache=False, nogil=True)(fn)
+
+
+@_njit
+def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_offset, interval):
+    # Mirrors index_entries_py line by line; returns (status, batch index, arrays, counts).
     n = positions.shape[0]
     # At most one offset entry per batch; one more time entry for the final one at close.
     index_offsets = np.empty(n, dtype=np.int64)
@@ -340,7 +360,8 @@ def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_o
             offset_of_max = last_offsets[i]
         if bytes_since > interval:
             if n_offset > 0 and last_offsets[i] <= index_offsets[n_offset - 1]:
-                return _OFFSETS_NOT_INCREASING, i, index_offsets, index_positions, 0, time_timestamps, time_offsets, 0
+                return (_OFFSETS_NOT_INCREASING, i, index_offsets, index_positions, 0,
+                        time_timestamps, time_offsets, 0)
             index_offsets[n_offset] = last_offsets[i]
             index_positions[n_offset] = positions[i]
             n_offset += 1
@@ -367,7 +388,9 @@ def index_entries(
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Compiled entry rule: `(offset entries (n, 2) [offset, position], time entries (m, 2) [ts, offset])`."""
-    columns = [np.ascontiguousarray(c, dtype=np.int64) for c in (positions, sizes, last_offsets, max_timestamps)]
+    columns = [
+        np.ascontiguousarray(c, dtype=np.int64) for c in (positions, sizes, last_offsets, max_timestamps)
+    ]
     if len({len(c) for c in columns}) != 1:
         raise ValueError("positions, sizes, last_offsets and max_timestamps must have the same length")
     status, at, offs, poss, n_off, tss, toffs, n_time = _index_entries_kernel(
@@ -426,58 +449,30 @@ def build_indexes(
 
 # --- rebuild from a .log buffer ---------------------------------------------------------------
 
-# Minimal batch-header fields, enough for the entry rule (full parsing lives in segment.py/scan.py).
-_LOG_OVERHEAD = struct.Struct(">qi")  # offset (v0/v1) or baseOffset (v2), size/batchLength
-_LOG_OVERHEAD_SIZE = _LOG_OVERHEAD.size  # 12
-_MAGIC_AT = 16  # same byte in all three formats
-_V2_LAST_OFFSET_DELTA = struct.Struct(">i")  # at 23
-_V2_LAST_OFFSET_DELTA_AT = 23
-_V2_MAX_TIMESTAMP = struct.Struct(">q")  # at 35
-_V2_MAX_TIMESTAMP_AT = 35
-_V1_TIMESTAMP_AT = 18  # offset 8, size 4, crc 4, magic 1, attributes 1
-_V2_HEADER_SIZE = 61
-_V1_HEADER_SIZE = 26
-_V0_HEADER_SIZE = 18
-
-
-def _walk_batch_headers(buf: bytes | memoryview) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Private header walk: (positions, sizes, last_offsets, max_timestamps) up to the first
-    partial or malformed batch. No CRC check. A stand-in until `scan.scan_batches` is used here.
-
-    v2: last offset = baseOffset + lastOffsetDelta, max timestamp = the header's maxTimestamp.
-    v1: the (wrapper) message's offset and timestamp (a compressed wrapper carries the last inner
-        offset and, for CreateTime, the max inner timestamp). v0: no timestamp (-1).
-    """
-    view = memoryview(buf).cast("B")
-    end = len(view)
-    positions, sizes, last_offsets, max_timestamps = [], [], [], []
-    position = 0
-    while position + _LOG_OVERHEAD_SIZE <= end:
-        offset, length = _LOG_OVERHEAD.unpack_from(view, position)
-        size = _LOG_OVERHEAD_SIZE + length
-        if length < 0 or position + size > end or position + _MAGIC_AT >= end:
-            break
-        magic = view[position + _MAGIC_AT]
-        if magic == 2 and size >= _V2_HEADER_SIZE:
-            last_offset = offset + _V2_LAST_OFFSET_DELTA.unpack_from(view, position + _V2_LAST_OFFSET_DELTA_AT)[0]
-            max_timestamp = _V2_MAX_TIMESTAMP.unpack_from(view, position + _V2_MAX_TIMESTAMP_AT)[0]
-        elif magic == 1 and size >= _V1_HEADER_SIZE:
-            last_offset = offset
-            max_timestamp = _V2_MAX_TIMESTAMP.unpack_from(view, position + _V1_TIMESTAMP_AT)[0]
-        elif magic == 0 and size >= _V0_HEADER_SIZE:
-            last_offset, max_timestamp = offset, NO_TIMESTAMP
-        else:
-            break
-        positions.append(position)
-        sizes.append(size)
-        last_offsets.append(last_offset)
-        max_timestamps.append(max_timestamp)
-        position += size
-    return tuple(np.asarray(c, dtype=np.int64) for c in (positions, sizes, last_offsets, max_timestamps))
-
-
 def rebuild_indexes_from_log(
-    buf: bytes | memoryview, base_offset: int, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    buf,
+    base_offset: int,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    *,
+    path: str = "<memory>",
+    allow_trailing: bool = False,
 ) -> tuple[bytes, bytes]:
-    """`(.index, .timeindex)` a 4.1+ broker would hold for this closed segment (= `LogSegment.recover`)."""
-    return build_indexes(*_walk_batch_headers(buf), base_offset, index_interval_bytes)
+    """`(.index, .timeindex)` a 4.1+ broker holds for this closed segment (= `LogSegment.recover`).
+
+    Batch headers come from `scan.scan_batches` (no CRC check: that is the scan's caller's job).
+    A partial or malformed tail raises `CorruptRecordError` unless `allow_trailing`, in which case
+    the indexes cover the valid prefix, as `recover` does before truncating the .log.
+    """
+    from compaction.format.scan import STOP_END, scan_batches  # numba kernels: import on use
+
+    cols = scan_batches(buf)
+    if cols.stop_reason != STOP_END and not allow_trailing:
+        raise CorruptRecordError(
+            f"unreadable bytes after the last whole batch (scan stop reason {cols.stop_reason}); "
+            "pass allow_trailing=True to index the valid prefix",
+            path=path,
+            position=cols.stop_position,
+        )
+    return build_indexes(
+        cols.position, cols.size, cols.last_offset, cols.max_timestamp, base_offset, index_interval_bytes
+    )
