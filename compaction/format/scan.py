@@ -450,11 +450,11 @@ def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
         while n < limit:
             if pos >= end and limit == _NO_LIMIT:
                 break
-            if k >= capacity:  # cannot happen for well-formed input; guards the arrays anyway
-                return k, ERR_TRUNCATED, pos, i
             nxt = _read_record(buf, pos, end, out)
             if nxt < 0:
                 return k, -nxt, pos, i
+            if k >= capacity:  # unreachable: a parsed record is >= 7 bytes; guards the arrays anyway
+                return k, ERR_TRUNCATED, pos, i
             batch_index[k] = i
             offset[k] = base_offset[i] + out[1]
             timestamp[k] = max_ts[i] if ts_type[i] == LOG_APPEND_TIME else base_timestamp[i] + out[0]
@@ -1051,14 +1051,11 @@ def _append(chunks: list, data: bytes | None, at: int) -> tuple[int, int, int]:
 
 
 def _legacy_records(entry: memoryview, path: str, pos: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(offset, timestamp, key, value) of each record of one legacy log entry (deep for wrappers)."""
-    from compaction.format import legacy
+    """(offset, timestamp, key, value) of each record of one legacy log entry (deep for wrappers).
+    `LegacyBatch` raises typed errors already placed at `path`/`pos`."""
+    from compaction.format.legacy import LegacyBatch
 
-    try:
-        return [(r.offset, r.timestamp, r.key, r.value) for r in legacy.read_entry_records(entry)]
-    except KafkaFormatError as e:  # re-place the error: the reader saw only this entry
-        inner = 0 if e.position is None else e.position
-        raise type(e)(e.message, path=path, position=pos + inner, offset=e.offset) from e
+    return [(r.offset, r.timestamp, r.key, r.value) for r in LegacyBatch(entry, pos, path).records()]
 
 
 def _merge(parts: list[RecordColumns]) -> RecordColumns:
