@@ -203,16 +203,17 @@ def lookup_timestamp(entries: np.ndarray, target: int, base_offset: int) -> tupl
 def sanity_check_offset_index(
     data: bytes | memoryview, base_offset: int, path: str = "<memory>", *, strict: bool = False
 ) -> None:
-    if len(data) % OFFSET_ENTRY_SIZE:
-        raise IndexCorruptError(
-            f"index file length {len(data)} is not a multiple of {OFFSET_ENTRY_SIZE}", path=path
-        )
+    # Same order as OffsetIndex.sanityCheck: last offset first, then the length.
     entries = read_offset_index(data, base_offset)
     if len(entries) and entries[-1, 0] < base_offset:
         raise IndexCorruptError(
             f"last offset {entries[-1, 0]} is below the base offset {base_offset}",
             path=path,
             position=(len(entries) - 1) * OFFSET_ENTRY_SIZE,
+        )
+    if len(data) % OFFSET_ENTRY_SIZE:
+        raise IndexCorruptError(
+            f"index file length {len(data)} is not a multiple of {OFFSET_ENTRY_SIZE}", path=path
         )
     if strict:
         _check_increasing(
