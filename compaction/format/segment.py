@@ -29,8 +29,21 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from compaction.errors import CorruptRecordError, TruncatedBatchError
-from compaction.format.batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, RecordBatch
+from compaction.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
+from compaction.format.batch import (
+    CRC_COVERED_FROM,
+    CRC_FIELD,
+    CRC_OFFSET,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatch,
+)
+from compaction.format.crc import crc32, crc32c
+from compaction.format.legacy import CRC_COVERED_FROM as LEGACY_CRC_COVERED_FROM
+from compaction.format.legacy import CRC_OFFSET as LEGACY_CRC_OFFSET
 from compaction.format.legacy import RECORD_OVERHEAD, LegacyBatch
 
 ENTRY_PREFIX = struct.Struct(">qi")  # offset, size
@@ -69,9 +82,9 @@ class SegmentReader:
             if size is None:
                 self._stop(pos)
                 return
-            batch = self._make_batch(pos, size)
             if self.verify_crc:
-                batch.ensure_valid()
+                self._verify_crc(pos, size)
+            batch = self._make_batch(pos, size)
             pos += size
             self.stop_position = pos
             yield batch
@@ -99,6 +112,22 @@ class SegmentReader:
         if raw[MAGIC_OFFSET] == MAGIC_V2:
             return RecordBatch(raw, pos, self.path)
         return LegacyBatch(raw, pos, self.path)
+
+    def _verify_crc(self, pos: int, size: int) -> None:
+        """Check the checksum before parsing, so a flipped byte reads as a CRC error, not garbage."""
+        raw = self.buf[pos:pos + size]
+        v2 = raw[MAGIC_OFFSET] == MAGIC_V2
+        if v2 and size < RECORD_BATCH_OVERHEAD:
+            return  # too short to hold a CRC: RecordBatch reports it as corrupt
+        crc_at, covered_from, crc_fn = ((CRC_OFFSET, CRC_COVERED_FROM, crc32c) if v2
+                                        else (LEGACY_CRC_OFFSET, LEGACY_CRC_COVERED_FROM, crc32))
+        (expected,) = CRC_FIELD.unpack_from(raw, crc_at)
+        actual = crc_fn(raw[covered_from:])
+        if actual != expected:
+            offset = ENTRY_PREFIX.unpack_from(raw)[0]
+            kind = "record batch" if v2 else "message"
+            raise CrcMismatchError(f"{kind} checksum mismatch", expected=expected, actual=actual,
+                                   path=self.path, position=pos, offset=offset)
 
     def _stop(self, pos: int) -> None:
         self.stop_position = pos
