@@ -422,7 +422,9 @@ class PartitionPlan:
         return self.clean_bytes + self.dirty_bytes
 
 
-def _not_cleanable_reason(state: PartitionState, config: TopicConfig, offsets: OffsetsToClean, now_ms: int) -> str:
+def _not_cleanable_reason(
+    state: PartitionState, config: TopicConfig, offsets: OffsetsToClean, now_ms: int
+) -> str:
     """Name the bound that left nothing cleanable (the report's wording, not Kafka's)."""
     first_dirty, bound, _ = offsets
     if not non_active_segments_from(state.segments, first_dirty):
@@ -443,7 +445,9 @@ def plan_partition(
     ``Cleaner.doClean``: offsets, byte accounting, eligibility, legacy horizon and groups."""
     offsets = cleanable_offsets(state, config, now_ms)
     delay = max_compaction_delay(state, offsets.first_dirty_offset, now_ms, config.max_compaction_lag_ms)
-    candidate = log_to_clean(state, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset, delay > 0)
+    candidate = log_to_clean(
+        state, offsets.first_dirty_offset, offsets.first_uncleanable_dirty_offset, delay > 0
+    )
     eligible = config.compact and is_eligible(candidate, config.min_cleanable_dirty_ratio)
     reason = None
     if not config.compact:
@@ -480,7 +484,9 @@ def plan_partition(
     )
 
 
-def grab_filthiest(plans: Sequence[PartitionPlan], excluded: frozenset[tuple[str, int]] = frozenset()) -> PartitionPlan | None:
+def grab_filthiest(
+    plans: Sequence[PartitionPlan], excluded: frozenset[tuple[str, int]] = frozenset()
+) -> PartitionPlan | None:
     """``LogCleanerManager.grabFilthiestCompactedLog``'s final pick: among eligible plans not
     excluded (uncleanable / in progress), the largest cleanable ratio; ties go to the first.
     The offline job cleans every eligible partition; this gives Kafka's order of preference."""

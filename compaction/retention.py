@@ -414,9 +414,11 @@ def filter_batch_output(
         write_original = records_retained == batch.records_count and (
             batch.magic >= MAGIC_V2 or not convert_legacy_to_v2
         )
-        return BatchOutput.COPY_ORIGINAL if write_original and not need_to_set_delete_horizon else BatchOutput.REBUILD
+        if write_original and not need_to_set_delete_horizon:
+            return BatchOutput.COPY_ORIGINAL
+        return BatchOutput.REBUILD
     if retention is BatchRetention.RETAIN_EMPTY:
         if batch.magic < MAGIC_V2:
-            raise ValueError(f"cannot keep an empty batch of magic {batch.magic}: empty headers need magic >= 2")
+            raise ValueError(f"cannot keep an empty batch of magic {batch.magic}: needs magic >= 2")
         return BatchOutput.EMPTY_HEADER
     return BatchOutput.DROP
