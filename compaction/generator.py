@@ -16,18 +16,18 @@ Same options + seed -> byte-identical files (timestamps come from the options, n
 
 from __future__ import annotations
 
+import argparse
 import base64
+import dataclasses
 import json
 import os
+import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
-from typing import NamedTuple
 
 import numpy as np
 
 from compaction.format import checkpoint as ckpt
-from compaction.format.batch import CRC_COVERED_FROM, CRC_FIELD, CRC_OFFSET, Record, build_batch, control_record
+from compaction.format.batch import CRC_COVERED_FROM, CRC_FIELD, CRC_OFFSET, Record, build_batch
 from compaction.format.crc import crc32c
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.legacy import build_legacy_message_set
@@ -40,15 +40,13 @@ from compaction.format.naming import (
     segment_file_name,
 )
 from compaction.format.segment import iter_batches
+from compaction.generator_manifest import Manifest, ManifestRecord, PartitionManifest, SegmentInfo
 from compaction.generator_plan import (
-    HEADER_VALUE_SIZE,
     TXN_ABORTED,
     TXN_COMMITTED,
     TXN_NONE,
     GenerateOptions,
     PartitionPlan,
-    header_name,
-    key_bytes,
     make_producers,
     make_value_pool,
     partition_rng,
@@ -61,120 +59,7 @@ __all__ = [
 ]
 
 CHUNK_BATCHES = 4096  # batches encoded per numba call: bounds the scratch buffer
-WRITE_BUFFER = 4 << 20
-RECORD_COLUMNS = ("timestamp", "key_id", "value_pos", "value_len", "producer_id", "producer_epoch",
-                  "sequence", "txn", "control_type", "coordinator_epoch", "batch")
-
-
-class SegmentInfo(NamedTuple):
-    base_offset: int
-    size: int
-    batches: int
-    next_offset: int  # first offset after the segment's last batch
-    has_txn_index: bool
-
-
-class ManifestRecord(NamedTuple):
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    producer_id: int
-    producer_epoch: int
-    sequence: int
-    txn: int  # TXN_NONE / TXN_COMMITTED / TXN_ABORTED
-    control_type: int  # -1 for data; 0 ABORT / 1 COMMIT for markers
-
-
-@dataclass
-class PartitionManifest:
-    """Everything written to one partition. Column arrays are indexed by offset (row i = offset i)."""
-
-    topic: str
-    partition: int
-    plan: PartitionPlan
-    pool: np.ndarray
-    key_size: int
-    headers_per_record: int
-    segments: list[SegmentInfo] = field(default_factory=list)
-
-    def __getattr__(self, name: str):  # columns straight from the plan: manifest.key_id, .txn, ...
-        if name in RECORD_COLUMNS or name == "offset":
-            return getattr(self.plan, name)
-        raise AttributeError(name)
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.plan.log_end_offset
-
-    @property
-    def aborted(self) -> list[AbortedTxn]:
-        return [AbortedTxn(*a) for a in self.plan.aborted]
-
-    @property
-    def is_control(self) -> np.ndarray:
-        return self.plan.control_type >= 0
-
-    @property
-    def is_tombstone(self) -> np.ndarray:
-        return (self.plan.value_len < 0) & ~self.is_control
-
-    def key(self, offset: int) -> bytes | None:
-        if self.plan.control_type[offset] >= 0:
-            return control_record(int(self.plan.control_type[offset]), int(self.plan.coordinator_epoch[offset]))[0]
-        return key_bytes(int(self.plan.key_id[offset]), self.key_size)
-
-    def value(self, offset: int) -> bytes | None:
-        if self.plan.control_type[offset] >= 0:
-            return control_record(int(self.plan.control_type[offset]), int(self.plan.coordinator_epoch[offset]))[1]
-        length = int(self.plan.value_len[offset])
-        if length < 0:
-            return None
-        pos = int(self.plan.value_pos[offset])
-        return self.pool[pos:pos + length].tobytes()
-
-    def headers(self, offset: int) -> tuple[tuple[str, bytes], ...]:
-        if self.plan.control_type[offset] >= 0:
-            return ()
-        pos = int(self.plan.value_pos[offset])
-        return tuple((header_name(j), self.pool[pos + j:pos + j + HEADER_VALUE_SIZE].tobytes())
-                     for j in range(self.headers_per_record))
-
-    def record(self, offset: int) -> ManifestRecord:
-        p = self.plan
-        return ManifestRecord(
-            offset, int(p.timestamp[offset]), self.key(offset), self.value(offset), self.headers(offset),
-            int(p.producer_id[offset]), int(p.producer_epoch[offset]), int(p.sequence[offset]),
-            int(p.txn[offset]), int(p.control_type[offset]))
-
-    def records(self) -> Iterator[ManifestRecord]:
-        return (self.record(i) for i in range(self.log_end_offset))
-
-    def summary(self) -> dict:
-        return {
-            "topic": self.topic, "partition": self.partition, "logEndOffset": self.log_end_offset,
-            "records": int((~self.is_control).sum()), "markers": int(self.is_control.sum()),
-            "tombstones": int(self.is_tombstone.sum()), "abortedTxns": len(self.plan.aborted),
-            "segments": [s._asdict() for s in self.segments],
-        }
-
-
-@dataclass
-class Manifest:
-    out_dir: str
-    options: GenerateOptions
-    partitions: dict[tuple[str, int], PartitionManifest]
-    cleaner_checkpoint: dict[tuple[str, int], int]
-    bytes_written: int = 0
-
-    def summary(self) -> dict:
-        return {"version": 1, "outDir": self.out_dir, "options": asdict(self.options),
-                "bytesWritten": self.bytes_written,
-                "cleanerCheckpoint": [[t, p, o] for (t, p), o in sorted(self.cleaner_checkpoint.items())],
-                "partitions": [m.summary() for _, m in sorted(self.partitions.items())]}
-
-
+IOV_MAX = 1024  # buffers per os.writev call (Linux UIO_MAXIOV)
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -192,13 +77,14 @@ def generate_log_dir(out_dir: str, **options) -> Manifest:
     producers = make_producers(opts)
     partitions: dict[tuple[str, int], PartitionManifest] = {}
     written = 0
+    scratch = _Scratch()
     for topic, count in opts.topics:
         topic_id = _topic_id(opts.seed, topic)
         for partition in range(count):
             plan = plan_partition(opts, topic, partition, producers, len(pool))
             manifest = PartitionManifest(topic, partition, plan, pool, opts.key_size, opts.headers)
             part_dir = os.path.join(out_dir, partition_dir_name(topic, partition))
-            manifest.segments = _write_partition(part_dir, plan, pool, opts)
+            manifest.segments = _write_partition(part_dir, plan, pool, opts, scratch)
             _write_partition_files(part_dir, plan, topic_id)
             partitions[(topic, partition)] = manifest
             written += sum(s.size for s in manifest.segments)
@@ -213,13 +99,16 @@ def generate_log_dir(out_dir: str, **options) -> Manifest:
 class _SegmentWriter:
     """Appends batches like `UnifiedLog.append`: roll before an append that would overflow
     `segment.bytes` (never for the first append of a segment), then keep the per-batch columns the
-    index rule needs; closing a segment writes its trimmed indexes (+ .txnindex if it has aborts)."""
+    index rule needs; closing a segment writes its trimmed indexes (+ .txnindex if it has aborts).
+
+    Appended buffers are only queued; `flush()` hands them to one `os.writev` per 1024 buffers
+    (tens of thousands of small `write` calls cost more than encoding the bytes)."""
 
     def __init__(self, part_dir: str, opts: GenerateOptions) -> None:
         self.dir = part_dir
         self.opts = opts
         self.segments: list[SegmentInfo] = []
-        self.file = None
+        self.pending: list = []
         os.makedirs(part_dir, exist_ok=True)
         self._open(0)
 
@@ -230,7 +119,7 @@ class _SegmentWriter:
         self.columns: list[list[int]] = [[], [], [], []]  # positions, sizes, last offsets, max timestamps
         self.aborted: list[AbortedTxn] = []
         path = os.path.join(self.dir, segment_file_name(base_offset, LOG_SUFFIX))
-        self.file = open(path, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 - closed in _close
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def append(self, data, first_offset: int, entries: list[tuple[int, int, int, int]]) -> None:
         """`entries`: (position in data, size, last offset, max timestamp) of each batch in `data`."""
@@ -241,14 +130,20 @@ class _SegmentWriter:
             for column, v in zip(self.columns, (self.size + pos, size, last_offset, max_ts), strict=True):
                 column.append(v)
             self.next_offset = last_offset + 1
-        self.file.write(data)
+        self.pending.append(data)
         self.size += len(data)
+
+    def flush(self) -> None:
+        for i in range(0, len(self.pending), IOV_MAX):
+            _writev_all(self.fd, self.pending[i:i + IOV_MAX])
+        self.pending.clear()
 
     def add_aborted(self, txn: AbortedTxn) -> None:
         self.aborted.append(txn)  # lands in the segment holding the ABORT marker (spec 2.2)
 
     def _close(self) -> None:
-        self.file.close()
+        self.flush()
+        os.close(self.fd)
         arrays = [np.asarray(c, dtype=np.int64) for c in self.columns]
         index, time_index = build_indexes(*arrays, self.base_offset, self.opts.index_interval_bytes)
         _write_file(self._path(INDEX_SUFFIX), index)
@@ -266,43 +161,69 @@ class _SegmentWriter:
         return self.segments
 
 
-def _write_partition(part_dir: str, plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions) -> list[SegmentInfo]:
+def _writev_all(fd: int, buffers: list) -> None:
+    written = os.writev(fd, buffers)
+    total = sum(len(b) for b in buffers)
+    if written < total:  # short write (rare on local files): finish the rest one buffer at a time
+        rest = b"".join(bytes(b) for b in buffers)[written:]
+        while rest:
+            rest = rest[os.write(fd, rest):]
+
+
+class _Scratch:
+    """One growing buffer the numba encoder reuses: first-touching fresh pages costs more than
+    encoding into them, so chunks after the first pay no page faults."""
+
+    def __init__(self) -> None:
+        self.buf = np.empty(0, dtype=np.uint8)
+
+    def get(self, capacity: int) -> np.ndarray:
+        if len(self.buf) < capacity:
+            self.buf = np.empty(int(capacity * 1.25), dtype=np.uint8)
+        return self.buf
+
+
+def _write_partition(part_dir: str, plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions,
+                     scratch: _Scratch) -> list[SegmentInfo]:
     writer = _SegmentWriter(part_dir, opts)
-    aborted_by_marker = {last: AbortedTxn(*a) for a in plan.aborted for last in [a[2]]}
-    for b, data, entries in _iter_batch_bytes(plan, pool, opts):
-        first = int(plan.b_first[b])
-        writer.append(data, first, entries)
-        if first in aborted_by_marker and plan.b_control[b]:
-            writer.add_aborted(aborted_by_marker[first])
+    aborted_by_marker = {a[2]: AbortedTxn(*a) for a in plan.aborted}
+    for start in range(0, len(plan.b_first), CHUNK_BATCHES):
+        rows = np.arange(start, min(start + CHUNK_BATCHES, len(plan.b_first)))
+        for b, data, entries in _chunk_bytes(plan, pool, opts, rows, scratch):
+            first = int(plan.b_first[b])
+            writer.append(data, first, entries)
+            if plan.b_control[b] and first in aborted_by_marker:
+                writer.add_aborted(aborted_by_marker[first])
+        writer.flush()  # before the next chunk overwrites the scratch buffer
     return writer.finish()
 
 
-def _iter_batch_bytes(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions):
+def _chunk_bytes(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
+                 scratch: _Scratch):
     """(batch row, bytes, index entries) in log order; plain v2 batches come from the numba path."""
-    for start in range(0, len(plan.b_first), CHUNK_BATCHES):
-        rows = np.arange(start, min(start + CHUNK_BATCHES, len(plan.b_first)))
-        fast = rows[(plan.b_codec[rows] == 0) & ~plan.b_control[rows]] if opts.magic == 2 else rows[:0]
-        encoded = _encode_fast(plan, pool, opts, fast)
-        for b in rows:
-            if b in encoded:
-                data, max_ts = encoded[b]
-                last = int(plan.b_first[b] + plan.b_count[b] - 1)
-                yield int(b), data, [(0, len(data), last, max_ts)]
-            else:
-                data = _build_slow(plan, pool, opts, int(b))
-                yield int(b), data, _entries_of(data)
+    is_fast = (plan.b_codec[rows] == 0) & ~plan.b_control[rows] & (opts.magic == 2)
+    encoded = iter(_encode_fast(plan, pool, opts, rows[is_fast], scratch))
+    for b, fast in zip(rows.tolist(), is_fast.tolist(), strict=True):
+        if fast:
+            data, last, max_ts = next(encoded)
+            yield b, data, [(0, len(data), last, max_ts)]
+        else:
+            data = _build_slow(plan, pool, opts, b)
+            yield b, data, _entries_of(data)
 
 
-def _encode_fast(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray) -> dict:
+def _encode_fast(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
+                 scratch: _Scratch) -> list[tuple[memoryview, int, int]]:
+    """(bytes, last offset, max timestamp) of each batch row, encoded into the scratch buffer."""
     # Imported here: the numba kernels compile on first use; the CLI's --help should not wait.
     from compaction.generator_encode import BATCH_OVERHEAD, encode_batches, records_upper_bound
 
     if len(rows) == 0:
-        return {}
+        return []
     p = plan
     lo, hi = int(p.b_first[rows[0]]), int(p.b_first[rows[-1]] + p.b_count[rows[-1]])
-    capacity = records_upper_bound(p.value_len[lo:hi], opts.key_size, opts.headers) + BATCH_OVERHEAD * len(rows)
-    out = np.empty(capacity, dtype=np.uint8)
+    out = scratch.get(records_upper_bound(p.value_len[lo:hi], opts.key_size, opts.headers)
+                      + BATCH_OVERHEAD * len(rows))
     attributes = np.where(p.b_transactional[rows], 0x10, 0).astype(np.int64)
     starts = np.empty(len(rows), dtype=np.int64)
     end = encode_batches(out, p.b_first[rows], p.b_count[rows], p.b_first[rows], attributes,
@@ -310,14 +231,21 @@ def _encode_fast(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, r
                          p.timestamp, p.key_id, opts.key_size, p.value_pos, p.value_len, pool, opts.headers,
                          starts)
     view = memoryview(out)
-    bounds = np.append(starts, end)
-    result = {}
-    for i, b in enumerate(rows):
-        s, e = int(bounds[i]), int(bounds[i + 1])
+    bounds = np.append(starts, end).tolist()
+    lasts = (p.b_first[rows] + p.b_count[rows] - 1).tolist()
+    max_ts = _batch_max(p.timestamp[lo:hi], p.b_first[rows] - lo, p.b_count[rows]).tolist()
+    result = []
+    for i in range(len(rows)):
+        s, e = bounds[i], bounds[i + 1]
         CRC_FIELD.pack_into(view, s + CRC_OFFSET, crc32c(view[s + CRC_COVERED_FROM:e]))
-        first, count = int(p.b_first[b]), int(p.b_count[b])
-        result[b] = (view[s:e], int(p.timestamp[first:first + count].max()))
+        result.append((view[s:e], lasts[i], max_ts[i]))
     return result
+
+
+def _batch_max(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """max(values[s:s+c]) per batch; batches may leave gaps (other batches) between them."""
+    bounds = np.column_stack([starts, starts + counts]).ravel()
+    return np.maximum.reduceat(np.append(values, 0), bounds)[::2]
 
 
 def _records_of(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, b: int) -> list[Record]:
@@ -395,12 +323,92 @@ def _meta_properties(opts: GenerateOptions) -> str:
     return f"#\n#{date}\nbroker.id={opts.broker_id}\nversion=0\ncluster.id={cluster}\n"
 
 
-def write_summary(manifest: Manifest, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(manifest.summary(), f, indent=1)
-        f.write("\n")
+# --- CLI -----------------------------------------------------------------------------------------
+
+DESCRIPTION = """Write a synthetic, broker-like Kafka log dir (what a 4.1 broker leaves after a clean
+shutdown, minus .kafka_cleanshutdown and producer .snapshot files, which a broker does without).
+Same options and --seed give byte-identical files."""
 
 
-def options_from_dict(values: dict) -> GenerateOptions:
-    known = {f.name for f in fields(GenerateOptions)}
-    return GenerateOptions(**{k: v for k, v in values.items() if k in known})
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = GenerateOptions()
+    a = parser.add_argument
+    a("out_dir", metavar="OUT_LOG_DIR", help="log dir to create (must be empty or absent)")
+    a("--topics", type=_topics, default=d.topics, help="name[:partitions],... (default orders:2,customers:2)")
+    a("--records", type=int, default=d.records, help=f"data records per partition (default {d.records})")
+    a("--keys", type=int, default=d.keys, help=f"distinct keys (default {d.keys})")
+    a("--key-skew", type=float, default=d.key_skew, help="zipf exponent; 0 = uniform (default 0)")
+    a("--key-size", type=int, default=d.key_size, help="key bytes, b'key-' + zero-padded id (default 10)")
+    a("--value-size", type=_range, default=d.value_size, help="N or MIN:MAX value bytes (default 20:200)")
+    a("--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default=d.codec)
+    a("--batch-records", type=_range, default=d.batch_records, help="N or MIN:MAX records per batch")
+    a("--segment-bytes", type=int, default=d.segment_bytes, help="roll size, like segment.bytes (default 1 MiB)")
+    a("--index-interval-bytes", type=int, default=d.index_interval_bytes, help="index.interval.bytes")
+    a("--tombstone-ratio", type=float, default=d.tombstone_ratio, help="fraction of null values")
+    a("--headers", type=int, default=d.headers, help="headers per record (default 0)")
+    a("--transactions", type=float, default=d.transactions, help="fraction of batches from transactional producers")
+    a("--idempotent", type=float, default=d.idempotent, help="fraction of batches from idempotent producers")
+    a("--abort-ratio", type=float, default=d.abort_ratio, help="fraction of transactions aborted")
+    a("--txn-producers", type=int, default=d.txn_producers, help="transactional producers (default 4)")
+    a("--idempotent-producers", type=int, default=d.idempotent_producers)
+    a("--txn-batches", type=int, default=d.txn_batches, help="max batches per transaction and partition")
+    a("--legacy", choices=["v0", "v1"], default=None, help="write message format v0/v1 instead of v2")
+    a("--timestamp-start", type=int, default=d.timestamp_start, help="timestamp of offset 0 (ms)")
+    a("--timestamp-step-ms", type=int, default=d.timestamp_step_ms, help="timestamp increment per offset")
+    a("--leader-epochs", type=int, default=d.leader_epochs, help="leader epochs over the log (default 1)")
+    a("--seed", type=int, default=d.seed)
+    a("--checkpoint", type=_checkpoint, default=(),
+      help="cleaner-offset-checkpoint entries: topic:partition=offset, topic=offset or *=offset, comma-separated")
+    a("--broker-id", type=int, default=d.broker_id)
+    a("--summary", metavar="FILE", help="also write a JSON summary of what was generated")
+
+
+def run(args: argparse.Namespace) -> int:
+    if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):
+        sys.stderr.write(f"generate: {args.out_dir} is not empty\n")
+        return 2
+    names = [f.name for f in dataclasses.fields(GenerateOptions)]
+    options = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    started = time.perf_counter()
+    try:
+        manifest = generate_log_dir(args.out_dir, **options)
+    except ValueError as exc:
+        sys.stderr.write(f"generate: {exc}\n")
+        return 2
+    seconds = time.perf_counter() - started
+    if args.summary:
+        with open(args.summary, "w") as f:
+            json.dump(manifest.summary() | {"seconds": round(seconds, 3)}, f, indent=1)
+    records = sum(int((~m.is_control).sum()) for m in manifest.partitions.values())
+    print(f"generated {len(manifest.partitions)} partitions, {records} records, {manifest.bytes_written} bytes "
+          f"in {seconds:.2f} s ({manifest.bytes_written / max(seconds, 1e-9) / 1e6:.1f} MB/s) under {args.out_dir}")
+    return 0
+
+
+def _range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(":")
+    try:
+        return int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or MIN:MAX, got {text!r}") from None
+
+
+def _topics(text: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition(":")
+        if not name or (count and not count.isdigit()):
+            raise argparse.ArgumentTypeError(f"expected name[:partitions], got {item!r}")
+        out.append((name, int(count or 1)))
+    return tuple(out)
+
+
+def _checkpoint(text: str) -> tuple[tuple[str, int | None, int], ...]:
+    out = []
+    for item in filter(None, text.split(",")):
+        where, eq, offset = item.rpartition("=")
+        topic, colon, partition = where.partition(":")
+        if not eq or not topic or not offset.lstrip("-").isdigit() or (colon and not partition.isdigit()):
+            raise argparse.ArgumentTypeError(f"expected topic:partition=offset, topic=offset or *=offset, got {item!r}")
+        out.append((topic, int(partition) if colon else None, int(offset)))
+    return tuple(out)

@@ -1,0 +1,46 @@
+"""`python -m compaction <command>` (also the `kafka-compaction` console script).
+
+Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
+adding a command is one line in COMMANDS. Modules are imported only when their command runs
+or when the parser is built, and keep their heavy imports (numba kernels, pyspark) inside
+functions, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dump": ("compaction.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
+    "generate": ("compaction.generator", "write a synthetic broker-like Kafka log dir"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m compaction",
+                                     description="Offline Kafka log compaction tools.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = commands.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text),
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args)
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
