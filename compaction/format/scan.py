@@ -304,6 +304,11 @@ def _fill_entries(buf, start, n, position, size, base_offset, last_offset, magic
 @_njit
 def _read_varint(buf, pos, end):
     """Zig-zag int32 varint as Kafka's ByteUtils.readVarint: (value, next pos) or (0, -error)."""
+    if pos >= end:
+        return np.int64(0), -ERR_TRUNCATED
+    raw = np.int64(buf[pos])
+    if raw < 0x80:  # fast path: most lengths and deltas fit in one byte
+        return (raw >> 1) ^ -(raw & 1), pos + 1
     raw = np.int64(0)
     shift = 0
     while True:
@@ -326,6 +331,11 @@ def _read_varint(buf, pos, end):
 @_njit
 def _read_varlong(buf, pos, end):
     """Zig-zag int64 varint as Kafka's ByteUtils.readVarlong: (value, next pos) or (0, -error)."""
+    if pos >= end:
+        return np.int64(0), -ERR_TRUNCATED
+    raw = np.int64(buf[pos])
+    if raw < 0x80:
+        return (raw >> 1) ^ -(raw & 1), pos + 1
     raw = np.int64(0)
     shift = 0
     while True:
@@ -349,6 +359,8 @@ def _read_varlong(buf, pos, end):
 @_njit
 def _skip_headers(buf, pos, body_end):
     """Validate and skip a record's headers; returns next pos or -error."""
+    if pos < body_end and buf[pos] == 0:  # no headers: the common case
+        return pos + 1
     count, pos = _read_varint(buf, pos, body_end)
     if pos < 0:
         return pos if pos != -ERR_TRUNCATED else -ERR_RECORD_SIZE
@@ -376,66 +388,60 @@ def _skip_headers(buf, pos, body_end):
 
 
 @_njit
-def _read_record(buf, pos, end, out):
-    """Parse one record at `pos`; fills out[0..5] = ts_delta, off_delta, key_pos, key_len,
-    value_pos, value_len and returns the next position, or -error."""
+def _read_record(buf, pos, end):
+    """Parse one record at `pos`: (next pos or -error, ts_delta, off_delta, key_pos, key_len,
+    value_pos, value_len)."""
+    z = np.int64(0)
     length, p = _read_varint(buf, pos, end)
     if p < 0:
-        return p
+        return p, z, z, z, z, z, z
     if length < 0:
-        return -ERR_NEGATIVE_LENGTH
+        return np.int64(-ERR_NEGATIVE_LENGTH), z, z, z, z, z, z
     body_end = p + length
     if body_end > end:
-        return -ERR_TRUNCATED
+        return np.int64(-ERR_TRUNCATED), z, z, z, z, z, z
     # Inside the body every overrun means the declared length is wrong (Kafka: "Invalid record size").
     if p >= body_end:
-        return -ERR_RECORD_SIZE
+        return np.int64(-ERR_RECORD_SIZE), z, z, z, z, z, z
     p += 1  # record attributes: unused by Kafka
     ts_delta, p = _read_varlong(buf, p, body_end)
     if p < 0:
-        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+        return (p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE), z, z, z, z, z, z
     off_delta, p = _read_varint(buf, p, body_end)
     if p < 0:
-        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+        return (p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE), z, z, z, z, z, z
     key_len, p = _read_varint(buf, p, body_end)
     if p < 0:
-        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+        return (p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE), z, z, z, z, z, z
     if key_len < -1:
-        return -ERR_NEGATIVE_LENGTH
+        return np.int64(-ERR_NEGATIVE_LENGTH), z, z, z, z, z, z
     key_pos = p
     if key_len > 0:
         p += key_len
         if p > body_end:
-            return -ERR_RECORD_SIZE
+            return np.int64(-ERR_RECORD_SIZE), z, z, z, z, z, z
     value_len, p = _read_varint(buf, p, body_end)
     if p < 0:
-        return p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE
+        return (p if p != -ERR_TRUNCATED else -ERR_RECORD_SIZE), z, z, z, z, z, z
     if value_len < -1:
-        return -ERR_NEGATIVE_LENGTH
+        return np.int64(-ERR_NEGATIVE_LENGTH), z, z, z, z, z, z
     value_pos = p
     if value_len > 0:
         p += value_len
         if p > body_end:
-            return -ERR_RECORD_SIZE
+            return np.int64(-ERR_RECORD_SIZE), z, z, z, z, z, z
     p = _skip_headers(buf, p, body_end)
     if p < 0:
-        return p
+        return p, z, z, z, z, z, z
     if p != body_end:
-        return -ERR_RECORD_SIZE
-    out[0] = ts_delta
-    out[1] = off_delta
-    out[2] = key_pos
-    out[3] = key_len
-    out[4] = value_pos
-    out[5] = value_len
-    return p
+        return np.int64(-ERR_RECORD_SIZE), z, z, z, z, z, z
+    return p, ts_delta, off_delta, key_pos, key_len, value_pos, value_len
 
 
 @_njit
 def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, count,
                  capacity, batch_index, offset, timestamp, key_pos, key_len, value_pos, value_len):  # fmt: skip
     """Returns (records written, error code, error position, error batch)."""
-    out = np.empty(6, dtype=np.int64)
     k = 0
     n_buf = len(buf)
     for i in range(len(rec_start)):
@@ -450,18 +456,18 @@ def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
         while n < limit:
             if pos >= end and limit == _NO_LIMIT:
                 break
-            nxt = _read_record(buf, pos, end, out)
+            nxt, ts_delta, off_delta, kp, kl, vp, vl = _read_record(buf, pos, end)
             if nxt < 0:
                 return k, -nxt, pos, i
             if k >= capacity:  # unreachable: a parsed record is >= 7 bytes; guards the arrays anyway
                 return k, ERR_TRUNCATED, pos, i
             batch_index[k] = i
-            offset[k] = base_offset[i] + out[1]
-            timestamp[k] = max_ts[i] if ts_type[i] == LOG_APPEND_TIME else base_timestamp[i] + out[0]
-            key_pos[k] = out[2]
-            key_len[k] = out[3]
-            value_pos[k] = out[4]
-            value_len[k] = out[5]
+            offset[k] = base_offset[i] + off_delta
+            timestamp[k] = max_ts[i] if ts_type[i] == LOG_APPEND_TIME else base_timestamp[i] + ts_delta
+            key_pos[k] = kp
+            key_len[k] = kl
+            value_pos[k] = vp
+            value_len[k] = vl
             k += 1
             n += 1
             pos = nxt
