@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.errors import KafkaFormatError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, read_time_index
@@ -25,6 +24,13 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+
+# Files a broker keeps in a partition dir beside its segments (spec §3.1, §4.4, §4.5), plus our
+# own commit intent. Anything else is reported: we do not guess what a stranger's file means.
+KNOWN_PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata", "compaction-commit.json"})
+KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.deleted", ".checkpoint.part")
+# KRaft's metadata log is trimmed by snapshots, never by the log cleaner.
+INTERNAL_TOPICS_NOT_CLEANED = frozenset({"__cluster_metadata"})
 
 OFFSET_ENTRY_BYTES = 8
 TIME_ENTRY_BYTES = 12
@@ -55,6 +61,7 @@ class PartitionDir:
     path: str
     segments: list[SegmentFiles] = field(default_factory=list)
     transient: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # files a broker would not have written
 
     @property
     def key(self) -> tuple[str, int]:
@@ -83,7 +90,9 @@ def read_log_dir(uri: str, topics: str | None = None) -> LogDirState:
         if not info.is_dir:
             continue
         parsed = naming.parse_partition_dir_name(info.name)
-        if parsed is None or (pattern and not pattern.fullmatch(parsed[0])):
+        if parsed is None or parsed[0] in INTERNAL_TOPICS_NOT_CLEANED:
+            continue
+        if pattern and not pattern.fullmatch(parsed[0]):
             continue
         partitions.append(_list_partition(storage, uri, info.path, *parsed))
     partitions.sort(key=lambda p: p.key)
@@ -104,10 +113,13 @@ def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, parti
     for info in storage.list_dir(path):
         if info.is_dir:
             continue
+        if info.name in KNOWN_PARTITION_FILES or info.name.endswith(KNOWN_SUFFIXES):
+            continue
         try:
             parsed = naming.parse_segment_file_name(info.name)
-        except KafkaFormatError:
-            continue  # leader-epoch-checkpoint, partition.metadata, ... are not segment files
+        except naming.SegmentNameError as exc:
+            part.problems.append(f"{info.path}: {exc}")
+            continue
         if parsed.transient is not None:
             part.transient.append(info.path)
             continue

@@ -1,0 +1,354 @@
+"""One compaction round: recover -> discover -> plan -> Spark stages -> commit -> checkpoint -> report.
+
+The driver does the cheap metadata work and the commits; executors do the byte work. Every
+partition succeeds or fails on its own: a damaged partition is reported `failed` with the file
+and byte position, its files untouched, while the others are cleaned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+
+from compaction import report as rpt
+from compaction.commit import Replacement, commit_partition, recover_partition
+from compaction.discover import (
+    CLEANER_CHECKPOINT,
+    LogDirState,
+    PartitionDir,
+    log_end_offset,
+    read_log_dir,
+    segment_meta,
+)
+from compaction.errors import CompactionError
+from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.format.index import read_txn_index
+from compaction.options import LONG_MAX, JobOptions, parse_args
+from compaction.plan import PartitionPlan, PartitionState, plan_partition, resolve_topic_config
+from compaction.retention import last_records_of_active_producers
+from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
+
+log = logging.getLogger("compaction")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclasses.dataclass
+class Planned:
+    """A partition on its way through the round."""
+
+    log_dir: LogDirState
+    part: PartitionDir
+    result: rpt.PartitionResult
+    plan: PartitionPlan | None = None
+    specs: list[GroupSpec] = dataclasses.field(default_factory=list)
+
+
+def _job_config(opts: JobOptions, topic: str) -> dict:
+    # No topic config lives in a log dir (it is in the cluster metadata), so unless told
+    # otherwise every selected topic is treated as compacted: that is why the user runs us.
+    return {"cleanup.policy": "compact", **opts.config_for(topic)}
+
+
+def _partition_state(ld: LogDirState, part: PartitionDir, config) -> PartitionState:
+    want_first_ts = config.max_compaction_lag_ms < LONG_MAX
+    metas = tuple(segment_meta(ld.storage, s, want_first_ts) for s in part.segments)
+    leo = log_end_offset(ld.storage, part.segments[-1])
+    start = max(ld.log_start_offsets.get(part.key, 0), metas[0].base_offset)
+    hw = ld.high_watermarks.get(part.key)
+    lso = min(hw, leo) if hw is not None else None
+    return PartitionState(metas, start, leo, ld.cleaner_checkpoint.get(part.key), lso)
+
+
+def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
+    out = []
+    for seg in part.segments:
+        if seg.txnindex is not None and seg.txnindex.size:
+            out.extend(read_txn_index(storage.read_bytes(seg.txnindex.path)))
+    return tuple(out)
+
+
+def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec]:
+    plan, part, ld = p.plan, p.part, p.log_dir
+    by_base = {s.base_offset: s for s in part.segments}
+    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns)  # noqa: E731
+    tail = tuple(src(s) for s in part.segments if s.base_offset >= plan.first_uncleanable_offset)
+    aborted = _aborted_txns(ld.storage, part)
+    specs = []
+    for n, group in enumerate(plan.groups):
+        specs.append(
+            GroupSpec(
+                group_id=next_id + n,
+                topic=part.topic,
+                partition=part.partition,
+                storage=ld.storage,
+                part_path=part.path,
+                segments=tuple(src(by_base[b]) for b in group),
+                first_dirty_offset=plan.first_dirty_offset,
+                upper_bound=plan.first_uncleanable_offset,
+                now_ms=opts.now_ms,
+                delete_retention_ms=config.delete_retention_ms,
+                legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
+                index_interval_bytes=config.index_interval_bytes,
+                aborted_txns=aborted,
+                tail_segments=tail if n == len(plan.groups) - 1 else (),
+            )
+        )
+    return specs
+
+
+def _plan_one(ld: LogDirState, part: PartitionDir, opts: JobOptions) -> Planned:
+    result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
+    p = Planned(ld, part, result)
+    try:
+        if part.problems:
+            raise CompactionError("unexpected file in partition dir: " + "; ".join(part.problems))
+        if not part.segments:
+            raise CompactionError(f"{part.path}: partition dir holds no segment (.log) file")
+        config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
+        p.plan = plan_partition(part.topic, part.partition, _partition_state(ld, part, config), config, opts.now_ms)
+    except (CompactionError, ValueError, OSError) as exc:
+        result.status, result.reason = rpt.FAILED, str(exc)
+        return p
+    plan = p.plan
+    result.dirtyRatio = plan.cleanable_ratio
+    result.firstDirtyOffset = plan.first_dirty_offset
+    result.firstUncleanableOffset = plan.first_uncleanable_offset
+    result.segmentsAfter = len(part.segments)
+    if not plan.eligible:
+        result.reason = plan.reason
+    return p
+
+
+def discover_and_plan(opts: JobOptions) -> tuple[list[Planned], list[LogDirState]]:
+    planned, dirs = [], []
+    for uri in opts.log_dirs:
+        ld = read_log_dir(uri, opts.topics)
+        dirs.append(ld)
+        planned += [_plan_one(ld, part, opts) for part in ld.partitions]
+    return planned, dirs
+
+
+def _recover(opts: JobOptions) -> dict[tuple[str, str], list[str]]:
+    """Finish or roll back interrupted swaps in every selected partition (Kafka's LogLoader)."""
+    done = {}
+    for uri in opts.log_dirs:
+        ld = read_log_dir(uri, opts.topics)
+        for part in ld.partitions:
+            if part.transient or ld.storage.exists(f"{part.path}/compaction-commit.json"):
+                actions = recover_partition(ld.storage, part.path).actions
+                done[(uri, part.path)] = actions
+                for a in actions:
+                    log.info("recovery %s: %s", part.path, a)
+    return done
+
+
+def _lock_log_dirs(opts: JobOptions) -> list:
+    locks = []
+    for uri in opts.log_dirs:
+        storage, path = Storage.for_uri(uri)
+        if not storage.is_local:
+            continue  # object stores have no locks; documented: one run per prefix (Airflow max_active_runs=1)
+        if not opts.ignore_broker_lock:
+            ensure_kafka_not_running(path)
+        if not opts.dry_run:
+            locks.append(acquire_run_lock(path))
+    return locks
+
+
+def _spark_session(opts: JobOptions):
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("kafka-offline-compaction")
+    if "SPARK_MASTER" in os.environ and not os.environ.get("SPARK_HOME_SUBMITTED"):
+        builder = builder.master(os.environ["SPARK_MASTER"])
+    spark = builder.getOrCreate()
+    # The rewrite's shuffle carries few bytes but each group is heavy: never merge groups into
+    # one task (AQE coalescing would), and keep small runs from spawning 200 empty tasks.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    return spark
+
+
+def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> dict[int, dict]:
+    from pyspark import StorageLevel
+
+    from compaction import spark_stages as st
+
+    specs = {s.group_id: s for p in todo for s in p.specs}
+    ids = sorted(specs)
+    cores = spark.sparkContext.defaultParallelism
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * opts.tasks_per_core, min(len(ids), 2000))))
+    spark.sparkContext.setJobGroup("scan", "scan segments: distinct keys and producer batches")
+    bspecs = spark.sparkContext.broadcast(specs)
+    scan_rows = st.scan(st.group_ids_frame(spark, ids), bspecs).persist(StorageLevel.MEMORY_AND_DISK)
+    errors = {r.group_id: r.error for r in st.scan_errors(scan_rows).collect()}
+    producers = st.producer_rows(scan_rows).collect()
+    failed_parts = {(specs[g].topic, specs[g].partition) for g in errors}
+    units = _units(todo, producers, failed_parts)
+    results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
+    live = [g for u in units.values() for g in (s.group_id for s in u)]
+    if live:
+        spark.sparkContext.setJobGroup("rewrite", "offset map, lookup and rewrite of the cleaned groups")
+        group_partition = spark.createDataFrame(
+            [(g, specs[g].topic, specs[g].partition) for g in ids], "group_id int, topic string, partition int"
+        )
+        group_units = spark.createDataFrame(
+            [(s.group_id, uid) for uid, unit in units.items() for s in unit], "group_id int, unit_id int"
+        )
+        lookup = st.group_lookup(st.offset_map(scan_rows, group_partition))
+        out = st.rewrite(lookup, st.sentinel_rows(spark, live), group_units, spark.sparkContext.broadcast(units))
+        for row in out.collect():
+            results[row.group_id] = row.asDict()
+    scan_rows.unpersist()
+    return results
+
+
+def _units(todo: list[Planned], producers, failed_parts) -> dict[int, list[GroupSpec]]:
+    """Attach producer state to the specs and cut the work into rewrite units."""
+    by_group: dict[int, list] = {}
+    for row in producers:
+        by_group.setdefault(row.group_id, []).append(row)
+    units: dict[int, list[GroupSpec]] = {}
+    for p in todo:
+        if (p.part.topic, p.part.partition) in failed_parts:
+            continue
+        rows = sorted((r for s in p.specs for r in by_group.get(s.group_id, ())), key=lambda r: r.base_offset)
+        batches = [_ProducerBatch(r) for r in rows]
+        last = last_records_of_active_producers(batches)
+        p.specs = [dataclasses.replace(s, last_records=last) for s in p.specs]
+        if any(b.is_transactional or b.is_control for b in batches):
+            units[p.specs[0].group_id] = p.specs  # transaction state crosses groups: one task
+        else:
+            units.update({s.group_id: [s] for s in p.specs})
+    return units
+
+
+class _ProducerBatch:
+    """A producer batch row as `last_records_of_active_producers` reads it."""
+
+    def __init__(self, row) -> None:
+        self.producer_id, self.producer_epoch = row.producer_id, row.producer_epoch
+        self.base_offset, self.last_offset = row.base_offset, row.last_offset
+        self.is_transactional = bool(row.attributes & 0x10)
+        self.is_control = bool(row.attributes & 0x20)
+        self.records_count, self.max_timestamp = row.records_count, row.max_timestamp
+
+
+def _discard_cleaned(p: Planned) -> None:
+    storage = p.log_dir.storage
+    for info in storage.list_dir(p.part.path):
+        if info.name.endswith(CLEANED):
+            storage.delete(info.path)
+
+
+def _commit(p: Planned, results: dict[int, dict]) -> None:
+    r = p.result
+    rows = [results.get(s.group_id, {"error": "no result from the rewrite task"}) for s in p.specs]
+    errors = [row["error"] for row in rows if row.get("error")]
+    if errors:
+        _discard_cleaned(p)
+        r.status, r.reason = rpt.FAILED, errors[0]
+        return
+    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in p.specs]
+    commit_partition(p.log_dir.storage, p.part.path, replacements)
+    r.status, r.reason = rpt.CLEANED, None
+    r.endOffset = p.plan.first_uncleanable_offset
+    r.groups = len(p.specs)
+    r.segmentsAfter = r.segmentsBefore - sum(len(s.segments) for s in p.specs) + len(p.specs)
+    for key, total in (("bytes_read", "bytesRead"), ("bytes_written", "bytesWritten"),
+                       ("records_read", "recordsRead"), ("records_written", "recordsWritten"),
+                       ("invalid_records", "invalidRecords")):  # fmt: skip
+        setattr(r, total, sum(int(row[key] or 0) for row in rows))
+    r.seconds = sum(float(row["seconds"] or 0) for row in rows)
+    log.info(rpt.kafka_log_line(r))
+    if r.invalidRecords:
+        log.warning("\tFound %d invalid messages during compaction.", r.invalidRecords)
+
+
+def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> None:
+    """Write each log dir's cleaner-offset-checkpoint once, atomically, after its commits."""
+    for ld in dirs:
+        updates = {}
+        for p in planned:
+            if p.log_dir is not ld or p.plan is None:
+                continue
+            if p.result.status == rpt.CLEANED:
+                updates[p.part.key] = p.plan.first_uncleanable_offset
+            elif p.plan.force_update_checkpoint and p.result.status != rpt.FAILED:
+                updates[p.part.key] = p.plan.first_dirty_offset  # Kafka resets invalid checkpoints
+        if updates:
+            path = f"{ld.path}/{CLEANER_CHECKPOINT}"
+            write_checkpoint(ld.storage, path, {**read_checkpoint(ld.storage, path), **updates})
+
+
+def run(opts: JobOptions) -> tuple[int, dict]:
+    started_ms = int(time.time() * 1000)
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    locks = _lock_log_dirs(opts)
+    try:
+        recovered = {} if opts.dry_run else _recover(opts)
+        timings["recoverySeconds"] = time.monotonic() - t0
+        planned, dirs = discover_and_plan(opts)
+        timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
+        for p in planned:
+            p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), [])
+        todo = [p for p in planned if p.plan is not None and p.plan.eligible and p.result.status != rpt.FAILED]
+        if opts.recover_only or opts.dry_run:
+            for p in todo:
+                p.result.reason = "eligible (dry run)" if opts.dry_run else "eligible (recover only)"
+        elif todo:
+            next_id = 0
+            for p in todo:
+                config = resolve_topic_config(opts.topic_config.get(p.part.topic), _job_config(opts, p.part.topic))
+                p.specs = _specs(p, opts, config, next_id)
+                next_id += len(p.specs)
+            t1 = time.monotonic()
+            spark = _spark_session(opts)
+            timings["sparkStartSeconds"] = time.monotonic() - t1
+            t2 = time.monotonic()
+            results = _run_stages(spark, todo, opts)
+            timings["stagesSeconds"] = time.monotonic() - t2
+            t3 = time.monotonic()
+            for p in todo:
+                _commit(p, results)
+            _advance_checkpoints(planned, dirs)
+            timings["commitSeconds"] = time.monotonic() - t3
+        elif not opts.dry_run:
+            _advance_checkpoints(planned, dirs)
+    finally:
+        for lock in locks:
+            lock.release()
+    timings["totalSeconds"] = time.monotonic() - t0
+    results = [p.result for p in planned]
+    report = rpt.build_report(results, _args_echo(opts), timings, started_ms)
+    code = EXIT_FAILED if any(r.status == rpt.FAILED for r in results) else EXIT_OK
+    return code, report
+
+
+def _args_echo(opts: JobOptions) -> dict:
+    return {k: v for k, v in dataclasses.asdict(opts).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    opts = parse_args(argv)
+    try:
+        code, report = run(opts)
+    except CompactionError as exc:
+        # A corrupt checkpoint or a held lock stops the run before anything is written.
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    text = rpt.dumps(report)
+    if opts.report:
+        storage, path = Storage.for_uri(opts.report)
+        storage.write_atomic(path, text.encode())
+    for r in report["partitions"]:
+        log.info("%s-%s: %s%s", r["topic"], r["partition"], r["status"], f" ({r['reason']})" if r["reason"] else "")
+    t = report["totals"]
+    log.info("partitions: %d cleaned, %d skipped, %d failed", t["cleaned"], t["skipped"], t["failed"])
+    return code
