@@ -880,11 +880,12 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     legacy = np.flatnonzero(~v2)
 
     parts = [_walk_plain(file, batches, plain, path)]
-    side_chunks: list[bytes] = []
-    parts.append(_walk_compressed(file, batches, packed, path, side_chunks, len(file)))
-    side_len = sum(len(c) for c in side_chunks)
-    parts.append(_read_legacy(file, batches, legacy, path, side_chunks, len(file) + side_len))
-    side = np.frombuffer(b"".join(side_chunks), dtype=np.uint8) if side_chunks else np.empty(0, np.uint8)
+    # The side buffer is built once per kind (one join each) and only concatenated when a segment
+    # mixes compressed v2 batches with legacy entries, which is rare.
+    packed_records, packed_side = _walk_compressed(file, batches, packed, path, len(file))
+    legacy_records, legacy_side = _read_legacy(file, batches, legacy, path, len(file) + len(packed_side))
+    parts += [packed_records, legacy_records]
+    side = packed_side if not len(legacy_side) else np.concatenate([packed_side, legacy_side])
     return SegmentScan(path=path, file=file, side=side, batches=batches, records=_merge(parts))
 
 
@@ -944,6 +945,9 @@ def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path
                                     offset=int(batches.base_offset[i]))  # fmt: skip
 
 
+_NO_BYTES = np.empty(0, dtype=np.uint8)
+
+
 def _empty_records() -> RecordColumns:
     cols = [np.empty(0, dtype=dt) for dt in RECORD_DTYPES]
     return RecordColumns(*cols, error_code=ERR_OK, error_position=-1, error_batch=-1)
@@ -970,13 +974,14 @@ def _walk_plain(file, batches: BatchColumns, idx: np.ndarray, path: str) -> Reco
     return cols
 
 
-def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, side_chunks: list,
-                     base: int) -> RecordColumns:  # fmt: skip
+def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str,
+                     base: int) -> tuple[RecordColumns, np.ndarray]:  # fmt: skip
     """Compressed v2 batches: decompress each record stream into the side buffer, then one walk."""
     if not len(idx):
-        return _empty_records()
+        return _empty_records(), _NO_BYTES
     from compaction.format.compression import decompress
 
+    side_chunks = []
     mv = memoryview(file)
     start = np.empty(len(idx), dtype=np.int64)
     end = np.empty(len(idx), dtype=np.int64)
@@ -990,12 +995,12 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, si
         start[j] = at
         at += len(data)
         end[j] = at
-    local = np.frombuffer(b"".join(side_chunks[-len(idx) :]), dtype=np.uint8)
-    cols = _walk_subset(local, batches, idx, start, end)
+    side = np.frombuffer(b"".join(side_chunks), dtype=np.uint8)
+    cols = _walk_subset(side, batches, idx, start, end)
     _raise_walk_error(cols, batches, path, in_side=True, side_start=start)
     cols.key_pos += base
     cols.value_pos += base
-    return cols
+    return cols, side
 
 
 def _decompress(decompress, codec: int, data, magic: int, path: str, pos: int, offset: int) -> bytes:
@@ -1025,12 +1030,13 @@ def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, 
                              position=cols.error_position, offset=int(batches.base_offset[i]))  # fmt: skip
 
 
-def _read_legacy(file, batches: BatchColumns, idx: np.ndarray, path: str, side_chunks: list,
-                 base: int) -> RecordColumns:  # fmt: skip
+def _read_legacy(file, batches: BatchColumns, idx: np.ndarray, path: str,
+                 base: int) -> tuple[RecordColumns, np.ndarray]:  # fmt: skip
     """v0/v1 entries through compaction.format.legacy (rare; Python speed is fine). Keys and values
     are appended to the side buffer; compressed wrappers get their real base offset and count."""
     if not len(idx):
-        return _empty_records()
+        return _empty_records(), _NO_BYTES
+    side_chunks: list[bytes] = []
     rows: list[tuple] = []
     at = base
     mv = memoryview(file)
@@ -1046,7 +1052,8 @@ def _read_legacy(file, batches: BatchColumns, idx: np.ndarray, path: str, side_c
         batches.base_offset[i] = records[0][0]
         batches.records_count[i] = len(records)
     cols = [np.array([r[j] for r in rows], dtype=dt) for j, dt in enumerate(RECORD_DTYPES)]
-    return RecordColumns(*cols, error_code=ERR_OK, error_position=-1, error_batch=-1)
+    records = RecordColumns(*cols, error_code=ERR_OK, error_position=-1, error_batch=-1)
+    return records, np.frombuffer(b"".join(side_chunks), dtype=np.uint8)
 
 
 def _append(chunks: list, data: bytes | None, at: int) -> tuple[int, int, int]:
