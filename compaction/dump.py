@@ -195,8 +195,8 @@ def _dump_log(file: str, data: bytes, base_offset: int, storage, path, output: _
         return
     if reader.trailing_bytes:
         name = posixpath.basename(file)
-        output.error(file, reader.stop_position, f"Found {reader.trailing_bytes} invalid bytes at the end of {name}",
-                     text_to_stdout=True)
+        message = f"Found {reader.trailing_bytes} invalid bytes at the end of {name}"
+        output.error(file, reader.stop_position, message, text_to_stdout=True)
 
 
 def _last_offset(batch) -> int:
@@ -232,17 +232,19 @@ def _emit_batch(file: str, batch, output: _Output) -> None:
     })
     output.text(_batch_line(batch, crc_valid))
     if not crc_valid:
-        output.error(file, batch.position, f"{file}: byte {batch.position}: CRC mismatch in the batch at offset "
-                     f"{h.base_offset} (stored {h.crc}, computed {batch.computed_crc()})")
+        output.error(file, batch.position, f"{file}: byte {batch.position}: CRC mismatch in the batch at "
+                     f"offset {h.base_offset} (stored {h.crc}, computed {batch.computed_crc()})")
 
 
 def _batch_line(batch, crc_valid: bool) -> str:
     h = batch.header
     if batch.magic == MAGIC_V2:
-        horizon = "OptionalLong.empty" if h.delete_horizon_ms is None else f"OptionalLong[{h.delete_horizon_ms}]"
+        horizon = h.delete_horizon_ms
+        horizon = "OptionalLong.empty" if horizon is None else f"OptionalLong[{horizon}]"
         head = (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
-                f"baseSequence: {h.base_sequence} lastSequence: {_last_sequence(h)} producerId: {h.producer_id} "
-                f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
+                f"baseSequence: {h.base_sequence} lastSequence: {_last_sequence(h)} "
+                f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+                f"partitionLeaderEpoch: {h.partition_leader_epoch} "
                 f"isTransactional: {_java(h.is_transactional)} isControl: {_java(h.is_control)} "
                 f"deleteHorizonMs: {horizon}")
     else:
@@ -290,7 +292,8 @@ def _record_line(batch, record, control, print_data: bool) -> str:
     parts = [f"| offset: {record.offset} {_timestamp_type_name(h)}: {record.timestamp}",
              f"keySize: {_size(record.key)} valueSize: {_size(record.value)}"]
     if batch.magic == MAGIC_V2:
-        sequence = -1 if h.base_sequence < 0 else _add_sequence(h.base_sequence, record.offset - h.base_offset)
+        delta = record.offset - h.base_offset
+        sequence = -1 if h.base_sequence < 0 else _add_sequence(h.base_sequence, delta)
         parts.append(f"sequence: {sequence} headerKeys: [{','.join(name for name, _ in record.headers)}]")
     if control is not None:
         parts.append(control[1])
@@ -395,7 +398,8 @@ def _max_timestamps(log: bytes, file: str) -> dict[int, int]:
 def _check_time_entry(file, i, timestamp, offset, previous, max_ts_by_last, output: _Output) -> None:
     position = i * 12
     if offset not in max_ts_by_last:
-        output.error(file, position, f"{file}: indexed offset {offset} is not the last offset of a batch in the log")
+        output.error(file, position, f"{file}: indexed offset {offset} is not the last offset of a batch "
+                     "in the log")
     elif max_ts_by_last[offset] != timestamp:
         output.error(file, position, f"{file}: timestamp mismatch: index timestamp {timestamp}, "
                      f"log timestamp {max_ts_by_last[offset]} (offset {offset})")

@@ -371,11 +371,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--value-size", type=_range, default=d.value_size, help="N or MIN:MAX value bytes (default 20:200)")
     a("--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default=d.codec)
     a("--batch-records", type=_range, default=d.batch_records, help="N or MIN:MAX records per batch")
-    a("--segment-bytes", type=int, default=d.segment_bytes, help="roll size, like segment.bytes (default 1 MiB)")
+    a("--segment-bytes", type=int, default=d.segment_bytes, help="roll size, like segment.bytes (1 MiB)")
     a("--index-interval-bytes", type=int, default=d.index_interval_bytes, help="index.interval.bytes")
     a("--tombstone-ratio", type=float, default=d.tombstone_ratio, help="fraction of null values")
     a("--headers", type=int, default=d.headers, help="headers per record (default 0)")
-    a("--transactions", type=float, default=d.transactions, help="fraction of batches from transactional producers")
+    a("--transactions", type=float, default=d.transactions,
+      help="fraction of batches from transactional producers")
     a("--idempotent", type=float, default=d.idempotent, help="fraction of batches from idempotent producers")
     a("--abort-ratio", type=float, default=d.abort_ratio, help="fraction of transactions aborted")
     a("--txn-producers", type=int, default=d.txn_producers, help="transactional producers (default 4)")
@@ -387,7 +388,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--leader-epochs", type=int, default=d.leader_epochs, help="leader epochs over the log (default 1)")
     a("--seed", type=int, default=d.seed)
     a("--checkpoint", type=_checkpoint, default=(),
-      help="cleaner-offset-checkpoint entries: topic:partition=offset, topic=offset or *=offset, comma-separated")
+      help="cleaner-offset-checkpoint entries, comma-separated: topic:partition=N, topic=N or *=N")
     a("--broker-id", type=int, default=d.broker_id)
     a("--summary", metavar="FILE", help="also write a JSON summary of what was generated")
 
@@ -409,8 +410,9 @@ def run(args: argparse.Namespace) -> int:
         with open(args.summary, "w") as f:
             json.dump(manifest.summary() | {"seconds": round(seconds, 3)}, f, indent=1)
     records = sum(int((~m.is_control).sum()) for m in manifest.partitions.values())
-    print(f"generated {len(manifest.partitions)} partitions, {records} records, {manifest.bytes_written} bytes "
-          f"in {seconds:.2f} s ({manifest.bytes_written / max(seconds, 1e-9) / 1e6:.1f} MB/s) under {args.out_dir}")
+    size = manifest.bytes_written
+    print(f"generated {len(manifest.partitions)} partitions, {records} records, {size} bytes "
+          f"in {seconds:.2f} s ({size / max(seconds, 1e-9) / 1e6:.1f} MB/s) under {args.out_dir}")
     return 0
 
 
@@ -438,6 +440,7 @@ def _checkpoint(text: str) -> tuple[tuple[str, int | None, int], ...]:
         where, eq, offset = item.rpartition("=")
         topic, colon, partition = where.partition(":")
         if not eq or not topic or not offset.lstrip("-").isdigit() or (colon and not partition.isdigit()):
-            raise argparse.ArgumentTypeError(f"expected topic:partition=offset, topic=offset or *=offset, got {item!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected topic:partition=offset, topic=offset or *=offset, got {item!r}")
         out.append((topic, int(partition) if colon else None, int(offset)))
     return tuple(out)

@@ -18,7 +18,13 @@ import numpy as np
 
 from compaction.format.batch import control_record
 from compaction.format.index import AbortedTxn
-from compaction.generator_plan import HEADER_VALUE_SIZE, GenerateOptions, PartitionPlan, header_name, key_bytes
+from compaction.generator_plan import (
+    HEADER_VALUE_SIZE,
+    GenerateOptions,
+    PartitionPlan,
+    header_name,
+    key_bytes,
+)
 
 RECORD_COLUMNS = ("timestamp", "key_id", "value_pos", "value_len", "producer_id", "producer_epoch",
                   "sequence", "txn", "control_type", "coordinator_epoch", "batch")
@@ -80,17 +86,20 @@ class PartitionManifest:
 
     def key(self, offset: int) -> bytes | None:
         if self.plan.control_type[offset] >= 0:
-            return control_record(int(self.plan.control_type[offset]), int(self.plan.coordinator_epoch[offset]))[0]
+            return self._marker(offset)[0]
         return key_bytes(int(self.plan.key_id[offset]), self.key_size)
 
     def value(self, offset: int) -> bytes | None:
         if self.plan.control_type[offset] >= 0:
-            return control_record(int(self.plan.control_type[offset]), int(self.plan.coordinator_epoch[offset]))[1]
+            return self._marker(offset)[1]
         length = int(self.plan.value_len[offset])
         if length < 0:
             return None
         pos = int(self.plan.value_pos[offset])
         return self.pool[pos:pos + length].tobytes()
+
+    def _marker(self, offset: int) -> tuple[bytes, bytes]:
+        return control_record(int(self.plan.control_type[offset]), int(self.plan.coordinator_epoch[offset]))
 
     def headers(self, offset: int) -> tuple[tuple[str, bytes], ...]:
         if self.plan.control_type[offset] >= 0:

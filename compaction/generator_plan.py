@@ -73,7 +73,7 @@ class GenerateOptions:
         """Reject combinations a broker could not have written (ValueError with the reason)."""
         _check(self.records >= 0 and self.keys >= 1, "--records must be >= 0 and --keys >= 1")
         digits = self.key_size - 4
-        _check(digits >= len(str(self.keys - 1)), f"--key-size {self.key_size} too small for {self.keys} keys")
+        _check(digits >= len(str(self.keys - 1)), f"--key-size {self.key_size}: too few digits for --keys")
         lo, hi = self.value_size
         _check(0 <= lo <= hi, "--value-size needs 0 <= MIN <= MAX")
         blo, bhi = self.batch_records
@@ -160,7 +160,8 @@ class PartitionPlan:
 
 def partition_rng(seed: int, topic: str, partition: int, purpose: int) -> np.random.Generator:
     # zlib.crc32, not hash(): Python's str hash is salted per process and would break determinism.
-    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(topic.encode()), partition, purpose]))
+    entropy = [seed, zlib.crc32(topic.encode()), partition, purpose]
+    return np.random.default_rng(np.random.SeedSequence(entropy))
 
 
 def make_producers(options: GenerateOptions) -> tuple[list[Producer], list[Producer]]:
@@ -255,7 +256,9 @@ class _LogBuilder:
         self.open: dict[int, _OpenTxn] = {}  # txn producer index -> its open transaction
         self.txn_status: list[int] = []
         self.aborted: list[tuple[int, int, int, int]] = []
-        self.rows: list[tuple] = []  # first, count, codec, pid, epoch, seq, txnal, control, leader epoch, txn id, coord epoch, control type
+        # one tuple per batch: first offset, count, codec, producer id, producer epoch, base sequence,
+        # transactional, control, leader epoch, txn id, coordinator epoch, control type
+        self.rows: list[tuple] = []
         self.epoch = -1
 
     def data_batch(self, count: int, draws: _BatchDraws, b: int, leader_epoch: int) -> None:
@@ -301,13 +304,15 @@ class _LogBuilder:
         if txn.abort:
             # LSO when the abort completes: first offset of another ongoing transaction, else marker + 1
             others = [t.first_offset for t in self.open.values()]
-            self.aborted.append((producer.producer_id, txn.first_offset, marker, min(others, default=marker + 1)))
+            lso = min(others, default=marker + 1)
+            self.aborted.append((producer.producer_id, txn.first_offset, marker, lso))
 
     def close_open_transactions(self) -> None:
         for index in sorted(self.open):
             self._end(index)
 
-    def finish(self, topic: str, partition: int, sizes: np.ndarray, data: dict[str, np.ndarray]) -> PartitionPlan:
+    def finish(self, topic: str, partition: int, sizes: np.ndarray,
+               data: dict[str, np.ndarray]) -> PartitionPlan:
         rows = self.rows
         total = self.next_offset
         col = lambda i, dtype=np.int64: np.array([r[i] for r in rows], dtype=dtype)  # noqa: E731
@@ -349,7 +354,8 @@ def _scatter(total: int, mask: np.ndarray, values: np.ndarray, fill: int) -> np.
     return out
 
 
-def _draw_records(rng: np.random.Generator, options: GenerateOptions, pool_size: int) -> dict[str, np.ndarray]:
+def _draw_records(rng: np.random.Generator, options: GenerateOptions,
+                  pool_size: int) -> dict[str, np.ndarray]:
     n = options.records
     lo, hi = options.value_size
     value_len = rng.integers(lo, hi + 1, n, dtype=np.int64)

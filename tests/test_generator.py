@@ -197,7 +197,8 @@ def test_checkpoints_and_partition_files_parse(generated):
         assert [e for e, _ in epochs] == [0, 1, 2] and epochs[0][1] == 0
         assert [o for _, o in epochs] == sorted(o for _, o in epochs)
         for epoch, start in epochs:  # the batch starting an epoch carries it
-            batch = next(b for log in _logs(part) for b in iter_batches(_read(log)) if b.header.base_offset == start)
+            batch = next(b for log in _logs(part) for b in iter_batches(_read(log))
+                         if b.header.base_offset == start)
             assert batch.header.partition_leader_epoch == epoch
         meta = _read(os.path.join(part, "partition.metadata")).decode()
         assert meta.startswith("version: 0\ntopic_id: ") and len(meta.split(": ")[-1]) == 22
@@ -213,7 +214,8 @@ def test_fast_path_bytes_equal_build_batch(generated):
             h = batch.header
             records = [Record(o, pm.record(o).timestamp, pm.key(o), pm.value(o), pm.headers(o))
                        for o in range(h.base_offset, h.last_offset + 1)]
-            rebuilt = build_batch(records, codec=h.codec, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+            rebuilt = build_batch(records, codec=h.codec, producer_id=h.producer_id,
+                                  producer_epoch=h.producer_epoch,
                                   base_sequence=h.base_sequence, is_transactional=h.is_transactional,
                                   is_control=h.is_control, partition_leader_epoch=h.partition_leader_epoch)
             assert bytes(batch.raw) == rebuilt
@@ -253,7 +255,8 @@ def test_legacy_formats_decode_with_kafka_python(tmp_path, legacy, codec):
                 assert r.timestamp == (None if legacy == "v0" else pm.timestamp[r.offset])
         assert all(b.magic == int(legacy[1]) for b in iter_batches(_read(log)))
         base = int(os.path.basename(log)[:20])
-        assert (_read(log[:-4] + ".index"), _read(log[:-4] + ".timeindex")) == rebuild_indexes_from_log(_read(log), base)
+        indexes = (_read(log[:-4] + ".index"), _read(log[:-4] + ".timeindex"))
+        assert indexes == rebuild_indexes_from_log(_read(log), base)
         if legacy == "v0":
             assert os.path.getsize(log[:-4] + ".timeindex") == 0  # timestamp -1 is never indexed
     assert offsets == list(range(1500))
@@ -261,7 +264,8 @@ def test_legacy_formats_decode_with_kafka_python(tmp_path, legacy, codec):
 
 
 def test_key_skew_makes_low_key_ids_hot(tmp_path):
-    manifest = generate_log_dir(str(tmp_path / "s"), topics=(("t", 1),), records=20_000, keys=1000, key_skew=1.2)
+    manifest = generate_log_dir(str(tmp_path / "s"), topics=(("t", 1),), records=20_000, keys=1000,
+                                key_skew=1.2)
     counts = np.bincount(manifest.partitions[("t", 0)].key_id, minlength=1000)
     assert counts[0] == counts.max() and counts[0] > 20 * np.median(counts)
 
@@ -276,8 +280,10 @@ def test_empty_partition_has_one_empty_segment(tmp_path):
     assert manifest.partitions[("t", 0)].log_end_offset == 0
 
 
-@pytest.mark.parametrize("bad", [dict(key_size=5, keys=1000), dict(value_size=(10, 5)), dict(legacy="v1", headers=1),
-                                 dict(legacy="v0", transactions=0.1), dict(codec="brotli"), dict(legacy="v1", codec="zstd")])
+@pytest.mark.parametrize("bad", [
+    dict(key_size=5, keys=1000), dict(value_size=(10, 5)), dict(legacy="v1", headers=1),
+    dict(legacy="v0", transactions=0.1), dict(codec="brotli"), dict(legacy="v1", codec="zstd"),
+])
 def test_invalid_options_are_refused(tmp_path, bad):
     with pytest.raises(ValueError):
         generate_log_dir(str(tmp_path / "x"), **bad)
@@ -286,10 +292,12 @@ def test_invalid_options_are_refused(tmp_path, bad):
 def test_cli_generate(tmp_path, capsys):
     out = str(tmp_path / "cli")
     argv = ["generate", out, "--topics", "a:1,b", "--records", "300", "--value-size", "10:30",
-            "--batch-records", "5", "--codec", "lz4", "--checkpoint", "a:0=3,*=1", "--summary", str(tmp_path / "s.json")]
+            "--batch-records", "5", "--codec", "lz4", "--checkpoint", "a:0=3,*=1",
+            "--summary", str(tmp_path / "s.json")]
     assert main(argv) == 0
     assert "generated 2 partitions, 600 records" in capsys.readouterr().out
-    assert parse_offset_checkpoint(_read(os.path.join(out, "cleaner-offset-checkpoint"))) == {("a", 0): 1, ("b", 0): 1}
+    cleaner = parse_offset_checkpoint(_read(os.path.join(out, "cleaner-offset-checkpoint")))
+    assert cleaner == {("a", 0): 1, ("b", 0): 1}
     batches = list(iter_batches(_read(os.path.join(out, "a-0", "00000000000000000000.log"))))
     assert {b.header.records_count for b in batches} == {5} and {b.header.codec for b in batches} == {3}
     assert isinstance(batches[0], RecordBatch)
