@@ -54,13 +54,17 @@ PY
 )
 
 master="${SPARK_MASTER:-local[*]}"
+log4j_conf=(--conf "spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:$here/jobs/log4j2.properties")
 spark_args=()
 job_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --master) master="$2"; shift 2 ;;
     --master=*) master="${1#*=}"; shift ;;
-    --conf|--deploy-mode|--driver-memory|--executor-memory|--executor-cores|--num-executors|\
+    --conf)
+      [[ "$2" == spark.driver.extraJavaOptions=* ]] && log4j_conf=()
+      spark_args+=("$1" "$2"); shift 2 ;;
+    --deploy-mode|--driver-memory|--executor-memory|--executor-cores|--num-executors|\
     --total-executor-cores|--name|--queue|--jars|--packages|--files|--archives|--properties-file|\
     --driver-java-options|--driver-cores)
       spark_args+=("$1" "$2"); shift 2 ;;
@@ -84,5 +88,6 @@ exec "$submit" \
   --conf "spark.executorEnv.NUMBA_CACHE_DIR=$numba_cache" \
   --conf "spark.sql.execution.arrow.pyspark.enabled=true" \
   --conf "spark.ui.showConsoleProgress=false" \
+  "${log4j_conf[@]}" \
   "${spark_args[@]}" \
   "$here/jobs/compact.py" "${job_args[@]}"
