@@ -62,6 +62,7 @@ class PartitionManifest:
     key_size: int
     headers_per_record: int
     segments: list[SegmentInfo] = field(default_factory=list)
+    _summary: dict | None = None  # set by drop_records()
 
     def __getattr__(self, name: str):  # columns straight from the plan: manifest.key_id, .txn, ...
         if name in RECORD_COLUMNS or name == "offset":
@@ -70,7 +71,12 @@ class PartitionManifest:
 
     @property
     def log_end_offset(self) -> int:
-        return self.plan.log_end_offset
+        return self.plan.log_end_offset if self.plan is not None else self._summary["logEndOffset"]
+
+    def drop_records(self) -> None:
+        """Keep only the summary: the CLI does not need per-record columns (~90 bytes a record)."""
+        self._summary = self.summary()
+        self.plan = None
 
     @property
     def aborted(self) -> list[AbortedTxn]:
@@ -119,6 +125,8 @@ class PartitionManifest:
         return (self.record(i) for i in range(self.log_end_offset))
 
     def summary(self) -> dict:
+        if self._summary is not None:
+            return self._summary
         return {
             "topic": self.topic, "partition": self.partition, "logEndOffset": self.log_end_offset,
             "records": int((~self.is_control).sum()), "markers": int(self.is_control.sum()),

@@ -5,6 +5,7 @@ determinism, and its fast path against `build_batch`."""
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 
 import numpy as np
@@ -296,6 +297,10 @@ def test_cli_generate(tmp_path, capsys):
             "--summary", str(tmp_path / "s.json")]
     assert main(argv) == 0
     assert "generated 2 partitions, 600 records" in capsys.readouterr().out
+    with open(tmp_path / "s.json") as fh:
+        summary = json.load(fh)
+    assert [(p["topic"], p["records"], p["logEndOffset"]) for p in summary["partitions"]] == [
+        ("a", 300, 300), ("b", 300, 300)]
     cleaner = parse_offset_checkpoint(_read(os.path.join(out, "cleaner-offset-checkpoint")))
     assert cleaner == {("a", 0): 1, ("b", 0): 1}
     batches = list(iter_batches(_read(os.path.join(out, "a-0", "00000000000000000000.log"))))
