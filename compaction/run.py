@@ -23,7 +23,7 @@ from compaction.discover import (
     read_log_dir,
     segment_meta,
 )
-from compaction.errors import CompactionError
+from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
 from compaction.options import LONG_MAX, JobOptions, parse_args
@@ -339,8 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     try:
         code, report = run(opts)
+    except CheckpointError as exc:
+        # Like a broker taking the log dir offline: nothing is written until the file is fixed.
+        print(f"error: {exc}\nNothing was written. Fix the file (format: version line, entry count "
+              "line, then '<topic> <partition> <offset>' lines) or move it away: without it every "
+              "partition is treated as fully dirty, which is safe but cleans everything again.",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     except CompactionError as exc:
-        # A corrupt checkpoint or a held lock stops the run before anything is written.
+        # A held lock (broker or another run) stops the run before anything is written.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     text = rpt.dumps(report)
