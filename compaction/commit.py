@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.errors import KafkaFormatError
 from compaction.format import naming
 from compaction.format.scan import scan_batches
 from compaction.storage import Storage
@@ -117,15 +116,34 @@ def recover_partition(storage: Storage, part: str) -> RecoveryReport:
 
 
 def _recover_with_intent(storage: Storage, part: str, names: set[str], report: RecoveryReport) -> None:
-    intent = json.loads(storage.read_bytes(f"{part}/{INTENT_FILE}"))
-    cleaned_left = any(n.endswith(CLEANED) for n in names)
+    try:
+        intent = json.loads(storage.read_bytes(f"{part}/{INTENT_FILE}"))
+    except ValueError:
+        # Torn intent (crash while writing it): step 1 had not started, nothing was renamed.
+        storage.delete(f"{part}/{INTENT_FILE}")
+        storage.fsync_dir(part)
+        report.did(f"removed unreadable {INTENT_FILE}")
+        _recover_like_log_loader(storage, part, _existing(storage, part), report)
+        return
+    # Only our own new files tell whether step 1 completed (a stray `.cleaned` must not trigger
+    # a roll back once old files may already be `.deleted`).
+    cleaned_left = any(n + CLEANED in names for n in intent["new_files"])
     if cleaned_left:
-        # Step 1 did not complete: no old file was touched yet, so roll back.
-        for name in sorted(names):
-            if name.endswith((CLEANED, SWAP)):
+        # Step 1 did not complete: no old file was touched yet, so roll back. Undo step 1 first
+        # (.swap -> .cleaned) and only then drop the intent: a crash in between repeats this roll
+        # back, a crash after it leaves only `.cleaned` files, which the LogLoader path removes.
+        # (Deleting `.swap` files first would let a re-run without `.cleaned` left roll forward
+        # over missing new files and delete old segments.)
+        for name in intent["new_files"]:
+            if name + SWAP in names:
+                storage.rename(f"{part}/{name}{SWAP}", f"{part}/{name}{CLEANED}")
+        storage.fsync_dir(part)
+        storage.delete(f"{part}/{INTENT_FILE}")
+        storage.fsync_dir(part)
+        for name in sorted(_existing(storage, part)):
+            if name.endswith(CLEANED):
                 storage.delete(f"{part}/{name}")
                 report.did(f"removed {name} (interrupted swap rolled back)")
-        storage.delete(f"{part}/{INTENT_FILE}")
         storage.fsync_dir(part)
         return
     report.did(f"completed interrupted swap of {intent['new_files']}")
@@ -167,7 +185,7 @@ def _complete_kafka_swap(storage: Storage, part: str, swaps: list[str], report: 
     for name in _existing(storage, part):
         try:
             parsed = naming.parse_segment_file_name(name)
-        except KafkaFormatError:
+        except naming.SegmentNameError:  # leader-epoch-checkpoint, partition.metadata, ...
             continue
         if parsed.transient is None and min_swap <= parsed.base_offset < max_swap:
             storage.delete(f"{part}/{name}")
