@@ -1,0 +1,298 @@
+"""End-to-end throughput of one compaction round through ./spark-submit.sh, against the disk.
+
+    .venv/bin/python bench/e2e.py [--gb 1] [--codec mixed] [--partitions 4] [--out bench/out/e2e]
+
+1. Generates a log dir of ~`--gb` GB of .log files (values of 100 B to 1 KB, mixed codecs by
+   default, keys drawn uniformly so that ~30% of the records survive compaction). A small sample
+   is generated first to learn the on-disk bytes per record, so the size holds for any codec.
+2. Scans the input with compaction.format.scan (key and offset of every record) for the check.
+3. Measures the cold sequential read speed of the same .log files (`cat FILES > /dev/null` after
+   dropping the page cache when we may; otherwise it is a warm read and says so).
+4. Drops the caches again and runs ./spark-submit.sh on the dir (with a Spark event log, to see
+   the time of each Spark stage).
+5. Verifies the output: below each partition's uncleanable bound, exactly one record per distinct
+   key, and it is the latest one of that key (all keys, an arrow join); from the bound up, every
+   input record is still there; a sample of output batches decoded again with iter_batches agrees.
+6. Prints input MB, end-to-end MB/s (wall time of spark-submit), MB/s excluding Spark start-up
+   (plan + stages + commit from the report), their ratio to the read speed, the report's timings
+   and the Spark stages.
+
+Not a test. Exits non-zero when the job or the verification fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+MB = 1e6
+KEEP_FRACTION = 0.30
+SAMPLE_RECORDS = 20_000
+NOW_MS = 1_795_305_600_000  # 2026-11-22T00:00:00Z: a fixed clock for the round
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def log_files(log_dir: Path) -> list[Path]:
+    return sorted(p for p in log_dir.glob("*/*.log"))
+
+
+def read_speed(files: list[Path]) -> tuple[float, bool]:
+    """Bytes/s of one `cat` over all files, after dropping the page cache if we may."""
+    dropped = drop_caches()
+    size = sum(f.stat().st_size for f in files)
+    t = time.perf_counter()
+    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    return size / (time.perf_counter() - t), dropped
+
+
+def keys_ratio(keep: float) -> float:
+    """K/N such that uniform keys leave `keep` of N records: K/N * (1 - exp(-N/K)) = keep."""
+    lo, hi = keep, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mid * (1 - math.exp(-1 / mid)) < keep:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def generate(out: Path, topic: str, partitions: int, records: int, keys: int, args) -> float:
+    cmd = [sys.executable, "-m", "compaction", "generate", str(out), "--topics", f"{topic}:{partitions}",
+           "--records", str(records), "--keys", str(keys), "--value-size", args.value_size,
+           "--codec", args.codec, "--segment-bytes", str(args.segment_bytes), "--seed", str(args.seed)]  # fmt: skip
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def bytes_per_record(args) -> float:
+    with tempfile.TemporaryDirectory(dir=args.out) as tmp:
+        d = Path(tmp) / "logs"
+        generate(d, "sample", 1, SAMPLE_RECORDS, max(1, int(SAMPLE_RECORDS * keys_ratio(KEEP_FRACTION))), args)
+        return sum(f.stat().st_size for f in log_files(d)) / SAMPLE_RECORDS
+
+
+def scan_partition(part_dir: Path):
+    """(key, offset) of every record of the partition, as a pyarrow table, via scan_segment."""
+    import pyarrow as pa
+
+    from compaction.format.scan import scan_segment
+
+    tables = []
+    for f in sorted(part_dir.glob("*.log")):
+        s = scan_segment(np.fromfile(f, np.uint8), str(f))
+        tables.append(pa.table({"key": s.keys_arrow(), "offset": s.records.offset.copy()}))
+    if not tables:
+        return pa.table({"key": pa.array([], pa.binary()), "offset": pa.array([], pa.int64())})
+    return pa.concat_tables(tables)
+
+
+def verify(before: dict, log_dir: Path, report: dict, sample_batches: int) -> list[str]:
+    """Latest-per-key below each bound (all keys), untouched tail, an iter_batches sample."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from compaction.format.segment import iter_batches
+
+    problems: list[str] = []
+    parts = {(p["topic"], p["partition"]): p for p in report.get("partitions", [])}
+    kept_total = distinct_total = 0
+    for name, table in sorted(before.items()):
+        topic, _, part = name.rpartition("-")
+        p = parts.get((topic, int(part)))
+        if p is None or p["status"] != "cleaned":
+            problems.append(f"{name}: not cleaned ({p and p['status']}: {p and p['reason']})")
+            continue
+        bound = p["firstUncleanableOffset"]
+        after = scan_partition(log_dir / name)
+        below_in = table.filter(pc.less(table["offset"], bound))
+        expected = below_in.group_by("key").aggregate([("offset", "max")]).rename_columns(["key", "offset"])
+        below_out = after.filter(pc.less(after["offset"], bound))
+        distinct_total += expected.num_rows
+        kept_total += below_out.num_rows
+        if below_out.num_rows != expected.num_rows:
+            problems.append(f"{name}: {below_out.num_rows} records kept below {bound}, "
+                            f"{expected.num_rows} distinct keys")  # fmt: skip
+        if pc.count_distinct(below_out["key"]).as_py() != below_out.num_rows:
+            problems.append(f"{name}: a key is kept twice below {bound}")
+        joined = expected.join(below_out, "key", join_type="full outer", left_suffix="_in", right_suffix="_out")
+        wrong = joined.filter(pc.invert(pc.fill_null(pc.equal(joined["offset_in"], joined["offset_out"]), False)))
+        if wrong.num_rows:
+            problems.append(f"{name}: {wrong.num_rows} keys without their latest record, e.g. "
+                            f"{wrong.slice(0, 3).to_pylist()}")  # fmt: skip
+        tail_in = table.filter(pc.greater_equal(table["offset"], bound))["offset"]
+        tail_out = after.filter(pc.greater_equal(after["offset"], bound))["offset"]
+        if not np.array_equal(np.sort(tail_in.to_numpy()), np.sort(tail_out.to_numpy())):
+            problems.append(f"{name}: records from the bound {bound} up changed")
+        # An independent decode of a sample: the pure-Python reader against the expected map.
+        latest = dict(zip(expected["key"].to_pylist(), expected["offset"].to_pylist()))
+        seen = 0
+        for f in sorted((log_dir / name).glob("*.log")):
+            buf = f.read_bytes()
+            for batch in iter_batches(buf, str(f)):
+                for r in batch.records():
+                    if r.offset < bound and latest.get(r.key) != r.offset:
+                        problems.append(f"{name}: iter_batches finds {r.key!r}@{r.offset}, "
+                                        f"latest is {latest.get(r.key)}")  # fmt: skip
+                seen += 1
+                if seen >= sample_batches:
+                    break
+            if seen >= sample_batches:
+                break
+    print(f"verify: {kept_total:,} records kept below the bounds == {distinct_total:,} distinct keys: "
+          f"{'yes' if kept_total == distinct_total else 'NO'}; latest-per-key checked for all keys; "
+          f"{sample_batches} batches per partition re-decoded with iter_batches")  # fmt: skip
+    return problems
+
+
+def _event_lines(files: list[Path]):
+    for path in files:
+        if path.suffix == ".zstd":
+            import io
+
+            import zstandard
+
+            with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as z:
+                yield from io.TextIOWrapper(z, encoding="utf-8")
+        else:
+            with open(path) as f:
+                yield from f
+
+
+def spark_stages(event_dir: Path) -> list[tuple[str, str, int, float, float]]:
+    """(job group, stage name, tasks, wall s, summed task run s) per completed stage, from the event log."""
+    logs = sorted((p for p in event_dir.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))),
+                  key=lambda p: p.name)  # fmt: skip
+    if not logs:
+        return []
+    group_of_stage: dict[int, str] = {}
+    run_ms: dict[int, int] = {}
+    stages = []
+    for line in _event_lines(logs):
+        ev = json.loads(line)
+        kind = ev.get("Event")
+        if kind == "SparkListenerJobStart":
+            group = (ev.get("Properties") or {}).get("spark.jobGroup.id", "-")
+            for sid in ev.get("Stage IDs", []):
+                group_of_stage[sid] = group
+        elif kind == "SparkListenerTaskEnd":
+            sid = ev["Stage ID"]
+            run_ms[sid] = run_ms.get(sid, 0) + (ev.get("Task Metrics") or {}).get("Executor Run Time", 0)
+        elif kind == "SparkListenerStageCompleted":
+            info = ev["Stage Info"]
+            if "Completion Time" in info and "Submission Time" in info:
+                sid = info["Stage ID"]
+                wall = (info["Completion Time"] - info["Submission Time"]) / 1000
+                stages.append((sid, group_of_stage.get(sid, "-"), info["Stage Name"], info["Number of Tasks"],
+                               wall, run_ms.get(sid, 0) / 1000))  # fmt: skip
+    return [s[1:] for s in sorted(stages)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gb", type=float, default=1.0, help="size of the generated .log files, GB (1e9 bytes)")
+    ap.add_argument("--codec", default="mixed", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"])
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--value-size", default="100:1000")
+    ap.add_argument("--segment-bytes", type=int, default=16 << 20, help="generator roll size")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sample-batches", type=int, default=200, help="batches per partition for iter_batches")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "e2e")
+    ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
+    args = ap.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    log_dir, event_dir, report_path = args.out / "kafka-logs", args.out / "eventlog", args.out / "report.json"
+    for p in (log_dir, event_dir):
+        shutil.rmtree(p, ignore_errors=True)
+    event_dir.mkdir()
+    report_path.unlink(missing_ok=True)
+
+    bpr = bytes_per_record(args)
+    records = max(1, int(args.gb * 1e9 / args.partitions / bpr))
+    keys = max(1, round(records * keys_ratio(KEEP_FRACTION)))
+    gen_s = generate(log_dir, "bench", args.partitions, records, keys, args)
+    files = log_files(log_dir)
+    size = sum(f.stat().st_size for f in files)
+    expect_kept = keys * (1 - (1 - 1 / keys) ** records) / records
+    print(f"generated {log_dir}: {args.partitions} partitions x {records:,} records, {keys:,} keys each "
+          f"(~{expect_kept:.0%} kept), values {args.value_size} B, codec {args.codec}, "
+          f"{len(files)} segments, {size / MB:,.1f} MB in {gen_s:.1f} s")  # fmt: skip
+
+    t = time.perf_counter()
+    before = {d.name: scan_partition(d) for d in sorted(log_dir.iterdir()) if d.is_dir()}
+    print(f"scanned the input for the check in {time.perf_counter() - t:.1f} s")
+
+    speed, cold = read_speed(files)
+    print(f"sequential read of the same files (cat > /dev/null, "
+          f"{'cold: page cache dropped' if cold else 'WARM: could not drop caches'}): {speed / MB:,.0f} MB/s")  # fmt: skip
+
+    cmd = ["./spark-submit.sh", "--conf", "spark.ui.enabled=false", "--conf", "spark.eventLog.enabled=true",
+           "--conf", f"spark.eventLog.dir=file://{event_dir}",
+           "--conf", "spark.eventLog.compress=false", "--log-dir", str(log_dir),
+           "--report", str(report_path), "--now-ms", str(NOW_MS)]  # fmt: skip
+    print("job:", shlex.join(cmd))
+    drop_caches()
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0 or not report_path.exists():
+        print(f"job failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}", file=sys.stderr)
+        return 1
+    report = json.loads(report_path.read_text())
+    tm, tot = report["timings"], report["totals"]
+
+    problems = verify(before, log_dir, report, args.sample_batches)
+
+    no_start = max(1e-9, tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0))
+    print()
+    print(f"input:                               {size / MB:,.1f} MB of .log ({tot['recordsRead']:,} records; "
+          f"report bytesRead {tot['bytesRead'] / MB:,.1f} MB)")  # fmt: skip
+    print(f"output:                              {tot['bytesWritten'] / MB:,.1f} MB written, "
+          f"{tot['recordsWritten']:,} records ({tot['recordsWritten'] / max(1, tot['recordsRead']):.1%} kept)")  # fmt: skip
+    print(f"cold sequential read:                {speed / MB:,.0f} MB/s{'' if cold else ' (WARM)'}")
+    print(f"end to end (spark-submit wall {wall:.1f} s): {size / MB / wall:,.1f} MB/s = "
+          f"{size / wall / speed:.3f}x read speed")  # fmt: skip
+    print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MB / no_start:,.1f} MB/s = "
+          f"{size / no_start / speed:.3f}x read speed")  # fmt: skip
+    print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))
+    stages = spark_stages(event_dir)
+    if stages:
+        print("spark stages (event log): group | tasks | wall s | summed task run s | name")
+        for group, name, tasks, wall_s, run_s in stages:
+            print(f"  {group:<8} {tasks:>5} {wall_s:>8.1f} {run_s:>8.1f}  {name}")
+    if not args.keep:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    if problems:
+        print("VERIFICATION FAILED:\n  " + "\n  ".join(problems[:20]), file=sys.stderr)
+        return 1
+    print("verification: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
