@@ -275,7 +275,8 @@ def test_testRecoveryAfterCrash_some_cleaned_some_swap(tmp_path):
 
 def test_testRecoveryAfterCrash_swap_and_deleted(tmp_path):
     # 3) all new files .swap and old ones renamed .deleted: the swap is completed.
-    part = _kafka_dir(tmp_path, "s3", {**_old_with(".deleted"), **{n + ".swap": d for n, d in K_NEW_SEG.items()}})
+    swaps = {n + ".swap": d for n, d in K_NEW_SEG.items()}
+    part = _kafka_dir(tmp_path, "s3", {**_old_with(".deleted"), **swaps})
     _recover_twice(part)
     assert snapshot(part) == dict(sorted(K_NEW.items()))
 
@@ -340,13 +341,16 @@ print("done", flush=True)
 def test_sigkill_mid_commit_recovers(tmp_path):
     total = count_ops(tmp_path)
     reps = json.dumps([[r.new_base, list(r.old_bases)] for r in REPLACEMENTS])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     stops = sorted({1, 2, 3, total // 2, total - 3, total - 1, total})
     children = []
     for stop in stops:
         part = setup_dir(tmp_path, f"kill{stop}")
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, part, str(stop), reps], stdout=subprocess.PIPE,
-                                text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, part, str(stop), reps],
+            stdout=subprocess.PIPE, text=True, env=env, cwd=repo,
+        )  # fmt: skip
         children.append((stop, part, proc))
     outcomes = {}
     for stop, part, proc in children:

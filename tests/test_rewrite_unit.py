@@ -76,14 +76,17 @@ class Log:
     def segment(self, base: int, batches: list[bytes], mtime_ns: int | None = None) -> SourceSegment:
         data = b"".join(batches)
         cols = scan_batches(np.frombuffer(data, dtype=np.uint8))
-        index, timeindex = build_indexes(cols.position, cols.size, cols.last_offset, cols.max_timestamp, base, 4096)
+        index, timeindex = build_indexes(
+            cols.position, cols.size, cols.last_offset, cols.max_timestamp, base, 4096
+        )
         for suffix, content in ((".log", data), (".index", index), (".timeindex", timeindex)):
             with open(self.file(base, suffix), "wb") as f:
                 f.write(content)
         mtime_ns = (NOW - 60_000 + base) * 1_000_000 if mtime_ns is None else mtime_ns
         os.utime(self.file(base), ns=(mtime_ns, mtime_ns))
         seg = SourceSegment(base, len(data), mtime_ns)
-        self.segments = sorted([s for s in self.segments if s.base_offset != base] + [seg], key=lambda s: s.base_offset)
+        others = [s for s in self.segments if s.base_offset != base]
+        self.segments = sorted([*others, seg], key=lambda s: s.base_offset)
         return seg
 
     def spec(self, segments, *, first_dirty: int = 0, upper_bound: int | None = None, now: int = NOW,
@@ -104,11 +107,13 @@ class Log:
 
     def swap_in(self, spec: GroupSpec) -> None:
         """Replace the group's segments by its cleaned one (the real commit protocol)."""
-        commit_partition(self.storage, self.path, [Replacement(spec.new_base, tuple(s.base_offset for s in spec.segments))])
+        replaced = tuple(s.base_offset for s in spec.segments)
+        commit_partition(self.storage, self.path, [Replacement(spec.new_base, replaced)])
         gone = {s.base_offset for s in spec.segments}
         kept = [s for s in self.segments if s.base_offset not in gone]
         st = os.stat(self.file(spec.new_base))
-        self.segments = sorted([*kept, SourceSegment(spec.new_base, st.st_size, st.st_mtime_ns)], key=lambda s: s.base_offset)
+        new = SourceSegment(spec.new_base, st.st_size, st.st_mtime_ns)
+        self.segments = sorted([*kept, new], key=lambda s: s.base_offset)
 
 
 def next_offset(data: bytes, base: int) -> int:
@@ -178,9 +183,12 @@ KEEP_TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("offset", "key_len", "value_len", "found", "latest", "retain", "keep", "invalid"), KEEP_TABLE)
+@pytest.mark.parametrize(
+    ("offset", "key_len", "value_len", "found", "latest", "retain", "keep", "invalid"), KEEP_TABLE
+)
 def test_keep_records_boundaries(offset, key_len, value_len, found, latest, retain, keep, invalid):
-    k, inv = keep_records(np.array([offset]), np.array([key_len]), np.array([value_len]), np.array([found]), latest, retain)
+    cols = (np.array([offset]), np.array([key_len]), np.array([value_len]), np.array([found]))
+    k, inv = keep_records(*cols, latest, retain)
     assert (bool(k[0]), bool(inv[0])) == (keep, invalid)
 
 
@@ -225,7 +233,9 @@ PID = 7
 
 
 def txn_batch(records, pid=PID, epoch=0, seq=0) -> bytes:
-    return fb.build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+    return fb.build_batch(
+        records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
+    )
 
 
 def marker(offset: int, control_type: int, pid=PID, epoch=0) -> bytes:
@@ -239,7 +249,8 @@ def test_aborted_batches_flags_only_transactional_data_in_range(tmp_path):
     seg = log.segment(0, [
         txn_batch([rec(0, "a", "x"), rec(1, "b", "x")]),            # pid 7, aborted range 0..4
         txn_batch([rec(2, "c", "x")], pid=8),                          # other producer
-        fb.build_batch([rec(3, "d", "x")], producer_id=PID, producer_epoch=0, base_sequence=5),  # idempotent, not txn
+        # idempotent, not transactional
+        fb.build_batch([rec(3, "d", "x")], producer_id=PID, producer_epoch=0, base_sequence=5),
         marker(4, fb.CONTROL_ABORT),                                   # control: never "aborted data"
         txn_batch([rec(5, "e", "x")], seq=6),                          # after the aborted txn ended
     ])  # fmt: skip
@@ -278,7 +289,8 @@ def test_scan_group_keys_dirty_offsets_and_producers(tmp_path):
 def test_scan_group_tail_segments_feed_producers_only(tmp_path):
     log = Log(tmp_path)
     s0 = log.segment(0, [one(0, "a")])
-    tail = log.segment(1, [fb.build_batch([rec(1, "a", "new")], producer_id=3, producer_epoch=1, base_sequence=0)])
+    idem = fb.build_batch([rec(1, "a", "new")], producer_id=3, producer_epoch=1, base_sequence=0)
+    tail = log.segment(1, [idem])
     spec = log.spec([s0], upper_bound=1)
     spec = GroupSpec(**{**spec.__dict__, "tail_segments": (tail,)})
     keys, producers = scan_group(spec)
@@ -303,7 +315,9 @@ def test_rewrite_verbatim_copies_rebuilds_indexes_and_mtime(tmp_path):
     (res,) = clean([spec], m)
 
     # b0 loses a@0: rebuilt with the original base offset and lastOffsetDelta, header kept.
-    rebuilt = fb.build_batch([rec(1, "b", "b0", headers=[("h", b"1"), ("n", None)])], base_offset=0, last_offset_delta=1)
+    rebuilt = fb.build_batch(
+        [rec(1, "b", "b0", headers=[("h", b"1"), ("n", None)])], base_offset=0, last_offset_delta=1
+    )
     data = log.read(0, ".cleaned")
     assert data == rebuilt + b1 + b2 + b3  # untouched batches byte-for-byte
     (h0, r0, _), *_ = batches_of(data)
@@ -327,8 +341,10 @@ def test_rewrite_verbatim_copies_rebuilds_indexes_and_mtime(tmp_path):
 
 def test_rewrite_delete_horizon(tmp_path):
     log = Log(tmp_path)
-    fresh = fb.build_batch([rec(0, "a", "v"), rec(1, "b", None, ts=NOW - 99_000)])  # tombstone, no horizon yet
-    passed = fb.build_batch([rec(2, "c", "v"), rec(3, "d", None)], delete_horizon_ms=NOW - 1)  # horizon passed
+    # tombstone, no horizon yet
+    fresh = fb.build_batch([rec(0, "a", "v"), rec(1, "b", None, ts=NOW - 99_000)])
+    # horizon passed
+    passed = fb.build_batch([rec(2, "c", "v"), rec(3, "d", None)], delete_horizon_ms=NOW - 1)
     pending = fb.build_batch([rec(4, "e", None)], delete_horizon_ms=NOW + 5)  # horizon still ahead
     plain = one(5, "f")
     seg = log.segment(0, [fresh, passed, pending, plain])
@@ -381,7 +397,8 @@ def test_rewrite_aborted_data_dropped_and_abort_marker_kept_with_txn_index(tmp_p
     assert m == {b"a": 2, b"z": 4}
     (res,) = clean([spec], m)
     out = cleaned_batches(log, spec)
-    assert [(h.base_offset, h.is_control) for h, _, _ in out] == [(1, True), (2, False), (3, True), (4, False)]
+    layout = [(h.base_offset, h.is_control) for h, _, _ in out]
+    assert layout == [(1, True), (2, False), (3, True), (4, False)]
     assert out[0][0].delete_horizon_ms is None  # markers are not "discardable" while their txn has data
     assert read_txn_index(open(log.file(0, ".txnindex", ".cleaned"), "rb").read()) == [aborted]
     # The aborted batch is dropped unread (DELETE): its record is not counted (CleanerStats.messagesRead).
@@ -428,13 +445,14 @@ def test_testCleaningWithDeletes(tmp_path):
     log = Log(tmp_path)
     s0 = log.segment(0, [one(o, o) for o in range(6)])
     deletes = [0, 2, 4]
-    s1 = log.segment(6, [tombstone(6 + i, k) for i, k in enumerate(deletes)] + [one(o, o) for o in range(9, 12)])
+    tombstones = [tombstone(6 + i, k) for i, k in enumerate(deletes)]
+    s1 = log.segment(6, tombstones + [one(o, o) for o in range(9, 12)])
     log.segment(12, [one(12, 12)])  # active
     spec = log.spec([s0, s1], upper_bound=12)
     clean([spec], offset_map([spec]))
     out = cleaned_batches(log, spec)
     keys = set(keys_in_log(out))
-    assert not any(str(k).encode() in keys for k in deletes), "None of the keys we deleted should still exist."
+    assert not any(str(k).encode() in keys for k in deletes), "None of the deleted keys should still exist."
     assert keys == {b"1", b"3", b"5", b"9", b"10", b"11"}
     # First round: the tombstones themselves stay, with a delete horizon.
     stones = [(h, r) for h, rs, _ in out for r in rs if r.value is None]
@@ -549,8 +567,10 @@ def test_testFilterToPreservesProducerInfo(tmp_path):
     plain = fb.build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")])
     idem = fb.build_batch([rec(3, None, "d"), rec(4, "4", "e"), rec(5, "5", "f")],
                           producer_id=23, producer_epoch=5, base_sequence=10)  # fmt: skip
-    txn = fb.build_batch([rec(6, "6", "g"), rec(7, "7", "h"), rec(8, None, "i")],
-                         producer_id=99384, producer_epoch=234, base_sequence=15, is_transactional=True)  # fmt: skip
+    txn = fb.build_batch(
+        [rec(6, "6", "g"), rec(7, "7", "h"), rec(8, None, "i")],
+        producer_id=99384, producer_epoch=234, base_sequence=15, is_transactional=True,
+    )  # fmt: skip
     seg = log.segment(0, [plain, idem, txn])
     spec = log.spec([seg], upper_bound=100)
     clean([spec], {})
@@ -606,12 +626,14 @@ def test_last_batch_of_active_producer_kept_empty(tmp_path):
     an empty batch (its offsets and sequence survive) even when all its records are superseded."""
     log = Log(tmp_path)
     seg = log.segment(0, [
-        fb.build_batch([rec(0, "a", "1"), rec(1, "b", "1")], producer_id=1, producer_epoch=0, base_sequence=0),
+        fb.build_batch([rec(0, "a", "1"), rec(1, "b", "1")], producer_id=1, producer_epoch=0,
+                       base_sequence=0),
         one(2, "a", "2"),
         one(3, "b", "2"),
         one(4, "c", "2"),
     ])  # fmt: skip
-    spec = log.spec([seg], upper_bound=100, last_records={1: LastRecord(last_data_offset=1, producer_epoch=0)})
+    last = {1: LastRecord(last_data_offset=1, producer_epoch=0)}
+    spec = log.spec([seg], upper_bound=100, last_records=last)
     clean([spec], offset_map([spec]))
     out = cleaned_batches(log, spec)
     header, records, raw = out[0]

@@ -119,7 +119,8 @@ def test_offset_map_and_group_lookup(spark):
 def test_offset_map_empty_and_all_clean(spark):
     group_partition = spark.createDataFrame(GROUP_PARTITION, "group_id int, topic string, partition int")
     names = [f.name for f in SCAN_SCHEMA.fields]
-    clean_only = [tuple({"group_id": 0, "key": b"x", "max_offset": 4, "dirty_offset": -1}.get(n) for n in names)]
+    values = {"group_id": 0, "key": b"x", "max_offset": 4, "dirty_offset": -1}
+    clean_only = [tuple(values.get(n) for n in names)]
     for rows in ([], clean_only):
         om = offset_map(spark.createDataFrame(rows, SCAN_SCHEMA), group_partition)
         expected = spark.createDataFrame([], MAP_SCHEMA)
