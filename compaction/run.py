@@ -54,13 +54,17 @@ def _job_config(opts: JobOptions, topic: str) -> dict:
     return {"cleanup.policy": "compact", **opts.config_for(topic)}
 
 
-def _partition_state(ld: LogDirState, part: PartitionDir, config) -> PartitionState:
+def _partition_state(
+    ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None
+) -> PartitionState:
     want_first_ts = config.max_compaction_lag_ms < LONG_MAX
     metas = tuple(segment_meta(ld.storage, s, want_first_ts) for s in part.segments)
     leo = log_end_offset(ld.storage, part.segments[-1])
     start = max(ld.log_start_offsets.get(part.key, 0), metas[0].base_offset)
     hw = ld.high_watermarks.get(part.key)
     lso = min(hw, leo) if hw is not None else None
+    if first_unstable is not None:  # spec §2.3: LSO = min(HW, first offset of an open transaction)
+        lso = min(lso if lso is not None else leo, first_unstable)
     return PartitionState(metas, start, leo, ld.cleaner_checkpoint.get(part.key), lso)
 
 
@@ -101,7 +105,9 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
     return specs
 
 
-def _plan_one(ld: LogDirState, part: PartitionDir, opts: JobOptions) -> Planned:
+def _plan_one(
+    ld: LogDirState, part: PartitionDir, opts: JobOptions, first_unstable: int | None = None
+) -> Planned:
     result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
     p = Planned(ld, part, result)
     try:
@@ -110,7 +116,8 @@ def _plan_one(ld: LogDirState, part: PartitionDir, opts: JobOptions) -> Planned:
         if not part.segments:
             raise CompactionError(f"{part.path}: partition dir holds no segment (.log) file")
         config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
-        p.plan = plan_partition(part.topic, part.partition, _partition_state(ld, part, config), config, opts.now_ms)
+        state = _partition_state(ld, part, config, first_unstable)
+        p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
     except (CompactionError, ValueError, OSError) as exc:
         result.status, result.reason = rpt.FAILED, str(exc)
         return p
@@ -173,7 +180,9 @@ def _spark_session(opts: JobOptions):
     return spark
 
 
-def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> dict[int, dict]:
+def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> tuple[dict[int, dict], dict[int, int]]:
+    """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
+    whose scan found an open transaction below the planned bound: they are not rewritten."""
     from pyspark import StorageLevel
 
     from compaction import spark_stages as st
@@ -188,7 +197,8 @@ def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> dict[int, dict]
     errors = {r.group_id: r.error for r in st.scan_errors(scan_rows).collect()}
     producers = st.producer_rows(scan_rows).collect()
     failed_parts = {(specs[g].topic, specs[g].partition) for g in errors}
-    units = _units(todo, producers, failed_parts)
+    replan: dict[int, int] = {}
+    units = _units(todo, producers, failed_parts, replan)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
     live = [g for u in units.values() for g in (s.group_id for s in u)]
     if live:
@@ -204,20 +214,25 @@ def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> dict[int, dict]
         for row in out.collect():
             results[row.group_id] = row.asDict()
     scan_rows.unpersist()
-    return results
+    return results, replan
 
 
-def _units(todo: list[Planned], producers, failed_parts) -> dict[int, list[GroupSpec]]:
-    """Attach producer state to the specs and cut the work into rewrite units."""
+def _units(todo: list[Planned], producers, failed_parts, replan: dict[int, int]) -> dict[int, list[GroupSpec]]:
+    """Attach producer state to the specs and cut the work into rewrite units. A partition with an
+    open transaction below its planned bound goes to `replan` instead (index -> first unstable)."""
     by_group: dict[int, list] = {}
     for row in producers:
         by_group.setdefault(row.group_id, []).append(row)
     units: dict[int, list[GroupSpec]] = {}
-    for p in todo:
+    for i, p in enumerate(todo):
         if (p.part.topic, p.part.partition) in failed_parts:
             continue
         rows = sorted((r for s in p.specs for r in by_group.get(s.group_id, ())), key=lambda r: r.base_offset)
         batches = [_ProducerBatch(r) for r in rows]
+        first_unstable = _first_unstable_offset(batches)
+        if first_unstable is not None and first_unstable < p.plan.first_uncleanable_offset:
+            replan[i] = first_unstable
+            continue
         last = last_records_of_active_producers(batches)
         p.specs = [dataclasses.replace(s, last_records=last) for s in p.specs]
         if any(b.is_transactional or b.is_control for b in batches):
@@ -225,6 +240,19 @@ def _units(todo: list[Planned], producers, failed_parts) -> dict[int, list[Group
         else:
             units.update({s.group_id: [s] for s in p.specs})
     return units
+
+
+def _first_unstable_offset(batches) -> int | None:
+    """First offset of the earliest transaction with data but no marker by the end of the log
+    (spec §2.3): the broker's LSO, which the planner could not know before the scan."""
+    open_txns: dict[int, int] = {}
+    for b in batches:
+        if b.is_control:
+            if b.records_count:
+                open_txns.pop(b.producer_id, None)
+        elif b.is_transactional:
+            open_txns.setdefault(b.producer_id, b.base_offset)
+    return min(open_txns.values(), default=None)
 
 
 class _ProducerBatch:
@@ -285,6 +313,30 @@ def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> Non
             write_checkpoint(ld.storage, path, {**read_checkpoint(ld.storage, path), **updates})
 
 
+def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id) -> list[Planned]:
+    """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
+    spec §2.3): plan them again with that bound and run the stages once more for them. Returns
+    the new list of partitions to commit; `planned` and `results` are updated in place."""
+    again = []
+    for i, first_unstable in replan.items():
+        old = todo[i]
+        new = _plan_one(old.log_dir, old.part, opts, first_unstable)
+        new.result.recovery = old.result.recovery
+        planned[next(k for k, x in enumerate(planned) if x is old)] = todo[i] = new
+        if new.plan is not None and new.plan.eligible and new.result.status != rpt.FAILED:
+            config = resolve_topic_config(opts.topic_config.get(new.part.topic), _job_config(opts, new.part.topic))
+            new.specs = _specs(new, opts, config, next_id)
+            next_id += len(new.specs)
+            again.append(new)
+    more, still = _run_stages(spark, again, opts) if again else ({}, {})
+    results.update(more)
+    for i in still:  # not expected: the new bound lies at or below every open transaction
+        again[i].specs = []
+        again[i].result.status = rpt.FAILED
+        again[i].result.reason = "open transaction below the replanned bound"
+    return [p for p in todo if p.specs]
+
+
 def run(opts: JobOptions) -> tuple[int, dict]:
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
@@ -311,7 +363,9 @@ def run(opts: JobOptions) -> tuple[int, dict]:
             spark = _spark_session(opts)
             timings["sparkStartSeconds"] = time.monotonic() - t1
             t2 = time.monotonic()
-            results = _run_stages(spark, todo, opts)
+            results, replan = _run_stages(spark, todo, opts)
+            if replan:
+                todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id)
             timings["stagesSeconds"] = time.monotonic() - t2
             t3 = time.monotonic()
             for p in todo:
