@@ -1,0 +1,501 @@
+"""Re-encode the retained records of many v2 batches in one compiled call (spec §1.4, §5.11).
+
+`build_batch` is the reference for what a rebuilt batch looks like; this module produces the same
+bytes without decoding records into Python objects. Per rebuilt batch (all from the original batch
+unless said otherwise):
+
+* records: only the retained ones, each re-encoded from scratch (spec §1.4): length recomputed,
+  attributes 0, `timestampDelta = timestamp - newBaseTimestamp`, original `offsetDelta` (the base
+  offset is kept, so the delta does not change), key, value and headers byte for byte; every varint
+  is written in its shortest form (as `DefaultRecord.writeTo` does), whatever the input used;
+* `newBaseTimestamp` = the delete horizon when one is set (>= 0), else the first retained record's
+  timestamp; a record's timestamp as read is `baseTimestamp + timestampDelta` (CreateTime) or the
+  batch `maxTimestamp` (LogAppendTime, `DefaultRecordBatch.RecordIterator`);
+* `maxTimestamp` = max(-1, retained timestamps) for CreateTime, the original for LogAppendTime;
+* header (`header_for`): base offset, lastOffsetDelta, leader epoch, producer fields kept; codec
+  and timestamp type kept; delete-horizon bit set when a horizon is; recordsCount = retained;
+  CRC-32C over [21, end) of the compressed-as-before payload (`compression.compress`, default level).
+
+Header keys are Java Strings in Kafka: `build_batch` decodes them as UTF-8 with replacement and
+encodes them again, which only round-trips for valid UTF-8. The kernel checks that; a batch with a
+header key that is not valid UTF-8 is flagged (`NEEDS_FALLBACK`) and left to `build_batch`.
+
+Where a batch's records live (`record_regions`): uncompressed v2 batches in the file buffer at
+[position + 61, position + size); compressed v2 batches in `SegmentScan.side`, where `scan_segment`
+appended their decompressed streams back to back from side offset 0, in file order (only batches
+larger than the 61-byte header); the kernel re-checks every region (count, exact end, first key
+position) against the scan's record columns, so a change of that layout fails loudly.
+
+`rebuild_records` (numba) and `rebuild_records_py` (plain Python reference) share one signature.
+"""
+
+from __future__ import annotations
+
+import crc32c as _crc32c
+import numba
+import numpy as np
+
+from compaction.format import batch as fb
+from compaction.format import compression
+from compaction.format.scan import (
+    ERR_OK,
+    ERR_RECORD_SIZE,
+    LOG_APPEND_TIME,
+    V2_HEADER_SIZE,
+    SegmentScan,
+    _read_record,
+    _read_varint,
+    _skip_headers,
+)
+
+SRC_NONE, SRC_FILE, SRC_SIDE = -1, 0, 1
+NO_HORIZON = -1
+NEEDS_FALLBACK = 1  # per-batch flag: a header key is not valid UTF-8, use build_batch
+ERR_LAYOUT = 20  # a region does not match the scan's record columns (count, end or first key position)
+ERR_NAMES = {ERR_LAYOUT: "record region does not match the scanned records"}
+MAX_GROWTH_PER_RECORD = 14  # timestampDelta may grow from 1 to 10 bytes, the length varint by <= 5
+
+
+def _njit(fn):
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # no writable cache location
+        return numba.njit(cache=False, nogil=True)(fn)
+
+
+# ====================================================================================================
+# numba helpers
+# ====================================================================================================
+
+
+@_njit
+def _varint_size(v):
+    """Bytes of the zig-zag varint of an int32 (or of a varlong: same formula on int64)."""
+    z = np.uint64((np.int64(v) << 1) ^ (np.int64(v) >> 63))
+    n = 1
+    while z >= np.uint64(0x80):
+        z >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@_njit
+def _zigzag32(v):
+    """Zig-zag of an int32 value as Java computes it: only the low 32 bits are kept."""
+    return np.uint64(((np.int64(v) << 1) ^ (np.int64(v) >> 31)) & 0xFFFFFFFF)
+
+
+@_njit
+def _write_unsigned(out, pos, z):
+    while z >= np.uint64(0x80):
+        out[pos] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
+        z >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(z)
+    return pos + 1
+
+
+@_njit
+def _write_varint(out, pos, v):
+    return _write_unsigned(out, pos, _zigzag32(v))
+
+
+@_njit
+def _write_varlong(out, pos, v):
+    return _write_unsigned(out, pos, np.uint64((np.int64(v) << 1) ^ (np.int64(v) >> 63)))
+
+
+@_njit
+def _varint32_size(v):
+    z = _zigzag32(v)
+    n = 1
+    while z >= np.uint64(0x80):
+        z >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@_njit
+def _valid_utf8(buf, pos, n):
+    """What Python's strict UTF-8 decoder accepts (no overlongs, no surrogates, <= U+10FFFF)."""
+    i = pos
+    end = pos + n
+    while i < end:
+        c = buf[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= c <= 0xDF:
+            need, lo, hi = 1, 0x80, 0xBF
+        elif c == 0xE0:
+            need, lo, hi = 2, 0xA0, 0xBF
+        elif 0xE1 <= c <= 0xEC or c == 0xEE or c == 0xEF:
+            need, lo, hi = 2, 0x80, 0xBF
+        elif c == 0xED:
+            need, lo, hi = 2, 0x80, 0x9F
+        elif c == 0xF0:
+            need, lo, hi = 3, 0x90, 0xBF
+        elif 0xF1 <= c <= 0xF3:
+            need, lo, hi = 3, 0x80, 0xBF
+        elif c == 0xF4:
+            need, lo, hi = 3, 0x80, 0x8F
+        else:
+            return False
+        if i + need >= end:  # the continuation bytes run past the key
+            return False
+        b = buf[i + 1]
+        if b < lo or b > hi:
+            return False
+        for k in range(2, need + 1):
+            b = buf[i + k]
+            if b < 0x80 or b > 0xBF:
+                return False
+        i += need + 1
+    return True
+
+
+@_njit
+def _headers_canonical_size(buf, pos, end):
+    """(size of the headers re-encoded with shortest varints, all header keys valid UTF-8) for the
+    headers at buf[pos:end] (already validated by the scan)."""
+    if buf[pos] == 0 and end == pos + 1:
+        return 1, True
+    count, p = _read_varint(buf, pos, end)
+    size = _varint32_size(count)
+    ok = True
+    for _ in range(count):
+        klen, p = _read_varint(buf, p, end)
+        if not _valid_utf8(buf, p, klen):
+            ok = False
+        size += _varint32_size(klen) + klen
+        p += klen
+        vlen, p = _read_varint(buf, p, end)
+        size += _varint32_size(vlen)
+        if vlen > 0:
+            size += vlen
+            p += vlen
+    return size, ok
+
+
+@_njit
+def _write_headers(out, o, buf, pos, end, canonical_size):
+    """Copy the headers verbatim when they already use shortest varints, else re-encode them."""
+    if canonical_size == end - pos:
+        out[o : o + canonical_size] = buf[pos:end]
+        return o + canonical_size
+    count, p = _read_varint(buf, pos, end)
+    o = _write_varint(out, o, count)
+    for _ in range(count):
+        klen, p = _read_varint(buf, p, end)
+        o = _write_varint(out, o, klen)
+        out[o : o + klen] = buf[p : p + klen]
+        o += klen
+        p += klen
+        vlen, p = _read_varint(buf, p, end)
+        o = _write_varint(out, o, vlen)
+        if vlen > 0:
+            out[o : o + vlen] = buf[p : p + vlen]
+            o += vlen
+            p += vlen
+    return o
+
+
+@_njit
+def _rebuild_one(buf, pos, end, count, keep, k0, base_ts, log_append, max_ts, horizon, expect_key_pos,
+                 out, o):  # fmt: skip
+    """Re-encode the kept records of one region into out[o:]. Returns (err, err pos, new end,
+    new base ts, new max ts, kept, needs fallback)."""
+    z = np.int64(0)
+    new_base = horizon
+    new_max = np.int64(-1)
+    kept = 0
+    fallback = False
+    for n in range(count):
+        nxt, ts_delta, off_delta, kp, kl, vp, vl = _read_record(buf, pos, end)
+        if nxt < 0:
+            return -nxt, pos, o, z, z, kept, fallback
+        if n == 0 and expect_key_pos >= 0 and kp != expect_key_pos:
+            return ERR_LAYOUT, pos, o, z, z, kept, fallback
+        if keep[k0 + n]:
+            ts = max_ts if log_append else base_ts + ts_delta
+            if kept == 0 and horizon < 0:
+                new_base = ts
+            if ts > new_max:
+                new_max = ts
+            hpos = vp + max(vl, 0)
+            hsize, utf8_ok = _headers_canonical_size(buf, hpos, nxt)
+            if not utf8_ok:
+                fallback = True
+            tsd = ts - new_base
+            klen = max(kl, 0)
+            vlen = max(vl, 0)
+            body = (1 + _varint_size(tsd) + _varint32_size(off_delta) + _varint32_size(kl) + klen
+                    + _varint32_size(vl) + vlen + hsize)  # fmt: skip
+            o = _write_varint(out, o, body)
+            out[o] = 0
+            o = _write_varlong(out, o + 1, tsd)
+            o = _write_varint(out, o, off_delta)
+            o = _write_varint(out, o, kl)
+            out[o : o + klen] = buf[kp : kp + klen]
+            o += klen
+            o = _write_varint(out, o, vl)
+            out[o : o + vlen] = buf[vp : vp + vlen]
+            o += vlen
+            o = _write_headers(out, o, buf, hpos, nxt, hsize)
+            kept += 1
+        pos = nxt
+    if pos != end:
+        return ERR_LAYOUT, pos, o, z, z, kept, fallback
+    if log_append:
+        new_max = max_ts
+    return ERR_OK, -1, o, new_base, new_max, kept, fallback
+
+
+@_njit
+def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
+                    expect_key_pos, out, out_start, out_end, out_base_ts, out_max_ts, out_count,
+                    flags):  # fmt: skip
+    o = 0
+    for i in range(len(src)):
+        buf = file if src[i] == SRC_FILE else side
+        pos, stop = start[i], end[i]
+        if pos < 0 or stop > len(buf) or pos > stop:
+            return ERR_LAYOUT, i, pos
+        out_start[i] = o
+        err, err_pos, o, nb, nm, kept, fallback = _rebuild_one(
+            buf, pos, stop, count[i], keep, keep_start[i], base_ts[i], ts_type[i] == LOG_APPEND_TIME,
+            max_ts[i], horizon[i], expect_key_pos[i], out, o)  # fmt: skip
+        if err != ERR_OK:
+            return err, i, err_pos
+        out_end[i] = o
+        out_base_ts[i] = nb
+        out_max_ts[i] = nm
+        out_count[i] = kept
+        flags[i] = NEEDS_FALLBACK if fallback else 0
+    return ERR_OK, -1, -1
+
+
+@_njit
+def _region_ends(side, first_rec, last_rec, value_pos, value_len, split, starts, ends):
+    """Chain the side regions of compressed batches: each starts where the previous one ended; a
+    region ends after the headers of its last record (value end + headers)."""
+    at = np.int64(0)
+    for j in range(len(first_rec)):
+        starts[j] = at
+        if last_rec[j] > first_rec[j]:
+            r = last_rec[j] - 1
+            p = value_pos[r] - split + max(value_len[r], 0)
+            q = _skip_headers(side, p, len(side))
+            if q < 0:
+                return j
+            at = q
+        ends[j] = at
+    return -1
+
+
+# ====================================================================================================
+# public API
+# ====================================================================================================
+
+
+class RebuildError(ValueError):
+    """The kernel could not re-encode a region (`code`, batch `index`, byte `position`)."""
+
+    def __init__(self, code: int, index: int, position: int) -> None:
+        super().__init__(f"rebuild error {code} ({ERR_NAMES.get(code, 'malformed record')}) in batch "
+                         f"{index} at byte {position}")  # fmt: skip
+        self.code, self.index, self.position = code, index, position
+
+
+def record_regions(scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per batch of `scan`: (source SRC_FILE / SRC_SIDE / SRC_NONE for legacy, start, end) of its
+    uncompressed records in `scan.file` or `scan.side` (see the module docstring)."""
+    b = scan.batches
+    n = len(b.position)
+    src = np.full(n, SRC_NONE, dtype=np.int8)
+    start = np.zeros(n, dtype=np.int64)
+    end = np.zeros(n, dtype=np.int64)
+    v2 = b.magic == 2
+    codec = b.codec
+    plain = v2 & (codec == 0)
+    src[plain] = SRC_FILE
+    start[plain] = b.position[plain] + V2_HEADER_SIZE
+    end[plain] = b.position[plain] + b.size[plain]
+    empty_packed = v2 & (codec != 0) & (b.size <= V2_HEADER_SIZE)
+    src[empty_packed] = SRC_FILE
+    start[empty_packed] = end[empty_packed] = b.position[empty_packed] + b.size[empty_packed]
+    packed = np.flatnonzero(v2 & (codec != 0) & (b.size > V2_HEADER_SIZE))
+    if len(packed):
+        bounds = np.searchsorted(scan.records.batch_index, np.arange(n + 1))
+        s = np.empty(len(packed), dtype=np.int64)
+        e = np.empty(len(packed), dtype=np.int64)
+        r = scan.records
+        bad = _region_ends(scan.side, bounds[packed], bounds[packed + 1], r.value_pos, r.value_len, scan.split,
+                           s, e)  # fmt: skip
+        if bad >= 0:
+            raise RebuildError(ERR_LAYOUT, int(packed[bad]), -1)
+        src[packed] = SRC_SIDE
+        start[packed] = s
+        end[packed] = e
+    return src, start, end
+
+
+def _capacity(start, end, count) -> int:
+    return int(np.sum(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64))) + \
+        MAX_GROWTH_PER_RECORD * int(np.sum(count))
+
+
+def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
+                    expect_key_pos):  # fmt: skip
+    """Re-encode the kept records of `len(src)` regions (numba).
+
+    Per region i: records in `file` (src 0) or `side` (src 1) at [start[i], end[i]), exactly
+    `count[i]` of them; `keep[keep_start[i] + n]` says whether record n is kept; the original
+    batch's `base_ts`, `ts_type` (1 = LogAppendTime), `max_ts`; `horizon` (-1 = none) is the
+    delete horizon the rebuilt batch carries; `expect_key_pos` (-1 = unchecked) the position of the
+    first record's key as the scan found it.
+
+    Returns (payload uint8 array, out_start, out_end, new_base_ts, new_max_ts, kept, flags): region
+    i's new records are payload[out_start[i]:out_end[i]]; flags[i] = NEEDS_FALLBACK when a header key
+    is not valid UTF-8 (then use build_batch for that batch). Raises RebuildError on malformed input.
+    """
+    n = len(src)
+    args = _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
+                   expect_key_pos)  # fmt: skip
+    out = np.empty(_capacity(args[3], args[4], args[5]), dtype=np.uint8)
+    res = [np.empty(n, dtype=np.int64) for _ in range(5)] + [np.empty(n, dtype=np.int8)]
+    err, index, position = _rebuild_kernel(*args, out, *res)
+    if err != ERR_OK:
+        raise RebuildError(int(err), int(index), int(position))
+    used = int(res[1][-1]) if n else 0
+    return (out[:used], *res)
+
+
+def _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
+            expect_key_pos):  # fmt: skip
+    i64 = np.int64
+    return (
+        _u8(file), _u8(side), np.asarray(src, dtype=np.int8), np.asarray(start, dtype=i64),
+        np.asarray(end, dtype=i64), np.asarray(count, dtype=i64), np.asarray(keep, dtype=np.bool_),
+        np.asarray(keep_start, dtype=i64), np.asarray(base_ts, dtype=i64), np.asarray(ts_type, dtype=np.int8),
+        np.asarray(max_ts, dtype=i64), np.asarray(horizon, dtype=i64), np.asarray(expect_key_pos, dtype=i64),
+    )  # fmt: skip
+
+
+def _u8(buf) -> np.ndarray:
+    if isinstance(buf, np.ndarray) and buf.dtype == np.uint8:
+        return buf
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
+                       expect_key_pos):  # fmt: skip
+    """Plain-Python reference of `rebuild_records` (same signature, same results): each record is
+    decoded into a `format.batch.Record` and the kept ones are encoded with `encode_record`, i.e.
+    exactly what `build_batch` does with them."""
+    file, side = bytes(_u8(file)), bytes(_u8(side))
+    n = len(src)
+    payload = bytearray()
+    out_start, out_end, new_base, new_max, kept_n = (np.zeros(n, dtype=np.int64) for _ in range(5))
+    flags = np.zeros(n, dtype=np.int8)
+    for i in range(n):
+        buf = file if int(src[i]) == SRC_FILE else side
+        pos, stop = int(start[i]), int(end[i])
+        if pos < 0 or stop > len(buf) or pos > stop:
+            raise RebuildError(ERR_LAYOUT, i, pos)
+        view = memoryview(buf)[:stop]
+        log_append = int(ts_type[i]) == LOG_APPEND_TIME
+        records = []
+        for r in range(int(count[i])):
+            try:
+                record, key_pos, utf8_ok, nxt = _py_record(view, pos, int(base_ts[i]))
+            except (ValueError, IndexError) as e:  # CorruptRecordError is a ValueError
+                raise RebuildError(ERR_RECORD_SIZE, i, pos) from e
+            if r == 0 and int(expect_key_pos[i]) >= 0 and key_pos != int(expect_key_pos[i]):
+                raise RebuildError(ERR_LAYOUT, i, pos)
+            if log_append:
+                record.timestamp = int(max_ts[i])
+            if keep[int(keep_start[i]) + r]:
+                records.append(record)
+                if not utf8_ok:
+                    flags[i] = NEEDS_FALLBACK
+            pos = nxt
+        if pos != stop:
+            raise RebuildError(ERR_LAYOUT, i, pos)
+        h = int(horizon[i])
+        base = h if h >= 0 else (records[0].timestamp if records else h)
+        out_start[i] = len(payload)
+        for record in records:
+            fb.encode_record(payload, record, record.offset, record.timestamp - base)
+        out_end[i] = len(payload)
+        new_base[i] = base
+        new_max[i] = int(max_ts[i]) if log_append else max([-1, *(r.timestamp for r in records)])
+        kept_n[i] = len(records)
+    return np.frombuffer(bytes(payload), dtype=np.uint8), out_start, out_end, new_base, new_max, kept_n, flags
+
+
+def _py_record(view, pos: int, base_ts: int) -> tuple[fb.Record, int, bool, int]:
+    """(Record with offset = offsetDelta, key position, header keys valid UTF-8, next position)."""
+    from compaction.errors import CorruptRecordError
+    from compaction.format.varint import read_varint, read_varlong
+
+    length, p = read_varint(view, pos)
+    body_end = p + length
+    if length < 0 or body_end > len(view):
+        raise CorruptRecordError("record runs past the region")
+    body = view[:body_end]
+    ts_delta, p = read_varlong(body, p + 1)
+    off_delta, p = read_varint(body, p)
+    key_len, p = read_varint(body, p)
+    key_pos = p
+    key, p = fb._read_bytes(body, p, key_len, "key")
+    value_len, p = read_varint(body, p)
+    value, p = fb._read_bytes(body, p, value_len, "value")
+    count, p = read_varint(body, p)
+    headers, utf8_ok = [], True
+    for _ in range(count):
+        hk_len, p = read_varint(body, p)
+        name, p = fb._read_bytes(body, p, hk_len, "header key")
+        hv_len, p = read_varint(body, p)
+        hvalue, p = fb._read_bytes(body, p, hv_len, "header value")
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            text, utf8_ok = name.decode("utf-8", errors="replace"), False
+        headers.append((text, hvalue))
+    if p != body_end:
+        raise CorruptRecordError("record fields do not end at its length")
+    return fb.Record(off_delta, base_ts + ts_delta, key, value, tuple(headers)), key_pos, utf8_ok, p
+
+
+# ====================================================================================================
+# whole batches
+# ====================================================================================================
+
+
+def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int, last_offset_delta: int,
+               base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int, base_sequence: int,
+               records_count: int, horizon: int) -> fb.BatchHeader:  # fmt: skip
+    """The rebuilt batch's header fields (batch_length and crc filled by `seal`). `attributes` are
+    the original ones: codec, timestamp type, transactional and control bits are kept; the
+    delete-horizon bit is set when `horizon >= 0` (or was already set)."""
+    attrs = attributes & (fb.COMPRESSION_CODEC_MASK | fb.TIMESTAMP_TYPE_MASK | fb.TRANSACTIONAL_MASK
+                          | fb.CONTROL_MASK | fb.DELETE_HORIZON_MASK)  # fmt: skip
+    if horizon >= 0:
+        attrs |= fb.DELETE_HORIZON_MASK
+    return fb.BatchHeader(base_offset, 0, partition_leader_epoch, fb.MAGIC_V2, 0, attrs, last_offset_delta,
+                          base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+                          records_count)  # fmt: skip
+
+
+def seal(header: fb.BatchHeader, records, codec: int) -> list:
+    """[header bytes, payload] of the batch: payload compressed with `codec` (default level),
+    batch_length and the CRC-32C over [21, end) filled in. The payload is not copied when
+    uncompressed (a memoryview into the kernel's output)."""
+    payload = compression.compress(codec, records, fb.MAGIC_V2) if codec else memoryview(records)
+    header.batch_length = fb.RECORD_BATCH_OVERHEAD - fb.LOG_OVERHEAD + len(payload)
+    header.crc = 0
+    head = bytearray(header.pack())
+    header.crc = _crc32c.crc32c(payload, _crc32c.crc32c(memoryview(head)[fb.CRC_COVERED_FROM :]))
+    fb.CRC_FIELD.pack_into(head, fb.CRC_OFFSET, header.crc)
+    return [bytes(head), payload]
