@@ -13,10 +13,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compaction.errors import CompactionError, IndexCorruptError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
-from compaction.format.index import read_offset_index, read_time_index
-from compaction.format.scan import scan_batches
+from compaction.format.index import (
+    build_indexes,
+    read_offset_index,
+    read_time_index,
+    sanity_check_offset_index,
+    sanity_check_time_index,
+    sanity_check_txn_index,
+)
+from compaction.format.scan import scan_batches, scan_segment
 from compaction.plan import SegmentMeta
 from compaction.storage import Storage
 
@@ -112,6 +120,9 @@ def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, parti
     by_base: dict[int, SegmentFiles] = {}
     for info in storage.list_dir(path):
         if info.is_dir:
+            # A broker never makes sub-directories in a partition dir; one named like a segment
+            # file would also be read as that file (an unreadable file, from our side).
+            part.problems.append(f"{info.path}: is a directory, not a file")
             continue
         if info.name in KNOWN_PARTITION_FILES or info.name.endswith(KNOWN_SUFFIXES):
             continue
@@ -188,3 +199,102 @@ def log_end_offset(storage: Storage, seg: SegmentFiles) -> int:
     if len(cols.last_offset) == 0:
         return seg.base_offset
     return int(cols.last_offset.max()) + 1
+
+
+# --- validation before planning (issue 5: bad input fails its partition, never the run) ---------
+
+
+class PartitionInvalid(CompactionError):
+    """A partition dir we will not touch: unknown files, no segment, a broken index."""
+
+
+def validate_partition(storage: Storage, part: PartitionDir) -> None:
+    """The cheap, driver-side checks of one partition dir; raises on the first problem.
+
+    Reads every index file (not the segments: the executors' scan checks the batches, CRCs and
+    sizes and names the file and byte position of the first bad one). A missing `.index` is not
+    a problem here: `rebuild_missing_index` rebuilds it as a broker's `LogSegment.recover` would.
+    """
+    if part.problems:
+        raise PartitionInvalid("unexpected file in partition dir: " + "; ".join(part.problems))
+    if not part.segments:
+        raise PartitionInvalid(f"{part.path}: partition dir holds no segment (.log) file")
+    for i, seg in enumerate(part.segments):
+        active = i == len(part.segments) - 1
+        _read_checked(storage, seg.log.path, 0, min(seg.log.size, FIRST_HEADER_BYTES))
+        if seg.index is not None:
+            check_offset_index(storage, seg, active)
+        if seg.timeindex is not None and seg.timeindex.size:
+            data = _read_checked(storage, seg.timeindex.path)
+            if active:  # preallocated: drop trailing all-zero entries (timestamp 0, offset base)
+                whole = len(data) - len(data) % TIME_ENTRY_BYTES
+                while whole > TIME_ENTRY_BYTES and not any(data[whole - TIME_ENTRY_BYTES : whole]):
+                    whole -= TIME_ENTRY_BYTES
+                data = data[:whole] + data[len(data) - len(data) % TIME_ENTRY_BYTES :]
+            sanity_check_time_index(data, seg.base_offset, seg.timeindex.path)
+        if seg.txnindex is not None and seg.txnindex.size:
+            data = _read_checked(storage, seg.txnindex.path)
+            sanity_check_txn_index(data, seg.base_offset, seg.txnindex.path)
+
+
+def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
+    try:
+        return storage.read_bytes(path, offset, length)
+    except OSError as exc:
+        raise PartitionInvalid(f"{path}: cannot read: {exc}") from exc
+
+
+def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool) -> None:
+    """Broker sanity checks (spec §3.8) plus: offsets and positions strictly increasing, no offset
+    below the base, no position at or past the end of the `.log` (spec §3.9)."""
+    path = seg.index.path
+    data = _read_checked(storage, path)
+    sanity_check_offset_index(data, seg.base_offset, path)
+    entries = read_offset_index(data, seg.base_offset)
+    if active:
+        # A live broker's active index is preallocated: trailing (base, 0) entries are padding.
+        real = np.flatnonzero((entries[:, 0] != seg.base_offset) | (entries[:, 1] != 0))
+        entries = entries[: (int(real[-1]) + 1) if len(real) else min(len(entries), 1)]
+    for i in range(len(entries)):
+        offset, position = int(entries[i, 0]), int(entries[i, 1])
+        where = {"path": path, "position": i * OFFSET_ENTRY_BYTES, "offset": offset}
+        if offset < seg.base_offset:
+            raise IndexCorruptError(f"index entry offset {offset} is below the base offset", **where)
+        if position >= max(seg.log.size, 1):
+            raise IndexCorruptError(
+                f"index entry points to byte {position}, past the end of {seg.log.path} "
+                f"({seg.log.size} bytes)", **where)  # fmt: skip
+        if i and (offset <= entries[i - 1, 0] or position <= entries[i - 1, 1]):
+            raise IndexCorruptError(
+                f"index entry ({offset}, {position}) goes backwards after "
+                f"({int(entries[i - 1, 0])}, {int(entries[i - 1, 1])})", **where)  # fmt: skip
+
+
+def rebuild_missing_index(
+    storage: Storage, part: PartitionDir, seg: SegmentFiles, index_interval_bytes: int, *, write: bool
+) -> str:
+    """Rebuild the `.index` of `seg` (and its `.timeindex` when that is missing too) from the
+    `.log`, with CRC checks, as a broker's `LogSegment.recover` does when the index is missing.
+
+    Raises a `KafkaFormatError` naming the byte position when the `.log` does not verify (then
+    nothing is written). With `write`, each file goes to `<name>.cleaned` durably and is renamed
+    into place (a crash leaves only a `.cleaned` file, which recovery removes). Returns the action.
+    """
+    active = seg is part.segments[-1]
+    data = _read_checked(storage, seg.log.path)
+    # The active segment may end in a partial batch after a broker crash: index the valid prefix.
+    scan = scan_segment(np.frombuffer(data, dtype=np.uint8), seg.log.path, allow_trailing=active)
+    b = scan.batches
+    index, timeindex = build_indexes(b.position, b.size, b.last_offset, b.max_timestamp, seg.base_offset,
+                                     index_interval_bytes)  # fmt: skip
+    files = {".index": index} if seg.timeindex is not None else {".index": index, ".timeindex": timeindex}
+    names = " and ".join(naming.segment_file_name(seg.base_offset, s) for s in files)
+    if not write:
+        return f"would rebuild missing {names} from {seg.name} (dry run)"
+    for suffix, content in files.items():
+        final = f"{part.path}/{naming.segment_file_name(seg.base_offset, suffix)}"
+        storage.write_durable(final + ".cleaned", content)
+        storage.rename(final + ".cleaned", final)
+        setattr(seg, suffix[1:], storage.info(final))
+    return f"rebuilt missing {names} from {seg.name} ({len(b.position)} batches verified)"
+

@@ -21,7 +21,9 @@ from compaction.discover import (
     PartitionDir,
     log_end_offset,
     read_log_dir,
+    rebuild_missing_index,
     segment_meta,
+    validate_partition,
 )
 from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
@@ -111,11 +113,13 @@ def _plan_one(
     result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
     p = Planned(ld, part, result)
     try:
-        if part.problems:
-            raise CompactionError("unexpected file in partition dir: " + "; ".join(part.problems))
-        if not part.segments:
-            raise CompactionError(f"{part.path}: partition dir holds no segment (.log) file")
+        validate_partition(ld.storage, part)
         config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
+        for seg in part.segments:
+            if seg.index is None:  # recovery could not rebuild it (or a dry run): say why, or what
+                action = rebuild_missing_index(ld.storage, part, seg, config.index_interval_bytes, write=False)
+                if opts.dry_run:
+                    result.recovery.append(action)
         state = _partition_state(ld, part, config, first_unstable)
         p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
     except (CompactionError, ValueError, OSError) as exc:
@@ -147,11 +151,30 @@ def _recover(opts: JobOptions) -> dict[tuple[str, str], list[str]]:
         ld = read_log_dir(uri, opts.topics)
         for part in ld.partitions:
             if part.transient or ld.storage.exists(f"{part.path}/compaction-commit.json"):
-                actions = recover_partition(ld.storage, part.path).actions
-                done[(uri, part.path)] = actions
-                for a in actions:
-                    log.info("recovery %s: %s", part.path, a)
+                done[(uri, part.path)] = recover_partition(ld.storage, part.path).actions
+        # Missing `.index` files are rebuilt as a broker's LogLoader would (spec §3.8), but only in
+        # a partition that passes every other check: a failed partition keeps its files as found.
+        for part in read_log_dir(uri, opts.topics).partitions:
+            if any(seg.index is None for seg in part.segments):
+                done.setdefault((uri, part.path), []).extend(_rebuild_indexes(ld.storage, part, opts))
+    for (_, path), actions in done.items():
+        for a in actions:
+            log.info("recovery %s: %s", path, a)
     return done
+
+
+def _rebuild_indexes(storage: Storage, part: PartitionDir, opts: JobOptions) -> list[str]:
+    try:
+        validate_partition(storage, part)
+        config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
+        return [
+            rebuild_missing_index(storage, part, seg, config.index_interval_bytes, write=True)
+            for seg in part.segments
+            if seg.index is None
+        ]
+    except (CompactionError, ValueError, OSError) as exc:
+        log.warning("%s: missing index not rebuilt: %s", part.path, exc)  # planning fails the partition
+        return []
 
 
 def _lock_log_dirs(opts: JobOptions) -> list:
@@ -348,7 +371,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
         planned, dirs = discover_and_plan(opts)
         timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
         for p in planned:
-            p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), [])
+            p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
         todo = [p for p in planned if p.plan is not None and p.plan.eligible and p.result.status != rpt.FAILED]
         if opts.recover_only or opts.dry_run:
             for p in todo:
