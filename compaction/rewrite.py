@@ -70,6 +70,7 @@ class GroupSpec:
     retain_last_batch_of_round: bool = True
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
+    max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
 
     @property
     def new_base(self) -> int:
@@ -88,7 +89,15 @@ def _read_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
     if len(data) != seg.size:
         raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    return scan_segment(np.frombuffer(data, dtype=np.uint8), path)
+    scan = scan_segment(np.frombuffer(data, dtype=np.uint8), path)
+    too_big = np.flatnonzero(scan.batches.size > spec.max_message_bytes)
+    if len(too_big):  # Kafka's cleaner: "This log contains a message larger than maximum allowable size"
+        i = int(too_big[0])
+        raise CorruptRecordError(
+            f"batch of {int(scan.batches.size[i])} bytes is larger than max.message.bytes "
+            f"{spec.max_message_bytes}", path=path, position=int(scan.batches.position[i]),
+            offset=int(scan.batches.base_offset[i]))  # fmt: skip
+    return scan
 
 
 def aborted_batches(scan: SegmentScan, aborted: tuple[AbortedTxn, ...]) -> np.ndarray:

@@ -102,6 +102,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 index_interval_bytes=config.index_interval_bytes,
                 aborted_txns=aborted,
                 tail_segments=tail if n == len(plan.groups) - 1 else (),
+                max_message_bytes=config.max_message_bytes,
             )
         )
     return specs
