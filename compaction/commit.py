@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compaction.faults import crash_point
 from compaction.format import naming
 from compaction.format.scan import scan_batches
 from compaction.storage import Storage
@@ -57,13 +58,16 @@ def _existing(storage: Storage, part: str) -> set[str]:
 
 def commit_partition(storage: Storage, part: str, replacements: list[Replacement]) -> None:
     """Swap every cleaned group of one partition in, durably, in Kafka's order."""
+    crash_point("cleaned")
     names = _existing(storage, part)
     intent = _intent(names, replacements)
     storage.write_durable(f"{part}/{INTENT_FILE}", json.dumps(intent).encode())
+    crash_point("intent")
     for name in sorted(intent["new_files"], reverse=True):  # 20-digit names sort by offset
         if name + CLEANED in names:
             storage.rename(f"{part}/{name}{CLEANED}", f"{part}/{name}{SWAP}")
     storage.fsync_dir(part)
+    crash_point("swap")
     _finish_swap(storage, part, intent)
 
 
@@ -93,10 +97,12 @@ def _finish_swap(storage: Storage, part: str, intent: dict) -> None:
         if name in names and (name not in new_files or name + SWAP in names):
             storage.rename(f"{part}/{name}", f"{part}/{name}{DELETED}")
     storage.fsync_dir(part)
+    crash_point("deleted")
     for name in intent["new_files"]:
         if name + SWAP in names:
             storage.rename(f"{part}/{name}{SWAP}", f"{part}/{name}")
     storage.fsync_dir(part)
+    crash_point("renamed")
     for name in _existing(storage, part):
         if name.endswith(DELETED):
             storage.delete(f"{part}/{name}")

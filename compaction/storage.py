@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from compaction.errors import CompactionError
+from compaction.faults import crash_point
 
 COMPACTION_LOCK_FILE = ".compaction.lock"
 KAFKA_LOCK_FILE = ".lock"  # LogManager.LockFileName
@@ -173,6 +174,8 @@ class Storage:
         """
         chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
         written = 0
+        if path.endswith(".timeindex.cleaned"):
+            crash_point("rewrite")
         if self.is_local:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:

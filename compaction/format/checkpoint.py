@@ -204,7 +204,11 @@ def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
 
 def write_checkpoint(storage: Storage, path: str, entries: Mapping[TopicPartition, int]) -> None:
     """Replace an offset checkpoint atomically and durably (tmp + fsync + rename + dir fsync)."""
+    from compaction.faults import crash_point
+
+    crash_point("checkpoint")
     storage.write_atomic(path, format_offset_checkpoint(entries).encode("utf-8"))
+    crash_point("checkpointed")
 
 
 def read_leader_epoch_checkpoint(storage: Storage, path: str) -> list[tuple[int, int]]:
