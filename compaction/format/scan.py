@@ -869,9 +869,11 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     """
     file = _as_u8(buf)
     batches = scan_batches(file, start, end)
-    _check_stop(file, batches, path, allow_trailing)
     if verify_crc:
+        # Whole batches first: a batch cut short in the middle of a segment swallows the head of
+        # the next one, so its CRC fails at its own position, before the walk goes astray after it.
         _verify_crcs(file, batches, path)
+    _check_stop(file, batches, path, allow_trailing)
     v2 = batches.magic == 2
     codec = batches.codec
     _check_codecs(batches, codec, v2, path)
