@@ -80,10 +80,22 @@ export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$python}"
 export NUMBA_CACHE_DIR="$numba_cache"
 export SPARK_HOME_SUBMITTED=1
 
+# Where executors import the package from. A local master runs its Python workers on this host:
+# they import the repo's package dir (PYTHONPATH), so numba's on-disk cache of the compiled
+# kernels (keyed on the source files' path and mtime) is hit by every worker of every run. From
+# the zip that spark-submit copies into a fresh per-application dir, every Python worker of
+# every run would compile the kernels again (seconds per worker). Clusters get the zip.
+# KAFKA_COMPACTION_SHIP_ZIP=1 forces the zip (tests of the cluster path).
+ship=(--py-files "$zip")
+if [[ "$master" == local* && "${KAFKA_COMPACTION_SHIP_ZIP:-0}" != 1 ]]; then
+  ship=()
+  export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
 exec "$submit" \
   --master "$master" \
   --name "${SPARK_APP_NAME:-kafka-offline-compaction}" \
-  --py-files "$zip" \
+  ${ship[@]+"${ship[@]}"} \
   --conf "spark.pyspark.python=$python" \
   --conf "spark.executorEnv.NUMBA_CACHE_DIR=$numba_cache" \
   --conf "spark.sql.execution.arrow.pyspark.enabled=true" \
