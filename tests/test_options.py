@@ -1,0 +1,56 @@
+"""Job options: Kafka config names, per-topic overrides and their precedence (no Spark)."""
+
+import json
+
+import pytest
+
+from compaction.options import parse_args, parse_topic_properties
+from compaction.plan import resolve_topic_config
+
+
+def test_flags_are_kafka_config_names_and_unset_flags_stay_unset():
+    opts = parse_args(["--log-dir", "/x", "--min-cleanable-dirty-ratio", "0.2", "--delete-retention-ms", "5"])
+    assert opts.kafka_config == {"min.cleanable.dirty.ratio": 0.2, "delete.retention.ms": 5}
+    assert opts.log_dirs == ["/x"]
+
+
+def test_log_dir_is_repeatable_and_required():
+    assert parse_args(["--log-dir", "a", "--log-dir", "b"]).log_dirs == ["a", "b"]
+    with pytest.raises(SystemExit) as exc:
+        parse_args([])
+    assert exc.value.code == 2
+
+
+def test_now_ms_defaults_to_the_wall_clock_and_can_be_pinned():
+    assert parse_args(["--log-dir", "x", "--now-ms", "123"]).now_ms == 123
+    assert parse_args(["--log-dir", "x"]).now_ms > 1_700_000_000_000
+
+
+def test_topic_properties_handle_dotted_topic_names():
+    text = "# comment\nmy.topic.cleanup.policy=delete\nmy.topic.delete.retention.ms = 10\nother.segment.bytes=2048\n"
+    assert parse_topic_properties(text) == {
+        "my.topic": {"cleanup.policy": "delete", "delete.retention.ms": "10"},
+        "other": {"segment.bytes": "2048"},
+    }
+
+
+@pytest.mark.parametrize("line", ["no-equals-sign", "topic.unknown.config=1"])
+def test_topic_properties_reject_what_they_cannot_read(line):
+    with pytest.raises(ValueError, match="line 1"):
+        parse_topic_properties(line)
+
+
+def test_topic_override_beats_job_option_beats_kafka_default(tmp_path):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps({"orders": {"delete.retention.ms": 7}}))
+    opts = parse_args(["--log-dir", "x", "--delete-retention-ms", "99", "--topic-config", str(path)])
+    orders = resolve_topic_config(opts.topic_config.get("orders"), opts.config_for("orders"))
+    users = resolve_topic_config(opts.topic_config.get("users"), opts.config_for("users"))
+    assert orders.delete_retention_ms == 7
+    assert users.delete_retention_ms == 99
+    assert users.segment_bytes == 1_073_741_824  # Kafka's default
+
+
+def test_compact_delete_policy_is_compacted():
+    assert resolve_topic_config({"cleanup.policy": "Compact, Delete"}).compact
+    assert not resolve_topic_config({"cleanup.policy": "delete"}).compact
