@@ -118,7 +118,8 @@ def _plan_one(
         config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
         for seg in part.segments:
             if seg.index is None:  # recovery could not rebuild it (or a dry run): say why, or what
-                action = rebuild_missing_index(ld.storage, part, seg, config.index_interval_bytes, write=False)
+                interval = config.index_interval_bytes
+                action = rebuild_missing_index(ld.storage, part, seg, interval, write=False)
                 if opts.dry_run:
                     result.recovery.append(action)
         state = _partition_state(ld, part, config, first_unstable)
