@@ -17,7 +17,8 @@ from compaction.format.legacy import build_legacy_message_set
 from compaction.format.scan import scan_segment
 from compaction.format.segment import iter_batches
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                derandomize=True)
 PATH = "fuzz.log"
 
 
@@ -36,7 +37,8 @@ def _segment(codecs: list[int]) -> bytes:
 
 segments = st.lists(st.integers(0, 8), min_size=1, max_size=4).map(_segment)
 edits = st.lists(
-    st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]), st.floats(0, 1), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]), st.floats(0, 1),
+              st.binary(min_size=1, max_size=8)),
     min_size=1, max_size=3,
 )  # fmt: skip
 
