@@ -14,7 +14,10 @@ partition otherwise (transaction state crosses group boundaries, spec §5.8).
 
 from __future__ import annotations
 
+import os
+import posixpath
 import time
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +26,7 @@ import pyarrow.compute as pc
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
-from compaction.format import naming
+from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
 from compaction.retention import (
@@ -245,27 +248,103 @@ def keep_records(
 
 
 # --- writing ---------------------------------------------------------------------------------
+#
+# Memory per task (one rewrite unit): the cleaned `.log` is streamed to `<base>.log.cleaned` as
+# batches are produced, so what a task holds at once is bounded by ONE source segment, not by the
+# output group: the segment itself (np.memmap on local disks: page cache, not heap; a bytes copy
+# on object stores), `SegmentScan.side` (the decompressed records of its compressed batches),
+# ~45 B of record columns + ~10 B of keep/found arrays per record of the segment, the re-encoded
+# records of its rebuilt batches (<= their uncompressed size + 14 B per record) plus their
+# compressed copies, and up to `_LogWriter.FLUSH_BYTES` of pending verbatim slices; plus 32 B per
+# output batch of the group for the index columns. Roughly: segment size + 2 x its decompressed
+# size + 60 B x its records, whatever the group size.
+
+
+class _LogWriter:
+    """`<base>.log.cleaned`, written as it is produced and made durable on `close` (the same
+    guarantees as `Storage.write_durable`: local -> fsync the file and its directory)."""
+
+    FLUSH_BYTES = 4 << 20
+    FLUSH_CHUNKS = 512  # below IOV_MAX (1024)
+
+    def __init__(self, storage: Storage, path: str) -> None:
+        self.storage, self.path = storage, path
+        self._local = storage.is_local
+        if self._local:
+            self._file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()/by GC on error
+        else:  # compression=None: the default would guess a codec from the file extension
+            self._file = storage.fs.open_output_stream(path, compression=None)
+        self._pending: list = []
+        self._pending_bytes = 0
+
+    def write(self, chunk) -> None:
+        self._pending.append(chunk)
+        self._pending_bytes += len(chunk)
+        if self._pending_bytes >= self.FLUSH_BYTES or len(self._pending) >= self.FLUSH_CHUNKS:
+            self.flush()
+
+    def flush(self) -> None:
+        chunks, self._pending, self._pending_bytes = self._pending, [], 0
+        if not chunks:
+            return
+        if not self._local:
+            for c in chunks:
+                self._file.write(c)
+            return
+        fd = self._file.fileno()
+        written = os.writev(fd, chunks)
+        total = sum(len(c) for c in chunks)
+        if written == total:
+            return
+        for c in chunks:  # a short writev (signals, huge batches): finish chunk by chunk
+            view = memoryview(c).cast("B")
+            if written >= len(view):
+                written -= len(view)
+                continue
+            view = view[written:]
+            written = 0
+            while view:
+                view = view[os.write(fd, view) :]
+
+    def close(self) -> None:
+        self.flush()
+        if self._local:
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self.storage.fsync_dir(posixpath.dirname(self.path) or ".")
+        else:
+            self._file.close()
 
 
 @dataclass
 class _Output:
-    """The cleaned segment being built: batch bytes and the columns its indexes come from."""
+    """The cleaned segment being written: batch bytes go to the `.log.cleaned` writer at once; only
+    the columns the indexes are built from stay in memory (array('q'): 8 bytes per value)."""
 
-    chunks: list = field(default_factory=list)
-    positions: list = field(default_factory=list)
-    sizes: list = field(default_factory=list)
-    last_offsets: list = field(default_factory=list)
-    max_timestamps: list = field(default_factory=list)
+    writer: _LogWriter | None = None
+    positions: array = field(default_factory=lambda: array("q"))
+    sizes: array = field(default_factory=lambda: array("q"))
+    last_offsets: array = field(default_factory=lambda: array("q"))
+    max_timestamps: array = field(default_factory=lambda: array("q"))
     size: int = 0
     records: int = 0
 
-    def append(self, data, last_offset: int, max_timestamp: int, records: int) -> None:
-        self.chunks.append(data)
+    def open(self, spec: GroupSpec) -> None:
+        if self.writer is None:
+            self.writer = _LogWriter(spec.storage, spec.segment_path(spec.new_base, ".log") + CLEANED)
+
+    def append(self, chunks, last_offset: int, max_timestamp: int, records: int) -> None:
+        """One batch, as one or more byte chunks (not copied: slices of the memory-mapped source,
+        the kernel's output, a freshly built header)."""
+        size = 0
+        for c in chunks:
+            self.writer.write(c)
+            size += len(c)
         self.positions.append(self.size)
-        self.sizes.append(len(data))
+        self.sizes.append(size)
         self.last_offsets.append(last_offset)
         self.max_timestamps.append(max_timestamp)
-        self.size += len(data)
+        self.size += size
         self.records += records
 
 
@@ -277,9 +356,24 @@ class _Stats:
     invalid_records: int = 0
 
 
+def _open_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
+    """`_read_segment` for the rewrite: local segments are memory-mapped, not copied, so that
+    verbatim batches are written straight from the page cache."""
+    path = spec.segment_path(seg.base_offset)
+    if not spec.storage.is_local:
+        return _read_segment(spec, seg)
+    size = os.stat(path).st_size
+    if size != seg.size:
+        raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {size} bytes)", path=path)
+    data = np.memmap(path, dtype=np.uint8, mode="r") if size else np.empty(0, dtype=np.uint8)
+    return scan_segment(data, path)
+
+
 def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None,
              first: int, last: int) -> bytes:  # fmt: skip
-    """`MemoryRecordsBuilder` over the retained records (spec §5.11), v0/v1 converted to v2."""
+    """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11): v0/v1
+    converted to v2, and the rare v2 batch whose header keys are not valid UTF-8 (see
+    format/rebuild.py); every other v2 batch goes through `_rebuild_v2`."""
     b = scan.batches
     pos, size = int(b.position[i]), int(b.size[i])
     attrs = int(b.attributes[i])
@@ -324,18 +418,49 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
     return fb.parse_control_type(scan.key(first))
 
 
+# What _clean_segment decided for one batch, emitted in log order once the segment's v2 rebuilds
+# are done: (kind, batch index, n_kept, new horizon or None, view).
+_COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(4)
+
+
 def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_latest, txn: CleanedTransactionMetadata,
                    out: _Output, stats: _Stats) -> None:  # fmt: skip
-    scan = _read_segment(spec, seg)
+    out.open(spec)
+    scan = _open_segment(spec, seg)
     b, rec = scan.batches, scan.records
+    nb = len(b.position)
     found = found_offsets(scan.keys_arrow(), lookup_keys, lookup_latest)
-    bounds = np.searchsorted(rec.batch_index, np.arange(len(b.position) + 1))
+    bounds = np.searchsorted(rec.batch_index, np.arange(nb + 1))
     retain_legacy = retain_legacy_deletes(seg.mtime_ns // 1_000_000, spec.legacy_delete_horizon_ms)
     stats.bytes_read += seg.size
-    stats.batches_read += len(b.position)
-    for i in range(len(b.position)):
-        first, last = int(bounds[i]), int(bounds[i + 1])
-        view = _batch_view(scan, i, last - first)
+    stats.batches_read += nb
+    # keep_records over every record of the segment at once; batches whose records are all kept
+    # (control) or all dropped (discard) are overridden below.
+    attrs = b.attributes.astype(np.int64)
+    v2 = b.magic >= 2
+    has_horizon = v2 & ((attrs & fb.DELETE_HORIZON_MASK) != 0)
+    retain_deletes = np.where(v2, ~has_horizon | (spec.now_ms < b.base_timestamp), retain_legacy)
+    keep, invalid = keep_records(rec.offset, rec.key_len, rec.value_len, found, spec.upper_bound - 1,
+                                 retain_deletes[rec.batch_index])  # fmt: skip
+    bi = rec.batch_index
+    n_keep = np.bincount(bi[keep], minlength=nb).tolist()
+    n_invalid = np.bincount(bi[invalid], minlength=nb).tolist()
+    n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb).tolist()
+    cols = [c.tolist() for c in (bounds, b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.magic,
+                                 b.base_timestamp, b.max_timestamp, attrs)]  # fmt: skip
+    bounds_l, base_l, last_l, pid_l, epoch_l, magic_l, bts_l, mts_l, attrs_l = cols
+    new_horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms)
+    plan, overrides = [], []
+    for i in range(nb):
+        first, last = bounds_l[i], bounds_l[i + 1]
+        a, magic = attrs_l[i], magic_l[i]
+        view = _BatchView(
+            base_offset=base_l[i], last_offset=last_l[i], producer_id=pid_l[i], producer_epoch=epoch_l[i],
+            is_transactional=magic >= 2 and bool(a & fb.TRANSACTIONAL_MASK),
+            is_control=magic >= 2 and bool(a & fb.CONTROL_MASK), records_count=last - first, magic=magic,
+            delete_horizon_ms=bts_l[i] if magic >= 2 and a & fb.DELETE_HORIZON_MASK else None,
+            max_timestamp=mts_l[i],
+        )  # fmt: skip
         decision = check_batch_retention(
             view, txn,
             control_type=_control_type(scan, first, last) if view.is_control else None,
@@ -347,55 +472,110 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_late
         if decision.retention is BatchRetention.DELETE:
             continue  # dropped unread: its records are not counted (CleanerStats.messagesRead)
         stats.records_read += last - first
-        _emit_batch(spec, scan, i, view, decision, first, last, found, retain_legacy, out, stats)
+        if decision.discard_batch_records:
+            n_kept, tombstones = 0, False
+            overrides.append((first, last, False))
+        elif view.is_control:
+            n_kept, tombstones = last - first, False
+            overrides.append((first, last, True))
+        else:
+            n_kept, tombstones = n_keep[i], n_tomb[i] > 0
+            stats.invalid_records += n_invalid[i]
+        need_horizon = n_kept > 0 and needs_delete_horizon(view, tombstones, decision.contains_marker_for_empty_txn)
+        kind = filter_batch_output(view, decision.retention, n_kept, need_horizon)
+        if kind is BatchOutput.COPY_ORIGINAL:
+            plan.append((_COPY, i, n_kept, None, view))
+        elif kind is BatchOutput.REBUILD:
+            horizon = new_horizon if need_horizon else None
+            plan.append((_REBUILD_V2 if magic >= 2 else _REBUILD_BUILDER, i, n_kept, horizon, view))
+        elif kind is BatchOutput.EMPTY_HEADER:
+            plan.append((_EMPTY, i, 0, None, view))
+    for first, last, value in overrides:
+        keep[first:last] = value
+    _emit_segment(scan, plan, keep, bounds, out)
 
 
-def _emit_batch(spec, scan, i, view, decision, first, last, found, retain_legacy, out, stats) -> None:
-    rec = scan.records
-    if decision.discard_batch_records:
-        keep = np.zeros(last - first, dtype=bool)
-    elif view.is_control:
-        keep = np.ones(last - first, dtype=bool)
-    else:
-        retain_deletes = (
-            view.delete_horizon_ms is None or spec.now_ms < view.delete_horizon_ms
-            if view.magic >= 2 else retain_legacy
-        )  # fmt: skip
-        keep, invalid = keep_records(
-            rec.offset[first:last], rec.key_len[first:last], rec.value_len[first:last],
-            found[first:last], spec.upper_bound - 1, retain_deletes,
-        )  # fmt: skip
-        stats.invalid_records += int(invalid.sum())
-    n_kept = int(keep.sum())
-    tombstones = bool((keep & (rec.value_len[first:last] < 0)).any()) and not view.is_control
-    need_horizon = n_kept > 0 and needs_delete_horizon(view, tombstones, decision.contains_marker_for_empty_txn)
-    kind = filter_batch_output(view, decision.retention, n_kept, need_horizon)
+def _emit_segment(scan: SegmentScan, plan: list, keep: np.ndarray, bounds: np.ndarray, out: _Output) -> None:
+    """Write the planned batches of one segment in log order; every v2 rebuild of the segment is
+    re-encoded by one kernel call (format/rebuild.py)."""
     b = scan.batches
-    pos, size = int(b.position[i]), int(b.size[i])
-    if kind is BatchOutput.COPY_ORIGINAL:
-        out.append(scan.file[pos : pos + size].tobytes(), view.last_offset, view.max_timestamp, n_kept)
-    elif kind is BatchOutput.REBUILD:
-        horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms) if need_horizon else None
-        kept = set(rec.offset[first:last][keep].tolist())
-        data = _rebuild(scan, i, view, kept, horizon, first, last)
-        header = fb.BatchHeader.unpack_from(data)
-        out.append(data, header.last_offset, header.max_timestamp, n_kept)
-    elif kind is BatchOutput.EMPTY_HEADER:
-        header = fb.BatchHeader.unpack_from(scan.file[pos : pos + fb.RECORD_BATCH_OVERHEAD].tobytes())
-        out.append(fb.build_empty_batch(header), view.last_offset, view.max_timestamp, 0)
+    rebuilt = _rebuild_v2(scan, [p for p in plan if p[0] == _REBUILD_V2], keep, bounds)
+    mv = memoryview(scan.file)
+    for kind, i, n_kept, horizon, view in plan:
+        if kind == _COPY:
+            pos = int(b.position[i])
+            out.append((mv[pos : pos + int(b.size[i])],), view.last_offset, view.max_timestamp, n_kept)
+        elif kind == _REBUILD_V2 and i in rebuilt:
+            chunks, max_ts = rebuilt.pop(i)
+            out.append(chunks, view.last_offset, max_ts, n_kept)
+        elif kind in (_REBUILD_V2, _REBUILD_BUILDER):
+            first, last = int(bounds[i]), int(bounds[i + 1])
+            kept = set(scan.records.offset[first:last][keep[first:last]].tolist())
+            data = _rebuild(scan, i, view, kept, horizon, first, last)
+            header = fb.BatchHeader.unpack_from(data)
+            out.append((data,), header.last_offset, header.max_timestamp, n_kept)
+        else:
+            pos = int(b.position[i])
+            header = fb.BatchHeader.unpack_from(mv[pos : pos + fb.RECORD_BATCH_OVERHEAD])
+            out.append((fb.build_empty_batch(header),), view.last_offset, view.max_timestamp, 0)
+    out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+def _rebuild_v2(scan: SegmentScan, items: list, keep: np.ndarray, bounds: np.ndarray) -> dict[int, tuple]:
+    """{batch index: ([header, payload], max timestamp)} for the v2 REBUILD batches of a segment,
+    re-encoded in one `rebuild_records` call; batches the kernel flags are left out (they go
+    through `build_batch`)."""
+    if not items:
+        return {}
+    b, rec = scan.batches, scan.records
+    idx = np.array([it[1] for it in items], dtype=np.int64)
+    src, start, end = (a[idx] for a in rebuild.record_regions(scan))
+    first = bounds[idx]
+    count = bounds[idx + 1] - first
+    horizons = np.array([h if h is not None else (v.delete_horizon_ms if v.delete_horizon_ms is not None
+                                                   else rebuild.NO_HORIZON)
+                         for _, _, _, h, v in items], dtype=np.int64)  # fmt: skip
+    has_first = count > 0
+    expect = np.where(has_first, rec.key_pos[np.where(has_first, first, 0)] if len(rec.key_pos) else -1, -1)
+    expect = np.where(has_first & (src == rebuild.SRC_SIDE), expect - scan.split, expect)
+    payload, o_start, o_end, new_base, new_max, kept, flags = rebuild.rebuild_records(
+        scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx], b.timestamp_type[idx],
+        b.max_timestamp[idx], horizons, expect,
+    )  # fmt: skip
+    out = {}
+    cols = [c.tolist() for c in (o_start, o_end, new_base, new_max, kept, flags, b.partition_leader_epoch[idx],
+                                 b.attributes[idx], b.base_sequence[idx], horizons)]  # fmt: skip
+    for j, (_, i, n_kept, _, view) in enumerate(items):
+        os_, oe, nbase, nmax, k, flag, ple, attrs, seq, horizon = (c[j] for c in cols)
+        if k != n_kept:  # the kernel walked other records than the scan: never expected
+            raise CorruptRecordError(f"rebuild kept {k} records, the decision {n_kept}", path=scan.path,
+                                     position=int(b.position[i]), offset=view.base_offset)  # fmt: skip
+        if flag:
+            continue
+        header = rebuild.header_for(
+            base_offset=view.base_offset, partition_leader_epoch=ple, attributes=attrs,
+            last_offset_delta=view.last_offset - view.base_offset, base_timestamp=nbase, max_timestamp=nmax,
+            producer_id=view.producer_id, producer_epoch=view.producer_epoch, base_sequence=seq,
+            records_count=k, horizon=horizon,
+        )  # fmt: skip
+        out[i] = (rebuild.seal(header, payload[os_:oe], attrs & fb.COMPRESSION_CODEC_MASK), nmax)
+    return out
 
 
 def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn]) -> None:
     storage, base = spec.storage, spec.new_base
+    out.open(spec)  # a group always has segments; this only matters for an empty one
+    out.writer.close()
     offset_index, time_index = build_indexes(
-        np.asarray(out.positions, dtype=np.int64), np.asarray(out.sizes, dtype=np.int64),
-        np.asarray(out.last_offsets, dtype=np.int64), np.asarray(out.max_timestamps, dtype=np.int64),
+        np.frombuffer(out.positions, dtype=np.int64), np.frombuffer(out.sizes, dtype=np.int64),
+        np.frombuffer(out.last_offsets, dtype=np.int64), np.frombuffer(out.max_timestamps, dtype=np.int64),
         base, spec.index_interval_bytes,
     )  # fmt: skip
-    files = {".log": out.chunks, ".index": offset_index, ".timeindex": time_index}
+    files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
         files[".txnindex"] = write_txn_index(txn_entries)
     mtime_ns = spec.segments[-1].mtime_ns
+    storage.set_mtime(out.writer.path, mtime_ns)
     for suffix, data in files.items():
         path = spec.segment_path(base, suffix) + CLEANED
         storage.write_durable(path, data)
