@@ -31,9 +31,12 @@ position) against the scan's record columns, so a change of that layout fails lo
 
 from __future__ import annotations
 
+import threading
+
 import crc32c as _crc32c
 import numba
 import numpy as np
+import zstandard
 
 from compaction.format import batch as fb
 from compaction.format import compression
@@ -488,11 +491,28 @@ def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int
                           records_count)  # fmt: skip
 
 
+_LOCAL = threading.local()
+
+
+def _zstd():
+    """One ZstdCompressor per thread at Kafka's default level (a context is costly to create and
+    must not be shared between threads); same bytes as `compression.compress` (tested)."""
+    z = getattr(_LOCAL, "zstd", None)
+    if z is None:
+        z = _LOCAL.zstd = zstandard.ZstdCompressor(level=compression.ZSTD_LEVEL)
+    return z
+
+
 def seal(header: fb.BatchHeader, records, codec: int) -> list:
     """[header bytes, payload] of the batch: payload compressed with `codec` (default level),
     batch_length and the CRC-32C over [21, end) filled in. The payload is not copied when
     uncompressed (a memoryview into the kernel's output)."""
-    payload = compression.compress(codec, records, fb.MAGIC_V2) if codec else memoryview(records)
+    if codec == compression.CODEC_ZSTD:  # compression.compress builds a new context per call
+        payload = _zstd().compress(records)
+    elif codec:
+        payload = compression.compress(codec, records, fb.MAGIC_V2)
+    else:
+        payload = memoryview(records)
     header.batch_length = fb.RECORD_BATCH_OVERHEAD - fb.LOG_OVERHEAD + len(payload)
     header.crc = 0
     head = bytearray(header.pack())
