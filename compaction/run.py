@@ -116,14 +116,18 @@ def _plan_one(
     try:
         validate_partition(ld.storage, part)
         config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
-        for seg in part.segments:
-            if seg.index is None:  # recovery could not rebuild it (or a dry run): say why, or what
-                interval = config.index_interval_bytes
-                action = rebuild_missing_index(ld.storage, part, seg, interval, write=False)
-                if opts.dry_run:
-                    result.recovery.append(action)
         state = _partition_state(ld, part, config, first_unstable)
         p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
+        missing = [seg for seg in part.segments if seg.index is None]
+        if missing and p.plan.eligible and not opts.recover_only:
+            # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in a
+            # partition this run cleans (a skipped partition is left exactly as found).
+            interval, write = config.index_interval_bytes, not opts.dry_run
+            for seg in missing:
+                result.recovery.append(rebuild_missing_index(ld.storage, part, seg, interval, write=write))
+            if write:  # plan again with the real index sizes (groupSegmentsBySize reads them)
+                state = _partition_state(ld, part, config, first_unstable)
+                p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
     except (CompactionError, ValueError, OSError) as exc:
         result.status, result.reason = rpt.FAILED, str(exc)
         return p
@@ -154,29 +158,10 @@ def _recover(opts: JobOptions) -> dict[tuple[str, str], list[str]]:
         for part in ld.partitions:
             if part.transient or ld.storage.exists(f"{part.path}/compaction-commit.json"):
                 done[(uri, part.path)] = recover_partition(ld.storage, part.path).actions
-        # Missing `.index` files are rebuilt as a broker's LogLoader would (spec §3.8), but only in
-        # a partition that passes every other check: a failed partition keeps its files as found.
-        for part in read_log_dir(uri, opts.topics).partitions:
-            if any(seg.index is None for seg in part.segments):
-                done.setdefault((uri, part.path), []).extend(_rebuild_indexes(ld.storage, part, opts))
     for (_, path), actions in done.items():
         for a in actions:
             log.info("recovery %s: %s", path, a)
     return done
-
-
-def _rebuild_indexes(storage: Storage, part: PartitionDir, opts: JobOptions) -> list[str]:
-    try:
-        validate_partition(storage, part)
-        config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
-        return [
-            rebuild_missing_index(storage, part, seg, config.index_interval_bytes, write=True)
-            for seg in part.segments
-            if seg.index is None
-        ]
-    except (CompactionError, ValueError, OSError) as exc:
-        log.warning("%s: missing index not rebuilt: %s", part.path, exc)  # planning fails the partition
-        return []
 
 
 def _lock_log_dirs(opts: JobOptions) -> list:
