@@ -86,13 +86,23 @@ class GroupSpec:
 # --- reading ---------------------------------------------------------------------------------
 
 
+def _segment_bytes(storage: Storage, path: str) -> np.ndarray:
+    """The whole file as a uint8 array: memory-mapped on local disks (no copy; verbatim batches
+    are then written straight from the page cache), one read elsewhere."""
+    if storage.is_local:
+        if os.stat(path).st_size == 0:
+            return np.empty(0, dtype=np.uint8)  # np.memmap refuses empty files
+        return np.memmap(path, dtype=np.uint8, mode="r")
+    return np.frombuffer(storage.read_bytes(path), dtype=np.uint8)
+
+
 def _read_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
     path = spec.segment_path(seg.base_offset)
-    data = spec.storage.read_bytes(path)
+    data = _segment_bytes(spec.storage, path)
     if len(data) != seg.size:
         raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(np.frombuffer(data, dtype=np.uint8), path)
+    scan = scan_segment(data, path)
     too_big = np.flatnonzero(scan.batches.size > spec.max_message_bytes)
     if len(too_big):  # Kafka's cleaner: "This log contains a message larger than maximum allowable size"
         i = int(too_big[0])
@@ -356,19 +366,6 @@ class _Stats:
     invalid_records: int = 0
 
 
-def _open_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
-    """`_read_segment` for the rewrite: local segments are memory-mapped, not copied, so that
-    verbatim batches are written straight from the page cache."""
-    path = spec.segment_path(seg.base_offset)
-    if not spec.storage.is_local:
-        return _read_segment(spec, seg)
-    size = os.stat(path).st_size
-    if size != seg.size:
-        raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {size} bytes)", path=path)
-    data = np.memmap(path, dtype=np.uint8, mode="r") if size else np.empty(0, dtype=np.uint8)
-    return scan_segment(data, path)
-
-
 def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None,
              first: int, last: int) -> bytes:  # fmt: skip
     """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11): v0/v1
@@ -426,7 +423,7 @@ _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(4)
 def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_latest, txn: CleanedTransactionMetadata,
                    out: _Output, stats: _Stats) -> None:  # fmt: skip
     out.open(spec)
-    scan = _open_segment(spec, seg)
+    scan = _read_segment(spec, seg)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = found_offsets(scan.keys_arrow(), lookup_keys, lookup_latest)
