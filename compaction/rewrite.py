@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
+from compaction.format.keymap import KeyIndex
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
 from compaction.retention import (
     BatchOutput,
@@ -190,10 +190,21 @@ def found_offsets(keys: pa.Array, lookup_keys: pa.Array, lookup_latest: np.ndarr
     """map.get(key) for every record key: the latest offset, or -1 when absent (or null key)."""
     if len(lookup_keys) == 0:
         return np.full(len(keys), -1, dtype=np.int64)
-    idx = pc.index_in(keys, value_set=lookup_keys)
-    hit = idx.is_valid().to_numpy(zero_copy_only=False)
-    pos = idx.fill_null(0).to_numpy(zero_copy_only=False)
-    return np.where(hit, lookup_latest[pos], -1).astype(np.int64)
+    pos = _key_index(lookup_keys).lookup(keys)
+    return np.where(pos >= 0, np.asarray(lookup_latest, dtype=np.int64)[np.maximum(pos, 0)], -1)
+
+
+_INDEX_CACHE: list = []  # [(lookup_keys, KeyIndex)]: the hash table of the unit being rewritten
+
+
+def _key_index(lookup_keys: pa.Array) -> KeyIndex:
+    """The hash table of `lookup_keys`, built once per lookup array (a rewrite calls
+    `found_offsets` once per segment with the same array; pyarrow's index_in rebuilt it each time)."""
+    if _INDEX_CACHE and _INDEX_CACHE[0][0] is lookup_keys:
+        return _INDEX_CACHE[0][1]
+    index = KeyIndex(lookup_keys)
+    _INDEX_CACHE[:] = [(lookup_keys, index)]
+    return index
 
 
 @dataclass

@@ -190,9 +190,64 @@ def _spark_session(opts: JobOptions):
     return spark
 
 
-def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> tuple[dict[int, dict], dict[int, int]]:
+# Partitions up to this many bytes of segments run as one Spark task each (scan, offset map,
+# producer state and rewrite in one process: spark_stages.compact_partition); bigger ones use the
+# Spark offset map. Spark conf `spark.kafka.compaction.partitionTaskMaxBytes` (0: always Spark).
+PARTITION_TASK_MAX_BYTES = 4 << 30
+
+
+def _partition_task_max_bytes(spark) -> int:
+    value = spark.conf.get("spark.kafka.compaction.partitionTaskMaxBytes", None)
+    return PARTITION_TASK_MAX_BYTES if value in (None, "") else int(value)
+
+
+def _run_stages(spark, todo: list[Planned], opts: JobOptions,
+                timings: dict[str, float] | None = None) -> tuple[dict[int, dict], dict[int, int]]:  # fmt: skip
     """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
-    whose scan found an open transaction below the planned bound: they are not rewritten."""
+    whose scan found an open transaction below the planned bound: they are not rewritten.
+    `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
+    timings = {} if timings is None else timings
+    limit = _partition_task_max_bytes(spark)
+    size = lambda p: sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))  # noqa: E731
+    small = [i for i, p in enumerate(todo) if size(p) <= limit]
+    large = [i for i, p in enumerate(todo) if size(p) > limit]
+    results: dict[int, dict] = {}
+    replan: dict[int, int] = {}
+    if small:
+        t = time.monotonic()
+        r, rp = _run_partition_tasks(spark, [todo[i] for i in small], size)
+        results.update(r)
+        replan.update({small[k]: v for k, v in rp.items()})
+        timings["partitionTasksSeconds"] = timings.get("partitionTasksSeconds", 0.0) + time.monotonic() - t
+    if large:
+        r, rp = _run_spark_map(spark, [todo[i] for i in large], opts, timings)
+        results.update(r)
+        replan.update({large[k]: v for k, v in rp.items()})
+    return results, replan
+
+
+def _run_partition_tasks(spark, todo: list[Planned], size) -> tuple[dict[int, dict], dict[int, int]]:
+    """One Spark task per partition (spark_stages.compact_partition), biggest partitions first."""
+    from compaction import spark_stages as st
+
+    order = sorted(range(len(todo)), key=lambda i: -size(todo[i]))
+    sc = spark.sparkContext
+    sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, one task per partition")
+    parts = sc.broadcast({i: todo[i].specs for i in order})
+    owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
+    results, replan = {}, {}
+    for row in st.fused(st.part_ids_frame(spark, order), parts).collect():
+        d = row.asDict()
+        unstable = d.pop("first_unstable")
+        if unstable is not None:
+            replan[owner[d["group_id"]]] = unstable
+        else:
+            results[d["group_id"]] = d
+    return results, replan
+
+
+def _run_spark_map(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
+    """The scan rows go through Spark: offset map and lookup as DataFrames, then the rewrite."""
     from pyspark import StorageLevel
 
     from compaction import spark_stages as st
@@ -201,17 +256,20 @@ def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> tuple[dict[int,
     ids = sorted(specs)
     cores = spark.sparkContext.defaultParallelism
     spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * opts.tasks_per_core, min(len(ids), 2000))))
+    t = time.monotonic()
     spark.sparkContext.setJobGroup("scan", "scan segments: distinct keys and producer batches")
     bspecs = spark.sparkContext.broadcast(specs)
     scan_rows = st.scan(st.group_ids_frame(spark, ids), bspecs).persist(StorageLevel.MEMORY_AND_DISK)
     errors = {r.group_id: r.error for r in st.scan_errors(scan_rows).collect()}
     producers = st.producer_rows(scan_rows).collect()
+    timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
     failed_parts = {(specs[g].topic, specs[g].partition) for g in errors}
     replan: dict[int, int] = {}
     units = _units(todo, producers, failed_parts, replan)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
     live = [g for u in units.values() for g in (s.group_id for s in u)]
     if live:
+        t = time.monotonic()
         spark.sparkContext.setJobGroup("rewrite", "offset map, lookup and rewrite of the cleaned groups")
         group_partition = spark.createDataFrame(
             [(g, specs[g].topic, specs[g].partition) for g in ids], "group_id int, topic string, partition int"
@@ -223,6 +281,7 @@ def _run_stages(spark, todo: list[Planned], opts: JobOptions) -> tuple[dict[int,
         out = st.rewrite(lookup, st.sentinel_rows(spark, live), group_units, spark.sparkContext.broadcast(units))
         for row in out.collect():
             results[row.group_id] = row.asDict()
+        timings["mapLookupRewriteSeconds"] = timings.get("mapLookupRewriteSeconds", 0.0) + time.monotonic() - t
     scan_rows.unpersist()
     return results, replan
 
@@ -323,7 +382,8 @@ def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> Non
             write_checkpoint(ld.storage, path, {**read_checkpoint(ld.storage, path), **updates})
 
 
-def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id) -> list[Planned]:
+def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id,
+                              timings=None) -> list[Planned]:  # fmt: skip
     """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
     spec §2.3): plan them again with that bound and run the stages once more for them. Returns
     the new list of partitions to commit; `planned` and `results` are updated in place."""
@@ -338,7 +398,7 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_
             new.specs = _specs(new, opts, config, next_id)
             next_id += len(new.specs)
             again.append(new)
-    more, still = _run_stages(spark, again, opts) if again else ({}, {})
+    more, still = _run_stages(spark, again, opts, timings) if again else ({}, {})
     results.update(more)
     for i in still:  # not expected: the new bound lies at or below every open transaction
         again[i].specs = []
@@ -373,9 +433,9 @@ def run(opts: JobOptions) -> tuple[int, dict]:
             spark = _spark_session(opts)
             timings["sparkStartSeconds"] = time.monotonic() - t1
             t2 = time.monotonic()
-            results, replan = _run_stages(spark, todo, opts)
+            results, replan = _run_stages(spark, todo, opts, timings)
             if replan:
-                todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id)
+                todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)
             timings["stagesSeconds"] = time.monotonic() - t2
             t3 = time.monotonic()
             for p in todo:

@@ -14,6 +14,7 @@ import traceback
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -177,6 +178,110 @@ def _result_arrow() -> pa.Schema:
     return pa.schema([pa.field(n, kinds[type(t)]) for n, t in RESULT_FIELDS])
 
 
+# --- one task per partition ----------------------------------------------------------------
+#
+# For a partition of moderate size the whole round runs in one task: scan its groups, build its
+# offset map in the task (exact key bytes, pyarrow hash aggregation), derive producer state from
+# its batch headers, then rewrite its groups in log order. No key row crosses into Spark, so the
+# shuffles of the offset map and of the lookup, the persisted scan rows and the Python worker
+# start-up of three more stages all disappear. Large partitions keep the Spark offset map above
+# (their map need not fit in one task). Decisions are the same either way.
+
+FUSED_FIELDS = (*RESULT_FIELDS, ("first_unstable", T.LongType()))
+FUSED_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS])
+
+
+class _HeaderRow:
+    """A producer batch header as `last_records_of_active_producers` reads it."""
+
+    __slots__ = ("producer_id", "producer_epoch", "base_offset", "last_offset", "is_transactional",
+                 "is_control", "records_count", "max_timestamp")  # fmt: skip
+
+    def __init__(self, pid, epoch, base, last, attrs, count, max_ts) -> None:
+        self.producer_id, self.producer_epoch, self.base_offset, self.last_offset = pid, epoch, base, last
+        self.is_transactional, self.is_control = bool(attrs & 0x10), bool(attrs & 0x20)
+        self.records_count, self.max_timestamp = count, max_ts
+
+
+def _header_rows(tables: list[pa.Table]) -> list[_HeaderRow]:
+    if not tables:
+        return []
+    t = pa.concat_tables(tables)
+    cols = [t.column(n).to_pylist() for n, _, _ in PRODUCER_FIELDS]
+    return sorted((_HeaderRow(*row) for row in zip(*cols)), key=lambda r: r.base_offset)
+
+
+def first_unstable_offset(batches) -> int | None:
+    """First offset of the earliest transaction with data but no marker by the end of the log
+    (spec §2.3): the broker's LSO, which the planner could not know before the scan."""
+    open_txns: dict[int, int] = {}
+    for b in batches:
+        if b.is_control:
+            if b.records_count:
+                open_txns.pop(b.producer_id, None)
+        elif b.is_transactional:
+            open_txns.setdefault(b.producer_id, b.base_offset)
+    return min(open_txns.values(), default=None)
+
+
+def compact_partition(specs: list) -> list[dict]:
+    """The round for one partition (`specs`: all its groups, log order) in this process.
+
+    Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
+    transaction below the planned bound: nothing was written, the driver plans again)."""
+    import dataclasses
+
+    from compaction.retention import last_records_of_active_producers
+
+    keys, headers = [], []
+    for spec in specs:
+        k, prod = scan_group(spec)
+        keys.append(k.select(["key", "dirty_offset"]))
+        if prod is not None and prod.num_rows:
+            headers.append(prod)
+    batches = _header_rows(headers)
+    unstable = first_unstable_offset(batches)
+    if unstable is not None and unstable < specs[0].upper_bound:
+        return [{"group_id": s.group_id, "first_unstable": unstable} for s in specs]
+    last = last_records_of_active_producers(batches)
+    specs = [dataclasses.replace(s, last_records=last) for s in specs]
+    table = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
+    if len(keys) > 1:  # each group's rows are distinct already; across groups, take the max
+        table = table.group_by("key").aggregate([("dirty_offset", "max")]).rename_columns(["key", "dirty_offset"])
+    table = table.filter(pc.greater_equal(table.column("dirty_offset"), 0))
+    lookup_keys = table.column("key").combine_chunks()
+    latest = table.column("dirty_offset").to_numpy()
+    return rewrite_unit(specs, lookup_keys, latest)
+
+
+def fused(parts: DataFrame, partitions) -> DataFrame:
+    """One task per partition (see `compact_partition`). `parts` has one row per partition id,
+    one Spark partition each; `partitions` is a broadcast of {part_id: [GroupSpec, ...]}."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = partitions.value
+        schema = pa.schema([pa.field(n, _ARROW_KINDS[type(t)]) for n, t in FUSED_FIELDS])
+        for batch in batches:
+            for pid in batch.column("part_id").to_pylist():
+                specs = table[pid]
+                try:
+                    rows = compact_partition(specs)
+                except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                    rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    return parts.mapInArrow(run, FUSED_SCHEMA)
+
+
+def part_ids_frame(spark: SparkSession, part_ids: list[int]) -> DataFrame:
+    """One Spark partition per id, in the given order (biggest first: the long tasks start first)."""
+    rdd = spark.sparkContext.parallelize([(p,) for p in part_ids], max(1, len(part_ids)))
+    return spark.createDataFrame(rdd, "part_id int")
+
+
+_ARROW_KINDS = {T.IntegerType: pa.int32(), T.StringType: pa.string(), T.LongType: pa.int64(), T.DoubleType: pa.float64()}
+
+
 def sentinel_rows(spark: SparkSession, group_ids: list[int]) -> DataFrame:
     """A null-key row per group so that a group with no mapped key still gets its rewrite task."""
     return spark.createDataFrame([(g, None, -1) for g in group_ids], LOOKUP_SCHEMA)
@@ -184,6 +289,9 @@ def sentinel_rows(spark: SparkSession, group_ids: list[int]) -> DataFrame:
 
 __all__ = [
     "GroupSpec",
+    "compact_partition",
+    "fused",
+    "part_ids_frame",
     "group_ids_frame",
     "group_lookup",
     "offset_map",
