@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -68,17 +67,36 @@ def executor_python(root: Path) -> Path:
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         purelib = Path(sysconfig.get_paths()["purelib"])
-        target = Path(subprocess.run([str(venv / "bin" / "python"), "-c",
-                                      "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                     check=True, capture_output=True, text=True).stdout.strip())  # fmt: skip
+        target = Path(
+            subprocess.run(
+                [
+                    str(venv / "bin" / "python"),
+                    "-c",
+                    "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
         (target / "main-venv-packages.pth").write_text(f"{purelib}\n")
     python = venv / "bin" / "python"
-    probe = subprocess.run([str(python), "-c", "import numba, pyarrow, pyspark, crc32c, lz4, zstandard, cramjam\n"
-                            "try:\n import compaction\nexcept ImportError: print('no compaction')\n"
-                            "else: print(compaction.__file__)"],
-                           cwd=root, capture_output=True, text=True)  # fmt: skip
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import numba, pyarrow, pyspark, crc32c, lz4, zstandard, cramjam\n"
+            "try:\n import compaction\nexcept ImportError: print('no compaction')\n"
+            "else: print(compaction.__file__)",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0 or probe.stdout.strip() != "no compaction":
-        raise RuntimeError(f"executor python {python} is not as intended: {probe.stdout!r} {probe.stderr[-2000:]!r}")
+        raise RuntimeError(
+            f"executor python {python} is not as intended: {probe.stdout!r} {probe.stderr[-2000:]!r}"
+        )
     return python
 
 
@@ -86,7 +104,9 @@ class StandaloneCluster:
     """A standalone master and workers on 127.0.0.1 started with `spark-class`; a context manager
     that always kills them (and the executors they started) on exit."""
 
-    def __init__(self, root: Path, worker_cores: int = 1, worker_memory: str = "2g", timeout: float = 180) -> None:
+    def __init__(
+        self, root: Path, worker_cores: int = 1, worker_memory: str = "2g", timeout: float = 180
+    ) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.spark_class = spark_home() / "bin" / "spark-class"
@@ -112,9 +132,17 @@ class StandaloneCluster:
         log = self.root / f"{name}.log"
         self.logs.append(log)
         with open(log, "wb") as out:
-            self.procs.append(subprocess.Popen([str(self.spark_class), *args], stdout=out, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=self._env(), cwd=self.root,
-                                               start_new_session=True))  # fmt: skip
+            self.procs.append(
+                subprocess.Popen(
+                    [str(self.spark_class), *args],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self._env(),
+                    cwd=self.root,
+                    start_new_session=True,
+                )
+            )
 
     def state(self) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json/", timeout=5) as r:
@@ -123,29 +151,57 @@ class StandaloneCluster:
     def _wait(self, what: str, ok) -> None:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            for p, log in zip(self.procs, self.logs):
+            for p, log in zip(self.procs, self.logs, strict=True):
                 if p.poll() is not None:
                     raise RuntimeError(f"{log.stem} exited with {p.returncode}:\n{log.read_text()[-3000:]}")
             with contextlib.suppress(OSError, ValueError):
                 if ok(self.state()):
                     return
             time.sleep(0.5)
-        raise TimeoutError(f"standalone cluster: {what} not reached in {self.timeout:.0f} s (logs in {self.root})")
+        raise TimeoutError(
+            f"standalone cluster: {what} not reached in {self.timeout:.0f} s (logs in {self.root})"
+        )
 
     def start_master(self) -> None:
         self.port, self.webui_port = free_port(), free_port()
-        self._start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(self.port), "--webui-port", str(self.webui_port)])  # fmt: skip
+        self._start(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.webui_port),
+            ],
+        )
         self._wait("master ALIVE", lambda s: s.get("status") == "ALIVE")
 
-    def add_worker(self) -> None:
-        self.workers += 1
+    def add_worker(self, count: int = 1) -> None:
+        """Start `count` workers at once (their JVMs start in parallel), then wait for all to register."""
+        for _ in range(count):
+            self.workers += 1
+            work = self.root / f"worker-{self.workers}"
+            work.mkdir(exist_ok=True)
+            self._start(
+                f"worker-{self.workers}",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    str(self.worker_cores),
+                    "--memory",
+                    self.worker_memory,
+                    "--work-dir",
+                    str(work),
+                    "--webui-port",
+                    str(free_port()),
+                ],
+            )
         n = self.workers
-        work = self.root / f"worker-{n}"
-        work.mkdir(exist_ok=True)
-        self._start(f"worker-{n}", ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                                    "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                                    "--work-dir", str(work), "--webui-port", str(free_port())])  # fmt: skip
         self._wait(f"{n} worker(s) registered", lambda s: s.get("aliveworkers", 0) >= n)
 
     def stop(self) -> None:
@@ -175,23 +231,53 @@ class StandaloneCluster:
         self.stop()
 
 
-def submit(cluster: StandaloneCluster, python: Path, log_dir: Path, report: Path, *extra: str,
-           event_dir: Path | None = None, timeout: float = 1800) -> tuple[int, float, str]:
+def submit(
+    cluster: StandaloneCluster,
+    python: Path,
+    log_dir: Path,
+    report: Path,
+    *extra: str,
+    event_dir: Path | None = None,
+    timeout: float = 1800,
+    repo: Path = REPO,
+) -> tuple[int, float, str]:
     """`./spark-submit.sh --master spark://...` with the executors' python; (exit, wall s, stderr tail)."""
-    cmd = ["./spark-submit.sh", "--master", cluster.url, "--conf", "spark.ui.enabled=false",
-           # wait for every worker's executor before the first stage (standalone's default is 0%, so a
-           # run could start on one executor and the speed-up would measure registration luck)
-           "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-           "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=120s",
-           "--log-dir", str(log_dir), "--report", str(report), "--now-ms", str(NOW_MS), *extra]  # fmt: skip
+    cmd = [
+        "./spark-submit.sh",
+        "--master",
+        cluster.url,
+        "--conf",
+        "spark.ui.enabled=false",
+        # wait for every worker's executor before the first stage (standalone's default is 0%, so a
+        # run could start on one executor and the speed-up would measure registration luck)
+        "--conf",
+        "spark.scheduler.minRegisteredResourcesRatio=1.0",
+        "--conf",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime=120s",
+        "--log-dir",
+        str(log_dir),
+        "--report",
+        str(report),
+        "--now-ms",
+        str(NOW_MS),
+        *extra,
+    ]
     if event_dir is not None:
-        cmd[1:1] = ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{event_dir}"]
+        cmd[1:1] = [
+            "--conf",
+            "spark.eventLog.enabled=true",
+            "--conf",
+            f"spark.eventLog.dir=file://{event_dir}",
+        ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
     env.update(PYSPARK_PYTHON=str(python), SPARK_LOCAL_IP="127.0.0.1")
     print("job:", shlex.join(cmd), f"(PYSPARK_PYTHON={python})", flush=True)
     t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, time.perf_counter() - t, proc.stderr[-6000:]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t
+    report.with_suffix(".stdout").write_text(proc.stdout)
+    report.with_suffix(".stderr").write_text(proc.stderr)
+    return proc.returncode, wall, (proc.stdout[-3000:] + "\n" + proc.stderr[-6000:]).strip()
 
 
 def executor_zips(cluster: StandaloneCluster) -> list[Path]:
@@ -210,7 +296,9 @@ def check_checkpoint(log_dir: Path, report: dict) -> list[str]:
     for p in report.get("partitions", []):
         got = cp.get((p["topic"], p["partition"]))
         if p["status"] == "cleaned" and got != p["firstUncleanableOffset"]:
-            problems.append(f"{p['topic']}-{p['partition']}: checkpoint {got}, bound {p['firstUncleanableOffset']}")
+            problems.append(
+                f"{p['topic']}-{p['partition']}: checkpoint {got}, bound {p['firstUncleanableOffset']}"
+            )
     return problems
 
 
@@ -229,6 +317,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per worker count (median reported)")
     ap.add_argument("--sample-batches", type=int, default=50)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "cluster")
+    ap.add_argument(
+        "--repo",
+        type=Path,
+        default=REPO,
+        help="checkout whose spark-submit.sh and compaction/ run (e.g. a `git archive HEAD` copy, "
+        "to measure a commit rather than a working tree others are editing)",
+    )
     args = ap.parse_args()
 
     shutil.rmtree(args.out, ignore_errors=True)
@@ -239,12 +334,14 @@ def main() -> int:
     keys = max(1, round(records * e2e.keys_ratio(e2e.KEEP_FRACTION)))
     gen_s = e2e.generate(source, "bench", args.partitions, records, keys, args)
     size = sum(f.stat().st_size for f in e2e.log_files(source))
-    print(f"generated {source}: {args.partitions} partitions x {records:,} records, {keys:,} keys each, codec "
-          f"{args.codec}, {size / MB:,.1f} MB in {gen_s:.1f} s")  # fmt: skip
+    print(
+        f"generated {source}: {args.partitions} partitions x {records:,} records, {keys:,} keys each, codec "
+        f"{args.codec}, {size / MB:,.1f} MB in {gen_s:.1f} s"
+    )
     before = {d.name: e2e.scan_partition(d) for d in sorted(source.iterdir()) if d.is_dir()}
 
     python = executor_python(args.out)
-    print(f"executor python: {python} (imports numba/pyarrow/pyspark; `import compaction` fails without the zip)")
+    print(f"executor python: {python} (has numba/pyarrow/pyspark; `import compaction` fails without the zip)")
     results: dict[int, list[tuple[float, float, dict]]] = {}
     failed = False
     with StandaloneCluster(args.out / "cluster") as cluster:
@@ -256,7 +353,7 @@ def main() -> int:
                 run = args.out / f"run-w{n}-{i}"
                 shutil.copytree(source, run / "kafka-logs")
                 report_path = run / "report.json"
-                code, wall, err = submit(cluster, python, run / "kafka-logs", report_path)
+                code, wall, err = submit(cluster, python, run / "kafka-logs", report_path, repo=args.repo)
                 if code != 0 or not report_path.exists():
                     print(f"job failed (exit {code}):\n{err}", file=sys.stderr)
                     failed = True
@@ -270,8 +367,12 @@ def main() -> int:
                 tm = report["timings"]
                 no_start = tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0)
                 results.setdefault(n, []).append((wall, no_start, tm))
-                print(f"  {n} worker(s), run {i + 1}: exit {code}, wall {wall:.1f} s, excl. start-up {no_start:.1f} s; "
-                      + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f}" for k, v in tm.items()), flush=True)  # fmt: skip
+                print(
+                    f"  {n} worker(s), run {i + 1}: exit {code}, wall {wall:.1f} s, "
+                    f"excl. start-up {no_start:.1f} s; "
+                    + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f}" for k, v in tm.items()),
+                    flush=True,
+                )
                 shutil.rmtree(run / "kafka-logs", ignore_errors=True)
             if failed:
                 break
@@ -282,15 +383,20 @@ def main() -> int:
     if failed or not results:
         return 1
     print()
-    print(f"input: {size / MB:,.1f} MB, {args.partitions} partitions, codec {args.codec}; workers of 1 core / 2g")
+    print(
+        f"input: {size / MB:,.1f} MB, {args.partitions} partitions, codec {args.codec}; "
+        "workers of 1 core / 2g"
+    )
     base_wall = statistics.median(r[0] for r in results[1])
     base_ns = statistics.median(r[1] for r in results[1])
     for n, runs in sorted(results.items()):
         wall = statistics.median(r[0] for r in runs)
         ns = statistics.median(r[1] for r in runs)
-        print(f"{n} worker(s): wall {wall:6.1f} s ({size / MB / wall:5.1f} MB/s), excl. start-up {ns:6.1f} s "
-              f"({size / MB / ns:5.1f} MB/s); speed-up vs 1 worker: wall {base_wall / wall:.2f}x, "
-              f"excl. start-up {base_ns / ns:.2f}x")  # fmt: skip
+        print(
+            f"{n} worker(s): wall {wall:6.1f} s ({size / MB / wall:5.1f} MB/s), excl. start-up {ns:6.1f} s "
+            f"({size / MB / ns:5.1f} MB/s); speed-up vs 1 worker: wall {base_wall / wall:.2f}x, "
+            f"excl. start-up {base_ns / ns:.2f}x"
+        )
     print("verification: OK")
     return 0
 

@@ -1,0 +1,394 @@
+"""Keys without bound: one partition with N distinct keys, cleaned in one round with little memory.
+
+    .venv/bin/python bench/keys.py [--keys 10000000] [--driver-memory 512m] [--out bench/out/keys]
+    .venv/bin/python bench/keys.py --keys 100000000   # the issue's 100M: long on 2 cores, see BENCHMARKS.md
+
+1. Generates one partition (`python -m compaction generate`'s code, in process) in which every one of
+   the N keys occurs, in random order, followed by `--dup` x N uniform updates of the same keys, so the
+   section below the active segment holds exactly N distinct keys (keys of `--key-size` bytes, values
+   of `--value-size` bytes, no compression). No checkpoint: the whole log is dirty.
+2. Scans the input (key, offset of every record) for the check.
+3. Runs ./spark-submit.sh on it with `--driver-memory` and `spark.executor.memory` set well below the
+   size of the key set (local mode: the driver JVM is the executor), a Spark event log, and samples
+   the memory of the spark-submit process tree every 0.2 s (/proc/<pid>/status VmHWM and VmRSS of the
+   driver JVM, the Python daemon and its workers).
+4. Verifies the output like bench/e2e.py: records kept below the bound == distinct keys, each the
+   latest of its key (all keys), the tail from the bound up unchanged, a sample re-decoded.
+5. Prints the key-set size, the memory high-water marks, Spark's spill metrics, the time, and how
+   many rounds Kafka's cleaner would need with its default offset map (spec §5.1: 128 MiB dedupe
+   buffer, 24-byte entries, load factor 0.9 = 5,033,164 keys per round).
+
+Not a test. Exits non-zero when the job or the verification fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+MB, MIB = 1e6, 1 << 20
+NOW_MS = 1_795_305_600_000  # 2026-11-22T00:00:00Z
+# Kafka's default offset map (LogCleaner, spec §5.1): log.cleaner.dedupe.buffer.size 128 MiB, one
+# thread; SkimpyOffsetMap entries are a 16-byte MD5 + an 8-byte offset; log.cleaner.io.buffer.load.factor 0.9.
+KAFKA_MAP_KEYS = int(128 * MIB / 24 * 0.9)  # 5,033,164
+
+
+def generate(out: Path, args) -> float:
+    """The generator with its key draw replaced: a permutation of all N key ids, then dup x N uniform ones."""
+    from compaction import generator_plan
+    from compaction.__main__ import main as cli
+
+    n = args.keys
+    records = n + round(args.dup * n)
+
+    def draw_key_ids(rng, count, keys, skew):
+        assert count == records and keys == n, (count, keys)
+        return np.concatenate([rng.permutation(keys).astype(np.int64), rng.integers(0, keys, count - keys)])
+
+    original = generator_plan.draw_key_ids
+    generator_plan.draw_key_ids = draw_key_ids
+    t = time.perf_counter()
+    try:
+        code = cli(
+            [
+                "generate",
+                str(out),
+                "--topics",
+                "keys:1",
+                "--records",
+                str(records),
+                "--keys",
+                str(n),
+                "--key-size",
+                str(args.key_size),
+                "--value-size",
+                args.value_size,
+                "--codec",
+                "none",
+                "--segment-bytes",
+                str(args.segment_bytes),
+                "--seed",
+                str(args.seed),
+            ]
+        )
+    finally:
+        generator_plan.draw_key_ids = original
+    if code:
+        raise SystemExit(f"generator failed ({code})")
+    return time.perf_counter() - t
+
+
+# ----------------------------------------------------------------------------------------------------
+# Memory of the spark-submit process tree
+# ----------------------------------------------------------------------------------------------------
+
+
+def _kb(status: str, field: str) -> int:
+    for line in status.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class TreeMemory:
+    """Samples VmHWM/VmRSS of every descendant of `root_pid` until stopped."""
+
+    def __init__(self, root_pid: int, interval: float = 0.2) -> None:
+        self.root, self.interval = root_pid, interval
+        self.hwm: dict[int, tuple[str, int]] = {}  # pid -> (kind, VmHWM bytes)
+        self.peak_sum = {"java": 0, "python": 0, "all": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _kind(pid: int) -> str:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return "?"
+        exe = os.path.basename(cmd[0].decode(errors="replace")) if cmd and cmd[0] else "?"
+        if exe == "java":
+            return "java"
+        if exe.startswith("python"):
+            return "python"
+        return exe
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+        out, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo.extend(children.get(pid, ()))
+        return out
+
+    def sample(self) -> None:
+        sums = {"java": 0, "python": 0, "all": 0}
+        for pid in self._descendants():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            # every time (spark-submit.sh execs its way to the driver JVM), but a zombie's empty
+            # cmdline must not overwrite what the process was
+            kind = self._kind(pid)
+            if kind == "?" and pid in self.hwm:
+                kind = self.hwm[pid][0]
+            self.hwm[pid] = (kind, max(_kb(status, "VmHWM"), self.hwm.get(pid, ("", 0))[1]))
+            rss = _kb(status, "VmRSS")
+            sums["all"] += rss
+            if kind in sums:
+                sums[kind] += rss
+        for k, v in sums.items():
+            self.peak_sum[k] = max(self.peak_sum[k], v)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def start(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def max_hwm(self, kind: str) -> int:
+        return max((h for k, h in self.hwm.values() if k == kind), default=0)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k, _ in self.hwm.values() if k == kind)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Spark event log: spills and executor memory peaks
+# ----------------------------------------------------------------------------------------------------
+
+
+def event_metrics(event_dir: Path) -> dict[str, int]:
+    from e2e import _event_lines
+
+    logs = sorted(
+        p for p in event_dir.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))
+    )
+    out = {
+        "Memory Bytes Spilled": 0,
+        "Disk Bytes Spilled": 0,
+        "Peak Execution Memory": 0,
+        "JVMHeapMemory": 0,
+        "ProcessTreeJVMRSSMemory": 0,
+        "ProcessTreePythonRSSMemory": 0,
+    }
+    for line in _event_lines(logs):
+        ev = json.loads(line)
+        kind = ev.get("Event")
+        if kind == "SparkListenerTaskEnd":
+            tm = ev.get("Task Metrics") or {}
+            out["Memory Bytes Spilled"] += tm.get("Memory Bytes Spilled", 0)
+            out["Disk Bytes Spilled"] += tm.get("Disk Bytes Spilled", 0)
+            out["Peak Execution Memory"] = max(
+                out["Peak Execution Memory"], tm.get("Peak Execution Memory", 0)
+            )
+        elif kind == "SparkListenerStageExecutorMetrics":
+            em = ev.get("Executor Metrics") or {}
+            for k in ("JVMHeapMemory", "ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory"):
+                out[k] = max(out[k], em.get(k, 0))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", type=int, default=10_000_000, help="distinct keys N")
+    ap.add_argument(
+        "--dup", type=float, default=0.5, help="extra records, as a multiple of N, updating random keys"
+    )
+    ap.add_argument("--key-size", type=int, default=32, help="key bytes (b'key-' + zero-padded id)")
+    ap.add_argument("--value-size", default="8")
+    ap.add_argument("--segment-bytes", type=int, default=128 * MIB, help="generator roll size")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--driver-memory", default="512m")
+    ap.add_argument("--executor-memory", default="512m", help="spark.executor.memory (used off local mode)")
+    ap.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra Spark conf, e.g. spark.kafka.compaction.partitionTaskMaxBytes=0 (Spark offset map)",
+    )
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sample-batches", type=int, default=50)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "keys")
+    ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
+    ap.add_argument(
+        "--repo",
+        type=Path,
+        default=REPO,
+        help="checkout whose spark-submit.sh and compaction/ run (e.g. a `git archive HEAD` copy)",
+    )
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "bench"))
+    import e2e  # bench/e2e.py: scan_partition, verify
+
+    shutil.rmtree(args.out, ignore_errors=True)
+    args.out.mkdir(parents=True)
+    log_dir, event_dir, report_path = args.out / "kafka-logs", args.out / "eventlog", args.out / "report.json"
+    event_dir.mkdir()
+    gen_s = generate(log_dir, args)
+    files = e2e.log_files(log_dir)
+    size = sum(f.stat().st_size for f in files)
+    print(
+        f"generated {log_dir}: 1 partition, {args.keys:,} keys x (1 + {args.dup}) = "
+        f"{args.keys + round(args.dup * args.keys):,} records, keys {args.key_size} B, "
+        f"values {args.value_size} B, "
+        f"{len(files)} segments, {size / MB:,.1f} MB in {gen_s:.1f} s",
+        flush=True,
+    )
+
+    t = time.perf_counter()
+    before = {d.name: e2e.scan_partition(d) for d in sorted(log_dir.iterdir()) if d.is_dir()}
+    print(f"scanned the input for the check in {time.perf_counter() - t:.1f} s", flush=True)
+
+    cmd = [
+        str(args.repo / "spark-submit.sh"),
+        "--master",
+        args.master,
+        "--driver-memory",
+        args.driver_memory,
+        "--conf",
+        f"spark.executor.memory={args.executor_memory}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.eventLog.enabled=true",
+        "--conf",
+        f"spark.eventLog.dir=file://{event_dir}",
+        "--conf",
+        "spark.eventLog.compress=false",
+        "--conf",
+        "spark.eventLog.logStageExecutorMetrics=true",
+        "--conf",
+        "spark.executor.processTreeMetrics.enabled=true",
+        *(a for kv in args.conf for a in ("--conf", kv)),
+        "--log-dir",
+        str(log_dir),
+        "--report",
+        str(report_path),
+        "--now-ms",
+        str(NOW_MS),
+    ]
+    print("job:", shlex.join(cmd), flush=True)
+    t = time.perf_counter()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.Popen(
+        cmd, cwd=args.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    mem = TreeMemory(proc.pid).start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t
+    mem.stop()
+    (args.out / "job.stdout").write_text(out)
+    (args.out / "job.stderr").write_text(err)
+    if proc.returncode != 0 or not report_path.exists():
+        print(f"job failed (exit {proc.returncode}):\n{out[-2000:]}\n{err[-4000:]}", file=sys.stderr)
+        return 1
+    report = json.loads(report_path.read_text())
+    tm, tot = report["timings"], report["totals"]
+    part = report["partitions"][0]
+    problems = e2e.verify(before, log_dir, report, args.sample_batches)
+
+    bound = part["firstUncleanableOffset"]
+    table = next(iter(before.values()))
+    import pyarrow.compute as pc
+
+    below = table.filter(pc.less(table["offset"], bound))
+    distinct = pc.count_distinct(below["key"]).as_py()
+    key_bytes = int(pc.sum(pc.binary_length(pc.unique(below["key"]))).as_py())
+    ev = event_metrics(event_dir)
+    rounds = math.ceil(distinct / KAFKA_MAP_KEYS)
+    no_start = tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0)
+
+    print()
+    print(
+        f"partition: {part['topic']}-{part['partition']} {part['status']}, "
+        f"dirty [{part['firstDirtyOffset']}, "
+        f"{bound}), {part['groups']} group(s), {part['recordsRead']:,} records read, "
+        f"{part['recordsWritten']:,} written"
+    )
+    print(f"distinct keys below the bound: {distinct:,}")
+    print(
+        f"key-set size: {key_bytes / MB:,.1f} MB of key bytes; {(key_bytes + 8 * distinct) / MB:,.1f} MB "
+        f"with an 8-byte offset each; Kafka's map would need {24 * distinct / 0.9 / MB:,.1f} MB"
+    )
+    print(
+        f"memory given: --driver-memory {args.driver_memory}, spark.executor.memory {args.executor_memory} "
+        f"(master {args.master})"
+    )
+    print(
+        f"high-water marks: driver JVM VmHWM {mem.max_hwm('java') / MB:,.0f} MB; "
+        f"largest Python process VmHWM {mem.max_hwm('python') / MB:,.0f} MB "
+        f"({mem.count('python')} Python processes seen)"
+    )
+    print(
+        f"peak summed RSS: whole tree {mem.peak_sum['all'] / MB:,.0f} MB "
+        f"(JVM {mem.peak_sum['java'] / MB:,.0f} MB, "
+        f"Python {mem.peak_sum['python'] / MB:,.0f} MB), sampled every {mem.interval} s"
+    )
+    print(
+        f"spark (event log): Memory Bytes Spilled {ev['Memory Bytes Spilled'] / MB:,.1f} MB, "
+        f"Disk Bytes Spilled {ev['Disk Bytes Spilled'] / MB:,.1f} MB, max task Peak Execution Memory "
+        f"{ev['Peak Execution Memory'] / MB:,.1f} MB, peak JVMHeapMemory {ev['JVMHeapMemory'] / MB:,.0f} MB, "
+        f"ProcessTreePythonRSSMemory {ev['ProcessTreePythonRSSMemory'] / MB:,.0f} MB"
+    )
+    print(
+        f"time: spark-submit wall {wall:.1f} s; excl. start-up {no_start:.1f} s "
+        f"({size / MB / max(no_start, 1e-9):,.1f} MB/s, "
+        f"{tot['recordsRead'] / max(no_start, 1e-9) / 1e6:,.2f} M records/s); "
+        + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f}" for k, v in tm.items())
+    )
+    print(
+        f"rounds: this job 1 (checkpoint -> {bound:,}); Kafka's default map holds {KAFKA_MAP_KEYS:,} keys "
+        f"per round -> at least {rounds} round(s) for {distinct:,} keys"
+    )
+    stages = e2e.spark_stages(event_dir)
+    if stages:
+        print("spark stages (event log): group | tasks | wall s | summed task run s | name")
+        for group, name, tasks, wall_s, run_s in stages:
+            print(f"  {group:<8} {tasks:>5} {wall_s:>8.1f} {run_s:>8.1f}  {name}")
+    if not args.keep:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    if part["status"] != "cleaned" or part["recordsWritten"] < distinct:
+        problems.append(f"partition {part['status']}: {part['reason']}")
+    if problems:
+        print("VERIFICATION FAILED:\n  " + "\n  ".join(problems[:20]), file=sys.stderr)
+        return 1
+    print("verification: OK (records kept below the bound == distinct keys, each the latest of its key)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
