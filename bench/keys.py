@@ -251,6 +251,7 @@ def main() -> int:
         help="checkout whose spark-submit.sh and compaction/ run (e.g. a `git archive HEAD` copy)",
     )
     args = ap.parse_args()
+    args.repo = args.repo.resolve()
     sys.path.insert(0, str(REPO / "bench"))
     import e2e  # bench/e2e.py: scan_partition, verify
 
