@@ -198,11 +198,13 @@ PARTITION_TASK_MAX_BYTES = 4 << 30
 
 def _partition_task_max_bytes(spark) -> int:
     value = spark.conf.get("spark.kafka.compaction.partitionTaskMaxBytes", None)
+    value = os.environ.get("KAFKA_COMPACTION_PARTITION_TASK_MAX_BYTES", value)  # tests of the Spark map
     return PARTITION_TASK_MAX_BYTES if value in (None, "") else int(value)
 
 
-def _run_stages(spark, todo: list[Planned], opts: JobOptions,
-                timings: dict[str, float] | None = None) -> tuple[dict[int, dict], dict[int, int]]:  # fmt: skip
+def _run_stages(
+    spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float] | None = None
+) -> tuple[dict[int, dict], dict[int, int]]:
     """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
     whose scan found an open transaction below the planned bound: they are not rewritten.
     `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
@@ -215,7 +217,7 @@ def _run_stages(spark, todo: list[Planned], opts: JobOptions,
     replan: dict[int, int] = {}
     if small:
         t = time.monotonic()
-        r, rp = _run_partition_tasks(spark, [todo[i] for i in small], size)
+        r, rp = _run_partition_tasks(spark, [todo[i] for i in small], size, opts, timings)
         results.update(r)
         replan.update({small[k]: v for k, v in rp.items()})
         timings["partitionTasksSeconds"] = timings.get("partitionTasksSeconds", 0.0) + time.monotonic() - t
@@ -226,18 +228,25 @@ def _run_stages(spark, todo: list[Planned], opts: JobOptions,
     return results, replan
 
 
-def _run_partition_tasks(spark, todo: list[Planned], size) -> tuple[dict[int, dict], dict[int, int]]:
-    """One Spark task per partition (spark_stages.compact_partition), biggest partitions first."""
+def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, timings: dict[str, float]):
+    """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
+    into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
+    worker, imports, Spark scheduling - is paid per task, not per partition)."""
     from compaction import spark_stages as st
 
-    order = sorted(range(len(todo)), key=lambda i: -size(todo[i]))
     sc = spark.sparkContext
-    sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, one task per partition")
-    parts = sc.broadcast({i: todo[i].specs for i in order})
+    bins = st.pack([size(p) for p in todo], sc.defaultParallelism * max(1, opts.tasks_per_core))
+    sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
+    parts = sc.broadcast({i: p.specs for i, p in enumerate(todo)})
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
-    for row in st.fused(st.part_ids_frame(spark, order), parts).collect():
+    for row in st.fused(st.part_ids_frame(spark, bins), parts).collect():
         d = row.asDict()
+        scan_s, map_s, cpu_s = (d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds"))
+        split = (("taskScanSeconds", scan_s), ("taskMapSeconds", map_s), ("taskRewriteSeconds", d["seconds"]),
+                 ("taskCpuSeconds", cpu_s))  # fmt: skip
+        for name, v in split:
+            timings[name] = timings.get(name, 0.0) + float(v or 0.0)
         unstable = d.pop("first_unstable")
         if unstable is not None:
             replan[owner[d["group_id"]]] = unstable
@@ -281,7 +290,8 @@ def _run_spark_map(spark, todo: list[Planned], opts: JobOptions, timings: dict[s
         out = st.rewrite(lookup, st.sentinel_rows(spark, live), group_units, spark.sparkContext.broadcast(units))
         for row in out.collect():
             results[row.group_id] = row.asDict()
-        timings["mapLookupRewriteSeconds"] = timings.get("mapLookupRewriteSeconds", 0.0) + time.monotonic() - t
+        seconds = time.monotonic() - t
+        timings["mapLookupRewriteSeconds"] = timings.get("mapLookupRewriteSeconds", 0.0) + seconds
     scan_rows.unpersist()
     return results, replan
 

@@ -187,7 +187,13 @@ def _result_arrow() -> pa.Schema:
 # start-up of three more stages all disappear. Large partitions keep the Spark offset map above
 # (their map need not fit in one task). Decisions are the same either way.
 
-FUSED_FIELDS = (*RESULT_FIELDS, ("first_unstable", T.LongType()))
+FUSED_FIELDS = (
+    *RESULT_FIELDS,
+    ("first_unstable", T.LongType()),
+    ("scan_seconds", T.DoubleType()),  # per partition, on its first group's row
+    ("map_seconds", T.DoubleType()),
+    ("cpu_seconds", T.DoubleType()),  # CPU time of the whole partition in this process
+)
 FUSED_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS])
 
 
@@ -233,6 +239,9 @@ def compact_partition(specs: list) -> list[dict]:
 
     from compaction.retention import last_records_of_active_producers
 
+    import time
+
+    started, cpu = time.monotonic(), time.process_time()
     keys, headers = [], []
     for spec in specs:
         k, prod = scan_group(spec)
@@ -240,6 +249,7 @@ def compact_partition(specs: list) -> list[dict]:
         if prod is not None and prod.num_rows:
             headers.append(prod)
     batches = _header_rows(headers)
+    scanned = time.monotonic()
     unstable = first_unstable_offset(batches)
     if unstable is not None and unstable < specs[0].upper_bound:
         return [{"group_id": s.group_id, "first_unstable": unstable} for s in specs]
@@ -247,11 +257,16 @@ def compact_partition(specs: list) -> list[dict]:
     specs = [dataclasses.replace(s, last_records=last) for s in specs]
     table = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
     if len(keys) > 1:  # each group's rows are distinct already; across groups, take the max
-        table = table.group_by("key").aggregate([("dirty_offset", "max")]).rename_columns(["key", "dirty_offset"])
+        table = table.group_by("key").aggregate([("dirty_offset", "max")])
+        table = table.rename_columns(["key", "dirty_offset"])
     table = table.filter(pc.greater_equal(table.column("dirty_offset"), 0))
     lookup_keys = table.column("key").combine_chunks()
     latest = table.column("dirty_offset").to_numpy()
-    return rewrite_unit(specs, lookup_keys, latest)
+    mapped = time.monotonic()
+    rows = rewrite_unit(specs, lookup_keys, latest)
+    cpu = time.process_time() - cpu
+    rows[0].update(scan_seconds=scanned - started, map_seconds=mapped - scanned, cpu_seconds=cpu)
+    return rows
 
 
 def fused(parts: DataFrame, partitions) -> DataFrame:
@@ -273,13 +288,27 @@ def fused(parts: DataFrame, partitions) -> DataFrame:
     return parts.mapInArrow(run, FUSED_SCHEMA)
 
 
-def part_ids_frame(spark: SparkSession, part_ids: list[int]) -> DataFrame:
-    """One Spark partition per id, in the given order (biggest first: the long tasks start first)."""
-    rdd = spark.sparkContext.parallelize([(p,) for p in part_ids], max(1, len(part_ids)))
+def part_ids_frame(spark: SparkSession, bins: list[list[int]]) -> DataFrame:
+    """One Spark partition (task) per bin of partition ids, in the given order."""
+    rdd = spark.sparkContext.parallelize(bins, max(1, len(bins))).flatMap(lambda ids: [(p,) for p in ids])
     return spark.createDataFrame(rdd, "part_id int")
 
 
-_ARROW_KINDS = {T.IntegerType: pa.int32(), T.StringType: pa.string(), T.LongType: pa.int64(), T.DoubleType: pa.float64()}
+def pack(sizes: list[int], bins: int) -> list[list[int]]:
+    """Indexes of `sizes` in at most `bins` bins, biggest first into the least loaded bin (LPT);
+    bins ordered by load, heaviest first, so the longest tasks start first."""
+    load = [0] * max(1, min(bins, len(sizes)))
+    out: list[list[int]] = [[] for _ in load]
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        j = load.index(min(load))
+        out[j].append(i)
+        load[j] += sizes[i]
+    return [out[j] for j in sorted(range(len(out)), key=lambda j: -load[j]) if out[j]]
+
+
+_ARROW_KINDS = {
+    T.IntegerType: pa.int32(), T.StringType: pa.string(), T.LongType: pa.int64(), T.DoubleType: pa.float64()
+}
 
 
 def sentinel_rows(spark: SparkSession, group_ids: list[int]) -> DataFrame:
@@ -291,6 +320,7 @@ __all__ = [
     "GroupSpec",
     "compact_partition",
     "fused",
+    "pack",
     "part_ids_frame",
     "group_ids_frame",
     "group_lookup",

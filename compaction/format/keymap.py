@@ -111,7 +111,8 @@ def _parts(keys: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(keys)
     vbuf, obuf, dbuf = keys.buffers()[:3]
     width = np.int64 if keys.type == pa.large_binary() else np.int32
-    offs = np.frombuffer(obuf, width, count=n + 1, offset=keys.offset * np.dtype(width).itemsize).astype(np.int64)
+    start = keys.offset * np.dtype(width).itemsize
+    offs = np.frombuffer(obuf, width, count=n + 1, offset=start).astype(np.int64)
     data = np.frombuffer(dbuf, np.uint8) if dbuf is not None and dbuf.size else np.zeros(1, np.uint8)
     if keys.null_count:
         valid = keys.is_valid().to_numpy(zero_copy_only=False)
