@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +46,8 @@ def main() -> int:
     ap.add_argument("--profile", default="none", choices=["none", "cprofile"])
     args = ap.parse_args()
 
-    out = REPO / "bench" / "out" / "rewrite" / f"{args.codec}-{args.records}-{args.keys}-{args.value_size.replace(':', '_')}"
+    name = f"{args.codec}-{args.records}-{args.keys}-{args.value_size.replace(':', '_')}"
+    out = REPO / "bench" / "out" / "rewrite" / name
     log_dir = out / "logs"
     if not log_dir.exists():
         out.mkdir(parents=True, exist_ok=True)
@@ -60,7 +60,8 @@ def main() -> int:
         f.unlink()
     logs = sorted(part.glob("*.log"))
     bases = [naming.parse_segment_file_name(f.name).base_offset for f in logs]
-    segs = [SourceSegment(b, f.stat().st_size, f.stat().st_mtime_ns) for b, f in zip(bases, logs)]
+    stats = [f.stat() for f in logs]
+    segs = [SourceSegment(b, st.st_size, st.st_mtime_ns) for b, st in zip(bases, stats, strict=True)]
     cleanable, active = segs[:-1], segs[-1]
     spec = GroupSpec(
         group_id=0, topic="t", partition=0, storage=Storage.local(), part_path=str(part),

@@ -292,7 +292,7 @@ class _LogWriter:
         self.storage, self.path = storage, path
         self._local = storage.is_local
         if self._local:
-            self._file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed in close()/by GC on error
+            self._file = open(path, "wb", buffering=0)  # closed in close(), or by GC on error
         else:  # compression=None: the default would guess a codec from the file extension
             self._file = storage.fs.open_output_stream(path, compression=None)
         self._pending: list = []
@@ -454,8 +454,8 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_late
     n_keep = np.bincount(bi[keep], minlength=nb).tolist()
     n_invalid = np.bincount(bi[invalid], minlength=nb).tolist()
     n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb).tolist()
-    cols = [c.tolist() for c in (bounds, b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.magic,
-                                 b.base_timestamp, b.max_timestamp, attrs)]  # fmt: skip
+    cols = [c.tolist() for c in (bounds, b.base_offset, b.last_offset, b.producer_id, b.producer_epoch,
+                                 b.magic, b.base_timestamp, b.max_timestamp, attrs)]  # fmt: skip
     bounds_l, base_l, last_l, pid_l, epoch_l, magic_l, bts_l, mts_l, attrs_l = cols
     new_horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms)
     plan, overrides = [], []
@@ -489,7 +489,8 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_late
         else:
             n_kept, tombstones = n_keep[i], n_tomb[i] > 0
             stats.invalid_records += n_invalid[i]
-        need_horizon = n_kept > 0 and needs_delete_horizon(view, tombstones, decision.contains_marker_for_empty_txn)
+        marker = decision.contains_marker_for_empty_txn
+        need_horizon = n_kept > 0 and needs_delete_horizon(view, tombstones, marker)
         kind = filter_batch_output(view, decision.retention, n_kept, need_horizon)
         if kind is BatchOutput.COPY_ORIGINAL:
             plan.append((_COPY, i, n_kept, None, view))
@@ -547,12 +548,13 @@ def _rebuild_v2(scan: SegmentScan, items: list, keep: np.ndarray, bounds: np.nda
     expect = np.where(has_first, rec.key_pos[np.where(has_first, first, 0)] if len(rec.key_pos) else -1, -1)
     expect = np.where(has_first & (src == rebuild.SRC_SIDE), expect - scan.split, expect)
     payload, o_start, o_end, new_base, new_max, kept, flags = rebuild.rebuild_records(
-        scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx], b.timestamp_type[idx],
-        b.max_timestamp[idx], horizons, expect,
+        scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx],
+        b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect,
     )  # fmt: skip
     out = {}
-    cols = [c.tolist() for c in (o_start, o_end, new_base, new_max, kept, flags, b.partition_leader_epoch[idx],
-                                 b.attributes[idx], b.base_sequence[idx], horizons)]  # fmt: skip
+    cols = [c.tolist() for c in (o_start, o_end, new_base, new_max, kept, flags,
+                                 b.partition_leader_epoch[idx], b.attributes[idx], b.base_sequence[idx],
+                                 horizons)]  # fmt: skip
     for j, (_, i, n_kept, _, view) in enumerate(items):
         os_, oe, nbase, nmax, k, flag, ple, attrs, seq, horizon = (c[j] for c in cols)
         if k != n_kept:  # the kernel walked other records than the scan: never expected

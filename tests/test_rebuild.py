@@ -49,7 +49,8 @@ def batch_specs(draw):
         offsets.append(offsets[-1] + g)
     t0 = draw(st.integers(-(2**40), 2**45))
     stamps = [t0 + draw(st.integers(-(10**9), 10**9)) for _ in range(n)]  # negative deltas too
-    records = [fb.Record(o, t, draw(_bytes), draw(_bytes), draw(_headers)) for o, t in zip(offsets, stamps)]
+    records = [fb.Record(o, t, draw(_bytes), draw(_bytes), draw(_headers))
+               for o, t in zip(offsets, stamps, strict=True)]
     ts_type = draw(st.sampled_from([fb.CREATE_TIME, fb.LOG_APPEND_TIME]))
     pid = draw(st.sampled_from([-1, draw(st.integers(0, 2**40))]))
     control = draw(st.booleans())
@@ -76,7 +77,7 @@ def expected_rebuild(raw: bytes, keep: list[bool], new_horizon: int | None) -> b
     """What rewrite._rebuild did before the kernel: build_batch over the decoded retained records."""
     batch = fb.RecordBatch(raw)
     h = batch.header
-    records = [r for r, k in zip(batch.records(), keep) if k]
+    records = [r for r, k in zip(batch.records(), keep, strict=True) if k]
     if not records:
         return None
     return fb.build_batch(
@@ -112,7 +113,7 @@ def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None]
 
 
 def sealed(scan, fast, eff, i) -> bytes | None:
-    payload, out_start, out_end, new_base, new_max, kept, flags = fast
+    payload, out_start, out_end, new_base, new_max, kept, _ = fast
     if kept[i] == 0:
         return None
     b = scan.batches
@@ -123,23 +124,25 @@ def sealed(scan, fast, eff, i) -> bytes | None:
         producer_epoch=int(b.producer_epoch[i]), base_sequence=int(b.base_sequence[i]),
         records_count=int(kept[i]), horizon=eff[i],
     )  # fmt: skip
-    head, body = seal(header, payload[out_start[i] : out_end[i]], int(b.attributes[i]) & fb.COMPRESSION_CODEC_MASK)
+    codec = int(b.attributes[i]) & fb.COMPRESSION_CODEC_MASK
+    head, body = seal(header, payload[out_start[i] : out_end[i]], codec)
     return bytes(head) + bytes(body)
 
 
 def assert_same(fast, ref) -> None:
-    for a, e in zip(fast, ref):
+    for a, e in zip(fast, ref, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(batch_specs(), min_size=1, max_size=4))
 def test_kernel_and_reference_equal_build_batch(specs):
     raws = [fb.build_batch(records, **kw) for records, kw, _, _ in specs]
     scan, fast, ref, eff = run_both(b"".join(raws), [s[2] for s in specs], [s[3] for s in specs])
     assert_same(fast, ref)
     assert not fast[6].any()  # every header key came from a str: valid UTF-8
-    for i, (raw, (_, _, keep, horizon)) in enumerate(zip(raws, specs)):
+    for i, (raw, (_, _, keep, horizon)) in enumerate(zip(raws, specs, strict=True)):
         assert sealed(scan, fast, eff, i) == expected_rebuild(raw, keep, horizon)
 
 
@@ -187,7 +190,8 @@ def test_non_canonical_varints_are_rewritten_shortest(spec, pads, codec):
     records, kw, keep, horizon = spec
     base_offset, base_ts = kw["base_offset"], records[0].timestamp
     pad = iter(pads * 10)
-    payload = b"".join(padded_record(r, base_offset, base_ts, [next(pad) for _ in range(30)]) for r in records)
+    payload = b"".join(padded_record(r, base_offset, base_ts, [next(pad) for _ in range(30)])
+                      for r in records)
     raw = plain_batch(records, payload, base_offset, base_ts)
     if codec:  # same records, compressed: the regions then live in the side buffer
         h = fb.BatchHeader.unpack_from(raw)
@@ -200,7 +204,8 @@ def test_non_canonical_varints_are_rewritten_shortest(spec, pads, codec):
 
 def test_invalid_utf8_header_key_asks_for_fallback():
     recs = [fb.Record(10, 1000, b"k", b"v", (("x", b"1"),)), fb.Record(11, 1001, b"k2", None, (("y", None),))]
-    payload = padded_record(recs[0], 10, 1000, [0] * 30, [b"\xff\xfe"]) + padded_record(recs[1], 10, 1000, [0] * 30)
+    payload = padded_record(recs[0], 10, 1000, [0] * 30, [b"\xff\xfe"])
+    payload += padded_record(recs[1], 10, 1000, [0] * 30)
     raw = plain_batch(recs, payload, 10, 1000)
     _, fast, ref, _ = run_both(raw, [[True, True]], [None])
     assert fast[6][0] == NEEDS_FALLBACK and ref[6][0] == NEEDS_FALLBACK

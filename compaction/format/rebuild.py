@@ -333,8 +333,8 @@ def record_regions(scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarra
         s = np.empty(len(packed), dtype=np.int64)
         e = np.empty(len(packed), dtype=np.int64)
         r = scan.records
-        bad = _region_ends(scan.side, bounds[packed], bounds[packed + 1], r.value_pos, r.value_len, scan.split,
-                           s, e)  # fmt: skip
+        bad = _region_ends(scan.side, bounds[packed], bounds[packed + 1], r.value_pos, r.value_len,
+                           scan.split, s, e)  # fmt: skip
         if bad >= 0:
             raise RebuildError(ERR_LAYOUT, int(packed[bad]), -1)
         src[packed] = SRC_SIDE
@@ -391,8 +391,8 @@ def _u8(buf) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
-def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                       expect_key_pos):  # fmt: skip
+def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts,
+                       horizon, expect_key_pos):  # fmt: skip
     """Plain-Python reference of `rebuild_records` (same signature, same results): each record is
     decoded into a `format.batch.Record` and the kept ones are encoded with `encode_record`, i.e.
     exactly what `build_batch` does with them."""
@@ -477,8 +477,8 @@ def _py_record(view, pos: int, base_ts: int) -> tuple[fb.Record, int, bool, int]
 
 
 def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int, last_offset_delta: int,
-               base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int, base_sequence: int,
-               records_count: int, horizon: int) -> fb.BatchHeader:  # fmt: skip
+               base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+               base_sequence: int, records_count: int, horizon: int) -> fb.BatchHeader:  # fmt: skip
     """The rebuilt batch's header fields (batch_length and crc filled by `seal`). `attributes` are
     the original ones: codec, timestamp type, transactional and control bits are kept; the
     delete-horizon bit is set when `horizon >= 0` (or was already set)."""
