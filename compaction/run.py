@@ -193,7 +193,9 @@ def _spark_session(opts: JobOptions):
 # Partitions up to this many bytes of segments run as one Spark task each (scan, offset map,
 # producer state and rewrite in one process: spark_stages.compact_partition); bigger ones use the
 # Spark offset map. Spark conf `spark.kafka.compaction.partitionTaskMaxBytes` (0: always Spark).
-PARTITION_TASK_MAX_BYTES = 4 << 30
+# 1 GiB (one default segment group) bounds a task's memory by its keys and lets the groups of a
+# bigger partition run in parallel (scan per group, map in Spark, rewrite per group).
+PARTITION_TASK_MAX_BYTES = 1 << 30
 
 
 def _partition_task_max_bytes(spark) -> int:
