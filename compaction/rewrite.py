@@ -132,9 +132,59 @@ def aborted_batches(scan: SegmentScan, aborted: tuple[AbortedTxn, ...]) -> np.nd
     return out
 
 
-def scan_group(spec: GroupSpec) -> tuple[pa.Table, pa.Table]:
+SCAN_REUSE_MAX_BYTES = 1 << 30  # per task; env KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES (0: off)
+
+
+class ScanCache:
+    """The `SegmentScan`s of a whole-partition task's scan phase, kept for its rewrite phase so
+    that each segment is read, CRC-checked, decompressed and walked once instead of twice.
+
+    Bounded: a scan is kept only while the kept scans' own memory (decompressed `side` buffers,
+    record and batch columns, and the segment bytes when they are not memory-mapped) stays within
+    `max_bytes`; the segments that do not fit are read again by the rewrite, as without a cache.
+    `take` hands a scan over once (the rewrite drops it after its segment), so the memory held
+    only shrinks during the rewrite."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._scans: dict[tuple[int, int], tuple[SegmentScan, int]] = {}
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def footprint(scan: SegmentScan) -> int:
+        n = scan.side.nbytes
+        if not isinstance(scan.file, np.memmap):  # page cache, not task memory, when mapped
+            n += scan.file.nbytes
+        for cols in (scan.records, scan.batches):
+            values = (getattr(cols, f) for f in cols.__slots__)
+            n += sum(v.nbytes for v in values if isinstance(v, np.ndarray))
+        return n
+
+    def offer(self, group_id: int, base_offset: int, scan: SegmentScan) -> None:
+        size = self.footprint(scan)
+        if self.held + size <= self.max_bytes:
+            self._scans[(group_id, base_offset)] = (scan, size)
+            self.held += size
+
+    def take(self, group_id: int, base_offset: int) -> SegmentScan | None:
+        got = self._scans.pop((group_id, base_offset), None)
+        if got is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.held -= got[1]
+        return got[0]
+
+    def clear(self) -> None:
+        self._scans.clear()
+        self.held = 0
+
+
+def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Table, pa.Table]:
     """Distinct keys of the group with `max_offset` and `dirty_offset` (-1 when not dirty), and
-    the headers of its producer batches (plus those of `tail_segments`)."""
+    the headers of its producer batches (plus those of `tail_segments`). With `cache`, the
+    segments' scans are offered to it for `rewrite_unit`."""
     tables, producers = [], []
     for seg in spec.tail_segments:
         data = spec.storage.read_bytes(spec.segment_path(seg.base_offset))
@@ -142,6 +192,8 @@ def scan_group(spec: GroupSpec) -> tuple[pa.Table, pa.Table]:
         producers.append(producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8))))
     for seg in spec.segments:
         scan = _read_segment(spec, seg)
+        if cache is not None:
+            cache.offer(spec.group_id, seg.base_offset, scan)
         producers.append(producer_batches(scan.batches))
         rec = scan.records
         control = (scan.batches.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0
@@ -432,9 +484,10 @@ _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(4)
 
 
 def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_latest, txn: CleanedTransactionMetadata,
-                   out: _Output, stats: _Stats) -> None:  # fmt: skip
+                   out: _Output, stats: _Stats, scan: SegmentScan | None = None) -> None:  # fmt: skip
     out.open(spec)
-    scan = _read_segment(spec, seg)
+    if scan is None:
+        scan = _read_segment(spec, seg)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = found_offsets(scan.keys_arrow(), lookup_keys, lookup_latest)
@@ -593,8 +646,10 @@ def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn])
             storage.set_mtime(path, mtime_ns)
 
 
-def rewrite_unit(specs: list[GroupSpec], lookup_keys: pa.Array, lookup_latest: np.ndarray) -> list[dict]:
-    """Clean the groups of one unit in log order; one stats dict per group."""
+def rewrite_unit(specs: list[GroupSpec], lookup_keys: pa.Array, lookup_latest: np.ndarray,
+                 cache: ScanCache | None = None) -> list[dict]:  # fmt: skip
+    """Clean the groups of one unit in log order; one stats dict per group. Segments whose scan
+    `cache` holds (from `scan_group` in the same task) are not read again."""
     txn = CleanedTransactionMetadata()
     if specs:
         txn.add_aborted(specs[0].aborted_txns)
@@ -604,7 +659,9 @@ def rewrite_unit(specs: list[GroupSpec], lookup_keys: pa.Array, lookup_latest: n
         out, stats, entries = _Output(), _Stats(), []
         txn.set_cleaned_index(entries)
         for seg in spec.segments:
-            _clean_segment(spec, seg, lookup_keys, lookup_latest, txn, out, stats)
+            scan = cache.take(spec.group_id, seg.base_offset) if cache is not None else None
+            _clean_segment(spec, seg, lookup_keys, lookup_latest, txn, out, stats, scan)
+            del scan
         _write_cleaned(spec, out, entries)
         results.append(
             {

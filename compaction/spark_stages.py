@@ -236,15 +236,21 @@ def compact_partition(specs: list) -> list[dict]:
     Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
+    import os
 
     from compaction.retention import last_records_of_active_producers
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache
 
     import time
 
+    # The scan's SegmentScans are kept for the rewrite (each segment read and decompressed once)
+    # up to this many bytes of decompressed records + columns per task; the rest is read again.
+    reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
+    cache = ScanCache(reuse) if reuse > 0 else None
     started, cpu = time.monotonic(), time.process_time()
     keys, headers = [], []
     for spec in specs:
-        k, prod = scan_group(spec)
+        k, prod = scan_group(spec, cache)
         keys.append(k.select(["key", "dirty_offset"]))
         if prod is not None and prod.num_rows:
             headers.append(prod)
@@ -263,7 +269,7 @@ def compact_partition(specs: list) -> list[dict]:
     lookup_keys = table.column("key").combine_chunks()
     latest = table.column("dirty_offset").to_numpy()
     mapped = time.monotonic()
-    rows = rewrite_unit(specs, lookup_keys, latest)
+    rows = rewrite_unit(specs, lookup_keys, latest, cache)
     cpu = time.process_time() - cpu
     rows[0].update(scan_seconds=scanned - started, map_seconds=mapped - scanned, cpu_seconds=cpu)
     return rows
