@@ -422,3 +422,16 @@ def filter_batch_output(
             raise ValueError(f"cannot keep an empty batch of magic {batch.magic}: needs magic >= 2")
         return BatchOutput.EMPTY_HEADER
     return BatchOutput.DROP
+
+
+def first_unstable_offset(batches) -> int | None:
+    """First offset of the earliest transaction with data but no marker by the end of the log
+    (spec §2.3): the broker's LSO, which the planner could not know before the scan."""
+    open_txns: dict[int, int] = {}
+    for b in batches:
+        if b.is_control:
+            if b.records_count:
+                open_txns.pop(b.producer_id, None)
+        elif b.is_transactional:
+            open_txns.setdefault(b.producer_id, b.base_offset)
+    return min(open_txns.values(), default=None)

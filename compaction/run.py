@@ -30,7 +30,7 @@ from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
 from compaction.options import LONG_MAX, JobOptions, parse_args
 from compaction.plan import PartitionPlan, PartitionState, plan_partition, resolve_topic_config
-from compaction.retention import last_records_of_active_producers
+from compaction.retention import first_unstable_offset, last_records_of_active_producers
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
 
@@ -310,7 +310,7 @@ def _units(todo: list[Planned], producers, failed_parts, replan: dict[int, int])
             continue
         rows = sorted((r for s in p.specs for r in by_group.get(s.group_id, ())), key=lambda r: r.base_offset)
         batches = [_ProducerBatch(r) for r in rows]
-        first_unstable = _first_unstable_offset(batches)
+        first_unstable = first_unstable_offset(batches)
         if first_unstable is not None and first_unstable < p.plan.first_uncleanable_offset:
             replan[i] = first_unstable
             continue
@@ -321,19 +321,6 @@ def _units(todo: list[Planned], producers, failed_parts, replan: dict[int, int])
         else:
             units.update({s.group_id: [s] for s in p.specs})
     return units
-
-
-def _first_unstable_offset(batches) -> int | None:
-    """First offset of the earliest transaction with data but no marker by the end of the log
-    (spec §2.3): the broker's LSO, which the planner could not know before the scan."""
-    open_txns: dict[int, int] = {}
-    for b in batches:
-        if b.is_control:
-            if b.records_count:
-                open_txns.pop(b.producer_id, None)
-        elif b.is_transactional:
-            open_txns.setdefault(b.producer_id, b.base_offset)
-    return min(open_txns.values(), default=None)
 
 
 class _ProducerBatch:

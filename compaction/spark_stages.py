@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from compaction.errors import CompactionError
+from compaction.retention import first_unstable_offset
 from compaction.rewrite import GroupSpec, rewrite_unit, scan_group
 
 PRODUCER_FIELDS = (
@@ -215,19 +216,6 @@ def _header_rows(tables: list[pa.Table]) -> list[_HeaderRow]:
     t = pa.concat_tables(tables)
     cols = [t.column(n).to_pylist() for n, _, _ in PRODUCER_FIELDS]
     return sorted((_HeaderRow(*row) for row in zip(*cols)), key=lambda r: r.base_offset)
-
-
-def first_unstable_offset(batches) -> int | None:
-    """First offset of the earliest transaction with data but no marker by the end of the log
-    (spec §2.3): the broker's LSO, which the planner could not know before the scan."""
-    open_txns: dict[int, int] = {}
-    for b in batches:
-        if b.is_control:
-            if b.records_count:
-                open_txns.pop(b.producer_id, None)
-        elif b.is_transactional:
-            open_txns.setdefault(b.producer_id, b.base_offset)
-    return min(open_txns.values(), default=None)
 
 
 def compact_partition(specs: list) -> list[dict]:

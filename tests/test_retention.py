@@ -510,3 +510,19 @@ def test_multi_pass_segment_cleaning_with_aborted_transactions():
     assert r2.cleaned_index == [] and r2.outputs[2] is BatchOutput.REBUILD  # ABORT gets a horizon
     r3 = clean_round(r2.log, start=0, upper=5, now=T + DAY, aborted=r2.cleaned_index, last_records=none_active)
     assert offsets(r3.log) == [1, 3, 4]  # ABORT gone; COMMIT stays while its data (1) exists
+
+
+def test_first_unstable_offset_is_the_earliest_transaction_without_a_marker():
+    """Spec §2.3: LSO = first offset of the earliest open transaction (hand-worked table)."""
+    from compaction.retention import first_unstable_offset
+
+    data = lambda base, pid: BatchInfo(base, base + 1, producer_id=pid, producer_epoch=0, is_transactional=True)  # noqa: E731
+    marker = lambda base, pid, n=1: BatchInfo(base, base, producer_id=pid, producer_epoch=0,  # noqa: E731
+                                              is_transactional=True, is_control=True, records_count=n)
+    assert first_unstable_offset([]) is None
+    assert first_unstable_offset([data(0, 1), marker(2, 1)]) is None  # committed or aborted: closed
+    assert first_unstable_offset([data(0, 1), data(2, 2), marker(4, 1)]) == 2  # pid 2 still open
+    assert first_unstable_offset([data(0, 1), data(2, 1)]) == 0  # first offset of the open one
+    # An empty (cleaned) control batch closes nothing: its transaction ended long ago.
+    assert first_unstable_offset([data(0, 1), marker(2, 1, n=0)]) == 0
+    assert first_unstable_offset([BatchInfo(0, 5, producer_id=3, producer_epoch=0)]) is None  # idempotent
