@@ -197,9 +197,15 @@ class Storage:
         """Replace `path` so that readers see either the old or the new content (checkpoints).
 
         With atomic rename: `<path>.tmp`, fsync, rename over `path`, fsync dir (`CheckpointFile`).
-        On object stores a single upload already replaces the object atomically.
+        On object stores a single upload already replaces the object atomically, but only if
+        nothing fails while it streams: pyarrow has no abort, and closing the stream on an
+        exception (the `with` block) completes the upload with what was written so far. So the
+        data is joined first; only the upload itself can then fail (a killed process never
+        completes it). Fine for the small files this is for (checkpoints, reports).
         """
         if not self.atomic_rename:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                data = b"".join(bytes(memoryview(c).cast("B")) for c in data)
             return self.write_durable(path, data)
         tmp = path + TMP_SUFFIX
         written = self.write_durable(tmp, data)
