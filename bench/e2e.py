@@ -113,7 +113,6 @@ def scan_partition(part_dir: Path):
 
 def verify(before: dict, log_dir: Path, report: dict, sample_batches: int) -> list[str]:
     """Latest-per-key below each bound (all keys), untouched tail, an iter_batches sample."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     from compaction.format.segment import iter_batches
@@ -280,17 +279,27 @@ def main() -> int:
     print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MB / no_start:,.1f} MB/s = "
           f"{size / no_start / speed:.3f}x read speed")  # fmt: skip
     print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))
+    print_spark_stages(event_dir)
+    return finish(problems, log_dir, args.keep)
+
+
+def print_spark_stages(event_dir) -> None:
+    """The Spark stages of the run, from its event log (shared by the bench scripts)."""
     stages = spark_stages(event_dir)
     if stages:
         print("spark stages (event log): group | tasks | wall s | summed task run s | name")
         for group, name, tasks, wall_s, run_s in stages:
             print(f"  {group:<8} {tasks:>5} {wall_s:>8.1f} {run_s:>8.1f}  {name}")
-    if not args.keep:
+
+
+def finish(problems: list[str], log_dir, keep: bool, ok: str = "verification: OK") -> int:
+    """Clean up the generated input unless kept, print the verdict, return the exit code."""
+    if not keep:
         shutil.rmtree(log_dir, ignore_errors=True)
     if problems:
         print("VERIFICATION FAILED:\n  " + "\n  ".join(problems[:20]), file=sys.stderr)
         return 1
-    print("verification: OK")
+    print(ok)
     return 0
 
 

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from e2e import NOW_MS, drop_caches, log_files, read_speed, scan_partition, spark_stages, verify  # noqa: E402
+from e2e import NOW_MS, drop_caches, finish, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
 GiB = 1 << 30
@@ -157,18 +157,8 @@ def main() -> int:
         print("task seconds (summed over tasks): " + ", ".join(f"{k} {v:.1f}" for k, v in task.items()))
         if "taskCpuSeconds" in tm:
             print(f"  CPU-s per GiB read: {tm['taskCpuSeconds'] / (tot['bytesRead'] / GiB):.2f}")
-    stages = spark_stages(event_dir)
-    if stages:
-        print("spark stages (event log): group | tasks | wall s | summed task run s | name")
-        for group, name, tasks, wall_s, run_s in stages:
-            print(f"  {group:<8} {tasks:>5} {wall_s:>8.1f} {run_s:>8.1f}  {name}")
-    if not args.keep:
-        shutil.rmtree(log_dir, ignore_errors=True)
-    if problems:
-        print("VERIFICATION FAILED:\n  " + "\n  ".join(problems[:20]), file=sys.stderr)
-        return 1
-    print("verification: OK")
-    return 0
+    print_spark_stages(event_dir)
+    return finish(problems, log_dir, args.keep)
 
 
 if __name__ == "__main__":

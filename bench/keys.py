@@ -375,20 +375,11 @@ def main() -> int:
         f"rounds: this job 1 (checkpoint -> {bound:,}); Kafka's default map holds {KAFKA_MAP_KEYS:,} keys "
         f"per round -> at least {rounds} round(s) for {distinct:,} keys"
     )
-    stages = e2e.spark_stages(event_dir)
-    if stages:
-        print("spark stages (event log): group | tasks | wall s | summed task run s | name")
-        for group, name, tasks, wall_s, run_s in stages:
-            print(f"  {group:<8} {tasks:>5} {wall_s:>8.1f} {run_s:>8.1f}  {name}")
-    if not args.keep:
-        shutil.rmtree(log_dir, ignore_errors=True)
+    e2e.print_spark_stages(event_dir)
     if part["status"] != "cleaned" or part["recordsWritten"] < distinct:
         problems.append(f"partition {part['status']}: {part['reason']}")
-    if problems:
-        print("VERIFICATION FAILED:\n  " + "\n  ".join(problems[:20]), file=sys.stderr)
-        return 1
-    print("verification: OK (records kept below the bound == distinct keys, each the latest of its key)")
-    return 0
+    ok = "verification: OK (records kept below the bound == distinct keys, each the latest of its key)"
+    return e2e.finish(problems, log_dir, args.keep, ok)
 
 
 if __name__ == "__main__":
