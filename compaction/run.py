@@ -19,7 +19,9 @@ from compaction.discover import (
     CLEANER_CHECKPOINT,
     LogDirState,
     PartitionDir,
+    SeenBytes,
     log_end_offset,
+    map_threads,
     read_log_dir,
     rebuild_missing_index,
     segment_meta,
@@ -57,11 +59,12 @@ def _job_config(opts: JobOptions, topic: str) -> dict:
 
 
 def _partition_state(
-    ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None
+    ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None, seen: SeenBytes | None = None
 ) -> PartitionState:
+    """`seen`: what validation read of these very files (so each is read once); None reads them."""
     want_first_ts = config.max_compaction_lag_ms < LONG_MAX
-    metas = tuple(segment_meta(ld.storage, s, want_first_ts) for s in part.segments)
-    leo = log_end_offset(ld.storage, part.segments[-1])
+    metas = tuple(segment_meta(ld.storage, s, want_first_ts, seen) for s in part.segments)
+    leo = log_end_offset(ld.storage, part.segments[-1], seen.active_index if seen is not None else None)
     start = max(ld.log_start_offsets.get(part.key, 0), metas[0].base_offset)
     hw = ld.high_watermarks.get(part.key)
     lso = min(hw, leo) if hw is not None else None
@@ -114,9 +117,9 @@ def _plan_one(
     result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
     p = Planned(ld, part, result)
     try:
-        validate_partition(ld.storage, part)
+        seen = validate_partition(ld.storage, part)
         config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
-        state = _partition_state(ld, part, config, first_unstable)
+        state = _partition_state(ld, part, config, first_unstable, seen)
         p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
         missing = [seg for seg in part.segments if seg.index is None]
         if missing and p.plan.eligible and not opts.recover_only:
@@ -142,11 +145,13 @@ def _plan_one(
 
 
 def discover_and_plan(opts: JobOptions) -> tuple[list[Planned], list[LogDirState]]:
+    """List each log dir, then validate and plan its partitions on a thread pool (each partition
+    touches only its own files; results keep the listing's order)."""
     planned, dirs = [], []
     for uri in opts.log_dirs:
         ld = read_log_dir(uri, opts.topics)
         dirs.append(ld)
-        planned += [_plan_one(ld, part, opts) for part in ld.partitions]
+        planned += map_threads(lambda part, ld=ld: _plan_one(ld, part, opts), ld.partitions)
     return planned, dirs
 
 
@@ -156,7 +161,7 @@ def _recover(opts: JobOptions) -> dict[tuple[str, str], list[str]]:
     for uri in opts.log_dirs:
         ld = read_log_dir(uri, opts.topics)
         for part in ld.partitions:
-            if part.transient or ld.storage.exists(f"{part.path}/compaction-commit.json"):
+            if part.transient or part.has_commit_intent:  # seen in the listing: no exists() per partition
                 done[(uri, part.path)] = recover_partition(ld.storage, part.path).actions
     for (_, path), actions in done.items():
         for a in actions:

@@ -1,0 +1,173 @@
+"""Issue 6 target 5: the driver's fixed cost (recovery, discovery, planning) at 10,000 partitions x
+100 segments, measured without Spark.
+
+Builds (once; `--keep` reuses it) a log dir of N partitions x S tiny but valid segments: one v2
+batch of 10 records per `.log`, an empty `.index` (a broker writes no entry below
+index.interval.bytes) and a one-entry `.timeindex`, written with os-level calls from one process
+per core. Then runs the job's driver in-process with `--dry-run` (compaction.run.run: lock check,
+discovery, validation, planning; no Spark is started because a dry run never reaches the stages)
+and prints recovery/plan seconds, files read and listed, and the cost per partition and segment.
+
+    .venv/bin/python bench/plan_scale.py --partitions 1000 --segments 100
+    .venv/bin/python bench/plan_scale.py --keep            # 10,000 x 100, reusing the dir if built
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from compaction.format.batch import Record, build_batch  # noqa: E402
+from compaction.format.index import write_time_index  # noqa: E402
+from compaction.format.naming import segment_file_name  # noqa: E402
+
+RECORDS_PER_SEGMENT = 10
+T0 = 1_600_000_000_000  # old enough that every segment is past any lag
+
+
+def _template() -> tuple[bytes, bytes]:
+    recs = [Record(i, T0 + i, b"key-%d" % (i % 5), b"value-%d" % i) for i in range(RECORDS_PER_SEGMENT)]
+    batch = build_batch(recs, base_offset=0)
+    return batch, write_time_index([(T0 + RECORDS_PER_SEGMENT - 1, RECORDS_PER_SEGMENT - 1)], 0)
+
+
+def _write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if data:
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _make_partitions(args: tuple[str, int, int, int]) -> int:
+    root, first, last, segments = args
+    batch, _ = _template()
+    tail = batch[8:]  # base offset sits outside the CRC: patch it per segment
+    for p in range(first, last):
+        d = os.path.join(root, f"topic{p % 10}-{p // 10}")
+        os.mkdir(d)
+        for s in range(segments):
+            base = s * RECORDS_PER_SEGMENT
+            stem = os.path.join(d, segment_file_name(base, ".log")[:-4])
+            _write(stem + ".log", base.to_bytes(8, "big") + tail)
+            _write(stem + ".index", b"")
+            # relative offset of the last record, timestamp of the last record
+            _write(stem + ".timeindex", (T0 + RECORDS_PER_SEGMENT - 1).to_bytes(8, "big")
+                   + (RECORDS_PER_SEGMENT - 1).to_bytes(4, "big"))  # fmt: skip
+    return last - first
+
+
+def build(root: str, partitions: int, segments: int, workers: int) -> float:
+    t = time.monotonic()
+    os.makedirs(root)
+    step = max(1, partitions // (workers * 8))
+    chunks = [(root, a, min(a + step, partitions), segments) for a in range(0, partitions, step)]
+    with ProcessPoolExecutor(workers) as pool:
+        done = sum(pool.map(_make_partitions, chunks))
+    assert done == partitions
+    with open(os.path.join(root, "meta.json"), "w") as f:
+        json.dump({"partitions": partitions, "segments": segments}, f)
+    return time.monotonic() - t
+
+
+class _Counts:
+    """Counts Storage calls made during the run (thread-safe: discovery may use threads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.n = {"read_bytes": 0, "list_dir": 0, "exists": 0, "info": 0}
+
+    def install(self):
+        from compaction.storage import Storage
+
+        saved = {name: getattr(Storage, name) for name in self.n}
+
+        def wrap(name, fn):
+            def counted(*a, **k):
+                with self.lock:
+                    self.n[name] += 1
+                return fn(*a, **k)
+
+            return counted
+
+        for name, fn in saved.items():
+            setattr(Storage, name, wrap(name, fn))
+        return lambda: [setattr(Storage, name, fn) for name, fn in saved.items()]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--segments", type=int, default=100)
+    ap.add_argument("--dir", default=None, help="default: bench/out/plan_scale/<P>x<S>")
+    ap.add_argument("--keep", action="store_true", help="reuse the dir if built; keep it afterwards")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="processes building the dir")
+    ap.add_argument("--repeat", type=int, default=1, help="timed dry runs (first may be cold-cache)")
+    ap.add_argument("--drop-caches", action="store_true", help="try to drop the page cache before each run")
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = args.dir or os.path.join(here, "out", "plan_scale", f"{args.partitions}x{args.segments}")
+    meta = os.path.join(root, "meta.json")
+    built = False
+    if os.path.exists(root) and not (args.keep and os.path.exists(meta)):
+        shutil.rmtree(root)
+    if not os.path.exists(root):
+        secs = build(root, args.partitions, args.segments, args.workers)
+        built = True
+        files = args.partitions * args.segments * 3
+        du = subprocess.run(["du", "-sh", root], capture_output=True, text=True).stdout.split()[0]
+        print(f"built {args.partitions:,} partitions x {args.segments} segments ({files:,} files) in "
+              f"{secs:.1f} s ({files / secs:,.0f} files/s), {du} on disk: {root}")  # fmt: skip
+    else:
+        print(f"reusing {root}")
+
+    from compaction.options import parse_args
+    from compaction.run import run
+
+    segs = args.partitions * args.segments
+    for i in range(args.repeat):
+        if args.drop_caches:
+            subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], capture_output=True)
+        counts = _Counts()
+        restore = counts.install()
+        t = time.monotonic()
+        try:
+            code, report = run(parse_args(["--log-dir", root, "--dry-run"]))
+        finally:
+            restore()
+        wall = time.monotonic() - t
+        tm = report["timings"]
+        statuses: dict[str, int] = {}
+        for r in report["partitions"]:
+            k = f'{r["status"]}: {r["reason"]}'
+            statuses[k] = statuses.get(k, 0) + 1
+        plan = tm.get("planSeconds", 0.0)
+        print(json.dumps({
+            "run": i + 1, "partitions": args.partitions, "segments_per_partition": args.segments,
+            "exit": code, "statuses": statuses, "wall_seconds": round(wall, 2),
+            "recoverySeconds": round(tm.get("recoverySeconds", 0.0), 3),
+            "planSeconds (discovery+validation+plan)": round(plan, 2),
+            "storage_calls": counts.n,
+            "ms_per_partition": round(plan * 1000 / args.partitions, 3),
+            "us_per_segment": round(plan * 1e6 / segs, 1),
+            "threads": os.environ.get("KAFKA_COMPACTION_DISCOVERY_THREADS", "default"),
+        }))
+    if not args.keep:
+        shutil.rmtree(root)
+    elif built:
+        print(f"kept {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
