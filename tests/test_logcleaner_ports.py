@@ -508,8 +508,8 @@ def test_testCommitMarkerRetentionWithEmptyBatch(tmp_path):
     "offline producer state: replaying the log skips an empty control batch (as Kafka's "
     "ProducerStateManager does on load), so the producer whose only trace is that batch is not "
     "'active' and the batch is dropped on the next clean; Kafka's test keeps it because the "
-    "broker's in-memory producer state still holds the producer (README says we never drop "
-    "an empty batch Kafka keeps)"))  # fmt: skip
+    "broker's in-memory producer state still holds the producer (README, 'How it differs from "
+    "Kafka's own cleaner': the same as a restarted broker)"))  # fmt: skip
 def test_testCleanEmptyControlBatch(tmp_path):
     log = KafkaLog(tmp_path, segment_bytes=256)
     log.marker(COMMIT, 1)  # 0: a COMMIT without data
