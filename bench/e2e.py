@@ -45,6 +45,17 @@ SAMPLE_RECORDS = 20_000
 NOW_MS = 1_795_305_600_000  # 2026-11-22T00:00:00Z: a fixed clock for the round
 
 
+def fresh_out_dir(out: Path) -> tuple[Path, Path, Path]:
+    """(log dir, event log dir, report path) under `out`, emptied of a previous run."""
+    out.mkdir(parents=True, exist_ok=True)
+    log_dir, event_dir, report_path = out / "kafka-logs", out / "eventlog", out / "report.json"
+    for p in (log_dir, event_dir):
+        shutil.rmtree(p, ignore_errors=True)
+    event_dir.mkdir()
+    report_path.unlink(missing_ok=True)
+    return log_dir, event_dir, report_path
+
+
 def drop_caches() -> bool:
     try:
         os.sync()
@@ -224,12 +235,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
     args = ap.parse_args()
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    log_dir, event_dir, report_path = args.out / "kafka-logs", args.out / "eventlog", args.out / "report.json"
-    for p in (log_dir, event_dir):
-        shutil.rmtree(p, ignore_errors=True)
-    event_dir.mkdir()
-    report_path.unlink(missing_ok=True)
+    log_dir, event_dir, report_path = fresh_out_dir(args.out)
 
     bpr = bytes_per_record(args)
     records = max(1, int(args.gb * 1e9 / args.partitions / bpr))

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from e2e import NOW_MS, drop_caches, finish, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
+from e2e import NOW_MS, drop_caches, finish, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
 GiB = 1 << 30
@@ -82,12 +81,7 @@ def main() -> int:
     ap.add_argument("--spark-conf", action="append", default=[], help="extra --conf K=V for the job")
     args = ap.parse_args()
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    log_dir, event_dir, report_path = args.out / "kafka-logs", args.out / "eventlog", args.out / "report.json"
-    for p in (log_dir, event_dir):
-        shutil.rmtree(p, ignore_errors=True)
-    event_dir.mkdir()
-    report_path.unlink(missing_ok=True)
+    log_dir, event_dir, report_path = fresh_out_dir(args.out)
 
     # Kafka's ratio: 1M keys per 2 GiB; scale the keys with --gb so the removed fraction holds.
     bpr = bytes_per_record(args)

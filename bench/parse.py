@@ -29,6 +29,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e import drop_caches  # noqa: E402 - one cache-dropping helper for every bench
 
 RECORD_SIZE = 126  # bytes on the wire, length varint included
 KEY_SIZE = 16
@@ -99,16 +102,6 @@ def generate_codec(src: Path, dst: Path, codec: int, mib: int) -> None:
             struct.pack_into(">I", header, 17, crc)
             out.write(header)
             out.write(payload)
-
-
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def read_speed(path: Path) -> tuple[float, bool]:
