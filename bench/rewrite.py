@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from compaction.format import naming  # noqa: E402
-from compaction.rewrite import CLEANED, GroupSpec, SourceSegment, rewrite_unit, scan_group  # noqa: E402
+from compaction.rewrite import CLEANED, GroupSpec, KeyLookup, SourceSegment, rewrite_unit, scan_group  # noqa: E402
 from compaction.storage import Storage  # noqa: E402
 
 NOW_MS = 1_795_305_600_000
@@ -76,7 +76,7 @@ def main() -> int:
     size = sum(s.size for s in cleanable)
     print(f"input: {size / 1e6:.1f} MB in {len(cleanable)} segments (+ active), {len(lookup_keys):,} keys; "
           f"scan_group + map {map_s:.2f} s")  # fmt: skip
-    rewrite_unit([spec], lookup_keys, lookup_latest)  # warm-up: numba compile/cache load, page cache
+    rewrite_unit([spec], KeyLookup(lookup_keys, lookup_latest))  # warm-up: numba compile/cache load, page cache
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for _ in range(args.repeat):
         load = os.getloadavg()[0]
@@ -85,7 +85,7 @@ def main() -> int:
         cpu = time.process_time()
         if prof:
             prof.enable()
-        res = rewrite_unit([spec], lookup_keys, lookup_latest)[0]
+        res = rewrite_unit([spec], KeyLookup(lookup_keys, lookup_latest))[0]
         if prof:
             prof.disable()
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu

@@ -19,6 +19,7 @@ import posixpath
 import time
 from array import array
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -259,6 +260,25 @@ def _key_index(lookup_keys: pa.Array) -> KeyIndex:
     return index
 
 
+class OffsetMap(Protocol):
+    """What the rewrite asks of the offset map: for every record of a segment, the latest offset
+    of its key (`found`; -1 when the key is absent from the map or the record has no key).
+    `keep_records` keeps a keyed record below the bound iff its offset >= found."""
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray: ...
+
+
+class KeyLookup:
+    """The map as parallel arrays: distinct keys and their latest offsets (the Spark map path's
+    lookup rows, or an offset map built in the task)."""
+
+    def __init__(self, keys: pa.Array, latest: np.ndarray) -> None:
+        self.keys, self.latest = keys, latest
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        return found_offsets(scan.keys_arrow(), self.keys, self.latest)
+
+
 @dataclass
 class _BatchView:
     """The fields of one batch that the retention rules read (duck-typed like retention.BatchInfo)."""
@@ -483,14 +503,14 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
 _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(4)
 
 
-def _clean_segment(spec: GroupSpec, seg: SourceSegment, lookup_keys, lookup_latest, txn: CleanedTransactionMetadata,
+def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, txn: CleanedTransactionMetadata,
                    out: _Output, stats: _Stats, scan: SegmentScan | None = None) -> None:  # fmt: skip
     out.open(spec)
     if scan is None:
         scan = _read_segment(spec, seg)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
-    found = found_offsets(scan.keys_arrow(), lookup_keys, lookup_latest)
+    found = offset_map.found(spec, seg, scan)
     bounds = np.searchsorted(rec.batch_index, np.arange(nb + 1))
     retain_legacy = retain_legacy_deletes(seg.mtime_ns // 1_000_000, spec.legacy_delete_horizon_ms)
     stats.bytes_read += seg.size
@@ -646,10 +666,10 @@ def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn])
             storage.set_mtime(path, mtime_ns)
 
 
-def rewrite_unit(specs: list[GroupSpec], lookup_keys: pa.Array, lookup_latest: np.ndarray,
-                 cache: ScanCache | None = None) -> list[dict]:  # fmt: skip
-    """Clean the groups of one unit in log order; one stats dict per group. Segments whose scan
-    `cache` holds (from `scan_group` in the same task) are not read again."""
+def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache | None = None) -> list[dict]:
+    """Clean the groups of one unit in log order; one stats dict per group. `offset_map` answers
+    map.get(key) per record (see `OffsetMap`). Segments whose scan `cache` holds (from
+    `scan_group` in the same task) are not read again."""
     txn = CleanedTransactionMetadata()
     if specs:
         txn.add_aborted(specs[0].aborted_txns)
@@ -660,7 +680,7 @@ def rewrite_unit(specs: list[GroupSpec], lookup_keys: pa.Array, lookup_latest: n
         txn.set_cleaned_index(entries)
         for seg in spec.segments:
             scan = cache.take(spec.group_id, seg.base_offset) if cache is not None else None
-            _clean_segment(spec, seg, lookup_keys, lookup_latest, txn, out, stats, scan)
+            _clean_segment(spec, seg, offset_map, txn, out, stats, scan)
             del scan
         _write_cleaned(spec, out, entries)
         results.append(

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from compaction.errors import CompactionError
 from compaction.retention import first_unstable_offset
-from compaction.rewrite import GroupSpec, rewrite_unit, scan_group
+from compaction.rewrite import GroupSpec, KeyLookup, rewrite_unit, scan_group
 
 PRODUCER_FIELDS = (
     ("producer_id", T.LongType(), pa.int64()),
@@ -165,7 +165,7 @@ def rewrite(lookup: DataFrame, sentinels: DataFrame, group_units: DataFrame, uni
         keys = keyed.column("key").combine_chunks().cast(pa.binary())
         latest = keyed.column("latest_offset").combine_chunks().to_numpy(zero_copy_only=False)
         try:
-            rows = rewrite_unit(specs, keys, latest)
+            rows = rewrite_unit(specs, KeyLookup(keys, latest))
         except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
             rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
         return pa.Table.from_pylist(rows, schema=_result_arrow())
@@ -257,7 +257,7 @@ def compact_partition(specs: list) -> list[dict]:
     lookup_keys = table.column("key").combine_chunks()
     latest = table.column("dirty_offset").to_numpy()
     mapped = time.monotonic()
-    rows = rewrite_unit(specs, lookup_keys, latest, cache)
+    rows = rewrite_unit(specs, KeyLookup(lookup_keys, latest), cache)
     cpu = time.process_time() - cpu
     rows[0].update(scan_seconds=scanned - started, map_seconds=mapped - scanned, cpu_seconds=cpu)
     return rows

@@ -57,7 +57,7 @@ from compaction.format import compression, legacy, naming
 from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, write_txn_index
 from compaction.format.scan import scan_batches
 from compaction.format.segment import iter_batches
-from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit, scan_group
+from compaction.rewrite import GroupSpec, KeyLookup, SourceSegment, rewrite_unit, scan_group
 from compaction.storage import Storage
 
 NOW = 1_700_000_000_000  # MockTime's clock in the Kafka tests (time.milliseconds())
@@ -255,7 +255,7 @@ class KafkaLog:
             units = {0: [dataclasses.replace(s, last_records=last) for s in specs]}
         keys = pa.array(list(m), pa.binary())
         latest = np.array(list(m.values()), dtype=np.int64)
-        results = [r for unit in units.values() for r in rewrite_unit(unit, keys, latest)]
+        results = [r for unit in units.values() for r in rewrite_unit(unit, KeyLookup(keys, latest))]
         if specs:
             replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in specs]
             commit_partition(self.storage, self.path, replacements)

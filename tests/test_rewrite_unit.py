@@ -27,6 +27,7 @@ from compaction.format.scan import scan_batches
 from compaction.retention import LastRecord
 from compaction.rewrite import (
     GroupSpec,
+    KeyLookup,
     SourceSegment,
     aborted_batches,
     found_offsets,
@@ -146,7 +147,7 @@ def offset_map(specs: list[GroupSpec]) -> dict[bytes, int]:
 def clean(specs: list[GroupSpec], m: dict) -> list[dict]:
     keys = pa.array([_b(k) for k in m], pa.binary())
     latest = np.array(list(m.values()), dtype=np.int64)
-    return rewrite_unit(specs, keys, latest)
+    return rewrite_unit(specs, KeyLookup(keys, latest))
 
 
 def cleaned_batches(log: Log, spec: GroupSpec):
