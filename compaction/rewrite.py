@@ -28,7 +28,7 @@ from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
-from compaction.format.keymap import KeyIndex
+from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
 from compaction.retention import (
     BatchOutput,
@@ -162,11 +162,14 @@ class ScanCache:
             n += sum(v.nbytes for v in values if isinstance(v, np.ndarray))
         return n
 
-    def offer(self, group_id: int, base_offset: int, scan: SegmentScan) -> None:
+    def offer(self, group_id: int, base_offset: int, scan: SegmentScan) -> bool:
+        """Keep `scan` if it fits; True when kept."""
         size = self.footprint(scan)
-        if self.held + size <= self.max_bytes:
-            self._scans[(group_id, base_offset)] = (scan, size)
-            self.held += size
+        if self.held + size > self.max_bytes:
+            return False
+        self._scans[(group_id, base_offset)] = (scan, size)
+        self.held += size
+        return True
 
     def take(self, group_id: int, base_offset: int) -> SegmentScan | None:
         got = self._scans.pop((group_id, base_offset), None)
@@ -219,6 +222,72 @@ def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Tabl
     agg = pa.concat_tables(tables).group_by("key").aggregate([("max_offset", "max"), ("dirty_offset", "max")])
     keys = agg.select(["key", "max_offset_max", "dirty_offset_max"])
     return keys.rename_columns(["key", "max_offset", "dirty_offset"]), prod
+
+
+def map_masks(spec: GroupSpec, scan: SegmentScan) -> tuple[np.ndarray, np.ndarray]:
+    """(usable, dirty) per record: usable records build the offset map (keyed, not in a control
+    batch, not in an aborted transaction); dirty ones lie in [first dirty offset, upper bound)."""
+    rec = scan.records
+    control = (scan.batches.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0
+    excluded = control | aborted_batches(scan, spec.aborted_txns)
+    usable = (rec.key_len >= 0) & ~excluded[rec.batch_index]
+    dirty = usable & (rec.offset >= spec.first_dirty_offset) & (rec.offset < spec.upper_bound)
+    return usable, dirty
+
+
+def tail_producers(spec: GroupSpec) -> list[dict[str, np.ndarray]]:
+    """Producer batch headers of the segments above the cleanable range (producer state only)."""
+    out = []
+    for seg in spec.tail_segments:
+        data = spec.storage.read_bytes(spec.segment_path(seg.base_offset))
+        # The active segment may end in a partial batch after a broker crash: not our business.
+        out.append(producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8))))
+    return out
+
+
+class PartitionMap:
+    """The offset map of a whole partition built in one task (an `OffsetMap`): a `KeyTable` over
+    the usable records of all its groups. The key ids of segments whose scan the task keeps for
+    the rewrite are kept too, so those records are not hashed a second time."""
+
+    def __init__(self) -> None:
+        self.table = KeyTable()
+        self._ids: dict[tuple[int, int], np.ndarray] = {}
+
+    def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, keep_ids: bool) -> None:
+        usable, dirty = map_masks(spec, scan)
+        ids = self._assign(scan, usable, dirty)
+        if keep_ids:
+            self._ids[(spec.group_id, seg.base_offset)] = ids
+
+    def _assign(self, scan: SegmentScan, usable: np.ndarray, dirty: np.ndarray) -> np.ndarray:
+        r = scan.records
+        return self.table.assign(scan.file, scan.side, scan.split, r.key_pos, r.key_len, usable, dirty, r.offset)
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        ids = self._ids.pop((spec.group_id, seg.base_offset), None)
+        if ids is None:  # not kept: look the keys up (never adds one)
+            none = np.zeros(len(scan.records.offset), dtype=bool)
+            ids = self._assign(scan, none, none)
+        return np.where(ids >= 0, self.table.latest[np.maximum(ids, 0)], -1)
+
+    def __len__(self) -> int:
+        """Keys in the map (keys with a dirty record)."""
+        return int(np.count_nonzero(self.table.latest >= 0))
+
+
+def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tuple[PartitionMap, list[dict]]:
+    """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
+    producer batch headers (including those of the tail segments)."""
+    pmap, producers = PartitionMap(), []
+    for spec in specs:
+        producers += tail_producers(spec)
+        for seg in spec.segments:
+            scan = _read_segment(spec, seg)
+            kept = cache is not None and cache.offer(spec.group_id, seg.base_offset, scan)
+            producers.append(producer_batches(scan.batches))
+            pmap.add(spec, seg, scan, keep_ids=kept)
+    return pmap, producers
 
 
 def producer_batches(scan_batches_cols, start: int = 0, end: int | None = None) -> dict[str, np.ndarray]:
@@ -277,6 +346,115 @@ class KeyLookup:
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         return found_offsets(scan.keys_arrow(), self.keys, self.latest)
+
+
+# --- the Spark offset-map path: map rows per byte range, and the map as the offsets it keeps -----
+#
+# A task of the Spark path never holds a whole segment group: the scan walks a byte range of one
+# segment in steps of about `chunk_bytes` cut at batch boundaries, and the rewrite receives the
+# offsets to keep as a sorted stream and holds those of one segment at a time.
+
+SCAN_CHUNK_BYTES = 32 << 20  # per scan step; env KAFKA_COMPACTION_SCAN_CHUNK_BYTES
+KEPT_NOT = np.iinfo(np.int64).max  # `KeptOffsets.found` of a keyed record that is not kept
+
+
+def batch_ranges(positions: np.ndarray, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) cut at batch `positions` (ascending) into ranges of at least `chunk_bytes`
+    (the last may be shorter; a range is longer only by its last batch). Ranges cover [start, end)."""
+    cuts = [start]
+    positions = np.asarray(positions, dtype=np.int64)
+    while True:
+        i = int(np.searchsorted(positions, cuts[-1] + max(1, chunk_bytes), side="left"))
+        if i >= len(positions) or positions[i] >= end:
+            break
+        cuts.append(int(positions[i]))
+    cuts.append(end)
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(start, end)]
+
+
+def segment_map_rows(spec: GroupSpec, seg: SourceSegment, start: int = 0, end: int = -1,
+                     chunk_bytes: int = SCAN_CHUNK_BYTES):  # fmt: skip
+    """The offset-map inputs of bytes [start, end) of one segment (`start` at a batch; end -1: the
+    file's end), chunk by chunk: yields (dirty, others, producers) per chunk of ~`chunk_bytes`:
+
+    - dirty: the distinct keys of the chunk's dirty records with their max offset (`key`,
+      `dirty_offset`; the records `scan_group` counts as dirty);
+    - others: every other keyed record below the bound (`key`, `offset`): clean-section records
+      and records excluded from the map (aborted transactions); control batches left out (the
+      rewrite keeps or drops them whole);
+    - producers: the headers of the chunk's producer batches (`producer_batches`).
+
+    Memory: one chunk's scan, whatever the segment size."""
+    path = spec.segment_path(seg.base_offset)
+    data = _segment_bytes(spec.storage, path)
+    if len(data) != seg.size:
+        raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
+    end = len(data) if end < 0 else end
+    heads = scan_batches(data, start, end)
+    too_big = np.flatnonzero(heads.size > spec.max_message_bytes)
+    if len(too_big):  # as _read_segment
+        i = int(too_big[0])
+        raise CorruptRecordError(
+            f"batch of {int(heads.size[i])} bytes is larger than max.message.bytes "
+            f"{spec.max_message_bytes}", path=path, position=int(heads.position[i]),
+            offset=int(heads.base_offset[i]))  # fmt: skip
+    for a, b in batch_ranges(heads.position, start, end, chunk_bytes):
+        scan = scan_segment(data, path, start=a, end=b)
+        rec = scan.records
+        control = (scan.batches.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0
+        excluded = control | aborted_batches(scan, spec.aborted_txns)
+        keyed = rec.key_len >= 0
+        below = rec.offset < spec.upper_bound
+        dirty = keyed & ~excluded[rec.batch_index] & (rec.offset >= spec.first_dirty_offset) & below
+        others = keyed & ~dirty & ~control[rec.batch_index] & below
+        keys = scan.keys_arrow()
+        d = pa.table({"key": keys.filter(pa.array(dirty)), "dirty_offset": pa.array(rec.offset[dirty])})
+        if d.num_rows:
+            d = d.group_by("key").aggregate([("dirty_offset", "max")]).rename_columns(["key", "dirty_offset"])
+        o = pa.table({"key": keys.filter(pa.array(others)), "offset": pa.array(rec.offset[others])})
+        yield d, o, producer_batches(scan.batches)
+        del scan, keys
+
+
+class KeptOffsets:
+    """The offset map as the set of offsets the rewrite keeps (an `OffsetMap`), received as a
+    stream of ascending int64 arrays covering the unit's segments in log order; `found` takes the
+    offsets up to the segment's last record, so only one segment's kept offsets are held.
+
+    found = the record's own offset when it is in the set, else `KEPT_NOT` (keep_records: offset
+    >= found, so dropped). This decides like `KeyLookup` when the set holds, per partition, each
+    mapped key's latest dirty offset and every other keyed record (clean section, aborted) whose
+    key is absent from the map or whose offset >= its key's entry. Sentinel offsets (< 0) are
+    ignored."""
+
+    def __init__(self, chunks) -> None:
+        self._chunks = iter(chunks)
+        self._head = np.empty(0, dtype=np.int64)
+
+    def _take_through(self, last: int) -> np.ndarray:
+        parts, head = [], self._head
+        while True:
+            cut = int(np.searchsorted(head, last, side="right"))
+            parts.append(head[:cut])
+            if cut < len(head):
+                self._head = head[cut:]
+                break
+            nxt = next(self._chunks, None)
+            if nxt is None:
+                self._head = np.empty(0, dtype=np.int64)
+                break
+            head = np.asarray(nxt, dtype=np.int64)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        off = scan.records.offset
+        if not len(off):
+            return np.empty(0, dtype=np.int64)
+        kept = self._take_through(int(off.max()))
+        pos = np.searchsorted(kept, off)
+        hit = pos < len(kept)
+        hit[hit] = kept[pos[hit]] == off[hit]
+        return np.where(hit, off, KEPT_NOT)
 
 
 @dataclass

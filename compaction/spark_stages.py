@@ -1,18 +1,31 @@
-"""The Spark stages of one round: scan -> offset map -> lookup -> rewrite.
+"""The Spark stages of the offset-map path: scan -> offset map -> kept offsets -> rewrite.
 
-Each stage is DataFrame -> DataFrame with an explicit schema. Only (key, offset) rows travel
-through Spark; record values stay in the files and are copied once, by the rewrite task.
+For partitions too big for one task (see run.py). Each stage is DataFrame -> DataFrame with an
+explicit schema; record values stay in the files and are copied once, by the rewrite task.
 
-Work units are described by `GroupSpec`s (one per output segment group) shipped to executors in
-a broadcast; rows refer to them by `group_id`. Errors inside a task never fail the Spark job:
-they come back as rows with an `error` text, so one damaged partition cannot stop the others.
+- scan: one task per byte range of a segment (a segment, or a split of a big one at batch
+  positions from its sparse `.index`), walked in chunks of ~32 MiB; it streams bounded Arrow
+  batches of map rows (a chunk's distinct dirty keys with their max offset), "other" rows (every
+  other keyed record below the bound: clean section, aborted) and producer batch headers.
+- offset map: max dirty offset per (topic, partition, key) and the group of that offset: a hash
+  aggregate that Spark spills, no key set in one task.
+- kept offsets: the map's winners, plus the other rows whose key is absent from the map (or whose
+  offset >= its entry), with the rewrite unit of their group.
+- rewrite: the kept offsets of each unit sorted by offset and streamed into its task
+  (`rewrite.KeptOffsets`): a task holds the kept offsets of one segment, never a key.
+
+Work units are described by `GroupSpec`s shipped in broadcasts; rows refer to them by
+`group_id`/`unit_id`. Errors inside a task never fail the Spark job: they come back as rows with
+an `error` text, so one damaged partition cannot stop the others.
 """
 
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +34,15 @@ from pyspark.sql import types as T
 
 from compaction.errors import CompactionError
 from compaction.retention import first_unstable_offset
-from compaction.rewrite import GroupSpec, KeyLookup, rewrite_unit, scan_group
+from compaction.rewrite import (
+    GroupSpec,
+    KeptOffsets,
+    KeyLookup,
+    producer_batches,
+    rewrite_unit,
+    scan_group,
+    segment_map_rows,
+)
 
 PRODUCER_FIELDS = (
     ("producer_id", T.LongType(), pa.int64()),
@@ -32,25 +53,21 @@ PRODUCER_FIELDS = (
     ("records_count", T.IntegerType(), pa.int32()),
     ("max_timestamp", T.LongType(), pa.int64()),
 )
-# Three kinds of rows share one schema: key rows (key set), producer batch rows (producer_id
-# set) and error rows (error set).
+# Four kinds of rows share one schema: map rows (key, dirty_offset: the max dirty offset of the
+# key in one scan chunk), other rows (key, offset: one keyed record outside the map), producer
+# batch rows (producer_id set) and error rows (error set).
 SCAN_SCHEMA = T.StructType(
     [
         T.StructField("group_id", T.IntegerType(), False),
         T.StructField("key", T.BinaryType(), True),
-        T.StructField("max_offset", T.LongType(), True),
-        T.StructField("dirty_offset", T.LongType(), True),  # -1: the key has no dirty record here
+        T.StructField("dirty_offset", T.LongType(), True),
+        T.StructField("offset", T.LongType(), True),
         T.StructField("error", T.StringType(), True),
         *(T.StructField(n, t, True) for n, t, _ in PRODUCER_FIELDS),
     ]
 )
-LOOKUP_SCHEMA = T.StructType(
-    [
-        T.StructField("group_id", T.IntegerType(), False),
-        T.StructField("key", T.BinaryType(), True),
-        T.StructField("latest_offset", T.LongType(), True),
-    ]
-)
+GROUPS_SCHEMA = "group_id int, topic string, partition int, unit_id int"  # unit_id null: not rewritten
+KEPT_SCHEMA = T.StructType([T.StructField("unit_id", T.IntegerType()), T.StructField("offset", T.LongType())])
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
     ("error", T.StringType()),
@@ -68,20 +85,33 @@ _SCAN_ARROW = pa.schema(
     [
         pa.field("group_id", pa.int32(), False),
         pa.field("key", pa.binary()),
-        pa.field("max_offset", pa.int64()),
         pa.field("dirty_offset", pa.int64()),
+        pa.field("offset", pa.int64()),
         pa.field("error", pa.string()),
         *(pa.field(n, a) for n, _, a in PRODUCER_FIELDS),
     ]
 )
+# Rows per Arrow batch a scan task sends to the JVM (~5 MB with 32-byte keys): the batches are
+# bounded whatever the number of keys of a segment.
+SCAN_ROWS_PER_BATCH = 1 << 17
+# A segment bigger than this is scanned by several tasks, split at positions of its sparse
+# `.index` (env KAFKA_COMPACTION_SCAN_SPLIT_BYTES; 0: one task per segment).
+SCAN_SPLIT_BYTES = 256 << 20
 
 
 def _scan_rows(gid: int, n: int, columns: dict) -> pa.RecordBatch:
     arrays = [
-        columns.get(f.name, pa.nulls(n, f.type)) if f.name != "group_id" else pa.array([gid] * n, pa.int32())
+        columns.get(f.name, pa.nulls(n, f.type)) if f.name != "group_id" else pa.array(np.full(n, gid, np.int32))
         for f in _SCAN_ARROW
     ]
     return pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, _SCAN_ARROW)], schema=_SCAN_ARROW)
+
+
+def _scan_batches(gid: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    """`table`'s rows as scan rows, in batches of at most SCAN_ROWS_PER_BATCH rows."""
+    for batch in table.to_batches(max_chunksize=SCAN_ROWS_PER_BATCH):
+        if batch.num_rows:
+            yield _scan_rows(gid, batch.num_rows, {c: batch.column(c) for c in batch.schema.names})
 
 
 def _error_text(exc: BaseException) -> str:
@@ -90,34 +120,102 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
 
 
-def group_ids_frame(spark: SparkSession, group_ids: list[int]) -> DataFrame:
-    """One Spark partition per group id, so every group is its own task."""
-    rdd = spark.sparkContext.parallelize([(g,) for g in group_ids], max(1, len(group_ids)))
-    return spark.createDataFrame(rdd, "group_id int")
+@dataclass(frozen=True)
+class ScanTask:
+    """Bytes [start, end) (end -1: to the file's end) of segment `base_offset` of group
+    `group_id`; `tail`: an uncleanable segment, read for its producer batch headers only."""
+
+    group_id: int
+    base_offset: int
+    start: int = 0
+    end: int = -1
+    tail: bool = False
 
 
-def scan(groups: DataFrame, specs) -> DataFrame:
-    """Per group: one row per distinct key with its latest offset, and latest dirty offset.
+def scan_tasks(specs: list[GroupSpec], split_bytes: int, batch_positions=None) -> list[ScanTask]:
+    """The scan tasks of `specs`: one per segment, or per split of a segment bigger than
+    `split_bytes` cut at the batch positions `batch_positions(spec, seg)` gives (ascending; e.g.
+    from the sparse `.index`; None or empty: no split); one per tail segment."""
+    from compaction.rewrite import batch_ranges
 
-    `specs` is a broadcast of {group_id: GroupSpec}. The pre-aggregation happens in the task
-    (pyarrow hash aggregation), so Spark receives one row per distinct key per group.
-    """
+    out = []
+    for spec in specs:
+        for seg in spec.segments:
+            positions = None
+            if split_bytes > 0 and seg.size > split_bytes and batch_positions is not None:
+                positions = batch_positions(spec, seg)
+            if positions is None or not len(positions):
+                out.append(ScanTask(spec.group_id, seg.base_offset))
+                continue
+            for a, b in batch_ranges(positions, 0, seg.size, split_bytes):
+                out.append(ScanTask(spec.group_id, seg.base_offset, a, -1 if b == seg.size else b))
+        out.extend(ScanTask(spec.group_id, seg.base_offset, tail=True) for seg in spec.tail_segments)
+    return out
+
+
+def index_positions(spec: GroupSpec, seg) -> np.ndarray:
+    """Batch positions from the segment's sparse `.index` (every entry points at a batch start);
+    empty when there is no usable index."""
+    from compaction.format.index import read_offset_index
+
+    try:
+        data = spec.storage.read_bytes(spec.segment_path(seg.base_offset, ".index"))
+    except (OSError, FileNotFoundError):
+        return np.empty(0, dtype=np.int64)
+    pos = read_offset_index(data, seg.base_offset)[:, 1]
+    pos = pos[(pos > 0) & (pos < seg.size)]
+    if len(pos) > 1 and not np.all(np.diff(pos) > 0):  # not trustworthy: no split
+        return np.empty(0, dtype=np.int64)
+    return pos
+
+
+def _tail_producers(spec: GroupSpec, base_offset: int) -> dict:
+    from compaction.format.scan import scan_batches
+
+    data = spec.storage.read_bytes(spec.segment_path(base_offset))
+    # The active segment may end in a partial batch after a broker crash: not our business.
+    return producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8)))
+
+
+def task_ids_frame(spark: SparkSession, n: int) -> DataFrame:
+    """Rows task_id 0..n-1, one Spark partition each, so every scan task is its own Spark task."""
+    rdd = spark.sparkContext.parallelize([(i,) for i in range(n)], max(1, n))
+    return spark.createDataFrame(rdd, "task_id int")
+
+
+def scan(tasks: DataFrame, table, chunk_bytes: int | None = None) -> DataFrame:
+    """Per scan task: map rows, other rows and producer rows, streamed in bounded Arrow batches.
+    `table` is a broadcast of {task_id: (GroupSpec, ScanTask)}."""
+    from compaction.rewrite import SCAN_CHUNK_BYTES
+
+    chunk = chunk_bytes or SCAN_CHUNK_BYTES
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = specs.value
+        import os
+
+        step = int(os.environ.get("KAFKA_COMPACTION_SCAN_CHUNK_BYTES", chunk))
         for batch in batches:
-            for gid in batch.column("group_id").to_pylist():
+            for tid in batch.column("task_id").to_pylist():
+                spec, task = table.value[tid]
+                gid = spec.group_id
                 try:
-                    keys, producers = scan_group(table[gid])
+                    if task.tail:
+                        yield from _scan_batches(gid, pa.table(_tail_producers(spec, task.base_offset)))
+                        continue
+                    seg = next(s for s in spec.segments if s.base_offset == task.base_offset)
+                    for dirty, others, producers in segment_map_rows(spec, seg, task.start, task.end, step):
+                        yield from _scan_batches(gid, dirty)
+                        yield from _scan_batches(gid, others)
+                        yield from _scan_batches(gid, pa.table(producers))
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     yield _scan_rows(gid, 1, {"error": pa.array([_error_text(exc)])})
-                    continue
-                yield _scan_rows(gid, keys.num_rows, {c: keys.column(c).combine_chunks() for c in keys.column_names})
-                if producers is not None and producers.num_rows:
-                    cols = {c: producers.column(c).combine_chunks() for c in producers.column_names}
-                    yield _scan_rows(gid, producers.num_rows, cols)
 
-    return groups.mapInArrow(run, SCAN_SCHEMA)
+    return tasks.mapInArrow(run, SCAN_SCHEMA)
+
+
+def side_rows(scan_rows: DataFrame) -> DataFrame:
+    """Error and producer rows (few: one per producer batch), for the driver."""
+    return scan_rows.where(F.col("key").isNull()).select("group_id", "error", *(n for n, _, _ in PRODUCER_FIELDS))
 
 
 def scan_errors(scan_rows: DataFrame) -> DataFrame:
@@ -128,50 +226,140 @@ def producer_rows(scan_rows: DataFrame) -> DataFrame:
     return scan_rows.where(F.col("producer_id").isNotNull()).select("group_id", *(n for n, _, _ in PRODUCER_FIELDS))
 
 
-def offset_map(scan_rows: DataFrame, group_partition: DataFrame) -> DataFrame:
-    """The key -> latest offset map of each partition's dirty section, exact keys, no bound.
-
-    `group_partition` maps group_id -> (topic, partition). Output: topic, partition, key,
-    latest_offset, groups (the groups the key occurs in, for the lookup step).
-    """
-    keyed = scan_rows.where(F.col("key").isNotNull()).join(F.broadcast(group_partition), "group_id", "inner")
+def offset_map(scan_rows: DataFrame, groups: DataFrame) -> DataFrame:
+    """The key -> latest dirty offset map of each partition, exact keys, no bound: a hash
+    aggregate (spills), no collect_set. `groups` (GROUPS_SCHEMA) maps group_id -> (topic,
+    partition). Output: topic, partition, key, latest_offset, group_id (the group of that offset)."""
+    dirty = scan_rows.where(F.col("dirty_offset").isNotNull()).join(
+        F.broadcast(groups.select("group_id", "topic", "partition")), "group_id", "inner"
+    )
     return (
-        keyed.groupBy("topic", "partition", "key")
-        .agg(
-            F.max("dirty_offset").alias("latest_offset"),
-            F.collect_set("group_id").alias("groups"),
-        )
-        .where(F.col("latest_offset") >= 0)
-        .select("topic", "partition", "key", "latest_offset", "groups")
+        dirty.groupBy("topic", "partition", "key")
+        .agg(F.max("dirty_offset").alias("latest_offset"), F.max_by("group_id", "dirty_offset").alias("group_id"))
+        .select("topic", "partition", "key", "latest_offset", "group_id")
     )
 
 
-def group_lookup(offset_map_df: DataFrame) -> DataFrame:
-    """For each group, the map entries of the keys occurring in it (the anti-join of the clean
-    tail falls out: a key absent here keeps its records)."""
-    return offset_map_df.select(
-        F.explode("groups").alias("group_id"), F.col("key"), F.col("latest_offset")
-    ).select("group_id", "key", "latest_offset")
+def kept_offsets(scan_rows: DataFrame, map_df: DataFrame, groups: DataFrame, others: bool = True) -> DataFrame:
+    """(unit_id, offset) of every keyed record below the bound that the rewrite keeps, for the
+    groups with a unit: each map entry's offset, and each other row whose key is absent from its
+    partition's map or whose offset >= the key's entry (Kafka: offset >= map.get(key), absent
+    -1). `others=False` skips the join when no scanned group has other rows (no clean section, no
+    aborted transaction): an empty side would still cost a shuffle of the map."""
+    units = F.broadcast(groups.where(F.col("unit_id").isNotNull()).select("group_id", "topic", "partition", "unit_id"))
+    winners = map_df.join(units.select("group_id", "unit_id"), "group_id", "inner").select(
+        "unit_id", F.col("latest_offset").alias("offset")
+    )
+    if not others:
+        return winners.select("unit_id", "offset")
+    other = scan_rows.where(F.col("offset").isNotNull()).join(units, "group_id", "inner")
+    entries = map_df.select("topic", "partition", "key", "latest_offset")
+    survivors = (
+        other.join(entries, ["topic", "partition", "key"], "left")
+        .where(F.col("latest_offset").isNull() | (F.col("offset") >= F.col("latest_offset")))
+        .select("unit_id", "offset")
+    )
+    return winners.unionByName(survivors).select("unit_id", "offset")
 
 
-def rewrite(lookup: DataFrame, sentinels: DataFrame, group_units: DataFrame, units) -> DataFrame:
-    """One task per unit (see rewrite.py): re-read its segments, keep what the map says, write
-    `.cleaned` files. `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log order."""
+# --- the rewrite: one Spark partition per unit ------------------------------------------------
 
-    def run(table: pa.Table) -> pa.Table:
-        uid = table.column("unit_id")[0].as_py()
-        specs = units.value[uid]
-        keyed = table.filter(table.column("key").is_valid())
-        keys = keyed.column("key").combine_chunks().cast(pa.binary())
-        latest = keyed.column("latest_offset").combine_chunks().to_numpy(zero_copy_only=False)
-        try:
-            rows = rewrite_unit(specs, KeyLookup(keys, latest))
-        except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-            rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
-        return pa.Table.from_pylist(rows, schema=_result_arrow())
 
-    with_units = lookup.unionByName(sentinels).join(F.broadcast(group_units), "group_id", "inner")
-    return with_units.select("unit_id", "key", "latest_offset").groupBy("unit_id").applyInArrow(run, RESULT_SCHEMA)
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's `hash(int)` (Murmur3_x86_32.hashInt, seed 42), as a signed 32-bit int."""
+    m = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    k = (value & m) * 0xCC9E2D51 & m
+    k = rotl(k, 15) * 0x1B873593 & m
+    h = rotl(seed ^ k, 13)
+    h = (h * 5 + 0xE6546B64) & m
+    h ^= 4
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & m
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & m
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def unit_slots(unit_ids: list[int], partitions: int) -> list[tuple[int, int]]:
+    """(unit_id, slot) per unit: `repartition(partitions, "slot")` puts the i-th unit (sorted) in
+    Spark partition i mod `partitions` (Spark: pmod(hash(slot), n)); slot is the smallest int with
+    that hash residue. Units then spread evenly over the tasks instead of colliding."""
+    n = max(1, partitions)
+    want = {i % n for i in range(len(unit_ids))}
+    first: dict[int, int] = {}
+    v = 0
+    while len(first) < len(want):
+        r = _murmur3_int(v) % n
+        if r in want and r not in first:
+            first[r] = v
+        v += 1
+    return [(u, first[i % n]) for i, u in enumerate(sorted(unit_ids))]
+
+
+class _UnitRuns:
+    """Splits a task's input (Arrow batches of unit_id, offset sorted by both) into one stream
+    of offset arrays per unit, without holding more than one input batch."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._it = iter(batches)
+        self._head: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _fill(self) -> bool:
+        while self._head is None:
+            b = next(self._it, None)
+            if b is None:
+                return False
+            if b.num_rows:
+                self._head = (b.column("unit_id").to_numpy(zero_copy_only=False).astype(np.int64),
+                              b.column("offset").to_numpy(zero_copy_only=False).astype(np.int64))  # fmt: skip
+        return True
+
+    def offsets(self, uid: int) -> Iterator[np.ndarray]:
+        """The offsets of unit `uid` at the head of the input (consumed as they are yielded)."""
+        while self._fill():
+            units, offs = self._head
+            end = int(np.searchsorted(units, uid, side="right"))
+            if end == 0:
+                return
+            self._head = None if end == len(units) else (units[end:], offs[end:])
+            yield offs[:end]
+            if end < len(units):
+                return
+
+    def units(self) -> Iterator[int]:
+        while self._fill():
+            uid = int(self._head[0][0])
+            yield uid
+            for _ in self.offsets(uid):  # what the rewrite did not consume
+                pass
+
+
+def rewrite(kept: DataFrame, slots: DataFrame, units, partitions: int) -> DataFrame:
+    """One Spark partition per unit (`slots`: unit_id, slot from `unit_slots`), its kept offsets
+    sorted and streamed into `rewrite_unit` (see rewrite.py): re-read its segments, keep the
+    offsets in the set, write `.cleaned` files. A sentinel offset -1 per unit gives a unit with
+    nothing kept its task. `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log order."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = _result_arrow()
+        runs = _UnitRuns(batches)
+        for uid in runs.units():
+            specs = units.value[uid]
+            try:
+                rows = rewrite_unit(specs, KeptOffsets(runs.offsets(uid)))
+            except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+    sentinels = slots.select("unit_id", F.lit(-1).cast("long").alias("offset"))
+    rows = kept.select("unit_id", "offset").unionByName(sentinels).join(F.broadcast(slots), "unit_id", "inner")
+    ordered = rows.repartition(max(1, partitions), "slot").sortWithinPartitions("unit_id", "offset")
+    return ordered.select("unit_id", "offset").mapInArrow(run, RESULT_SCHEMA)
 
 
 def _result_arrow() -> pa.Schema:
@@ -227,7 +415,7 @@ def compact_partition(specs: list) -> list[dict]:
     import os
 
     from compaction.retention import last_records_of_active_producers
-    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
     import time
 
@@ -236,28 +424,16 @@ def compact_partition(specs: list) -> list[dict]:
     reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
     cache = ScanCache(reuse) if reuse > 0 else None
     started, cpu = time.monotonic(), time.process_time()
-    keys, headers = [], []
-    for spec in specs:
-        k, prod = scan_group(spec, cache)
-        keys.append(k.select(["key", "dirty_offset"]))
-        if prod is not None and prod.num_rows:
-            headers.append(prod)
-    batches = _header_rows(headers)
+    pmap, producers = scan_partition(specs, cache)
+    batches = _header_rows([pa.table(p) for p in producers if len(p["base_offset"])])
     scanned = time.monotonic()
     unstable = first_unstable_offset(batches)
     if unstable is not None and unstable < specs[0].upper_bound:
         return [{"group_id": s.group_id, "first_unstable": unstable} for s in specs]
     last = last_records_of_active_producers(batches)
     specs = [dataclasses.replace(s, last_records=last) for s in specs]
-    table = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
-    if len(keys) > 1:  # each group's rows are distinct already; across groups, take the max
-        table = table.group_by("key").aggregate([("dirty_offset", "max")])
-        table = table.rename_columns(["key", "dirty_offset"])
-    table = table.filter(pc.greater_equal(table.column("dirty_offset"), 0))
-    lookup_keys = table.column("key").combine_chunks()
-    latest = table.column("dirty_offset").to_numpy()
     mapped = time.monotonic()
-    rows = rewrite_unit(specs, KeyLookup(lookup_keys, latest), cache)
+    rows = rewrite_unit(specs, pmap, cache)
     cpu = time.process_time() - cpu
     rows[0].update(scan_seconds=scanned - started, map_seconds=mapped - scanned, cpu_seconds=cpu)
     return rows
@@ -305,23 +481,22 @@ _ARROW_KINDS = {
 }
 
 
-def sentinel_rows(spark: SparkSession, group_ids: list[int]) -> DataFrame:
-    """A null-key row per group so that a group with no mapped key still gets its rewrite task."""
-    return spark.createDataFrame([(g, None, -1) for g in group_ids], LOOKUP_SCHEMA)
-
-
 __all__ = [
     "GroupSpec",
+    "ScanTask",
     "compact_partition",
     "fused",
+    "index_positions",
+    "kept_offsets",
+    "offset_map",
     "pack",
     "part_ids_frame",
-    "group_ids_frame",
-    "group_lookup",
-    "offset_map",
     "producer_rows",
     "rewrite",
     "scan",
     "scan_errors",
-    "sentinel_rows",
+    "scan_tasks",
+    "side_rows",
+    "task_ids_frame",
+    "unit_slots",
 ]

@@ -158,3 +158,131 @@ def max_by_key(keys: pa.Array, *values: np.ndarray) -> tuple[pa.Array, list[np.n
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     return keys.take(pa.array(rows)), out
+
+
+# --- KeyTable: dense key ids straight from segment buffers --------------------------------------
+#
+# The whole-partition task's offset map. Keys are hashed and compared where they lie (the
+# segment buffer, or its decompressed `side` buffer), never gathered into an Arrow array first;
+# each distinct key is copied once into an arena. Every keyed record gets the dense id of its
+# key, so the rewrite reads map.get(key) as latest[id] without hashing again.
+#
+# A slot is one uint64: the high 32 bits of the key's hash, then id + 1 (0 = empty), so a probe
+# that meets another key is almost always settled by the slot alone, without touching the arena.
+
+_EMPTY = np.uint64(0)
+_LOW = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
+
+
+@_njit
+def _find_or_add(buf, p, kl, insert, slots, arena, arena_offs, n_ids, used):
+    """(id or -1, n_ids, used) of the key buf[p:p+kl]; added when absent and `insert`."""
+    h = _hash(buf, p, p + kl)
+    tag = h >> _SHIFT
+    mask = np.uint64(len(slots) - 1)
+    j = h & mask
+    while True:
+        s = slots[j]
+        if s == _EMPTY:
+            if not insert:
+                return -1, n_ids, used
+            k = n_ids
+            slots[j] = (tag << _SHIFT) | np.uint64(k + 1)
+            arena[used : used + kl] = buf[p : p + kl]
+            arena_offs[k] = used
+            used += kl
+            arena_offs[k + 1] = used
+            return k, n_ids + 1, used
+        if (s >> _SHIFT) == tag:
+            k = np.int64(s & _LOW) - 1
+            if _equal(arena, arena_offs[k], arena_offs[k + 1], buf, p, p + kl):
+                return k, n_ids, used
+        j = (j + np.uint64(1)) & mask
+
+
+@_njit
+def _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets, slots, arena, arena_offs,
+                   latest, n_ids, used, out):  # fmt: skip
+    for r in range(len(key_pos)):
+        kl = key_len[r]
+        if kl < 0:
+            out[r] = -1
+            continue
+        p = key_pos[r]
+        if p >= split:
+            k, n_ids, used = _find_or_add(side, p - split, kl, usable[r], slots, arena, arena_offs, n_ids, used)
+        else:
+            k, n_ids, used = _find_or_add(file, p, kl, usable[r], slots, arena, arena_offs, n_ids, used)
+        out[r] = k
+        if k >= 0 and dirty[r] and offsets[r] > latest[k]:
+            latest[k] = offsets[r]
+    return n_ids, used
+
+
+class KeyTable:
+    """Distinct keys -> dense ids (order of first sight) with the latest dirty offset of each.
+
+    `assign(...)` gives every keyed record of a segment the id of its key; records marked
+    `usable` add their key when new (the others only look it up: -1 when absent), and records
+    marked `dirty` raise their key's `latest` to their offset. `latest[id]` is -1 for a key seen
+    only outside the dirty section. Exact: keys compare byte for byte."""
+
+    def __init__(self) -> None:
+        self.slots = np.zeros(1 << 10, np.uint64)
+        self.arena = np.empty(1 << 16, np.uint8)
+        self.arena_offs = np.zeros((1 << 9) + 1, np.int64)
+        self._latest = np.full(1 << 9, -1, np.int64)
+        self.n = 0
+        self.used = 0
+
+    @property
+    def latest(self) -> np.ndarray:
+        return self._latest[: self.n]
+
+    def _reserve(self, records: int, key_bytes: int) -> None:
+        need = self.n + records
+        if len(self.arena_offs) <= need:
+            cap = max(need + 1, 2 * len(self.arena_offs))
+            self.arena_offs = np.concatenate([self.arena_offs, np.zeros(cap - len(self.arena_offs), np.int64)])
+            self._latest = np.concatenate([self._latest, np.full(cap - len(self._latest), -1, np.int64)])
+        if len(self.arena) < self.used + key_bytes:
+            grown = np.empty(max(self.used + key_bytes, 2 * len(self.arena)), np.uint8)
+            grown[: self.used] = self.arena[: self.used]
+            self.arena = grown
+        if 2 * need > len(self.slots):  # at most half full: rehash into a bigger slot array
+            self._rehash(1 << (2 * need).bit_length())
+
+    def _rehash(self, size: int) -> None:
+        self.slots = np.zeros(size, np.uint64)
+        n = self.n
+        if n:
+            _reinsert(self.arena, self.arena_offs, n, self.slots)
+
+    def assign(self, file, side, split, key_pos, key_len, usable, dirty, offsets) -> np.ndarray:
+        """int32 id per record (-1: null key, or a non-usable record of an unknown key)."""
+        n = len(key_pos)
+        add = usable & (key_len >= 0)
+        self._reserve(int(np.count_nonzero(add)), int(key_len[add].sum()))
+        out = np.empty(n, np.int32)
+        self.n, self.used = _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets,
+                                           self.slots, self.arena, self.arena_offs, self._latest, self.n,
+                                           self.used, out)  # fmt: skip
+        return out
+
+    def keys_arrow(self) -> pa.Array:
+        """The distinct keys in id order, zero-copy over the arena (pyarrow large_binary)."""
+        n = self.n
+        return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(self.arena_offs[: n + 1]),
+                                                            pa.py_buffer(self.arena[: self.used])])  # fmt: skip
+
+
+@_njit
+def _reinsert(arena, arena_offs, n, slots):
+    mask = np.uint64(len(slots) - 1)
+    for k in range(n):
+        h = _hash(arena, arena_offs[k], arena_offs[k + 1])
+        j = h & mask
+        while slots[j] != _EMPTY:
+            j = (j + np.uint64(1)) & mask
+        slots[j] = ((h >> _SHIFT) << _SHIFT) | np.uint64(k + 1)
