@@ -263,39 +263,49 @@ def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, tim
 
 
 def _run_spark_map(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
-    """The scan rows go through Spark: offset map and lookup as DataFrames, then the rewrite."""
+    """The Spark offset-map path (spark_stages.py): scan per segment split, offset map and kept
+    offsets as DataFrames (Spark spills them), then the rewrite per unit, streaming its kept offsets."""
     from pyspark import StorageLevel
 
     from compaction import spark_stages as st
 
+    sc = spark.sparkContext
     specs = {s.group_id: s for p in todo for s in p.specs}
     ids = sorted(specs)
-    cores = spark.sparkContext.defaultParallelism
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * opts.tasks_per_core, min(len(ids), 2000))))
+    cores = sc.defaultParallelism
+    split = int(os.environ.get("KAFKA_COMPACTION_SCAN_SPLIT_BYTES", st.SCAN_SPLIT_BYTES))
+    tasks = st.scan_tasks([specs[g] for g in ids], split, st.index_positions)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * opts.tasks_per_core, min(len(tasks), 2000))))
     t = time.monotonic()
-    spark.sparkContext.setJobGroup("scan", "scan segments: distinct keys and producer batches")
-    bspecs = spark.sparkContext.broadcast(specs)
-    scan_rows = st.scan(st.group_ids_frame(spark, ids), bspecs).persist(StorageLevel.MEMORY_AND_DISK)
-    errors = {r.group_id: r.error for r in st.scan_errors(scan_rows).collect()}
-    producers = st.producer_rows(scan_rows).collect()
+    sc.setJobGroup("scan", f"scan {len(tasks)} segment splits: map rows, other keyed rows, producer batches")
+    table = sc.broadcast({i: (specs[task.group_id], task) for i, task in enumerate(tasks)})
+    scan_rows = st.scan(st.task_ids_frame(spark, len(tasks)), table).persist(StorageLevel.MEMORY_AND_DISK)
+    errors: dict[int, str] = {}
+    producers = []
+    for row in st.side_rows(scan_rows).collect():
+        if row.error is not None:
+            errors.setdefault(row.group_id, row.error)
+        elif row.producer_id is not None:
+            producers.append(row)
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
     failed_parts = {(specs[g].topic, specs[g].partition) for g in errors}
     replan: dict[int, int] = {}
     units = _units(todo, producers, failed_parts, replan)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
-    live = [g for u in units.values() for g in (s.group_id for s in u)]
-    if live:
+    if units:
         t = time.monotonic()
-        spark.sparkContext.setJobGroup("rewrite", "offset map, lookup and rewrite of the cleaned groups")
-        group_partition = spark.createDataFrame(
-            [(g, specs[g].topic, specs[g].partition) for g in ids], "group_id int, topic string, partition int"
+        sc.setJobGroup("rewrite", "offset map, kept offsets and rewrite of the cleaned groups")
+        unit_of = {s.group_id: uid for uid, unit in units.items() for s in unit}
+        groups = spark.createDataFrame(
+            [(g, specs[g].topic, specs[g].partition, unit_of.get(g)) for g in ids], st.GROUPS_SCHEMA
         )
-        group_units = spark.createDataFrame(
-            [(s.group_id, uid) for uid, unit in units.items() for s in unit], "group_id int, unit_id int"
-        )
-        lookup = st.group_lookup(st.offset_map(scan_rows, group_partition))
-        out = st.rewrite(lookup, st.sentinel_rows(spark, live), group_units, spark.sparkContext.broadcast(units))
-        for row in out.collect():
+        # Other rows exist only with a clean section or aborted transactions (see kept_offsets).
+        live = [s for unit in units.values() for s in unit]
+        others = any(s.first_dirty_offset > s.segments[0].base_offset or s.aborted_txns for s in live)
+        kept = st.kept_offsets(scan_rows, st.offset_map(scan_rows, groups), groups, others)
+        n = min(len(units), 4096)
+        slots = spark.createDataFrame(st.unit_slots(sorted(units), n), "unit_id int, slot int")
+        for row in st.rewrite(kept, slots, sc.broadcast(units), n).collect():
             results[row.group_id] = row.asDict()
         seconds = time.monotonic() - t
         timings["mapLookupRewriteSeconds"] = timings.get("mapLookupRewriteSeconds", 0.0) + seconds
