@@ -1,9 +1,12 @@
 """Discovery: what is on disk under a Kafka log dir, as plan inputs.
 
-Reads only what the plan needs: directory listings, the per-log-dir checkpoint files, the last
-entry of each `.timeindex`, the first batch header of each segment (for max compaction lag) and
-the tail of the active segment (for the log end offset). Record data is read later, by the
-executors.
+Planning reads only what its decision needs (issue 6 target 5): the directory listings (names;
+sizes and mtimes of the `.log` files), the per-log-dir checkpoint files and, only where a rule
+asks for them, the last `.timeindex` entry of dirty segments (min.compaction.lag.ms > 0), the first
+batch header of dirty segments (max.compaction.lag.ms set) and the tail of the active segment (the
+log end offset, needed only when a checkpoint lies beyond the active segment's base). The contents
+checks (`validate_contents`: every index file) run for the partitions a round cleans only; record
+data is read later, by the executors, whose scan checks every batch.
 """
 
 from __future__ import annotations
@@ -67,6 +70,42 @@ def map_threads(fn, items: list, threads: int | None = None) -> list:
         return list(pool.map(fn, items))
 
 
+class LocalFile:
+    """A local directory entry: name and type come from the listing itself (no syscall per file),
+    size and mtime from one `os.stat` on first use, so a partition the plan skips costs a stat of
+    its `.log` files only (its index files are never touched). Same fields as `storage.FileInfo`;
+    an OSError (file gone) surfaces where the value is first used, in that partition's planning."""
+
+    __slots__ = ("_stat", "is_dir", "name", "path")
+
+    def __init__(self, name: str, path: str, is_dir: bool) -> None:
+        self.name, self.path, self.is_dir, self._stat = name, path, is_dir, None
+
+    def _st(self) -> os.stat_result:
+        if self._stat is None:
+            self._stat = os.stat(self.path)
+        return self._stat
+
+    @property
+    def size(self) -> int:
+        return -1 if self.is_dir else self._st().st_size
+
+    @property
+    def mtime_ns(self) -> int:
+        return self._st().st_mtime_ns
+
+    def __repr__(self) -> str:
+        return f"LocalFile({self.path!r})"
+
+
+def _list_local(path: str) -> list[LocalFile]:
+    """`Storage.list_dir` for a local dir with `os.scandir`: one getdents pass, no stat."""
+    with os.scandir(path) as it:
+        out = [LocalFile(e.name, e.path, e.is_dir()) for e in it]
+    out.sort(key=lambda f: f.name)
+    return out
+
+
 def _read(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
     """`Storage.read_bytes`; on the local filesystem with plain os calls (open, pread, close),
     several times cheaper per small file than a pyarrow input file, same bytes and OSErrors."""
@@ -87,6 +126,9 @@ def _read(storage: Storage, path: str, offset: int = 0, length: int | None = Non
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
+
+
+read_small = _read  # for run.py: small whole files (a .txnindex)
 
 
 @dataclass
@@ -136,7 +178,7 @@ def read_log_dir(uri: str, topics: str | None = None) -> LogDirState:
     storage, root = Storage.for_uri(uri)
     pattern = re.compile(topics) if topics else None
     todo = []
-    for info in storage.list_dir(root):
+    for info in _list_local(root) if storage.is_local else storage.list_dir(root):
         if not info.is_dir:
             continue
         parsed = naming.parse_partition_dir_name(info.name)
@@ -161,7 +203,11 @@ def read_log_dir(uri: str, topics: str | None = None) -> LogDirState:
 def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, partition: int) -> PartitionDir:
     part = PartitionDir(log_dir=log_dir, topic=topic, partition=partition, path=path)
     by_base: dict[int, SegmentFiles] = {}
-    for info in storage.list_dir(path):
+    # Local: os.scandir (names and types only; sizes on first use). Elsewhere one listing call per
+    # partition, on the discovery threads: on an object store a recursive listing of the log dir
+    # is one sequential chain of pages (1,000 keys each: 3,000 round trips for 3M files), slower
+    # than 10,000 prefix listings issued 16 at a time.
+    for info in _list_local(path) if storage.is_local else storage.list_dir(path):
         if info.name == COMMIT_INTENT:
             part.has_commit_intent = True
         if info.is_dir:
@@ -189,34 +235,27 @@ def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, parti
     return part
 
 
-@dataclass
-class SeenBytes:
-    """What `validate_partition` read that planning needs again, so it is read once: per segment
-    the `.log`'s first bytes and the last `.timeindex` entry's timestamp, and the active segment's
-    `.index`. Small (the active index at most), kept per partition only while it is planned."""
-
-    heads: dict[int, bytes] = field(default_factory=dict)
-    last_ts: dict[int, int] = field(default_factory=dict)
-    active_index: bytes | None = None
+def relist_partition(storage: Storage, part: PartitionDir) -> PartitionDir:
+    """`part` listed again (after recovery changed its files)."""
+    return _list_partition(storage, part.log_dir, part.path, part.topic, part.partition)
 
 
-def _last_time_entry_ts(storage: Storage, seg: SegmentFiles, seen: SeenBytes | None = None) -> int:
+def last_time_entry_ts(storage: Storage, seg: SegmentFiles) -> int:
+    """`LogSegment.largestTimestamp` as loaded: the last `.timeindex` entry's timestamp (one
+    12-byte read), -1 when there is none (the planner then uses the `.log` mtime, as Kafka does)."""
     info = seg.timeindex
     if info is None or info.size < TIME_ENTRY_BYTES or info.size % TIME_ENTRY_BYTES:
         return -1
-    if seen is not None and seg.base_offset in seen.last_ts:
-        return seen.last_ts[seg.base_offset]
     data = _read(storage, info.path, info.size - TIME_ENTRY_BYTES, TIME_ENTRY_BYTES)
     entries = read_time_index(data, seg.base_offset)
     return int(entries[-1][0]) if len(entries) else -1
 
 
-def _first_batch_timestamp(storage: Storage, seg: SegmentFiles, seen: SeenBytes | None = None) -> int:
+def first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int:
+    """maxTimestamp of the segment's first batch (one 61-byte read), -1 when there is none."""
     if seg.log.size < FIRST_HEADER_BYTES:
         return -1
-    head = seen.heads.get(seg.base_offset) if seen is not None else None
-    if head is None or len(head) != FIRST_HEADER_BYTES:
-        head = _read(storage, seg.log.path, 0, FIRST_HEADER_BYTES)
+    head = _read(storage, seg.log.path, 0, FIRST_HEADER_BYTES)
     magic = head[16]
     if magic >= 2:
         return int.from_bytes(head[V2_MAX_TIMESTAMP_AT : V2_MAX_TIMESTAMP_AT + 8], "big", signed=True)
@@ -226,20 +265,21 @@ def _first_batch_timestamp(storage: Storage, seg: SegmentFiles, seen: SeenBytes 
 
 
 def segment_meta(
-    storage: Storage, seg: SegmentFiles, want_first_batch_ts: bool, seen: SeenBytes | None = None
-) -> SegmentMeta:
-    """The numbers `LogCleanerManager` and `groupSegmentsBySize` look at for one segment
-    (reusing the bytes validation read, `seen`, where given)."""
-    largest = _last_time_entry_ts(storage, seg, seen)
-    mtime_ms = seg.log.mtime_ns // 1_000_000
+    storage: Storage, seg: SegmentFiles, *, largest_ts: bool = False, first_batch_ts: bool = False,
+    index_sizes: bool = True,
+) -> SegmentMeta:  # fmt: skip
+    """The numbers `LogCleanerManager` and `groupSegmentsBySize` look at for one segment. Only the
+    listing's `.log` size and mtime unless asked: `largest_ts` reads the last `.timeindex` entry,
+    `first_batch_ts` the first batch header, `index_sizes` stats the index files (grouping only);
+    what is not asked for is reported unknown (-1, 0 entries), which the planner never looks at."""
     return SegmentMeta(
         base_offset=seg.base_offset,
         size=seg.log.size,
-        offset_index_entries=(seg.index.size // OFFSET_ENTRY_BYTES) if seg.index else 0,
-        time_index_entries=(seg.timeindex.size // TIME_ENTRY_BYTES) if seg.timeindex else 0,
-        largest_timestamp=largest,
-        first_batch_timestamp=_first_batch_timestamp(storage, seg, seen) if want_first_batch_ts else -1,
-        mtime_ms=mtime_ms,
+        offset_index_entries=(seg.index.size // OFFSET_ENTRY_BYTES) if index_sizes and seg.index else 0,
+        time_index_entries=(seg.timeindex.size // TIME_ENTRY_BYTES) if index_sizes and seg.timeindex else 0,
+        largest_timestamp=last_time_entry_ts(storage, seg) if largest_ts else -1,
+        first_batch_timestamp=first_batch_timestamp(storage, seg) if first_batch_ts else -1,
+        mtime_ms=seg.log.mtime_ns // 1_000_000,
         next_offset=None,
     )
 
@@ -248,9 +288,10 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
     """Next offset after the last complete batch of (active) segment `seg`.
 
     Starts at the last offset-index entry, as the broker's `LogSegment.readNextOffset` does, so
-    a 1 GiB active segment costs one index read plus a short scan (none when validation already
-    read the index: `index_data`).
+    a 1 GiB active segment costs one index read plus a short scan. An empty `.log` costs nothing.
     """
+    if seg.log.size == 0:
+        return seg.base_offset
     start = 0
     if seg.index is not None and seg.index.size >= OFFSET_ENTRY_BYTES:
         data = index_data if index_data is not None else _read(storage, seg.index.path)
@@ -266,39 +307,38 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
     return int(cols.last_offset.max()) + 1
 
 
-# --- validation before planning (issue 5: bad input fails its partition, never the run) ---------
+# --- validation (issue 5: bad input fails its partition, never the run) ---------------------------
 
 
 class PartitionInvalid(CompactionError):
     """A partition dir we will not touch: unknown files, no segment, a broken index."""
 
 
-def validate_partition(storage: Storage, part: PartitionDir) -> SeenBytes:
-    """The cheap, driver-side checks of one partition dir; raises on the first problem.
-
-    Reads every index file (not the segments: the executors' scan checks the batches, CRCs and
-    sizes and names the file and byte position of the first bad one). A missing `.index` is not
-    a problem here: `rebuild_missing_index` rebuilds it as a broker's `LogSegment.recover` would.
-    Returns what planning needs from those bytes (`SeenBytes`), so nothing is read twice.
-    """
-    seen = SeenBytes()
+def check_listing(part: PartitionDir) -> None:
+    """What the listing alone shows (no read): files a broker would not have written, directories
+    where files belong, no segment at all. Run for every partition before it is planned."""
     if part.problems:
         raise PartitionInvalid("unexpected file in partition dir: " + "; ".join(part.problems))
     if not part.segments:
         raise PartitionInvalid(f"{part.path}: partition dir holds no segment (.log) file")
+
+
+def validate_contents(storage: Storage, part: PartitionDir) -> None:
+    """The index checks of one partition dir (spec §3.8, §3.9); raises on the first problem,
+    naming the file and byte position. Reads every non-empty `.index`, `.timeindex` and
+    `.txnindex` (never a `.log`: the executors' scan checks the batches, CRCs and sizes and names
+    the file and byte position of the first bad one). A missing `.index` is not a problem here:
+    `rebuild_missing_index` rebuilds it as a broker's `LogSegment.recover` would.
+
+    Run for the partitions a round cleans only: a skipped partition is read no further than its
+    plan needs. Takes a `PartitionDir` (picklable), so an executor can run it as well as the driver.
+    """
     for i, seg in enumerate(part.segments):
         active = i == len(part.segments) - 1
-        seen.heads[seg.base_offset] = _read_checked(storage, seg.log.path, 0, min(seg.log.size, FIRST_HEADER_BYTES))
-        if seg.index is not None:
-            data = check_offset_index(storage, seg, active)
-            if active and len(data) == seg.index.size:
-                seen.active_index = data
+        if seg.index is not None and seg.index.size:
+            check_offset_index(storage, seg, active)
         if seg.timeindex is not None and seg.timeindex.size:
             data = _read_checked(storage, seg.timeindex.path)
-            size = seg.timeindex.size
-            if len(data) == size and size >= TIME_ENTRY_BYTES and size % TIME_ENTRY_BYTES == 0:
-                # the raw last entry, as _last_time_entry_ts reads it (before trimming padding)
-                seen.last_ts[seg.base_offset] = int.from_bytes(data[-TIME_ENTRY_BYTES:-4], "big", signed=True)
             if active:  # preallocated: drop trailing all-zero entries (timestamp 0, offset base)
                 whole = len(data) - len(data) % TIME_ENTRY_BYTES
                 while whole > TIME_ENTRY_BYTES and not any(data[whole - TIME_ENTRY_BYTES : whole]):
@@ -308,7 +348,12 @@ def validate_partition(storage: Storage, part: PartitionDir) -> SeenBytes:
         if seg.txnindex is not None and seg.txnindex.size:
             data = _read_checked(storage, seg.txnindex.path)
             sanity_check_txn_index(data, seg.base_offset, seg.txnindex.path)
-    return seen
+
+
+def validate_partition(storage: Storage, part: PartitionDir) -> None:
+    """`check_listing` then `validate_contents`: every check a partition gets before it is cleaned."""
+    check_listing(part)
+    validate_contents(storage, part)
 
 
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -378,4 +423,3 @@ def rebuild_missing_index(
         storage.rename(final + ".cleaned", final)
         setattr(seg, suffix[1:], storage.info(final))
     return f"rebuilt missing {names} from {seg.name} ({len(b.position)} batches verified)"
-

@@ -19,19 +19,31 @@ from compaction.discover import (
     CLEANER_CHECKPOINT,
     LogDirState,
     PartitionDir,
-    SeenBytes,
+    check_listing,
+    first_batch_timestamp,
+    last_time_entry_ts,
     log_end_offset,
     map_threads,
     read_log_dir,
+    read_small,
     rebuild_missing_index,
+    relist_partition,
     segment_meta,
-    validate_partition,
+    validate_contents,
 )
 from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
 from compaction.options import LONG_MAX, JobOptions, parse_args
-from compaction.plan import PartitionPlan, PartitionState, plan_partition, resolve_topic_config
+from compaction.plan import (
+    REASON_LAG_BOUND,
+    REASON_NOTHING_CLEANABLE,
+    PartitionPlan,
+    PartitionState,
+    non_active_segments_from,
+    plan_partition,
+    resolve_topic_config,
+)
 from compaction.retention import first_unstable_offset, last_records_of_active_producers
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
@@ -59,25 +71,77 @@ def _job_config(opts: JobOptions, topic: str) -> dict:
 
 
 def _partition_state(
-    ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None, seen: SeenBytes | None = None
-) -> PartitionState:
-    """`seen`: what validation read of these very files (so each is read once); None reads them."""
-    want_first_ts = config.max_compaction_lag_ms < LONG_MAX
-    metas = tuple(segment_meta(ld.storage, s, want_first_ts, seen) for s in part.segments)
-    leo = log_end_offset(ld.storage, part.segments[-1], seen.active_index if seen is not None else None)
-    start = max(ld.log_start_offsets.get(part.key, 0), metas[0].base_offset)
+    ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None, *,
+    now_ms: int | None = None, exact_lso: bool = True, index_sizes: bool = True,
+) -> PartitionState:  # fmt: skip
+    """The partition as `plan_partition` sees it, reading only what its rules look at (issue 6
+    target 5; spec §5.2): segment sizes and mtimes come from the listing, and
+
+    * the log end offset (a read of the active segment's index and tail) only where it can change
+      the plan: a checkpoint past the active base (Kafka resets a checkpoint beyond the LEO), an
+      open transaction at or past it, or, with `exact_lso`, a high watermark past it (the LSO then
+      bounds nothing, only the reported reason can tell: `_plan_one` asks again for that case);
+    * largest timestamps (last `.timeindex` entry) only with min.compaction.lag.ms > 0, for the
+      dirty non-active segments up to the first one too recent (findFirstUncleanableSegment stops
+      there; with `now_ms` None, all of them);
+    * first batch timestamps only with max.compaction.lag.ms set, for the dirty non-active
+      segments (maxCompactionDelay);
+    * index sizes (groupSegmentsBySize only) with `index_sizes`.
+
+    Values not read are left unknown (`segment_meta`); the planner never looks at them.
+    """
+    storage, segs = ld.storage, part.segments
+    active = segs[-1]
+    base = active.base_offset  # the LEO is at least this
+    start = max(ld.log_start_offsets.get(part.key, 0), segs[0].base_offset)
+    checkpoint = ld.cleaner_checkpoint.get(part.key)
     hw = ld.high_watermarks.get(part.key)
-    lso = min(hw, leo) if hw is not None else None
+    need_leo = (
+        (checkpoint is not None and checkpoint > base)
+        or (first_unstable is not None and first_unstable >= base and (hw is None or hw > base))
+        or (exact_lso and hw is not None and hw > base)
+    )
+    leo = log_end_offset(storage, active) if need_leo or active.log.size == 0 else None
+    if hw is None:
+        lso = None
+    elif hw <= base:
+        lso = hw  # min(HW, LEO) with LEO >= active base >= HW
+    else:
+        lso = min(hw, leo) if leo is not None else None  # >= the active base: bounds nothing
     if first_unstable is not None:  # spec §2.3: LSO = min(HW, first offset of an open transaction)
-        lso = min(lso if lso is not None else leo, first_unstable)
-    return PartitionState(metas, start, leo, ld.cleaner_checkpoint.get(part.key), lso)
+        bound = lso if lso is not None else leo
+        lso = first_unstable if bound is None else min(bound, first_unstable)  # None: LEO > it
+    metas = [segment_meta(storage, s, index_sizes=index_sizes) for s in segs]
+    min_lag = config.min_compaction_lag_ms > 0
+    max_lag = config.max_compaction_lag_ms < LONG_MAX
+    if min_lag or max_lag:
+        # cleanableOffsets' checkpoint validation; without the LEO the checkpoint is <= the base
+        first_dirty = start if checkpoint is None else checkpoint
+        if first_dirty < start or first_dirty > (leo if leo is not None else base):
+            first_dirty = start
+        at = {m.base_offset: i for i, m in enumerate(metas)}
+        horizon = None if now_ms is None else now_ms - config.min_compaction_lag_ms
+        for m in non_active_segments_from(metas, first_dirty):
+            i = at[m.base_offset]
+            if min_lag:
+                largest = last_time_entry_ts(storage, segs[i])
+                metas[i] = dataclasses.replace(metas[i], largest_timestamp=largest)
+            if max_lag:
+                first_ts = first_batch_timestamp(storage, segs[i])
+                metas[i] = dataclasses.replace(metas[i], first_batch_timestamp=first_ts)
+            if min_lag and horizon is not None and metas[i].effective_largest_timestamp > horizon:
+                min_lag = False  # the first uncleanable segment: later ones are never looked at
+                if not max_lag:
+                    break
+    # An unknown LEO is >= the active base, and then so is every checkpoint that is not reset.
+    return PartitionState(tuple(metas), start, leo if leo is not None else base, checkpoint, lso)
 
 
 def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
     out = []
     for seg in part.segments:
         if seg.txnindex is not None and seg.txnindex.size:
-            out.extend(read_txn_index(storage.read_bytes(seg.txnindex.path)))
+            out.extend(read_txn_index(read_small(storage, seg.txnindex.path)))
     return tuple(out)
 
 
@@ -114,23 +178,33 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
 def _plan_one(
     ld: LogDirState, part: PartitionDir, opts: JobOptions, first_unstable: int | None = None
 ) -> Planned:
+    """Plan one partition from its listing; read its index files (`validate_contents`) and rebuild
+    a missing `.index` only when the plan cleans it. A skipped partition is read no further than
+    its plan needs (`_partition_state`), so a damaged file in it is not seen: it is left as found."""
     result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
     p = Planned(ld, part, result)
     try:
-        seen = validate_partition(ld.storage, part)
+        check_listing(part)
         config = resolve_topic_config(opts.topic_config.get(part.topic), _job_config(opts, part.topic))
-        state = _partition_state(ld, part, config, first_unstable, seen)
-        p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
-        missing = [seg for seg in part.segments if seg.index is None]
-        if missing and p.plan.eligible and not opts.recover_only:
-            # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in a
-            # partition this run cleans (a skipped partition is left exactly as found).
-            interval, write = config.index_interval_bytes, not opts.dry_run
-            for seg in missing:
-                result.recovery.append(rebuild_missing_index(ld.storage, part, seg, interval, write=write))
-            if write:  # plan again with the real index sizes (groupSegmentsBySize reads them)
-                state = _partition_state(ld, part, config, first_unstable)
-                p.plan = plan_partition(part.topic, part.partition, state, config, opts.now_ms)
+
+        def plan(**kw) -> PartitionPlan:
+            state = _partition_state(ld, part, config, first_unstable, now_ms=opts.now_ms, **kw)
+            return plan_partition(part.topic, part.partition, state, config, opts.now_ms)
+
+        p.plan = plan(exact_lso=False, index_sizes=False)
+        if not p.plan.eligible and p.plan.reason in (REASON_LAG_BOUND, REASON_NOTHING_CLEANABLE):
+            p.plan = plan(index_sizes=False)  # an LSO at the active base names another reason
+        if p.plan.eligible:
+            validate_contents(ld.storage, part)
+            missing = [seg for seg in part.segments if seg.index is None]
+            if missing and not opts.recover_only:
+                # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in
+                # a partition this run cleans (a skipped partition is left exactly as found).
+                interval, write = config.index_interval_bytes, not opts.dry_run
+                for seg in missing:
+                    action = rebuild_missing_index(ld.storage, part, seg, interval, write=write)
+                    result.recovery.append(action)
+            p.plan = plan(exact_lso=False)  # the groups: groupSegmentsBySize reads the index sizes
     except (CompactionError, ValueError, OSError) as exc:
         result.status, result.reason = rpt.FAILED, str(exc)
         return p
@@ -144,25 +218,43 @@ def _plan_one(
     return p
 
 
-def discover_and_plan(opts: JobOptions) -> tuple[list[Planned], list[LogDirState]]:
-    """List each log dir, then validate and plan its partitions on a thread pool (each partition
-    touches only its own files; results keep the listing's order)."""
+def discover_and_plan(
+    opts: JobOptions, listed: dict[str, LogDirState] | None = None, timings: dict[str, float] | None = None
+) -> tuple[list[Planned], list[LogDirState]]:
+    """List each log dir (or take the listing `_recover` made: `listed`), then plan its partitions
+    on a thread pool (each partition touches only its own files; results keep the listing's order).
+    `timings["listSeconds"]` gets the listing's seconds (added to what `_recover` put there)."""
     planned, dirs = [], []
     for uri in opts.log_dirs:
-        ld = read_log_dir(uri, opts.topics)
+        ld = (listed or {}).get(uri)
+        if ld is None:
+            t = time.monotonic()
+            ld = read_log_dir(uri, opts.topics)
+            if timings is not None:
+                timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
         dirs.append(ld)
         planned += map_threads(lambda part, ld=ld: _plan_one(ld, part, opts), ld.partitions)
     return planned, dirs
 
 
-def _recover(opts: JobOptions) -> dict[tuple[str, str], list[str]]:
-    """Finish or roll back interrupted swaps in every selected partition (Kafka's LogLoader)."""
+def _recover(
+    opts: JobOptions, listed: dict[str, LogDirState] | None = None, timings: dict[str, float] | None = None
+) -> dict[tuple[str, str], list[str]]:
+    """Finish or roll back interrupted swaps in every selected partition (Kafka's LogLoader).
+    Fills `listed` with each log dir's listing, recovered partitions listed again, for
+    `discover_and_plan` (one listing per run)."""
     done = {}
     for uri in opts.log_dirs:
+        t = time.monotonic()
         ld = read_log_dir(uri, opts.topics)
-        for part in ld.partitions:
+        if timings is not None:
+            timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
+        for i, part in enumerate(ld.partitions):
             if part.transient or part.has_commit_intent:  # seen in the listing: no exists() per partition
                 done[(uri, part.path)] = recover_partition(ld.storage, part.path).actions
+                ld.partitions[i] = relist_partition(ld.storage, part)
+        if listed is not None:
+            listed[uri] = ld
     for (_, path), actions in done.items():
         for a in actions:
             log.info("recovery %s: %s", path, a)
@@ -427,9 +519,10 @@ def run(opts: JobOptions) -> tuple[int, dict]:
     timings: dict[str, float] = {}
     locks = _lock_log_dirs(opts)
     try:
-        recovered = {} if opts.dry_run else _recover(opts)
+        listed: dict[str, LogDirState] = {}
+        recovered = {} if opts.dry_run else _recover(opts, listed, timings)
         timings["recoverySeconds"] = time.monotonic() - t0
-        planned, dirs = discover_and_plan(opts)
+        planned, dirs = discover_and_plan(opts, listed, timings)
         timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
         for p in planned:
             p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
