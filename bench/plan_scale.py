@@ -6,10 +6,16 @@ batch of 10 records per `.log`, an empty `.index` (a broker writes no entry belo
 index.interval.bytes) and a one-entry `.timeindex`, written with os-level calls from one process
 per core. Then runs the job's driver in-process with `--dry-run` (compaction.run.run: lock check,
 discovery, validation, planning; no Spark is started because a dry run never reaches the stages)
-and prints recovery/plan seconds, files read and listed, and the cost per partition and segment.
+and prints recovery/list/plan seconds, files read and listed, and the cost per partition and segment.
+
+`--clean-fraction F` writes a cleaner-offset-checkpoint (removed afterwards) at the active segment's
+base for that fraction of the partitions: the steady state of a log dir cleaned before, where those
+partitions are skipped (0, the default, is a first run: every partition is dirty and eligible, and
+its index files are checked). `--drop-caches` runs cold (needs root).
 
     .venv/bin/python bench/plan_scale.py --partitions 1000 --segments 100
     .venv/bin/python bench/plan_scale.py --keep            # 10,000 x 100, reusing the dir if built
+    .venv/bin/python bench/plan_scale.py --keep --clean-fraction 0.9 --drop-caches
 """
 
 from __future__ import annotations
@@ -85,12 +91,14 @@ class _Counts:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.n = {"read_bytes": 0, "list_dir": 0, "exists": 0, "info": 0}
+        self.n = {"read_bytes": 0, "list_dir": 0, "exists": 0, "info": 0, "local_reads": 0, "local_lists": 0}
 
     def install(self):
+        from compaction import discover, run
         from compaction.storage import Storage
 
-        saved = {name: getattr(Storage, name) for name in self.n}
+        saved = {name: getattr(Storage, name) for name in ("read_bytes", "list_dir", "exists", "info")}
+        local = {"_read": discover._read, "_list_local": discover._list_local, "read_small": run.read_small}
 
         def wrap(name, fn):
             def counted(*a, **k):
@@ -102,7 +110,25 @@ class _Counts:
 
         for name, fn in saved.items():
             setattr(Storage, name, wrap(name, fn))
-        return lambda: [setattr(Storage, name, fn) for name, fn in saved.items()]
+        discover._read = wrap("local_reads", local["_read"])  # local small reads (os.open/pread)
+        discover._list_local = wrap("local_lists", local["_list_local"])  # local listings (os.scandir)
+        run.read_small = wrap("local_reads", local["read_small"])
+
+        def restore():
+            for name, fn in saved.items():
+                setattr(Storage, name, fn)
+            discover._read, discover._list_local, run.read_small = local.values()
+
+        return restore
+
+
+def write_checkpoint(root: str, partitions: int, segments: int, fraction: float) -> int:
+    """cleaner-offset-checkpoint at the active base for the first `fraction` of the partitions."""
+    active = (segments - 1) * RECORDS_PER_SEGMENT
+    names = [(f"topic{p % 10}", p // 10) for p in range(round(partitions * fraction))]
+    with open(os.path.join(root, "cleaner-offset-checkpoint"), "w") as f:
+        f.write(f"0\n{len(names)}\n" + "".join(f"{t} {n} {active}\n" for t, n in names))
+    return len(names)
 
 
 def main() -> int:
@@ -114,6 +140,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="processes building the dir")
     ap.add_argument("--repeat", type=int, default=1, help="timed dry runs (first may be cold-cache)")
     ap.add_argument("--drop-caches", action="store_true", help="try to drop the page cache before each run")
+    ap.add_argument("--clean-fraction", type=float, default=0.0,
+                    help="fraction of partitions checkpointed at their active base (skipped)")  # fmt: skip
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     root = args.dir or os.path.join(here, "out", "plan_scale", f"{args.partitions}x{args.segments}")
@@ -135,6 +163,10 @@ def main() -> int:
     from compaction.run import run
 
     segs = args.partitions * args.segments
+    ckpt_path = os.path.join(root, "cleaner-offset-checkpoint")
+    clean = 0
+    if args.clean_fraction:
+        clean = write_checkpoint(root, args.partitions, args.segments, args.clean_fraction)
     for i in range(args.repeat):
         if args.drop_caches:
             subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], capture_output=True)
@@ -145,6 +177,8 @@ def main() -> int:
             code, report = run(parse_args(["--log-dir", root, "--dry-run"]))
         finally:
             restore()
+            if i == args.repeat - 1 and os.path.exists(ckpt_path):
+                os.remove(ckpt_path)
         wall = time.monotonic() - t
         tm = report["timings"]
         statuses: dict[str, int] = {}
@@ -154,8 +188,10 @@ def main() -> int:
         plan = tm.get("planSeconds", 0.0)
         print(json.dumps({
             "run": i + 1, "partitions": args.partitions, "segments_per_partition": args.segments,
+            "checkpointed_clean": clean, "cold": args.drop_caches,
             "exit": code, "statuses": statuses, "wall_seconds": round(wall, 2),
             "recoverySeconds": round(tm.get("recoverySeconds", 0.0), 3),
+            "listSeconds": round(tm.get("listSeconds", 0.0), 2),
             "planSeconds (discovery+validation+plan)": round(plan, 2),
             "storage_calls": counts.n,
             "ms_per_partition": round(plan * 1000 / args.partitions, 3),

@@ -356,6 +356,14 @@ def validate_partition(storage: Storage, part: PartitionDir) -> None:
     validate_contents(storage, part)
 
 
+def validate_partition_path(storage: Storage, part_path: str) -> None:
+    """`validate_partition` of the partition dir at `part_path`, listed here: for an executor (a
+    `GroupSpec` carries `storage` and `part_path`) so a task that reads the partition's segments
+    anyway can run the index checks there instead of the driver. Raises `PartitionInvalid` or an
+    `IndexCorruptError` naming the file (and byte position); reads index files only."""
+    validate_partition(storage, _list_partition(storage, "", part_path, "", -1))
+
+
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
     try:
         return _read(storage, path, offset, length)

@@ -26,6 +26,7 @@ from compaction.discover import (
     read_log_dir,
     segment_meta,
 )
+from compaction.errors import IndexCorruptError
 from compaction.generator import generate_log_dir
 from compaction.options import LONG_MAX, parse_args
 from compaction.plan import PartitionState, plan_partition, resolve_topic_config
@@ -218,3 +219,18 @@ def test_max_lag_default_reads_nothing_and_set_reads_first_batches(log_dir, monk
     run._plan_one(ld, part, opts)
     logs = {discover.naming.segment_file_name(s.base_offset, ".log") for s in part.segments[3:-1]}
     assert {os.path.basename(x) for x in opened} == logs
+
+
+def test_validate_partition_path_for_an_executor(tmp_path):
+    log_dir = str(tmp_path / "logs")
+    small_partition(os.path.join(log_dir, "t-0"))
+    part_dir = os.path.join(log_dir, "t-0")
+    discover.validate_partition_path(Storage.local(), part_dir)
+    index = os.path.join(part_dir, SEG1 + ".index")
+    n = os.path.getsize(index) // 8
+    with open(index, "r+b") as fh:
+        fh.seek((n - 1) * 8 + 4)
+        fh.write((99_999).to_bytes(4, "big"))
+    with pytest.raises(IndexCorruptError, match="past the end") as err:
+        discover.validate_partition_path(Storage.local(), part_dir)
+    assert err.value.path == index and err.value.position == (n - 1) * 8
