@@ -439,29 +439,30 @@ def compact_partition(specs: list) -> list[dict]:
     return rows
 
 
-def fused(parts: DataFrame, partitions) -> DataFrame:
-    """One task per partition (see `compact_partition`). `parts` has one row per partition id,
-    one Spark partition each; `partitions` is a broadcast of {part_id: [GroupSpec, ...]}."""
+def fused(bins: DataFrame, partitions) -> DataFrame:
+    """One task per bin of partitions (see `compact_partition`). `bins` has one row per bin id,
+    one Spark partition each; `partitions` is a broadcast of {bin id: [[GroupSpec, ...], ...]}
+    (the groups of each partition of the bin, in log order)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         table = partitions.value
         schema = pa.schema([pa.field(n, _ARROW_KINDS[type(t)]) for n, t in FUSED_FIELDS])
         for batch in batches:
-            for pid in batch.column("part_id").to_pylist():
-                specs = table[pid]
-                try:
-                    rows = compact_partition(specs)
-                except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-                    rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
-                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            for bin_id in batch.column("bin_id").to_pylist():
+                for specs in table[bin_id]:
+                    try:
+                        rows = compact_partition(specs)
+                    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                        rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+                    yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
-    return parts.mapInArrow(run, FUSED_SCHEMA)
+    return bins.mapInArrow(run, FUSED_SCHEMA)
 
 
-def part_ids_frame(spark: SparkSession, bins: list[list[int]]) -> DataFrame:
-    """One Spark partition (task) per bin of partition ids, in the given order."""
-    rdd = spark.sparkContext.parallelize(bins, max(1, len(bins))).flatMap(lambda ids: [(p,) for p in ids])
-    return spark.createDataFrame(rdd, "part_id int")
+def bins_frame(spark: SparkSession, n: int) -> DataFrame:
+    """Rows 0..n-1 as `bin_id`, one Spark partition (task) each, in order (no Python RDD: the
+    rows are made in the JVM)."""
+    return spark.range(0, n, 1, max(1, n)).select(F.col("id").cast("int").alias("bin_id"))
 
 
 def pack(sizes: list[int], bins: int) -> list[list[int]]:
@@ -490,7 +491,7 @@ __all__ = [
     "kept_offsets",
     "offset_map",
     "pack",
-    "part_ids_frame",
+    "bins_frame",
     "producer_rows",
     "rewrite",
     "scan",

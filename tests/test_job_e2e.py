@@ -73,6 +73,18 @@ def test_every_partition_is_cleaned_and_reported(compacted):
     assert report["totals"]["failed"] == 0
 
 
+def test_start_up_is_reported_apart_from_the_round(compacted):
+    """The fixed cost of a run (Spark session, Python workers warmed up on a thread while the
+    driver plans) is reported apart from planning, stages and commit."""
+    t = compacted[3]["timings"]
+    for key in ("sparkStartSeconds", "workerWarmupSeconds", "sparkWaitSeconds", "planSeconds", "stagesSeconds",
+                "commitSeconds"):  # fmt: skip
+        assert t[key] >= 0, key
+    assert t["workerWarmupSeconds"] > 0
+    # The stages start only once the session is up: the wait covers what planning did not hide.
+    assert t["sparkWaitSeconds"] <= t["sparkStartSeconds"] + t["workerWarmupSeconds"] + 1
+
+
 def test_latest_record_per_key_kept_at_its_offset(compacted):
     log_dir, before, _, _ = compacted
     for part, records in before.items():
