@@ -200,7 +200,6 @@ def read_log_dir(uri: str, topics: str | None = None) -> LogDirState:
 
 
 _SLOTS = {".log": "log", ".index": "index", ".timeindex": "timeindex", ".txnindex": "txnindex"}
-_DIGITS = frozenset("0123456789")
 
 
 def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, partition: int) -> PartitionDir:
@@ -214,8 +213,9 @@ def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, parti
         name = info.name
         # Fast path (nearly every entry): <20 digits>.log/.index/.timeindex/.txnindex, a file.
         attr = _SLOTS.get(name[20:])
-        if attr is not None and not info.is_dir and _DIGITS.issuperset(name[:20]):
-            base = int(name[:20])
+        prefix = name[:20]
+        if attr is not None and not info.is_dir and prefix.isascii() and prefix.isdigit():
+            base = int(prefix)
             if base <= naming.MAX_OFFSET:
                 seg = by_base.get(base)
                 if seg is None:
