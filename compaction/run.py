@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 
 from compaction import report as rpt
@@ -287,6 +288,45 @@ def _spark_session(opts: JobOptions):
     return spark
 
 
+class _SparkStarter:
+    """The Spark session, and Python workers warmed up (compaction/warmup.py), started on a thread
+    at the beginning of the run so that both overlap recovery, discovery and planning. Spark conf
+    `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
+
+    def __init__(self, opts: JobOptions) -> None:
+        self._t0 = time.monotonic()
+        self._out: dict = {}
+        self._thread = threading.Thread(target=self._start, args=(opts,), name="spark-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, opts: JobOptions) -> None:
+        try:
+            spark = _spark_session(opts)
+            self._out["sparkStartSeconds"] = time.monotonic() - self._t0
+            if spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
+                from compaction.warmup import warm_executors
+
+                self._out["workerWarmupSeconds"] = warm_executors(spark)
+            self._out["spark"] = spark
+        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
+            self._out["error"] = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def get(self, timings: dict[str, float]):
+        """The session, once up. `sparkWaitSeconds`: how long the round waited for it after planning."""
+        t = time.monotonic()
+        self._thread.join()
+        timings["sparkWaitSeconds"] = time.monotonic() - t
+        for key in ("sparkStartSeconds", "workerWarmupSeconds"):
+            if key in self._out:
+                timings[key] = self._out[key]
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["spark"]
+
+
 # Partitions up to this many bytes of segments run as one Spark task each (scan, offset map,
 # producer state and rewrite in one process: spark_stages.compact_partition); bigger ones use the
 # Spark offset map. Spark conf `spark.kafka.compaction.partitionTaskMaxBytes` (0: always Spark).
@@ -336,10 +376,10 @@ def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, tim
     sc = spark.sparkContext
     bins = st.pack([size(p) for p in todo], sc.defaultParallelism * max(1, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
-    parts = sc.broadcast({i: p.specs for i, p in enumerate(todo)})
+    parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
-    for row in st.fused(st.part_ids_frame(spark, bins), parts).collect():
+    for row in st.fused(st.bins_frame(spark, len(bins)), parts).collect():
         d = row.asDict()
         scan_s, map_s, cpu_s = (d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds"))
         split = (("taskScanSeconds", scan_s), ("taskMapSeconds", map_s), ("taskRewriteSeconds", d["seconds"]),
@@ -520,6 +560,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
     locks = _lock_log_dirs(opts)
+    starter = None if opts.dry_run or opts.recover_only else _SparkStarter(opts)
     try:
         listed: dict[str, LogDirState] = {}
         recovered = {} if opts.dry_run else _recover(opts, listed, timings)
@@ -538,9 +579,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
                 config = resolve_topic_config(opts.topic_config.get(p.part.topic), _job_config(opts, p.part.topic))
                 p.specs = _specs(p, opts, config, next_id)
                 next_id += len(p.specs)
-            t1 = time.monotonic()
-            spark = _spark_session(opts)
-            timings["sparkStartSeconds"] = time.monotonic() - t1
+            spark = starter.get(timings)
             t2 = time.monotonic()
             results, replan = _run_stages(spark, todo, opts, timings)
             if replan:
@@ -554,6 +593,8 @@ def run(opts: JobOptions) -> tuple[int, dict]:
         elif not opts.dry_run:
             _advance_checkpoints(planned, dirs)
     finally:
+        if starter is not None:
+            starter.join()  # a round with nothing to clean still lets the session come up whole
         for lock in locks:
             lock.release()
     timings["totalSeconds"] = time.monotonic() - t0
