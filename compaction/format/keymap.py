@@ -176,9 +176,8 @@ _SHIFT = np.uint64(32)
 
 
 @_njit
-def _find_or_add(buf, p, kl, insert, slots, arena, arena_offs, n_ids, used):
-    """(id or -1, n_ids, used) of the key buf[p:p+kl]; added when absent and `insert`."""
-    h = _hash(buf, p, p + kl)
+def _find_or_add(buf, p, kl, h, insert, slots, arena, arena_offs, n_ids, used):
+    """(id or -1, n_ids, used) of the key buf[p:p+kl] of hash h; added when absent and `insert`."""
     tag = h >> _SHIFT
     mask = np.uint64(len(slots) - 1)
     j = h & mask
@@ -201,23 +200,69 @@ def _find_or_add(buf, p, kl, insert, slots, arena, arena_offs, n_ids, used):
         j = (j + np.uint64(1)) & mask
 
 
+_BLOCK = 64  # records per software-pipelined block of _assign_kernel
+
+
+@_njit
+def _key_hash(file, side, split, p, kl):
+    if p >= split:
+        return _hash(side, p - split, p - split + kl)
+    return _hash(file, p, p + kl)
+
+
 @_njit
 def _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets, slots, arena, arena_offs,
-                   latest, n_ids, used, out):  # fmt: skip
-    for r in range(len(key_pos)):
-        kl = key_len[r]
-        if kl < 0:
-            out[r] = -1
-            continue
-        p = key_pos[r]
-        if p >= split:
-            k, n_ids, used = _find_or_add(side, p - split, kl, usable[r], slots, arena, arena_offs, n_ids, used)
-        else:
-            k, n_ids, used = _find_or_add(file, p, kl, usable[r], slots, arena, arena_offs, n_ids, used)
-        out[r] = k
-        if k >= 0 and dirty[r] and offsets[r] > latest[k]:
-            latest[k] = offsets[r]
-    return n_ids, used
+                   latest, n_ids, used, out, first):  # fmt: skip
+    # Memory latency, not arithmetic, bounds a hash table this size (several MB: slots, arena,
+    # latest), and each probe is a chain of dependent loads (slot -> arena offset -> key bytes).
+    # So the records go through in blocks: first every record's slot is loaded, then the
+    # candidate's arena offset and latest, then its key bytes, each pass issuing independent
+    # loads the CPU overlaps; the final pass (the real probe, inserts included) finds them cached.
+    mask = np.uint64(len(slots) - 1)
+    hashes = np.zeros(_BLOCK, np.uint64)
+    cand = np.full(_BLOCK, -1, np.int64)
+    sink = np.uint64(0)  # keeps the warming loads from being optimised away
+    n = len(key_pos)
+    for start in range(first, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        for r in range(start, stop):
+            kl = key_len[r]
+            if kl >= 0:
+                h = _key_hash(file, side, split, key_pos[r], kl)
+                hashes[r - start] = h
+                sink ^= slots[h & mask]
+        for r in range(start, stop):
+            cand[r - start] = -1
+            if key_len[r] >= 0:
+                h = hashes[r - start]
+                s = slots[h & mask]
+                if s != _EMPTY and (s >> _SHIFT) == (h >> _SHIFT):
+                    k = np.int64(s & _LOW) - 1
+                    cand[r - start] = k
+                    sink ^= np.uint64(arena_offs[k]) ^ np.uint64(latest[k])
+        for r in range(start, stop):
+            k = cand[r - start]
+            if k >= 0 and arena_offs[k] < arena_offs[k + 1]:
+                sink ^= np.uint64(arena[arena_offs[k]])
+        for r in range(start, stop):
+            kl = key_len[r]
+            if kl < 0:
+                out[r] = -1
+                continue
+            p = key_pos[r]
+            h = hashes[r - start]
+            if usable[r] and (2 * (n_ids + 1) > len(slots) or used + kl > len(arena) or n_ids + 2 > len(arena_offs)):
+                return n_ids, used, r  # may need room: the caller grows the table and resumes at r
+            if p >= split:
+                k, n_ids, used = _find_or_add(side, p - split, kl, h, usable[r], slots, arena, arena_offs, n_ids, used)
+            else:
+                k, n_ids, used = _find_or_add(file, p, kl, h, usable[r], slots, arena, arena_offs, n_ids, used)
+            out[r] = k
+            if k >= 0 and dirty[r] and offsets[r] > latest[k]:
+                latest[k] = offsets[r]
+    if sink == np.uint64(1):  # never matters; makes the warming loads observable
+        hashes[0] = sink
+    return n_ids, used, n
 
 
 class KeyTable:
@@ -240,35 +285,32 @@ class KeyTable:
     def latest(self) -> np.ndarray:
         return self._latest[: self.n]
 
-    def _reserve(self, records: int, key_bytes: int) -> None:
-        need = self.n + records
-        if len(self.arena_offs) <= need:
-            cap = max(need + 1, 2 * len(self.arena_offs))
+    def _grow(self, key_len: int) -> None:
+        """Room for at least one more key of `key_len` bytes: slots at most half full after it."""
+        if len(self.arena_offs) < self.n + 2:
+            cap = 2 * len(self.arena_offs)
             self.arena_offs = np.concatenate([self.arena_offs, np.zeros(cap - len(self.arena_offs), np.int64)])
             self._latest = np.concatenate([self._latest, np.full(cap - len(self._latest), -1, np.int64)])
-        if len(self.arena) < self.used + key_bytes:
-            grown = np.empty(max(self.used + key_bytes, 2 * len(self.arena)), np.uint8)
+        if len(self.arena) < self.used + key_len:
+            grown = np.empty(max(self.used + key_len, 2 * len(self.arena)), np.uint8)
             grown[: self.used] = self.arena[: self.used]
             self.arena = grown
-        if 2 * need > len(self.slots):  # at most half full: rehash into a bigger slot array
-            self._rehash(1 << (2 * need).bit_length())
-
-    def _rehash(self, size: int) -> None:
-        self.slots = np.zeros(size, np.uint64)
-        n = self.n
-        if n:
-            _reinsert(self.arena, self.arena_offs, n, self.slots)
+        if 2 * (self.n + 1) > len(self.slots):
+            self.slots = np.zeros(2 * len(self.slots), np.uint64)
+            _reinsert(self.arena, self.arena_offs, self.n, self.slots)
 
     def assign(self, file, side, split, key_pos, key_len, usable, dirty, offsets) -> np.ndarray:
         """int32 id per record (-1: null key, or a non-usable record of an unknown key)."""
         n = len(key_pos)
-        add = usable & (key_len >= 0)
-        self._reserve(int(np.count_nonzero(add)), int(key_len[add].sum()))
         out = np.empty(n, np.int32)
-        self.n, self.used = _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets,
-                                           self.slots, self.arena, self.arena_offs, self._latest, self.n,
-                                           self.used, out)  # fmt: skip
-        return out
+        at = 0
+        while True:
+            self.n, self.used, at = _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets,
+                                                   self.slots, self.arena, self.arena_offs, self._latest,
+                                                   self.n, self.used, out, at)  # fmt: skip
+            if at >= n:
+                return out
+            self._grow(int(key_len[at]))
 
     def keys_arrow(self) -> pa.Array:
         """The distinct keys in id order, zero-copy over the arena (pyarrow large_binary)."""
