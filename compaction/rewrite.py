@@ -618,6 +618,18 @@ class _Output:
         self.size += size
         self.records += records
 
+    def append_run(self, chunk, batches: list[tuple[int, int, int, int]]) -> None:
+        """Consecutive verbatim batches as one chunk; `batches`: (size, last offset, max
+        timestamp, records) of each, in order."""
+        self.writer.write(chunk)
+        for size, last_offset, max_timestamp, records in batches:
+            self.positions.append(self.size)
+            self.sizes.append(size)
+            self.last_offsets.append(last_offset)
+            self.max_timestamps.append(max_timestamp)
+            self.size += size
+            self.records += records
+
 
 @dataclass
 class _Stats:
@@ -676,9 +688,42 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
     return fb.parse_control_type(scan.key(first))
 
 
-# What _clean_segment decided for one batch, emitted in log order once the segment's v2 rebuilds
-# are done: (kind, batch index, n_kept, new horizon or None, view).
-_COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(4)
+# What _clean_segment decided for each batch (an int8 per batch), emitted in log order once the
+# segment's v2 rebuilds are done.
+_DROP, _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(5)
+_NO_NEW_HORIZON = -1
+
+
+def _last_data_batches(last_records: dict[int, LastRecord], producer_id: np.ndarray,
+                       last_offset: np.ndarray) -> np.ndarray:  # fmt: skip
+    """`is_last_of_producer` for data batches, vectorized: the batch holds its producer's last
+    data offset."""
+    out = np.zeros(len(producer_id), dtype=bool)
+    pairs = sorted((pid, r.last_data_offset) for pid, r in last_records.items() if r.last_data_offset is not None)
+    if not pairs:
+        return out
+    pids = np.array([p for p, _ in pairs], dtype=np.int64)
+    last = np.array([o for _, o in pairs], dtype=np.int64)
+    j = np.minimum(np.searchsorted(pids, producer_id), len(pids) - 1)
+    return (pids[j] == producer_id) & (last[j] == last_offset)
+
+
+def _decide_plain(spec: GroupSpec, b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray,
+                  has_horizon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """`checkBatchRetention` + `filterTo`'s branch for every v2 data batch outside transactions
+    at once: (kind, needs a new delete horizon). Such a batch is never discarded (it is not
+    aborted data) and never changes the transaction state, so it need not go through the
+    per-batch path (`CleanedTransactionMetadata` consumes aborted ranges lazily, by offset)."""
+    retain_empty = np.zeros(len(count), dtype=bool)
+    if spec.last_records:
+        retain_empty |= (b.producer_id >= 0) & _last_data_batches(spec.last_records, b.producer_id, b.last_offset)
+    if spec.retain_last_batch_of_round:
+        retain_empty |= b.last_offset + 1 == spec.upper_bound
+    need_horizon = (n_keep > 0) & (n_tomb > 0) & ~has_horizon
+    original = (n_keep == count) & ~need_horizon
+    kept_kind = np.where(original, _COPY, _REBUILD_V2)
+    empty_kind = np.where(retain_empty, _EMPTY, _DROP)
+    return np.where(n_keep > 0, kept_kind, empty_kind).astype(np.int8), need_horizon
 
 
 def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, txn: CleanedTransactionMetadata,
@@ -690,6 +735,7 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)
     bounds = np.searchsorted(rec.batch_index, np.arange(nb + 1))
+    count = np.diff(bounds)
     retain_legacy = retain_legacy_deletes(seg.mtime_ns // 1_000_000, spec.legacy_delete_horizon_ms)
     stats.bytes_read += seg.size
     stats.batches_read += nb
@@ -702,125 +748,143 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     keep, invalid = keep_records(rec.offset, rec.key_len, rec.value_len, found, spec.upper_bound - 1,
                                  retain_deletes[rec.batch_index])  # fmt: skip
     bi = rec.batch_index
-    n_keep = np.bincount(bi[keep], minlength=nb).tolist()
-    n_invalid = np.bincount(bi[invalid], minlength=nb).tolist()
-    n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb).tolist()
-    cols = [c.tolist() for c in (bounds, b.base_offset, b.last_offset, b.producer_id, b.producer_epoch,
-                                 b.magic, b.base_timestamp, b.max_timestamp, attrs)]  # fmt: skip
-    bounds_l, base_l, last_l, pid_l, epoch_l, magic_l, bts_l, mts_l, attrs_l = cols
+    n_keep = np.bincount(bi[keep], minlength=nb)
+    n_invalid = np.bincount(bi[invalid], minlength=nb)
+    n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb)
+    plain = v2 & ((attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)) == 0)
+    kind, need_horizon = _decide_plain(spec, b, count, n_keep, n_tomb, has_horizon)
+    kind[~plain] = _DROP
+    kept = np.where(plain, n_keep, 0)
+    stats.records_read += int(count[plain].sum())
+    stats.invalid_records += int(n_invalid[plain].sum())
     new_horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms)
-    plan, overrides = [], []
-    for i in range(nb):
-        first, last = bounds_l[i], bounds_l[i + 1]
-        a, magic = attrs_l[i], magic_l[i]
-        view = _BatchView(
-            base_offset=base_l[i], last_offset=last_l[i], producer_id=pid_l[i], producer_epoch=epoch_l[i],
-            is_transactional=magic >= 2 and bool(a & fb.TRANSACTIONAL_MASK),
-            is_control=magic >= 2 and bool(a & fb.CONTROL_MASK), records_count=last - first, magic=magic,
-            delete_horizon_ms=bts_l[i] if magic >= 2 and a & fb.DELETE_HORIZON_MASK else None,
-            max_timestamp=mts_l[i],
-        )  # fmt: skip
-        decision = check_batch_retention(
-            view, txn,
-            control_type=_control_type(scan, first, last) if view.is_control else None,
-            last_records_of_active_producers=spec.last_records,
-            upper_bound_offset=spec.upper_bound,
-            current_time_ms=spec.now_ms,
-            retain_last_batch_of_round=spec.retain_last_batch_of_round,
-        )  # fmt: skip
-        if decision.retention is BatchRetention.DELETE:
-            continue  # dropped unread: its records are not counted (CleanerStats.messagesRead)
-        stats.records_read += last - first
-        if decision.discard_batch_records:
-            n_kept, tombstones = 0, False
-            overrides.append((first, last, False))
-        elif view.is_control:
-            n_kept, tombstones = last - first, False
-            overrides.append((first, last, True))
-        else:
-            n_kept, tombstones = n_keep[i], n_tomb[i] > 0
-            stats.invalid_records += n_invalid[i]
-        marker = decision.contains_marker_for_empty_txn
-        need_horizon = n_kept > 0 and needs_delete_horizon(view, tombstones, marker)
-        kind = filter_batch_output(view, decision.retention, n_kept, need_horizon)
-        if kind is BatchOutput.COPY_ORIGINAL:
-            plan.append((_COPY, i, n_kept, None, view))
-        elif kind is BatchOutput.REBUILD:
-            horizon = new_horizon if need_horizon else None
-            plan.append((_REBUILD_V2 if magic >= 2 else _REBUILD_BUILDER, i, n_kept, horizon, view))
-        elif kind is BatchOutput.EMPTY_HEADER:
-            plan.append((_EMPTY, i, 0, None, view))
-    for first, last, value in overrides:
-        keep[first:last] = value
-    _emit_segment(scan, plan, keep, bounds, out)
+    horizon = np.where(need_horizon, new_horizon, _NO_NEW_HORIZON)
+    for i in np.flatnonzero(~plain).tolist():
+        _decide_one(spec, scan, i, int(bounds[i]), int(bounds[i + 1]), txn, keep, int(n_keep[i]), int(n_tomb[i]),
+                    int(n_invalid[i]), new_horizon, kind, kept, horizon, stats)  # fmt: skip
+    _emit_segment(scan, kind, kept, horizon, keep, bounds, out)
 
 
-def _emit_segment(scan: SegmentScan, plan: list, keep: np.ndarray, bounds: np.ndarray, out: _Output) -> None:
-    """Write the planned batches of one segment in log order; every v2 rebuild of the segment is
-    re-encoded by one kernel call (format/rebuild.py)."""
+def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: int, txn: CleanedTransactionMetadata,
+                keep: np.ndarray, n_keep: int, n_tomb: int, n_invalid: int, new_horizon: int, kind: np.ndarray,
+                kept: np.ndarray, horizon: np.ndarray, stats: _Stats) -> None:  # fmt: skip
+    """The per-batch path (transactional, control and legacy batches), in log order: the
+    transaction state moves here. Fills kind/kept/horizon[i]; overrides `keep` for the records of
+    discarded batches (all dropped) and of control batches (all kept)."""
+    view = _batch_view(scan, i, last - first)
+    decision = check_batch_retention(
+        view, txn,
+        control_type=_control_type(scan, first, last) if view.is_control else None,
+        last_records_of_active_producers=spec.last_records,
+        upper_bound_offset=spec.upper_bound,
+        current_time_ms=spec.now_ms,
+        retain_last_batch_of_round=spec.retain_last_batch_of_round,
+    )  # fmt: skip
+    if decision.retention is BatchRetention.DELETE:
+        return  # dropped unread: its records are not counted (CleanerStats.messagesRead)
+    stats.records_read += last - first
+    if decision.discard_batch_records:
+        n_kept, tombstones = 0, False
+        keep[first:last] = False
+    elif view.is_control:
+        n_kept, tombstones = last - first, False
+        keep[first:last] = True
+    else:
+        n_kept, tombstones = n_keep, n_tomb > 0
+        stats.invalid_records += n_invalid
+    marker = decision.contains_marker_for_empty_txn
+    need_horizon = n_kept > 0 and needs_delete_horizon(view, tombstones, marker)
+    output = filter_batch_output(view, decision.retention, n_kept, need_horizon)
+    kept[i] = n_kept
+    horizon[i] = new_horizon if need_horizon else _NO_NEW_HORIZON
+    if output is BatchOutput.COPY_ORIGINAL:
+        kind[i] = _COPY
+    elif output is BatchOutput.REBUILD:
+        kind[i] = _REBUILD_V2 if view.magic >= 2 else _REBUILD_BUILDER
+    elif output is BatchOutput.EMPTY_HEADER:
+        kind[i] = _EMPTY
+
+
+def _emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
+                  bounds: np.ndarray, out: _Output) -> None:  # fmt: skip
+    """Write the batches of one segment in log order: runs of verbatim batches as one slice of
+    the source, every v2 rebuild of the segment re-encoded by one kernel call
+    (format/rebuild.py)."""
     b = scan.batches
-    rebuilt = _rebuild_v2(scan, [p for p in plan if p[0] == _REBUILD_V2], keep, bounds)
+    rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == _REBUILD_V2), kept, horizon, keep, bounds)
     mv = memoryview(scan.file)
-    for kind, i, n_kept, horizon, view in plan:
-        if kind == _COPY:
-            pos = int(b.position[i])
-            out.append((mv[pos : pos + int(b.size[i])],), view.last_offset, view.max_timestamp, n_kept)
-        elif kind == _REBUILD_V2 and i in rebuilt:
-            chunks, max_ts = rebuilt.pop(i)
-            out.append(chunks, view.last_offset, max_ts, n_kept)
-        elif kind in (_REBUILD_V2, _REBUILD_BUILDER):
+    emitted = np.flatnonzero(kind != _DROP)
+    cols = [c[emitted].tolist() for c in (kind, kept, b.position, b.size, b.last_offset, b.max_timestamp)]
+    run_start = run_end = -1
+    run = []  # verbatim batches waiting to go out as one slice: (size, last offset, max ts, records)
+    for i, k, n_kept, pos, size, last_offset, max_ts in zip(emitted.tolist(), *cols):
+        if k == _COPY:
+            if pos != run_end:
+                if run:
+                    out.append_run(mv[run_start:run_end], run)
+                run, run_start = [], pos
+            run.append((size, last_offset, max_ts, n_kept))
+            run_end = pos + size
+            continue
+        if run:
+            out.append_run(mv[run_start:run_end], run)
+            run, run_end = [], -1
+        if k == _REBUILD_V2 and i in rebuilt:
+            chunks, new_max = rebuilt.pop(i)
+            out.append(chunks, last_offset, new_max, n_kept)
+        elif k in (_REBUILD_V2, _REBUILD_BUILDER):
             first, last = int(bounds[i]), int(bounds[i + 1])
-            kept = set(scan.records.offset[first:last][keep[first:last]].tolist())
-            data = _rebuild(scan, i, view, kept, horizon, first, last)
+            view = _batch_view(scan, i, last - first)
+            offsets = set(scan.records.offset[first:last][keep[first:last]].tolist())
+            new = int(horizon[i])
+            data = _rebuild(scan, i, view, offsets, None if new == _NO_NEW_HORIZON else new, first, last)
             header = fb.BatchHeader.unpack_from(data)
             out.append((data,), header.last_offset, header.max_timestamp, n_kept)
         else:
-            pos = int(b.position[i])
             header = fb.BatchHeader.unpack_from(mv[pos : pos + fb.RECORD_BATCH_OVERHEAD])
-            out.append((fb.build_empty_batch(header),), view.last_offset, view.max_timestamp, 0)
+            out.append((fb.build_empty_batch(header),), last_offset, max_ts, 0)
+    if run:
+        out.append_run(mv[run_start:run_end], run)
     out.writer.flush()  # nothing of this segment's buffers stays referenced after it
 
 
-def _rebuild_v2(scan: SegmentScan, items: list, keep: np.ndarray, bounds: np.ndarray) -> dict[int, tuple]:
-    """{batch index: ([header, payload], max timestamp)} for the v2 REBUILD batches of a segment,
-    re-encoded in one `rebuild_records` call; batches the kernel flags are left out (they go
-    through `build_batch`)."""
-    if not items:
+def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray, keep: np.ndarray,
+                bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
+    """{batch index: ([header, payload], max timestamp)} for the v2 REBUILD batches `idx` of a
+    segment, re-encoded in one `rebuild_records` call and sealed together; batches the kernel
+    flags are left out (they go through `build_batch`)."""
+    if not len(idx):
         return {}
     b, rec = scan.batches, scan.records
-    idx = np.array([it[1] for it in items], dtype=np.int64)
     src, start, end = (a[idx] for a in rebuild.record_regions(scan))
     first = bounds[idx]
     count = bounds[idx + 1] - first
-    horizons = np.array([h if h is not None else (v.delete_horizon_ms if v.delete_horizon_ms is not None
-                                                   else rebuild.NO_HORIZON)
-                         for _, _, _, h, v in items], dtype=np.int64)  # fmt: skip
+    attrs = b.attributes[idx].astype(np.int64)
+    old = np.where((attrs & fb.DELETE_HORIZON_MASK) != 0, b.base_timestamp[idx], rebuild.NO_HORIZON)
+    horizons = np.where(new_horizon[idx] != _NO_NEW_HORIZON, new_horizon[idx], old).astype(np.int64)
     has_first = count > 0
     expect = np.where(has_first, rec.key_pos[np.where(has_first, first, 0)] if len(rec.key_pos) else -1, -1)
     expect = np.where(has_first & (src == rebuild.SRC_SIDE), expect - scan.split, expect)
-    payload, o_start, o_end, new_base, new_max, kept, flags = rebuild.rebuild_records(
+    payload, o_start, o_end, new_base, new_max, n_kept, flags = rebuild.rebuild_records(
         scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx],
         b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect,
     )  # fmt: skip
-    out = {}
-    cols = [c.tolist() for c in (o_start, o_end, new_base, new_max, kept, flags,
-                                 b.partition_leader_epoch[idx], b.attributes[idx], b.base_sequence[idx],
-                                 horizons)]  # fmt: skip
-    for j, (_, i, n_kept, _, view) in enumerate(items):
-        os_, oe, nbase, nmax, k, flag, ple, attrs, seq, horizon = (c[j] for c in cols)
-        if k != n_kept:  # the kernel walked other records than the scan: never expected
-            raise CorruptRecordError(f"rebuild kept {k} records, the decision {n_kept}", path=scan.path,
-                                     position=int(b.position[i]), offset=view.base_offset)  # fmt: skip
-        if flag:
-            continue
-        header = rebuild.header_for(
-            base_offset=view.base_offset, partition_leader_epoch=ple, attributes=attrs,
-            last_offset_delta=view.last_offset - view.base_offset, base_timestamp=nbase, max_timestamp=nmax,
-            producer_id=view.producer_id, producer_epoch=view.producer_epoch, base_sequence=seq,
-            records_count=k, horizon=horizon,
-        )  # fmt: skip
-        out[i] = (rebuild.seal(header, payload[os_:oe], attrs & fb.COMPRESSION_CODEC_MASK), nmax)
-    return out
+    wrong = np.flatnonzero(n_kept != kept[idx])
+    if len(wrong):  # the kernel walked other records than the scan: never expected
+        i = int(idx[wrong[0]])
+        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+    ok = flags == 0
+    sel = idx[ok]
+    headers = rebuild.headers_for(
+        base_offset=b.base_offset[sel], partition_leader_epoch=b.partition_leader_epoch[sel],
+        attributes=attrs[ok], last_offset_delta=b.last_offset[sel] - b.base_offset[sel],
+        base_timestamp=new_base[ok], max_timestamp=new_max[ok], producer_id=b.producer_id[sel],
+        producer_epoch=b.producer_epoch[sel], base_sequence=b.base_sequence[sel], records_count=n_kept[ok],
+        horizon=horizons[ok],
+    )  # fmt: skip
+    sealed = rebuild.seal_all(headers, payload, o_start[ok], o_end[ok], attrs[ok] & fb.COMPRESSION_CODEC_MASK)
+    return dict(zip(sel.tolist(), zip(sealed, new_max[ok].tolist())))
 
 
 def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn]) -> None:

@@ -75,6 +75,7 @@ RECORD_BATCH_OVERHEAD = BATCH_HEADER.size  # 61
 LOG_OVERHEAD = LENGTH_OFFSET + struct.calcsize(">i")  # offset + size prefix common to all formats
 HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
 CRC_FIELD = struct.Struct(">I")
+BATCH_LENGTH_FIELD = struct.Struct(">i")
 ATTRIBUTES_FIELD = struct.Struct(">h")
 CRC_COVERED_FROM = ATTRIBUTES_OFFSET  # the CRC skips baseOffset, length, leader epoch, magic, crc
 

@@ -491,6 +491,60 @@ def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int
                           records_count)  # fmt: skip
 
 
+# The v2 batch header as a packed big-endian numpy record (same fields and order as
+# batch.BATCH_HEADER), so the headers of all rebuilt batches of a segment are filled at once.
+HEADER_DTYPE = np.dtype(
+    [("base_offset", ">i8"), ("batch_length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
+     ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
+     ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
+     ("records_count", ">i4")]
+)  # fmt: skip
+assert HEADER_DTYPE.itemsize == fb.RECORD_BATCH_OVERHEAD
+_KEPT_ATTRS = (fb.COMPRESSION_CODEC_MASK | fb.TIMESTAMP_TYPE_MASK | fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK
+               | fb.DELETE_HORIZON_MASK)  # fmt: skip
+
+
+def headers_for(*, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
+                max_timestamp, producer_id, producer_epoch, base_sequence, records_count, horizon) -> np.ndarray:  # fmt: skip
+    """`header_for` over arrays (one element per rebuilt batch): a HEADER_DTYPE array whose
+    batch_length and crc `seal_all` fills."""
+    h = np.zeros(len(base_offset), HEADER_DTYPE)
+    attrs = np.asarray(attributes, np.int64) & _KEPT_ATTRS
+    attrs = np.where(np.asarray(horizon) >= 0, attrs | fb.DELETE_HORIZON_MASK, attrs)
+    for name, values in (("base_offset", base_offset), ("partition_leader_epoch", partition_leader_epoch),
+                         ("attributes", attrs), ("last_offset_delta", last_offset_delta),
+                         ("base_timestamp", base_timestamp), ("max_timestamp", max_timestamp),
+                         ("producer_id", producer_id), ("producer_epoch", producer_epoch),
+                         ("base_sequence", base_sequence), ("records_count", records_count)):  # fmt: skip
+        h[name] = values
+    h["magic"] = fb.MAGIC_V2
+    return h
+
+
+def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
+    """`seal` for every header of `headers_for`: [header bytes, payload] per batch, the records of
+    batch j being payload[starts[j]:ends[j]], compressed with codecs[j]."""
+    raw = headers.view(np.uint8).reshape(len(headers), fb.RECORD_BATCH_OVERHEAD)
+    view = memoryview(payload)
+    out = []
+    covered = fb.CRC_COVERED_FROM
+    for j, (s, e, codec) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(),
+                                          np.asarray(codecs).tolist())):  # fmt: skip
+        records = view[s:e]
+        if codec == compression.CODEC_ZSTD:
+            body = _zstd().compress(records)
+        elif codec:
+            body = compression.compress(codec, records, fb.MAGIC_V2)
+        else:
+            body = records
+        head = raw[j]
+        fb.BATCH_LENGTH_FIELD.pack_into(head, fb.LENGTH_OFFSET, fb.RECORD_BATCH_OVERHEAD - fb.LOG_OVERHEAD + len(body))
+        crc = _crc32c.crc32c(body, _crc32c.crc32c(head[covered:]))
+        fb.CRC_FIELD.pack_into(head, fb.CRC_OFFSET, crc)
+        out.append([head.tobytes(), body])
+    return out
+
+
 _LOCAL = threading.local()
 
 
