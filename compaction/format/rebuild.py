@@ -214,6 +214,14 @@ def _rebuild_one(buf, pos, end, count, keep, k0, base_ts, log_append, max_ts, ho
     kept = 0
     fallback = False
     for n in range(count):
+        if n > 0 and not keep[k0 + n]:
+            # A dropped record (most of them, in a first clean): the scan has walked and
+            # checked it, so only its length is read to step over it.
+            length, body = _read_varint(buf, pos, end)
+            if body < 0 or length <= 0 or body + length > end:
+                return ERR_LAYOUT, pos, o, z, z, kept, fallback
+            pos = body + length
+            continue
         nxt, ts_delta, off_delta, kp, kl, vp, vl = _read_record(buf, pos, end)
         if nxt < 0:
             return -nxt, pos, o, z, z, kept, fallback
