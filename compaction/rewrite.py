@@ -250,8 +250,8 @@ class PartitionMap:
     the usable records of all its groups. The key ids of segments whose scan the task keeps for
     the rewrite are kept too, so those records are not hashed a second time."""
 
-    def __init__(self) -> None:
-        self.table = KeyTable()
+    def __init__(self, expected_keys: int = 0) -> None:
+        self.table = KeyTable(expected_keys)
         self._ids: dict[tuple[int, int], np.ndarray] = {}
 
     def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, keep_ids: bool) -> None:
@@ -269,17 +269,18 @@ class PartitionMap:
         if ids is None:  # not kept: look the keys up (never adds one)
             none = np.zeros(len(scan.records.offset), dtype=bool)
             ids = self._assign(scan, none, none)
-        return np.where(ids >= 0, self.table.latest[np.maximum(ids, 0)], -1)
+        return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
 
     def __len__(self) -> int:
         """Keys in the map (keys with a dirty record)."""
-        return int(np.count_nonzero(self.table.latest >= 0))
+        return self.table.mapped()
 
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tuple[PartitionMap, list[dict]]:
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments)."""
-    pmap, producers = PartitionMap(), []
+    # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
+    pmap, producers = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256), []
     for spec in specs:
         producers += tail_producers(spec)
         for seg in spec.segments:

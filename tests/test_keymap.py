@@ -1,13 +1,15 @@
 """format/keymap.py: the numba hash tables against plain-Python dict references.
 
 `KeyTable` is the whole-partition offset map: keys are read where they lie (a segment buffer or
-its `side` buffer, addressed by combined positions), ids are dense in order of first sight, and
-`latest` is the max dirty offset per key (-1 when the key has no dirty record)."""
+its `side` buffer, addressed by combined positions), every keyed record gets the id of its key
+(one id per distinct key), and `latest_of(id)` is the max dirty offset of the key (-1 when the
+key has no dirty record). Ids are compared with the reference's up to renaming."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,8 +58,8 @@ def _reference(calls):
     return outs, list(ids), latest
 
 
-def _run(calls, sides):
-    table = KeyTable()
+def _run(calls, sides, expected_keys=0):
+    table = KeyTable(expected_keys)
     outs = []
     for (keys, usable, dirty, offsets), in_side in zip(calls, sides):
         file, side, split, pos, lens = _layout(keys, in_side)
@@ -65,6 +67,22 @@ def _run(calls, sides):
                            np.array(offsets, np.int64))  # fmt: skip
         outs.append(got.tolist())
     return table, outs
+
+
+def _check(table, outs, calls):
+    """Our ids equal the reference's up to a one-to-one renaming; same keys, same latest."""
+    ref_outs, ref_keys, ref_latest = _reference(calls)
+    rename: dict[int, int] = {}
+    for ours, ref in zip(outs, ref_outs):
+        assert [o < 0 for o in ours] == [r < 0 for r in ref]
+        for o, r in zip(ours, ref):
+            if r >= 0:
+                assert rename.setdefault(r, o) == o
+    assert len(set(rename.values())) == len(rename) == len(table)
+    keys, latest = table.items()
+    assert dict(zip(keys, latest.tolist())) == dict(zip(ref_keys, ref_latest))
+    for r, o in rename.items():
+        assert table.latest_of(np.array([o]))[0] == ref_latest[r]
 
 
 def test_worked_example():
@@ -76,29 +94,30 @@ def test_worked_example():
         ([b"c", b"a", b"a"], [1, 0, 1], [1, 0, 1], [5, 9, 6]),
     ]
     table, outs = _run(calls, [[0, 1, 0, 1, 0], [1, 0, 1]])
-    assert outs == [[0, 1, -1, 0, -1], [2, 0, 0]]
-    assert table.latest.tolist() == [6, -1, 5]  # offset 9 is not usable (so not dirty): not counted
-    assert table.keys_arrow().to_pylist() == [b"a", b"b", b"c"]
+    a, b, c = outs[0][0], outs[0][1], outs[1][0]
+    assert outs == [[a, b, -1, a, -1], [c, a, a]] and len({a, b, c}) == 3
+    assert table.latest_of(np.array([a, b, c])).tolist() == [6, -1, 5]  # offset 9: not usable, not dirty
+    assert table.items()[0] == [b"a", b"b", b"c"] and table.mapped() == 2
+    _check(table, outs, calls)
 
 
 def test_empty_key_is_a_key_and_null_is_not():
-    table, outs = _run([([b"", None, b""], [1, 1, 1], [1, 1, 1], [4, 5, 7])], [[0, 0, 1]])
-    assert outs == [[0, -1, 0]]
-    assert table.latest.tolist() == [7]
-    assert table.keys_arrow().to_pylist() == [b""]
+    calls = [([b"", None, b""], [1, 1, 1], [1, 1, 1], [4, 5, 7])]
+    table, outs = _run(calls, [[0, 0, 1]])
+    assert outs[0][1] == -1 and outs[0][0] == outs[0][2] >= 0
+    _check(table, outs, calls)
 
 
-def test_growth_keeps_ids_and_latest():
-    # Enough distinct keys to rehash the slots and grow the arena several times.
+@pytest.mark.parametrize("expected_keys", [0, 8192 * 16])
+def test_growth_keeps_ids_and_latest(expected_keys):
+    # Enough distinct keys to grow slots, arena and id space several times (1 and 16 regions).
     n = 20_000
     keys = [b"k%d" % (i * 7919 % n) + b"x" * (i % 37) for i in range(n)]
     calls = [(keys[i : i + 3000], [1] * 3000, [i % 2] * 3000, list(range(i, i + 3000))) for i in range(0, n, 3000)]
     calls = [(k, u[: len(k)], d[: len(k)], o[: len(k)]) for k, u, d, o in calls]
-    table, outs = _run(calls, [[j % 3 == 0 for j in range(len(c[0]))] for c in calls])
-    ref_outs, ref_keys, ref_latest = _reference(calls)
-    assert outs == ref_outs
-    assert table.keys_arrow().to_pylist() == ref_keys
-    assert table.latest.tolist() == ref_latest
+    table, outs = _run(calls, [[j % 3 == 0 for j in range(len(c[0]))] for c in calls], expected_keys)
+    assert table.regions == max(1, expected_keys // 8192)
+    _check(table, outs, calls)
 
 
 _key = st.one_of(st.none(), st.binary(max_size=6))
@@ -106,8 +125,8 @@ _record = st.tuples(_key, st.booleans(), st.booleans(), st.booleans())
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(_record, max_size=40), max_size=4))
-def test_matches_the_dict_reference(segments):
+@given(st.lists(st.lists(_record, max_size=40), max_size=4), st.sampled_from([0, 8192 * 4]))
+def test_matches_the_dict_reference(segments, expected_keys):
     calls, sides, offset = [], [], 0
     for seg in segments:
         keys = [r[0] for r in seg]
@@ -117,11 +136,8 @@ def test_matches_the_dict_reference(segments):
         offset += len(seg)
         calls.append((keys, usable, dirty, offsets))
         sides.append([r[3] for r in seg])
-    table, outs = _run(calls, sides)
-    ref_outs, ref_keys, ref_latest = _reference(calls)
-    assert outs == ref_outs
-    assert table.keys_arrow().to_pylist() == ref_keys
-    assert table.latest.tolist() == ref_latest
+    table, outs = _run(calls, sides, expected_keys)
+    _check(table, outs, calls)
 
 
 @settings(max_examples=100, deadline=None)

@@ -160,171 +160,280 @@ def max_by_key(keys: pa.Array, *values: np.ndarray) -> tuple[pa.Array, list[np.n
     return keys.take(pa.array(rows)), out
 
 
-# --- KeyTable: dense key ids straight from segment buffers --------------------------------------
+# --- KeyTable: key ids straight from segment buffers, radix-partitioned ------------------------
 #
 # The whole-partition task's offset map. Keys are hashed and compared where they lie (the
 # segment buffer, or its decompressed `side` buffer), never gathered into an Arrow array first;
-# each distinct key is copied once into an arena. Every keyed record gets the dense id of its
-# key, so the rewrite reads map.get(key) as latest[id] without hashing again.
+# each distinct key is copied once into an arena. Every keyed record gets the id of its key, so
+# the rewrite reads map.get(key) as latest[id] without hashing again.
 #
-# A slot is one uint64: the high 32 bits of the key's hash, then id + 1 (0 = empty), so a probe
-# that meets another key is almost always settled by the slot alone, without touching the arena.
+# Memory latency, not arithmetic, is what a table of a few hundred thousand keys costs: one
+# table of several MB (slots, arena, latest) costs a chain of cache misses per record. So the
+# table is cut into P sub-tables by the top bits of the key hash, sized so that one sub-table
+# stays in the CPU cache, and a segment's records are first bucketed by sub-table (two
+# sequential passes), then probed one sub-table at a time, their key bytes copied into a
+# bucket-ordered staging buffer so that the probe reads them sequentially too.
+#
+# Layout: P regions of equal capacity in flat arrays (all grow together, hashes are uniform):
+# slots (S per region; uint64 = high 32 bits of the hash | local id + 1, 0 = empty), arena
+# (A bytes per region), offs (C + 1 arena offsets per region), latest (C per region). A key's id
+# is local id << log2(P) | region: stable when the regions grow.
 
 _EMPTY = np.uint64(0)
 _LOW = np.uint64(0xFFFFFFFF)
 _SHIFT = np.uint64(32)
+_GROW_SLOTS, _GROW_ARENA, _GROW_IDS = 1, 2, 4
 
 
 @_njit
-def _find_or_add(buf, p, kl, h, insert, slots, arena, arena_offs, n_ids, used):
-    """(id or -1, n_ids, used) of the key buf[p:p+kl] of hash h; added when absent and `insert`."""
-    tag = h >> _SHIFT
-    mask = np.uint64(len(slots) - 1)
-    j = h & mask
-    while True:
-        s = slots[j]
-        if s == _EMPTY:
-            if not insert:
-                return -1, n_ids, used
-            k = n_ids
-            slots[j] = (tag << _SHIFT) | np.uint64(k + 1)
-            arena[used : used + kl] = buf[p : p + kl]
-            arena_offs[k] = used
-            used += kl
-            arena_offs[k + 1] = used
-            return k, n_ids + 1, used
-        if (s >> _SHIFT) == tag:
-            k = np.int64(s & _LOW) - 1
-            if _equal(arena, arena_offs[k], arena_offs[k + 1], buf, p, p + kl):
-                return k, n_ids, used
-        j = (j + np.uint64(1)) & mask
-
-
-_BLOCK = 64  # records per software-pipelined block of _assign_kernel
+def _region_of(h, log_p):
+    return np.int64(h >> np.uint64(64 - log_p)) if log_p > 0 else np.int64(0)
 
 
 @_njit
-def _key_hash(file, side, split, p, kl):
-    if p >= split:
-        return _hash(side, p - split, p - split + kl)
-    return _hash(file, p, p + kl)
+def _count(file, side, split, key_pos, key_len, log_p, hashes, packed, packed_offs, rec_starts, byte_starts, out):
+    """Pass 1, in record order: every keyed record's key copied into `packed` (one pass over the
+    segment: its keys lie ~a record apart) and hashed; records and key bytes per region (as
+    starts: prefix sums, entry p = totals)."""
+    p = 1 << log_p
+    o = np.int64(0)
+    for r in range(len(key_pos)):
+        kl = key_len[r]
+        packed_offs[r] = o
+        if kl < 0:
+            out[r] = -1
+            continue
+        q = key_pos[r]
+        if q >= split:  # byte loops: a numba slice copy costs more than a short key
+            q -= split
+            for b in range(kl):
+                packed[o + b] = side[q + b]
+        else:
+            for b in range(kl):
+                packed[o + b] = file[q + b]
+        h = _hash(packed, o, o + kl)
+        o += kl
+        hashes[r] = h
+        t = _region_of(h, log_p)
+        rec_starts[t + 1] += 1
+        byte_starts[t + 1] += kl
+    packed_offs[len(key_pos)] = o
+    for t in range(p):
+        rec_starts[t + 1] += rec_starts[t]
+        byte_starts[t + 1] += byte_starts[t]
 
 
 @_njit
-def _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets, slots, arena, arena_offs,
-                   latest, n_ids, used, out, first):  # fmt: skip
-    # Memory latency, not arithmetic, bounds a hash table this size (several MB: slots, arena,
-    # latest), and each probe is a chain of dependent loads (slot -> arena offset -> key bytes).
-    # So the records go through in blocks: first every record's slot is loaded, then the
-    # candidate's arena offset and latest, then its key bytes, each pass issuing independent
-    # loads the CPU overlaps; the final pass (the real probe, inserts included) finds them cached.
-    mask = np.uint64(len(slots) - 1)
-    hashes = np.zeros(_BLOCK, np.uint64)
-    cand = np.full(_BLOCK, -1, np.int64)
-    sink = np.uint64(0)  # keeps the warming loads from being optimised away
-    n = len(key_pos)
-    for start in range(first, n, _BLOCK):
-        stop = min(start + _BLOCK, n)
-        for r in range(start, stop):
-            kl = key_len[r]
-            if kl >= 0:
-                h = _key_hash(file, side, split, key_pos[r], kl)
-                hashes[r - start] = h
-                sink ^= slots[h & mask]
-        for r in range(start, stop):
-            cand[r - start] = -1
-            if key_len[r] >= 0:
-                h = hashes[r - start]
-                s = slots[h & mask]
-                if s != _EMPTY and (s >> _SHIFT) == (h >> _SHIFT):
-                    k = np.int64(s & _LOW) - 1
-                    cand[r - start] = k
-                    sink ^= np.uint64(arena_offs[k]) ^ np.uint64(latest[k])
-        for r in range(start, stop):
-            k = cand[r - start]
-            if k >= 0 and arena_offs[k] < arena_offs[k + 1]:
-                sink ^= np.uint64(arena[arena_offs[k]])
-        for r in range(start, stop):
-            kl = key_len[r]
-            if kl < 0:
-                out[r] = -1
+def _distribute(packed, packed_offs, key_len, usable, dirty, offsets, log_p, hashes, rec_starts, byte_starts,
+                order, h_ord, flags_ord, off_ord, stage_offs, stage):  # fmt: skip
+    """Pass 2, in record order (reads sequential, writes in one stream per region): each keyed
+    record's index, hash, flags, offset and key bytes, laid out region by region."""
+    p = 1 << log_p
+    fill_rec = rec_starts[:p].copy()
+    fill_bytes = byte_starts[:p].copy()
+    for r in range(len(key_len)):
+        kl = key_len[r]
+        if kl < 0:
+            continue
+        h = hashes[r]
+        t = _region_of(h, log_p)
+        i = fill_rec[t]
+        fill_rec[t] = i + 1
+        order[i] = r
+        h_ord[i] = h
+        flags_ord[i] = (1 if usable[r] else 0) | (2 if dirty[r] else 0)
+        off_ord[i] = offsets[r]
+        o = fill_bytes[t]
+        fill_bytes[t] = o + kl
+        stage_offs[i] = o
+        q = packed_offs[r]
+        for b in range(kl):
+            stage[o + b] = packed[q + b]
+    stage_offs[rec_starts[p]] = byte_starts[p]
+
+
+@_njit
+def _probe_regions(order, counts, h_ord, stage, stage_offs, flags_ord, off_ord, log_p, slots, n_slots, arena,
+                   arena_cap, offs, cap, latest, count, used, out, first):  # fmt: skip
+    """Probe (and insert into) each region for the ordered records from position `first` on.
+    Returns (position reached, what must grow): the caller grows the regions and resumes."""
+    p = 1 << log_p
+    mask = np.int64(n_slots - 1)  # int64 indexes throughout: uint64 + int64 is float64 in numba
+    keyed = counts[p]
+    t = 0
+    for i in range(first, keyed):
+        while counts[t + 1] <= i:
+            t += 1
+        h = h_ord[i]
+        s0, s1 = stage_offs[i], stage_offs[i + 1]
+        kl = s1 - s0
+        base_s, base_a, base_o, base_l = t * n_slots, t * arena_cap, t * (cap + 1), t * cap
+        j = np.int64(h & np.uint64(mask))
+        tag = h >> _SHIFT
+        k = np.int64(-1)
+        while True:
+            s = slots[base_s + j]
+            if s == _EMPTY:
+                break
+            if (s >> _SHIFT) == tag:
+                c = np.int64(s & _LOW) - 1
+                a0, a1 = base_a + offs[base_o + c], base_a + offs[base_o + c + 1]
+                if _equal(arena, a0, a1, stage, s0, s1):
+                    k = c
+                    break
+            j = (j + 1) & mask
+        if k < 0:
+            if not flags_ord[i] & 1:
+                out[order[i]] = -1
                 continue
-            p = key_pos[r]
-            h = hashes[r - start]
-            if usable[r] and (2 * (n_ids + 1) > len(slots) or used + kl > len(arena) or n_ids + 2 > len(arena_offs)):
-                return n_ids, used, r  # may need room: the caller grows the table and resumes at r
-            if p >= split:
-                k, n_ids, used = _find_or_add(side, p - split, kl, h, usable[r], slots, arena, arena_offs, n_ids, used)
-            else:
-                k, n_ids, used = _find_or_add(file, p, kl, h, usable[r], slots, arena, arena_offs, n_ids, used)
-            out[r] = k
-            if k >= 0 and dirty[r] and offsets[r] > latest[k]:
-                latest[k] = offsets[r]
-    if sink == np.uint64(1):  # never matters; makes the warming loads observable
-        hashes[0] = sink
-    return n_ids, used, n
+            grow = 0
+            if 2 * (count[t] + 1) > n_slots:
+                grow |= _GROW_SLOTS
+            if used[t] + kl > arena_cap:
+                grow |= _GROW_ARENA
+            if count[t] + 1 > cap:
+                grow |= _GROW_IDS
+            if grow:
+                return i, grow
+            k = count[t]
+            count[t] = k + 1
+            slots[base_s + j] = (tag << _SHIFT) | np.uint64(k + 1)
+            a = used[t]
+            for b in range(kl):
+                arena[base_a + a + b] = stage[s0 + b]
+            offs[base_o + k] = a
+            offs[base_o + k + 1] = a + kl
+            used[t] = a + kl
+        out[order[i]] = (k << log_p) | t
+        if flags_ord[i] & 2 and off_ord[i] > latest[base_l + k]:
+            latest[base_l + k] = off_ord[i]
+    return keyed, 0
 
 
 class KeyTable:
-    """Distinct keys -> dense ids (order of first sight) with the latest dirty offset of each.
+    """Distinct keys -> ids with the latest dirty offset of each (see the layout above).
 
     `assign(...)` gives every keyed record of a segment the id of its key; records marked
     `usable` add their key when new (the others only look it up: -1 when absent), and records
-    marked `dirty` raise their key's `latest` to their offset. `latest[id]` is -1 for a key seen
-    only outside the dirty section. Exact: keys compare byte for byte."""
+    marked `dirty` raise their key's latest offset to their offset (`latest_of(ids)`; -1 for a
+    key seen only outside the dirty section). Exact: keys compare byte for byte.
+    `expected_keys` only sizes the regions (a cache-sized region holds ~8,192 keys)."""
 
-    def __init__(self) -> None:
-        self.slots = np.zeros(1 << 10, np.uint64)
-        self.arena = np.empty(1 << 16, np.uint8)
-        self.arena_offs = np.zeros((1 << 9) + 1, np.int64)
-        self._latest = np.full(1 << 9, -1, np.int64)
-        self.n = 0
-        self.used = 0
+    REGION_KEYS = 8192
+    MAX_REGIONS = 1024
+
+    def __init__(self, expected_keys: int = 0) -> None:
+        regions = max(1, min(self.MAX_REGIONS, expected_keys // self.REGION_KEYS))
+        self.log_p = regions.bit_length() - 1
+        p = 1 << self.log_p
+        self._work: dict[str, np.ndarray] = {}
+        self.n_slots, self.arena_cap, self.cap = 2048, 32 * 1024, 1024  # grown together as needed
+        self.slots = np.zeros(p * self.n_slots, np.uint64)
+        self.arena = np.empty(p * self.arena_cap, np.uint8)
+        self.offs = np.zeros(p * (self.cap + 1), np.int64)
+        self.latest = np.full(p * self.cap, -1, np.int64)
+        self.count = np.zeros(p, np.int64)
+        self.used = np.zeros(p, np.int64)
 
     @property
-    def latest(self) -> np.ndarray:
-        return self._latest[: self.n]
+    def regions(self) -> int:
+        return 1 << self.log_p
 
-    def _grow(self, key_len: int) -> None:
-        """Room for at least one more key of `key_len` bytes: slots at most half full after it."""
-        if len(self.arena_offs) < self.n + 2:
-            cap = 2 * len(self.arena_offs)
-            self.arena_offs = np.concatenate([self.arena_offs, np.zeros(cap - len(self.arena_offs), np.int64)])
-            self._latest = np.concatenate([self._latest, np.full(cap - len(self._latest), -1, np.int64)])
-        if len(self.arena) < self.used + key_len:
-            grown = np.empty(max(self.used + key_len, 2 * len(self.arena)), np.uint8)
-            grown[: self.used] = self.arena[: self.used]
-            self.arena = grown
-        if 2 * (self.n + 1) > len(self.slots):
-            self.slots = np.zeros(2 * len(self.slots), np.uint64)
-            _reinsert(self.arena, self.arena_offs, self.n, self.slots)
+    def __len__(self) -> int:
+        return int(self.count.sum())
 
     def assign(self, file, side, split, key_pos, key_len, usable, dirty, offsets) -> np.ndarray:
-        """int32 id per record (-1: null key, or a non-usable record of an unknown key)."""
+        """int64 id per record (-1: null key, or a non-usable record of an unknown key)."""
         n = len(key_pos)
-        out = np.empty(n, np.int32)
+        p = self.regions
+        out = np.empty(n, np.int64)
+        hashes = self._scratch("hashes", n, np.uint64)
+        key_bytes = int(np.maximum(key_len, 0).sum())
+        packed, packed_offs = self._scratch("packed", max(1, key_bytes), np.uint8), self._scratch("poffs", n + 1, np.int64)
+        rec_starts = np.zeros(p + 1, np.int64)
+        byte_starts = np.zeros(p + 1, np.int64)
+        _count(file, side, split, key_pos, key_len, self.log_p, hashes, packed, packed_offs, rec_starts, byte_starts,
+               out)  # fmt: skip
+        keyed = int(rec_starts[p])
+        order, off_ord = self._scratch("order", keyed, np.int64), self._scratch("off", keyed, np.int64)
+        stage_offs = self._scratch("stage_offs", keyed + 1, np.int64)
+        h_ord, flags_ord = self._scratch("h", keyed, np.uint64), self._scratch("flags", keyed, np.uint8)
+        stage = self._scratch("stage", max(1, int(byte_starts[p])), np.uint8)
+        _distribute(packed, packed_offs, key_len, usable, dirty, offsets, self.log_p, hashes, rec_starts, byte_starts,
+                    order, h_ord, flags_ord, off_ord, stage_offs, stage)  # fmt: skip
         at = 0
         while True:
-            self.n, self.used, at = _assign_kernel(file, side, split, key_pos, key_len, usable, dirty, offsets,
-                                                   self.slots, self.arena, self.arena_offs, self._latest,
-                                                   self.n, self.used, out, at)  # fmt: skip
-            if at >= n:
+            at, grow = _probe_regions(order, rec_starts, h_ord, stage, stage_offs, flags_ord, off_ord, self.log_p,
+                                      self.slots, self.n_slots, self.arena, self.arena_cap, self.offs, self.cap,
+                                      self.latest, self.count, self.used, out, at)  # fmt: skip
+            if not grow:
                 return out
-            self._grow(int(key_len[at]))
+            self._grow(grow, int(stage_offs[at + 1] - stage_offs[at]))
 
-    def keys_arrow(self) -> pa.Array:
-        """The distinct keys in id order, zero-copy over the arena (pyarrow large_binary)."""
-        n = self.n
-        return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(self.arena_offs[: n + 1]),
-                                                            pa.py_buffer(self.arena[: self.used])])  # fmt: skip
+    def _scratch(self, name: str, n: int, dtype) -> np.ndarray:
+        """A per-table work array of at least n elements, reused from segment to segment (fresh
+        pages cost a fault each; a segment's columns are tens of MB)."""
+        have = self._work.get(name)
+        if have is None or len(have) < n:
+            have = self._work[name] = np.empty(max(n, 2 * len(have) if have is not None else n), dtype)
+        return have[:n]
+
+    def _grow(self, what: int, key_len: int) -> None:
+        p = self.regions
+        if what & _GROW_ARENA:
+            cap = max(2 * self.arena_cap, self.arena_cap + key_len)
+            arena = np.empty(p * cap, np.uint8)
+            _copy_regions(self.arena, self.arena_cap, arena, cap, self.used)
+            self.arena, self.arena_cap = arena, cap
+        if what & _GROW_IDS:
+            cap = 2 * self.cap
+            offs = np.zeros(p * (cap + 1), np.int64)
+            _copy_regions(self.offs, self.cap + 1, offs, cap + 1, self.count + 1)
+            latest = np.full(p * cap, -1, np.int64)
+            _copy_regions(self.latest, self.cap, latest, cap, self.count)
+            self.offs, self.latest, self.cap = offs, latest, cap
+        if what & _GROW_SLOTS:
+            n_slots = 2 * self.n_slots
+            slots = np.zeros(p * n_slots, np.uint64)
+            _reinsert(self.log_p, self.arena, self.arena_cap, self.offs, self.cap, self.count, slots, n_slots)
+            self.slots, self.n_slots = slots, n_slots
+
+    def latest_of(self, ids: np.ndarray) -> np.ndarray:
+        """The latest dirty offset of each id (ids must be >= 0)."""
+        region = ids & (self.regions - 1)
+        return self.latest[region * self.cap + (ids >> self.log_p)]
+
+    def mapped(self) -> int:
+        """Keys with a dirty record (latest offset >= 0)."""
+        return sum(int(np.count_nonzero(self.latest[t * self.cap : t * self.cap + int(self.count[t])] >= 0))
+                   for t in range(self.regions))  # fmt: skip
+
+    def items(self) -> tuple[list[bytes], np.ndarray]:
+        """(keys, latest offsets), region by region, each in order of first sight."""
+        keys, latest = [], []
+        for t in range(self.regions):
+            a, o = t * self.arena_cap, t * (self.cap + 1)
+            for k in range(int(self.count[t])):
+                keys.append(self.arena[a + self.offs[o + k] : a + self.offs[o + k + 1]].tobytes())
+            latest.append(self.latest[t * self.cap : t * self.cap + int(self.count[t])])
+        return keys, np.concatenate(latest) if latest else np.empty(0, np.int64)
 
 
 @_njit
-def _reinsert(arena, arena_offs, n, slots):
-    mask = np.uint64(len(slots) - 1)
-    for k in range(n):
-        h = _hash(arena, arena_offs[k], arena_offs[k + 1])
-        j = h & mask
-        while slots[j] != _EMPTY:
-            j = (j + np.uint64(1)) & mask
-        slots[j] = ((h >> _SHIFT) << _SHIFT) | np.uint64(k + 1)
+def _copy_regions(src, src_cap, dst, dst_cap, lengths):
+    for t in range(len(lengths)):
+        n = lengths[t]
+        dst[t * dst_cap : t * dst_cap + n] = src[t * src_cap : t * src_cap + n]
+
+
+@_njit
+def _reinsert(log_p, arena, arena_cap, offs, cap, count, slots, n_slots):
+    mask = np.int64(n_slots - 1)
+    for t in range(1 << log_p):
+        for k in range(count[t]):
+            o = t * (cap + 1) + k
+            h = _hash(arena, t * arena_cap + offs[o], t * arena_cap + offs[o + 1])
+            j = np.int64(h & np.uint64(mask))
+            while slots[t * n_slots + j] != _EMPTY:
+                j = (j + 1) & mask
+            slots[t * n_slots + j] = ((h >> _SHIFT) << _SHIFT) | np.uint64(k + 1)
