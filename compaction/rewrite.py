@@ -612,24 +612,22 @@ class _Output:
         for c in chunks:
             self.writer.write(c)
             size += len(c)
+        self._entry(size, last_offset, max_timestamp, records)
+
+    def append_run(self, chunk, batches: list[tuple[int, int, int, int]]) -> None:
+        """Consecutive verbatim batches as one chunk; `batches`: (size, last offset, max
+        timestamp, records) of each, in order."""
+        self.writer.write(chunk)
+        for batch in batches:
+            self._entry(*batch)
+
+    def _entry(self, size: int, last_offset: int, max_timestamp: int, records: int) -> None:
         self.positions.append(self.size)
         self.sizes.append(size)
         self.last_offsets.append(last_offset)
         self.max_timestamps.append(max_timestamp)
         self.size += size
         self.records += records
-
-    def append_run(self, chunk, batches: list[tuple[int, int, int, int]]) -> None:
-        """Consecutive verbatim batches as one chunk; `batches`: (size, last offset, max
-        timestamp, records) of each, in order."""
-        self.writer.write(chunk)
-        for size, last_offset, max_timestamp, records in batches:
-            self.positions.append(self.size)
-            self.sizes.append(size)
-            self.last_offsets.append(last_offset)
-            self.max_timestamps.append(max_timestamp)
-            self.size += size
-            self.records += records
 
 
 @dataclass

@@ -16,6 +16,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from compaction.format.scan import copy_bytes
+
 
 def _njit(fn):
     # Same policy as scan.py: cache compiled code, but do not fail the import where no cache
@@ -203,14 +205,7 @@ def _count(file, side, split, key_pos, key_len, log_p, hashes, packed, packed_of
         if kl < 0:
             out[r] = -1
             continue
-        q = key_pos[r]
-        if q >= split:  # byte loops: a numba slice copy costs more than a short key
-            q -= split
-            for b in range(kl):
-                packed[o + b] = side[q + b]
-        else:
-            for b in range(kl):
-                packed[o + b] = file[q + b]
+        copy_bytes(file, side, split, key_pos[r], kl, packed, o)
         h = _hash(packed, o, o + kl)
         o += kl
         hashes[r] = h

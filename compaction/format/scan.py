@@ -477,21 +477,24 @@ def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
 
 
 @_njit
+def copy_bytes(file, side, split, pos, n, out, dst):
+    """out[dst:dst+n] = the n bytes at combined position `pos` (>= split: in `side`). Byte loops:
+    a numba slice copy costs more than a short key."""
+    if pos >= split:
+        pos -= split
+        for j in range(n):
+            out[dst + j] = side[pos + j]
+    else:
+        for j in range(n):
+            out[dst + j] = file[pos + j]
+
+
+@_njit
 def _gather_kernel(file, side, split, key_pos, key_len, offsets, out):
     """Copy each key into `out` at offsets[i]; positions >= split address `side` (at pos - split)."""
     for i in range(len(key_pos)):
-        n = key_len[i]
-        if n <= 0:
-            continue
-        dst = offsets[i]
-        src = key_pos[i]
-        if src >= split:
-            src -= split
-            for j in range(n):
-                out[dst + j] = side[src + j]
-        else:
-            for j in range(n):
-                out[dst + j] = file[src + j]
+        if key_len[i] > 0:
+            copy_bytes(file, side, split, key_pos[i], key_len[i], out, offsets[i])
 
 
 # ====================================================================================================
