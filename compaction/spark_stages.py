@@ -339,15 +339,40 @@ class _UnitRuns:
                 pass
 
 
-def rewrite(kept: DataFrame, slots: DataFrame, units, partitions: int) -> DataFrame:
+def sort_kept(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's (unit_id, offset) rows sorted by unit, then offset, in numpy: 12 B per row of
+    the task (one unit's kept records, usually), sorted in place when the task has one unit."""
+    units, offsets = [], []
+    for b in batches:
+        if b.num_rows:
+            units.append(b.column("unit_id").to_numpy(zero_copy_only=False).astype(np.int32))
+            offsets.append(b.column("offset").to_numpy(zero_copy_only=False).astype(np.int64))
+    if not units:
+        return iter(())
+    u, o = np.concatenate(units), np.concatenate(offsets)
+    del units, offsets
+    if u.min() == u.max():
+        o.sort()
+    else:
+        order = np.lexsort((o, u))
+        u, o = u[order], o[order]
+    return iter([pa.RecordBatch.from_arrays([pa.array(u), pa.array(o)], names=["unit_id", "offset"])])
+
+
+def rewrite(kept: DataFrame, slots: DataFrame, units, partitions: int, spark_sort: bool = False) -> DataFrame:
     """One Spark partition per unit (`slots`: unit_id, slot from `unit_slots`), its kept offsets
     sorted and streamed into `rewrite_unit` (see rewrite.py): re-read its segments, keep the
     offsets in the set, write `.cleaned` files. A sentinel offset -1 per unit gives a unit with
-    nothing kept its task. `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log order."""
+    nothing kept its task. `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log order.
+
+    The sort is done in the task (`sort_kept`: 12 B per kept record of its unit) unless
+    `spark_sort`: Spark's sortWithinPartitions spills instead, but with a 512m heap a unit of
+    ~20M kept offsets spilled into so many files that merging them ran the heap out (bench/keys.py
+    60M keys, BENCHMARKS.md)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = _result_arrow()
-        runs = _UnitRuns(batches)
+        runs = _UnitRuns(batches if spark_sort else sort_kept(batches))
         for uid in runs.units():
             specs = units.value[uid]
             try:
@@ -358,8 +383,10 @@ def rewrite(kept: DataFrame, slots: DataFrame, units, partitions: int) -> DataFr
 
     sentinels = slots.select("unit_id", F.lit(-1).cast("long").alias("offset"))
     rows = kept.select("unit_id", "offset").unionByName(sentinels).join(F.broadcast(slots), "unit_id", "inner")
-    ordered = rows.repartition(max(1, partitions), "slot").sortWithinPartitions("unit_id", "offset")
-    return ordered.select("unit_id", "offset").mapInArrow(run, RESULT_SCHEMA)
+    spread = rows.repartition(max(1, partitions), "slot")
+    if spark_sort:
+        spread = spread.sortWithinPartitions("unit_id", "offset")
+    return spread.select("unit_id", "offset").mapInArrow(run, RESULT_SCHEMA)
 
 
 def _result_arrow() -> pa.Schema:

@@ -251,3 +251,18 @@ def test_scan_tasks_split_big_segments_at_index_positions():
     tasks = scan_tasks([spec], 40, lambda s, seg: positions[seg.base_offset])
     assert tasks == [ScanTask(5, 0, 0, 40), ScanTask(5, 0, 40, -1), ScanTask(5, 50), ScanTask(5, 80, tail=True)]
     assert scan_tasks([spec], 0, lambda s, seg: positions[seg.base_offset])[:2] == [ScanTask(5, 0), ScanTask(5, 50)]
+
+
+def test_sort_kept_orders_by_unit_then_offset():
+    from compaction.spark_stages import sort_kept
+
+    def batch(units, offsets):
+        return pa.RecordBatch.from_arrays([pa.array(units, pa.int32()), pa.array(offsets, pa.int64())],
+                                          names=["unit_id", "offset"])  # fmt: skip
+
+    (one,) = list(sort_kept(iter([batch([3, 1, 3], [9, 5, -1]), batch([1], [2])])))
+    assert one.column("unit_id").to_pylist() == [1, 1, 3, 3]
+    assert one.column("offset").to_pylist() == [2, 5, -1, 9]
+    (single,) = list(sort_kept(iter([batch([7, 7], [4, -1]), batch([7], [1])])))
+    assert single.column("offset").to_pylist() == [-1, 1, 4]
+    assert list(sort_kept(iter([]))) == []
