@@ -11,8 +11,9 @@ explicit schema; record values stay in the files and are copied once, by the rew
   aggregate that Spark spills, no key set in one task.
 - kept offsets: the map's winners, plus the other rows whose key is absent from the map (or whose
   offset >= its entry), with the rewrite unit of their group.
-- rewrite: the kept offsets of each unit sorted by offset and streamed into its task
-  (`rewrite.KeptOffsets`): a task holds the kept offsets of one segment, never a key.
+- rewrite: one task per unit receives the unit's kept offsets, sorts them (numpy, 12 B per
+  kept record) and hands them to the rewrite one segment at a time (`rewrite.KeptOffsets`); it
+  never holds a key.
 
 Work units are described by `GroupSpec`s shipped in broadcasts; rows refer to them by
 `group_id`/`unit_id`. Errors inside a task never fail the Spark job: they come back as rows with
