@@ -257,8 +257,9 @@ class PartitionMap:
     def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, keep_ids: bool) -> None:
         usable, dirty = map_masks(spec, scan)
         ids = self._assign(scan, usable, dirty)
-        if keep_ids:
-            self._ids[(spec.group_id, seg.base_offset)] = ids
+        if keep_ids:  # 4 bytes a record while they fit (ids are < keys + regions)
+            small = len(self.table) + self.table.regions < 2**31
+            self._ids[(spec.group_id, seg.base_offset)] = ids.astype(np.int32) if small else ids
 
     def _assign(self, scan: SegmentScan, usable: np.ndarray, dirty: np.ndarray) -> np.ndarray:
         r = scan.records

@@ -395,6 +395,7 @@ class KeyTable:
 
     def latest_of(self, ids: np.ndarray) -> np.ndarray:
         """The latest dirty offset of each id (ids must be >= 0)."""
+        ids = ids.astype(np.int64, copy=False)
         region = ids & (self.regions - 1)
         return self.latest[region * self.cap + (ids >> self.log_p)]
 
