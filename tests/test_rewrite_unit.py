@@ -641,3 +641,63 @@ def test_last_batch_of_active_producer_kept_empty(tmp_path):
     assert (header.base_offset, header.last_offset, header.producer_id, header.base_sequence) == (0, 1, 1, 0)
     assert records == [] and len(raw) == 61
     assert [r for r, _, _ in kv(out)] == [2, 3, 4]
+
+
+# --- the whole-partition task: its KeyTable map decides like an independent key lookup ---------
+
+
+def _partition_specs(log_dir):
+    from compaction import run
+    from compaction.options import parse_args
+
+    opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), "--segment-bytes", "120000"])
+    planned, _ = run.discover_and_plan(opts)
+    (p,) = planned
+    config = run.resolve_topic_config(None, run._job_config(opts, p.part.topic))
+    return run._specs(p, opts, config, 0)
+
+
+def _cleaned_files(log_dir) -> dict[str, bytes]:
+    out = {}
+    for root, _, files in os.walk(log_dir):
+        for name in sorted(files):
+            if name.endswith(".cleaned"):
+                path = os.path.join(root, name)
+                with open(path, "rb") as fh:
+                    out[name] = fh.read()
+                os.unlink(path)
+    return out
+
+
+def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch):
+    """compact_partition's offset map (KeyTable ids kept from the scan; or looked up again when
+    the scan is not kept) writes exactly what the same rewrite writes with a map built
+    independently from scan_group's distinct keys (KeyLookup): mixed codecs, transactions
+    (committed and aborted), idempotent producers, tombstones, headers."""
+    from compaction import spark_stages
+    from compaction.__main__ import main as cli
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "6000", "--keys", "700", "--codec", "mixed",
+              "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--headers", "1", "--transactions", "0.2",
+              "--abort-ratio", "0.3", "--idempotent", "0.3", "--seed", "7"])  # fmt: skip
+    specs = _partition_specs(log_dir)
+    assert len(specs) > 1 and sum(len(s.segments) for s in specs) > 5
+    kept_ids = spark_stages.compact_partition(specs)
+    with_ids = _cleaned_files(log_dir)
+    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")
+    looked_up = spark_stages.compact_partition(specs)
+    without_cache = _cleaned_files(log_dir)
+    real_rewrite = spark_stages.rewrite_unit
+
+    def with_key_lookup(unit_specs, _pmap, cache=None):
+        m = offset_map(unit_specs)
+        return real_rewrite(unit_specs, KeyLookup(pa.array(list(m), pa.binary()), np.array(list(m.values()))))
+
+    monkeypatch.setattr(spark_stages, "rewrite_unit", with_key_lookup)
+    independent = spark_stages.compact_partition(specs)
+    reference = _cleaned_files(log_dir)
+    assert with_ids and with_ids == without_cache == reference
+    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
+    assert strip(kept_ids) == strip(looked_up) == strip(independent)
+    assert sum(r["records_written"] for r in kept_ids) < sum(r["records_read"] for r in kept_ids)
