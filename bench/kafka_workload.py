@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from e2e import NOW_MS, drop_caches, finish, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
+from e2e import NOW_MS, drop_caches, excluding_start_up, finish, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
 GiB = 1 << 30
@@ -127,7 +127,7 @@ def main() -> int:
 
     problems = verify(before, log_dir, report, args.sample_batches)
 
-    no_start = max(1e-9, tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0))
+    no_start = excluding_start_up(tm)
     removed = 1 - tot["bytesWritten"] / max(1, tot["bytesRead"])
     print()
     print(f"load average at job start / end:     {load_start[0]:.2f} / {load_end[0]:.2f} "
@@ -144,6 +144,8 @@ def main() -> int:
           f"({size / MiB / no_start / 570:.2f}x of it)")  # fmt: skip
     if args.codec != "none":
         print(f"  on uncompressed-equivalent bytes:  {uncompressed_equiv / MiB / no_start:,.1f} MiB/s")
+    warm = no_start + tm.get("workerWarmupSeconds", 0)
+    print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MiB / warm:,.1f} MiB/s")
     print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))
     names = ("taskScanSeconds", "taskMapSeconds", "taskRewriteSeconds", "taskCpuSeconds")
     task = {k[4:].removesuffix("Seconds").lower(): tm[k] for k in names if k in tm}
