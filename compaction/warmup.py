@@ -26,8 +26,9 @@ from compaction.format.naming import segment_file_name
 _NOW_MS = 1_700_000_000_000
 
 
-def _segment(base: int, codec: int) -> bytes:
-    records = [fb.Record(base + i, _NOW_MS + i, b"k%d" % (i % 3), None if i == 4 else b"v%d" % i) for i in range(6)]
+def _segment(base: int, codec: int, n: int = 6) -> bytes:
+    records = [fb.Record(base + i, _NOW_MS + i, b"warm-up-key-%08d" % (i % (n // 2)), None if i == 4 else b"v%d" % i)
+               for i in range(n)]  # fmt: skip
     return fb.build_batch(records, base_offset=base, codec=codec)
 
 
@@ -45,16 +46,18 @@ def warm() -> float:
     try:
         part = os.path.join(root, "warmup-0")
         os.mkdir(part)
-        data = {0: _segment(0, compression.CODEC_NONE) + _segment(6, compression.CODEC_GZIP),
-                12: _segment(12, compression.CODEC_NONE)}  # fmt: skip
+        # Enough distinct keys (2,500 of 20 bytes) that the offset map's table grows (ids, slots
+        # and arena): its growth kernels are loaded here too.
+        data = {0: _segment(0, compression.CODEC_NONE, 5000) + _segment(5000, compression.CODEC_GZIP),
+                5006: _segment(5006, compression.CODEC_NONE)}  # fmt: skip
         for base, payload in data.items():
             with open(os.path.join(part, segment_file_name(base, ".log")), "wb") as fh:
                 fh.write(payload)
         seg = lambda b: SourceSegment(b, len(data[b]), os.stat(os.path.join(part, segment_file_name(b, ".log"))).st_mtime_ns)  # noqa: E731
         spec = GroupSpec(
             group_id=0, topic="warmup", partition=0, storage=Storage.local(), part_path=part,
-            segments=(seg(0),), first_dirty_offset=0, upper_bound=12, now_ms=_NOW_MS,
-            delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(12),),
+            segments=(seg(0),), first_dirty_offset=0, upper_bound=5006, now_ms=_NOW_MS,
+            delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(5006),),
         )  # fmt: skip
         rows = compact_partition([spec])
         if rows[0].get("error"):
