@@ -701,3 +701,61 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
     assert strip(kept_ids) == strip(looked_up) == strip(independent)
     assert sum(r["records_written"] for r in kept_ids) < sum(r["records_read"] for r in kept_ids)
+
+
+# --- the vectorized decision for plain v2 batches against the per-batch rules ------------------
+
+from types import SimpleNamespace  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
+
+from compaction import rewrite as rw  # noqa: E402
+from compaction.retention import (  # noqa: E402
+    BatchOutput,
+    CleanedTransactionMetadata,
+    check_batch_retention,
+    filter_batch_output,
+    needs_delete_horizon,
+)
+
+_KIND = {BatchOutput.DROP: rw._DROP, BatchOutput.COPY_ORIGINAL: rw._COPY, BatchOutput.REBUILD: rw._REBUILD_V2,
+         BatchOutput.EMPTY_HEADER: rw._EMPTY}  # fmt: skip
+_batch = hst.tuples(
+    hst.integers(-1, 3),  # producer id (-1: none)
+    hst.integers(1, 4),  # records
+    hst.integers(0, 4),  # kept (clipped to records)
+    hst.integers(0, 4),  # kept tombstones (clipped to kept)
+    hst.booleans(),  # already has a delete horizon
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hst.lists(_batch, min_size=1, max_size=12),
+       hst.dictionaries(hst.integers(0, 3), hst.tuples(hst.one_of(hst.none(), hst.integers(0, 60)), hst.integers(0, 2))),
+       hst.integers(0, 70), hst.booleans())  # fmt: skip
+def test_decide_plain_matches_the_per_batch_rules(batches, last, upper_bound, retain_last_of_round):
+    """`_decide_plain` (a whole segment at once) = check_batch_retention + filter_batch_output
+    batch by batch, for v2 data batches outside transactions."""
+    last_records = {pid: LastRecord(o, e) for pid, (o, e) in last.items()}
+    spec = SimpleNamespace(last_records=last_records, upper_bound=upper_bound,
+                           retain_last_batch_of_round=retain_last_of_round)  # fmt: skip
+    base, rows = 0, []
+    for pid, count, kept, tomb, horizon in batches:
+        kept = min(kept, count)
+        rows.append((pid, base, base + count - 1, count, kept, min(tomb, kept), horizon))
+        base += count
+    col = lambda i, dt=np.int64: np.array([r[i] for r in rows], dtype=dt)  # noqa: E731
+    b = SimpleNamespace(producer_id=col(0), last_offset=col(2))
+    kind, need = rw._decide_plain(spec, b, col(3), col(4), col(5), col(6, bool))
+    txn = CleanedTransactionMetadata()
+    for j, (pid, first, last_off, count, kept, tomb, horizon) in enumerate(rows):
+        view = rw._BatchView(base_offset=first, last_offset=last_off, producer_id=pid, producer_epoch=0,
+                             is_transactional=False, is_control=False, records_count=count, magic=2,
+                             delete_horizon_ms=5 if horizon else None, max_timestamp=0)  # fmt: skip
+        d = check_batch_retention(view, txn, control_type=None, last_records_of_active_producers=last_records,
+                                  upper_bound_offset=upper_bound, current_time_ms=0,
+                                  retain_last_batch_of_round=retain_last_of_round)  # fmt: skip
+        want_need = kept > 0 and needs_delete_horizon(view, tomb > 0, d.contains_marker_for_empty_txn)
+        assert bool(need[j]) == want_need
+        assert kind[j] == _KIND[filter_batch_output(view, d.retention, kept, want_need)], (j, rows[j])
