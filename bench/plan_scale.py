@@ -140,6 +140,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="processes building the dir")
     ap.add_argument("--repeat", type=int, default=1, help="timed dry runs (first may be cold-cache)")
     ap.add_argument("--drop-caches", action="store_true", help="try to drop the page cache before each run")
+    ap.add_argument("--as-round", action="store_true",
+                    help="plan as a real (not dry) round: index checks left to the tasks; no Spark, nothing written")
     ap.add_argument("--clean-fraction", type=float, default=0.0,
                     help="fraction of partitions checkpointed at their active base (skipped)")  # fmt: skip
     args = ap.parse_args()
@@ -174,7 +176,10 @@ def main() -> int:
         restore = counts.install()
         t = time.monotonic()
         try:
-            code, report = run(parse_args(["--log-dir", root, "--dry-run"]))
+            if args.as_round:
+                code, report = _plan_as_round(root)
+            else:
+                code, report = run(parse_args(["--log-dir", root, "--dry-run"]))
         finally:
             restore()
             if i == args.repeat - 1 and os.path.exists(ckpt_path):
@@ -203,6 +208,22 @@ def main() -> int:
     elif built:
         print(f"kept {root}")
     return 0
+
+
+def _plan_as_round(root: str) -> tuple[int, dict]:
+    """The driver's planning as a real round does it (run.discover_and_plan without --dry-run:
+    the index checks of the partitions to clean are left to their tasks), stopped before Spark;
+    nothing is written (every segment of the bench dir has its .index)."""
+    from compaction.options import parse_args
+    from compaction.run import discover_and_plan
+
+    timings: dict[str, float] = {}
+    t = time.monotonic()
+    planned, _ = discover_and_plan(parse_args(["--log-dir", root]), None, timings)
+    timings["planSeconds"] = time.monotonic() - t
+    parts = [{"status": p.result.status if p.plan is None or not p.plan.eligible else "eligible",
+              "reason": p.result.reason or ""} for p in planned]  # fmt: skip
+    return 0, {"timings": timings, "partitions": parts}
 
 
 if __name__ == "__main__":
