@@ -1,9 +1,12 @@
-"""Executor-side work on one output group: the key scan and the rewrite into `.cleaned` files.
+"""Executor-side work: the key scans and the rewrite into `.cleaned` files.
 
-`scan_group` reads the group's source segments and returns one row per distinct key with its
-latest offset and its latest *dirty* offset (records of the dirty section, keyed, not aborted,
-not control). `rewrite_unit` re-reads the same segments and applies Kafka's cleaner rules batch
-by batch (`retention.py`), keeping a record iff `offset >= map[key]` (absent -> -1), then writes
+The offset map's inputs: `scan_partition` (a whole partition in one task: `PartitionMap`, key ids
+from a `KeyTable`) and `segment_map_rows` (one segment or split, in chunks, for the Spark map
+path); both use `map_masks` (a map record is keyed, not aborted, not control; dirty = in the dirty
+section). `scan_group` (one row per distinct key of a group with its latest and latest dirty
+offset) is the plain version the tests build reference maps with. `rewrite_unit` applies Kafka's
+cleaner rules batch by batch (`retention.py`) to the same segments, asking an `OffsetMap` for
+map[key], keeping a record iff `offset >= map[key]` (absent -> -1), then writes
 `<base>.log.cleaned` with fresh `.index`/`.timeindex` (and `.txnindex` when aborted
 transactions' markers remain), durably, with the last source segment's mtime.
 
@@ -116,20 +119,30 @@ def _is_mapped(array: np.ndarray) -> bool:
     return False
 
 
-def _read_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
+def _planned_segment_bytes(spec: GroupSpec, seg: SourceSegment) -> tuple[str, np.ndarray]:
+    """(path, bytes) of a source segment, which must still have the size it was planned with."""
     path = spec.segment_path(seg.base_offset)
     data = _segment_bytes(spec.storage, path)
     if len(data) != seg.size:
         raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
-    # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path)
-    too_big = np.flatnonzero(scan.batches.size > spec.max_message_bytes)
+    return path, data
+
+
+def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
+    too_big = np.flatnonzero(batches.size > spec.max_message_bytes)
     if len(too_big):  # Kafka's cleaner: "This log contains a message larger than maximum allowable size"
         i = int(too_big[0])
         raise CorruptRecordError(
-            f"batch of {int(scan.batches.size[i])} bytes is larger than max.message.bytes "
-            f"{spec.max_message_bytes}", path=path, position=int(scan.batches.position[i]),
-            offset=int(scan.batches.base_offset[i]))  # fmt: skip
+            f"batch of {int(batches.size[i])} bytes is larger than max.message.bytes "
+            f"{spec.max_message_bytes}", path=path, position=int(batches.position[i]),
+            offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+def _read_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
+    path, data = _planned_segment_bytes(spec, seg)
+    # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
+    scan = scan_segment(data, path)
+    _check_batch_sizes(spec, path, scan.batches)
     return scan
 
 
@@ -208,21 +221,14 @@ def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Tabl
     """Distinct keys of the group with `max_offset` and `dirty_offset` (-1 when not dirty), and
     the headers of its producer batches (plus those of `tail_segments`). With `cache`, the
     segments' scans are offered to it for `rewrite_unit`."""
-    tables, producers = [], []
-    for seg in spec.tail_segments:
-        data = spec.storage.read_bytes(spec.segment_path(seg.base_offset))
-        # The active segment may end in a partial batch after a broker crash: not our business.
-        producers.append(producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8))))
+    tables, producers = [], tail_producers(spec)
     for seg in spec.segments:
         scan = _read_segment(spec, seg)
         if cache is not None:
             cache.offer(spec.group_id, seg.base_offset, scan)
         producers.append(producer_batches(scan.batches))
         rec = scan.records
-        control = (scan.batches.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0
-        excluded = control | aborted_batches(scan, spec.aborted_txns)
-        usable = (rec.key_len >= 0) & ~excluded[rec.batch_index]
-        dirty = usable & (rec.offset >= spec.first_dirty_offset) & (rec.offset < spec.upper_bound)
+        _, usable, dirty = map_masks(spec, scan)
         keys = scan.keys_arrow().filter(pa.array(usable))
         tables.append(
             pa.table(
@@ -243,25 +249,28 @@ def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Tabl
     return keys.rename_columns(["key", "max_offset", "dirty_offset"]), prod
 
 
-def map_masks(spec: GroupSpec, scan: SegmentScan) -> tuple[np.ndarray, np.ndarray]:
-    """(usable, dirty) per record: usable records build the offset map (keyed, not in a control
-    batch, not in an aborted transaction); dirty ones lie in [first dirty offset, upper bound)."""
+def map_masks(spec: GroupSpec, scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(control, usable, dirty) per record: in a control batch; usable records build the offset
+    map (keyed, not in a control batch, not in an aborted transaction); dirty ones are usable and
+    lie in [first dirty offset, upper bound)."""
     rec = scan.records
     control = (scan.batches.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0
     excluded = control | aborted_batches(scan, spec.aborted_txns)
     usable = (rec.key_len >= 0) & ~excluded[rec.batch_index]
     dirty = usable & (rec.offset >= spec.first_dirty_offset) & (rec.offset < spec.upper_bound)
-    return usable, dirty
+    return control[rec.batch_index], usable, dirty
+
+
+def segment_producers(spec: GroupSpec, base_offset: int) -> dict[str, np.ndarray]:
+    """Producer batch headers of a segment read for producer state only (above the cleanable
+    range; the active one may end in a partial batch after a broker crash: not our business)."""
+    data = spec.storage.read_bytes(spec.segment_path(base_offset))
+    return producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8)))
 
 
 def tail_producers(spec: GroupSpec) -> list[dict[str, np.ndarray]]:
-    """Producer batch headers of the segments above the cleanable range (producer state only)."""
-    out = []
-    for seg in spec.tail_segments:
-        data = spec.storage.read_bytes(spec.segment_path(seg.base_offset))
-        # The active segment may end in a partial batch after a broker crash: not our business.
-        out.append(producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8))))
-    return out
+    """Producer batch headers of the group's `tail_segments`."""
+    return [segment_producers(spec, seg.base_offset) for seg in spec.tail_segments]
 
 
 class PartitionMap:
@@ -274,7 +283,7 @@ class PartitionMap:
         self._ids: dict[tuple[int, int], np.ndarray] = {}
 
     def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, keep_ids: bool) -> None:
-        usable, dirty = map_masks(spec, scan)
+        _, usable, dirty = map_masks(spec, scan)
         ids = self._assign(scan, usable, dirty)
         if keep_ids:  # 4 bytes a record while they fit (ids are < keys + regions)
             small = len(self.table) + self.table.regions < 2**31
@@ -290,10 +299,6 @@ class PartitionMap:
             none = np.zeros(len(scan.records.offset), dtype=bool)
             ids = self._assign(scan, none, none)
         return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
-
-    def __len__(self) -> int:
-        """Keys in the map (keys with a dirty record)."""
-        return self.table.mapped()
 
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tuple[PartitionMap, list[dict]]:
@@ -406,28 +411,15 @@ def segment_map_rows(spec: GroupSpec, seg: SourceSegment, start: int = 0, end: i
     - producers: the headers of the chunk's producer batches (`producer_batches`).
 
     Memory: one chunk's scan, whatever the segment size."""
-    path = spec.segment_path(seg.base_offset)
-    data = _segment_bytes(spec.storage, path)
-    if len(data) != seg.size:
-        raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
+    path, data = _planned_segment_bytes(spec, seg)
     end = len(data) if end < 0 else end
     heads = scan_batches(data, start, end)
-    too_big = np.flatnonzero(heads.size > spec.max_message_bytes)
-    if len(too_big):  # as _read_segment
-        i = int(too_big[0])
-        raise CorruptRecordError(
-            f"batch of {int(heads.size[i])} bytes is larger than max.message.bytes "
-            f"{spec.max_message_bytes}", path=path, position=int(heads.position[i]),
-            offset=int(heads.base_offset[i]))  # fmt: skip
+    _check_batch_sizes(spec, path, heads)
     for a, b in batch_ranges(heads.position, start, end, chunk_bytes):
         scan = scan_segment(data, path, start=a, end=b)
         rec = scan.records
-        control = (scan.batches.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0
-        excluded = control | aborted_batches(scan, spec.aborted_txns)
-        keyed = rec.key_len >= 0
-        below = rec.offset < spec.upper_bound
-        dirty = keyed & ~excluded[rec.batch_index] & (rec.offset >= spec.first_dirty_offset) & below
-        others = keyed & ~dirty & ~control[rec.batch_index] & below
+        control, _, dirty = map_masks(spec, scan)
+        others = (rec.key_len >= 0) & ~dirty & ~control & (rec.offset < spec.upper_bound)
         keys = scan.keys_arrow()
         d = pa.table({"key": keys.filter(pa.array(dirty)), "dirty_offset": pa.array(rec.offset[dirty])})
         if d.num_rows:

@@ -180,8 +180,9 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
 def _plan_one(
     ld: LogDirState, part: PartitionDir, opts: JobOptions, first_unstable: int | None = None
 ) -> Planned:
-    """Plan one partition from its listing; read its index files (`validate_contents`) and rebuild
-    a missing `.index` only when the plan cleans it. A skipped partition is read no further than
+    """Plan one partition from its listing; when the plan cleans it, rebuild a missing `.index`
+    (after `validate_contents` has read its index files; otherwise those checks run in the
+    partition's task, or on the driver for a dry run). A skipped partition is read no further than
     its plan needs (`_partition_state`), so a damaged file in it is not seen: it is left as found."""
     result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
     p = Planned(ld, part, result)

@@ -28,7 +28,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -38,11 +37,9 @@ from compaction.retention import first_unstable_offset
 from compaction.rewrite import (
     GroupSpec,
     KeptOffsets,
-    KeyLookup,
-    producer_batches,
     rewrite_unit,
-    scan_group,
     segment_map_rows,
+    segment_producers,
 )
 
 PRODUCER_FIELDS = (
@@ -170,14 +167,6 @@ def index_positions(spec: GroupSpec, seg) -> np.ndarray:
     return pos
 
 
-def _tail_producers(spec: GroupSpec, base_offset: int) -> dict:
-    from compaction.format.scan import scan_batches
-
-    data = spec.storage.read_bytes(spec.segment_path(base_offset))
-    # The active segment may end in a partial batch after a broker crash: not our business.
-    return producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8)))
-
-
 def task_ids_frame(spark: SparkSession, n: int) -> DataFrame:
     """Rows task_id 0..n-1, one Spark partition each, so every scan task is its own Spark task."""
     rdd = spark.sparkContext.parallelize([(i,) for i in range(n)], max(1, n))
@@ -201,7 +190,7 @@ def scan(tasks: DataFrame, table, chunk_bytes: int | None = None) -> DataFrame:
                 gid = spec.group_id
                 try:
                     if task.tail:
-                        yield from _scan_batches(gid, pa.table(_tail_producers(spec, task.base_offset)))
+                        yield from _scan_batches(gid, pa.table(segment_producers(spec, task.base_offset)))
                         continue
                     seg = next(s for s in spec.segments if s.base_offset == task.base_offset)
                     for dirty, others, producers in segment_map_rows(spec, seg, task.start, task.end, step):
