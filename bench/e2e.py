@@ -91,13 +91,18 @@ def keys_ratio(keep: float) -> float:
     return (lo + hi) / 2
 
 
-def generate(out: Path, topic: str, partitions: int, records: int, keys: int, args) -> float:
-    cmd = [sys.executable, "-m", "compaction", "generate", str(out), "--topics", f"{topic}:{partitions}",
-           "--records", str(records), "--keys", str(keys), "--value-size", args.value_size,
-           "--codec", args.codec, "--segment-bytes", str(args.segment_bytes), "--seed", str(args.seed)]  # fmt: skip
+def run_generator(out: Path, *options: str) -> float:
+    """`python -m compaction generate OUT OPTIONS...`; returns its seconds."""
     t = time.perf_counter()
+    cmd = [sys.executable, "-m", "compaction", "generate", str(out), *options]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
+
+
+def generate(out: Path, topic: str, partitions: int, records: int, keys: int, args) -> float:
+    return run_generator(out, "--topics", f"{topic}:{partitions}", "--records", str(records), "--keys",
+                         str(keys), "--value-size", args.value_size, "--codec", args.codec, "--segment-bytes",
+                         str(args.segment_bytes), "--seed", str(args.seed))  # fmt: skip
 
 
 def bytes_per_record(args) -> float:

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from e2e import NOW_MS, drop_caches, excluding_start_up, finish, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
+from e2e import NOW_MS, drop_caches, excluding_start_up, finish, run_generator, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
 GiB = 1 << 30
@@ -48,13 +48,9 @@ SAMPLE_RECORDS = 20_000
 
 
 def generate(out: Path, partitions: int, records: int, keys: int, codec: str, args) -> float:
-    cmd = [sys.executable, "-m", "compaction", "generate", str(out), "--topics", f"kafka:{partitions}",
-           "--records", str(records), "--keys", str(keys), "--key-size", str(args.key_size),
-           "--value-size", args.value_size, "--codec", codec, "--segment-bytes", str(args.segment_bytes),
-           "--seed", str(args.seed)]  # fmt: skip
-    t = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    return run_generator(out, "--topics", f"kafka:{partitions}", "--records", str(records), "--keys", str(keys),
+                         "--key-size", str(args.key_size), "--value-size", args.value_size, "--codec", codec,
+                         "--segment-bytes", str(args.segment_bytes), "--seed", str(args.seed))  # fmt: skip
 
 
 def bytes_per_record(args) -> float:
