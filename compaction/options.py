@@ -43,6 +43,7 @@ class JobOptions:
     kafka_config: dict[str, object] = field(default_factory=dict)
     topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
     tasks_per_core: int = 2
+    read_mode: str = "direct"
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Job-wide values overridden by the topic's own (Kafka's topic > broker > default)."""
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clean even if a process holds the log dir's .lock (a live broker!)")
     p.add_argument("--topic-config", help="per-topic Kafka configs: JSON or .properties file")
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
+    p.add_argument("--read-mode", choices=("direct", "mmap"), default="direct",
+                   help="how executors read local segments of 8 MiB or more: direct (O_DIRECT into reused "
+                        "buffers, bypassing the page cache; the default) or mmap (through the page cache, "
+                        "best when the segments are cached already)")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -90,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> JobOptions:
         kafka_config=kafka_config,
         topic_config=load_topic_config(args.topic_config) if args.topic_config else {},
         tasks_per_core=args.tasks_per_core,
+        read_mode=args.read_mode,
     )
 
 

@@ -34,6 +34,7 @@ from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
+from compaction.segment_io import ReadAhead, read_segment_bytes
 from compaction.retention import (
     BatchOutput,
     BatchRetention,
@@ -79,6 +80,7 @@ class GroupSpec:
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
+    read_mode: str = "direct"  # segment_io.READ_MODES: how source segments are read (--read-mode)
 
     @property
     def new_base(self) -> int:
@@ -91,26 +93,6 @@ class GroupSpec:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def _segment_bytes(storage: Storage, path: str) -> np.ndarray:
-    """The whole file as a uint8 array: memory-mapped on local disks (no copy; verbatim batches
-    are then written straight from the page cache), one read elsewhere."""
-    if storage.is_local:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if os.fstat(fd).st_size == 0:
-                return np.empty(0, dtype=np.uint8)  # mmap refuses empty files
-            # MAP_POPULATE: the whole segment is read anyway; one call maps all its pages instead
-            # of a page fault per 64 KiB as the scan first touches them.
-            mm = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
-        return np.frombuffer(mm, dtype=np.uint8)
-    return np.frombuffer(storage.read_bytes(path), dtype=np.uint8)
-
-
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
-
-
 def _is_mapped(array: np.ndarray) -> bool:
     while array is not None:
         if isinstance(array, (mmap.mmap, np.memmap)):
@@ -119,10 +101,12 @@ def _is_mapped(array: np.ndarray) -> bool:
     return False
 
 
-def _planned_segment_bytes(spec: GroupSpec, seg: SourceSegment) -> tuple[str, np.ndarray]:
-    """(path, bytes) of a source segment, which must still have the size it was planned with."""
+def _planned_segment_bytes(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:
+    """(path, bytes) of a source segment (read now unless `data` was read ahead), which must
+    still have the size it was planned with."""
     path = spec.segment_path(seg.base_offset)
-    data = _segment_bytes(spec.storage, path)
+    if data is None:
+        data = read_segment_bytes(spec.storage, path, spec.read_mode)
     if len(data) != seg.size:
         raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
     return path, data
@@ -138,8 +122,8 @@ def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
             offset=int(batches.base_offset[i]))  # fmt: skip
 
 
-def _read_segment(spec: GroupSpec, seg: SourceSegment) -> SegmentScan:
-    path, data = _planned_segment_bytes(spec, seg)
+def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> SegmentScan:
+    path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
     scan = scan_segment(data, path)
     _check_batch_sizes(spec, path, scan.batches)
@@ -306,10 +290,13 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tu
     producer batch headers (including those of the tail segments)."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
     pmap, producers = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256), []
-    for spec in specs:
-        producers += tail_producers(spec)
-        for seg in spec.segments:
-            scan = _read_segment(spec, seg)
+    todo = [(spec, seg) for spec in specs for seg in spec.segments]
+    read = lambda path: read_segment_bytes(specs[0].storage, path, specs[0].read_mode)  # noqa: E731
+    with ReadAhead(read, [spec.segment_path(seg.base_offset) for spec, seg in todo]) as ahead:
+        for spec in specs:
+            producers += tail_producers(spec)
+        for i, (spec, seg) in enumerate(todo):
+            scan = _read_segment(spec, seg, ahead.get(i))
             kept = cache is not None and cache.offer(spec.group_id, seg.base_offset, scan)
             producers.append(producer_batches(scan.batches))
             pmap.add(spec, seg, scan, keep_ids=kept)

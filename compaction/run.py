@@ -172,6 +172,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 aborted_txns=aborted,
                 tail_segments=tail if n == len(plan.groups) - 1 else (),
                 max_message_bytes=config.max_message_bytes,
+                read_mode=opts.read_mode,
             )
         )
     return specs
