@@ -22,6 +22,7 @@ an `error` text, so one damaged partition cannot stop the others.
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Iterator
@@ -435,8 +436,6 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.retention import last_records_of_active_producers
     from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
-    import time
-
     # The scan's SegmentScans are kept for the rewrite (each segment read and decompressed once)
     # up to this many bytes of decompressed records + columns per task; the rest is read again.
     started, cpu = time.monotonic(), time.process_time()
@@ -461,6 +460,27 @@ def compact_partition(specs: list) -> list[dict]:
     return rows
 
 
+PROFILE_ENV = "KAFKA_COMPACTION_PROFILE_DIR"
+
+
+def _profiled(task, specs: list):
+    """`task(specs)`, under cProfile when $KAFKA_COMPACTION_PROFILE_DIR names a directory of the
+    executor host: one `<topic>-<partition>.pstats` per partition, timed in CPU seconds of the
+    task's thread (waits for I/O excluded), for `python -m pstats`."""
+    import os
+
+    where = os.environ.get(PROFILE_ENV)
+    if not where:
+        return task(specs)
+    import cProfile
+
+    prof = cProfile.Profile(time.thread_time)
+    rows = prof.runcall(task, specs)
+    os.makedirs(where, exist_ok=True)
+    prof.dump_stats(os.path.join(where, f"{specs[0].topic}-{specs[0].partition}.pstats"))
+    return rows
+
+
 def fused(bins: DataFrame, partitions) -> DataFrame:
     """One task per bin of partitions (see `compact_partition`). `bins` has one row per bin id,
     one Spark partition each; `partitions` is a broadcast of {bin id: [[GroupSpec, ...], ...]}
@@ -473,7 +493,7 @@ def fused(bins: DataFrame, partitions) -> DataFrame:
             for bin_id in batch.column("bin_id").to_pylist():
                 for specs in table[bin_id]:
                     try:
-                        rows = compact_partition(specs)
+                        rows = _profiled(compact_partition, specs)
                     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                         rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
                     yield pa.RecordBatch.from_pylist(rows, schema=schema)

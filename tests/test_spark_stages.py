@@ -266,3 +266,20 @@ def test_sort_kept_orders_by_unit_then_offset():
     (single,) = list(sort_kept(iter([batch([7, 7], [4, -1]), batch([7], [1])])))
     assert single.column("offset").to_pylist() == [-1, 1, 4]
     assert list(sort_kept(iter([]))) == []
+
+
+def test_profiled_writes_one_pstats_per_partition_only_when_asked(tmp_path, monkeypatch):
+    import pstats
+    from types import SimpleNamespace
+
+    from compaction.spark_stages import PROFILE_ENV, _profiled
+
+    specs = [SimpleNamespace(topic="orders", partition=3)]
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    assert _profiled(lambda s: [len(s)], specs) == [1]
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "prof"))
+    assert _profiled(lambda s: [sum(range(10_000))], specs) == [49_995_000]
+    (out,) = (tmp_path / "prof").iterdir()
+    assert out.name == "orders-3.pstats"
+    assert pstats.Stats(str(out)).total_calls > 0
