@@ -78,6 +78,11 @@ numba_cache="${NUMBA_CACHE_DIR:-${TMPDIR:-/tmp}/kafka-compaction-numba}"
 export PYSPARK_PYTHON="$python"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$python}"
 export NUMBA_CACHE_DIR="$numba_cache"
+# numpy asks for transparent huge pages on every array of 4 MiB or more; the kernel then faults
+# in and zeroes 2 MiB at a time, compacting memory to find them. On the 2-vCPU VM of bench/ that
+# cost 2.6 s of system time per GiB of fresh arrays against 0.4 s with 4 KiB pages (BENCHMARKS.md,
+# session 3): more than a whole-partition task's own CPU. Off unless the caller says otherwise.
+export NUMPY_MADVISE_HUGEPAGE="${NUMPY_MADVISE_HUGEPAGE:-0}"
 export SPARK_HOME_SUBMITTED=1
 
 # Where executors import the package from. A local master runs its Python workers on this host:
@@ -98,6 +103,7 @@ exec "$submit" \
   ${ship[@]+"${ship[@]}"} \
   --conf "spark.pyspark.python=$python" \
   --conf "spark.executorEnv.NUMBA_CACHE_DIR=$numba_cache" \
+  --conf "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE=$NUMPY_MADVISE_HUGEPAGE" \
   --conf "spark.sql.execution.arrow.pyspark.enabled=true" \
   --conf "spark.ui.showConsoleProgress=false" \
   "${log4j_conf[@]}" \

@@ -25,61 +25,22 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import sys
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from compaction.buffers import ALIGN, POOL
 from compaction.storage import Storage
 
 READ_MODES = ("direct", "mmap")
 DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush; env override for tests
-ALIGN = 4096  # O_DIRECT alignment of buffer address, file offset and length (>= the logical block size)
 READ_CHUNK = 16 << 20  # bytes per pread: large sequential requests, bounded
-POOL_MAX_BYTES = 2 << 30  # buffers a worker process keeps for reuse (a 1 GiB ScanCache + a read ahead)
-_CAPACITY_STEP = 8 << 20  # buffer sizes are rounded up to this, so neighbouring segment sizes share buffers
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def direct_min_bytes() -> int:
     return int(os.environ.get("KAFKA_COMPACTION_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES))
-
-
-class BufferPool:
-    """Page-aligned uint8 buffers reused across reads. A buffer is free again once nothing but
-    the pool refers to it: every view of it (numpy slices, memoryviews, Arrow buffers) holds a
-    reference to its base array, so the reference count says when the last user is gone."""
-
-    def __init__(self, max_bytes: int = POOL_MAX_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._entries: list[tuple[np.ndarray, np.ndarray]] = []  # (base allocation, aligned view)
-        self._lock = threading.Lock()
-
-    @property
-    def held(self) -> int:
-        return sum(len(e[1]) for e in self._entries)
-
-    def take(self, n: int) -> np.ndarray:
-        """A writable, page-aligned buffer of at least n bytes that no one else uses."""
-        with self._lock:
-            for entry in self._entries:
-                # entry[0] is referred to by the entry tuple, by entry[1] (its view) and by the
-                # call's argument: 3 means no outside user. What we hand out is a new slice, whose
-                # base is entry[0], so it counts from here on.
-                if len(entry[1]) >= n and sys.getrefcount(entry[0]) <= 3:
-                    return entry[1][:n]
-            cap = -(-max(n, 1) // _CAPACITY_STEP) * _CAPACITY_STEP
-            base = np.empty(cap + ALIGN, dtype=np.uint8)
-            skip = -base.ctypes.data % ALIGN
-            view = base[skip : skip + cap]
-            if self.held + cap <= self.max_bytes:
-                self._entries.append((base, view))
-            return view[:n]
-
-
-POOL = BufferPool()
 
 
 def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.ndarray:

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from compaction import segment_io
-from compaction.segment_io import ALIGN, BufferPool, ReadAhead, read_segment_bytes
+from compaction.buffers import ALIGN, BufferPool
+from compaction.segment_io import ReadAhead, read_segment_bytes
 from compaction.storage import Storage
 
 from test_rewrite_unit import NOW, _cleaned_files, _partition_specs

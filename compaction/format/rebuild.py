@@ -38,6 +38,7 @@ import numba
 import numpy as np
 import zstandard
 
+from compaction.buffers import POOL
 from compaction.format import batch as fb
 from compaction.format import compression
 from compaction.format.scan import (
@@ -373,13 +374,17 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
     n = len(src)
     args = _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
                    expect_key_pos)  # fmt: skip
-    out = np.empty(_capacity(args[3], args[4], args[5]), dtype=np.uint8)
+    cap = _capacity(args[3], args[4], args[5])
+    out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
     res = [np.empty(n, dtype=np.int64) for _ in range(5)] + [np.empty(n, dtype=np.int8)]
     err, index, position = _rebuild_kernel(*args, out, *res)
     if err != ERR_OK:
         raise RebuildError(int(err), int(index), int(position))
     used = int(res[1][-1]) if n else 0
     return (out[:used], *res)
+
+
+POOLED_MIN_BYTES = 1 << 20  # larger payload buffers come from the process's buffer pool
 
 
 def _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
