@@ -9,6 +9,7 @@ Lz4Compression, Lz4BlockOutputStream, Lz4BlockInputStream, ZstdCompression}.java
 |----|--------|----------------------------------------------------------------------------------|
 | 0  | none   | raw bytes                                                                        |
 | 1  | gzip   | one RFC 1952 member (reader accepts concatenated members like GZIPInputStream)   |
+|    |        | written by ISA-L (igzip) level 3, not java.util.zip's level 6: same format       |
 | 2  | snappy | xerial snappy-java stream (below), NOT the official "sNaPpY" framing              |
 | 3  | lz4    | LZ4 frame, independent 64 KiB blocks, no content size/checksum                   |
 | 4  | zstd   | one zstd frame, level 3; may lack the content size, so decode by streaming       |
@@ -35,7 +36,6 @@ zstd is illegal inside v0/v1 messages (`MemoryRecordsBuilder`, `DeepRecordsItera
 
 from __future__ import annotations
 
-import gzip
 import io
 import struct
 import zlib
@@ -43,6 +43,7 @@ import zlib
 import cramjam
 import lz4.frame
 import zstandard
+from isal import igzip, isal_zlib
 
 from compaction.errors import CorruptRecordError, UnsupportedCodecError
 
@@ -51,7 +52,9 @@ CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", C
                CODEC_ZSTD: "zstd"}
 
 MAGIC_V2 = 2
-GZIP_LEVEL = 6  # Deflater.DEFAULT_COMPRESSION (-1) is zlib level 6
+# Kafka writes zlib level 6 (Deflater.DEFAULT_COMPRESSION); ISA-L's levels are 0-3, and its 3
+# matches zlib 6's ratio on record data at ~5x the speed. Any level decodes the same.
+GZIP_LEVEL = 3
 ZSTD_LEVEL = 3  # CompressionType.ZSTD default level
 
 # --- xerial snappy ---------------------------------------------------------------------------
@@ -63,9 +66,9 @@ XERIAL_CHUNK_LEN = struct.Struct(">i")  # length of the raw snappy block that fo
 XERIAL_BLOCK_SIZE = 32 * 1024  # SnappyOutputStream.DEFAULT_BLOCK_SIZE (bytes of input per chunk)
 
 # What the libraries raise on undecodable input (gzip.BadGzipFile is an OSError, lz4 raises
-# RuntimeError, cramjam has its own DecompressionError that derives from Exception only).
+# RuntimeError, cramjam and ISA-L have their own errors that derive from Exception only).
 _DECODE_ERRORS = (OSError, EOFError, ValueError, RuntimeError, zlib.error, zstandard.ZstdError,
-                  cramjam.DecompressionError)
+                  cramjam.DecompressionError, isal_zlib.error)
 
 # --- LZ4 frame -------------------------------------------------------------------------------
 LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
@@ -96,7 +99,7 @@ def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
     if codec == CODEC_NONE:
         return data
     if codec == CODEC_GZIP:
-        return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+        return igzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
     if codec == CODEC_SNAPPY:
         return _xerial_compress(data)
     if codec == CODEC_LZ4:
@@ -115,7 +118,7 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *,
         return bytes(data)
     try:
         if codec == CODEC_GZIP:
-            return gzip.decompress(data)
+            return igzip.decompress(data)
         if codec == CODEC_SNAPPY:
             return _xerial_decompress(memoryview(data))
         if codec == CODEC_LZ4:
