@@ -12,6 +12,7 @@ import numpy as np
 
 ALIGN = 4096  # buffer addresses are page-aligned (O_DIRECT needs >= the logical block size)
 POOL_MAX_BYTES = 2 << 30  # buffers a worker process keeps for reuse (a 1 GiB ScanCache + a read ahead + rebuilds)
+POOLED_MIN_BYTES = 1 << 20  # smaller arrays come from malloc as usual
 _CAPACITY_STEP = 8 << 20  # buffer sizes are rounded up to this, so neighbouring sizes share buffers
 
 
@@ -28,6 +29,11 @@ class BufferPool:
     @property
     def held(self) -> int:
         return sum(len(e[1]) for e in self._entries)
+
+    def trim(self) -> None:
+        """Forget the buffers no one uses (they are freed with their last reference)."""
+        with self._lock:
+            self._entries = [e for e in self._entries if sys.getrefcount(e[0]) > 3]
 
     def take(self, n: int) -> np.ndarray:
         """A writable, page-aligned buffer of at least n bytes that no one else uses."""

@@ -82,6 +82,16 @@ def test_pool_never_hands_out_a_buffer_held_as_taken():
     assert _address(pool.take(10)) != _address(a)
 
 
+def test_trim_forgets_free_buffers_only():
+    pool = BufferPool()
+    busy = pool.take(10)
+    pool.take(10)  # dropped at once
+    assert pool.held == 2 * (8 << 20)
+    pool.trim()
+    assert pool.held == 8 << 20
+    assert _address(pool.take(10)) != _address(busy)
+
+
 def test_pool_keeps_at_most_its_bound():
     pool = BufferPool(max_bytes=16 << 20)
     held = [pool.take(6 << 20), pool.take(6 << 20)]  # 8 MiB each after rounding
@@ -188,7 +198,7 @@ def test_read_ahead_raises_the_error_of_the_file_asked_for():
 # --- the job's task in both modes -----------------------------------------------------------
 
 
-def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, direct_always):
+def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, direct_always, monkeypatch):
     from compaction import spark_stages
     from compaction.__main__ import main as cli
 
@@ -202,9 +212,17 @@ def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, di
     direct = _cleaned_files(log_dir)
     mapped_rows = spark_stages.compact_partition([dataclasses.replace(s, read_mode="mmap") for s in specs])
     mapped = _cleaned_files(log_dir)
-    assert direct and direct == mapped
+    # Every decompressed side buffer and rebuilt payload from the pool as well, however small.
+    from compaction.format import rebuild, scan
+
+    monkeypatch.setattr(scan, "POOLED_MIN_BYTES", 0)
+    monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
+    pooled_rows = spark_stages.compact_partition(specs)
+    pooled = _cleaned_files(log_dir)
+    segment_io.POOL.trim()
+    assert direct and direct == mapped == pooled
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
-    assert strip(direct_rows) == strip(mapped_rows)
+    assert strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows)
 
 
 def test_read_mode_option_reaches_every_group(tmp_path):

@@ -38,7 +38,7 @@ import numba
 import numpy as np
 import zstandard
 
-from compaction.buffers import POOL
+from compaction.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
 from compaction.format import compression
 from compaction.format.scan import (
@@ -382,9 +382,6 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
         raise RebuildError(int(err), int(index), int(position))
     used = int(res[1][-1]) if n else 0
     return (out[:used], *res)
-
-
-POOLED_MIN_BYTES = 1 << 20  # larger payload buffers come from the process's buffer pool
 
 
 def _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,

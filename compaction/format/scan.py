@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from compaction.buffers import POOL, POOLED_MIN_BYTES
 from compaction.errors import (
     CorruptRecordError,
     CrcMismatchError,
@@ -1000,12 +1001,26 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str,
         start[j] = at
         at += len(data)
         end[j] = at
-    side = np.frombuffer(b"".join(side_chunks), dtype=np.uint8)
+    side = _joined(side_chunks, at)
     cols = _walk_subset(side, batches, idx, start, end)
     _raise_walk_error(cols, batches, path, in_side=True, side_start=start)
     cols.key_pos += base
     cols.value_pos += base
     return cols, side
+
+
+def _joined(chunks: list[bytes], total: int) -> np.ndarray:
+    """The chunks end to end as one read-only array (the type every kernel is compiled for). A
+    large one goes into a buffer of the process's pool: a fresh multi-MiB bytes object is fresh
+    pages, faulted in and zeroed every segment."""
+    if total < POOLED_MIN_BYTES:
+        return np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    side, at = POOL.take(total), 0
+    for chunk in chunks:
+        side[at : at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        at += len(chunk)
+    side.flags.writeable = False
+    return side
 
 
 def _decompress(decompress, codec: int, data, magic: int, path: str, pos: int, offset: int) -> bytes:
