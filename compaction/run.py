@@ -23,6 +23,7 @@ from compaction.discover import (
     check_listing,
     first_batch_timestamp,
     gc_paused,
+    unfreeze_gc,
     last_time_entry_ts,
     log_end_offset,
     map_threads,
@@ -616,6 +617,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
     timings["totalSeconds"] = time.monotonic() - t0
     results = [p.result for p in planned]
     report = rpt.build_report(results, _args_echo(opts), timings, started_ms)
+    unfreeze_gc()
     code = EXIT_FAILED if any(r.status == rpt.FAILED for r in results) else EXIT_OK
     return code, report
 

@@ -54,3 +54,16 @@ def test_topic_override_beats_job_option_beats_kafka_default(tmp_path):
 def test_compact_delete_policy_is_compacted():
     assert resolve_topic_config({"cleanup.policy": "Compact, Delete"}).compact
     assert not resolve_topic_config({"cleanup.policy": "delete"}).compact
+
+
+def test_report_entries_equal_asdict_and_do_not_share_lists():
+    from dataclasses import asdict
+
+    from compaction import report as rpt
+
+    r = rpt.PartitionResult("t", 1, "/logs", status=rpt.CLEANED, dirtyRatio=0.75, bytesRead=10,
+                            recovery=["removed a.cleaned"])  # fmt: skip
+    built = rpt.build_report([r], {}, {}, 0)["partitions"]
+    assert built == [asdict(r)]
+    built[0]["recovery"].append("x")
+    assert r.recovery == ["removed a.cleaned"]
