@@ -7,13 +7,16 @@
    the N keys occurs, in random order, followed by `--dup` x N uniform updates of the same keys, so the
    section below the active segment holds exactly N distinct keys (keys of `--key-size` bytes, values
    of `--value-size` bytes, no compression). No checkpoint: the whole log is dirty.
-2. Scans the input (key, offset of every record) for the check.
+2. Scans the input for the check, one segment at a time before the job rewrites it: the latest offset
+   of every key id below the active segment (8 bytes per key; ids parsed from the key bytes), and
+   digests of the active segment.
 3. Runs ./spark-submit.sh on it with `--driver-memory` and `spark.executor.memory` set well below the
    size of the key set (local mode: the driver JVM is the executor), a Spark event log, and samples
    the memory of the spark-submit process tree every 0.2 s (/proc/<pid>/status VmHWM and VmRSS of the
    driver JVM, the Python daemon and its workers).
-4. Verifies the output like bench/e2e.py: records kept below the bound == distinct keys, each the
-   latest of its key (all keys), the tail from the bound up unchanged, a sample re-decoded.
+4. Verifies the output one segment at a time: records kept below the bound == distinct keys, each the
+   latest of its key (all keys), the tail from the bound up unchanged, a sample re-decoded; prints the
+   verification's time and peak RSS.
 5. Prints the key-set size, the memory high-water marks, Spark's spill metrics, the time, and how
    many rounds Kafka's cleaner would need with its default offset map (spec §5.1: 128 MiB dedupe
    buffer, 24-byte entries, load factor 0.9 = 5,033,164 keys per round).
@@ -24,9 +27,12 @@ Not a test. Exits non-zero when the job or the verification fails.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
 import json
 import math
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -228,37 +234,182 @@ def event_metrics(event_dir: Path) -> dict[str, int]:
     return out
 
 
-def verify_arrow(before: dict, log_dir: Path, report: dict, scan_partition) -> list[str]:
-    """e2e.verify's checks in Arrow only (no sample decode): records kept below the bound ==
-    distinct keys, each the latest of its key (all keys), the tail from the bound up unchanged."""
-    import pyarrow.compute as pc
+class KeyFormError(ValueError):
+    """A key that is not the generator's b"key-" + zero-padded decimal id of --key-size bytes."""
 
-    problems = []
-    parts = {f"{p['topic']}-{p['partition']}": p for p in report.get("partitions", [])}
-    for name, table in sorted(before.items()):
-        p = parts.get(name)
-        if p is None or p["status"] != "cleaned":
-            problems.append(f"{name}: not cleaned")
+
+def _peak_rss() -> int:
+    """ru_maxrss of this process, in bytes (reset by `_reset_peak_rss`)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reset_peak_rss() -> int:
+    """Reset the process's RSS high-water mark (Linux >= 4.0), so that the verification's peak is not
+    the in-process generator's; returns the RSS at that point (bytes)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    return _kb(Path("/proc/self/status").read_text(), "VmRSS")
+
+
+def key_ids(scan, key_size: int, keys: int) -> np.ndarray:
+    """The key id of every record of `scan`, parsed from the key bytes column by column (vectorized)."""
+    from compaction.generator_plan import KEY_PREFIX
+
+    r = scan.records
+    n = len(r.offset)
+    prefix = np.frombuffer(KEY_PREFIX, np.uint8)
+    bad_len = np.flatnonzero(r.key_len != key_size)
+    if len(bad_len):
+        i = int(bad_len[0])
+        raise KeyFormError(f"{scan.path}: {len(bad_len)} keys not of {key_size} bytes, e.g. offset "
+                           f"{int(r.offset[i])}: {scan.key(i)!r}")  # fmt: skip
+    data, _ = scan.gather_keys(large=True)
+    mat = data.reshape(n, key_size)
+    bad = (mat[:, : len(prefix)] != prefix).any(axis=1)
+    ids = np.zeros(n, np.int64)
+    for j in range(len(prefix), key_size):
+        digit = mat[:, j] - np.uint8(ord("0"))  # wraps for bytes below '0'
+        bad |= digit > 9
+        if key_size - j > 18:  # more digits than int64 holds: the generator's zero padding
+            bad |= digit != 0
+        else:
+            ids *= 10
+            ids += digit
+    bad |= ids >= keys
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise KeyFormError(f"{scan.path}: {int(bad.sum())} keys not b'key-' + a decimal id < {keys:,}, "
+                           f"e.g. offset {int(r.offset[i])}: {scan.key(i)!r}")  # fmt: skip
+    return ids
+
+
+def _increasing(offsets: np.ndarray, previous: int) -> bool:
+    return not len(offsets) or (offsets[0] > previous and bool((np.diff(offsets) > 0).all()))
+
+
+class Expected:
+    """Pass 1, over the input before the job rewrites it, one segment at a time: the latest offset of
+    every key id below the active segment (8 bytes per key), and digests of the active segment (the
+    tail: a job never cleans it) — its bytes and its record offsets."""
+
+    def __init__(self, part_dir: Path, keys: int, key_size: int) -> None:
+        from compaction.format.scan import scan_segment
+
+        self.part_dir, self.keys, self.key_size = part_dir, keys, key_size
+        files = sorted(part_dir.glob("*.log"))
+        self.active = files[-1].name
+        self.active_base = int(files[-1].stem)
+        self.latest = np.full(keys, -1, np.int64)
+        self.records_below = 0
+        previous = -1
+        for f in files[:-1]:
+            s = scan_segment(np.fromfile(f, np.uint8), str(f))
+            offsets = s.records.offset
+            ids = key_ids(s, key_size, keys)
+            del s
+            if not _increasing(offsets, previous) or offsets[-1] >= self.active_base:
+                raise SystemExit(f"verification: input offsets of {f} do not increase through the log")
+            previous = int(offsets[-1]) if len(offsets) else previous
+            np.maximum.at(self.latest, ids, offsets)  # no reliance on fancy assignment's write order
+            self.records_below += len(offsets)
+        buf = np.fromfile(files[-1], np.uint8)
+        self.active_sha = hashlib.sha256(buf).hexdigest()
+        s = scan_segment(buf, str(files[-1]))
+        key_ids(s, key_size, keys)  # the form of the tail's keys too
+        offsets = s.records.offset
+        if not _increasing(offsets, previous) or (len(offsets) and offsets[0] < self.active_base):
+            raise SystemExit(f"verification: input offsets of {files[-1]} out of order")
+        self.tail_records = len(offsets)
+        self.tail_offsets_sha = hashlib.sha256(offsets.tobytes()).hexdigest()
+        self.distinct = int(np.count_nonzero(self.latest >= 0))
+
+
+def verify(expected: Expected, report: dict, sample_batches: int) -> tuple[list[str], float]:
+    """Pass 2, over the output one segment at a time: below the bound every record is its key's latest
+    input record (offset == latest[id]) and offsets strictly increase, so no key is kept twice; as many
+    records as distinct keys, so none is missing; from the bound up the records (offsets) and the
+    active segment's bytes are the input's; `sample_batches` batches re-decoded with the pure-Python
+    reader (iter_batches) against the same expectation. Returns the problems and the peak RSS."""
+    from compaction.errors import CompactionError
+    from compaction.format.scan import scan_segment
+    from compaction.format.segment import iter_batches
+    from compaction.generator_plan import KEY_PREFIX as prefix
+
+    e, name = expected, expected.part_dir.name
+    problems: list[str] = []
+    p = next((p for p in report.get("partitions", []) if f"{p['topic']}-{p['partition']}" == name), None)
+    if p is None or p["status"] != "cleaned":
+        return [f"{name}: not cleaned ({p and p['status']}: {p and p['reason']})"], _peak_rss()
+    bound = p["firstUncleanableOffset"]
+    if bound != e.active_base:
+        return [f"{name}: bound {bound} is not the active segment's base {e.active_base}: the "
+                f"expectation only covers the records below the active segment"], _peak_rss()  # fmt: skip
+    kept = wrong = 0
+    examples: list[str] = []
+    previous = -1
+    tail_records, tail_sha, active_sha = 0, hashlib.sha256(), None
+    files = sorted(e.part_dir.glob("*.log"))
+    for f in files:
+        buf = np.fromfile(f, np.uint8)
+        if f.name == e.active:
+            active_sha = hashlib.sha256(buf).hexdigest()
+        try:
+            s = scan_segment(buf, str(f))
+            ids = key_ids(s, e.key_size, e.keys)
+        except (CompactionError, KeyFormError) as err:  # both name the file
+            problems.append(str(err))
             continue
-        bound = p["firstUncleanableOffset"]
-        after = scan_partition(log_dir / name)
-        expected = table.filter(pc.less(table["offset"], bound)).group_by("key").aggregate([("offset", "max")])
-        expected = expected.rename_columns(["key", "offset"])
-        below_out = after.filter(pc.less(after["offset"], bound))
-        if below_out.num_rows != expected.num_rows:
-            problems.append(f"{name}: {below_out.num_rows} records kept below {bound}, {expected.num_rows} keys")
-        joined = expected.join(below_out, "key", join_type="full outer", left_suffix="_in", right_suffix="_out")
-        wrong = joined.filter(pc.invert(pc.fill_null(pc.equal(joined["offset_in"], joined["offset_out"]), False)))
-        if wrong.num_rows:
-            problems.append(f"{name}: {wrong.num_rows} keys without their latest record")
-        tail_in = table.filter(pc.greater_equal(table["offset"], bound))["offset"].to_numpy()
-        tail_out = after.filter(pc.greater_equal(after["offset"], bound))["offset"].to_numpy()
-        if not np.array_equal(np.sort(tail_in), np.sort(tail_out)):
-            problems.append(f"{name}: records from the bound {bound} up changed")
-        print(f"verify (arrow): {below_out.num_rows:,} records kept below {bound:,} == {expected.num_rows:,} "
-              f"distinct keys: {below_out.num_rows == expected.num_rows}; latest-per-key for all keys: "
-              f"{wrong.num_rows == 0}; tail unchanged", flush=True)  # fmt: skip
-    return problems
+        offsets = s.records.offset
+        del s, buf
+        if not _increasing(offsets, previous):
+            problems.append(f"{f}: offsets do not strictly increase (from {previous})")
+        previous = int(offsets[-1]) if len(offsets) else previous
+        below = offsets < bound
+        tail = offsets[~below]
+        tail_records += len(tail)
+        tail_sha.update(tail.tobytes())
+        offsets, ids = offsets[below], ids[below]
+        kept += len(offsets)
+        bad = np.flatnonzero(e.latest[ids] != offsets)
+        wrong += len(bad)
+        examples += [f"key {int(ids[i])} @ {int(offsets[i])}, latest {int(e.latest[ids[i]])}"
+                     for i in bad[: max(0, 3 - len(examples))]]  # fmt: skip
+    if kept != e.distinct:
+        problems.append(f"{name}: {kept:,} records kept below {bound:,}, {e.distinct:,} distinct keys")
+    if wrong:
+        problems.append(f"{name}: {wrong:,} records kept below {bound:,} are not their key's latest, "
+                        f"e.g. {'; '.join(examples)}")  # fmt: skip
+    tail = (tail_records, tail_sha.hexdigest(), active_sha)
+    tail_same = tail == (e.tail_records, e.tail_offsets_sha, e.active_sha)
+    if not tail_same:
+        problems.append(f"{name}: records from the bound {bound} up changed")
+    # An independent decode of a sample: the pure-Python reader against the same expectation.
+    seen = 0
+    for f in files:
+        if seen >= sample_batches:
+            break
+        try:
+            batches = list(itertools.islice(iter_batches(f.read_bytes(), str(f)), sample_batches - seen))
+        except CompactionError as err:
+            problems.append(f"iter_batches: {err}")
+            continue
+        for batch in batches:
+            for r in batch.records():
+                k, digits = r.key or b"", (r.key or b"")[len(prefix) :]
+                well_formed = len(k) == e.key_size and k.startswith(prefix) and digits.isdigit()
+                kid = int(digits) if well_formed else -1
+                if not 0 <= kid < e.keys:
+                    problems.append(f"{name}: iter_batches finds the key {k!r} @ {r.offset}")
+                elif r.offset < bound and e.latest[kid] != r.offset:
+                    problems.append(f"{name}: iter_batches finds {k!r} @ {r.offset}, latest {e.latest[kid]}")
+            seen += 1
+    print(f"verify: {kept:,} records kept below {bound:,} == {e.distinct:,} distinct keys: "
+          f"{'yes' if kept == e.distinct else 'NO'}; latest-per-key for all keys: "
+          f"{'yes' if not wrong else 'NO'}; tail unchanged: {'yes' if tail_same else 'NO'}; "
+          f"{seen} batches re-decoded with iter_batches", flush=True)  # fmt: skip
+    return problems, _peak_rss()
 
 
 def main() -> int:
@@ -289,7 +440,7 @@ def main() -> int:
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sample-batches", type=int, default=50,
-                    help="batches re-decoded per partition by e2e.verify; 0: Arrow-only checks (big N)")
+                    help="output batches re-decoded with the pure-Python reader (iter_batches); 0: none")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "keys")
     ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
     ap.add_argument(
@@ -301,7 +452,7 @@ def main() -> int:
     args = ap.parse_args()
     args.repo = args.repo.resolve()
     sys.path.insert(0, str(REPO / "bench"))
-    import e2e  # bench/e2e.py: scan_partition, verify
+    import e2e  # bench/e2e.py: log_files, print_spark_stages, finish
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
@@ -319,8 +470,14 @@ def main() -> int:
     )
 
     t = time.perf_counter()
-    before = {d.name: e2e.scan_partition(d) for d in sorted(log_dir.iterdir()) if d.is_dir()}
-    print(f"scanned the input for the check in {time.perf_counter() - t:.1f} s", flush=True)
+    scan_base = _reset_peak_rss()
+    (part_dir,) = (d for d in sorted(log_dir.iterdir()) if d.is_dir())
+    expected = Expected(part_dir, args.keys, args.key_size)
+    scan_s, scan_rss = time.perf_counter() - t, _peak_rss()
+    print(f"scanned the input for the check in {scan_s:.1f} s (latest offset of {args.keys:,} key ids: "
+          f"{expected.latest.nbytes / MB:,.1f} MB; peak RSS {scan_rss / MB:,.0f} MB, "
+          f"from {scan_base / MB:,.0f} MB)",
+          flush=True)  # fmt: skip
 
     cmd = [
         str(args.repo / "spark-submit.sh"),
@@ -369,18 +526,18 @@ def main() -> int:
     report = json.loads(report_path.read_text())
     tm, tot = report["timings"], report["totals"]
     part = report["partitions"][0]
-    if args.sample_batches > 0:
-        problems = e2e.verify(before, log_dir, report, args.sample_batches)
-    else:  # e2e.verify's sample decode builds a Python dict of every key: not at 50M+ keys
-        problems = verify_arrow(before, log_dir, report, e2e.scan_partition)
+    t = time.perf_counter()
+    verify_base = _reset_peak_rss()
+    problems, verify_rss = verify(expected, report, args.sample_batches)
+    verify_s = time.perf_counter() - t
+    print(f"verified the output in {verify_s:.1f} s; verification peak RSS (ru_maxrss, reset before each "
+          f"pass): input pass {scan_rss / MB:,.0f} MB (from {scan_base / MB:,.0f} MB), output pass "
+          f"{verify_rss / MB:,.0f} MB (from {verify_base / MB:,.0f} MB)",
+          flush=True)  # fmt: skip
 
     bound = part["firstUncleanableOffset"]
-    table = next(iter(before.values()))
-    import pyarrow.compute as pc
-
-    below = table.filter(pc.less(table["offset"], bound))
-    distinct = pc.count_distinct(below["key"]).as_py()
-    key_bytes = int(pc.sum(pc.binary_length(pc.unique(below["key"]))).as_py())
+    distinct = expected.distinct
+    key_bytes = distinct * args.key_size  # every key is --key-size bytes (checked)
     ev = event_metrics(event_dir)
     rounds = math.ceil(distinct / KAFKA_MAP_KEYS)
     no_start = tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0)
@@ -405,7 +562,8 @@ def main() -> int:
         f"high-water marks: driver JVM VmHWM {mem.max_hwm('java') / MB:,.0f} MB; "
         f"largest Python process VmHWM {mem.max_hwm('python') / MB:,.0f} MB "
         f"({mem.count('python')} Python processes seen); peak sampled RssAnon (without mapped "
-        f"segment pages): JVM {mem.max_anon('java') / MB:,.0f} MB, largest Python {mem.max_anon('python') / MB:,.0f} MB"
+        f"segment pages): JVM {mem.max_anon('java') / MB:,.0f} MB, "
+        f"largest Python {mem.max_anon('python') / MB:,.0f} MB"
     )
     print(
         f"peak summed RSS: whole tree {mem.peak_sum['all'] / MB:,.0f} MB "
