@@ -312,20 +312,22 @@ def first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int:
 
 def segment_meta(
     storage: Storage, seg: SegmentFiles, *, largest_ts: bool = False, first_batch_ts: bool = False,
-    index_sizes: bool = True,
+    index_sizes: bool = True, sizes: bool = True,
 ) -> SegmentMeta:  # fmt: skip
     """The numbers `LogCleanerManager` and `groupSegmentsBySize` look at for one segment. Only the
     listing's `.log` size and mtime unless asked: `largest_ts` reads the last `.timeindex` entry,
     `first_batch_ts` the first batch header, `index_sizes` stats the index files (grouping only);
-    what is not asked for is reported unknown (-1, 0 entries), which the planner never looks at."""
+    what is not asked for is reported unknown (-1, 0 entries), which the planner never looks at.
+    `sizes=False` leaves even the `.log` size and mtime at 0 (one stat fewer), for segments the
+    plan cannot clean."""
     return SegmentMeta(
         base_offset=seg.base_offset,
-        size=seg.log.size,
+        size=seg.log.size if sizes else 0,
         offset_index_entries=(seg.index.size // OFFSET_ENTRY_BYTES) if index_sizes and seg.index else 0,
         time_index_entries=(seg.timeindex.size // TIME_ENTRY_BYTES) if index_sizes and seg.timeindex else 0,
         largest_timestamp=last_time_entry_ts(storage, seg) if largest_ts else -1,
         first_batch_timestamp=first_batch_timestamp(storage, seg) if first_batch_ts else -1,
-        mtime_ms=seg.log.mtime_ns // 1_000_000,
+        mtime_ms=seg.log.mtime_ns // 1_000_000 if sizes else 0,
         next_offset=None,
     )
 

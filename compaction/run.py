@@ -73,6 +73,24 @@ def _job_config(opts: JobOptions, topic: str) -> dict:
     return {"cleanup.policy": "compact", **opts.config_for(topic)}
 
 
+def _sized_segments(segs, checkpoint: int | None, start: int):
+    """Indexes of the segments whose size the plan needs. All of them, except in the steady state
+    of a partition cleaned before (checkpoint at the active base): nothing is cleanable, the ratio
+    is 0 / clean bytes, which is 0 when any non-active segment is non-empty (else NaN, as in
+    Kafka), and no other rule reads a size or mtime. Then the non-active segments are stat'ed
+    from the last one back only until a non-empty one (most of a 10,000 x 100 steady-state plan
+    was one stat per segment)."""
+    base = segs[-1].base_offset
+    if checkpoint != base or start > base:
+        return range(len(segs))
+    sized = {len(segs) - 1}
+    for i in range(len(segs) - 2, -1, -1):
+        sized.add(i)
+        if segs[i].log.size > 0:
+            break
+    return sized
+
+
 def _partition_state(
     ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None, *,
     now_ms: int | None = None, exact_lso: bool = True, index_sizes: bool = True,
@@ -114,7 +132,8 @@ def _partition_state(
     if first_unstable is not None:  # spec §2.3: LSO = min(HW, first offset of an open transaction)
         bound = lso if lso is not None else leo
         lso = first_unstable if bound is None else min(bound, first_unstable)  # None: LEO > it
-    metas = [segment_meta(storage, s, index_sizes=index_sizes) for s in segs]
+    sized = _sized_segments(segs, checkpoint, start)
+    metas = [segment_meta(storage, s, index_sizes=index_sizes, sizes=i in sized) for i, s in enumerate(segs)]
     min_lag = config.min_compaction_lag_ms > 0
     max_lag = config.max_compaction_lag_ms < LONG_MAX
     if min_lag or max_lag:
