@@ -16,9 +16,8 @@ read per wall second and per CPU second, and the task's own scan / map / rewrite
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import cProfile
-import os
+import dataclasses
 import pstats
 import resource
 import sys

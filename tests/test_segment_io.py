@@ -11,13 +11,12 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
+from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
 from compaction import segment_io
 from compaction.buffers import ALIGN, BufferPool
 from compaction.segment_io import ReadAhead, read_segment_bytes
 from compaction.storage import Storage
-
-from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
 LOCAL = Storage.local()
 
@@ -56,11 +55,11 @@ def test_pool_never_hands_out_a_buffer_in_use(hold):
     a = pool.take(4096)
     a[:] = 7
     holder = {
-        "slice": lambda: a[10:20],
-        "memoryview": lambda: memoryview(a)[5:],
-        "arrow": lambda: pa.py_buffer(a[100:]),
-        "readonly view": lambda: a[:].view(),
-    }[hold]()
+        "slice": lambda x: x[10:20],
+        "memoryview": lambda x: memoryview(x)[5:],
+        "arrow": lambda x: pa.py_buffer(x[100:]),
+        "readonly view": lambda x: x[:].view(),
+    }[hold](a)
     first = _address(a)
     del a
     b = pool.take(4096)
