@@ -522,8 +522,8 @@ def keep_records(
 #
 # Memory per task (one rewrite unit): the cleaned `.log` is streamed to `<base>.log.cleaned` as
 # batches are produced, so what a task holds at once is bounded by ONE source segment, not by the
-# output group: the segment itself (memory-mapped on local disks: page cache, not heap; a bytes copy
-# on object stores), `SegmentScan.side` (the decompressed records of its compressed batches),
+# output group: the segment itself (a pooled buffer read with O_DIRECT, or memory-mapped with
+# `--read-mode mmap` or below 8 MiB; a bytes copy on object stores), `SegmentScan.side` (the decompressed records of its compressed batches),
 # ~45 B of record columns + ~10 B of keep/found arrays per record of the segment, the re-encoded
 # records of its rebuilt batches (<= their uncompressed size + 14 B per record) plus their
 # compressed copies, and up to `_LogWriter.FLUSH_BYTES` of pending verbatim slices; plus 32 B per
@@ -605,7 +605,7 @@ class _Output:
             self.writer = _LogWriter(spec.storage, spec.segment_path(spec.new_base, ".log") + CLEANED)
 
     def append(self, chunks, last_offset: int, max_timestamp: int, records: int) -> None:
-        """One batch, as one or more byte chunks (not copied: slices of the memory-mapped source,
+        """One batch, as one or more byte chunks (not copied: slices of the source segment's buffer,
         the kernel's output, a freshly built header)."""
         size = 0
         for c in chunks:
