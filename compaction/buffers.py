@@ -38,12 +38,16 @@ class BufferPool:
     def take(self, n: int) -> np.ndarray:
         """A writable, page-aligned buffer of at least n bytes that no one else uses."""
         with self._lock:
+            best = None  # the smallest free buffer that fits: a big one stays free for a big request
             for entry in self._entries:
                 # entry[0] is referred to by the entry tuple, by entry[1] (its view) and by the
                 # call's argument: 3 means no outside user. What we hand out is a new slice, whose
                 # base is entry[0], so it counts from here on.
-                if len(entry[1]) >= n and sys.getrefcount(entry[0]) <= 3:
-                    return entry[1][:n]
+                if len(entry[1]) >= n and (best is None or len(entry[1]) < len(best[1])):
+                    if sys.getrefcount(entry[0]) <= 3:
+                        best = entry
+            if best is not None:
+                return best[1][:n]
             cap = -(-max(n, 1) // _CAPACITY_STEP) * _CAPACITY_STEP
             base = np.empty(cap + ALIGN, dtype=np.uint8)
             skip = -base.ctypes.data % ALIGN

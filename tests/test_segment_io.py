@@ -81,6 +81,15 @@ def test_pool_never_hands_out_a_buffer_held_as_taken():
     assert _address(pool.take(10)) != _address(a)
 
 
+def test_pool_serves_the_smallest_free_buffer_that_fits():
+    pool = BufferPool()
+    big, small = pool.take(20 << 20), pool.take(1 << 20)
+    big_at, small_at = _address(big), _address(small)
+    del big, small
+    assert _address(pool.take(100)) == small_at
+    assert _address(pool.take(9 << 20)) == big_at
+
+
 def test_trim_forgets_free_buffers_only():
     pool = BufferPool()
     busy = pool.take(10)
