@@ -32,6 +32,7 @@ from e2e import drop_caches, run_generator  # noqa: E402
 
 from compaction.format import naming  # noqa: E402
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment  # noqa: E402
+from compaction.segment_io import READ_MODES  # noqa: E402
 from compaction.spark_stages import compact_partition  # noqa: E402
 from compaction.storage import Storage  # noqa: E402
 
@@ -69,11 +70,6 @@ def clean_up(part: Path) -> None:
         f.unlink()
 
 
-def cpu_now() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=947_755)
@@ -88,7 +84,7 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=0.0,
                     help="seconds to wait before each run (after --cold's drop): the job meets its input "
                          "after Spark's start-up, by when this VM has handed the freed memory back")  # fmt: skip
-    ap.add_argument("--read-mode", default="direct", choices=["direct", "mmap"])
+    ap.add_argument("--read-mode", default="direct", choices=READ_MODES)
     ap.add_argument("--part", type=Path, help="an existing partition dir to use instead (its last segment is the active one)")
     args = ap.parse_args()
 
@@ -103,17 +99,16 @@ def main() -> int:
         cold = drop_caches() if args.cold else False
         time.sleep(args.idle)
         prof = cProfile.Profile() if args.profile == "cprofile" else None
-        u0 = resource.getrusage(resource.RUSAGE_SELF)
-        t, cpu = time.perf_counter(), cpu_now()
+        u0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         if prof:
             prof.enable()
         row = compact_partition([spec])[0]
         if prof:
             prof.disable()
-        wall, cpu = time.perf_counter() - t, cpu_now() - cpu
-        u1 = resource.getrusage(resource.RUSAGE_SELF)
-        faults = f"{u1.ru_minflt - u0.ru_minflt:,} minor faults, user {u1.ru_utime - u0.ru_utime:.2f} s, " \
-                 f"sys {u1.ru_stime - u0.ru_stime:.2f} s"  # fmt: skip
+        wall, u1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)
+        user, system = u1.ru_utime - u0.ru_utime, u1.ru_stime - u0.ru_stime
+        cpu = user + system
+        faults = f"{u1.ru_minflt - u0.ru_minflt:,} minor faults, user {user:.2f} s, sys {system:.2f} s"
         clean_up(part)
         if row.get("error"):
             print(row["error"], file=sys.stderr)

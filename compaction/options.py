@@ -14,6 +14,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES
+
 LONG_MAX = 2**63 - 1
 
 # (flag, Kafka config name, type, default) - defaults are Kafka's (spec §6).
@@ -68,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clean even if a process holds the log dir's .lock (a live broker!)")
     p.add_argument("--topic-config", help="per-topic Kafka configs: JSON or .properties file")
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
-    p.add_argument("--read-mode", choices=("direct", "mmap"), default="direct",
-                   help="how executors read local segments of 8 MiB or more: direct (O_DIRECT into reused "
+    p.add_argument("--read-mode", choices=READ_MODES, default="direct",
+                   help=f"how executors read local segments of {DIRECT_MIN_BYTES >> 20} MiB or more: direct (O_DIRECT into reused "
                         "buffers, bypassing the page cache; the default) or mmap (through the page cache, "
                         "best when the segments are cached already)")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:

@@ -17,7 +17,6 @@ partition otherwise (transaction state crosses group boundaries, spec §5.8).
 
 from __future__ import annotations
 
-import mmap
 import os
 import posixpath
 import time
@@ -34,7 +33,7 @@ from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
-from compaction.segment_io import ReadAhead, read_segment_bytes
+from compaction.segment_io import ReadAhead, is_mapped, read_segment_bytes
 from compaction.retention import (
     BatchOutput,
     BatchRetention,
@@ -91,14 +90,6 @@ class GroupSpec:
 
 
 # --- reading ---------------------------------------------------------------------------------
-
-
-def _is_mapped(array: np.ndarray) -> bool:
-    while array is not None:
-        if isinstance(array, (mmap.mmap, np.memmap)):
-            return True
-        array = array.obj if isinstance(array, memoryview) else getattr(array, "base", None)
-    return False
 
 
 def _planned_segment_bytes(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:
@@ -171,7 +162,7 @@ class ScanCache:
     @staticmethod
     def footprint(scan: SegmentScan) -> int:
         n = scan.side.nbytes
-        if not _is_mapped(scan.file):  # page cache, not task memory, when mapped
+        if not is_mapped(scan.file):  # page cache, not task memory, when mapped
             n += scan.file.nbytes
         for cols in (scan.records, scan.batches):
             values = (getattr(cols, f) for f in cols.__slots__)
@@ -523,12 +514,13 @@ def keep_records(
 # Memory per task (one rewrite unit): the cleaned `.log` is streamed to `<base>.log.cleaned` as
 # batches are produced, so what a task holds at once is bounded by ONE source segment, not by the
 # output group: the segment itself (a pooled buffer read with O_DIRECT, or memory-mapped with
-# `--read-mode mmap` or below 8 MiB; a bytes copy on object stores), `SegmentScan.side` (the decompressed records of its compressed batches),
-# ~45 B of record columns + ~10 B of keep/found arrays per record of the segment, the re-encoded
-# records of its rebuilt batches (<= their uncompressed size + 14 B per record) plus their
-# compressed copies, and up to `_LogWriter.FLUSH_BYTES` of pending verbatim slices; plus 32 B per
-# output batch of the group for the index columns. Roughly: segment size + 2 x its decompressed
-# size + 60 B x its records, whatever the group size.
+# `--read-mode mmap` or below 8 MiB; a bytes copy on object stores), `SegmentScan.side` (the
+# decompressed records of its compressed batches), ~45 B of record columns + ~10 B of keep/found
+# arrays per record of the segment, the re-encoded records of its rebuilt batches (<= their
+# uncompressed size + 14 B per record) plus their compressed copies, and up to
+# `_LogWriter.FLUSH_BYTES` of pending verbatim slices; plus 32 B per output batch of the group
+# for the index columns. Roughly: segment size + 2 x its decompressed size + 60 B x its records,
+# whatever the group size.
 
 
 class _LogWriter:

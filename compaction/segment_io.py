@@ -55,6 +55,15 @@ def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.
     return _map(path, size)
 
 
+def is_mapped(array: np.ndarray) -> bool:
+    """Whether `array` lies in a memory map (page cache, not the process's own memory)."""
+    while array is not None:
+        if isinstance(array, mmap.mmap):
+            return True
+        array = array.obj if isinstance(array, memoryview) else getattr(array, "base", None)
+    return False
+
+
 def _map(path: str, size: int) -> np.ndarray:
     if size == 0:
         empty = np.empty(0, dtype=np.uint8)  # mmap refuses empty files

@@ -436,13 +436,13 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.retention import last_records_of_active_producers
     from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
-    # The scan's SegmentScans are kept for the rewrite (each segment read and decompressed once)
-    # up to this many bytes of decompressed records + columns per task; the rest is read again.
     started, cpu = time.monotonic(), time.process_time()
     try:  # the index checks the driver leaves to the task that reads the partition anyway
         validate_partition_path(specs[0].storage, specs[0].part_path)
     except CompactionError as exc:
         return [{"group_id": s.group_id, "error": str(exc)} for s in specs]
+    # The scan's SegmentScans are kept for the rewrite (each segment read and decompressed once)
+    # up to this many bytes of decompressed records + columns per task; the rest is read again.
     reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
     cache = ScanCache(reuse) if reuse > 0 else None
     pmap, producers = scan_partition(specs, cache)
