@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES
+from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 
 LONG_MAX = 2**63 - 1
 
@@ -46,6 +46,7 @@ class JobOptions:
     topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
     tasks_per_core: int = 2
     read_mode: str = "direct"
+    write_mode: str = "direct"
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Job-wide values overridden by the topic's own (Kafka's topic > broker > default)."""
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"how executors read local segments of {DIRECT_MIN_BYTES >> 20} MiB or more: direct (O_DIRECT into reused "
                         "buffers, bypassing the page cache; the default) or mmap (through the page cache, "
                         "best when the segments are cached already)")  # fmt: skip
+    p.add_argument("--write-mode", choices=WRITE_MODES, default="direct",
+                   help="how executors write cleaned segments on a local disk: direct (O_DIRECT from reused "
+                        "staging buffers, bypassing the page cache; the default, falls back where refused) or "
+                        "buffered (through the page cache)")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -98,6 +103,7 @@ def parse_args(argv: list[str] | None = None) -> JobOptions:
         topic_config=load_topic_config(args.topic_config) if args.topic_config else {},
         tasks_per_core=args.tasks_per_core,
         read_mode=args.read_mode,
+        write_mode=args.write_mode,
     )
 
 

@@ -17,8 +17,6 @@ partition otherwise (transaction state crosses group boundaries, spec §5.8).
 
 from __future__ import annotations
 
-import os
-import posixpath
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
-from compaction.segment_io import ReadAhead, is_mapped, read_segment_bytes
+from compaction.segment_io import ReadAhead, SegmentWriter, is_mapped, read_segment_bytes
 from compaction.retention import (
     BatchOutput,
     BatchRetention,
@@ -80,6 +78,7 @@ class GroupSpec:
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
     read_mode: str = "direct"  # segment_io.READ_MODES: how source segments are read (--read-mode)
+    write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
 
     @property
     def new_base(self) -> int:
@@ -145,13 +144,19 @@ SCAN_REUSE_MAX_BYTES = 1 << 30  # per task; env KAFKA_COMPACTION_SCAN_REUSE_MAX_
 
 class ScanCache:
     """The `SegmentScan`s of a whole-partition task's scan phase, kept for its rewrite phase so
-    that each segment is read, CRC-checked, decompressed and walked once instead of twice.
+    that each segment is CRC-checked, decompressed and walked once instead of twice.
+
+    A segment read from a local disk into task memory is kept without its bytes (`reread`): the
+    rewrite reads it again (`needs_read`, then `take(..., data)`), which on a local disk costs
+    less than holding every segment of the partition in fresh memory at once (the first task of
+    each worker paid ~0.7 GB of page faults for it, BENCHMARKS.md); its decompressed records
+    and columns stay. Memory-mapped segments and those of object stores are kept whole.
 
     Bounded: a scan is kept only while the kept scans' own memory (decompressed `side` buffers,
-    record and batch columns, and the segment bytes when they are not memory-mapped) stays within
-    `max_bytes`; the segments that do not fit are read again by the rewrite, as without a cache.
-    `take` hands a scan over once (the rewrite drops it after its segment), so the memory held
-    only shrinks during the rewrite."""
+    record and batch columns, and the segment bytes when kept and not memory-mapped) stays within
+    `max_bytes`; the segments that do not fit are read and walked again by the rewrite, as
+    without a cache. `take` hands a scan over once (the rewrite drops it after its segment), so
+    the memory held only shrinks during the rewrite."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -160,36 +165,66 @@ class ScanCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def footprint(scan: SegmentScan) -> int:
+    def footprint(scan: SegmentScan, with_file: bool = True) -> int:
         n = scan.side.nbytes
-        if not is_mapped(scan.file):  # page cache, not task memory, when mapped
+        if with_file and not is_mapped(scan.file):  # page cache, not task memory, when mapped
             n += scan.file.nbytes
         for cols in (scan.records, scan.batches):
             values = (getattr(cols, f) for f in cols.__slots__)
             n += sum(v.nbytes for v in values if isinstance(v, np.ndarray))
         return n
 
-    def offer(self, group_id: int, base_offset: int, scan: SegmentScan) -> bool:
-        """Keep `scan` if it fits; True when kept."""
-        size = self.footprint(scan)
+    def offer(self, group_id: int, base_offset: int, scan: SegmentScan, reread: bool = False) -> bool:
+        """Keep `scan` (without its segment bytes when `reread` and they are not mapped) if it
+        fits; True when kept."""
+        drop = reread and not is_mapped(scan.file)
+        size = self.footprint(scan, with_file=not drop)
         if self.held + size > self.max_bytes:
             return False
+        if drop:  # the bytes' length stands in for them: SegmentScan.split must not change
+            scan = SegmentScan(scan.path, _Absent(len(scan.file)), scan.side, scan.batches, scan.records)
         self._scans[(group_id, base_offset)] = (scan, size)
         self.held += size
         return True
 
-    def take(self, group_id: int, base_offset: int) -> SegmentScan | None:
+    def needs_read(self, group_id: int, base_offset: int) -> bool:
+        """Whether the rewrite must read the segment's bytes (not kept, or kept without them)."""
+        got = self._scans.get((group_id, base_offset))
+        return got is None or isinstance(got[0].file, _Absent)
+
+    def take(self, group_id: int, base_offset: int, data: np.ndarray | None = None) -> SegmentScan | None:
+        """The kept scan (None when not kept); `data`: the segment's bytes read again, for a scan
+        kept without them (same length, else CorruptRecordError)."""
         got = self._scans.pop((group_id, base_offset), None)
         if got is None:
             self.misses += 1
             return None
         self.hits += 1
         self.held -= got[1]
-        return got[0]
+        scan = got[0]
+        if isinstance(scan.file, _Absent):
+            if data is None or len(data) != len(scan.file):
+                raise CorruptRecordError(f"segment changed size between the scan and the rewrite "
+                                         f"({len(scan.file)} -> {None if data is None else len(data)} bytes)",
+                                         path=scan.path)  # fmt: skip
+            scan = SegmentScan(scan.path, data, scan.side, scan.batches, scan.records)
+        return scan
 
     def clear(self) -> None:
         self._scans.clear()
         self.held = 0
+
+
+class _Absent:
+    """Stands for segment bytes a `ScanCache` did not keep: only their length."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Table, pa.Table]:
@@ -288,9 +323,10 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tu
             producers += tail_producers(spec)
         for i, (spec, seg) in enumerate(todo):
             scan = _read_segment(spec, seg, ahead.get(i))
-            kept = cache is not None and cache.offer(spec.group_id, seg.base_offset, scan)
+            kept = cache is not None and cache.offer(spec.group_id, seg.base_offset, scan, spec.storage.is_local)
             producers.append(producer_batches(scan.batches))
             pmap.add(spec, seg, scan, keep_ids=kept)
+            del scan  # its bytes' buffer is free for the read after next: two buffers in use, not three
     return pmap, producers
 
 
@@ -517,66 +553,49 @@ def keep_records(
 # `--read-mode mmap` or below 8 MiB; a bytes copy on object stores), `SegmentScan.side` (the
 # decompressed records of its compressed batches), ~45 B of record columns + ~10 B of keep/found
 # arrays per record of the segment, the re-encoded records of its rebuilt batches (<= their
-# uncompressed size + 14 B per record) plus their compressed copies, and up to
-# `_LogWriter.FLUSH_BYTES` of pending verbatim slices; plus 32 B per output batch of the group
+# uncompressed size + 14 B per record) plus their compressed copies, and the writer's two 8 MiB
+# staging buffers (on object stores up to `_LogWriter.FLUSH_BYTES` of pending slices instead);
+# plus 32 B per output batch of the group
 # for the index columns. Roughly: segment size + 2 x its decompressed size + 60 B x its records,
 # whatever the group size.
 
 
 class _LogWriter:
     """`<base>.log.cleaned`, written as it is produced and made durable on `close` (the same
-    guarantees as `Storage.write_durable`: local -> fsync the file and its directory)."""
+    guarantees as `Storage.write_durable`: local -> fsync the file and its directory). Local files
+    go through `segment_io.SegmentWriter` (chunks copied into staging buffers at once); elsewhere
+    chunks are gathered up to FLUSH_BYTES and streamed."""
 
     FLUSH_BYTES = 4 << 20
-    FLUSH_CHUNKS = 512  # below IOV_MAX (1024)
 
-    def __init__(self, storage: Storage, path: str) -> None:
+    def __init__(self, storage: Storage, path: str, write_mode: str = "direct") -> None:
         self.storage, self.path = storage, path
-        self._local = storage.is_local
-        if self._local:
-            self._file = open(path, "wb", buffering=0)  # closed in close(), or by GC on error
-        else:  # compression=None: the default would guess a codec from the file extension
+        self._local = SegmentWriter(path, write_mode) if storage.is_local else None
+        if self._local is None:  # compression=None: the default would guess a codec from the file extension
             self._file = storage.fs.open_output_stream(path, compression=None)
         self._pending: list = []
         self._pending_bytes = 0
 
     def write(self, chunk) -> None:
+        if self._local is not None:
+            self._local.write(chunk)
+            return
         self._pending.append(chunk)
         self._pending_bytes += len(chunk)
-        if self._pending_bytes >= self.FLUSH_BYTES or len(self._pending) >= self.FLUSH_CHUNKS:
+        if self._pending_bytes >= self.FLUSH_BYTES:
             self.flush()
 
     def flush(self) -> None:
         chunks, self._pending, self._pending_bytes = self._pending, [], 0
-        if not chunks:
-            return
-        if not self._local:
-            for c in chunks:
-                self._file.write(c)
-            return
-        fd = self._file.fileno()
-        written = os.writev(fd, chunks)
-        total = sum(len(c) for c in chunks)
-        if written == total:
-            return
-        for c in chunks:  # a short writev (signals, huge batches): finish chunk by chunk
-            view = memoryview(c).cast("B")
-            if written >= len(view):
-                written -= len(view)
-                continue
-            view = view[written:]
-            written = 0
-            while view:
-                view = view[os.write(fd, view) :]
+        for c in chunks:
+            self._file.write(c)
 
     def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+            return
         self.flush()
-        if self._local:
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self.storage.fsync_dir(posixpath.dirname(self.path) or ".")
-        else:
-            self._file.close()
+        self._file.close()
 
 
 @dataclass
@@ -594,7 +613,7 @@ class _Output:
 
     def open(self, spec: GroupSpec) -> None:
         if self.writer is None:
-            self.writer = _LogWriter(spec.storage, spec.segment_path(spec.new_base, ".log") + CLEANED)
+            self.writer = _LogWriter(spec.storage, spec.segment_path(spec.new_base, ".log") + CLEANED, spec.write_mode)
 
     def append(self, chunks, last_offset: int, max_timestamp: int, records: int) -> None:
         """One batch, as one or more byte chunks (not copied: slices of the source segment's buffer,
@@ -717,10 +736,13 @@ def _decide_plain(spec: GroupSpec, b, count: np.ndarray, n_keep: np.ndarray, n_t
 
 
 def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, txn: CleanedTransactionMetadata,
-                   out: _Output, stats: _Stats, scan: SegmentScan | None = None) -> None:  # fmt: skip
+                   out: _Output, stats: _Stats, scan: SegmentScan | None = None,
+                   data: np.ndarray | None = None) -> None:  # fmt: skip
+    """Clean one source segment into `out`: from its kept `scan`, else from `data` (its bytes,
+    read ahead) or read now."""
     out.open(spec)
     if scan is None:
-        scan = _read_segment(spec, seg)
+        scan = _read_segment(spec, seg, data)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)
@@ -901,31 +923,39 @@ def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn])
 def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache | None = None) -> list[dict]:
     """Clean the groups of one unit in log order; one stats dict per group. `offset_map` answers
     map.get(key) per record (see `OffsetMap`). Segments whose scan `cache` holds (from
-    `scan_group` in the same task) are not read again."""
+    `scan_partition` in the same task) are not walked again; the segment bytes it did not keep
+    are read again, one segment ahead."""
     txn = CleanedTransactionMetadata()
     if specs:
         txn.add_aborted(specs[0].aborted_txns)
     results = []
-    for spec in specs:
-        started = time.monotonic()
-        out, stats, entries = _Output(), _Stats(), []
-        txn.set_cleaned_index(entries)
-        for seg in spec.segments:
-            scan = cache.take(spec.group_id, seg.base_offset) if cache is not None else None
-            _clean_segment(spec, seg, offset_map, txn, out, stats, scan)
-            del scan
-        _write_cleaned(spec, out, entries)
-        results.append(
-            {
-                "group_id": spec.group_id,
-                "bytes_read": stats.bytes_read,
-                "bytes_written": out.size,
-                "records_read": stats.records_read,
-                "records_written": out.records,
-                "batches_read": stats.batches_read,
-                "batches_written": len(out.sizes),
-                "invalid_records": stats.invalid_records,
-                "seconds": time.monotonic() - started,
-            }
-        )
+    todo = [(spec, seg) for spec in specs for seg in spec.segments]
+    reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
+    paths = [spec.segment_path(seg.base_offset) for (spec, seg), r in zip(todo, reading) if r]
+    read = lambda path: read_segment_bytes(specs[0].storage, path, specs[0].read_mode)  # noqa: E731
+    reads = iter(range(len(paths)))
+    with ReadAhead(read, paths) as ahead:
+        for spec in specs:
+            started = time.monotonic()
+            out, stats, entries = _Output(), _Stats(), []
+            txn.set_cleaned_index(entries)
+            for seg in spec.segments:
+                data = ahead.get(next(reads)) if reading.pop(0) else None
+                scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
+                _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+                del scan, data
+            _write_cleaned(spec, out, entries)
+            results.append(
+                {
+                    "group_id": spec.group_id,
+                    "bytes_read": stats.bytes_read,
+                    "bytes_written": out.size,
+                    "records_read": stats.records_read,
+                    "records_written": out.records,
+                    "batches_read": stats.batches_read,
+                    "batches_written": len(out.sizes),
+                    "invalid_records": stats.invalid_records,
+                    "seconds": time.monotonic() - started,
+                }
+            )
     return results

@@ -193,6 +193,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 tail_segments=tail if n == len(plan.groups) - 1 else (),
                 max_message_bytes=config.max_message_bytes,
                 read_mode=opts.read_mode,
+                write_mode=opts.write_mode,
             )
         )
     return specs

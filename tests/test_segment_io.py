@@ -1,6 +1,8 @@
 """segment_io: direct reads into reused buffers give the bytes a memory map gives; a buffer is
 never handed out while any view of it lives; unsupported filesystems fall back; read-ahead keeps
-order and errors; the job writes the same files in both read modes."""
+order and errors; staged (direct) writes give the bytes written, at every size around the buffer
+and block boundaries; the job writes the same files in every read and write mode, with and
+without its scan cache."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
 from compaction import segment_io
 from compaction.buffers import ALIGN, BufferPool
-from compaction.segment_io import ReadAhead, read_segment_bytes
+from compaction.segment_io import ReadAhead, SegmentWriter, read_segment_bytes
 from compaction.storage import Storage
 
 LOCAL = Storage.local()
@@ -199,7 +201,121 @@ def test_read_ahead_raises_the_error_of_the_file_asked_for():
             ahead.get(1)
 
 
-# --- the job's task in both modes -----------------------------------------------------------
+# --- staged writes -----------------------------------------------------------------------------
+
+BUF = 4 * ALIGN  # a small staging buffer, so that the tests cross it often
+
+
+def _chunks(sizes, seed=3):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+
+
+@pytest.mark.parametrize("mode", ["direct", "buffered"])
+@pytest.mark.parametrize(
+    "sizes",
+    [[], [1], [ALIGN - 1], [ALIGN], [ALIGN + 1], [BUF - 1], [BUF], [BUF + 1], [BUF - 1, 1, 1], [3 * BUF + 5],
+     [7] * 3000, [BUF // 2, BUF, BUF // 2 + 1, 17, 5 * BUF]],
+)  # fmt: skip
+def test_staged_write_gives_the_bytes_written(tmp_path, mode, sizes):
+    chunks = _chunks(sizes)
+    path = tmp_path / "a.log.cleaned"
+    w = SegmentWriter(str(path), mode, buffer_bytes=BUF)
+    for i, c in enumerate(chunks):  # every kind of chunk the rewrite hands over
+        w.write([c, c.tobytes(), memoryview(c), bytearray(c.tobytes())][i % 4])
+    assert w.size == sum(sizes)
+    w.close()
+    assert path.read_bytes() == b"".join(c.tobytes() for c in chunks)
+    assert w.direct == (mode == "direct")  # tmp_path is a real disk here, which takes O_DIRECT
+
+
+def test_staged_write_copies_at_once(tmp_path):
+    """The caller's buffer may be reused (or returned to the pool) right after `write`."""
+    path = tmp_path / "a.log.cleaned"
+    w = SegmentWriter(str(path), "direct", buffer_bytes=BUF)
+    c = np.full(100, 7, np.uint8)
+    w.write(c)
+    c[:] = 9
+    w.write(c)
+    w.close()
+    assert path.read_bytes() == b"\x07" * 100 + b"\x09" * 100
+
+
+def test_staged_write_falls_back_where_open_refuses_direct(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def no_direct(p, flags, *a, **kw):
+        if flags & segment_io._O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(p, flags, *a, **kw)
+
+    monkeypatch.setattr(segment_io.os, "open", no_direct)
+    (c,) = _chunks([2 * BUF + 3])
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    w.write(c)
+    w.close()
+    assert not w.direct and (tmp_path / "a").read_bytes() == c.tobytes()
+
+
+def test_staged_write_falls_back_where_a_direct_write_is_refused(tmp_path, monkeypatch):
+    """Some filesystems take O_DIRECT at open and refuse it at write (EINVAL): the writer turns it
+    off and writes through the cache, mid-file and for the padded last block alike."""
+    real_pwrite, refused = os.pwrite, []
+
+    def refuse_direct(fd, data, offset):
+        import fcntl
+
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & segment_io._O_DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(segment_io.os, "pwrite", refuse_direct)
+    (c,) = _chunks([2 * BUF + 3])
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    w.write(c)
+    w.close()
+    assert refused == [0] and not w.direct and (tmp_path / "a").read_bytes() == c.tobytes()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no tmpfs at /dev/shm")
+def test_staged_write_on_tmpfs():
+    import tempfile
+    from pathlib import Path
+
+    (c,) = _chunks([3 * BUF + 11])
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        w = SegmentWriter(str(Path(d) / "a"), "direct", buffer_bytes=BUF)
+        w.write(c)
+        w.close()
+        assert (Path(d) / "a").read_bytes() == c.tobytes()
+
+
+def test_staged_write_raises_the_background_write_error(tmp_path, monkeypatch):
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segment_io.os, "pwrite", full)
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    with pytest.raises(OSError, match="No space left"):
+        for c in _chunks([BUF] * 3):  # the first full buffer fails on the thread, seen at the next
+            w.write(c)
+        w.close()
+
+
+def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(segment_io.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real_fsync(fd)))
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    w.write(b"x" * (BUF + 1))
+    w.close()
+    import stat
+
+    assert [stat.S_ISREG(m) for m in synced] == [True, False]  # the file, then its directory
+
+
+# --- the job's task in every mode -------------------------------------------------------------
 
 
 def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, direct_always, monkeypatch):
@@ -223,24 +339,58 @@ def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, di
     monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
     pooled_rows = spark_stages.compact_partition(specs)
     pooled = _cleaned_files(log_dir)
+    buffered_rows = spark_stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
+    buffered = _cleaned_files(log_dir)
+    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")  # every segment read and walked again
+    uncached_rows = spark_stages.compact_partition(specs)
+    uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
-    assert direct and direct == mapped == pooled
+    assert direct and direct == mapped == pooled == buffered == uncached
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
-    assert strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows)
+    assert strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows) == strip(buffered_rows)
+    assert strip(direct_rows) == strip(uncached_rows)
 
 
-def test_read_mode_option_reaches_every_group(tmp_path):
+def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_always):
+    """The rewrite reads them again; a segment whose size changed in between is an error naming it."""
+    from compaction.errors import CorruptRecordError
+    from compaction.format.scan import scan_segment
+    from compaction.rewrite import ScanCache
+
+    path = tmp_path / "00000000000000000000.log"
+    from compaction.format import batch as fb
+
+    path.write_bytes(b"".join(fb.build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20)))
+    scan = scan_segment(read_segment_bytes(LOCAL, str(path), "direct"), str(path))
+    cache = ScanCache(1 << 20)
+    assert cache.offer(0, 0, scan, reread=True) and cache.offer(0, 1, scan, reread=False)
+    assert cache.held == 2 * ScanCache.footprint(scan) - len(scan.file)
+    assert cache.needs_read(0, 0) and not cache.needs_read(0, 1) and cache.needs_read(0, 2)
+    again = cache.take(0, 0, read_segment_bytes(LOCAL, str(path), "direct"))
+    assert again.file.tobytes() == scan.file.tobytes() and again.records is scan.records and again.split == scan.split
+    cache.offer(0, 0, scan, reread=True)
+    with pytest.raises(CorruptRecordError, match="changed size") as err:
+        cache.take(0, 0, scan.file[:-1])
+    assert err.value.path == str(path)
+    mapped = scan_segment(read_segment_bytes(LOCAL, str(path), "mmap"), str(path))
+    assert cache.offer(0, 3, mapped, reread=True) and not cache.needs_read(0, 3)  # mapped: kept, costs no memory
+
+
+def test_read_and_write_mode_options_reach_every_group(tmp_path):
     from compaction import run
     from compaction.__main__ import main as cli
     from compaction.options import parse_args
 
     log_dir = tmp_path / "logs"
     cli(["generate", str(log_dir), "--topics", "t:1", "--records", "800", "--keys", "100", "--segment-bytes", "20000"])
-    for argv, mode in (([], "direct"), (["--read-mode", "mmap"], "mmap")):
+    for argv, modes in (([], ("direct", "direct")), (["--read-mode", "mmap"], ("mmap", "direct")),
+                        (["--write-mode", "buffered"], ("direct", "buffered"))):  # fmt: skip
         opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
         planned, _ = run.discover_and_plan(opts)
         config = run.resolve_topic_config(None, run._job_config(opts, planned[0].part.topic))
         specs = run._specs(planned[0], opts, config, 0)
-        assert specs and {s.read_mode for s in specs} == {mode}
+        assert specs and {(s.read_mode, s.write_mode) for s in specs} == {modes}
     with pytest.raises(SystemExit):
         parse_args(["--log-dir", str(log_dir), "--read-mode", "buffered"])
+    with pytest.raises(SystemExit):
+        parse_args(["--log-dir", str(log_dir), "--write-mode", "mmap"])
