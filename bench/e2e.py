@@ -289,6 +289,8 @@ def main() -> int:
           f"{size / wall / speed:.3f}x read speed")  # fmt: skip
     print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MB / no_start:,.1f} MB/s = "
           f"{size / no_start / speed:.3f}x read speed")  # fmt: skip
+    deleting = no_start + tm.get("deleteSeconds", 0)
+    print(f"  counting the removal of the replaced segments too ({deleting:.1f} s): {size / MB / deleting:,.1f} MB/s")
     warm = no_start + tm.get("workerWarmupSeconds", 0)
     print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MB / warm:,.1f} MB/s")
     print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))
@@ -299,7 +301,9 @@ def main() -> int:
 def excluding_start_up(tm: dict) -> float:
     """Seconds of the round without Spark's start-up: plan + stages + commit. The start-up (session,
     and the Python workers' warm-up: imports and compiled kernels, one tiny task per core) runs on
-    a thread while the driver plans and is reported as sparkStart/workerWarmup/sparkWait."""
+    a thread while the driver plans and is reported as sparkStart/workerWarmup/sparkWait. The
+    commit ends with the checkpoint; the replaced segments' files are unlinked after it, as Kafka
+    deletes them asynchronously (deleteSeconds, printed as a figure of its own)."""
     return max(1e-9, tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0))
 
 

@@ -140,6 +140,8 @@ def main() -> int:
           f"({size / MiB / no_start / 570:.2f}x of it)")  # fmt: skip
     if args.codec != "none":
         print(f"  on uncompressed-equivalent bytes:  {uncompressed_equiv / MiB / no_start:,.1f} MiB/s")
+    deleting = no_start + tm.get("deleteSeconds", 0)
+    print(f"  counting the removal of the replaced segments too ({deleting:.1f} s): {size / MiB / deleting:,.1f} MiB/s")
     warm = no_start + tm.get("workerWarmupSeconds", 0)
     print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MiB / warm:,.1f} MiB/s")
     print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))

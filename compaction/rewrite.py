@@ -879,7 +879,7 @@ def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizo
     expect = np.where(has_first & (src == rebuild.SRC_SIDE), expect - scan.split, expect)
     payload, o_start, o_end, new_base, new_max, n_kept, flags = rebuild.rebuild_records(
         scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx],
-        b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect,
+        b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect, rec, scan.split, b.base_offset[idx],
     )  # fmt: skip
     wrong = np.flatnonzero(n_kept != kept[idx])
     if len(wrong):  # the kernel walked other records than the scan: never expected

@@ -15,7 +15,7 @@ import threading
 import time
 
 from compaction import report as rpt
-from compaction.commit import Replacement, commit_partition, recover_partition
+from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.discover import (
     CLEANER_CHECKPOINT,
     LogDirState,
@@ -535,7 +535,7 @@ def _commit(p: Planned, results: dict[int, dict]) -> None:
         r.status, r.reason = rpt.FAILED, errors[0]
         return
     replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in p.specs]
-    commit_partition(p.log_dir.storage, p.part.path, replacements)
+    commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
     r.status, r.reason = rpt.CLEANED, None
     r.endOffset = p.plan.first_uncleanable_offset
     r.groups = len(p.specs)
@@ -548,6 +548,15 @@ def _commit(p: Planned, results: dict[int, dict]) -> None:
     log.info(rpt.kafka_log_line(r))
     if r.invalidRecords:
         log.warning("\tFound %d invalid messages during compaction.", r.invalidRecords)
+
+
+def _remove_replaced(p: Planned) -> None:
+    """The replaced segments' files (`*.deleted`) once the checkpoint is advanced, as Kafka
+    deletes them asynchronously; a failure leaves them to the next run's recovery."""
+    try:
+        remove_replaced(p.log_dir.storage, p.part.path)
+    except OSError as exc:
+        log.warning("could not remove the replaced segments of %s (the next run will): %s", p.part.path, exc)
 
 
 def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> None:
@@ -627,6 +636,9 @@ def run(opts: JobOptions) -> tuple[int, dict]:
             map_threads(lambda p: _commit(p, results), todo)
             _advance_checkpoints(planned, dirs)
             timings["commitSeconds"] = time.monotonic() - t3
+            t4 = time.monotonic()
+            map_threads(_remove_replaced, [p for p in todo if p.result.status == rpt.CLEANED])
+            timings["deleteSeconds"] = time.monotonic() - t4
         elif not opts.dry_run:
             _advance_checkpoints(planned, dirs)
     finally:

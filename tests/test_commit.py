@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from compaction.commit import INTENT_FILE, Replacement, commit_partition, recover_partition
+from compaction.commit import INTENT_FILE, Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.format import batch as fb
 from compaction.format import naming
 from compaction.storage import Storage
@@ -141,6 +141,25 @@ def test_commit_without_crash_gives_new_set(tmp_path):
     commit_partition(Storage.local(), part, REPLACEMENTS)
     assert snapshot(part) == NEW_STATE
     assert recover_partition(Storage.local(), part).actions == []
+
+
+def test_replaced_files_can_be_removed_later(tmp_path):
+    """The job removes the replaced files after advancing the checkpoint (as Kafka deletes them
+    asynchronously): until then the new set is live and the old files are only `*.deleted`, which
+    `remove_replaced`, or the next run's recovery after a crash in between, removes."""
+    part = setup_dir(tmp_path)
+    commit_partition(Storage.local(), part, REPLACEMENTS, remove_old=False)
+    state = snapshot(part)
+    pending = {n for n in state if n.endswith(".deleted")} | {INTENT_FILE}
+    assert pending - {INTENT_FILE} and {n: d for n, d in state.items() if n not in pending} == NEW_STATE
+    assert {n.removesuffix(".deleted") for n in pending - {INTENT_FILE}} == set(OLD_STATE) - set(NEW_STATE) | {
+        n for n in set(OLD_STATE) & set(NEW_STATE) if OLD_STATE[n] != NEW_STATE[n]}
+    later = setup_dir(tmp_path, "later")
+    commit_partition(Storage.local(), later, REPLACEMENTS, remove_old=False)
+    remove_replaced(Storage.local(), later)
+    assert snapshot(later) == NEW_STATE
+    recover_partition(Storage.local(), part)  # a crash before remove_replaced
+    assert snapshot(part) == NEW_STATE
 
 
 def test_crash_at_every_step_recovers_to_old_or_new(tmp_path):

@@ -11,6 +11,8 @@ varints, which Kafka's reader accepts and its writer never produces.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -106,7 +108,8 @@ def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None]
                          if len(r.key_pos) else -1, -1)  # fmt: skip
     first_key = np.where(src == SRC_SIDE, first_key - scan.split, first_key)
     args = (scan.file, scan.side, src, start, end, count, keep, bounds[:-1], b.base_timestamp,
-            b.timestamp_type, b.max_timestamp, np.asarray(eff, dtype=np.int64), first_key)  # fmt: skip
+            b.timestamp_type, b.max_timestamp, np.asarray(eff, dtype=np.int64), first_key, r, scan.split,
+            b.base_offset)  # fmt: skip
     fast = rebuild_records(*args)
     ref = rebuild_records_py(*args)
     return scan, fast, ref, eff
@@ -231,8 +234,14 @@ def test_layout_mismatch_raises():
     src, start, end = record_regions(scan)
     assert src.tolist() == [SRC_FILE] and start.tolist() == [61] and end.tolist() == [len(raw)]
     common = (np.ones(2, bool), [0], [5], [0], [6], [NO_HORIZON])
+    cols = (scan.records, scan.split, [0])
     for fn in (rebuild_records, rebuild_records_py):
         with pytest.raises(RebuildError):  # one record too few: bytes left at the end
-            fn(scan.file, scan.side, src, start, end, [1], *common, [-1])
+            fn(scan.file, scan.side, src, start, end, [1], *common, [-1], *cols)
         with pytest.raises(RebuildError):  # wrong first key position
-            fn(scan.file, scan.side, src, start, end, [2], *common, [70])
+            fn(scan.file, scan.side, src, start, end, [2], *common, [70], *cols)
+    # Columns that do not match the bytes (the kernel reads records where they say).
+    for field, delta in (("value_pos", 1), ("value_pos", -1), ("key_pos", -60)):
+        moved = dataclasses.replace(scan.records, **{field: getattr(scan.records, field) + delta})
+        with pytest.raises(RebuildError):
+            rebuild_records(scan.file, scan.side, src, start, end, [2], *common, [-1], moved, scan.split, [0])

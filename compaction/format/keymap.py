@@ -16,6 +16,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from compaction.format.memops import memcpy_at
 from compaction.format.scan import copy_bytes
 
 
@@ -241,9 +242,7 @@ def _distribute(packed, packed_offs, key_len, usable, dirty, offsets, log_p, has
         o = fill_bytes[t]
         fill_bytes[t] = o + kl
         stage_offs[i] = o
-        q = packed_offs[r]
-        for b in range(kl):
-            stage[o + b] = packed[q + b]
+        memcpy_at(stage, o, packed, packed_offs[r], kl)
     stage_offs[rec_starts[p]] = byte_starts[p]
 
 
@@ -294,8 +293,7 @@ def _probe_regions(order, counts, h_ord, stage, stage_offs, flags_ord, off_ord, 
             count[t] = k + 1
             slots[base_s + j] = (tag << _SHIFT) | np.uint64(k + 1)
             a = used[t]
-            for b in range(kl):
-                arena[base_a + a + b] = stage[s0 + b]
+            memcpy_at(arena, base_a + a, stage, s0, kl)
             offs[base_o + k] = a
             offs[base_o + k + 1] = a + kl
             used[t] = a + kl

@@ -23,10 +23,13 @@ header key that is not valid UTF-8 is flagged (`NEEDS_FALLBACK`) and left to `bu
 Where a batch's records live (`record_regions`): uncompressed v2 batches in the file buffer at
 [position + 61, position + size); compressed v2 batches in `SegmentScan.side`, where `scan_segment`
 appended their decompressed streams back to back from side offset 0, in file order (only batches
-larger than the 61-byte header); the kernel re-checks every region (count, exact end, first key
-position) against the scan's record columns, so a change of that layout fails loudly.
+larger than the 61-byte header). The kernel reads only the kept records, at the positions the
+scan's record columns give (no walk over the dropped ones), and checks every region against those
+columns (first key position, the last record's headers ending exactly at the region's end, every
+kept record inside it), so a change of that layout fails loudly.
 
-`rebuild_records` (numba) and `rebuild_records_py` (plain Python reference) share one signature.
+`rebuild_records` (numba) and `rebuild_records_py` (plain Python reference, which walks the regions
+itself instead of reading the columns) share one signature.
 """
 
 from __future__ import annotations
@@ -41,13 +44,13 @@ import zstandard
 from compaction.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
 from compaction.format import compression
+from compaction.format.memops import memcpy_at
 from compaction.format.scan import (
     ERR_OK,
     ERR_RECORD_SIZE,
     LOG_APPEND_TIME,
     V2_HEADER_SIZE,
     SegmentScan,
-    _read_record,
     _read_varint,
     _skip_headers,
 )
@@ -185,79 +188,87 @@ def _headers_canonical_size(buf, pos, end):
 def _write_headers(out, o, buf, pos, end, canonical_size):
     """Copy the headers verbatim when they already use shortest varints, else re-encode them."""
     if canonical_size == end - pos:
-        out[o : o + canonical_size] = buf[pos:end]
+        memcpy_at(out, o, buf, pos, canonical_size)
         return o + canonical_size
     count, p = _read_varint(buf, pos, end)
     o = _write_varint(out, o, count)
     for _ in range(count):
         klen, p = _read_varint(buf, p, end)
         o = _write_varint(out, o, klen)
-        out[o : o + klen] = buf[p : p + klen]
+        memcpy_at(out, o, buf, p, klen)
         o += klen
         p += klen
         vlen, p = _read_varint(buf, p, end)
         o = _write_varint(out, o, vlen)
         if vlen > 0:
-            out[o : o + vlen] = buf[p : p + vlen]
+            memcpy_at(out, o, buf, p, vlen)
             o += vlen
             p += vlen
     return o
 
 
 @_njit
-def _rebuild_one(buf, pos, end, count, keep, k0, base_ts, log_append, max_ts, horizon, expect_key_pos,
-                 out, o):  # fmt: skip
-    """Re-encode the kept records of one region into out[o:]. Returns (err, err pos, new end,
-    new base ts, new max ts, kept, needs fallback)."""
+def _batch_layout_ok(buf, shift, start, stop, first, count, expect_key_pos, r_kp, r_vp, r_vl):
+    """The scan's columns fit the region: its first key where `expect_key_pos` says (when >= 0)
+    and the last record's headers ending exactly at the region's end."""
+    if count == 0:
+        return start == stop
+    if expect_key_pos >= 0 and r_kp[first] - shift != expect_key_pos:
+        return False
+    last = first + count - 1
+    hpos = r_vp[last] - shift + max(r_vl[last], 0)
+    return start <= hpos < stop and _skip_headers(buf, hpos, stop) == stop
+
+
+@_njit
+def _rebuild_one(buf, shift, start, stop, first, count, keep, log_append, max_ts, horizon, base_offset, r_off,
+                 r_ts, r_kp, r_kl, r_vp, r_vl, out, o):  # fmt: skip
+    """Re-encode the kept records of one batch into out[o:], reading them where the scan's columns
+    put them (buffer position = column position - shift). Dropped records (most of them, in a first
+    clean) are not read at all: walking from record to record was a chain of cache misses, each
+    record's length giving the next one's address. Returns (err, err pos, new end, new base ts,
+    new max ts, kept, needs fallback)."""
     z = np.int64(0)
     new_base = horizon
     new_max = np.int64(-1)
     kept = 0
     fallback = False
-    for n in range(count):
-        if n > 0 and not keep[k0 + n]:
-            # A dropped record (most of them, in a first clean): the scan has walked and
-            # checked it, so only its length is read to step over it.
-            length, body = _read_varint(buf, pos, end)
-            if body < 0 or length <= 0 or body + length > end:
-                return ERR_LAYOUT, pos, o, z, z, kept, fallback
-            pos = body + length
+    for r in range(first, first + count):
+        if not keep[r]:
             continue
-        nxt, ts_delta, off_delta, kp, kl, vp, vl = _read_record(buf, pos, end)
-        if nxt < 0:
-            return -nxt, pos, o, z, z, kept, fallback
-        if n == 0 and expect_key_pos >= 0 and kp != expect_key_pos:
-            return ERR_LAYOUT, pos, o, z, z, kept, fallback
-        if keep[k0 + n]:
-            ts = max_ts if log_append else base_ts + ts_delta
-            if kept == 0 and horizon < 0:
-                new_base = ts
-            if ts > new_max:
-                new_max = ts
-            hpos = vp + max(vl, 0)
-            hsize, utf8_ok = _headers_canonical_size(buf, hpos, nxt)
-            if not utf8_ok:
-                fallback = True
-            tsd = ts - new_base
-            klen = max(kl, 0)
-            vlen = max(vl, 0)
-            body = (1 + _varint_size(tsd) + _varint32_size(off_delta) + _varint32_size(kl) + klen
-                    + _varint32_size(vl) + vlen + hsize)  # fmt: skip
-            o = _write_varint(out, o, body)
-            out[o] = 0
-            o = _write_varlong(out, o + 1, tsd)
-            o = _write_varint(out, o, off_delta)
-            o = _write_varint(out, o, kl)
-            out[o : o + klen] = buf[kp : kp + klen]
-            o += klen
-            o = _write_varint(out, o, vl)
-            out[o : o + vlen] = buf[vp : vp + vlen]
-            o += vlen
-            o = _write_headers(out, o, buf, hpos, nxt, hsize)
-            kept += 1
-        pos = nxt
-    if pos != end:
-        return ERR_LAYOUT, pos, o, z, z, kept, fallback
+        kp, kl, vp, vl = r_kp[r] - shift, r_kl[r], r_vp[r] - shift, r_vl[r]
+        hpos = vp + max(vl, 0)
+        if kp < start or hpos >= stop:
+            return ERR_LAYOUT, kp, o, z, z, kept, fallback
+        hend = _skip_headers(buf, hpos, stop)
+        if hend < 0:
+            return ERR_LAYOUT, hpos, o, z, z, kept, fallback
+        ts = max_ts if log_append else r_ts[r]
+        if kept == 0 and horizon < 0:
+            new_base = ts
+        if ts > new_max:
+            new_max = ts
+        hsize, utf8_ok = _headers_canonical_size(buf, hpos, hend)
+        if not utf8_ok:
+            fallback = True
+        tsd = ts - new_base
+        off_delta = r_off[r] - base_offset
+        klen = max(kl, 0)
+        vlen = max(vl, 0)
+        body = (1 + _varint_size(tsd) + _varint32_size(off_delta) + _varint32_size(kl) + klen
+                + _varint32_size(vl) + vlen + hsize)  # fmt: skip
+        o = _write_varint(out, o, body)
+        out[o] = 0
+        o = _write_varlong(out, o + 1, tsd)
+        o = _write_varint(out, o, off_delta)
+        o = _write_varint(out, o, kl)
+        memcpy_at(out, o, buf, kp, klen)
+        o += klen
+        o = _write_varint(out, o, vl)
+        memcpy_at(out, o, buf, vp, vlen)
+        o += vlen
+        o = _write_headers(out, o, buf, hpos, hend, hsize)
+        kept += 1
     if log_append:
         new_max = max_ts
     return ERR_OK, -1, o, new_base, new_max, kept, fallback
@@ -265,18 +276,23 @@ def _rebuild_one(buf, pos, end, count, keep, k0, base_ts, log_append, max_ts, ho
 
 @_njit
 def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                    expect_key_pos, out, out_start, out_end, out_base_ts, out_max_ts, out_count,
-                    flags):  # fmt: skip
+                    expect_key_pos, split, base_offset, r_off, r_ts, r_kp, r_kl, r_vp, r_vl, out, out_start, out_end,
+                    out_base_ts, out_max_ts, out_count, flags):  # fmt: skip
     o = 0
     for i in range(len(src)):
-        buf = file if src[i] == SRC_FILE else side
+        side_src = src[i] != SRC_FILE
+        buf = side if side_src else file
+        shift = split if side_src else 0
         pos, stop = start[i], end[i]
         if pos < 0 or stop > len(buf) or pos > stop:
             return ERR_LAYOUT, i, pos
+        first = keep_start[i]
+        if not _batch_layout_ok(buf, shift, pos, stop, first, count[i], expect_key_pos[i], r_kp, r_vp, r_vl):
+            return ERR_LAYOUT, i, pos
         out_start[i] = o
         err, err_pos, o, nb, nm, kept, fallback = _rebuild_one(
-            buf, pos, stop, count[i], keep, keep_start[i], base_ts[i], ts_type[i] == LOG_APPEND_TIME,
-            max_ts[i], horizon[i], expect_key_pos[i], out, o)  # fmt: skip
+            buf, shift, pos, stop, first, count[i], keep, ts_type[i] == LOG_APPEND_TIME, max_ts[i], horizon[i],
+            base_offset[i], r_off, r_ts, r_kp, r_kl, r_vp, r_vl, out, o)  # fmt: skip
         if err != ERR_OK:
             return err, i, err_pos
         out_end[i] = o
@@ -358,14 +374,18 @@ def _capacity(start, end, count) -> int:
 
 
 def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                    expect_key_pos):  # fmt: skip
+                    expect_key_pos, records, split, base_offset):  # fmt: skip
     """Re-encode the kept records of `len(src)` regions (numba).
 
     Per region i: records in `file` (src 0) or `side` (src 1) at [start[i], end[i]), exactly
-    `count[i]` of them; `keep[keep_start[i] + n]` says whether record n is kept; the original
-    batch's `base_ts`, `ts_type` (1 = LogAppendTime), `max_ts`; `horizon` (-1 = none) is the
-    delete horizon the rebuilt batch carries; `expect_key_pos` (-1 = unchecked) the position of the
-    first record's key as the scan found it.
+    `count[i]` of them, which are records keep_start[i] + n of `records` (the scan's
+    `RecordColumns`, positions in its combined address space: side positions start at `split`);
+    `keep[keep_start[i] + n]` says whether record n is kept; the original batch's `base_ts`,
+    `ts_type` (1 = LogAppendTime), `max_ts`, `base_offset`; `horizon` (-1 = none) is the delete
+    horizon the rebuilt batch carries; `expect_key_pos` (-1 = unchecked) the position of the first
+    record's key in its buffer as the scan found it. Only the kept records are read, at the
+    positions `records` gives; the region is checked against them (first key, end of the last
+    record's headers).
 
     Returns (payload uint8 array, out_start, out_end, new_base_ts, new_max_ts, kept, flags): region
     i's new records are payload[out_start[i]:out_end[i]]; flags[i] = NEEDS_FALLBACK when a header key
@@ -374,14 +394,20 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
     n = len(src)
     args = _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
                    expect_key_pos)  # fmt: skip
+    i64 = np.int64
+    cols = (np.int64(split), np.asarray(base_offset, dtype=i64),
+            *(np.asarray(getattr(records, f), dtype=i64) for f in _RECORD_COLUMNS))  # fmt: skip
     cap = _capacity(args[3], args[4], args[5])
     out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
     res = [np.empty(n, dtype=np.int64) for _ in range(5)] + [np.empty(n, dtype=np.int8)]
-    err, index, position = _rebuild_kernel(*args, out, *res)
+    err, index, position = _rebuild_kernel(*args, *cols, out, *res)
     if err != ERR_OK:
         raise RebuildError(int(err), int(index), int(position))
     used = int(res[1][-1]) if n else 0
     return (out[:used], *res)
+
+
+_RECORD_COLUMNS = ("offset", "timestamp", "key_pos", "key_len", "value_pos", "value_len")
 
 
 def _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
@@ -402,10 +428,12 @@ def _u8(buf) -> np.ndarray:
 
 
 def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts,
-                       horizon, expect_key_pos):  # fmt: skip
-    """Plain-Python reference of `rebuild_records` (same signature, same results): each record is
-    decoded into a `format.batch.Record` and the kept ones are encoded with `encode_record`, i.e.
-    exactly what `build_batch` does with them."""
+                       horizon, expect_key_pos, records=None, split=None, base_offset=None):  # fmt: skip
+    """Plain-Python reference of `rebuild_records` (same signature, same results): it walks each
+    region record by record, decoding every record into a `format.batch.Record`, and encodes the
+    kept ones with `encode_record`, i.e. exactly what `build_batch` does with them. It does not
+    read the scan's columns (`records`, `split`, `base_offset`): the kernel, which does, is checked
+    against the bytes themselves."""
     file, side = bytes(_u8(file)), bytes(_u8(side))
     n = len(src)
     payload = bytearray()

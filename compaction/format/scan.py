@@ -43,6 +43,7 @@ import numba
 import numpy as np
 
 from compaction.buffers import POOL, POOLED_MIN_BYTES
+from compaction.format.memops import memcpy_at
 from compaction.errors import (
     CorruptRecordError,
     CrcMismatchError,
@@ -479,15 +480,11 @@ def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
 
 @_njit
 def copy_bytes(file, side, split, pos, n, out, dst):
-    """out[dst:dst+n] = the n bytes at combined position `pos` (>= split: in `side`). Byte loops:
-    a numba slice copy costs more than a short key."""
+    """out[dst:dst+n] = the n bytes at combined position `pos` (>= split: in `side`)."""
     if pos >= split:
-        pos -= split
-        for j in range(n):
-            out[dst + j] = side[pos + j]
+        memcpy_at(out, dst, side, pos - split, n)
     else:
-        for j in range(n):
-            out[dst + j] = file[pos + j]
+        memcpy_at(out, dst, file, pos, n)
 
 
 @_njit
