@@ -115,7 +115,7 @@ def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
 def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> SegmentScan:
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path)
+    scan = scan_segment(data, path, hash_keys=True)
     _check_batch_sizes(spec, path, scan.batches)
     return scan
 
@@ -181,8 +181,10 @@ class ScanCache:
         size = self.footprint(scan, with_file=not drop)
         if self.held + size > self.max_bytes:
             return False
-        if drop:  # the bytes' length stands in for them: SegmentScan.split must not change
-            scan = SegmentScan(scan.path, _Absent(len(scan.file)), scan.side, scan.batches, scan.records)
+        # Without the packed keys (the map has their ids); without the bytes when `drop`, their
+        # length standing in for them (SegmentScan.split must not change).
+        file = _Absent(len(scan.file)) if drop else scan.file
+        scan = SegmentScan(scan.path, file, scan.side, scan.batches, scan.records)
         self._scans[(group_id, base_offset)] = (scan, size)
         self.held += size
         return True
@@ -301,7 +303,8 @@ class PartitionMap:
 
     def _assign(self, scan: SegmentScan, usable: np.ndarray, dirty: np.ndarray) -> np.ndarray:
         r = scan.records
-        return self.table.assign(scan.file, scan.side, scan.split, r.key_pos, r.key_len, usable, dirty, r.offset)
+        return self.table.assign(scan.file, scan.side, scan.split, r.key_pos, r.key_len, usable, dirty, r.offset,
+                                 scan.keys)  # fmt: skip
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         ids = self._ids.pop((spec.group_id, seg.base_offset), None)

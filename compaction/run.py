@@ -403,14 +403,27 @@ def _run_stages(
     return results, replan
 
 
+MIN_SPLIT_TASK_BYTES = 1 << 30  # below this per task, more tasks than cores cost more than they balance
+
+
+def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
+    """Whole-partition tasks for `total_bytes` of partitions: `tasks_per_core` per core, so that
+    Spark can even out partitions whose cost their bytes misjudge (codecs), but never more than
+    one per core unless each holds MIN_SPLIT_TASK_BYTES: between two tasks on a core Spark spends
+    ~0.2-0.3 s (result, scheduling, the worker's task set-up), what a core compacts ~150 MB in."""
+    wanted = max(1, cores) * max(1, tasks_per_core)
+    return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))
+
+
 def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, timings: dict[str, float]):
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
-    worker, imports, Spark scheduling - is paid per task, not per partition)."""
+    worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
     from compaction import spark_stages as st
 
     sc = spark.sparkContext
-    bins = st.pack([size(p) for p in todo], sc.defaultParallelism * max(1, opts.tasks_per_core))
+    sizes = [size(p) for p in todo]
+    bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}

@@ -58,13 +58,28 @@ def _reference(calls):
     return outs, list(ids), latest
 
 
-def _run(calls, sides, expected_keys=0):
+def _prehashed(file, side, split, pos, lens):
+    """The keys packed and hashed as the scan does it in passing (keyhash.hash_keys)."""
+    from compaction.format.keyhash import hash_keys
+
+    n = len(pos)
+    both = np.concatenate([file, side])  # combined addressing: side positions start at split
+    packed, offs, hashes = np.empty(max(1, int(np.maximum(lens, 0).sum())), np.uint8), np.empty(n + 1, np.int64), \
+        np.empty(n, np.uint64)  # fmt: skip
+    end = hash_keys(both, pos, lens, 0, n, packed, offs, hashes, 0)
+    if n == 0:
+        offs[0] = 0
+    return hashes, packed[:end], offs
+
+
+def _run(calls, sides, expected_keys=0, prehashed=False):
     table = KeyTable(expected_keys)
     outs = []
     for (keys, usable, dirty, offsets), in_side in zip(calls, sides):
         file, side, split, pos, lens = _layout(keys, in_side)
+        hashed = _prehashed(file, side, split, pos, lens) if prehashed else None
         got = table.assign(file, side, split, pos, lens, np.array(usable, bool), np.array(dirty, bool),
-                           np.array(offsets, np.int64))  # fmt: skip
+                           np.array(offsets, np.int64), hashed)  # fmt: skip
         outs.append(got.tolist())
     return table, outs
 
@@ -138,6 +153,10 @@ def test_matches_the_dict_reference(segments, expected_keys):
         sides.append([r[3] for r in seg])
     table, outs = _run(calls, sides, expected_keys)
     _check(table, outs, calls)
+    # Keys the scan already packed and hashed: the same ids, keys and latest offsets.
+    pre, pre_outs = _run(calls, sides, expected_keys, prehashed=True)
+    assert pre_outs == outs and pre.items()[0] == table.items()[0]
+    assert pre.items()[1].tolist() == table.items()[1].tolist()
 
 
 @settings(max_examples=100, deadline=None)

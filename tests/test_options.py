@@ -67,3 +67,24 @@ def test_report_entries_equal_asdict_and_do_not_share_lists():
     assert built == [asdict(r)]
     built[0]["recovery"].append("x")
     assert r.recovery == ["removed a.cleaned"]
+
+
+@pytest.mark.parametrize(
+    "total, cores, per_core, tasks",
+    [
+        (0, 2, 2, 2),  # nothing to split: still one per core (and at least one)
+        (0, 0, 2, 1),
+        (1 << 30, 2, 2, 2),
+        (2 << 30, 2, 2, 2),  # 2 GiB: one task per core; a second wave would cost more than it balances
+        ((2 << 30) + (100 << 20), 2, 2, 2),  # 2 GiB of segments and their active ones
+        (3 << 30, 2, 2, 3),
+        (4 << 30, 2, 2, 4),
+        (100 << 30, 2, 2, 4),  # never more than tasks_per_core per core
+        (100 << 30, 8, 1, 8),
+        (3 << 30, 4, 2, 4),
+    ],
+)  # fmt: skip
+def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(total, cores, per_core, tasks):
+    from compaction.run import task_count
+
+    assert task_count(total, cores, per_core) == tasks

@@ -211,6 +211,52 @@ def test_valid_logs_numba_reference_and_kafka_python_agree(log):
 
 
 @PROPERTY
+@given(logs, st.sampled_from([1, 64, 200, 1 << 20]))
+def test_chunked_crc_and_walk_equal_one_walk_and_keys_hash_in_passing(log, chunk):
+    """scan_segment checks CRCs and walks ~CHUNK_BYTES of batches at a time, and packs and hashes
+    the keys as it goes: the same records as one walk_records over every batch, and the keys and
+    hashes that keyhash gives for them one by one."""
+    from compaction.format.keyhash import key_hash
+
+    buf = u8(log)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scan, "CHUNK_BYTES", chunk)
+        s = scan_segment(buf, "chunks.log", hash_keys=True)
+    assert_records_equal(s.records, walk_records(buf, *walk_args(scan_batches(buf))))
+    hashes, packed, offs = s.keys
+    assert len(hashes) == len(s.records) and len(offs) == len(s.records) + 1 and offs[0] == 0
+    for i in range(len(s.records)):
+        key = s.key(i)
+        assert bytes(packed[offs[i] : offs[i + 1]]) == (key or b"")
+        assert int(hashes[i]) == (0 if key is None else key_hash(np.frombuffer(key, np.uint8), 0, len(key)))
+
+
+def test_keys_are_hashed_in_passing_only_when_every_batch_is_plain():
+    plain = kp_batch(0, [(0, 1, b"a", b"1", [])])
+    packed = kp_batch(1, [(i, 1, b"b", b"value " * 20, []) for i in range(50)], CODECS["gzip"])
+    assert scan_segment(u8(plain), hash_keys=True).keys is not None
+    assert scan_segment(u8(packed), hash_keys=True).batches.codec.tolist() == [CODECS["gzip"]]
+    assert scan_segment(u8(plain + packed), hash_keys=True).keys is None  # KeyTable hashes them itself
+    assert scan_segment(u8(plain)).keys is None
+
+
+def test_a_crc_mismatch_in_a_later_chunk_wins_over_a_bad_record_before_it(monkeypatch):
+    """As when every CRC was checked before any walk: the CRC error, wherever it is, is raised."""
+    bad = bytearray(ONE)
+    bad[61] = 0x7F  # the first record's length varint: now runs past the batch
+    reseal(bad)
+    raw = bytearray(bytes(bad) + TWO * 50)
+    raw[-2] ^= 0xFF  # the last batch's CRC no longer matches
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 100)
+    with pytest.raises(CrcMismatchError) as e:
+        scan_segment(u8(raw), "p/0.log")
+    assert e.value.position == len(bad) + 49 * len(TWO)
+    with pytest.raises(CorruptRecordError) as e:
+        scan_segment(u8(raw), "p/0.log", verify_crc=False)
+    assert e.value.position is not None and e.value.position < len(bad)
+
+
+@PROPERTY
 @given(st.lists(batches_st(codecs=(1, 2, 3, 4)), min_size=1, max_size=4).map(b"".join))
 def test_compressed_logs_match_kafka_python(log):
     s = scan_segment(u8(log), "packed.log")

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from compaction.format.keyhash import key_hash as _hash
 from compaction.format.memops import memcpy_at
 from compaction.format.scan import copy_bytes
 
@@ -27,17 +28,6 @@ def _njit(fn):
         return numba.njit(cache=True, nogil=True)(fn)
     except RuntimeError:
         return numba.njit(cache=False, nogil=True)(fn)
-
-
-@_njit
-def _hash(data, start, end):
-    h = np.uint64(14695981039346656037)
-    for i in range(start, end):
-        h = (h ^ np.uint64(data[i])) * np.uint64(1099511628211)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    return h
 
 
 @_njit
@@ -220,6 +210,24 @@ def _count(file, side, split, key_pos, key_len, log_p, hashes, packed, packed_of
 
 
 @_njit
+def _region_counts(key_len, hashes, log_p, rec_starts, byte_starts, out):
+    """Pass 1 for keys the scan already packed and hashed (`keyhash.hash_keys`): records and key
+    bytes per region, as `_count` gives them."""
+    p = 1 << log_p
+    for r in range(len(key_len)):
+        kl = key_len[r]
+        if kl < 0:
+            out[r] = -1
+            continue
+        t = _region_of(hashes[r], log_p)
+        rec_starts[t + 1] += 1
+        byte_starts[t + 1] += kl
+    for t in range(p):
+        rec_starts[t + 1] += rec_starts[t]
+        byte_starts[t + 1] += byte_starts[t]
+
+
+@_njit
 def _distribute(packed, packed_offs, key_len, usable, dirty, offsets, log_p, hashes, rec_starts, byte_starts,
                 order, h_ord, flags_ord, off_ord, stage_offs, stage):  # fmt: skip
     """Pass 2, in record order (reads sequential, writes in one stream per region): each keyed
@@ -335,18 +343,25 @@ class KeyTable:
     def __len__(self) -> int:
         return int(self.count.sum())
 
-    def assign(self, file, side, split, key_pos, key_len, usable, dirty, offsets) -> np.ndarray:
-        """int64 id per record (-1: null key, or a non-usable record of an unknown key)."""
+    def assign(self, file, side, split, key_pos, key_len, usable, dirty, offsets, hashed=None) -> np.ndarray:
+        """int64 id per record (-1: null key, or a non-usable record of an unknown key).
+        `hashed`: the records' keys already packed and hashed by the scan, (hashes, packed,
+        packed_offs) as `keyhash.hash_keys` leaves them; otherwise they are copied and hashed here."""
         n = len(key_pos)
         p = self.regions
         out = np.empty(n, np.int64)
-        hashes = self._scratch("hashes", n, np.uint64)
-        key_bytes = int(np.maximum(key_len, 0).sum())
-        packed, packed_offs = self._scratch("packed", max(1, key_bytes), np.uint8), self._scratch("poffs", n + 1, np.int64)
         rec_starts = np.zeros(p + 1, np.int64)
         byte_starts = np.zeros(p + 1, np.int64)
-        _count(file, side, split, key_pos, key_len, self.log_p, hashes, packed, packed_offs, rec_starts, byte_starts,
-               out)  # fmt: skip
+        if hashed is not None:
+            hashes, packed, packed_offs = hashed
+            _region_counts(key_len, hashes, self.log_p, rec_starts, byte_starts, out)
+        else:
+            hashes = self._scratch("hashes", n, np.uint64)
+            key_bytes = int(np.maximum(key_len, 0).sum())
+            packed = self._scratch("packed", max(1, key_bytes), np.uint8)
+            packed_offs = self._scratch("poffs", n + 1, np.int64)
+            _count(file, side, split, key_pos, key_len, self.log_p, hashes, packed, packed_offs, rec_starts,
+                   byte_starts, out)  # fmt: skip
         keyed = int(rec_starts[p])
         order, off_ord = self._scratch("order", keyed, np.int64), self._scratch("off", keyed, np.int64)
         stage_offs = self._scratch("stage_offs", keyed + 1, np.int64)

@@ -43,6 +43,7 @@ import numba
 import numpy as np
 
 from compaction.buffers import POOL, POOLED_MIN_BYTES
+from compaction.format.keyhash import hash_keys
 from compaction.format.memops import memcpy_at
 from compaction.errors import (
     CorruptRecordError,
@@ -814,6 +815,9 @@ class SegmentScan:
     side: np.ndarray  # uint8, decompressed records + legacy keys/values
     batches: BatchColumns
     records: RecordColumns  # error fields are always ERR_OK here (errors raise)
+    # (hashes uint64, packed key bytes uint8, packed_offs int64) per record, from
+    # `scan_segment(hash_keys=True)` when every batch is uncompressed v2 (keyhash.hash_keys)
+    keys: tuple | None = None
 
     @property
     def split(self) -> int:
@@ -861,8 +865,9 @@ class SegmentScan:
 
 
 def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, verify_crc: bool = True,
-                 allow_trailing: bool = False) -> SegmentScan:  # fmt: skip
-    """Scan buf[start:end] into batch and record columns.
+                 allow_trailing: bool = False, hash_keys: bool = False) -> SegmentScan:  # fmt: skip
+    """Scan buf[start:end] into batch and record columns; with `hash_keys`, also the keys packed
+    and hashed (`SegmentScan.keys`) when every batch is an uncompressed v2 one.
 
     Raises CorruptRecordError (bad size/magic, malformed records), CrcMismatchError, TruncatedBatchError
     (partial trailing batch, unless `allow_trailing`; then `batches.stop_reason` says so),
@@ -870,26 +875,28 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     """
     file = _as_u8(buf)
     batches = scan_batches(file, start, end)
-    if verify_crc:
-        # Whole batches first: a batch cut short in the middle of a segment swallows the head of
-        # the next one, so its CRC fails at its own position, before the walk goes astray after it.
-        _verify_crcs(file, batches, path)
-    _check_stop(file, batches, path, allow_trailing)
     v2 = batches.magic == 2
     codec = batches.codec
-    _check_codecs(batches, codec, v2, path)
     plain = np.flatnonzero(v2 & (codec == 0))
+    hashing = hash_keys and len(plain) == len(batches.position)
+    plain_records, keys = _verify_and_walk_plain(file, batches, plain, path, verify_crc, hashing)
+    # Errors in this order whatever their positions, as when every CRC was checked before the
+    # walk: a batch cut short in the middle of a segment swallows the head of the next one, so its
+    # CRC fails at its own position, before the walk goes astray after it.
+    _check_stop(file, batches, path, allow_trailing)
+    _check_codecs(batches, codec, v2, path)
+    _raise_walk_error(plain_records, batches, path, in_side=False)
     packed = np.flatnonzero(v2 & (codec != 0) & (batches.size > V2_HEADER_SIZE))
     legacy = np.flatnonzero(~v2)
 
-    parts = [_walk_plain(file, batches, plain, path)]
+    parts = [plain_records]
     # The side buffer is built once per kind (one join each) and only concatenated when a segment
     # mixes compressed v2 batches with legacy entries, which is rare.
     packed_records, packed_side = _walk_compressed(file, batches, packed, path, len(file))
     legacy_records, legacy_side = _read_legacy(file, batches, legacy, path, len(file) + len(packed_side))
     parts += [packed_records, legacy_records]
     side = packed_side if not len(legacy_side) else np.concatenate([packed_side, legacy_side])
-    return SegmentScan(path=path, file=file, side=side, batches=batches, records=_merge(parts))
+    return SegmentScan(path=path, file=file, side=side, batches=batches, records=_merge(parts), keys=keys)
 
 
 def _check_stop(file, batches: BatchColumns, path: str, allow_trailing: bool) -> None:
@@ -915,26 +922,115 @@ def _corrupt_entry_message(file, pos: int) -> str:
     return f"entry size {size + LOG_OVERHEAD} is smaller than the magic v{magic} header"
 
 
-def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str) -> None:
-    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6)."""
+CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache
+
+
+def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, path: str, verify: bool,
+                           hashing: bool = False) -> tuple[RecordColumns, tuple | None]:  # fmt: skip
+    """Every batch's CRC (raising the first mismatch) and the records of the uncompressed v2
+    batches `plain`, ~CHUNK_BYTES of batches at a time: the CRC pass streams a chunk into the
+    cache and the walk, whose every step waits for the bytes the previous one read, finds it
+    there (two passes over a whole 64 MiB segment, bigger than the cache, made the walk wait for
+    memory: ~3x slower). The walk stops at its first malformed record (the columns say where);
+    the CRCs are checked to the end. With `hashing`, each chunk's keys are packed and hashed
+    right after its walk (`keyhash.hash_keys`), for the same reason."""
+    n = len(batches.position)
+    ends = batches.position + batches.size
+    cuts = np.unique(np.searchsorted(ends, ends[0] + np.arange(CHUNK_BYTES, int(ends[-1] - ends[0]) + CHUNK_BYTES,
+                                                                   CHUNK_BYTES), side="right")) if n else []  # fmt: skip
+    plain_cuts = np.searchsorted(plain, cuts)
+    walk = _PlainWalk(file, batches, plain, hashing)
+    lo = 0
+    for hi, plain_hi in zip(list(cuts) + [n], list(plain_cuts) + [len(plain)]):
+        if verify:
+            _verify_crcs(file, batches, path, lo, hi)
+        walk.advance(int(plain_hi))
+        lo = hi
+    return walk.columns(), walk.keys()
+
+
+class _PlainWalk:
+    """`walk_records` over the uncompressed v2 batches `idx`, called for a prefix of them at a
+    time into one set of columns."""
+
+    def __init__(self, file, batches: BatchColumns, idx: np.ndarray, hashing: bool = False) -> None:
+        self.file, self.idx = file, idx
+        self.args = _walk_inputs(batches.position[idx] + V2_HEADER_SIZE, batches.position[idx] + batches.size[idx],
+                                 batches.base_offset[idx], batches.base_timestamp[idx], batches.timestamp_type[idx],
+                                 batches.max_timestamp[idx], batches.records_count[idx])  # fmt: skip
+        self.capacity = _capacity(self.args[0], self.args[1], self.args[6])
+        self.cols = [np.empty(self.capacity, dtype=dt) for dt in RECORD_DTYPES]
+        self.done = self.k = 0  # batches walked, records written
+        self.error = (ERR_OK, -1, -1)
+        self.hashing = hashing
+        if hashing:
+            self.hashes = np.empty(self.capacity, np.uint64)
+            self.packed_offs = np.empty(self.capacity + 1, np.int64)
+            self.packed = np.empty(max(1, len(file) // 16), np.uint8)  # grown as needed
+            self.packed_end = 0
+
+    def advance(self, upto: int) -> None:
+        """Walk batches [done, upto) of `idx` (nothing more after an error)."""
+        a, b = self.done, upto
+        if b <= a or self.error[0] != ERR_OK:
+            return
+        w, code, pos, batch = _walk_kernel(self.file, *(x[a:b] for x in self.args), self.capacity - self.k,
+                                           *(c[self.k :] for c in self.cols))  # fmt: skip
+        self.cols[0][self.k : self.k + w] += a  # batch indexes relative to the call
+        if self.hashing and w:
+            self._hash(self.k, self.k + w)
+        self.k += w
+        self.done = b
+        if code != ERR_OK:
+            self.error = (int(code), int(pos), int(batch) + a)
+
+    def _hash(self, first: int, last: int) -> None:
+        key_pos, key_len = self.cols[3], self.cols[4]
+        need = self.packed_end + int(np.maximum(key_len[first:last], 0).sum())
+        if need > len(self.packed):
+            grown = np.empty(max(need, 2 * len(self.packed)), np.uint8)
+            grown[: self.packed_end] = self.packed[: self.packed_end]
+            self.packed = grown
+        self.packed_end = hash_keys(self.file, key_pos, key_len, first, last, self.packed, self.packed_offs,
+                                    self.hashes, self.packed_end)  # fmt: skip
+
+    def keys(self) -> tuple | None:
+        if not self.hashing:
+            return None
+        if self.k == 0:
+            self.packed_offs[0] = 0
+        return self.hashes[: self.k], self.packed[: self.packed_end], self.packed_offs[: self.k + 1]
+
+    def columns(self) -> RecordColumns:
+        code, pos, batch = self.error
+        cols = RecordColumns(*(c[: self.k] for c in self.cols), error_code=code, error_position=pos,
+                             error_batch=int(self.idx[batch]) if batch >= 0 else -1)  # fmt: skip
+        cols.batch_index = self.idx[cols.batch_index].astype(np.int32) if len(self.idx) else cols.batch_index
+        return cols
+
+
+def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None) -> None:
+    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6), of
+    batches [lo, hi)."""
     import crc32c
 
     mv = memoryview(file)
-    positions = batches.position.tolist()
-    sizes = batches.size.tolist()
-    magics = batches.magic.tolist()
+    hi = len(batches.position) if hi is None else hi
+    positions = batches.position[lo:hi].tolist()
+    sizes = batches.size[lo:hi].tolist()
+    magics = batches.magic[lo:hi].tolist()
     actual = np.empty(len(positions), dtype=np.uint32)
     for i, (pos, size, magic) in enumerate(zip(positions, sizes, magics)):
         if magic == 2:
             actual[i] = crc32c.crc32c(mv[pos + V2_ATTRIBUTES_OFFSET : pos + size])
         else:
             actual[i] = zlib.crc32(mv[pos + MAGIC_OFFSET : pos + size])
-    bad = np.flatnonzero(actual != batches.crc)
+    bad = np.flatnonzero(actual != batches.crc[lo:hi])
     if len(bad):
         i = int(bad[0])
-        raise CrcMismatchError(f"magic v{magics[i]} batch checksum mismatch", expected=int(batches.crc[i]),
+        raise CrcMismatchError(f"magic v{magics[i]} batch checksum mismatch", expected=int(batches.crc[lo + i]),
                                actual=int(actual[i]), path=path, position=positions[i],
-                               offset=int(batches.base_offset[i]))  # fmt: skip
+                               offset=int(batches.base_offset[lo + i]))  # fmt: skip
 
 
 def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
@@ -963,17 +1059,6 @@ def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end
     cols.batch_index = idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
     if cols.error_batch >= 0:
         cols.error_batch = int(idx[cols.error_batch])
-    return cols
-
-
-def _walk_plain(file, batches: BatchColumns, idx: np.ndarray, path: str) -> RecordColumns:
-    """Uncompressed v2 batches: one kernel call over the file buffer itself, no copies."""
-    if not len(idx):
-        return _empty_records()
-    start = batches.position[idx] + V2_HEADER_SIZE
-    end = batches.position[idx] + batches.size[idx]
-    cols = _walk_subset(file, batches, idx, start, end)
-    _raise_walk_error(cols, batches, path, in_side=False)
     return cols
 
 

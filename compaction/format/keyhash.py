@@ -1,0 +1,49 @@
+"""The hash of a record key (64-bit FNV-1a over its bytes, then a murmur3 finaliser so that the top
+bits, which pick the key table's region, are as mixed as the low ones), and `hash_keys`, which
+copies the keys of a run of records into one packed buffer and hashes them: run by the scan over
+each chunk of a segment it has just walked, while the chunk is in the CPU cache (a separate pass
+over a whole segment waited for memory at every key), and read by `keymap.KeyTable.assign`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from compaction.format.memops import memcpy_at
+
+
+def _njit(fn):
+    try:
+        return numba.njit(cache=True, nogil=True)(fn)
+    except RuntimeError:  # no writable cache location
+        return numba.njit(cache=False, nogil=True)(fn)
+
+
+@_njit
+def key_hash(data, start, end):
+    h = np.uint64(14695981039346656037)
+    for i in range(start, end):
+        h = (h ^ np.uint64(data[i])) * np.uint64(1099511628211)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(0xFF51AFD7ED558CCD)
+    h ^= h >> np.uint64(33)
+    return h
+
+
+@_njit
+def hash_keys(buf, key_pos, key_len, first, last, packed, packed_offs, hashes, o):
+    """Records [first, last): each key (key_len >= 0) copied from buf to packed[o:] and hashed;
+    packed_offs[r] = where record r's key starts (null keys: zero bytes, hash 0). Returns the end
+    of the packed bytes."""
+    for r in range(first, last):
+        packed_offs[r] = o
+        kl = key_len[r]
+        if kl < 0:
+            hashes[r] = 0
+            continue
+        memcpy_at(packed, o, buf, key_pos[r], kl)
+        hashes[r] = key_hash(packed, o, o + kl)
+        o += kl
+    packed_offs[last] = o
+    return o
