@@ -143,9 +143,9 @@ def test_small_segments_are_mapped(tmp_path, monkeypatch):
     assert not segment_io.is_mapped(read_segment_bytes(LOCAL, str(path), "direct"))
 
 
-def test_direct_read_falls_back_where_the_filesystem_refuses_it(tmp_path, direct_always, monkeypatch):
-    path = tmp_path / "a.log"
-    data = _file(path, 2 * ALIGN + 3)
+@pytest.fixture
+def open_refuses_direct(monkeypatch):
+    """A filesystem that refuses O_DIRECT at open (EINVAL), as tmpfs does."""
     real_open = os.open
 
     def no_direct(p, flags, *a, **kw):
@@ -154,6 +154,11 @@ def test_direct_read_falls_back_where_the_filesystem_refuses_it(tmp_path, direct
         return real_open(p, flags, *a, **kw)
 
     monkeypatch.setattr(segment_io.os, "open", no_direct)
+
+
+def test_direct_read_falls_back_where_the_filesystem_refuses_it(tmp_path, direct_always, open_refuses_direct):
+    path = tmp_path / "a.log"
+    data = _file(path, 2 * ALIGN + 3)
     assert read_segment_bytes(LOCAL, str(path), "direct").tobytes() == data
 
 
@@ -241,15 +246,7 @@ def test_staged_write_copies_at_once(tmp_path):
     assert path.read_bytes() == b"\x07" * 100 + b"\x09" * 100
 
 
-def test_staged_write_falls_back_where_open_refuses_direct(tmp_path, monkeypatch):
-    real_open = os.open
-
-    def no_direct(p, flags, *a, **kw):
-        if flags & segment_io._O_DIRECT:
-            raise OSError(errno.EINVAL, "Invalid argument")
-        return real_open(p, flags, *a, **kw)
-
-    monkeypatch.setattr(segment_io.os, "open", no_direct)
+def test_staged_write_falls_back_where_open_refuses_direct(tmp_path, open_refuses_direct):
     (c,) = _chunks([2 * BUF + 3])
     w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
     w.write(c)

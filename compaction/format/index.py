@@ -51,9 +51,9 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from compaction.errors import CorruptRecordError, IndexCorruptError
+from compaction.format.jit import njit as _njit
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -329,16 +329,6 @@ def index_entries_py(
     if max_so_far > last_time_ts:  # onBecomeInactiveSegment / close
         time_entries.append((max_so_far, offset_of_max))
     return offset_entries, time_entries
-
-
-def _njit(fn):
-    # Same policy as scan.py: cache compiled code, but do not fail the import where no cache
-    # directory is writable (read-only site-packages on executors without NUMBA_CACHE_DIR).
-    try:
-        return njit(cache=True, nogil=True)(fn)
-    except RuntimeError:
-        return njit(cache=False, nogil=True)(fn)
-
 
 @_njit
 def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_offset, interval):

@@ -7,17 +7,10 @@ over a whole segment waited for memory at every key), and read by `keymap.KeyTab
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from compaction.format.jit import njit as _njit
 from compaction.format.memops import memcpy_at
-
-
-def _njit(fn):
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # no writable cache location
-        return numba.njit(cache=False, nogil=True)(fn)
 
 
 @_njit

@@ -12,22 +12,13 @@ grouped).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pyarrow as pa
 
+from compaction.format.jit import njit as _njit
 from compaction.format.keyhash import key_hash as _hash
 from compaction.format.memops import memcpy_at
 from compaction.format.scan import copy_bytes
-
-
-def _njit(fn):
-    # Same policy as scan.py: cache compiled code, but do not fail the import where no cache
-    # location is usable.
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:
-        return numba.njit(cache=False, nogil=True)(fn)
 
 
 @_njit

@@ -37,13 +37,13 @@ from __future__ import annotations
 import threading
 
 import crc32c as _crc32c
-import numba
 import numpy as np
 import zstandard
 
 from compaction.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
 from compaction.format import compression
+from compaction.format.jit import njit as _njit
 from compaction.format.memops import memcpy_at
 from compaction.format.scan import (
     ERR_OK,
@@ -61,14 +61,6 @@ NEEDS_FALLBACK = 1  # per-batch flag: a header key is not valid UTF-8, use build
 ERR_LAYOUT = 20  # a region does not match the scan's record columns (count, end or first key position)
 ERR_NAMES = {ERR_LAYOUT: "record region does not match the scanned records"}
 MAX_GROWTH_PER_RECORD = 14  # timestampDelta may grow from 1 to 10 bytes, the length varint by <= 5
-
-
-def _njit(fn):
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # no writable cache location
-        return numba.njit(cache=False, nogil=True)(fn)
-
 
 # ====================================================================================================
 # numba helpers

@@ -39,12 +39,9 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from compaction.buffers import POOL, POOLED_MIN_BYTES
-from compaction.format.keyhash import hash_keys
-from compaction.format.memops import memcpy_at
 from compaction.errors import (
     CorruptRecordError,
     CrcMismatchError,
@@ -52,6 +49,9 @@ from compaction.errors import (
     TruncatedBatchError,
     UnsupportedCodecError,
 )
+from compaction.format.jit import njit as _njit
+from compaction.format.keyhash import hash_keys
+from compaction.format.memops import memcpy_at
 
 # --- log entry framing (spec §1.7) -----------------------------------------------------------------
 LOG_OVERHEAD = 12  # offset int64 + size int32
@@ -117,15 +117,6 @@ ERR_NAMES = {
 # This bounds the output allocation even when recordsCount is corrupt.
 MIN_RECORD_SIZE = 7
 _NO_LIMIT = np.iinfo(np.int64).max
-
-
-def _njit(fn):
-    """`numba.njit(cache=True)`, or without a cache when no cache directory is writable."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(cache=False, nogil=True)(fn)
-
 
 # ====================================================================================================
 # Result containers
