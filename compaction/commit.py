@@ -10,8 +10,8 @@ dir we left half-way recovers it with its own `LogLoader` rules (spec §3.8):
 Each step fsyncs the directory before the next one starts. The job runs step 4
 (`remove_replaced`) after it has advanced the checkpoint, as Kafka deletes replaced segments
 asynchronously (`file.delete.delay.ms` later): the cleaned data is durable and live after step 3,
-and unlinking large files is slow on some filesystems (~14 ms per 64 MiB with ext4's `discard`). Before step 1 we also write a small
-intent file naming the old and new segments. Kafka's own recovery can only infer the replaced
+and unlinking large files is slow on some filesystems (~14 ms per 64 MiB with ext4's `discard`).
+Before step 1 we also write a small intent file naming the old and new segments. Kafka's own recovery can only infer the replaced
 range from the `.swap` segment's next offset, which misses old segments past the last batch the
 cleaner kept (spec §5.13 caveat); with the intent file our recovery rolls forward or back exactly.
 A broker ignores the file (it is neither a segment nor an index).

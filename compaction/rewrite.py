@@ -17,6 +17,7 @@ partition otherwise (transaction state crosses group boundaries, spec §5.8).
 
 from __future__ import annotations
 
+import itertools
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -31,7 +32,6 @@ from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
-from compaction.segment_io import ReadAhead, SegmentWriter, is_mapped, read_segment_bytes
 from compaction.retention import (
     BatchOutput,
     BatchRetention,
@@ -43,6 +43,7 @@ from compaction.retention import (
     needs_delete_horizon,
     retain_legacy_deletes,
 )
+from compaction.segment_io import ReadAhead, SegmentWriter, is_mapped, read_segment_bytes
 from compaction.storage import Storage
 
 CLEANED = ".cleaned"
@@ -314,14 +315,20 @@ class PartitionMap:
         return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
 
 
+def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]]) -> ReadAhead:
+    """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked on."""
+    storage, mode = specs[0].storage, specs[0].read_mode
+    return ReadAhead(lambda path: read_segment_bytes(storage, path, mode),
+                     [spec.segment_path(seg.base_offset) for spec, seg in todo])  # fmt: skip
+
+
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tuple[PartitionMap, list[dict]]:
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments)."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
     pmap, producers = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256), []
     todo = [(spec, seg) for spec in specs for seg in spec.segments]
-    read = lambda path: read_segment_bytes(specs[0].storage, path, specs[0].read_mode)  # noqa: E731
-    with ReadAhead(read, [spec.segment_path(seg.base_offset) for spec, seg in todo]) as ahead:
+    with _read_ahead(specs, todo) as ahead:
         for spec in specs:
             producers += tail_producers(spec)
         for i, (spec, seg) in enumerate(todo):
@@ -934,16 +941,14 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     results = []
     todo = [(spec, seg) for spec in specs for seg in spec.segments]
     reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
-    paths = [spec.segment_path(seg.base_offset) for (spec, seg), r in zip(todo, reading) if r]
-    read = lambda path: read_segment_bytes(specs[0].storage, path, specs[0].read_mode)  # noqa: E731
-    reads = iter(range(len(paths)))
-    with ReadAhead(read, paths) as ahead:
+    needs_read, next_read = iter(reading), itertools.count()
+    with _read_ahead(specs, [t for t, r in zip(todo, reading) if r]) as ahead:
         for spec in specs:
             started = time.monotonic()
             out, stats, entries = _Output(), _Stats(), []
             txn.set_cleaned_index(entries)
             for seg in spec.segments:
-                data = ahead.get(next(reads)) if reading.pop(0) else None
+                data = ahead.get(next(next_read)) if next(needs_read) else None
                 scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
                 del scan, data

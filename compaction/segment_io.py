@@ -246,8 +246,4 @@ class SegmentWriter:
                 self._thread.shutdown(wait=True)
             self._file.close()
             self._buf = self._spare = None
-        fd = os.open(posixpath.dirname(self.path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        Storage.local().fsync_dir(posixpath.dirname(self.path) or ".")

@@ -63,12 +63,9 @@ def _prehashed(file, side, split, pos, lens):
     from compaction.format.keyhash import hash_keys
 
     n = len(pos)
-    both = np.concatenate([file, side])  # combined addressing: side positions start at split
     packed, offs, hashes = np.empty(max(1, int(np.maximum(lens, 0).sum())), np.uint8), np.empty(n + 1, np.int64), \
         np.empty(n, np.uint64)  # fmt: skip
-    end = hash_keys(both, pos, lens, 0, n, packed, offs, hashes, 0)
-    if n == 0:
-        offs[0] = 0
+    end = hash_keys(file, side, split, pos, lens, 0, n, packed, offs, hashes, 0)
     return hashes, packed[:end], offs
 
 

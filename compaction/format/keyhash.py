@@ -2,7 +2,8 @@
 bits, which pick the key table's region, are as mixed as the low ones), and `hash_keys`, which
 copies the keys of a run of records into one packed buffer and hashes them: run by the scan over
 each chunk of a segment it has just walked, while the chunk is in the CPU cache (a separate pass
-over a whole segment waited for memory at every key), and read by `keymap.KeyTable.assign`.
+over a whole segment waited for memory at every key), or by `keymap.KeyTable.assign` over the
+keys of a segment the scan did not hash.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.jit import njit as _njit
-from compaction.format.memops import memcpy_at
+from compaction.format.memops import copy_bytes
 
 
 @_njit
@@ -25,17 +26,17 @@ def key_hash(data, start, end):
 
 
 @_njit
-def hash_keys(buf, key_pos, key_len, first, last, packed, packed_offs, hashes, o):
-    """Records [first, last): each key (key_len >= 0) copied from buf to packed[o:] and hashed;
-    packed_offs[r] = where record r's key starts (null keys: zero bytes, hash 0). Returns the end
-    of the packed bytes."""
+def hash_keys(file, side, split, key_pos, key_len, first, last, packed, packed_offs, hashes, o):
+    """Records [first, last): each key (key_len >= 0) copied to packed[o:] from its combined
+    position (>= split: in `side`) and hashed; packed_offs[r] = where record r's key starts (null
+    keys: zero bytes, hash 0). Returns the end of the packed bytes."""
     for r in range(first, last):
         packed_offs[r] = o
         kl = key_len[r]
         if kl < 0:
             hashes[r] = 0
             continue
-        memcpy_at(packed, o, buf, key_pos[r], kl)
+        copy_bytes(file, side, split, key_pos[r], kl, packed, o)
         hashes[r] = key_hash(packed, o, o + kl)
         o += kl
     packed_offs[last] = o

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from compaction.format.jit import njit as _njit
+from compaction.format.keyhash import hash_keys
 from compaction.format.keyhash import key_hash as _hash
 from compaction.format.memops import memcpy_at
-from compaction.format.scan import copy_bytes
 
 
 @_njit
@@ -175,35 +175,10 @@ def _region_of(h, log_p):
 
 
 @_njit
-def _count(file, side, split, key_pos, key_len, log_p, hashes, packed, packed_offs, rec_starts, byte_starts, out):
-    """Pass 1, in record order: every keyed record's key copied into `packed` (one pass over the
-    segment: its keys lie ~a record apart) and hashed; records and key bytes per region (as
-    starts: prefix sums, entry p = totals)."""
-    p = 1 << log_p
-    o = np.int64(0)
-    for r in range(len(key_pos)):
-        kl = key_len[r]
-        packed_offs[r] = o
-        if kl < 0:
-            out[r] = -1
-            continue
-        copy_bytes(file, side, split, key_pos[r], kl, packed, o)
-        h = _hash(packed, o, o + kl)
-        o += kl
-        hashes[r] = h
-        t = _region_of(h, log_p)
-        rec_starts[t + 1] += 1
-        byte_starts[t + 1] += kl
-    packed_offs[len(key_pos)] = o
-    for t in range(p):
-        rec_starts[t + 1] += rec_starts[t]
-        byte_starts[t + 1] += byte_starts[t]
-
-
-@_njit
 def _region_counts(key_len, hashes, log_p, rec_starts, byte_starts, out):
-    """Pass 1 for keys the scan already packed and hashed (`keyhash.hash_keys`): records and key
-    bytes per region, as `_count` gives them."""
+    """Pass 1, over keys packed and hashed in record order (`keyhash.hash_keys`, by the scan or by
+    `assign`): records and key bytes per region (as starts: prefix sums, entry p = totals); -1
+    in `out` for null keys."""
     p = 1 << log_p
     for r in range(len(key_len)):
         kl = key_len[r]
@@ -345,14 +320,13 @@ class KeyTable:
         byte_starts = np.zeros(p + 1, np.int64)
         if hashed is not None:
             hashes, packed, packed_offs = hashed
-            _region_counts(key_len, hashes, self.log_p, rec_starts, byte_starts, out)
         else:
             hashes = self._scratch("hashes", n, np.uint64)
             key_bytes = int(np.maximum(key_len, 0).sum())
             packed = self._scratch("packed", max(1, key_bytes), np.uint8)
             packed_offs = self._scratch("poffs", n + 1, np.int64)
-            _count(file, side, split, key_pos, key_len, self.log_p, hashes, packed, packed_offs, rec_starts,
-                   byte_starts, out)  # fmt: skip
+            hash_keys(file, side, split, key_pos, key_len, 0, n, packed, packed_offs, hashes, 0)
+        _region_counts(key_len, hashes, self.log_p, rec_starts, byte_starts, out)
         keyed = int(rec_starts[p])
         order, off_ord = self._scratch("order", keyed, np.int64), self._scratch("off", keyed, np.int64)
         stage_offs = self._scratch("stage_offs", keyed + 1, np.int64)

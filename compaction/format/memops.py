@@ -5,10 +5,11 @@ Why not a slice assignment or a byte loop: numba compiles both to a loop over si
 LLVM does not vectorise (the arrays may overlap), ~1-1.6 GB/s on values of 100-1024 bytes. Worse,
 a loop of tens of iterations per record fills the CPU's out-of-order window, so the cache miss on
 the next record's bytes only starts when the current record is done: copying 24-byte keys from
-random positions of a 64 MiB segment cost ~150 ns a key, one full memory latency each. With
-`memcpy_at` the same copies run at ~10 GB/s and ~5 ns a key (bench figures in BENCHMARKS.md,
-session 4). It is an intrinsic rather than a ctypes call to libc so that kernels using it stay
-cacheable (`cache=True`).
+random positions of a segment waited for one memory latency each. With `memcpy_at` the value
+copies run at ~10 GB/s (figures in BENCHMARKS.md, session 4). It is an intrinsic rather than a
+ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
+
+`copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).
 
 No bounds checks, as with numba's own indexing: callers pass ranges they have checked.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from compaction.format.jit import njit
 
 
 @intrinsic
@@ -41,3 +44,11 @@ def memcpy_at(typingctx, dst, dst_pos, src, src_pos, n):
 
     return sig, codegen
 
+
+@njit
+def copy_bytes(file, side, split, pos, n, out, dst):
+    """out[dst:dst+n] = the n bytes at combined position `pos` (>= split: in `side`)."""
+    if pos >= split:
+        memcpy_at(out, dst, side, pos - split, n)
+    else:
+        memcpy_at(out, dst, file, pos, n)

@@ -51,7 +51,7 @@ from compaction.errors import (
 )
 from compaction.format.jit import njit as _njit
 from compaction.format.keyhash import hash_keys
-from compaction.format.memops import memcpy_at
+from compaction.format.memops import copy_bytes
 
 # --- log entry framing (spec §1.7) -----------------------------------------------------------------
 LOG_OVERHEAD = 12  # offset int64 + size int32
@@ -468,15 +468,6 @@ def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
         if pos != end:
             return k, ERR_COUNT_MISMATCH, pos, i
     return k, ERR_OK, -1, -1
-
-
-@_njit
-def copy_bytes(file, side, split, pos, n, out, dst):
-    """out[dst:dst+n] = the n bytes at combined position `pos` (>= split: in `side`)."""
-    if pos >= split:
-        memcpy_at(out, dst, side, pos - split, n)
-    else:
-        memcpy_at(out, dst, file, pos, n)
 
 
 @_njit
@@ -930,7 +921,8 @@ def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, path:
     cuts = np.unique(np.searchsorted(ends, ends[0] + np.arange(CHUNK_BYTES, int(ends[-1] - ends[0]) + CHUNK_BYTES,
                                                                    CHUNK_BYTES), side="right")) if n else []  # fmt: skip
     plain_cuts = np.searchsorted(plain, cuts)
-    walk = _PlainWalk(file, batches, plain, hashing)
+    walk = _SubsetWalk(file, batches, plain, batches.position[plain] + V2_HEADER_SIZE,
+                       batches.position[plain] + batches.size[plain], hashing)  # fmt: skip
     lo = 0
     for hi, plain_hi in zip(list(cuts) + [n], list(plain_cuts) + [len(plain)]):
         if verify:
@@ -940,15 +932,17 @@ def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, path:
     return walk.columns(), walk.keys()
 
 
-class _PlainWalk:
-    """`walk_records` over the uncompressed v2 batches `idx`, called for a prefix of them at a
-    time into one set of columns."""
+class _SubsetWalk:
+    """`walk_records` over the v2 batches `idx` of `batches`, whose records are
+    buf[rec_start[j]:rec_end[j]], called for a prefix of them at a time into one set of columns;
+    batch indexes in the columns are those of `batches`. With `hashing`, the keys walked are
+    packed and hashed too (`keys()`)."""
 
-    def __init__(self, file, batches: BatchColumns, idx: np.ndarray, hashing: bool = False) -> None:
+    def __init__(self, file, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end, hashing: bool = False) -> None:
         self.file, self.idx = file, idx
-        self.args = _walk_inputs(batches.position[idx] + V2_HEADER_SIZE, batches.position[idx] + batches.size[idx],
-                                 batches.base_offset[idx], batches.base_timestamp[idx], batches.timestamp_type[idx],
-                                 batches.max_timestamp[idx], batches.records_count[idx])  # fmt: skip
+        self.args = _walk_inputs(rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
+                                 batches.timestamp_type[idx], batches.max_timestamp[idx],
+                                 batches.records_count[idx])  # fmt: skip
         self.capacity = _capacity(self.args[0], self.args[1], self.args[6])
         self.cols = [np.empty(self.capacity, dtype=dt) for dt in RECORD_DTYPES]
         self.done = self.k = 0  # batches walked, records written
@@ -982,8 +976,8 @@ class _PlainWalk:
             grown = np.empty(max(need, 2 * len(self.packed)), np.uint8)
             grown[: self.packed_end] = self.packed[: self.packed_end]
             self.packed = grown
-        self.packed_end = hash_keys(self.file, key_pos, key_len, first, last, self.packed, self.packed_offs,
-                                    self.hashes, self.packed_end)  # fmt: skip
+        self.packed_end = hash_keys(self.file, self.file[:0], len(self.file), key_pos, key_len, first, last,
+                                    self.packed, self.packed_offs, self.hashes, self.packed_end)  # fmt: skip
 
     def keys(self) -> tuple | None:
         if not self.hashing:
@@ -996,7 +990,7 @@ class _PlainWalk:
         code, pos, batch = self.error
         cols = RecordColumns(*(c[: self.k] for c in self.cols), error_code=code, error_position=pos,
                              error_batch=int(self.idx[batch]) if batch >= 0 else -1)  # fmt: skip
-        cols.batch_index = self.idx[cols.batch_index].astype(np.int32) if len(self.idx) else cols.batch_index
+        cols.batch_index = self.idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
         return cols
 
 
@@ -1044,13 +1038,9 @@ def _empty_records() -> RecordColumns:
 
 
 def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end) -> RecordColumns:
-    cols = walk_records(buf, rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
-                        batches.timestamp_type[idx], batches.max_timestamp[idx],
-                        batches.records_count[idx])  # fmt: skip
-    cols.batch_index = idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
-    if cols.error_batch >= 0:
-        cols.error_batch = int(idx[cols.error_batch])
-    return cols
+    walk = _SubsetWalk(buf, batches, idx, rec_start, rec_end)
+    walk.advance(len(idx))
+    return walk.columns()
 
 
 def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str,
