@@ -32,6 +32,7 @@ from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
+from compaction.format.sidepack import pack_side
 from compaction.retention import (
     BatchOutput,
     BatchRetention,
@@ -295,12 +296,19 @@ class PartitionMap:
         self.table = KeyTable(expected_keys)
         self._ids: dict[tuple[int, int], np.ndarray] = {}
 
-    def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, keep_ids: bool) -> None:
+    def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        """Add the segment's records; returns their key ids (for `keep_ids`, `latest`)."""
         _, usable, dirty = map_masks(spec, scan)
-        ids = self._assign(scan, usable, dirty)
-        if keep_ids:  # 4 bytes a record while they fit (ids are < keys + regions)
-            small = len(self.table) + self.table.regions < 2**31
-            self._ids[(spec.group_id, seg.base_offset)] = ids.astype(np.int32) if small else ids
+        return self._assign(scan, usable, dirty)
+
+    def keep_ids(self, spec: GroupSpec, seg: SourceSegment, ids: np.ndarray) -> None:
+        """Hold the ids `add` gave the segment for its rewrite (`found`), which then hashes none."""
+        small = len(self.table) + self.table.regions < 2**31  # 4 bytes a record while they fit
+        self._ids[(spec.group_id, seg.base_offset)] = ids.astype(np.int32) if small else ids
+
+    def latest(self, ids: np.ndarray) -> np.ndarray:
+        """map.get(key) per record from its key id (-1: no id)."""
+        return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
 
     def _assign(self, scan: SegmentScan, usable: np.ndarray, dirty: np.ndarray) -> np.ndarray:
         r = scan.records
@@ -312,7 +320,7 @@ class PartitionMap:
         if ids is None:  # not kept: look the keys up (never adds one)
             none = np.zeros(len(scan.records.offset), dtype=bool)
             ids = self._assign(scan, none, none)
-        return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
+        return self.latest(ids)
 
 
 def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]]) -> ReadAhead:
@@ -324,20 +332,28 @@ def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegmen
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tuple[PartitionMap, list[dict]]:
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
-    producer batch headers (including those of the tail segments)."""
+    producer batch headers (including those of the tail segments).
+
+    Newest segment first: once a segment is added, the latest offset of each of its keys is
+    final (any later record of the key was added before it; earlier ones have lower offsets), so
+    the records the rewrite may keep are known, and a kept scan holds only their decompressed
+    bytes (`sidepack`); the decompressed records of the others are dropped right away."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
-    pmap, producers = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256), []
-    todo = [(spec, seg) for spec in specs for seg in spec.segments]
+    pmap = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256)
+    todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
+    headers = []
     with _read_ahead(specs, todo) as ahead:
-        for spec in specs:
-            producers += tail_producers(spec)
         for i, (spec, seg) in enumerate(todo):
             scan = _read_segment(spec, seg, ahead.get(i))
-            kept = cache is not None and cache.offer(spec.group_id, seg.base_offset, scan, spec.storage.is_local)
-            producers.append(producer_batches(scan.batches))
-            pmap.add(spec, seg, scan, keep_ids=kept)
+            headers.append(producer_batches(scan.batches))
+            ids = pmap.add(spec, seg, scan)
+            if cache is not None:
+                packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids)))
+                if cache.offer(spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local):
+                    pmap.keep_ids(spec, seg, ids)
+                del packed
             del scan  # its bytes' buffer is free for the read after next: two buffers in use, not three
-    return pmap, producers
+    return pmap, [p for spec in specs for p in tail_producers(spec)] + headers[::-1]
 
 
 def producer_batches(scan_batches_cols, start: int = 0, end: int | None = None) -> dict[str, np.ndarray]:
@@ -531,6 +547,14 @@ def _batch_view(scan: SegmentScan, i: int, n_records: int) -> _BatchView:
         delete_horizon_ms=int(b.base_timestamp[i]) if has_horizon else None,
         max_timestamp=int(b.max_timestamp[i]),
     )
+
+
+def may_keep(spec: GroupSpec, scan: SegmentScan, found: np.ndarray) -> np.ndarray:
+    """Per record: False where `keep_records` drops it whatever else the rewrite decides (an older
+    record of a key, below the bound). What the batch-level rules add (transactions, control
+    batches) only concerns batches `sidepack` does not pack."""
+    rec = scan.records
+    return (rec.offset > spec.upper_bound - 1) | ((rec.key_len >= 0) & (rec.offset >= found))
 
 
 def keep_records(

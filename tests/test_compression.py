@@ -125,6 +125,19 @@ def test_zstd_streaming_frame_from_compressobj():
     assert decompress(CODEC_ZSTD, frame) == b"chunk" * 5000
 
 
+def test_zstd_concatenated_frames_decode_like_zstd_input_stream():
+    one = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(b"a" * 700)
+    two = zstandard.ZstdCompressor(level=1).compress(b"b" * 90)
+    assert decompress(CODEC_ZSTD, one + two) == b"a" * 700 + b"b" * 90
+
+
+def test_zstd_truncated_frame_is_an_error_not_fewer_bytes():
+    frame = zstandard.ZstdCompressor(level=3).compress(bytes(range(256)) * 64)
+    for cut in (1, 5, len(frame) // 2):
+        with pytest.raises(CorruptRecordError, match="truncated"):
+            decompress(CODEC_ZSTD, frame[:-cut], path="/p/0.log", position=7)
+
+
 @pytest.mark.parametrize("magic", [0, 1])
 def test_zstd_is_illegal_for_legacy_magic(magic):
     with pytest.raises(UnsupportedCodecError):

@@ -36,8 +36,8 @@ zstd is illegal inside v0/v1 messages (`MemoryRecordsBuilder`, `DeepRecordsItera
 
 from __future__ import annotations
 
-import io
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -95,6 +95,8 @@ def _check_codec(codec: int, magic: int, path: str, position: int | None) -> Non
 def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
     """Compress `data` the way Kafka's producer/cleaner frames `codec` (default level)."""
     _check_codec(codec, magic, "<memory>", None)
+    if codec == CODEC_ZSTD:  # reads any buffer: no copy
+        return zstd_compressor().compress(data)
     data = bytes(data)
     if codec == CODEC_NONE:
         return data
@@ -102,9 +104,7 @@ def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
         return igzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
     if codec == CODEC_SNAPPY:
         return _xerial_compress(data)
-    if codec == CODEC_LZ4:
-        return _lz4_compress(data, broken_header_checksum=magic == 0)
-    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+    return _lz4_compress(data, broken_header_checksum=magic == 0)
 
 
 def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *,
@@ -241,8 +241,35 @@ def _lz4_decompress(frame: bytes, magic: int) -> bytes:
 
 # --- zstd ------------------------------------------------------------------------------------
 
+_LOCAL = threading.local()  # zstd contexts are costly to create and must not be shared by threads
+
+
+def zstd_compressor() -> zstandard.ZstdCompressor:
+    """This thread's compressor at Kafka's default level."""
+    z = getattr(_LOCAL, "compressor", None)
+    if z is None:
+        z = _LOCAL.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return z
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_LOCAL, "decompressor", None)
+    if d is None:
+        d = _LOCAL.decompressor = zstandard.ZstdDecompressor()
+    return d
+
+
 def _zstd_decompress(data) -> bytes:
-    # Streaming, because frames written by zstd-jni's stream do not record the content size.
-    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(data)), read_across_frames=True)
-    with reader:
-        return reader.read()
+    # Frame by frame, because frames written by zstd-jni's stream do not record the content size
+    # (so no one-shot decompress), and a payload may hold several frames, as ZstdInputStream reads.
+    rest = bytes(data)
+    if not rest:
+        return b""
+    parts = []
+    while rest:
+        frame = _zstd_decompressor().decompressobj()
+        parts.append(frame.decompress(rest))
+        if not frame.eof:
+            raise CorruptRecordError("zstd frame is truncated")
+        rest = frame.unused_data
+    return parts[0] if len(parts) == 1 else b"".join(parts)

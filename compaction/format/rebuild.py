@@ -23,7 +23,8 @@ header key that is not valid UTF-8 is flagged (`NEEDS_FALLBACK`) and left to `bu
 Where a batch's records live (`record_regions`): uncompressed v2 batches in the file buffer at
 [position + 61, position + size); compressed v2 batches in `SegmentScan.side`, where `scan_segment`
 appended their decompressed streams back to back from side offset 0, in file order (only batches
-larger than the 61-byte header). The kernel reads only the kept records, at the positions the
+larger than the 61-byte header; `sidepack` may have packed them to the records that may be kept
+and each batch's last, in the same order). The kernel reads only the kept records, at the positions the
 scan's record columns give (no walk over the dropped ones), and checks every region against those
 columns (first key position, the last record's headers ending exactly at the region's end, every
 kept record inside it), so a change of that layout fails loudly.
@@ -34,11 +35,9 @@ itself instead of reading the columns) share one signature.
 
 from __future__ import annotations
 
-import threading
 
 import crc32c as _crc32c
 import numpy as np
-import zstandard
 
 from compaction.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
@@ -561,9 +560,7 @@ def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
     for j, (s, e, codec) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(),
                                           np.asarray(codecs).tolist())):  # fmt: skip
         records = view[s:e]
-        if codec == compression.CODEC_ZSTD:
-            body = _zstd().compress(records)
-        elif codec:
+        if codec:
             body = compression.compress(codec, records, fb.MAGIC_V2)
         else:
             body = records
@@ -575,25 +572,11 @@ def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
     return out
 
 
-_LOCAL = threading.local()
-
-
-def _zstd():
-    """One ZstdCompressor per thread at Kafka's default level (a context is costly to create and
-    must not be shared between threads); same bytes as `compression.compress` (tested)."""
-    z = getattr(_LOCAL, "zstd", None)
-    if z is None:
-        z = _LOCAL.zstd = zstandard.ZstdCompressor(level=compression.ZSTD_LEVEL)
-    return z
-
-
 def seal(header: fb.BatchHeader, records, codec: int) -> list:
     """[header bytes, payload] of the batch: payload compressed with `codec` (default level),
     batch_length and the CRC-32C over [21, end) filled in. The payload is not copied when
     uncompressed (a memoryview into the kernel's output)."""
-    if codec == compression.CODEC_ZSTD:  # compression.compress builds a new context per call
-        payload = _zstd().compress(records)
-    elif codec:
+    if codec:
         payload = compression.compress(codec, records, fb.MAGIC_V2)
     else:
         payload = memoryview(records)
