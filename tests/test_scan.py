@@ -210,33 +210,60 @@ def test_valid_logs_numba_reference_and_kafka_python_agree(log):
     assert_records_equal(rn_nocount, rn)
 
 
+def assert_keys_hashed(s) -> None:
+    """`s.keys` holds every record's key (at its packed_offs entry) and keyhash's hash of it."""
+    from compaction.format.keyhash import key_hash
+
+    hashes, packed, offs = s.keys
+    assert len(hashes) == len(s.records) and len(offs) == len(s.records) + 1
+    for i in range(len(s.records)):
+        key = s.key(i)
+        assert bytes(packed[offs[i] : offs[i] + len(key or b"")]) == (key or b"")
+        assert int(hashes[i]) == (0 if key is None else key_hash(np.frombuffer(key, np.uint8), 0, len(key)))
+
+
 @PROPERTY
 @given(logs, st.sampled_from([1, 64, 200, 1 << 20]))
 def test_chunked_crc_and_walk_equal_one_walk_and_keys_hash_in_passing(log, chunk):
     """scan_segment checks CRCs and walks ~CHUNK_BYTES of batches at a time, and packs and hashes
     the keys as it goes: the same records as one walk_records over every batch, and the keys and
     hashes that keyhash gives for them one by one."""
-    from compaction.format.keyhash import key_hash
-
     buf = u8(log)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(scan, "CHUNK_BYTES", chunk)
         s = scan_segment(buf, "chunks.log", hash_keys=True)
     assert_records_equal(s.records, walk_records(buf, *walk_args(scan_batches(buf))))
-    hashes, packed, offs = s.keys
-    assert len(hashes) == len(s.records) and len(offs) == len(s.records) + 1 and offs[0] == 0
-    for i in range(len(s.records)):
-        key = s.key(i)
-        assert bytes(packed[offs[i] : offs[i + 1]]) == (key or b"")
-        assert int(hashes[i]) == (0 if key is None else key_hash(np.frombuffer(key, np.uint8), 0, len(key)))
+    assert_keys_hashed(s)
 
 
-def test_keys_are_hashed_in_passing_only_when_every_batch_is_plain():
+@PROPERTY
+@given(st.lists(batches_st(codecs=(0, 1, 2, 3, 4)), min_size=1, max_size=6).map(b"".join),
+       st.sampled_from([1, 64, 200, 1 << 20]))  # fmt: skip
+def test_compressed_batches_are_walked_and_hashed_chunk_by_chunk(log, chunk):
+    """The decompressed records are walked ~CHUNK_BYTES at a time as they are copied into the side
+    buffer: the same records as one scan does, in batch order with the plain batches' ones, and
+    their keys hashed in passing."""
+    buf = u8(log)
+    whole = scan_segment(buf, "packed.log")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scan, "CHUNK_BYTES", chunk)
+        s = scan_segment(buf, "packed.log", hash_keys=True)
+    assert_records_equal(s.records, whole.records)
+    assert seg_decode(s) == kp_decode(log)
+    assert_keys_hashed(s)
+
+
+def test_keys_are_hashed_in_passing_unless_a_batch_is_legacy():
+    from compaction.format.batch import Record
+    from compaction.format.legacy import build_legacy_message_set
+
     plain = kp_batch(0, [(0, 1, b"a", b"1", [])])
     packed = kp_batch(1, [(i, 1, b"b", b"value " * 20, []) for i in range(50)], CODECS["gzip"])
-    assert scan_segment(u8(plain), hash_keys=True).keys is not None
-    assert scan_segment(u8(packed), hash_keys=True).batches.codec.tolist() == [CODECS["gzip"]]
-    assert scan_segment(u8(plain + packed), hash_keys=True).keys is None  # KeyTable hashes them itself
+    legacy = build_legacy_message_set([Record(51, 1, b"c", b"2")], magic=1)
+    mixed = scan_segment(u8(plain + packed), hash_keys=True)
+    assert mixed.batches.codec.tolist() == [0, CODECS["gzip"]]
+    assert_keys_hashed(mixed)
+    assert scan_segment(u8(plain + packed + legacy), hash_keys=True).keys is None  # KeyTable hashes them
     assert scan_segment(u8(plain)).keys is None
 
 

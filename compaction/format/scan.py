@@ -849,7 +849,7 @@ class SegmentScan:
 def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, verify_crc: bool = True,
                  allow_trailing: bool = False, hash_keys: bool = False) -> SegmentScan:  # fmt: skip
     """Scan buf[start:end] into batch and record columns; with `hash_keys`, also the keys packed
-    and hashed (`SegmentScan.keys`) when every batch is an uncompressed v2 one.
+    and hashed (`SegmentScan.keys`) when no batch is a legacy (v0/v1) one.
 
     Raises CorruptRecordError (bad size/magic, malformed records), CrcMismatchError, TruncatedBatchError
     (partial trailing batch, unless `allow_trailing`; then `batches.stop_reason` says so),
@@ -860,8 +860,9 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     v2 = batches.magic == 2
     codec = batches.codec
     plain = np.flatnonzero(v2 & (codec == 0))
-    hashing = hash_keys and len(plain) == len(batches.position)
-    plain_records, keys = _verify_and_walk_plain(file, batches, plain, path, verify_crc, hashing)
+    legacy = np.flatnonzero(~v2)
+    hashing = hash_keys and not len(legacy)
+    plain_records, plain_keys = _verify_and_walk_plain(file, batches, plain, path, verify_crc, hashing)
     # Errors in this order whatever their positions, as when every CRC was checked before the
     # walk: a batch cut short in the middle of a segment swallows the head of the next one, so its
     # CRC fails at its own position, before the walk goes astray after it.
@@ -869,16 +870,14 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     _check_codecs(batches, codec, v2, path)
     _raise_walk_error(plain_records, batches, path, in_side=False)
     packed = np.flatnonzero(v2 & (codec != 0) & (batches.size > V2_HEADER_SIZE))
-    legacy = np.flatnonzero(~v2)
-
-    parts = [plain_records]
-    # The side buffer is built once per kind (one join each) and only concatenated when a segment
-    # mixes compressed v2 batches with legacy entries, which is rare.
-    packed_records, packed_side = _walk_compressed(file, batches, packed, path, len(file))
+    # The side buffer is built once per kind and only concatenated when a segment mixes
+    # compressed v2 batches with legacy entries, which is rare.
+    packed_records, packed_side, packed_keys = _walk_compressed(file, batches, packed, path, len(file), hashing)
     legacy_records, legacy_side = _read_legacy(file, batches, legacy, path, len(file) + len(packed_side))
-    parts += [packed_records, legacy_records]
     side = packed_side if not len(legacy_side) else np.concatenate([packed_side, legacy_side])
-    return SegmentScan(path=path, file=file, side=side, batches=batches, records=_merge(parts), keys=keys)
+    records, keys = _merge([plain_records, packed_records, legacy_records],
+                           [plain_keys, packed_keys, None] if hashing else None)  # fmt: skip
+    return SegmentScan(path=path, file=file, side=side, batches=batches, records=records, keys=keys)
 
 
 def _check_stop(file, batches: BatchColumns, path: str, allow_trailing: bool) -> None:
@@ -916,20 +915,27 @@ def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, path:
     memory: ~3x slower). The walk stops at its first malformed record (the columns say where);
     the CRCs are checked to the end. With `hashing`, each chunk's keys are packed and hashed
     right after its walk (`keyhash.hash_keys`), for the same reason."""
-    n = len(batches.position)
-    ends = batches.position + batches.size
-    cuts = np.unique(np.searchsorted(ends, ends[0] + np.arange(CHUNK_BYTES, int(ends[-1] - ends[0]) + CHUNK_BYTES,
-                                                                   CHUNK_BYTES), side="right")) if n else []  # fmt: skip
-    plain_cuts = np.searchsorted(plain, cuts)
+    cuts = _chunk_cuts(batches.position + batches.size)
+    plain_cuts = np.searchsorted(plain, cuts).tolist()
     walk = _SubsetWalk(file, batches, plain, batches.position[plain] + V2_HEADER_SIZE,
                        batches.position[plain] + batches.size[plain], hashing)  # fmt: skip
     lo = 0
-    for hi, plain_hi in zip(list(cuts) + [n], list(plain_cuts) + [len(plain)]):
+    for hi, plain_hi in zip(cuts, plain_cuts, strict=True):
         if verify:
             _verify_crcs(file, batches, path, lo, hi)
         walk.advance(int(plain_hi))
         lo = hi
     return walk.columns(), walk.keys()
+
+
+def _chunk_cuts(ends: np.ndarray) -> list[int]:
+    """Ends (exclusive indexes) of runs of ~CHUNK_BYTES of the items whose byte ranges end at
+    `ends` (ascending); the last is len(ends)."""
+    n = len(ends)
+    if not n:
+        return [0]
+    marks = ends[0] + np.arange(CHUNK_BYTES, int(ends[-1] - ends[0]) + CHUNK_BYTES, CHUNK_BYTES)
+    return [c for c in np.unique(np.searchsorted(ends, marks, side="right")).tolist() if c < n] + [n]
 
 
 class _SubsetWalk:
@@ -1043,11 +1049,14 @@ def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end
     return walk.columns()
 
 
-def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str,
-                     base: int) -> tuple[RecordColumns, np.ndarray]:  # fmt: skip
-    """Compressed v2 batches: decompress each record stream into the side buffer, then one walk."""
+def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
+                     hashing: bool = False) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+    """Compressed v2 batches: decompress each record stream into the side buffer, walking (and
+    with `hashing`, packing and hashing the keys of) ~CHUNK_BYTES of it at a time, right after
+    it is copied there, while it is in the CPU cache. Returns (columns, side, keys or None)."""
     if not len(idx):
-        return _empty_records(), _NO_BYTES
+        walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
+        return _empty_records(), _NO_BYTES, walk.keys()
     from compaction.format.compression import decompress
 
     side_chunks = []
@@ -1064,26 +1073,23 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str,
         start[j] = at
         at += len(data)
         end[j] = at
-    side = _joined(side_chunks, at)
-    cols = _walk_subset(side, batches, idx, start, end)
+    # A large side buffer comes from the process's pool: a fresh multi-MiB array is fresh pages,
+    # faulted in and zeroed every segment.
+    side = POOL.take(at) if at >= POOLED_MIN_BYTES else np.empty(at, dtype=np.uint8)
+    walk = _SubsetWalk(side, batches, idx, start, end, hashing)
+    lo = 0
+    for hi in _chunk_cuts(end):
+        for j in range(lo, hi):
+            side[start[j] : end[j]] = np.frombuffer(side_chunks[j], dtype=np.uint8)
+            side_chunks[j] = None
+        walk.advance(hi)
+        lo = hi
+    side.flags.writeable = False
+    cols = walk.columns()
     _raise_walk_error(cols, batches, path, in_side=True, side_start=start)
     cols.key_pos += base
     cols.value_pos += base
-    return cols, side
-
-
-def _joined(chunks: list[bytes], total: int) -> np.ndarray:
-    """The chunks end to end as one read-only array (the type every kernel is compiled for). A
-    large one goes into a buffer of the process's pool: a fresh multi-MiB bytes object is fresh
-    pages, faulted in and zeroed every segment."""
-    if total < POOLED_MIN_BYTES:
-        return np.frombuffer(b"".join(chunks), dtype=np.uint8)
-    side, at = POOL.take(total), 0
-    for chunk in chunks:
-        side[at : at + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
-        at += len(chunk)
-    side.flags.writeable = False
-    return side
+    return cols, side, walk.keys()
 
 
 def _decompress(decompress, codec: int, data, magic: int, path: str, pos: int, offset: int) -> bytes:
@@ -1154,13 +1160,21 @@ def _legacy_records(entry: memoryview, path: str, pos: int) -> list[tuple[int, i
     return [(r.offset, r.timestamp, r.key, r.value) for r in LegacyBatch(entry, pos, path).records()]
 
 
-def _merge(parts: list[RecordColumns]) -> RecordColumns:
-    """Concatenate the record columns of the three paths back into batch order."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return _empty_records()
-    if len(parts) == 1:
-        return parts[0]
-    cols = [np.concatenate([getattr(p, f) for p in parts]) for f in RECORD_FIELDS]
+def _merge(parts: list[RecordColumns], keys: list | None = None) -> tuple[RecordColumns, tuple | None]:
+    """Concatenate the record columns of the three paths back into batch order, and with `keys`
+    (per part: `_SubsetWalk.keys()`) their hashed keys too: in the merged keys, packed_offs[r] is
+    where record r's key starts in the packed bytes, which are then no longer in record order."""
+    live = [j for j, p in enumerate(parts) if len(p)]
+    if len(live) <= 1:
+        j = live[0] if live else 0
+        return (parts[j] if live else _empty_records()), (keys[j] if keys is not None else None)
+    cols = [np.concatenate([getattr(parts[j], f) for j in live]) for f in RECORD_FIELDS]
     order = np.argsort(cols[0], kind="stable")  # each part is already in order within itself
-    return RecordColumns(*(c[order] for c in cols), error_code=ERR_OK, error_position=-1, error_batch=-1)
+    records = RecordColumns(*(c[order] for c in cols), error_code=ERR_OK, error_position=-1, error_batch=-1)
+    if keys is None:
+        return records, None
+    shift = np.cumsum([0] + [len(keys[j][1]) for j in live])
+    hashes = np.concatenate([keys[j][0] for j in live])[order]
+    packed = np.concatenate([keys[j][1] for j in live])
+    starts = np.concatenate([keys[j][2][:-1] + shift[n] for n, j in enumerate(live)])[order]
+    return records, (hashes, packed, np.append(starts, shift[-1]))
