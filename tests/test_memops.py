@@ -1,5 +1,6 @@
 """memops.memcpy_at: exact byte ranges, nothing outside them touched, read-only sources, and the
-kernels that use it stay cacheable (compiled once, loaded from numba's cache)."""
+kernels that use it stay cacheable (compiled once, loaded from numba's cache). memops.prefetch:
+compiles for any 1-D array and changes nothing."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from compaction.format.memops import memcpy_at
+from compaction.format.memops import memcpy_at, prefetch
 
 
 @numba.njit(cache=True)
@@ -38,3 +39,34 @@ def test_kernels_using_it_are_cacheable():
     from compaction.format import rebuild
 
     assert rebuild._rebuild_kernel._cache.__class__.__name__ != "NullCache"
+
+
+@numba.njit(cache=True)
+def _gather_prefetched(values, idx, ahead):
+    total = 0
+    for i in range(len(idx)):
+        if i + ahead < len(idx):
+            prefetch(values, idx[i + ahead])
+        total += np.int64(values[idx[i]])
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.uint64])
+def test_prefetch_changes_nothing(dtype):
+    values = np.arange(1000, dtype=dtype)
+    before = values.copy()
+    idx = np.random.default_rng(1).integers(0, 1000, 5000)
+    expected = int(values[idx].astype(np.int64).sum())
+    assert _gather_prefetched(values, idx, 16) == expected
+    assert _gather_prefetched(values, idx.astype(np.int32), 3) == expected
+    assert values.tobytes() == before.tobytes()
+    assert _gather_prefetched.stats.cache_misses or _gather_prefetched.stats.cache_hits
+
+
+def test_prefetch_refuses_other_types():
+    @numba.njit
+    def bad(x):
+        prefetch(x, 0)
+
+    with pytest.raises(numba.TypingError):
+        bad(np.zeros((2, 2)))

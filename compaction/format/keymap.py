@@ -18,7 +18,7 @@ import pyarrow as pa
 from compaction.format.jit import njit as _njit
 from compaction.format.keyhash import hash_keys
 from compaction.format.keyhash import key_hash as _hash
-from compaction.format.memops import memcpy_at
+from compaction.format.memops import memcpy_at, prefetch
 
 
 @_njit
@@ -220,6 +220,33 @@ def _distribute(packed, packed_offs, key_len, usable, dirty, offsets, log_p, has
     stage_offs[rec_starts[p]] = byte_starts[p]
 
 
+_AHEAD = 16  # records ahead: each probe is a chain of dependent loads (slot, id's key offset,
+# key bytes, latest offset), which the CPU cannot overlap across records by itself
+
+
+@_njit
+def _prefetch_probe(i, h_ord, log_p, slots, n_slots, arena, arena_cap, offs, cap, latest):
+    """Prefetch, in three stages, what the probe of record i + _AHEAD, + _AHEAD/2 and + _AHEAD/4
+    will read: its first slot; then, the slot being cached by now, the key offset and latest
+    offset of the id found there; then its key bytes. Only hints: a slot filled or moved since
+    costs a miss, never a wrong answer."""
+    mask = np.int64(n_slots - 1)
+    h = h_ord[i + _AHEAD]
+    prefetch(slots, _region_of(h, log_p) * n_slots + np.int64(h & np.uint64(mask)))
+    h = h_ord[i + _AHEAD // 2]
+    t = _region_of(h, log_p)
+    s = slots[t * n_slots + np.int64(h & np.uint64(mask))]
+    if s != _EMPTY:
+        c = np.int64(s & _LOW) - 1
+        prefetch(offs, t * (cap + 1) + c)
+        prefetch(latest, t * cap + c)
+    h = h_ord[i + _AHEAD // 4]
+    t = _region_of(h, log_p)
+    s = slots[t * n_slots + np.int64(h & np.uint64(mask))]
+    if s != _EMPTY and (s >> _SHIFT) == (h >> _SHIFT):
+        prefetch(arena, t * arena_cap + offs[t * (cap + 1) + np.int64(s & _LOW) - 1])
+
+
 @_njit
 def _probe_regions(order, counts, h_ord, stage, stage_offs, flags_ord, off_ord, log_p, slots, n_slots, arena,
                    arena_cap, offs, cap, latest, count, used, out, first):  # fmt: skip
@@ -232,6 +259,8 @@ def _probe_regions(order, counts, h_ord, stage, stage_offs, flags_ord, off_ord, 
     for i in range(first, keyed):
         while counts[t + 1] <= i:
             t += 1
+        if i + _AHEAD < keyed:
+            _prefetch_probe(i, h_ord, log_p, slots, n_slots, arena, arena_cap, offs, cap, latest)
         h = h_ord[i]
         s0, s1 = stage_offs[i], stage_offs[i + 1]
         kl = s1 - s0

@@ -10,12 +10,15 @@ copies run at ~10 GB/s (figures in BENCHMARKS.md, session 4). It is an intrinsic
 ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
 
 `copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).
+`prefetch` asks the CPU to bring an array element's cache line in (LLVM's `llvm.prefetch`): for
+kernels whose loads depend on one another, which out-of-order execution cannot overlap.
 
 No bounds checks, as with numba's own indexing: callers pass ranges they have checked.
 """
 
 from __future__ import annotations
 
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -40,6 +43,27 @@ def memcpy_at(typingctx, dst, dst_pos, src, src_pos, n):
         to = builder.gep(d_arr.data, [d_pos])
         frm = builder.gep(s_arr.data, [s_pos])
         cgutils.raw_memcpy(builder, to, frm, count, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """Hint: arr[index] will be read soon (any 1-D array; no effect on results, never faults)."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+    sig = types.void(arr, types.int64)
+
+    def codegen(context, builder, signature, args):
+        a, i = args
+        ary = context.make_array(signature.args[0])(context, builder, a)
+        byte_ptr = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read (0), keep in all cache levels (3), data cache (1)
+        builder.call(fn, [builder.bitcast(builder.gep(ary.data, [i]), byte_ptr), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
     return sig, codegen

@@ -1077,10 +1077,10 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, ba
     # faulted in and zeroed every segment.
     side = POOL.take(at) if at >= POOLED_MIN_BYTES else np.empty(at, dtype=np.uint8)
     walk = _SubsetWalk(side, batches, idx, start, end, hashing)
-    lo = 0
+    into, lo = memoryview(side), 0
     for hi in _chunk_cuts(end):
-        for j in range(lo, hi):
-            side[start[j] : end[j]] = np.frombuffer(side_chunks[j], dtype=np.uint8)
+        for j, s, e in zip(range(lo, hi), start[lo:hi].tolist(), end[lo:hi].tolist()):
+            into[s:e] = side_chunks[j]
             side_chunks[j] = None
         walk.advance(hi)
         lo = hi
