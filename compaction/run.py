@@ -428,8 +428,7 @@ def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, tim
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
-    for row in st.fused(st.bins_frame(spark, len(bins)), parts).collect():
-        d = row.asDict()
+    for d in st.fused(sc, len(bins), parts).collect():
         scan_s, map_s, cpu_s = (d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds"))
         split = (("taskScanSeconds", scan_s), ("taskMapSeconds", map_s), ("taskRewriteSeconds", d["seconds"]),
                  ("taskCpuSeconds", cpu_s))  # fmt: skip

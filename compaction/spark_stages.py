@@ -401,7 +401,6 @@ FUSED_FIELDS = (
     ("map_seconds", T.DoubleType()),
     ("cpu_seconds", T.DoubleType()),  # CPU time of the whole partition in this process
 )
-FUSED_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS])
 
 
 class _HeaderRow:
@@ -432,10 +431,12 @@ def compact_partition(specs: list) -> list[dict]:
     import dataclasses
     import os
 
+    from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
     from compaction.retention import last_records_of_active_producers
     from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
+    keep_freed_heap()
     started, cpu = time.monotonic(), time.process_time()
     try:  # the index checks the driver leaves to the task that reads the partition anyway
         validate_partition_path(specs[0].storage, specs[0].part_path)
@@ -481,30 +482,26 @@ def _profiled(task, specs: list):
     return rows
 
 
-def fused(bins: DataFrame, partitions) -> DataFrame:
-    """One task per bin of partitions (see `compact_partition`). `bins` has one row per bin id,
-    one Spark partition each; `partitions` is a broadcast of {bin id: [[GroupSpec, ...], ...]}
-    (the groups of each partition of the bin, in log order)."""
+def fused(sc, bins: int, partitions):
+    """One task per bin of partitions (see `compact_partition`), as an RDD of result rows (dicts
+    with every `FUSED_FIELDS` name). `partitions` is a broadcast of {bin id: [[GroupSpec, ...],
+    ...]} (the groups of each partition of the bin, in log order). A Python RDD rather than a
+    DataFrame: its job starts ~0.2 s sooner, with no query to analyse and compile, and its few
+    rows need no columnar transfer (BENCHMARKS.md, session 5)."""
+    kinds = {n: _PY_KINDS[type(t)] for n, t in FUSED_FIELDS}
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(bin_ids: Iterator[int]) -> Iterator[dict]:
         table = partitions.value
-        schema = pa.schema([pa.field(n, _ARROW_KINDS[type(t)]) for n, t in FUSED_FIELDS])
-        for batch in batches:
-            for bin_id in batch.column("bin_id").to_pylist():
-                for specs in table[bin_id]:
-                    try:
-                        rows = _profiled(compact_partition, specs)
-                    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-                        rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
-                    yield pa.RecordBatch.from_pylist(rows, schema=schema)
+        for bin_id in bin_ids:
+            for specs in table[bin_id]:
+                try:
+                    rows = _profiled(compact_partition, specs)
+                except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                    rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+                for row in rows:  # plain Python values of the schema's types (not numpy's)
+                    yield {n: None if row.get(n) is None else kind(row[n]) for n, kind in kinds.items()}
 
-    return bins.mapInArrow(run, FUSED_SCHEMA)
-
-
-def bins_frame(spark: SparkSession, n: int) -> DataFrame:
-    """Rows 0..n-1 as `bin_id`, one Spark partition (task) each, in order (no Python RDD: the
-    rows are made in the JVM)."""
-    return spark.range(0, n, 1, max(1, n)).select(F.col("id").cast("int").alias("bin_id"))
+    return sc.parallelize(range(bins), max(1, bins)).mapPartitions(run)
 
 
 def pack(sizes: list[int], bins: int) -> list[list[int]]:
@@ -519,9 +516,7 @@ def pack(sizes: list[int], bins: int) -> list[list[int]]:
     return [out[j] for j in sorted(range(len(out)), key=lambda j: -load[j]) if out[j]]
 
 
-_ARROW_KINDS = {
-    T.IntegerType: pa.int32(), T.StringType: pa.string(), T.LongType: pa.int64(), T.DoubleType: pa.float64()
-}
+_PY_KINDS = {T.IntegerType: int, T.StringType: str, T.LongType: int, T.DoubleType: float}
 
 
 __all__ = [
@@ -533,7 +528,6 @@ __all__ = [
     "kept_offsets",
     "offset_map",
     "pack",
-    "bins_frame",
     "producer_rows",
     "rewrite",
     "scan",

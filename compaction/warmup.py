@@ -72,20 +72,17 @@ def warm() -> float:
 def warm_executors(spark) -> float:
     """One warm-up task per executor core (a best effort: a failure here only costs the time it
     was meant to save, the real tasks report real errors). Returns the seconds it took."""
-    import pyarrow as pa
 
-    def run(batches):
-        seconds = 0.0
-        for batch in batches:
-            for _ in range(batch.num_rows):
-                try:
-                    seconds += warm()
-                except Exception:  # noqa: BLE001 - see above
-                    seconds += 0.0
-        yield pa.RecordBatch.from_pydict({"seconds": [seconds]}, schema=pa.schema([("seconds", pa.float64())]))
+    def run(cores):
+        for _ in cores:
+            try:
+                yield warm()
+            except Exception:  # noqa: BLE001 - see above
+                yield 0.0
 
     started = time.monotonic()
-    n = max(1, spark.sparkContext.defaultParallelism)
-    spark.sparkContext.setJobGroup("warm-up", "load the Python workers' imports and compiled kernels")
-    spark.range(0, n, 1, n).mapInArrow(run, "seconds double").collect()
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    sc.setJobGroup("warm-up", "load the Python workers' imports and compiled kernels")
+    sc.parallelize(range(n), n).mapPartitions(run).collect()  # the same kind of job as spark_stages.fused
     return time.monotonic() - started
