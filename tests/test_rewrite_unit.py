@@ -703,6 +703,58 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     assert sum(r["records_written"] for r in kept_ids) < sum(r["records_read"] for r in kept_ids)
 
 
+def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
+    """Newest-first scan with packed decompressed records (sidepack) against no kept scans at all
+    (every segment read, decompressed and walked again by the rewrite): the same bytes, on mixed
+    codecs without transactions (so segments are packed: checked), tombstones and headers."""
+    from compaction import rewrite, spark_stages
+    from compaction.__main__ import main as cli
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "8000", "--keys", "900", "--codec", "mixed",
+         "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--headers", "2", "--seed", "11"])  # fmt: skip
+    specs = _partition_specs(log_dir)
+    packed = []
+    real_pack = rewrite.pack_side
+
+    def counting_pack(scan, may_keep):
+        out = real_pack(scan, may_keep)
+        packed.append(out is not None and len(out.side) < len(scan.side))
+        return out
+
+    monkeypatch.setattr(rewrite, "pack_side", counting_pack)
+    rows = spark_stages.compact_partition(specs)
+    with_packing = _cleaned_files(log_dir)
+    assert sum(packed) >= 3, packed
+    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")
+    again = spark_stages.compact_partition(specs)
+    assert with_packing and with_packing == _cleaned_files(log_dir)
+    strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
+    assert strip(rows) == strip(again)
+
+
+@pytest.mark.parametrize(
+    "offset,key_len,found,expected",
+    [
+        (10, 3, 10, True),  # the latest record of its key
+        (9, 3, 10, False),  # an older one
+        (9, 3, -1, True),  # a key absent from the map (clean section, or not usable)
+        (9, -1, -1, False),  # no key: dropped, below the bound
+        (19, 3, 25, False),  # below the bound (upper bound 20), older
+        (20, 3, 25, True),  # at the bound: beyond the map, kept whatever its key
+        (21, -1, -1, True),  # beyond the bound even without a key
+    ],
+)
+def test_may_keep_is_a_superset_of_keep_records(offset, key_len, found, expected):
+    spec = SimpleNamespace(upper_bound=20)
+    rec = SimpleNamespace(offset=np.array([offset]), key_len=np.array([key_len], np.int32))
+    got = bool(rw.may_keep(spec, SimpleNamespace(records=rec), np.array([found]))[0])
+    assert got == expected
+    for value_len, retain in ((5, False), (-1, True), (-1, False)):
+        keep, _ = rw.keep_records(rec.offset, rec.key_len, np.array([value_len]), np.array([found]), 19, retain)
+        assert not keep[0] or got  # whatever keep_records keeps, may_keep kept
+
+
 # --- the vectorized decision for plain v2 batches against the per-batch rules ------------------
 
 from types import SimpleNamespace  # noqa: E402
