@@ -348,7 +348,8 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tu
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
             if cache is not None:
-                packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids)))
+                # Only a decompressed side can be packed: uncompressed segments skip the decision.
+                packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids))) if len(scan.side) else None
                 if cache.offer(spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local):
                     pmap.keep_ids(spec, seg, ids)
                 del packed
@@ -551,10 +552,11 @@ def _batch_view(scan: SegmentScan, i: int, n_records: int) -> _BatchView:
 
 def may_keep(spec: GroupSpec, scan: SegmentScan, found: np.ndarray) -> np.ndarray:
     """Per record: False where `keep_records` drops it whatever else the rewrite decides (an older
-    record of a key, below the bound). What the batch-level rules add (transactions, control
-    batches) only concerns batches `sidepack` does not pack."""
+    record of a key, or no key, below the bound): `keep_records` with every delete retained, the
+    one decision a record's tombstone or horizon can only narrow. What the batch-level rules add
+    (transactions, control batches) only concerns batches `sidepack` does not pack."""
     rec = scan.records
-    return (rec.offset > spec.upper_bound - 1) | ((rec.key_len >= 0) & (rec.offset >= found))
+    return keep_records(rec.offset, rec.key_len, rec.value_len, found, spec.upper_bound - 1, True)[0]
 
 
 def keep_records(

@@ -747,12 +747,14 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
 )
 def test_may_keep_is_a_superset_of_keep_records(offset, key_len, found, expected):
     spec = SimpleNamespace(upper_bound=20)
-    rec = SimpleNamespace(offset=np.array([offset]), key_len=np.array([key_len], np.int32))
-    got = bool(rw.may_keep(spec, SimpleNamespace(records=rec), np.array([found]))[0])
-    assert got == expected
-    for value_len, retain in ((5, False), (-1, True), (-1, False)):
-        keep, _ = rw.keep_records(rec.offset, rec.key_len, np.array([value_len]), np.array([found]), 19, retain)
-        assert not keep[0] or got  # whatever keep_records keeps, may_keep kept
+    for value_len in (5, -1):  # a value or a tombstone: may_keep does not look
+        rec = SimpleNamespace(offset=np.array([offset]), key_len=np.array([key_len], np.int32),
+                              value_len=np.array([value_len], np.int32))  # fmt: skip
+        got = bool(rw.may_keep(spec, SimpleNamespace(records=rec), np.array([found]))[0])
+        assert got == expected
+        for retain in (True, False):
+            keep, _ = rw.keep_records(rec.offset, rec.key_len, rec.value_len, np.array([found]), 19, retain)
+            assert not keep[0] or got  # whatever keep_records keeps, may_keep kept
 
 
 # --- the vectorized decision for plain v2 batches against the per-batch rules ------------------
