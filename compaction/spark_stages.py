@@ -433,10 +433,12 @@ def compact_partition(specs: list) -> list[dict]:
 
     from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
+    from compaction.pyworker import keep_zip_directories
     from compaction.retention import last_records_of_active_producers
     from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
     keep_freed_heap()
+    keep_zip_directories()
     started, cpu = time.monotonic(), time.process_time()
     try:  # the index checks the driver leaves to the task that reads the partition anyway
         validate_partition_path(specs[0].storage, specs[0].part_path)
