@@ -120,15 +120,21 @@ def test_empty_key_is_a_key_and_null_is_not():
     _check(table, outs, calls)
 
 
-@pytest.mark.parametrize("expected_keys", [0, 8192 * 16])
-def test_growth_keeps_ids_and_latest(expected_keys):
-    # Enough distinct keys to grow slots, arena and id space several times (1 and 16 regions).
+@pytest.mark.parametrize(("expected_keys", "region_keys", "grows"),
+                         [(0, 8192, True), (1024 * 16, 1024, True), (8192 * 16, 8192, False)])  # fmt: skip
+def test_growth_keeps_ids_and_latest(monkeypatch, expected_keys, region_keys, grows):
+    # 20,000 distinct keys: 1 region, or 16 regions sized for 1,024 keys each, grow slots, arena
+    # and id space several times; 16 regions sized for the 8,192 keys a region may hold do not.
+    monkeypatch.setattr(KeyTable, "REGION_KEYS", region_keys)
     n = 20_000
     keys = [b"k%d" % (i * 7919 % n) + b"x" * (i % 37) for i in range(n)]
     calls = [(keys[i : i + 3000], [1] * 3000, [i % 2] * 3000, list(range(i, i + 3000))) for i in range(0, n, 3000)]
     calls = [(k, u[: len(k)], d[: len(k)], o[: len(k)]) for k, u, d, o in calls]
+    initial = KeyTable(expected_keys)
     table, outs = _run(calls, [[j % 3 == 0 for j in range(len(c[0]))] for c in calls], expected_keys)
-    assert table.regions == max(1, expected_keys // 8192)
+    assert table.regions == max(1, expected_keys // region_keys)
+    sizes = [(t.n_slots, t.cap, t.arena_cap) for t in (initial, table)]
+    assert (sizes[0] != sizes[1]) == grows
     _check(table, outs, calls)
 
 

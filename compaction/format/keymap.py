@@ -317,13 +317,18 @@ class KeyTable:
 
     REGION_KEYS = 8192
     MAX_REGIONS = 1024
+    MIN_IDS = 1024
+    ARENA_BYTES_PER_KEY = 32  # a guess: the arena grows when keys are longer
 
     def __init__(self, expected_keys: int = 0) -> None:
         regions = max(1, min(self.MAX_REGIONS, expected_keys // self.REGION_KEYS))
         self.log_p = regions.bit_length() - 1
         p = 1 << self.log_p
         self._work: dict[str, np.ndarray] = {}
-        self.n_slots, self.arena_cap, self.cap = 2048, 32 * 1024, 1024  # grown together as needed
+        # Sized for the keys expected, up to a region's share (growing costs a copy of every
+        # region and a rehash of every key: ~0.02 s a 250 MB partition); grown together as needed.
+        self.cap = max(self.MIN_IDS, min(self.REGION_KEYS, 1 << (max(1, expected_keys // p) - 1).bit_length()))
+        self.n_slots, self.arena_cap = 2 * self.cap, self.ARENA_BYTES_PER_KEY * self.cap
         self.slots = np.zeros(p * self.n_slots, np.uint64)
         self.arena = np.empty(p * self.arena_cap, np.uint8)
         self.offs = np.zeros(p * (self.cap + 1), np.int64)
