@@ -95,11 +95,11 @@ def _check_codec(codec: int, magic: int, path: str, position: int | None) -> Non
 def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
     """Compress `data` the way Kafka's producer/cleaner frames `codec` (default level)."""
     _check_codec(codec, magic, "<memory>", None)
-    if codec == CODEC_ZSTD:  # reads any buffer: no copy
-        return zstd_compressor().compress(data)
-    data = bytes(data)
     if codec == CODEC_NONE:
-        return data
+        return bytes(data)
+    # The libraries read any contiguous buffer (the rebuild hands slices of its output): no copy.
+    if codec == CODEC_ZSTD:
+        return zstd_compressor().compress(data)
     if codec == CODEC_GZIP:
         return igzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
     if codec == CODEC_SNAPPY:
@@ -133,14 +133,13 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *,
 
 # --- snappy ----------------------------------------------------------------------------------
 
-def _xerial_compress(data: bytes) -> bytes:
-    out = bytearray(XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION))
+def _xerial_compress(data) -> bytes:
+    parts = [XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION)]
     view = memoryview(data)
-    for start in range(0, len(data), XERIAL_BLOCK_SIZE):
-        block = bytes(cramjam.snappy.compress_raw(bytes(view[start:start + XERIAL_BLOCK_SIZE])))
-        out += XERIAL_CHUNK_LEN.pack(len(block))
-        out += block
-    return bytes(out)
+    for start in range(0, len(view), XERIAL_BLOCK_SIZE):
+        block = cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK_SIZE])
+        parts += (XERIAL_CHUNK_LEN.pack(len(block)), block)
+    return b"".join(parts)
 
 
 def _is_xerial_header(view: memoryview, pos: int) -> bool:
@@ -150,8 +149,8 @@ def _is_xerial_header(view: memoryview, pos: int) -> bool:
 def _xerial_decompress(view: memoryview) -> bytes:
     if not _is_xerial_header(view, 0):
         # SnappyInputStream falls back to one raw block when the magic is missing.
-        return bytes(cramjam.snappy.decompress_raw(bytes(view)))
-    out = bytearray()
+        return bytes(cramjam.snappy.decompress_raw(view))
+    blocks = []  # cramjam reads the chunks in place; one join copies them out
     pos = 0
     while pos < len(view):
         if _is_xerial_header(view, pos):  # start of a (possibly concatenated) stream
@@ -163,9 +162,9 @@ def _xerial_decompress(view: memoryview) -> bytes:
         pos += XERIAL_CHUNK_LEN.size
         if length < 0 or pos + length > len(view):
             raise CorruptRecordError(f"xerial snappy chunk of {length} bytes at {pos} runs past the end")
-        out += cramjam.snappy.decompress_raw(bytes(view[pos:pos + length]))
+        blocks.append(cramjam.snappy.decompress_raw(view[pos : pos + length]))
         pos += length
-    return bytes(out)
+    return b"".join(blocks)
 
 
 # --- lz4 -------------------------------------------------------------------------------------
