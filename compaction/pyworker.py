@@ -3,10 +3,11 @@
 PySpark's worker calls `importlib.invalidate_caches()` before every task (`worker_util.
 setup_spark_files`). On CPython 3.10 and 3.11 that makes every `zipimporter` on the path read
 its archive's whole directory again, in Python, at once (python/cpython#103200; later CPython
-reads it lazily), and the worker's path always holds two archives: Spark's `pyspark.zip` and
-py4j's (1,300+ entries, one importer per package imported from them). Measured on the 2-core bench box: 0.10-0.15 s
-between the JVM starting a task and the task's function being called, in each of the two
-concurrent tasks, nearly all of it this (BENCHMARKS.md, session 6). Spark later stopped calling
+reads it lazily, on the next import through it), and the worker's path always holds two
+archives: Spark's `pyspark.zip` and py4j's (1,300+ entries, one importer per package imported
+from them). Measured on the 2-core bench box: 0.10-0.15 s between the JVM starting a task and
+the task's function being called, in each of the two concurrent tasks, nearly all of it this
+(BENCHMARKS.md, session 6). Spark later stopped calling
 it for every task (SPARK-54744); the Spark this package runs on still does.
 
 The archives of a worker do not change while it lives (Spark fetches an application's files once

@@ -673,7 +673,8 @@ class _Runs:
     ones with their small chunks joined, so the writer and the index columns are called per run,
     not per batch (a segment rebuilds ~1,000 batches)."""
 
-    JOIN_MAX = 64 << 10  # a bigger chunk (an uncompressed rebuilt payload) is written as it is, not copied once more
+    # A bigger chunk (an uncompressed rebuilt payload) is written as it is, not copied once more.
+    JOIN_MAX = 64 << 10
 
     def __init__(self, out: _Output, source: memoryview) -> None:
         self.out, self.source = out, source

@@ -327,7 +327,11 @@ class KeyTable:
         self._work: dict[str, np.ndarray] = {}
         # Sized for the keys expected, up to a region's share (growing costs a copy of every
         # region and a rehash of every key: ~0.02 s a 250 MB partition); grown together as needed.
-        self.cap = max(self.MIN_IDS, min(self.REGION_KEYS, 1 << (max(1, expected_keys // p) - 1).bit_length()))
+        # The price when the guess errs high (PartitionMap guesses a key per 256 B of log): slots
+        # and latest offsets never filled, 24 B a guessed key first-touched (~100 MB at the 1 GiB
+        # whole-partition task limit; a partition of Kafka's workload, 244k keys: 24 MB, not 6).
+        share = max(1, expected_keys // p)
+        self.cap = max(self.MIN_IDS, min(self.REGION_KEYS, 1 << (share - 1).bit_length()))
         self.n_slots, self.arena_cap = 2 * self.cap, self.ARENA_BYTES_PER_KEY * self.cap
         self.slots = np.zeros(p * self.n_slots, np.uint64)
         self.arena = np.empty(p * self.arena_cap, np.uint8)
