@@ -20,6 +20,7 @@ from compaction.discover import (
     CLEANER_CHECKPOINT,
     LogDirState,
     PartitionDir,
+    audit_structure,
     check_listing,
     first_batch_timestamp,
     gc_paused,
@@ -170,7 +171,8 @@ def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
 def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec]:
     plan, part, ld = p.plan, p.part, p.log_dir
     by_base = {s.base_offset: s for s in part.segments}
-    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns)  # noqa: E731
+    after = {a.base_offset: b.base_offset for a, b in zip(part.segments, part.segments[1:])}
+    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns, after.get(s.base_offset))  # noqa: E731
     tail = tuple(src(s) for s in part.segments if s.base_offset >= plan.first_uncleanable_offset)
     aborted = _aborted_txns(ld.storage, part)
     specs = []
@@ -194,6 +196,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 max_message_bytes=config.max_message_bytes,
                 read_mode=opts.read_mode,
                 write_mode=opts.write_mode,
+                leader_epoch_checkpoint=part.leader_epoch_checkpoint,
             )
         )
     return specs
@@ -227,6 +230,8 @@ def _plan_one(
                 # 10,000 partitions' indexes are not read one by one here. A dry run reports
                 # damage without tasks; a missing index is rebuilt only in a partition found sound.
                 validate_contents(ld.storage, part)
+            if opts.dry_run:  # how the segments fit together, as far as their first batches show
+                audit_structure(ld.storage, part)
             if missing and not opts.recover_only:
                 # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in
                 # a partition this run cleans (a skipped partition is left exactly as found).

@@ -435,7 +435,7 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.discover import validate_partition_path
     from compaction.pyworker import keep_zip_directories
     from compaction.retention import last_records_of_active_producers
-    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, check_partition_epochs, scan_partition
 
     keep_freed_heap()
     keep_zip_directories()
@@ -448,7 +448,9 @@ def compact_partition(specs: list) -> list[dict]:
     # up to this many bytes of decompressed records + columns per task; the rest is read again.
     reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
     cache = ScanCache(reuse) if reuse > 0 else None
-    pmap, producers = scan_partition(specs, cache)
+    epochs: list = []  # leader-epoch runs per segment: checked before anything is written
+    pmap, producers = scan_partition(specs, cache, epochs)
+    check_partition_epochs(specs, epochs)
     batches = _header_rows([pa.table(p) for p in producers if len(p["base_offset"])])
     scanned = time.monotonic()
     unstable = first_unstable_offset(batches)
