@@ -63,9 +63,10 @@ def _span(first: int, last: int) -> str:
 
 
 def check_segment_offsets(path: str, base_offset: int, batches: Batches, next_base: int | None = None,
-                          next_path: str | None = None) -> None:  # fmt: skip
+                          next_path: str | None = None, first_only: bool = False) -> None:  # fmt: skip
     """A segment's batches against its base offset, each other and the next segment's base
-    (`next_base`; None: the last segment, or unknown)."""
+    (`next_base`; None: the last segment, or unknown). `first_only`: `batches` is the segment's
+    first batch alone (the reason says so)."""
     first, last, pos = batches.base_offset, batches.last_offset, batches.position
     if not len(first):
         return
@@ -85,8 +86,10 @@ def check_segment_offsets(path: str, base_offset: int, batches: Batches, next_ba
     if next_base is not None and last[-1] >= next_base:
         i = int(np.argmax(last >= next_base))
         other = file_name(next_path) if next_path else f"the segment at {next_base}"
+        held = f"offsets from {int(first[0])} (first batch: {_span(int(first[0]), int(last[0]))})" if first_only \
+            else f"offsets {int(first[0])}-{int(last[-1])}"
         raise LogStructureError(
-            f"{name} holds offsets {int(first[0])}-{int(last[-1])}, overlapping {other} from {next_base}",
+            f"{name} holds {held}, overlapping {other} from {next_base}",
             rule=RULE_NEXT, other_path=next_path, path=path, position=int(pos[i]),
             offset=int(first[i]))  # fmt: skip
 
@@ -271,6 +274,7 @@ def check_first_batches(paths: Sequence[str], bases: Sequence[int], heads: Seque
     firsts = [first_batch(h) for h in heads]
     for i, (path, base, fb) in enumerate(zip(paths, bases, firsts)):
         nxt = i + 1 < len(bases)
-        check_segment_offsets(path, base, fb, bases[i + 1] if nxt else None, paths[i + 1] if nxt else None)
+        check_segment_offsets(path, base, fb, bases[i + 1] if nxt else None, paths[i + 1] if nxt else None,
+                              first_only=True)  # fmt: skip
     epochs = [segment_epochs(p, b, fb) for p, b, fb in zip(paths, bases, firsts)]
     check_leader_epochs(epochs, checkpoint, checkpoint_path)

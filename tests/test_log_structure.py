@@ -311,7 +311,8 @@ def test_first_batches_find_the_cases_a_dry_run_can_see():
     check_first_batches(paths, [0, 100, 4603], [h[:61] for h in ok], [(0, 0), (1, 100), (2, 4603)])
     foreign = [v2(0, 9), v2(4817, 4900), v2(4603, 4700)]  # another partition's segment dropped in at 100
     err = raises(RULE_NEXT, check_first_batches, paths, [0, 100, 4603], [h[:61] for h in foreign])
-    assert "00000000000000000100.log holds offsets 4817-4900, overlapping 00000000000000004603.log" in str(err)
+    assert ("00000000000000000100.log holds offsets from 4817 (first batch: 4817-4900), overlapping "
+            "00000000000000004603.log from 4603") in str(err)
     raises(RULE_BASE, check_first_batches, paths[:2], [0, 105], [h[:61] for h in ok[:2]])
     raises(RULE_EPOCH_ORDER, check_first_batches, paths, [0, 100, 4603], [v2(0, 9, 3), v2(100, 120, 1), ok[2]])
     raises(RULE_EPOCH_CHECKPOINT, check_first_batches, paths, [0, 100, 4603], [h[:61] for h in ok],
