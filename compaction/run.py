@@ -319,34 +319,47 @@ def _spark_session(opts: JobOptions):
 
 class _SparkStarter:
     """The Spark session, and Python workers warmed up (compaction/warmup.py), started on a thread
-    at the beginning of the run so that both overlap recovery, discovery and planning. Spark conf
-    `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
+    at the beginning of the run so that both overlap recovery, discovery and planning. The
+    warm-up waits for the plan (`planned`): it warms the pool of workers the round's stages will
+    use (whole partitions: RDD jobs; ranges: Arrow jobs), none for a round with nothing to clean.
+    Spark conf `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
 
     def __init__(self, opts: JobOptions) -> None:
         self._t0 = time.monotonic()
         self._out: dict = {}
+        self._plan: list[Planned] = []
+        self._planned = threading.Event()
         self._thread = threading.Thread(target=self._start, args=(opts,), name="spark-start", daemon=True)
         self._thread.start()
+
+    def planned(self, todo: list[Planned]) -> None:
+        """The partitions the stages will run (their specs set); [] when none."""
+        self._plan = list(todo)
+        self._planned.set()
 
     def _start(self, opts: JobOptions) -> None:
         try:
             spark = _spark_session(opts)
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
-            if spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
-                from compaction.warmup import warm_executors
+            self._planned.wait()
+            if self._plan and spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
+                from compaction.warmup import ARROW_POOL, RDD_POOL, warm_executors
 
-                self._out["workerWarmupSeconds"] = warm_executors(spark)
+                cut = _cut(spark, self._plan)
+                pools = [pool for pool, used in ((RDD_POOL, not all(cut)), (ARROW_POOL, any(cut))) if used]
+                self._out["workerWarmupSeconds"] = warm_executors(spark, pools)
             self._out["spark"] = spark
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
 
     def join(self) -> None:
+        self._planned.set()
         self._thread.join()
 
     def get(self, timings: dict[str, float]):
         """The session, once up. `sparkWaitSeconds`: how long the round waited for it after planning."""
         t = time.monotonic()
-        self._thread.join()
+        self.join()
         timings["sparkWaitSeconds"] = time.monotonic() - t
         for key in ("sparkStartSeconds", "workerWarmupSeconds"):
             if key in self._out:
@@ -385,6 +398,12 @@ def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int)
     return [size > limit or (n > 1 and size > share) for size, n in zip(sizes, groups)]
 
 
+def _cut(spark, todo: list[Planned]) -> list[bool]:
+    sizes = [_partition_bytes(p) for p in todo]
+    return cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
+                           _partition_task_max_bytes(spark))  # fmt: skip
+
+
 def _run_stages(
     spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float] | None = None
 ) -> tuple[dict[int, dict], dict[int, int]]:
@@ -392,9 +411,7 @@ def _run_stages(
     whose scan found an open transaction below the planned bound: they are not rewritten.
     `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
     timings = {} if timings is None else timings
-    sizes = [_partition_bytes(p) for p in todo]
-    cut = cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
-                          _partition_task_max_bytes(spark))  # fmt: skip
+    cut = _cut(spark, todo)
     whole = [i for i, c in enumerate(cut) if not c]
     ranged = [i for i, c in enumerate(cut) if c]
     results: dict[int, dict] = {}
@@ -625,6 +642,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
                 config = resolve_topic_config(opts.topic_config.get(p.part.topic), _job_config(opts, p.part.topic))
                 p.specs = _specs(p, opts, config, next_id)
                 next_id += len(p.specs)
+            starter.planned(todo)
             spark = starter.get(timings)
             t2 = time.monotonic()
             results, replan = _run_stages(spark, todo, opts, timings)
