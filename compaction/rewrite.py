@@ -359,6 +359,10 @@ class PartitionMap:
         small = len(self.table) + self.table.regions < 2**31  # 4 bytes a record while they fit
         self._ids[(spec.group_id, seg.base_offset)] = ids.astype(np.int32) if small else ids
 
+    def take_ids(self, spec: GroupSpec, seg: SourceSegment) -> np.ndarray:
+        """The ids `keep_ids` held for the segment (given up)."""
+        return self._ids.pop((spec.group_id, seg.base_offset))
+
     def latest(self, ids: np.ndarray) -> np.ndarray:
         """map.get(key) per record from its key id (-1: no id)."""
         return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
@@ -384,7 +388,8 @@ def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegmen
 
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
-                   epochs: list[SegmentEpochs] | None = None) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
+                   keep_ids: bool = False, epochs: list[SegmentEpochs] | None = None,
+                   ) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments). Every segment's place in the
     log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
@@ -392,7 +397,8 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     Newest segment first: once a segment is added, the latest offset of each of its keys is
     final (any later record of the key was added before it; earlier ones have lower offsets), so
     the records the rewrite may keep are known, and a kept scan holds only their decompressed
-    bytes (`sidepack`); the decompressed records of the others are dropped right away."""
+    bytes (`sidepack`); the decompressed records of the others are dropped right away.
+    `keep_ids`: hold every segment's key ids (`PartitionMap.take_ids`), kept scan or not."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
     pmap = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256)
     todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
@@ -402,6 +408,8 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
             scan = _read_segment(spec, seg, ahead.get(i), epochs)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
+            if keep_ids:
+                pmap.keep_ids(spec, seg, ids)
             if cache is not None:
                 # Only a decompressed side can be packed: uncompressed segments skip the decision.
                 packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids))) if len(scan.side) else None
