@@ -177,6 +177,25 @@ def segment_epochs(path: str, base_offset: int, batches: Batches) -> SegmentEpoc
                          batches.position[keep[starts]].astype(np.int64))  # fmt: skip
 
 
+def epoch_columns(epochs: Sequence[SegmentEpochs]) -> dict[str, np.ndarray]:
+    """`SegmentEpochs` of several segments as flat columns (one row per run), to ship to the
+    driver; `epochs_from_columns` reverses it."""
+    cat = lambda name: np.concatenate([getattr(s, name) for s in epochs] or [np.empty(0, np.int64)])  # noqa: E731
+    base = np.concatenate([np.full(len(s.epoch), s.base_offset, np.int64) for s in epochs] or [np.empty(0, np.int64)])
+    return {"base_offset": base, **{n: cat(n).astype(np.int64) for n in ("epoch", "first", "last", "position")}}
+
+
+def epochs_from_columns(columns: dict[str, np.ndarray], path_of) -> list[SegmentEpochs]:
+    """The `SegmentEpochs` of `epoch_columns`; `path_of(base_offset)` names each segment's file."""
+    base = np.asarray(columns["base_offset"], dtype=np.int64)
+    out = []
+    for b in np.unique(base).tolist():
+        sel = base == b
+        out.append(SegmentEpochs(path_of(b), b, *(np.asarray(columns[n], np.int64)[sel]
+                                                  for n in ("epoch", "first", "last", "position"))))  # fmt: skip
+    return out
+
+
 def check_leader_epochs(segments: Sequence[SegmentEpochs], checkpoint: Sequence[tuple[int, int]] | None = None,
                         checkpoint_path: str = LEADER_EPOCH_CHECKPOINT) -> None:  # fmt: skip
     """Leader epochs of a partition's segments (any order; sorted by base offset here) never

@@ -495,12 +495,16 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
     blocks = st.scan_ranges(st.task_ids_frame(spark, len(range_specs)), table).persist(StorageLevel.DISK_ONLY)
     errors: dict[int, str] = {}
     headers: dict[int, list] = {}
+    epochs: dict[int, list] = {}
     for row in st.side_blocks(blocks).collect():
         if row.kind == ranges.ERROR:
             errors.setdefault(row.range_id, bytes(row.data).decode())
+        elif row.kind == ranges.EPOCHS:
+            epochs.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
         else:
             headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
+    _check_epochs(todo, epochs, errors)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
     replan: dict[int, int] = {}
     units = _units(todo, headers, errors, replan)
@@ -516,6 +520,25 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
         timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
     blocks.unpersist()
     return results, replan
+
+
+def _check_epochs(todo: list[Planned], epochs: dict[int, list], errors: dict[int, str]) -> None:
+    """Leader epochs across each partition's ranges (`rewrite.check_partition_epochs`, as a
+    whole-partition task checks them), from their EPOCHS blocks; a violation fails the partition
+    (in `errors`, under its first range) before anything is written."""
+    from compaction.log_structure import epochs_from_columns
+    from compaction.rewrite import check_partition_epochs
+
+    for p in todo:
+        if any(s.group_id in errors for s in p.specs):
+            continue
+        spec = p.specs[0]
+        cols = [{n: b.column(n).to_numpy() for n in b.schema.names} for s in p.specs for b in epochs.get(s.group_id, ())]
+        runs = [e for c in cols for e in epochs_from_columns(c, spec.segment_path)]
+        try:
+            check_partition_epochs(p.specs, runs)
+        except (CompactionError, OSError) as exc:
+            errors[spec.group_id] = str(exc)
 
 
 def _units(todo: list[Planned], headers: dict[int, list], errors: dict[int, str],

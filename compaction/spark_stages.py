@@ -112,8 +112,8 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
 
 
 def side_blocks(blocks: DataFrame) -> DataFrame:
-    """PRODUCERS and ERROR blocks (a few per range), for the driver."""
-    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.ERROR))
+    """PRODUCERS, EPOCHS and ERROR blocks (a few per range), for the driver."""
+    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.EPOCHS, ranges.ERROR))
 
 
 def merge_buckets(blocks: DataFrame) -> DataFrame:

@@ -12,7 +12,9 @@ consistent log (drop, move out) must clean it. Truncation may do either (an inde
 the cut fails it).
 
 KAFKA_COMPACTION_FUZZ_SEEDS (default 10) rounds of PARTITIONS partitions, one operation each; every
-fourth round in the v1 message format of Kafka 0.10 (no leader epochs: no restamping)."""
+fourth round in the v1 message format of Kafka 0.10 (no leader epochs: no restamping); every third
+round cuts every partition into ranges (compaction/ranges.py: scan per group, leader epochs
+checked on the driver) instead of compacting it whole in one task."""
 
 from __future__ import annotations
 
@@ -152,7 +154,13 @@ def test_structural_damage_fails_or_cleans_exactly(session, tmp_path, seed):
     parts = sorted(n for n in os.listdir(log_dir) if os.path.isdir(os.path.join(log_dir, n)))
     before = {p: tree_hashes(os.path.join(log_dir, p)) for p in parts}
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in parts}
-    code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(NOW)]))
+    ranged = seed % 3 == 2
+    session.conf.set("spark.kafka.compaction.partitionTaskMaxBytes", "1" if ranged else str(1 << 30))
+    try:
+        code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(NOW)]))
+    finally:
+        session.conf.unset("spark.kafka.compaction.partitionTaskMaxBytes")
+    assert ("scanSeconds" in report["timings"]) == ranged  # the ranges path ran
     got = {f"{r['topic']}-{r['partition']}": r for r in report["partitions"]}
     for p in parts:
         op, expect = damaged.get(p, ("none", CLEAN))
