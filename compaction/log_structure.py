@@ -18,14 +18,15 @@ rewritten:
 
 Each check raises `LogStructureError` naming the file(s), the offsets and the rule. The inputs
 are what the executors' scan produces anyway (`BatchColumns`, the `.index` entries) or, for the
-driver's dry-run audit, the first batch header of each segment (`first_batch_structure`).
+driver's dry-run audit, the first batch header of each segment (`check_first_batches`).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -86,7 +87,8 @@ def check_segment_offsets(path: str, base_offset: int, batches: Batches, next_ba
     if next_base is not None and last[-1] >= next_base:
         i = int(np.argmax(last >= next_base))
         other = file_name(next_path) if next_path else f"the segment at {next_base}"
-        held = f"offsets from {int(first[0])} (first batch: {_span(int(first[0]), int(last[0]))})" if first_only \
+        head = _span(int(first[0]), int(last[0]))
+        held = f"offsets from {int(first[0])} (first batch: {head})" if first_only \
             else f"offsets {int(first[0])}-{int(last[-1])}"
         raise LogStructureError(
             f"{name} holds {held}, overlapping {other} from {next_base}",
@@ -125,7 +127,8 @@ def check_index_entries(index_path: str, log_path: str, base_offset: int, entrie
         elif offset > seg_last:
             what = f"lies past {log}'s last offset {seg_last}"
         else:
-            what = f"points at byte {position} of {log}, a batch of offsets {_span(int(first[i]), int(last[i]))}"
+            span = _span(int(first[i]), int(last[i]))
+            what = f"points at byte {position} of {log}, a batch of offsets {span}"
         raise LogStructureError(f"entry for offset {offset} {what}", rule=RULE_INDEX, other_path=log_path,
                                 path=index_path, position=k * 8, offset=offset)  # fmt: skip
 
@@ -145,7 +148,8 @@ def check_time_index_entries(index_path: str, log_path: str, base_offset: int, e
         offset = int(entries[k, 1])
         raise LogStructureError(
             f"entry for offset {offset} lies outside {file_name(log_path)}'s offsets {_span(lo, hi)}",
-            rule=RULE_INDEX, other_path=log_path, path=index_path, position=k * 12, offset=offset)  # fmt: skip
+            rule=RULE_INDEX, other_path=log_path, path=index_path, position=k * 12,
+            offset=offset)  # fmt: skip
 
 
 # --- leader epochs across the partition ----------------------------------------------------------
@@ -177,12 +181,18 @@ def segment_epochs(path: str, base_offset: int, batches: Batches) -> SegmentEpoc
                          batches.position[keep[starts]].astype(np.int64))  # fmt: skip
 
 
+_EPOCH_FIELDS = ("epoch", "first", "last", "position")
+
+
 def epoch_columns(epochs: Sequence[SegmentEpochs]) -> dict[str, np.ndarray]:
     """`SegmentEpochs` of several segments as flat columns (one row per run), to ship to the
     driver; `epochs_from_columns` reverses it."""
-    cat = lambda name: np.concatenate([getattr(s, name) for s in epochs] or [np.empty(0, np.int64)])  # noqa: E731
-    base = np.concatenate([np.full(len(s.epoch), s.base_offset, np.int64) for s in epochs] or [np.empty(0, np.int64)])
-    return {"base_offset": base, **{n: cat(n).astype(np.int64) for n in ("epoch", "first", "last", "position")}}
+    none = [np.empty(0, np.int64)]
+    bases = [np.full(len(s.epoch), s.base_offset, np.int64) for s in epochs]
+    out = {"base_offset": np.concatenate(bases or none)}
+    for n in _EPOCH_FIELDS:
+        out[n] = np.concatenate([getattr(s, n) for s in epochs] or none).astype(np.int64)
+    return out
 
 
 def epochs_from_columns(columns: dict[str, np.ndarray], path_of) -> list[SegmentEpochs]:
@@ -191,12 +201,13 @@ def epochs_from_columns(columns: dict[str, np.ndarray], path_of) -> list[Segment
     out = []
     for b in np.unique(base).tolist():
         sel = base == b
-        out.append(SegmentEpochs(path_of(b), b, *(np.asarray(columns[n], np.int64)[sel]
-                                                  for n in ("epoch", "first", "last", "position"))))  # fmt: skip
+        runs = (np.asarray(columns[n], np.int64)[sel] for n in _EPOCH_FIELDS)
+        out.append(SegmentEpochs(path_of(b), b, *runs))
     return out
 
 
-def check_leader_epochs(segments: Sequence[SegmentEpochs], checkpoint: Sequence[tuple[int, int]] | None = None,
+def check_leader_epochs(segments: Sequence[SegmentEpochs],
+                        checkpoint: Sequence[tuple[int, int]] | None = None,
                         checkpoint_path: str = LEADER_EPOCH_CHECKPOINT) -> None:  # fmt: skip
     """Leader epochs of a partition's segments (any order; sorted by base offset here) never
     decrease, and agree with `checkpoint` ((epoch, start offset) entries of
@@ -208,7 +219,8 @@ def check_leader_epochs(segments: Sequence[SegmentEpochs], checkpoint: Sequence[
             raise LogStructureError(
                 f"{file_name(s1.path)} has leader epoch {e1} from offset {first1}, after epoch {e0} up to "
                 f"offset {last0} in {file_name(s0.path)}", rule=RULE_EPOCH_ORDER,
-                other_path=None if s0 is s1 else s0.path, path=s1.path, position=p1, offset=first1)  # fmt: skip
+                other_path=None if s0 is s1 else s0.path, path=s1.path, position=p1,
+                offset=first1)  # fmt: skip
     if checkpoint:
         _check_checkpoint(list(checkpoint), checkpoint_path)
         for run in runs:
@@ -237,8 +249,8 @@ def _check_run(run: tuple, entries: list[tuple[int, int]], path: str) -> None:
         last_epoch, last_start = entries[-1]
         if epoch > last_epoch and first >= last_start:
             return
-        raise LogStructureError(f"{held}, an epoch {file_name(path)} does not list", rule=RULE_EPOCH_CHECKPOINT,
-                                other_path=path, **where)  # fmt: skip
+        raise LogStructureError(f"{held}, an epoch {file_name(path)} does not list",
+                                rule=RULE_EPOCH_CHECKPOINT, other_path=path, **where)  # fmt: skip
     k, start = starts[epoch]
     if first < start and k > 0:
         raise LogStructureError(f"{held}, but {file_name(path)} starts epoch {epoch} at {start}",

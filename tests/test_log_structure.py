@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from compaction.errors import LogStructureError
 from compaction.format import batch as fb
 from compaction.format.legacy import build_legacy_message_set
+from compaction.format.naming import segment_file_name
 from compaction.log_structure import (
     RULE_BASE,
     RULE_EPOCH_CHECKPOINT,
@@ -30,7 +31,6 @@ from compaction.log_structure import (
     first_batch,
     segment_epochs,
 )
-from compaction.format.naming import segment_file_name
 
 DIR = "/logs/orders-1"
 
@@ -44,7 +44,7 @@ def batches(spans, epochs=None, magic=2, sizes=None):
     n = len(spans)
     sizes = sizes or [100] * n
     return SimpleNamespace(
-        position=np.cumsum([0] + sizes[:-1]).astype(np.int64) if n else np.empty(0, np.int64),
+        position=np.cumsum([0, *sizes[:-1]]).astype(np.int64) if n else np.empty(0, np.int64),
         base_offset=np.array([a for a, _ in spans], dtype=np.int64),
         last_offset=np.array([b for _, b in spans], dtype=np.int64),
         magic=np.full(n, magic, dtype=np.int64),
@@ -85,11 +85,12 @@ def test_segment_offsets_table(base, spans, next_base, rule):
 
 
 def test_overlap_reason_names_both_files_the_offsets_and_the_byte():
-    err = raises(RULE_NEXT, check_segment_offsets, path(100), 100, batches([(4817, 6000), (6001, 8990)]), 4603,
-                 path(4603))  # fmt: skip
+    cols = batches([(4817, 6000), (6001, 8990)])
+    err = raises(RULE_NEXT, check_segment_offsets, path(100), 100, cols, 4603, path(4603))
     assert str(err).startswith(
         f"{DIR}/00000000000000000100.log: byte 0: 00000000000000000100.log holds offsets 4817-8990, "
-        "overlapping 00000000000000004603.log from 4603 [a segment's offsets end below the next segment's base")
+        "overlapping 00000000000000004603.log from 4603 [a segment's offsets end below the next segment's "
+        "base")
     assert (err.path, err.position, err.offset, err.other_path) == (path(100), 0, 4817, path(4603))
     again = pickle.loads(pickle.dumps(err))  # errors cross from Spark tasks to the driver
     assert (str(again), again.rule, again.other_path) == (str(err), err.rule, err.other_path)
@@ -159,8 +160,8 @@ def test_time_index_entries_table(entries, ok):
     if ok:
         check_time_index_entries(*args)
     else:
-        assert "outside 00000000000000000100.log's offsets 100-120" in str(raises(RULE_INDEX, check_time_index_entries,
-                                                                               *args))  # fmt: skip
+        err = raises(RULE_INDEX, check_time_index_entries, *args)
+        assert "outside 00000000000000000100.log's offsets 100-120" in str(err)
 
 
 # --- leader epochs ------------------------------------------------------------------------------
@@ -185,8 +186,10 @@ def test_epochs_may_stay_or_grow_across_segments_in_any_order_given():
 def test_epoch_going_back_across_segments_names_both_files():
     segs = [seg_epochs(0, [(0, 9)], [5]), seg_epochs(10, [(10, 12), (13, 19)], [5, 3])]
     err = raises(RULE_EPOCH_ORDER, check_leader_epochs, segs)
-    assert "00000000000000000010.log has leader epoch 3 from offset 13, after epoch 5 up to offset 12" in str(err)
-    err = raises(RULE_EPOCH_ORDER, check_leader_epochs, [seg_epochs(0, [(0, 9)], [5]), seg_epochs(10, [(10, 19)], [4])])
+    assert "00000000000000000010.log has leader epoch 3 from offset 13, after epoch 5 up to offset 12" in (
+        str(err))
+    segs = [seg_epochs(0, [(0, 9)], [5]), seg_epochs(10, [(10, 19)], [4])]
+    err = raises(RULE_EPOCH_ORDER, check_leader_epochs, segs)
     assert "in 00000000000000000000.log" in str(err) and err.other_path == path(0)
 
 
@@ -204,11 +207,10 @@ CKPT = [(1, 20), (3, 100), (4, 250)]
         ([(100, 249), (300, 400)], [3, 6], None),  # epoch 6 newer than the file: not flushed yet
         ([(0, 10)], [0], None),  # below the first entry's start: under the log start offset
         ([(10, 30)], [1], None),  # the first entry's start moved up to the log start offset
-        ([(20, 99), (100, 150)], [1, 1], "holds leader epoch 1 at offsets 20-150, but leader-epoch-checkpoint "
-                                         "starts epoch 3 at 100"),  # fmt: skip
-        ([(90, 120)], [3], "holds leader epoch 3 at offsets 90-120, but leader-epoch-checkpoint starts epoch 3 at 100"),
-        ([(150, 160)], [2], "holds leader epoch 2 at offsets 150-160, an epoch leader-epoch-checkpoint does not list"),
-        ([(200, 260)], [6], "an epoch leader-epoch-checkpoint does not list"),  # newer, but before the last start
+        ([(20, 99), (100, 150)], [1, 1], "at offsets 20-150, but leader-epoch-checkpoint starts epoch 3 at 100"),
+        ([(90, 120)], [3], "epoch 3 at offsets 90-120, but leader-epoch-checkpoint starts epoch 3 at 100"),
+        ([(150, 160)], [2], "epoch 2 at offsets 150-160, an epoch leader-epoch-checkpoint does not list"),
+        ([(200, 260)], [6], "an epoch leader-epoch-checkpoint does not list"),  # newer, before the last start
     ],
 )
 def test_epochs_against_the_checkpoint(spans, epochs, message):
@@ -298,10 +300,11 @@ def v2(first, last, epoch=0):
 
 def test_first_batch_of_v2_and_legacy_bytes():
     fbt = first_batch(v2(40, 44, epoch=7)[:61])
-    assert (fbt.base_offset[0], fbt.last_offset[0], fbt.magic[0], fbt.partition_leader_epoch[0]) == (40, 44, 2, 7)
+    fields = lambda f: (f.base_offset[0], f.last_offset[0], f.magic[0], f.partition_leader_epoch[0])  # noqa: E731
+    assert fields(fbt) == (40, 44, 2, 7)
     legacy = build_legacy_message_set([fb.Record(o, 1, b"k", b"v") for o in (40, 41)], magic=1, codec=1)
     fbt = first_batch(legacy[:61])
-    assert (fbt.base_offset[0], fbt.last_offset[0], fbt.magic[0], fbt.partition_leader_epoch[0]) == (41, 41, 1, -1)
+    assert fields(fbt) == (41, 41, 1, -1)
     assert len(first_batch(b"").base_offset) == 0 and len(first_batch(v2(0, 0)[:30]).base_offset) == 0
 
 
@@ -314,6 +317,7 @@ def test_first_batches_find_the_cases_a_dry_run_can_see():
     assert ("00000000000000000100.log holds offsets from 4817 (first batch: 4817-4900), overlapping "
             "00000000000000004603.log from 4603") in str(err)
     raises(RULE_BASE, check_first_batches, paths[:2], [0, 105], [h[:61] for h in ok[:2]])
-    raises(RULE_EPOCH_ORDER, check_first_batches, paths, [0, 100, 4603], [v2(0, 9, 3), v2(100, 120, 1), ok[2]])
+    older = [v2(0, 9, 3), v2(100, 120, 1), ok[2]]
+    raises(RULE_EPOCH_ORDER, check_first_batches, paths, [0, 100, 4603], older)
     raises(RULE_EPOCH_CHECKPOINT, check_first_batches, paths, [0, 100, 4603], [h[:61] for h in ok],
            [(0, 0), (1, 100), (2, 5000)])  # fmt: skip

@@ -39,8 +39,8 @@ def _damage(log_dir: str) -> dict[str, tuple[str, ...]]:
     moved = min(b for b in src if b >= nxt)  # it overlaps foreign-1's segments from `nxt` on
     first, last = offsets(d("foreign-0"), moved)
     copy_segment(d("foreign-0"), moved, d("foreign-1"), 100)
-    want["foreign-1"] = (seg_path(d("foreign-1"), 100), f"{name(100)} holds offsets {first}-{last}, overlapping "
-                         f"{name(nxt)} from {nxt}", RULE_NEXT)  # fmt: skip
+    overlap = f"{name(100)} holds offsets {first}-{last}, overlapping {name(nxt)} from {nxt}"
+    want["foreign-1"] = (seg_path(d("foreign-1"), 100), overlap, RULE_NEXT)
 
     # a segment renamed (with its index files) to base + 5
     b = bases(d("renamed-0"))[2]
@@ -51,14 +51,15 @@ def _damage(log_dir: str) -> dict[str, tuple[str, ...]]:
     b = bases(d("twice-0"))
     again = offsets(d("twice-0"), b[-1])[1] + 10
     copy_segment(d("twice-0"), b[0], d("twice-0"), again)
-    want["twice-0"] = (seg_path(d("twice-0"), again), f"{name(again)} starts at offset 0, below its base offset "
-                       f"{again}", RULE_BASE)  # fmt: skip
+    below = f"{name(again)} starts at offset 0, below its base offset {again}"
+    want["twice-0"] = (seg_path(d("twice-0"), again), below, RULE_BASE)
 
     # a copy one offset below its first offset, same content: every offset of it twice
     b = bases(d("copybelow-0"))[2]
     first, last = offsets(d("copybelow-0"), b)
     copy_segment(d("copybelow-0"), b, d("copybelow-0"), b - 1)
-    want["copybelow-0"] = (f"{name(b - 1)} holds offsets {first}-{last}, overlapping {name(b)} from {b}", RULE_NEXT)
+    overlap = f"{name(b - 1)} holds offsets {first}-{last}, overlapping {name(b)} from {b}"
+    want["copybelow-0"] = (overlap, RULE_NEXT)
 
     # a segment from a replica that saw the next leader earlier: whole segment in the epoch that
     # the checkpoint starts inside it
@@ -66,8 +67,9 @@ def _damage(log_dir: str) -> dict[str, tuple[str, ...]]:
     b, (epoch, start) = next((b, e) for b in bases(part) for e in read_epoch_checkpoint(part)[1:]
                              if b < e[1] <= offsets(part, b)[1])  # fmt: skip
     set_epochs(part, b, epoch)
-    want["epochs-0"] = (f"{name(b)} holds leader epoch {epoch} at offsets {b}-", f"leader-epoch-checkpoint starts "
-                        f"epoch {epoch} at {start}", RULE_EPOCH_CHECKPOINT)  # fmt: skip
+    held = f"{name(b)} holds leader epoch {epoch} at offsets {b}-"
+    starts = f"leader-epoch-checkpoint starts epoch {epoch} at {start}"
+    want["epochs-0"] = (held, starts, RULE_EPOCH_CHECKPOINT)
     return want
 
 
@@ -86,7 +88,8 @@ def outcome(tmp_path_factory):
     after_dry = {p: tree_hashes(os.path.join(log_dir, p)) for p in before}
     code, report, err = run_job(log_dir, "--now-ms", str(NOW), report=str(root / "report.json"))
     after = {p: tree_hashes(os.path.join(log_dir, p)) for p in before}
-    return log_dir, want, before, expected, (dry.returncode, dry_report, after_dry), (code, report, err), after
+    dry_run = (dry.returncode, dry_report, after_dry)
+    return log_dir, want, before, expected, dry_run, (code, report, err), after
 
 
 def _by_name(report):

@@ -146,9 +146,9 @@ def test_structural_damage_fails_or_cleans_exactly(session, tmp_path, seed):
     log_dir = str(tmp_path / "logs")
     legacy = seed % 4 == 3
     generate_log_dir(log_dir, topics=(("fuzz", PARTITIONS),), records=700, keys=120,
-                     codec="gzip" if legacy else "mixed", legacy="v1" if legacy else None, batch_records=(1, 12),
-                     segment_bytes=7_000, index_interval_bytes=1024, tombstone_ratio=0.0, leader_epochs=3,
-                     seed=1000 + seed)  # fmt: skip
+                     codec="gzip" if legacy else "mixed", legacy="v1" if legacy else None,
+                     batch_records=(1, 12), segment_bytes=7_000, index_interval_bytes=1024,
+                     tombstone_ratio=0.0, leader_epochs=3, seed=1000 + seed)  # fmt: skip
     rng = random.Random(seed)
     damaged = _damage(log_dir, rng, [op for op in OPERATIONS if not (legacy and op == "restamp")])
     parts = sorted(n for n in os.listdir(log_dir) if os.path.isdir(os.path.join(log_dir, n)))
