@@ -23,6 +23,7 @@ Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`
     LATEST    latest int64 per key id (a slice: `seq` is its first id)
     FOUND     id int32, latest int64
     PRODUCERS the columns of `rewrite.producer_batches`
+    STATS     seconds float64, cpu_seconds float64 (of the range's scan task)
     ERROR     the error text (utf-8), no Arrow
 """
 
@@ -41,8 +42,7 @@ from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan
 from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit, scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR = range(6)
-KIND_NAMES = ("summary", "ids", "latest", "found", "producers", "error")
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS = range(7)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that no Spark row
 # or Arrow batch holds a range's whole key set.
 BLOCK_ROWS = 1 << 20
@@ -70,6 +70,10 @@ def to_block(**columns) -> bytes:
 
 def from_block(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
+
+
+def stats_block(range_id: int, seconds: float, cpu_seconds: float) -> Block:
+    return Block(range_id, STATS, -1, 0, to_block(seconds=[seconds], cpu_seconds=[cpu_seconds]))
 
 
 def _column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:

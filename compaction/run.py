@@ -493,6 +493,9 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
     for row in st.side_blocks(blocks).collect():
         if row.kind == ranges.ERROR:
             errors.setdefault(row.range_id, bytes(row.data).decode())
+        elif row.kind == ranges.STATS:
+            stats = ranges.from_block(bytes(row.data)).to_pylist()[0]
+            _add(timings, taskScanSeconds=stats["seconds"], taskCpuSeconds=stats["cpu_seconds"])
         else:
             headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
@@ -508,9 +511,15 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
         rows = st.rewrite_units(st.merge_buckets(blocks), blocks, slots, sc.broadcast(units)).collect()
         for row in rows:
             results[row.group_id] = row.asDict()
+            _add(timings, taskRewriteSeconds=row.seconds or 0.0, taskCpuSeconds=row.cpu_seconds or 0.0)
         timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
     blocks.unpersist()
     return results, replan
+
+
+def _add(timings: dict[str, float], **seconds: float) -> None:
+    for name, v in seconds.items():
+        timings[name] = timings.get(name, 0.0) + float(v)
 
 
 def _units(todo: list[Planned], headers: dict[int, list], errors: dict[int, str],

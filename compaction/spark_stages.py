@@ -18,13 +18,14 @@ import traceback
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from compaction import ranges
 from compaction.errors import CompactionError
-from compaction.rewrite import GroupSpec
+from compaction.rewrite import GroupSpec, rewrite_unit
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -37,6 +38,7 @@ RESULT_FIELDS = (
     ("batches_written", T.LongType()),
     ("invalid_records", T.LongType()),
     ("seconds", T.DoubleType()),
+    ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process (first row of a unit)
 )
 RESULT_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in RESULT_FIELDS])
 BLOCK_SCHEMA = T.StructType(
@@ -94,6 +96,7 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
         for batch in batches:
             for tid in batch.column("task_id").to_pylist():
                 spec, part, slots, validate = table.value[tid]
+                started, cpu = time.monotonic(), time.process_time()
                 try:
                     if validate:
                         validate_partition_path(spec.storage, spec.part_path)
@@ -103,8 +106,9 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
                         if len(pending) >= 16:
                             yield _block_batch(pending)
                             pending = []
-                    if pending:
-                        yield _block_batch(pending)
+                    pending.append(ranges.stats_block(spec.group_id, time.monotonic() - started,
+                                                      time.process_time() - cpu))  # fmt: skip
+                    yield _block_batch(pending)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     yield _block_batch([ranges.Block(spec.group_id, ranges.ERROR, -1, 0, _error_text(exc).encode())])
 
@@ -112,8 +116,8 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
 
 
 def side_blocks(blocks: DataFrame) -> DataFrame:
-    """PRODUCERS and ERROR blocks (a few per range), for the driver."""
-    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.ERROR))
+    """PRODUCERS, STATS and ERROR blocks (a few per range), for the driver."""
+    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.ERROR))
 
 
 def merge_buckets(blocks: DataFrame) -> DataFrame:
@@ -134,16 +138,24 @@ def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) 
     schema = _result_arrow()
 
     def run(table: pa.Table) -> pa.Table:
-        uid = table.column("unit_id")[0].as_py()
-        specs = units.value[uid]
-        try:
-            rows = ranges.rewrite_ranges(specs, _blocks_of(table.drop_columns(["unit_id", "slot"])))
-        except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-            rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
-        return pa.Table.from_pylist(rows, schema=schema)
+        out = []  # a slot holds one unit, unless the shuffle has fewer partitions than units
+        for uid in sorted(set(table.column("unit_id").to_pylist())):
+            rows = table.filter(pa.compute.equal(table.column("unit_id"), uid))
+            out.extend(_rewrite_unit(units.value[uid], _blocks_of(rows.drop_columns(["unit_id", "slot"]))))
+        return pa.Table.from_pylist(out, schema=schema)
 
     shipped = blocks.where(F.col("kind").isin(ranges.IDS, ranges.LATEST)).unionByName(found)
     return shipped.join(F.broadcast(slots), "range_id", "inner").groupBy("slot").applyInArrow(run, RESULT_SCHEMA)
+
+
+def _rewrite_unit(specs: list[GroupSpec], blocks: list[ranges.Block]) -> list[dict]:
+    cpu = time.process_time()
+    try:
+        rows = ranges.rewrite_ranges(specs, blocks)
+        rows[0]["cpu_seconds"] = time.process_time() - cpu
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+    return rows
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:
@@ -190,19 +202,16 @@ def _result_arrow() -> pa.Schema:
 
 # --- one task per partition ----------------------------------------------------------------
 #
-# For a partition of moderate size the whole round runs in one task: scan its groups, build its
-# offset map in the task (exact key bytes, pyarrow hash aggregation), derive producer state from
-# its batch headers, then rewrite its groups in log order. No key row crosses into Spark, so the
-# shuffles of the offset map and of the lookup, the persisted scan rows and the Python worker
-# start-up of three more stages all disappear. Large partitions keep the Spark offset map above
-# (their map need not fit in one task). Decisions are the same either way.
+# A partition that is not cut into ranges is compacted whole in one task: scan its groups, build
+# its offset map in the task (exact key bytes, `KeyTable`), derive producer state from its batch
+# headers, then rewrite its groups in log order. It is the one-range case of compaction/ranges.py
+# with nothing to exchange: no block leaves the task. Decisions are the same either way.
 
 FUSED_FIELDS = (
-    *RESULT_FIELDS,
+    *RESULT_FIELDS,  # cpu_seconds: of the whole partition
     ("first_unstable", T.LongType()),
     ("scan_seconds", T.DoubleType()),  # per partition, on its first group's row
     ("map_seconds", T.DoubleType()),
-    ("cpu_seconds", T.DoubleType()),  # CPU time of the whole partition in this process
 )
 
 
@@ -217,7 +226,7 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
     from compaction.pyworker import keep_zip_directories
-    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, rewrite_unit, scan_partition
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
     keep_freed_heap()
     keep_zip_directories()
