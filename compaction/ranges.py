@@ -197,6 +197,8 @@ class ShippedMap:
     """map[key] per record of a range's segments (an `OffsetMap`), from the key ids its scan
     gave each record (IDS) and the latest offset of each id (LATEST with FOUND applied)."""
 
+    hashes_keys = False  # the rewrite's scan need not hash keys: ids come with the blocks
+
     def __init__(self) -> None:
         self._ids: dict[tuple[int, int], np.ndarray] = {}
         self._latest: dict[int, np.ndarray] = {}

@@ -111,10 +111,11 @@ def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
             offset=int(batches.base_offset[i]))  # fmt: skip
 
 
-def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> SegmentScan:
+def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None,
+                  hash_keys: bool = True) -> SegmentScan:  # fmt: skip
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path, hash_keys=True)
+    scan = scan_segment(data, path, hash_keys=hash_keys)
     _check_batch_sizes(spec, path, scan.batches)
     return scan
 
@@ -257,6 +258,8 @@ class PartitionMap:
     the usable records of all its groups. The key ids of segments whose scan the task keeps for
     the rewrite are kept too, so those records are not hashed a second time."""
 
+    hashes_keys = True  # the segments it did not keep are looked up by key
+
     def __init__(self, expected_keys: int = 0) -> None:
         self.table = KeyTable(expected_keys)
         self._ids: dict[tuple[int, int], np.ndarray] = {}
@@ -351,7 +354,10 @@ def producer_batches(scan_batches_cols, start: int = 0, end: int | None = None) 
 class OffsetMap(Protocol):
     """What the rewrite asks of the offset map: for every record of a segment, the latest offset
     of its key (`found`; -1 when the key is absent from the map or the record has no key).
-    `keep_records` keeps a keyed record below the bound iff its offset >= found."""
+    `keep_records` keeps a keyed record below the bound iff its offset >= found. `hashes_keys`:
+    whether `found` reads the scan's key hashes (a rewrite's scan then hashes the keys)."""
+
+    hashes_keys: bool
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray: ...
 
@@ -667,7 +673,7 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     read ahead) or read now."""
     out.open(spec)
     if scan is None:
-        scan = _read_segment(spec, seg, data)
+        scan = _read_segment(spec, seg, data, offset_map.hashes_keys)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)

@@ -75,6 +75,8 @@ def _key_index(lookup_keys: pa.Array) -> KeyIndex:
 class KeyLookup:
     """The map as parallel arrays (an `OffsetMap`): distinct keys and their latest offsets."""
 
+    hashes_keys = False  # looks keys up by their bytes (scan.keys_arrow)
+
     def __init__(self, keys: pa.Array, latest: np.ndarray) -> None:
         self.keys, self.latest = keys, latest
 
