@@ -381,14 +381,14 @@ class _SparkStarter:
 # `spark.kafka.compaction.partitionTaskMaxBytes`; 1 GiB (one default segment group) bounds what a
 # whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
-# Merge buckets: about one per this many bytes of ranged partitions, at least one per core, so a
-# bucket's keys (~40 B each in the merge) stay far below a task's memory.
-BUCKET_BYTES = 512 << 20
+# What one merge task of the ranges' key summaries holds at most (its key table takes about as
+# much again): Spark conf `spark.kafka.compaction.mergeTaskMaxBytes`.
+MERGE_TASK_MAX_BYTES = 256 << 20
 
 
-def _partition_task_max_bytes(spark) -> int:
-    value = spark.conf.get("spark.kafka.compaction.partitionTaskMaxBytes", None)
-    return PARTITION_TASK_MAX_BYTES if value in (None, "") else int(value)
+def _conf_bytes(spark, name: str, default: int) -> int:
+    value = spark.conf.get(f"spark.kafka.compaction.{name}", None)
+    return default if value in (None, "") else int(value)
 
 
 def _partition_bytes(p: Planned) -> int:
@@ -406,7 +406,7 @@ def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int)
 def _cut(spark, todo: list[Planned]) -> list[bool]:
     sizes = [_partition_bytes(p) for p in todo]
     return cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
-                           _partition_task_max_bytes(spark))  # fmt: skip
+                           _conf_bytes(spark, "partitionTaskMaxBytes", PARTITION_TASK_MAX_BYTES))  # fmt: skip
 
 
 def _run_stages(
@@ -482,25 +482,26 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
 
     sc = spark.sparkContext
     cores = sc.defaultParallelism
-    buckets = max(cores, sum(_partition_bytes(p) for p in todo) // BUCKET_BYTES)
     range_specs = [(s, n, k == 0) for n, p in enumerate(todo) for k, s in enumerate(p.specs)]
-    shuffle = max(buckets, len(range_specs))
-    bucket_slots = [slot for _, slot in st.unit_slots(list(range(buckets)), shuffle)]
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     t = time.monotonic()
     sc.setJobGroup("scan", f"scan {len(range_specs)} ranges: key summaries, key ids, producer batches")
-    table = sc.broadcast({i: (s, n, bucket_slots, v) for i, (s, n, v) in enumerate(range_specs)})
+    table = sc.broadcast(dict(enumerate(range_specs)))
     # DISK_ONLY: blocks are read once more, by the second job; on the heap they would compete
     # with the shuffle for the executors' memory.
     blocks = st.scan_ranges(st.task_ids_frame(spark, len(range_specs)), table).persist(StorageLevel.DISK_ONLY)
     errors: dict[int, str] = {}
     headers: dict[int, list] = {}
     epochs: dict[int, list] = {}
+    summary_bytes = 0
     for row in st.side_blocks(blocks).collect():
         if row.kind == ranges.ERROR:
             errors.setdefault(row.range_id, bytes(row.data).decode())
         elif row.kind == ranges.EPOCHS:
             epochs.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
+        elif row.kind == ranges.STATS:
+            stats = ranges.from_block(bytes(row.data)).to_pylist()[0]
+            _add(timings, taskScanSeconds=stats["seconds"], taskCpuSeconds=stats["cpu_seconds"])
+            summary_bytes += stats["summary_bytes"]
         else:
             headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
@@ -510,13 +511,18 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
     units = _units(todo, headers, errors, replan)
     if units:
         t = time.monotonic()
-        sc.setJobGroup("rewrite", "merge the key summaries per bucket, rewrite each unit")
+        merges = ranges.merge_tasks(summary_bytes, cores, _conf_bytes(spark, "mergeTaskMaxBytes", MERGE_TASK_MAX_BYTES))
+        shuffle = max(merges, len(units))
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
+        sc.setJobGroup("rewrite", f"merge the key summaries in {merges} tasks, rewrite {len(units)} units")
+        deal = spark.createDataFrame(st.deal_buckets(merges, shuffle), "bucket int, slot int")
         slot_of = dict(st.unit_slots(sorted(units), shuffle))
         slots = spark.createDataFrame([(s.group_id, uid, slot_of[uid]) for uid, unit in units.items() for s in unit],
                                       "range_id int, unit_id int, slot int")  # fmt: skip
-        rows = st.rewrite_units(st.merge_buckets(blocks), blocks, slots, sc.broadcast(units)).collect()
+        rows = st.rewrite_units(st.merge_buckets(blocks, deal), blocks, slots, sc.broadcast(units)).collect()
         for row in rows:
             results[row.group_id] = row.asDict()
+            _add(timings, taskRewriteSeconds=row.seconds or 0.0, taskCpuSeconds=row.cpu_seconds or 0.0)
         timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
     blocks.unpersist()
     return results, replan
@@ -539,6 +545,11 @@ def _check_epochs(todo: list[Planned], epochs: dict[int, list], errors: dict[int
             check_partition_epochs(p.specs, runs)
         except (CompactionError, OSError) as exc:
             errors[spec.group_id] = str(exc)
+
+
+def _add(timings: dict[str, float], **seconds: float) -> None:
+    for name, v in seconds.items():
+        timings[name] = timings.get(name, 0.0) + float(v)
 
 
 def _units(todo: list[Planned], headers: dict[int, list], errors: dict[int, str],

@@ -18,13 +18,14 @@ import traceback
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from compaction import ranges
 from compaction.errors import CompactionError
-from compaction.rewrite import GroupSpec
+from compaction.rewrite import GroupSpec, rewrite_unit
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -37,6 +38,7 @@ RESULT_FIELDS = (
     ("batches_written", T.LongType()),
     ("invalid_records", T.LongType()),
     ("seconds", T.DoubleType()),
+    ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process (first row of a unit)
 )
 RESULT_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in RESULT_FIELDS])
 BLOCK_SCHEMA = T.StructType(
@@ -79,10 +81,9 @@ def _blocks_of(table: pa.Table) -> list[ranges.Block]:
 
 
 def scan_ranges(tasks: DataFrame, table) -> DataFrame:
-    """Per range: its blocks (ranges.scan_range). `table` is a broadcast of {task_id: (GroupSpec,
-    partition number, bucket slots, validate)}: `bucket slots` maps a bucket to the value its
-    rows carry (see `unit_slots`); `validate`: the partition's index checks run in this task (its
-    first range's)."""
+    """Per range: its blocks (ranges.scan_range; SUMMARY blocks carry their fine bucket). `table`
+    is a broadcast of {task_id: (GroupSpec, partition number, validate)}; `validate`: the
+    partition's index checks run in this task (its first range's)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from compaction.buffers import keep_freed_heap
@@ -93,18 +94,21 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
         keep_zip_directories()
         for batch in batches:
             for tid in batch.column("task_id").to_pylist():
-                spec, part, slots, validate = table.value[tid]
+                spec, part, validate = table.value[tid]
+                started, cpu = time.monotonic(), time.process_time()
                 try:
                     if validate:
                         validate_partition_path(spec.storage, spec.part_path)
-                    pending = []
-                    for b in ranges.scan_range(spec, part, len(slots)):
-                        pending.append(b._replace(bucket=slots[b.bucket]) if b.kind == ranges.SUMMARY else b)
+                    pending, summary = [], 0
+                    for b in ranges.scan_range(spec, part):
+                        pending.append(b)
+                        summary += len(b.data) if b.kind == ranges.SUMMARY else 0
                         if len(pending) >= 16:
                             yield _block_batch(pending)
                             pending = []
-                    if pending:
-                        yield _block_batch(pending)
+                    pending.append(ranges.stats_block(spec.group_id, time.monotonic() - started,
+                                                      time.process_time() - cpu, summary))  # fmt: skip
+                    yield _block_batch(pending)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     yield _block_batch([ranges.Block(spec.group_id, ranges.ERROR, -1, 0, _error_text(exc).encode())])
 
@@ -112,18 +116,27 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
 
 
 def side_blocks(blocks: DataFrame) -> DataFrame:
-    """PRODUCERS, EPOCHS and ERROR blocks (a few per range), for the driver."""
-    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.EPOCHS, ranges.ERROR))
+    """PRODUCERS, STATS, EPOCHS and ERROR blocks (a few per range), for the driver."""
+    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.EPOCHS, ranges.ERROR))
 
 
-def merge_buckets(blocks: DataFrame) -> DataFrame:
-    """FOUND blocks: each bucket's SUMMARY blocks merged (ranges.merge_bucket)."""
+def merge_buckets(blocks: DataFrame, deal: DataFrame) -> DataFrame:
+    """FOUND blocks: the SUMMARY blocks of each merge task merged (ranges.merge_bucket). `deal`
+    (bucket, slot) deals the fine buckets to merge tasks: one `slot` per task (`unit_slots`)."""
 
     def run(table: pa.Table) -> pa.Table:
-        rows = [(b.range_id, b.data) for b in _blocks_of(table)]
+        rows = [(b.range_id, b.data) for b in _blocks_of(table.drop_columns(["slot"]))]
         return pa.Table.from_batches([_block_batch(list(ranges.merge_bucket(rows)))])
 
-    return blocks.where(F.col("kind") == ranges.SUMMARY).groupBy("bucket").applyInArrow(run, BLOCK_SCHEMA)
+    summaries = blocks.where(F.col("kind") == ranges.SUMMARY).join(F.broadcast(deal), "bucket", "inner")
+    return summaries.select(*BLOCK_SCHEMA.names, "slot").groupBy("slot").applyInArrow(run, BLOCK_SCHEMA)
+
+
+def deal_buckets(tasks: int, partitions: int) -> list[tuple[int, int]]:
+    """(fine bucket, slot): the fine buckets dealt round robin to `tasks` merge tasks, each task's
+    slot landing in its own one of `partitions` shuffle partitions."""
+    slot = dict(unit_slots(list(range(tasks)), partitions))
+    return [(b, slot[b % tasks]) for b in range(ranges.FINE_BUCKETS)]
 
 
 def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) -> DataFrame:
@@ -134,16 +147,24 @@ def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) 
     schema = _result_arrow()
 
     def run(table: pa.Table) -> pa.Table:
-        uid = table.column("unit_id")[0].as_py()
-        specs = units.value[uid]
-        try:
-            rows = ranges.rewrite_ranges(specs, _blocks_of(table.drop_columns(["unit_id", "slot"])))
-        except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-            rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
-        return pa.Table.from_pylist(rows, schema=schema)
+        out = []  # a slot holds one unit, unless the shuffle has fewer partitions than units
+        for uid in sorted(set(table.column("unit_id").to_pylist())):
+            rows = table.filter(pa.compute.equal(table.column("unit_id"), uid))
+            out.extend(_rewrite_unit(units.value[uid], _blocks_of(rows.drop_columns(["unit_id", "slot"]))))
+        return pa.Table.from_pylist(out, schema=schema)
 
     shipped = blocks.where(F.col("kind").isin(ranges.IDS, ranges.LATEST)).unionByName(found)
     return shipped.join(F.broadcast(slots), "range_id", "inner").groupBy("slot").applyInArrow(run, RESULT_SCHEMA)
+
+
+def _rewrite_unit(specs: list[GroupSpec], blocks: list[ranges.Block]) -> list[dict]:
+    cpu = time.process_time()
+    try:
+        rows = ranges.rewrite_ranges(specs, blocks)
+        rows[0]["cpu_seconds"] = time.process_time() - cpu
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+    return rows
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:
@@ -190,19 +211,16 @@ def _result_arrow() -> pa.Schema:
 
 # --- one task per partition ----------------------------------------------------------------
 #
-# For a partition of moderate size the whole round runs in one task: scan its groups, build its
-# offset map in the task (exact key bytes, pyarrow hash aggregation), derive producer state from
-# its batch headers, then rewrite its groups in log order. No key row crosses into Spark, so the
-# shuffles of the offset map and of the lookup, the persisted scan rows and the Python worker
-# start-up of three more stages all disappear. Large partitions keep the Spark offset map above
-# (their map need not fit in one task). Decisions are the same either way.
+# A partition that is not cut into ranges is compacted whole in one task: scan its groups, build
+# its offset map in the task (exact key bytes, `KeyTable`), derive producer state from its batch
+# headers, then rewrite its groups in log order. It is the one-range case of compaction/ranges.py
+# with nothing to exchange: no block leaves the task. Decisions are the same either way.
 
 FUSED_FIELDS = (
-    *RESULT_FIELDS,
+    *RESULT_FIELDS,  # cpu_seconds: of the whole partition
     ("first_unstable", T.LongType()),
     ("scan_seconds", T.DoubleType()),  # per partition, on its first group's row
     ("map_seconds", T.DoubleType()),
-    ("cpu_seconds", T.DoubleType()),  # CPU time of the whole partition in this process
 )
 
 
@@ -217,7 +235,7 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
     from compaction.pyworker import keep_zip_directories
-    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, check_partition_epochs, rewrite_unit, scan_partition
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, check_partition_epochs, scan_partition
 
     keep_freed_heap()
     keep_zip_directories()
