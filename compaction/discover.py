@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.errors import CompactionError, IndexCorruptError
+from compaction.errors import CompactionError, IndexCorruptError, LogStructureError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import (
@@ -32,7 +32,7 @@ from compaction.format.index import (
     sanity_check_txn_index,
 )
 from compaction.format.scan import scan_batches, scan_segment
-from compaction.log_structure import check_first_batches
+from compaction.log_structure import RULE_INDEX, check_first_batches
 from compaction.plan import SegmentMeta
 from compaction.storage import Storage
 
@@ -389,7 +389,7 @@ def validate_contents(storage: Storage, part: PartitionDir) -> None:
     for i, seg in enumerate(part.segments):
         active = i == len(part.segments) - 1
         if seg.index is not None and seg.index.size:
-            check_offset_index(storage, seg, active)
+            check_offset_index(storage, seg, active, None if active else part.segments[i + 1].base_offset)
         if seg.timeindex is not None and seg.timeindex.size:
             data = _read_checked(storage, seg.timeindex.path)
             if active:  # preallocated: drop trailing all-zero entries (timestamp 0, offset base)
@@ -438,9 +438,11 @@ def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | No
         raise PartitionInvalid(f"{path}: cannot read: {exc}") from exc
 
 
-def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool) -> bytes:
+def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
+                       next_base: int | None = None) -> bytes:  # fmt: skip
     """Broker sanity checks (spec §3.8) plus: offsets and positions strictly increasing, no offset
-    below the base, no position at or past the end of the `.log` (spec §3.9). Returns the bytes."""
+    below the base, no position at or past the end of the `.log` (spec §3.9), no offset at or past
+    `next_base` (the next segment's base: an index of another segment). Returns the bytes."""
     path = seg.index.path
     data = _read_checked(storage, path)
     sanity_check_offset_index(data, seg.base_offset, path)
@@ -455,6 +457,12 @@ def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool) -> byt
     bad = (offs < seg.base_offset) | (poss >= max(seg.log.size, 1))
     bad[1:] |= (offs[1:] <= offs[:-1]) | (poss[1:] <= poss[:-1])
     first_bad = np.flatnonzero(bad)
+    past = np.flatnonzero(offs >= next_base) if next_base is not None else first_bad[:0]
+    if len(past) and (not len(first_bad) or past[0] < first_bad[0]):
+        i = int(past[0])
+        raise LogStructureError(
+            f"entry for offset {int(offs[i])} lies at or past the next segment's base offset {next_base}",
+            rule=RULE_INDEX, path=path, position=i * OFFSET_ENTRY_BYTES, offset=int(offs[i]))  # fmt: skip
     for i in map(int, first_bad[:1]):
         offset, position = int(entries[i, 0]), int(entries[i, 1])
         where = {"path": path, "position": i * OFFSET_ENTRY_BYTES, "offset": offset}

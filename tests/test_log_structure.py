@@ -321,3 +321,51 @@ def test_first_batches_find_the_cases_a_dry_run_can_see():
     raises(RULE_EPOCH_ORDER, check_first_batches, paths, [0, 100, 4603], older)
     raises(RULE_EPOCH_CHECKPOINT, check_first_batches, paths, [0, 100, 4603], [h[:61] for h in ok],
            [(0, 0), (1, 100), (2, 5000)])  # fmt: skip
+
+
+# --- the driver's checks on a partition dir: index offsets against the next base, first batches --
+
+
+def _partition(tmp_path):
+    from compaction.generator import generate_log_dir
+
+    generate_log_dir(str(tmp_path), topics=(("t", 1),), records=3000, keys=100, segment_bytes=20_000,
+                     index_interval_bytes=1024, leader_epochs=3, seed=3)  # fmt: skip
+    return str(tmp_path / "t-0")
+
+
+def _listed(tmp_path):
+    from compaction.discover import read_log_dir
+
+    ld = read_log_dir(str(tmp_path))
+    return ld.storage, ld.partitions[0]
+
+
+def test_an_index_reaching_the_next_segment_fails_the_dry_run_checks(tmp_path):
+    from structkit import bases, swap_indexes
+
+    from compaction.discover import validate_contents
+
+    part = _partition(tmp_path)
+    validate_contents(*_listed(tmp_path))
+    b = bases(part)
+    swap_indexes(part, b[1], b[3])  # a later segment's index (more offsets) on an earlier one
+    err = raises(RULE_INDEX, validate_contents, *_listed(tmp_path))
+    at = next(i for i in (1, 3) if err.path == f"{part}/{segment_file_name(b[i], '.index')}")
+    assert f"lies at or past the next segment's base offset {b[at + 1]}" in str(err)
+
+
+def test_audit_structure_reads_first_batches_and_the_epoch_checkpoint(tmp_path):
+    from structkit import bases, copy_segment, set_epochs
+
+    from compaction.discover import audit_structure
+
+    part = _partition(tmp_path)
+    audit_structure(*_listed(tmp_path))
+    b = bases(part)
+    set_epochs(part, b[-1], 0)  # the active segment from an older leader's history
+    raises(RULE_EPOCH_ORDER, audit_structure, *_listed(tmp_path))
+    set_epochs(part, b[-1], 2)
+    copy_segment(part, b[2], part, b[2] + 3, move=True)
+    err = raises(RULE_BASE, audit_structure, *_listed(tmp_path))
+    assert f"{segment_file_name(b[2] + 3, '.log')} starts at offset {b[2]}" in str(err)
