@@ -376,7 +376,7 @@ def check_listing(part: PartitionDir) -> None:
         raise PartitionInvalid(f"{part.path}: partition dir holds no segment (.log) file")
 
 
-def validate_contents(storage: Storage, part: PartitionDir) -> None:
+def validate_contents(storage: Storage, part: PartitionDir, index_bounds: bool = False) -> None:
     """The index checks of one partition dir (spec §3.8, §3.9); raises on the first problem,
     naming the file and byte position. Reads every non-empty `.index`, `.timeindex` and
     `.txnindex` (never a `.log`: the executors' scan checks the batches, CRCs and sizes and names
@@ -385,11 +385,15 @@ def validate_contents(storage: Storage, part: PartitionDir) -> None:
 
     Run for the partitions a round cleans only: a skipped partition is read no further than its
     plan needs. Takes a `PartitionDir` (picklable), so an executor can run it as well as the driver.
+    `index_bounds` (the dry run's audit): also no `.index` entry at or past the next segment's
+    base; a round's scan checks every entry against the batches instead, after the segment's own
+    offsets, whose damage is the cause to report when both are wrong (a renamed segment).
     """
     for i, seg in enumerate(part.segments):
         active = i == len(part.segments) - 1
         if seg.index is not None and seg.index.size:
-            check_offset_index(storage, seg, active, None if active else part.segments[i + 1].base_offset)
+            bound = part.segments[i + 1].base_offset if index_bounds and not active else None
+            check_offset_index(storage, seg, active, bound)
         if seg.timeindex is not None and seg.timeindex.size:
             data = _read_checked(storage, seg.timeindex.path)
             if active:  # preallocated: drop trailing all-zero entries (timestamp 0, offset base)

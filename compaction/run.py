@@ -228,9 +228,9 @@ def _plan_one(
                 # (spark_stages.compact_partition; the driver for partitions on the Spark map path):
                 # 10,000 partitions' indexes are not read one by one here. A dry run reports
                 # damage without tasks; a missing index is rebuilt only in a partition found sound.
-                validate_contents(ld.storage, part)
-            if opts.dry_run:  # how the segments fit together, as far as their first batches show
-                audit_structure(ld.storage, part)
+                if opts.dry_run:  # how the segments fit together, as far as their first batches show
+                    audit_structure(ld.storage, part)
+                validate_contents(ld.storage, part, index_bounds=opts.dry_run)
             if missing and not opts.recover_only:
                 # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in
                 # a partition this run cleans (a skipped partition is left exactly as found).

@@ -347,10 +347,11 @@ def test_an_index_reaching_the_next_segment_fails_the_dry_run_checks(tmp_path):
     from compaction.discover import validate_contents
 
     part = _partition(tmp_path)
-    validate_contents(*_listed(tmp_path))
+    validate_contents(*_listed(tmp_path), index_bounds=True)
     b = bases(part)
     swap_indexes(part, b[1], b[3])  # a later segment's index (more offsets) on an earlier one
-    err = raises(RULE_INDEX, validate_contents, *_listed(tmp_path))
+    validate_contents(*_listed(tmp_path))  # a round leaves it to the scan (tests/test_structure_fuzz.py)
+    err = raises(RULE_INDEX, validate_contents, *_listed(tmp_path), index_bounds=True)
     at = next(i for i in (1, 3) if err.path == f"{part}/{segment_file_name(b[i], '.index')}")
     assert f"lies at or past the next segment's base offset {b[at + 1]}" in str(err)
 
