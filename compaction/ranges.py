@@ -24,6 +24,8 @@ Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`
     FOUND     id int32, latest int64
     PRODUCERS the columns of `rewrite.producer_batches`
     STATS     seconds, cpu_seconds float64 (of the range's scan task), summary_bytes int64
+    EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
+              the driver's check across the partition (`rewrite.check_partition_epochs`)
     ERROR     the error text (utf-8), no Arrow
 """
 
@@ -40,9 +42,10 @@ from compaction.format.jit import njit as _njit
 from compaction.format.keyhash import key_hash
 from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan
+from compaction.log_structure import epoch_columns
 from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit, scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS = range(7)
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS, EPOCHS = range(8)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that no Spark row
 # or Arrow batch holds a range's whole key set.
 BLOCK_ROWS = 1 << 20
@@ -117,7 +120,8 @@ def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
 def scan_range(spec: GroupSpec, part: int, buckets: int = FINE_BUCKETS) -> Iterator[Block]:
     """The blocks of one range (see the module docstring). `part` numbers the range's partition
     in the round: keys of different partitions never merge."""
-    pmap, producers = scan_partition([spec], keep_ids=True)
+    epochs: list = []
+    pmap, producers = scan_partition([spec], keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     gid = spec.group_id
     for i, seg in enumerate(spec.segments):
@@ -128,6 +132,7 @@ def scan_range(spec: GroupSpec, part: int, buckets: int = FINE_BUCKETS) -> Itera
     for at in range(0, max(1, len(latest)), BLOCK_ROWS):
         yield Block(gid, LATEST, -1, at, to_block(latest=latest[at : at + BLOCK_ROWS]))
     yield from _summaries(gid, part, data, offs, latest, buckets)
+    yield Block(gid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs)))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
         yield Block(gid, PRODUCERS, -1, 0, to_block(**{n: headers.column(n).combine_chunks() for n in headers.column_names}))

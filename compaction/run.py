@@ -20,6 +20,7 @@ from compaction.discover import (
     CLEANER_CHECKPOINT,
     LogDirState,
     PartitionDir,
+    audit_structure,
     check_listing,
     first_batch_timestamp,
     gc_paused,
@@ -169,7 +170,8 @@ def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
 def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec]:
     plan, part, ld = p.plan, p.part, p.log_dir
     by_base = {s.base_offset: s for s in part.segments}
-    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns)  # noqa: E731
+    after = {a.base_offset: b.base_offset for a, b in zip(part.segments, part.segments[1:])}
+    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns, after.get(s.base_offset))  # noqa: E731
     tail = tuple(src(s) for s in part.segments if s.base_offset >= plan.first_uncleanable_offset)
     aborted = _aborted_txns(ld.storage, part)
     specs = []
@@ -193,6 +195,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 max_message_bytes=config.max_message_bytes,
                 read_mode=opts.read_mode,
                 write_mode=opts.write_mode,
+                leader_epoch_checkpoint=part.leader_epoch_checkpoint,
             )
         )
     return specs
@@ -226,6 +229,8 @@ def _plan_one(
                 # 10,000 partitions' indexes are not read one by one here. A dry run reports
                 # damage without tasks; a missing index is rebuilt only in a partition found sound.
                 validate_contents(ld.storage, part)
+            if opts.dry_run:  # how the segments fit together, as far as their first batches show
+                audit_structure(ld.storage, part)
             if missing and not opts.recover_only:
                 # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in
                 # a partition this run cleans (a skipped partition is left exactly as found).
@@ -486,10 +491,13 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
     blocks = st.scan_ranges(st.task_ids_frame(spark, len(range_specs)), table).persist(StorageLevel.DISK_ONLY)
     errors: dict[int, str] = {}
     headers: dict[int, list] = {}
+    epochs: dict[int, list] = {}
     summary_bytes = 0
     for row in st.side_blocks(blocks).collect():
         if row.kind == ranges.ERROR:
             errors.setdefault(row.range_id, bytes(row.data).decode())
+        elif row.kind == ranges.EPOCHS:
+            epochs.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
         elif row.kind == ranges.STATS:
             stats = ranges.from_block(bytes(row.data)).to_pylist()[0]
             _add(timings, taskScanSeconds=stats["seconds"], taskCpuSeconds=stats["cpu_seconds"])
@@ -497,6 +505,7 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
         else:
             headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
+    _check_epochs(todo, epochs, errors)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
     replan: dict[int, int] = {}
     units = _units(todo, headers, errors, replan)
@@ -517,6 +526,25 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
         timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
     blocks.unpersist()
     return results, replan
+
+
+def _check_epochs(todo: list[Planned], epochs: dict[int, list], errors: dict[int, str]) -> None:
+    """Leader epochs across each partition's ranges (`rewrite.check_partition_epochs`, as a
+    whole-partition task checks them), from their EPOCHS blocks; a violation fails the partition
+    (in `errors`, under its first range) before anything is written."""
+    from compaction.log_structure import epochs_from_columns
+    from compaction.rewrite import check_partition_epochs
+
+    for p in todo:
+        if any(s.group_id in errors for s in p.specs):
+            continue
+        spec = p.specs[0]
+        cols = [{n: b.column(n).to_numpy() for n in b.schema.names} for s in p.specs for b in epochs.get(s.group_id, ())]
+        runs = [e for c in cols for e in epochs_from_columns(c, spec.segment_path)]
+        try:
+            check_partition_epochs(p.specs, runs)
+        except (CompactionError, OSError) as exc:
+            errors[spec.group_id] = str(exc)
 
 
 def _add(timings: dict[str, float], **seconds: float) -> None:

@@ -116,8 +116,8 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
 
 
 def side_blocks(blocks: DataFrame) -> DataFrame:
-    """PRODUCERS, STATS and ERROR blocks (a few per range), for the driver."""
-    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.ERROR))
+    """PRODUCERS, STATS, EPOCHS and ERROR blocks (a few per range), for the driver."""
+    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.EPOCHS, ranges.ERROR))
 
 
 def merge_buckets(blocks: DataFrame, deal: DataFrame) -> DataFrame:
@@ -235,7 +235,7 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
     from compaction.pyworker import keep_zip_directories
-    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, check_partition_epochs, scan_partition
 
     keep_freed_heap()
     keep_zip_directories()
@@ -248,7 +248,9 @@ def compact_partition(specs: list) -> list[dict]:
     # up to this many bytes of decompressed records + columns per task; the rest is read again.
     reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
     cache = ScanCache(reuse) if reuse > 0 else None
-    pmap, producers = scan_partition(specs, cache)
+    epochs: list = []  # leader-epoch runs per segment: checked before anything is written
+    pmap, producers = scan_partition(specs, cache, epochs=epochs)
+    check_partition_epochs(specs, epochs)
     state = ranges.producer_state(producers)
     scanned = time.monotonic()
     if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:

@@ -56,12 +56,13 @@ def test_scan_ranges_emits_each_ranges_blocks(spark, partition):
     assert sorted(r.range_id for r in stats) == [s.group_id for s in specs]
 
 
-def test_side_blocks_are_producers_stats_and_errors(spark, partition):
+def test_side_blocks_are_producers_stats_epochs_and_errors(spark, partition):
     _, specs = partition
     blocks = _frame(spark, [b for s in specs for b in ranges.scan_range(s, 0)]
                     + [ranges.Block(99, ranges.ERROR, -1, 0, b"boom"), ranges.stats_block(98, 1.0, 0.5)])  # fmt: skip
     kinds = {r.kind for r in side_blocks(blocks).collect()}
-    assert kinds <= {ranges.PRODUCERS, ranges.STATS, ranges.ERROR} and {ranges.STATS, ranges.ERROR} <= kinds
+    side = {ranges.PRODUCERS, ranges.STATS, ranges.EPOCHS, ranges.ERROR}
+    assert kinds <= side and {ranges.STATS, ranges.EPOCHS, ranges.ERROR} <= kinds
 
 
 def test_scan_error_comes_back_as_a_block(spark, partition, tmp_path):
