@@ -49,6 +49,7 @@ from compaction.plan import (
 )
 from compaction.retention import first_unstable_offset, last_records_of_active_producers
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.s3 import redact_uri
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
 
 log = logging.getLogger("compaction")
@@ -206,7 +207,8 @@ def _plan_one(
     (after `validate_contents` has read its index files; otherwise those checks run in the
     partition's task, or on the driver for a dry run). A skipped partition is read no further than
     its plan needs (`_partition_state`), so a damaged file in it is not seen: it is left as found."""
-    result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
+    result = rpt.PartitionResult(part.topic, part.partition, redact_uri(ld.uri),  # no credentials in the report
+                                 segmentsBefore=len(part.segments))  # fmt: skip
     p = Planned(ld, part, result)
     try:
         check_listing(part)
@@ -667,7 +669,10 @@ def run(opts: JobOptions) -> tuple[int, dict]:
 
 
 def _args_echo(opts: JobOptions) -> dict:
-    return {k: v for k, v in dataclasses.asdict(opts).items()}
+    args = dataclasses.asdict(opts)
+    args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
+    args["report"] = opts.report and redact_uri(opts.report)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
