@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
+from compaction import throttle
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import naming, rebuild
@@ -623,6 +624,7 @@ class _LogWriter:
 
     def flush(self) -> None:
         chunks, self._pending, self._pending_bytes = self._pending, [], 0
+        throttle.acquire(sum(len(c) for c in chunks))  # --io-max-bytes-per-second
         for c in chunks:
             self._file.write(c)
 

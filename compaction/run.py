@@ -15,6 +15,7 @@ import threading
 import time
 
 from compaction import report as rpt
+from compaction import throttle
 from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.discover import (
     CLEANER_CHECKPOINT,
@@ -311,6 +312,8 @@ def _spark_session(opts: JobOptions):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("kafka-offline-compaction")
+    if opts.io_max_bytes_per_second is not None:  # the executors' segment I/O throttle (throttle.py)
+        builder = builder.config(f"spark.executorEnv.{throttle.RATE_ENV}", repr(opts.io_max_bytes_per_second))
     if "SPARK_MASTER" in os.environ and not os.environ.get("SPARK_HOME_SUBMITTED"):
         builder = builder.master(os.environ["SPARK_MASTER"])
     spark = builder.getOrCreate()
