@@ -100,7 +100,8 @@ def split_job_config(entries: dict[str, object], source: str) -> tuple[dict[str,
 def check_topic_config(topic: str, entries: dict[str, object], source: str) -> None:
     for name in entries:
         if name not in TOPIC_CONFIGS:
-            raise ConfigError(f"{source}: topic {topic!r}: unknown topic config {name!r}{_did_you_mean(name)}")
+            hint = _did_you_mean(name)
+            raise ConfigError(f"{source}: topic {topic!r}: unknown topic config {name!r}{hint}")
 
 
 def _did_you_mean(name: str) -> str:

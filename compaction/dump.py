@@ -155,7 +155,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if not files:
         (err or sys.stderr).write("dump: no files given\n")
         return 2
-    decoder = "offsets" if args.offsets_decoder else "transaction-log" if args.transaction_log_decoder else None
+    decoder = ("offsets" if args.offsets_decoder
+               else "transaction-log" if args.transaction_log_decoder else None)  # fmt: skip
     print_data = args.print_data_log or decoder is not None  # as Kafka: a decoder implies printing the data
     options = DumpOptions(
         deep_iteration=args.deep_iteration or print_data, print_data_log=print_data,
@@ -305,7 +306,9 @@ def _emit_records(batch, output: _Output) -> None:
     decode = _DECODERS.get(options.decoder, _string_decoder)
     for record in batch.records():
         control = _control_fields(batch, record) if h.is_control else None
-        data = decode(record.offset, record.key, record.value) if options.print_data_log and not h.is_control else None
+        data = None
+        if options.print_data_log and not h.is_control:
+            data = decode(record.offset, record.key, record.value)
         if options.json:
             obj = {"type": "record", "offset": record.offset, "timestamp": record.timestamp,
                    "key": _b64(record.key), "value": _b64(record.value),

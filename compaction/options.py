@@ -191,14 +191,16 @@ def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str,
     broker, job = split_job_config(broker_entries, path)
     if job or set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}:
         name = next(iter(set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}))
-        raise ConfigError(f"{path}: {name!r} is neither a topic (an object of configs) nor a broker-level config")
+        raise ConfigError(f"{path}: {name!r} is neither a topic (an object of configs) nor a broker config")
     topics = {topic: dict(cfg) for topic, cfg in data.items() if isinstance(cfg, dict)}
     for topic, cfg in topics.items():
         check_topic_config(topic, cfg, path)
     return broker, topics
 
 
-def parse_topic_properties(text: str, source: str = "topic config") -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+def parse_topic_properties(
+    text: str, source: str = "topic config",
+) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
     """`orders.cleanup.policy=compact` -> ({}, {"orders": {"cleanup.policy": "compact"}}).
 
     Topic names may contain dots, so the config name is matched from Kafka's topic config names

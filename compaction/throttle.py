@@ -99,7 +99,8 @@ def process_throttler() -> Throttler | None:
         throttler = None
         if setting is not None:
             path = os.environ.get(FILE_ENV) or os.path.join(
-                tempfile.gettempdir(), f"kafka-compaction-io-{os.getuid()}.throttle")
+                tempfile.gettempdir(), f"kafka-compaction-io-{os.getuid()}.throttle"
+            )
             throttler = Throttler(float(setting), FileClock(path))
         _cached = (setting, throttler)
     return _cached[1]

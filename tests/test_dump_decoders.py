@@ -147,7 +147,8 @@ def txn_value(version, pid, epoch, timeout, status, partitions, last_update, sta
 
 def member(version_extra=None, **kw):
     m = {"memberId": "m-1", "groupInstanceId": None, "clientId": "c", "clientHost": "/10.0.0.1",
-         "rebalanceTimeout": 300000, "sessionTimeout": 45000, "subscription": b"", "assignment": b""}  # fmt: skip
+         "rebalanceTimeout": 300000, "sessionTimeout": 45000,
+         "subscription": b"", "assignment": b""}  # fmt: skip
     m.update(kw)
     return m
 
@@ -169,29 +170,41 @@ def member(version_extra=None, **kw):
 def test_offset_commit_values_of_every_version(version, value, data):
     key_text, value_text = format_offsets_record(5, offset_commit_key("g", "orders", 3), value)
     assert key_text == '{"type":"1","data":{"group":"g","topic":"orders","partition":3}}'
-    assert value_text == json.dumps({"version": str(version), "data": data}, separators=(",", ":"), ensure_ascii=False)
+    assert value_text == json.dumps(
+        {"version": str(version), "data": data}, separators=(",", ":"), ensure_ascii=False
+    )
 
 
 def test_offset_commit_key_type_0_and_tombstone():
     key_text, value_text = format_offsets_record(0, offset_commit_key("g", "t", 0, key_type=0), None)
-    assert (key_text, value_text) == ('{"type":"0","data":{"group":"g","topic":"t","partition":0}}', "<DELETE>")
+    assert (key_text, value_text) == (
+        '{"type":"0","data":{"group":"g","topic":"t","partition":0}}',
+        "<DELETE>",
+    )
 
 
 def _subscription(version):
-    owned = [ConsumerProtocolSubscription.TopicPartition(topic="a", partitions=[0, 2])] if version >= 1 else []
-    return ConsumerProtocolSubscription(version=version, topics=["a", "b"], user_data=b"\x01", owned_partitions=owned,
+    owned = (
+        [ConsumerProtocolSubscription.TopicPartition(topic="a", partitions=[0, 2])] if version >= 1 else []
+    )
+    return ConsumerProtocolSubscription(version=version, topics=["a", "b"], user_data=b"\x01",
+                                        owned_partitions=owned,
                                         generation_id=9, rack_id="r1").encode(version=version)  # fmt: skip
 
 
 def _assignment(version):
     parts = [ConsumerProtocolAssignment.TopicPartition(topic="a", partitions=[1])]
-    return ConsumerProtocolAssignment(version=version, assigned_partitions=parts, user_data=None).encode(version=version)
+    return ConsumerProtocolAssignment(version=version, assigned_partitions=parts, user_data=None).encode(
+        version=version
+    )
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_group_metadata_values_of_every_version_decode_consumer_members(version):
     sub_version = min(version, 3)
-    m = member(subscription=_subscription(sub_version), assignment=_assignment(sub_version), groupInstanceId="i-1")
+    m = member(
+        subscription=_subscription(sub_version), assignment=_assignment(sub_version), groupInstanceId="i-1"
+    )
     value = group_value(version, "consumer", 5, "range", "m-1", T, [m])
     key_text, value_text = format_offsets_record(0, group_key("grp"), value)
     assert key_text == '{"type":"2","data":{"group":"grp"}}'
@@ -251,8 +264,8 @@ def test_real_consumer_offsets_segments_decode_whole():
     logs = [p for p in logs if os.path.getsize(p)]
     assert len(logs) >= 10
     out, err = io.StringIO(), io.StringIO()
-    assert dump.dump_files(logs, dump.DumpOptions(deep_iteration=True, print_data_log=True, decoder="offsets"),
-                           out, err) == 0  # fmt: skip
+    options = dump.DumpOptions(deep_iteration=True, print_data_log=True, decoder="offsets")
+    assert dump.dump_files(logs, options, out, err) == 0
     lines = [line for line in out.getvalue().splitlines() if line.startswith("| ")]
     assert len(lines) > 100
     assert not [line for line in lines if "skipping" in line]
@@ -263,9 +276,11 @@ def test_real_consumer_offsets_segments_decode_whole():
 def test_real_kafka_3_1_consumer_group_line():
     log = _fixture_logs("Bheem6005+kafka/kafka-logs/__consumer_offsets-31/00000000000000000000.log")[0]
     out = io.StringIO()
-    options = dump.DumpOptions(deep_iteration=True, print_data_log=True, decoder="offsets", skip_record_metadata=True)
+    options = dump.DumpOptions(
+        deep_iteration=True, print_data_log=True, decoder="offsets", skip_record_metadata=True
+    )
     dump.dump_files([log], options, out, io.StringIO())
-    first = [line for line in out.getvalue().splitlines() if line.startswith("|")][0]
+    first = next(line for line in out.getvalue().splitlines() if line.startswith("|"))
     assert first == (
         '| key: {"type":"2","data":{"group":"console-consumer-89616"}} payload: {"version":"3","data":'
         '{"protocolType":"consumer","generation":1,"protocol":"range","leader":"console-consumer-51bb6957-61f2-'
@@ -289,28 +304,44 @@ def test_transaction_log_v0_as_kafka_prints_it():
     assert (len(key), len(empty), len(ongoing)) == (15, 37, 59)
     assert format_txn_record(0, key, empty) == (
         "transaction_metadata::transactionalId=kafka-txn-0",
-        "producerId:1,producerEpoch:0,state=Empty,partitions=[],txnLastUpdateTimestamp=1742739549435,txnTimeoutMs=60000")
+        "producerId:1,producerEpoch:0,state=Empty,partitions=[],txnLastUpdateTimestamp=1742739549435,txnTimeoutMs=60000",
+    )
     assert format_txn_record(1, key, ongoing)[1] == (
         "producerId:1,producerEpoch:0,state=Ongoing,partitions=[output-topic-0],"
-        "txnLastUpdateTimestamp=1742739702876,txnTimeoutMs=60000")
+        "txnLastUpdateTimestamp=1742739702876,txnTimeoutMs=60000"
+    )
 
 
-@pytest.mark.parametrize("status, name", [(2, "PrepareCommit"), (3, "PrepareAbort"), (4, "CompleteCommit"),
-                                          (5, "CompleteAbort"), (6, "Dead"), (7, "PrepareEpochFence")])
+@pytest.mark.parametrize(
+    "status, name",
+    [
+        (2, "PrepareCommit"),
+        (3, "PrepareAbort"),
+        (4, "CompleteCommit"),
+        (5, "CompleteAbort"),
+        (6, "Dead"),
+        (7, "PrepareEpochFence"),
+    ],
+)
 def test_transaction_log_v1_flexible_with_tagged_fields(status, name):
     tagged = [(0, struct.pack(">q", 5)), (1, struct.pack(">q", 6)), (2, struct.pack(">h", 2))]
     value = txn_value(1, 7, 3, 15000, status, [("txtest", [0, 1]), ("b", [4])], T, T - 5, tagged=tagged)
     assert format_txn_record(0, txn_key("tx"), value)[1] == (
         f"producerId:7,producerEpoch:3,state={name},partitions=[txtest-0,txtest-1,b-4],"
-        f"txnLastUpdateTimestamp={T},txnTimeoutMs=15000")
+        f"txnLastUpdateTimestamp={T},txnTimeoutMs=15000"
+    )
 
 
 def test_transaction_log_tombstone_unknown_key_version_and_garbage():
-    assert format_txn_record(0, txn_key("tx"), None) == ("transaction_metadata::transactionalId=tx", "<DELETE>")
+    assert format_txn_record(0, txn_key("tx"), None) == (
+        "transaction_metadata::transactionalId=tx",
+        "<DELETE>",
+    )
     assert format_txn_record(0, Enc().i16(1).str("tx").done(), b"") == ("unknown::version=1", None)
     assert format_txn_record(4, txn_key("tx"), b"\x00\x00\x01")[0].startswith("Error at offset 4, skipping.")
     assert format_txn_record(4, txn_key("tx"), txn_value(0, 1, 0, 1, 9, None, 0, 0))[0].startswith(
-        "Error at offset 4, skipping. unknown transaction state 9")
+        "Error at offset 4, skipping. unknown transaction state 9"
+    )
 
 
 # --- the dump command: options and line shapes ----------------------------------------------------
@@ -318,7 +349,9 @@ def test_transaction_log_tombstone_unknown_key_version_and_garbage():
 
 def _segment(tmp_path, records, name="00000000000000000000.log"):
     """One record per batch (as the coordinators write them)."""
-    data = b"".join(fb.build_batch([fb.Record(i, T + i, k, v)], base_offset=i) for i, (k, v) in enumerate(records))
+    data = b"".join(
+        fb.build_batch([fb.Record(i, T + i, k, v)], base_offset=i) for i, (k, v) in enumerate(records)
+    )
     path = tmp_path / name
     path.write_bytes(data)
     return str(path), data
@@ -341,8 +374,8 @@ def test_transaction_log_decoder_command_lines(tmp_path):
     records = [line for line in lines if line.startswith("|")]
     assert records == [
         f"| offset: 0 CreateTime: {T} keySize: 15 valueSize: 48 sequence: -1 headerKeys: [] key: "
-        f"transaction_metadata::transactionalId=kafka-txn-0 payload: producerId:1,producerEpoch:0,state=Ongoing,"
-        f"partitions=[t-0],txnLastUpdateTimestamp={T},txnTimeoutMs=60000",
+        f"transaction_metadata::transactionalId=kafka-txn-0 payload: producerId:1,producerEpoch:0,"
+        f"state=Ongoing,partitions=[t-0],txnLastUpdateTimestamp={T},txnTimeoutMs=60000",
         f"| offset: 1 CreateTime: {T + 1} keySize: 15 valueSize: -1 sequence: -1 headerKeys: [] key: "
         f"transaction_metadata::transactionalId=kafka-txn-0 payload: <DELETE>",
     ]
@@ -350,8 +383,8 @@ def test_transaction_log_decoder_command_lines(tmp_path):
 
 def test_offsets_decoder_json_mode_carries_the_decoded_forms(tmp_path):
     path, _ = _segment(tmp_path, [(offset_commit_key("g", "t", 1), offset_commit_value(3, 10, "", T))])
-    code, lines, _ = _run(["--offsets-decoder", "--json", path])
-    record = [json.loads(line) for line in lines if '"type": "record"' in line][0]
+    _, lines, _ = _run(["--offsets-decoder", "--json", path])
+    record = next(json.loads(line) for line in lines if '"type": "record"' in line)
     assert record["decodedKey"] == '{"type":"1","data":{"group":"g","topic":"t","partition":1}}'
     assert json.loads(record["decodedValue"])["data"]["offset"] == 10
 
@@ -362,13 +395,17 @@ def test_skip_record_metadata_spacing_as_kafka(tmp_path):
     records = [line for line in lines if not line.startswith(("Dumping", "Log starting", "baseOffset"))]
     assert records == ["| key: k payload: v", " payload: only-value", "| key: only-key"]
     _, lines, _ = _run(["--deep-iteration", "--skip-record-metadata", path])
-    assert [line for line in lines if not line.startswith(("Dumping", "Log starting", "baseOffset"))] == ["", "", ""]
+    assert [line for line in lines if not line.startswith(("Dumping", "Log starting", "baseOffset"))] == [
+        "",
+        "",
+        "",
+    ]
 
 
 def test_max_bytes_reads_only_whole_batches_within_the_limit(tmp_path):
     path, data = _segment(tmp_path, [(b"k%d" % i, b"v" * 50) for i in range(5)])
     size = len(data) // 5
-    code, lines, err = _run(["--max-bytes", str(2 * size + 10), path])
+    code, lines, _ = _run(["--max-bytes", str(2 * size + 10), path])
     assert code == 0
     assert [line.split()[1] for line in lines if line.startswith("baseOffset")] == ["0", "1"]
     assert not [line for line in lines if "invalid bytes" in line]
@@ -384,7 +421,7 @@ def test_decoders_are_exclusive():
 
 
 def test_max_bytes_reads_no_more_of_the_file(tmp_path, monkeypatch):
-    path, data = _segment(tmp_path, [(b"k%d" % i, b"v" * 50) for i in range(5)])
+    path, _ = _segment(tmp_path, [(b"k%d" % i, b"v" * 50) for i in range(5)])
     asked = []
     real = dump.Storage.read_bytes
 

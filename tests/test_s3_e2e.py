@@ -109,8 +109,13 @@ def rounds(s3_endpoint, tmp_path_factory):
 
     # 1. crashed: SIGKILL in the second partition's commit (old files renamed to .deleted).
     mark = os.path.join(root, "crashed.mark")
-    proc = start_submit([uri["crashed"]], os.path.join(root, "crash-report.json"), "--now-ms", str(NOW),
-                        env={**env, "COMPACTION_CRASH_AT": "deleted:2", "COMPACTION_CRASH_MARK": mark})
+    proc = start_submit(
+        [uri["crashed"]],
+        os.path.join(root, "crash-report.json"),
+        "--now-ms",
+        str(NOW),
+        env={**env, "COMPACTION_CRASH_AT": "deleted:2", "COMPACTION_CRASH_MARK": mark},
+    )
     deadline = time.monotonic() + 600
     while proc.poll() is None and not os.path.exists(mark) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -169,7 +174,8 @@ def test_interrupted_bucket_ends_like_the_uninterrupted_one(rounds):
 @pytest.mark.parametrize("bucket", ["clean", "crashed"])
 def test_no_object_of_ours_is_left(rounds, bucket):
     keys = _objects(rounds["client"], bucket)
-    ours = [k for k in keys if k.endswith(("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json"))]
+    transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
+    ours = [k for k in keys if k.endswith(transient)]
     assert ours == []
 
 

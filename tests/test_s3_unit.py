@@ -39,7 +39,9 @@ def test_report_args_and_partition_log_dirs_carry_no_credentials():
 
 
 def test_storage_repr_hides_credentials_but_pickles_them():
-    storage, path = Storage.for_uri("s3://AKIA:s3cret@bucket/logs?region=us-east-1&endpoint_override=127.0.0.1:1")
+    storage, path = Storage.for_uri(
+        "s3://AKIA:s3cret@bucket/logs?region=us-east-1&endpoint_override=127.0.0.1:1"
+    )
     assert path == "bucket/logs"
     assert "s3cret" not in repr(storage)
     assert pickle.loads(pickle.dumps(storage))._uri == storage._uri  # executors rebuild the same filesystem

@@ -46,8 +46,10 @@ def test_sleeps_at_1000_bytes_per_second(requests, sleeps):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 2), st.integers(0, 50_000)), min_size=1, max_size=40),
-       st.floats(100, 1e6))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.floats(0, 2), st.integers(0, 50_000)), min_size=1, max_size=40),
+    st.floats(100, 1e6),
+)
 def test_many_users_of_one_clock_stay_under_the_rate(requests, rate):
     """Any interleaving of users sharing a clock: the bytes started by time t never exceed
     rate x (t - first start) plus the request just started."""

@@ -115,7 +115,8 @@ class _Reader:
 
     def end(self) -> None:
         if self.pos != len(self.data):
-            raise DecodeError(f"{len(self.data) - self.pos} unexpected bytes after the struct at byte {self.pos}")
+            left = len(self.data) - self.pos
+            raise DecodeError(f"{left} unexpected bytes after the struct at byte {self.pos}")
 
 
 def _json(value) -> str:
@@ -208,7 +209,8 @@ def consumer_assignment(data: bytes) -> dict:
     version = r.int16()
     if not 0 <= version <= 3:
         raise DecodeError(f"ConsumerProtocolAssignment version {version} is not 0-3")
-    return {"assignedPartitions": r.array(lambda: _topic_partitions(r)), "userData": _b64(r.bytes_(nullable=True))}
+    assigned = r.array(lambda: _topic_partitions(r))
+    return {"assignedPartitions": assigned, "userData": _b64(r.bytes_(nullable=True))}
 
 
 _OFFSETS_VALUES = {  # key type -> (value decoder, highest version, first flexible version)
@@ -250,10 +252,16 @@ class UnknownRecordType(DecodeError):
         super().__init__(f"unknown record type {record_type}")
 
 
-def format_offsets_record(offset: int, key: bytes | None, value: bytes | None) -> tuple[str | None, str | None]:
+Parsed = tuple[str | None, str | None]  # (key text, payload text); None: not printed
+
+
+def format_offsets_record(offset: int, key: bytes | None, value: bytes | None) -> Parsed:
     """(key text, payload text) exactly where kafka-dump-log's OffsetsMessageParser prints them."""
     if key is None:
-        return f"Error at offset {offset}, skipping. The record has no key (not a __consumer_offsets record)", None
+        return (
+            f"Error at offset {offset}, skipping. The record has no key (no __consumer_offsets record)",
+            None,
+        )
     try:
         key_type, key_fields = offsets_key(key)
         key_text = _json({"type": str(key_type), "data": key_fields})
@@ -302,7 +310,8 @@ def txn_value(data: bytes) -> dict:
         r.tagged_fields()
         return topic, ids
 
-    out["partitions"] = [f"{t}-{p}" for t, ids in (r.array(partitions_schema, nullable=True) or []) for p in ids]
+    schemas = r.array(partitions_schema, nullable=True) or []
+    out["partitions"] = [f"{topic}-{p}" for topic, ids in schemas for p in ids]
     out["lastUpdateTimestampMs"] = r.int64()
     out["startTimestampMs"] = r.int64()
     tags = r.tagged_fields()
@@ -314,10 +323,13 @@ def txn_value(data: bytes) -> dict:
     return out
 
 
-def format_txn_record(offset: int, key: bytes | None, value: bytes | None) -> tuple[str | None, str | None]:
+def format_txn_record(offset: int, key: bytes | None, value: bytes | None) -> Parsed:
     """(key text, payload text) as kafka-dump-log's TransactionLogMessageParser prints them."""
     if key is None:
-        return f"Error at offset {offset}, skipping. The record has no key (not a __transaction_state record)", None
+        return (
+            f"Error at offset {offset}, skipping. The record has no key (no __transaction_state record)",
+            None,
+        )
     try:
         version, transactional_id = txn_key(key)
         if transactional_id is None:
