@@ -162,6 +162,10 @@ def _config_files(args) -> tuple[dict[str, object], dict[str, object], dict[str,
             text = fh.read()
         if args.config_file.endswith(".json"):
             entries = dict(json.loads(text))
+            nested = next((k for k, v in entries.items() if isinstance(v, dict)), None)
+            if nested is not None:
+                raise ConfigError(f"{args.config_file}: {nested!r} holds an object: "
+                                  "per-topic configs go in --topic-config")  # fmt: skip
         else:
             entries = {key: value for _, key, value in parse_properties(text, args.config_file)}
         broker, job = split_job_config(entries, args.config_file)

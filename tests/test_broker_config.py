@@ -135,6 +135,7 @@ def test_flag_beats_the_files_io_limit(tmp_path):
     ("--topic-config", "t.json", '{"orders": {"segment.bytes": 1}}', "topic 'orders': segment.bytes=1 is"),
     ("--config", "s.properties", "log.cleaner.io.max.bytes.per.second=fast\n", "is not a number"),
     ("--config", "missing.properties", None, "No such file"),
+    ("--config", "s.json", '{"orders": {"segment.bytes": 1}}', "per-topic configs go in --topic-config"),
 ])  # fmt: skip
 def test_bad_names_and_values_are_one_line_usage_errors(tmp_path, capsys, option, name, text, message):
     if text is not None:
