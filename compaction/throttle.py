@@ -15,8 +15,10 @@ later spike either.
 `Throttler` is the pure decision (clock, sleep and the shared state are injected, for tests);
 `acquire(n)` is what the I/O code calls: a no-op unless the job set a rate, which reaches the
 executors as the environment variable `KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND`
-(`spark.executorEnv`, set by the driver). The shared file is per user in the temp dir
-(`KAFKA_COMPACTION_IO_THROTTLE_FILE` overrides it), 8 bytes, reused by every run.
+(`spark.executorEnv`, set by the driver). The shared file (8 bytes, reused by every run) is per
+user in `/dev/shm`, else `/tmp`: host-wide paths on purpose, not `$TMPDIR`, which YARN points at
+each container's own dir. Where the executors of a host see no common dir (Kubernetes pods), point
+`KAFKA_COMPACTION_IO_THROTTLE_FILE` at a shared mount (a hostPath), or the budget is per pod.
 """
 
 from __future__ import annotations
@@ -88,22 +90,28 @@ class Throttler:
         return 0.0
 
 
-_cached: tuple[str | None, Throttler | None] = (None, None)
+_cached: tuple[tuple, Throttler | None] = ((None, None), None)
 
 
 def process_throttler() -> Throttler | None:
     """The throttler of this process, as the job's environment sets it (None: unthrottled)."""
     global _cached
-    setting = os.environ.get(RATE_ENV) or None
+    setting = (os.environ.get(RATE_ENV) or None, os.environ.get(FILE_ENV) or None)
     if setting != _cached[0]:
+        rate, path = setting
         throttler = None
-        if setting is not None:
-            path = os.environ.get(FILE_ENV) or os.path.join(
-                tempfile.gettempdir(), f"kafka-compaction-io-{os.getuid()}.throttle"
-            )
-            throttler = Throttler(float(setting), FileClock(path))
+        if rate is not None:
+            name = f"kafka-compaction-io-{os.getuid()}.throttle"
+            throttler = Throttler(float(rate), FileClock(path or os.path.join(_host_dir(), name)))
         _cached = (setting, throttler)
     return _cached[1]
+
+
+def _host_dir() -> str:
+    for candidate in ("/dev/shm", "/tmp"):
+        if os.path.isdir(candidate) and os.access(candidate, os.W_OK):
+            return candidate
+    return tempfile.gettempdir()
 
 
 def acquire(nbytes: int) -> None:

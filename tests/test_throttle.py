@@ -129,3 +129,12 @@ def test_segment_reads_and_writes_are_told_to_the_throttle(tmp_path, monkeypatch
     writer.write(data)
     writer.close()
     assert sum(told) == len(data)
+
+
+def test_default_file_is_host_wide_not_the_containers_tmpdir(monkeypatch, tmp_path):
+    monkeypatch.setenv(throttle.RATE_ENV, "1e6")
+    monkeypatch.delenv(throttle.FILE_ENV, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # YARN's per-container temp dir
+    path = throttle.process_throttler().clock.path
+    assert os.path.dirname(path) in ("/dev/shm", "/tmp")
+    assert path.endswith(f"kafka-compaction-io-{os.getuid()}.throttle")
