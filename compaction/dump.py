@@ -61,6 +61,7 @@ from compaction.format.naming import (
     parse_segment_file_name,
 )
 from compaction.format.segment import SegmentReader, iter_batches
+from compaction.s3 import redact_uri
 from compaction.storage import Storage
 
 EXIT_OK, EXIT_PROBLEM = 0, 1
@@ -175,14 +176,15 @@ def dump_files(files: list[str], options: DumpOptions, out: TextIO, err: TextIO)
 _DUMPERS: dict = {}  # suffix -> function, filled below
 
 
-def _dump_one(file: str, output: _Output) -> None:
+def _dump_one(uri: str, output: _Output) -> None:
+    file = redact_uri(uri)  # what is printed: s3://KEY:SECRET@... shows as s3://***@...
     output.text(f"Dumping {file}")
-    suffix, base_offset = _classify(posixpath.basename(file))
+    storage, path = Storage.for_uri(uri)
+    suffix, base_offset = _classify(posixpath.basename(path))  # the path: a URI may end in ?options
     dumper = _DUMPERS.get(suffix)
     if dumper is None:
         output.note(f"Ignoring unknown file {file}")
         return
-    storage, path = Storage.for_uri(file)
     limit = output.options.max_bytes if suffix == LOG_SUFFIX else None
     try:
         data = storage.read_bytes(path, 0, limit)

@@ -56,3 +56,17 @@ def test_deleter_takes_the_filesystems_settings():
     assert client.meta.config.s3["addressing_style"] == "path"  # pyarrow's default, what MinIO/Ceph want
     creds = client._request_signer._credentials
     assert (creds.access_key, creds.secret_key) == ("AKIA", "s3cret")
+
+
+def test_dump_prints_uris_without_credentials(tmp_path):
+    import io
+
+    from compaction import dump
+
+    uri = "s3://AKIA:s3cret@bucket/logs/t-0/00000000000000000000.log?endpoint_override=127.0.0.1:9&scheme=http"
+    out, err = io.StringIO(), io.StringIO()
+    dump.dump_files([uri], dump.DumpOptions(), out, err)  # nothing listens on port 9: a read error
+    text = out.getvalue() + err.getvalue()
+    assert "Dumping s3://***@bucket/logs/t-0/00000000000000000000.log" in text
+    assert "s3cret" not in text and "AKIA" not in text
+    assert "cannot read s3://***@bucket" in text  # recognised as a .log despite the ?options
