@@ -243,8 +243,59 @@ def test_non_consumer_group_keeps_member_bytes_in_base64_and_nulls():
     assert data["members"][0]["assignment"] == ""
 
 
+UUID = bytes(range(16))
+UUID_TEXT = base64.urlsafe_b64encode(UUID).decode().rstrip("=")  # Kafka's Uuid.toString
+
+
+def cg_key(record_type, *strings):
+    e = Enc().i16(record_type)
+    for s in strings:
+        e.str(s)
+    return e.done()
+
+
+def topic_id_partitions(enc, tp):
+    enc.out += UUID
+    enc.array(tp[0], lambda en, p: en.i32(p)).tags(tp[1])
+
+
+@pytest.mark.parametrize("record_type, key_fields, value, data", [
+    (3, ("g",), Enc(True).i16(0).i32(7).tags().done(), {"epoch": 7}),
+    (3, ("g",), Enc(True).i16(0).i32(7).tags([(0, struct.pack(">q", -3)), (1, struct.pack(">q", T))]).done(),
+     {"epoch": 7, "metadataHash": -3, "creationTimeMs": T}),
+    (4, ("g",), Enc(True).i16(0).i32(2).array([0], lambda e, _: (
+        e.out.extend(UUID), e.str("orders").i32(3),
+        e.array([(0, ["r1", "r2"])], lambda e2, pr: e2.i32(pr[0]).array(pr[1], Enc.str).tags()),
+        e.tags())).tags().done(),
+     {"epoch": 2, "topics": [{"topicId": UUID_TEXT, "topicName": "orders", "numPartitions": 3,
+                              "partitionRacks": [{"partition": 0, "racks": ["r1", "r2"]}]}]}),
+    (5, ("g", "m-1"), Enc(True).i16(0).str(None).str("rack").str("cli").str("/10.0.0.2").array(["a"], Enc.str)
+     .str(None).i32(30000).str("uniform").tags([(0, Enc(True).array([0], lambda e, _: e.str("range")
+                                                .bytes(b"\x00\x01").tags()).tags().done())]).done(),
+     {"instanceId": None, "rackId": "rack", "clientId": "cli", "clientHost": "/10.0.0.2",
+      "subscribedTopicNames": ["a"], "subscribedTopicRegex": None, "rebalanceTimeoutMs": 30000,
+      "serverAssignor": "uniform", "classicMemberMetadata": {"supportedProtocols": [{"name": "range",
+                                                                                     "metadata": "AAE="}]}}),
+    (6, ("g",), Enc(True).i16(0).i32(4).tags().done(), {"assignmentEpoch": 4}),
+    (7, ("g", "m-1"), Enc(True).i16(0).array([([0, 1], ())], topic_id_partitions).tags().done(),
+     {"topicPartitions": [{"topicId": UUID_TEXT, "partitions": [0, 1]}]}),
+    (8, ("g", "m-1"), Enc(True).i16(0).i32(5).i32(4).i8(0)
+     .array([([2], [(0, Enc(True).array([5], lambda e, p: e.i32(p)).done())])], topic_id_partitions)
+     .array([], topic_id_partitions).tags().done(),
+     {"memberEpoch": 5, "previousMemberEpoch": 4, "state": 0,
+      "assignedPartitions": [{"topicId": UUID_TEXT, "partitions": [2], "assignmentEpochs": [5]}],
+      "partitionsPendingRevocation": []}),
+])  # fmt: skip
+def test_kip_848_consumer_group_records(record_type, key_fields, value, data):
+    key_text, value_text = format_offsets_record(0, cg_key(record_type, *key_fields), value)
+    names = ("groupId", "memberId")[: len(key_fields)]
+    assert json.loads(key_text) == {"type": str(record_type), "data": dict(zip(names, key_fields, strict=True))}
+    assert json.loads(value_text) == {"version": "0", "data": data}
+    assert list(json.loads(value_text)["data"]) == list(data)  # the schema's order
+
+
 @pytest.mark.parametrize("key, value, text", [
-    (Enc().i16(3).str("g").done(), b"\x00\x00", "Unknown record type 3 at offset 9, skipping."),
+    (Enc().i16(9).str("g").done(), b"\x00\x00", "Unknown record type 9 at offset 9, skipping."),
     (offset_commit_key("g", "t", 0), Enc().i16(9).done(), "Error at offset 9, skipping. value version 9"),
     (offset_commit_key("g", "t", 0)[:-2], None, "Error at offset 9, skipping. needs 4 bytes"),
     (group_key("g"), group_value(3, "consumer", 1, "r", "l", 0, [])[:-3], "Error at offset 9, skipping."),

@@ -11,11 +11,15 @@ record type then a struct, a value an int16 version then a struct (schemas:
 |          |                                    | group's member subscription/assignment bytes are |
 |          |                                    | decoded (ConsumerProtocolSubscription/Assignment 0-3) |
 
-Those are every record of classic groups that Kafka 2.x-4.x write. Printed as Kafka prints them:
-key `{"type":"<key type>","data":{...}}`, value `{"version":"<version>","data":{...}}` or
-`<DELETE>` for a tombstone, compact JSON with the schemas' field names; bytes fields in base64.
-The record types of KIP-848/share/streams groups (3 and up) print Kafka's "Unknown record type"
-line and are skipped.
+Those are every record of classic groups that Kafka 2.x-4.x write. The consumer groups of KIP-848
+(Kafka 4.0+) add record types 3-8 (group metadata, partition metadata, member metadata, target
+assignment metadata and members, current member assignments; value version 0, flexible), decoded
+with the schemas as Kafka 4.0 released them (3.7-3.9 wrote early-access versions of some of them,
+which print Kafka's "Error at offset" line). Printed as Kafka prints them: key
+`{"type":"<key type>","data":{...}}`, value `{"version":"<version>","data":{...}}` or `<DELETE>`
+for a tombstone, compact JSON with the schemas' field names; bytes in base64, topic ids as Kafka's
+`Uuid.toString`. Share and streams groups' records (types 9 and up) print Kafka's "Unknown record
+type" line and are skipped.
 
 `__transaction_state` (`--transaction-log-decoder`, `TransactionLog.formatRecordKeyAndValue`):
 key TransactionLogKey v0 (transactionalId), value TransactionLogValue 0-1 (1: flexible, tagged
@@ -213,11 +217,104 @@ def consumer_assignment(data: bytes) -> dict:
     return {"assignedPartitions": assigned, "userData": _b64(r.bytes_(nullable=True))}
 
 
+# --- KIP-848 consumer groups (Kafka 4.0+; record types 3-8, value version 0, flexible) -------------
+# Tagged fields are in the JSON when the record carries them: Kafka writes a tagged field only when
+# it differs from its default.
+
+
+def _uuid(r: _Reader) -> str:
+    """Kafka's `Uuid.toString`: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(r._take(16)).decode().rstrip("=")
+
+
+def _tagged(r: _Reader, out: dict, fields: dict) -> dict:
+    """The struct's tagged section; known tags {tag: (name, decode(raw) -> value)} go into `out`."""
+    for tag, raw in r.tagged_fields().items():
+        if tag in fields:
+            name, decode = fields[tag]
+            out[name] = decode(raw)
+    return out
+
+
+def _int64(raw: bytes) -> int:
+    return struct.unpack(">q", raw)[0]
+
+
+def _cg_metadata_value(r: _Reader, version: int) -> dict:
+    return _tagged(r, {"epoch": r.int32()}, {0: ("metadataHash", _int64), 1: ("creationTimeMs", _int64)})
+
+
+def _cg_partition_metadata_value(r: _Reader, version: int) -> dict:
+    def partition() -> dict:
+        return _tagged(r, {"partition": r.int32(), "racks": r.array(r.string)}, {})
+
+    def topic() -> dict:
+        out = {"topicId": _uuid(r), "topicName": r.string(), "numPartitions": r.int32(),
+               "partitionRacks": r.array(partition)}  # fmt: skip
+        return _tagged(r, out, {})
+
+    return _tagged(r, {"epoch": r.int32(), "topics": r.array(topic)}, {})
+
+
+def _classic_member_metadata(raw: bytes) -> dict:
+    r = _Reader(raw, flexible=True)
+
+    def protocol() -> dict:
+        return _tagged(r, {"name": r.string(), "metadata": _b64(r.bytes_())}, {})
+
+    out = _tagged(r, {"supportedProtocols": r.array(protocol)}, {})
+    r.end()
+    return out
+
+
+def _cg_member_metadata_value(r: _Reader, version: int) -> dict:
+    out = {"instanceId": r.string(nullable=True), "rackId": r.string(nullable=True), "clientId": r.string(),
+           "clientHost": r.string(), "subscribedTopicNames": r.array(r.string),
+           "subscribedTopicRegex": r.string(nullable=True), "rebalanceTimeoutMs": r.int32(),
+           "serverAssignor": r.string(nullable=True)}  # fmt: skip
+    return _tagged(r, out, {0: ("classicMemberMetadata", _classic_member_metadata)})
+
+
+def _cg_target_assignment_metadata_value(r: _Reader, version: int) -> dict:
+    return _tagged(r, {"assignmentEpoch": r.int32()}, {0: ("assignmentTimestamp", _int64)})
+
+
+def _topic_id_partitions(r: _Reader, tags: dict | None = None) -> dict:
+    return _tagged(r, {"topicId": _uuid(r), "partitions": r.array(r.int32)}, tags or {})
+
+
+def _cg_target_assignment_member_value(r: _Reader, version: int) -> dict:
+    return _tagged(r, {"topicPartitions": r.array(lambda: _topic_id_partitions(r))}, {})
+
+
+def _int32_array(raw: bytes) -> list[int] | None:
+    r = _Reader(raw, flexible=True)
+    out = r.array(r.int32, nullable=True)
+    r.end()
+    return out
+
+
+def _cg_current_member_assignment_value(r: _Reader, version: int) -> dict:
+    tags = {0: ("assignmentEpochs", _int32_array)}
+    out = {"memberEpoch": r.int32(), "previousMemberEpoch": r.int32(), "state": r.int8(),
+           "assignedPartitions": r.array(lambda: _topic_id_partitions(r, tags)),
+           "partitionsPendingRevocation": r.array(lambda: _topic_id_partitions(r, tags))}  # fmt: skip
+    return _tagged(r, out, {})
+
+
 _OFFSETS_VALUES = {  # key type -> (value decoder, highest version, first flexible version)
     0: (_offset_commit_value, 4, 4),
     1: (_offset_commit_value, 4, 4),
     GROUP_METADATA_KEY_TYPE: (_group_metadata_value, 4, 4),
+    3: (_cg_metadata_value, 0, 0),
+    4: (_cg_partition_metadata_value, 0, 0),
+    5: (_cg_member_metadata_value, 0, 0),
+    6: (_cg_target_assignment_metadata_value, 0, 0),
+    7: (_cg_target_assignment_member_value, 0, 0),
+    8: (_cg_current_member_assignment_value, 0, 0),
 }
+CONSUMER_GROUP_KEYS = {3: ("groupId",), 4: ("groupId",), 5: ("groupId", "memberId"), 6: ("groupId",),
+                       7: ("groupId", "memberId"), 8: ("groupId", "memberId")}  # fmt: skip
 
 
 def offsets_key(data: bytes) -> tuple[int, dict]:
@@ -228,6 +325,8 @@ def offsets_key(data: bytes) -> tuple[int, dict]:
         fields = {"group": r.string(), "topic": r.string(), "partition": r.int32()}
     elif key_type == GROUP_METADATA_KEY_TYPE:
         fields = {"group": r.string()}
+    elif key_type in CONSUMER_GROUP_KEYS:
+        fields = {name: r.string() for name in CONSUMER_GROUP_KEYS[key_type]}
     else:
         raise UnknownRecordType(key_type)
     r.end()
