@@ -289,7 +289,8 @@ def topic_id_partitions(enc, tp):
 def test_kip_848_consumer_group_records(record_type, key_fields, value, data):
     key_text, value_text = format_offsets_record(0, cg_key(record_type, *key_fields), value)
     names = ("groupId", "memberId")[: len(key_fields)]
-    assert json.loads(key_text) == {"type": str(record_type), "data": dict(zip(names, key_fields, strict=True))}
+    key_data = dict(zip(names, key_fields, strict=True))
+    assert json.loads(key_text) == {"type": str(record_type), "data": key_data}
     assert json.loads(value_text) == {"version": "0", "data": data}
     assert list(json.loads(value_text)["data"]) == list(data)  # the schema's order
 
