@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from compaction import throttle
 from compaction.discover import read_small
 from compaction.errors import CorruptRecordError
 from compaction.format.checkpoint import parse_leader_epoch_checkpoint
@@ -529,6 +530,7 @@ class _LogWriter:
 
     def flush(self) -> None:
         chunks, self._pending, self._pending_bytes = self._pending, [], 0
+        throttle.acquire(sum(len(c) for c in chunks))  # --io-max-bytes-per-second
         for c in chunks:
             self._file.write(c)
 
