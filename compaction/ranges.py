@@ -215,6 +215,7 @@ class ShippedMap:
     gave each record (IDS) and the latest offset of each id (LATEST with FOUND applied)."""
 
     hashes_keys = False  # the rewrite's scan need not hash keys: ids come with the blocks
+    verified = True  # the range's scan checked the CRCs
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, int], np.ndarray] = {}
