@@ -52,7 +52,7 @@ BLOCK_ROWS = 1 << 20
 # A range's keys are cut by hash into this many fine buckets; the driver, knowing the summaries'
 # size once every range is scanned, deals them into as many merge tasks as the merge's memory
 # bound asks for (`merge_buckets`), so a merge task never holds more than its share of keys.
-FINE_BUCKETS = 256
+FINE_BUCKETS = 64
 
 
 class Block(NamedTuple):
@@ -215,6 +215,7 @@ class ShippedMap:
     gave each record (IDS) and the latest offset of each id (LATEST with FOUND applied)."""
 
     hashes_keys = False  # the rewrite's scan need not hash keys: ids come with the blocks
+    verified = True  # the range's scan checked the CRCs
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, int], np.ndarray] = {}

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from compaction import throttle
 from compaction.discover import read_small
 from compaction.errors import CorruptRecordError
 from compaction.format.checkpoint import parse_leader_epoch_checkpoint
@@ -126,13 +127,14 @@ def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
 
 
 def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None,
-                  hash_keys: bool = True,
-                  epochs: list[SegmentEpochs] | None = None) -> SegmentScan:  # fmt: skip
+                  hash_keys: bool = True, epochs: list[SegmentEpochs] | None = None,
+                  verify_crc: bool = True) -> SegmentScan:  # fmt: skip
     """The checked scan of a source segment; `epochs` (if given) receives its leader-epoch runs
-    for `check_partition_epochs`."""
+    for `check_partition_epochs`. `verify_crc=False` only for a segment this round's scan has
+    verified already (its size is checked again)."""
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path, hash_keys=hash_keys)
+    scan = scan_segment(data, path, hash_keys=hash_keys, verify_crc=verify_crc)
     _check_batch_sizes(spec, path, scan.batches)
     check_structure(spec, seg, path, scan.batches, epochs)
     return scan
@@ -312,6 +314,7 @@ class PartitionMap:
     the rewrite are kept too, so those records are not hashed a second time."""
 
     hashes_keys = True  # the segments it did not keep are looked up by key
+    verified = True  # scan_partition read every segment first
 
     def __init__(self, expected_keys: int = 0) -> None:
         self.table = KeyTable(expected_keys)
@@ -410,9 +413,12 @@ class OffsetMap(Protocol):
     """What the rewrite asks of the offset map: for every record of a segment, the latest offset
     of its key (`found`; -1 when the key is absent from the map or the record has no key).
     `keep_records` keeps a keyed record below the bound iff its offset >= found. `hashes_keys`:
-    whether `found` reads the scan's key hashes (a rewrite's scan then hashes the keys)."""
+    whether `found` reads the scan's key hashes (a rewrite's scan then hashes the keys);
+    `verified`: this round's scan checked every segment's CRCs before the map was built (the
+    rewrite's scan then does not again)."""
 
     hashes_keys: bool
+    verified: bool
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray: ...
 
@@ -529,6 +535,7 @@ class _LogWriter:
 
     def flush(self) -> None:
         chunks, self._pending, self._pending_bytes = self._pending, [], 0
+        throttle.acquire(sum(len(c) for c in chunks))  # --io-max-bytes-per-second
         for c in chunks:
             self._file.write(c)
 
@@ -728,7 +735,7 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     read ahead) or read now."""
     out.open(spec)
     if scan is None:
-        scan = _read_segment(spec, seg, data, offset_map.hashes_keys)
+        scan = _read_segment(spec, seg, data, offset_map.hashes_keys, verify_crc=not offset_map.verified)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)

@@ -15,6 +15,7 @@ import threading
 import time
 
 from compaction import report as rpt
+from compaction import throttle
 from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.discover import (
     CLEANER_CHECKPOINT,
@@ -49,6 +50,7 @@ from compaction.plan import (
     resolve_topic_config,
 )
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.s3 import redact_uri
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
 
 log = logging.getLogger("compaction")
@@ -208,7 +210,8 @@ def _plan_one(
     (after `validate_contents` has read its index files; otherwise those checks run in the
     partition's task, or on the driver for a dry run). A skipped partition is read no further than
     its plan needs (`_partition_state`), so a damaged file in it is not seen: it is left as found."""
-    result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
+    result = rpt.PartitionResult(part.topic, part.partition, redact_uri(ld.uri),  # no credentials in the report
+                                 segmentsBefore=len(part.segments))  # fmt: skip
     p = Planned(ld, part, result)
     try:
         check_listing(part)
@@ -313,6 +316,8 @@ def _spark_session(opts: JobOptions):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("kafka-offline-compaction")
+    if opts.io_max_bytes_per_second is not None:  # the executors' segment I/O throttle (throttle.py)
+        builder = builder.config(f"spark.executorEnv.{throttle.RATE_ENV}", repr(opts.io_max_bytes_per_second))
     if "SPARK_MASTER" in os.environ and not os.environ.get("SPARK_HOME_SUBMITTED"):
         builder = builder.master(os.environ["SPARK_MASTER"])
     spark = builder.getOrCreate()
@@ -713,7 +718,10 @@ def run(opts: JobOptions) -> tuple[int, dict]:
 
 
 def _args_echo(opts: JobOptions) -> dict:
-    return {k: v for k, v in dataclasses.asdict(opts).items()}
+    args = dataclasses.asdict(opts)
+    args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
+    args["report"] = opts.report and redact_uri(opts.report)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
