@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
-from compaction.format import naming, rebuild
+from compaction.format import naming, rebuild, upconvert
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
 from compaction.format.keymap import KeyIndex, KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
@@ -666,6 +666,17 @@ class _Output:
         self.size = ends[-1]
         self.records += sum(records)
 
+    def append_columns(self, chunk, sizes: np.ndarray, last_offsets: np.ndarray, max_timestamps: np.ndarray,
+                       records: int) -> None:  # fmt: skip
+        """`append_run` for many batches in one chunk, their columns as arrays."""
+        self.writer.write(chunk)
+        ends = self.size + np.cumsum(sizes, dtype=np.int64)
+        for col, values in ((self.positions, ends - sizes), (self.sizes, sizes), (self.last_offsets, last_offsets),
+                            (self.max_timestamps, max_timestamps)):  # fmt: skip
+            col.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        self.size = int(ends[-1])
+        self.records += records
+
 
 class _Runs:
     """The batches of one segment on their way to an `_Output`, in log order, a run at a time:
@@ -778,8 +789,8 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
 
 
 # What _clean_segment decided for each batch (an int8 per batch), emitted in log order once the
-# segment's v2 rebuilds are done.
-_DROP, _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(5)
+# segment's v2 rebuilds and legacy conversions are done.
+_DROP, _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY, _CONVERT = range(6)
 _NO_NEW_HORIZON = -1
 
 
@@ -845,13 +856,19 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb)
     plain = v2 & ((attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)) == 0)
     kind, need_horizon = _decide_plain(spec, b, count, n_keep, n_tomb, has_horizon)
-    kind[~plain] = _DROP
-    kept = np.where(plain, n_keep, 0)
-    stats.records_read += int(count[plain].sum())
-    stats.invalid_records += int(n_invalid[plain].sum())
+    # An uncompressed v0/v1 entry is a batch of one message outside transactions: the same
+    # branch, except that a kept one is re-encoded as v2 (KIP-724), never copied, and one to be
+    # retained empty is Kafka's IllegalStateException, which the per-batch path raises.
+    messages = ~v2 & ((attrs & fb.COMPRESSION_CODEC_MASK) == 0)
+    kind[messages & (n_keep > 0)] = _CONVERT
+    fast = plain | (messages & (kind != _EMPTY))
+    kind[~fast] = _DROP
+    kept = np.where(fast, n_keep, 0)
+    stats.records_read += int(count[fast].sum())
+    stats.invalid_records += int(n_invalid[fast].sum())
     new_horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms)
     horizon = np.where(need_horizon, new_horizon, _NO_NEW_HORIZON)
-    for i in np.flatnonzero(~plain).tolist():
+    for i in np.flatnonzero(~fast).tolist():
         _decide_one(spec, scan, i, int(bounds[i]), int(bounds[i + 1]), txn, keep, int(n_keep[i]), int(n_tomb[i]),
                     int(n_invalid[i]), new_horizon, kind, kept, horizon, stats)  # fmt: skip
     _emit_segment(scan, kind, kept, horizon, keep, bounds, out)
@@ -900,14 +917,33 @@ def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: in
 def _emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
                   bounds: np.ndarray, out: _Output) -> None:  # fmt: skip
     """Write the batches of one segment in log order (`_Runs`): every v2 rebuild of the segment
-    re-encoded by one kernel call (format/rebuild.py)."""
+    re-encoded by one kernel call (format/rebuild.py), every kept legacy message by another
+    (format/upconvert.py), whose consecutive batches go out as one chunk."""
     b = scan.batches
     rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == _REBUILD_V2), kept, horizon, keep, bounds)
+    converted = _convert(scan, np.flatnonzero(kind == _CONVERT), horizon, bounds)
     mv = memoryview(scan.file)
     runs = _Runs(out, mv)
     emitted = np.flatnonzero(kind != _DROP)
-    cols = [c[emitted].tolist() for c in (kind, kept, b.position, b.size, b.last_offset, b.max_timestamp)]
-    for i, k, n_kept, pos, size, last_offset, max_ts in zip(emitted.tolist(), *cols):
+    is_conv = kind[emitted] == _CONVERT
+    cuts = [0, *(np.flatnonzero(is_conv[1:] != is_conv[:-1]) + 1).tolist(), len(emitted)]
+    for lo, hi in itertools.pairwise(cuts):
+        if lo < hi and is_conv[lo]:
+            runs.flush()
+            converted.emit(out, emitted[lo:hi], b.last_offset)
+        elif lo < hi:
+            _emit_batches(scan, emitted[lo:hi], kind, kept, horizon, keep, bounds, rebuilt, runs)
+    runs.flush()
+    out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,
+                  keep: np.ndarray, bounds: np.ndarray, rebuilt: dict, runs: _Runs) -> None:  # fmt: skip
+    """The batches `batches` (none converted), one at a time."""
+    b = scan.batches
+    mv = runs.source
+    cols = [c[batches].tolist() for c in (kind, kept, b.position, b.size, b.last_offset, b.max_timestamp)]
+    for i, k, n_kept, pos, size, last_offset, max_ts in zip(batches.tolist(), *cols, strict=True):
         if k == _COPY:
             runs.verbatim(pos, size, last_offset, max_ts, n_kept)
         elif k == _REBUILD_V2 and i in rebuilt:
@@ -924,8 +960,38 @@ def _emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon
         else:
             header = fb.BatchHeader.unpack_from(mv[pos : pos + fb.RECORD_BATCH_OVERHEAD])
             runs.built_batch((fb.build_empty_batch(header),), last_offset, max_ts, 0)
-    runs.flush()
-    out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+@dataclass
+class _Converted:
+    """The v2 batches of a segment's kept legacy messages (`upconvert.convert_messages`), batch j
+    (of legacy entry idx[j]) at data[ends[j - 1]:ends[j]]."""
+
+    idx: np.ndarray
+    data: np.ndarray
+    ends: np.ndarray
+    max_ts: np.ndarray
+
+    def emit(self, out: _Output, batches: np.ndarray, last_offset: np.ndarray) -> None:
+        """Write the consecutive converted batches `batches` (a run of `idx`) as one chunk."""
+        lo = int(np.searchsorted(self.idx, batches[0]))
+        hi = lo + len(batches)
+        start = int(self.ends[lo - 1]) if lo else 0
+        sizes = np.diff(self.ends[lo:hi], prepend=start)
+        out.append_columns(self.data[start : int(self.ends[hi - 1])], sizes, last_offset[batches],
+                           self.max_ts[lo:hi], len(batches))  # fmt: skip
+
+
+def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np.ndarray) -> _Converted:
+    """Every kept message of the uncompressed legacy entries `idx` re-encoded as a v2 batch, in
+    one kernel call: its one record is record bounds[i] of the scan."""
+    if not len(idx):
+        return _Converted(idx, np.empty(0, np.uint8), np.empty(0, np.int64), np.empty(0, np.int64))
+    b = scan.batches
+    log_append = (b.magic[idx] == 1) & ((b.attributes[idx] & fb.TIMESTAMP_TYPE_MASK) != 0)
+    data, ends, max_ts = upconvert.convert_messages(scan.file, scan.side, scan.split, bounds[idx], scan.records,
+                                                    log_append, horizon[idx])  # fmt: skip
+    return _Converted(idx, data, ends, max_ts)
 
 
 def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray, keep: np.ndarray,
