@@ -637,7 +637,9 @@ class _LogWriter:
 @dataclass
 class _Output:
     """The cleaned segment being written: batch bytes go to the `.log.cleaned` writer at once; only
-    the columns the indexes are built from stay in memory (array('q'): 8 bytes per value)."""
+    the columns the indexes are built from stay in memory, 8 bytes per value: the batches
+    appended one run at a time in array('q')s, those appended as arrays (`append_columns`: a
+    segment's converted legacy messages, up to millions) kept as such (`columns` joins them)."""
 
     writer: _LogWriter | None = None
     positions: array = field(default_factory=lambda: array("q"))
@@ -646,6 +648,8 @@ class _Output:
     max_timestamps: array = field(default_factory=lambda: array("q"))
     size: int = 0
     records: int = 0
+    batches: int = 0
+    _done: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # column chunks before the arrays
 
     def open(self, spec: GroupSpec) -> None:
         if self.writer is None:
@@ -657,7 +661,7 @@ class _Output:
         timestamp, records) of each."""
         for c in chunks:
             self.writer.write(c)
-        sizes, last_offsets, max_timestamps, records = zip(*batches)
+        sizes, last_offsets, max_timestamps, records = zip(*batches, strict=True)
         ends = list(itertools.accumulate(sizes, initial=self.size))
         self.positions.extend(ends[:-1])
         self.sizes.extend(sizes)
@@ -665,17 +669,33 @@ class _Output:
         self.max_timestamps.extend(max_timestamps)
         self.size = ends[-1]
         self.records += sum(records)
+        self.batches += len(sizes)
 
     def append_columns(self, chunk, sizes: np.ndarray, last_offsets: np.ndarray, max_timestamps: np.ndarray,
                        records: int) -> None:  # fmt: skip
         """`append_run` for many batches in one chunk, their columns as arrays."""
         self.writer.write(chunk)
+        self._seal()
         ends = self.size + np.cumsum(sizes, dtype=np.int64)
-        for col, values in ((self.positions, ends - sizes), (self.sizes, sizes), (self.last_offsets, last_offsets),
-                            (self.max_timestamps, max_timestamps)):  # fmt: skip
-            col.frombytes(np.ascontiguousarray(values, dtype=np.int64).tobytes())
+        i64 = np.int64
+        self._done.append((ends - sizes, np.asarray(sizes, i64), np.asarray(last_offsets, i64),
+                           np.asarray(max_timestamps, i64)))  # fmt: skip
         self.size = int(ends[-1])
         self.records += records
+        self.batches += len(sizes)
+
+    def _seal(self) -> None:
+        cols = (self.positions, self.sizes, self.last_offsets, self.max_timestamps)
+        if len(self.sizes):
+            self._done.append(tuple(np.frombuffer(c, dtype=np.int64) for c in cols))
+            self.positions, self.sizes, self.last_offsets, self.max_timestamps = (array("q") for _ in cols)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, sizes, last offsets, max timestamps) of every batch written."""
+        self._seal()
+        if len(self._done) > 1:
+            self._done = [tuple(np.concatenate(c) for c in zip(*self._done, strict=True))]
+        return self._done[0] if self._done else tuple(np.empty(0, np.int64) for _ in range(4))
 
 
 class _Runs:
@@ -1038,9 +1058,7 @@ def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn])
     out.open(spec)  # a group always has segments; this only matters for an empty one
     out.writer.close()
     offset_index, time_index = build_indexes(
-        np.frombuffer(out.positions, dtype=np.int64), np.frombuffer(out.sizes, dtype=np.int64),
-        np.frombuffer(out.last_offsets, dtype=np.int64), np.frombuffer(out.max_timestamps, dtype=np.int64),
-        base, spec.index_interval_bytes,
+        *out.columns(), base, spec.index_interval_bytes,
     )  # fmt: skip
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
@@ -1085,7 +1103,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                     "records_read": stats.records_read,
                     "records_written": out.records,
                     "batches_read": stats.batches_read,
-                    "batches_written": len(out.sizes),
+                    "batches_written": out.batches,
                     "invalid_records": stats.invalid_records,
                     "seconds": time.monotonic() - started,
                 }

@@ -27,7 +27,7 @@ from compaction.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
 from compaction.format.crc import crc32c_at
 from compaction.format.jit import njit as _njit
-from compaction.format.memops import copy_bytes
+from compaction.format.memops import copy_bytes, memcpy_at
 from compaction.format.rebuild import _varint32_size, _varint_size, _write_varint, _write_varlong
 
 HEADER = fb.RECORD_BATCH_OVERHEAD  # 61
@@ -36,15 +36,32 @@ HEADER = fb.RECORD_BATCH_OVERHEAD  # 61
 MAX_RECORD_OVERHEAD = 5 + 1 + 10 + 1 + 5 + 5 + 1
 
 
+# The header fields every converted batch shares: partitionLeaderEpoch, producerId, producerEpoch and
+# baseSequence -1, magic 2, lastOffsetDelta 0, recordsCount 1; the others are written over it.
+_TEMPLATE = np.zeros(HEADER, dtype=np.uint8)
+_TEMPLATE[12:16] = 0xFF
+_TEMPLATE[16] = fb.MAGIC_V2
+_TEMPLATE[43:57] = 0xFF
+_TEMPLATE[60] = 1
+
+
 @_njit
-def _put_be(out, pos, v, width):
-    for i in range(width):
-        out[pos + width - 1 - i] = np.uint8((np.int64(v) >> (8 * i)) & 0xFF)
+def _put_be64(out, o, v):
+    v = np.int64(v)
+    for i in range(8):
+        out[o + i] = np.uint8((v >> (56 - 8 * i)) & 0xFF)
+
+
+@_njit
+def _put_be32(out, o, v):
+    v = np.int64(v)
+    for i in range(4):
+        out[o + i] = np.uint8((v >> (24 - 8 * i)) & 0xFF)
 
 
 @_njit
 def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len, value_pos, value_len,
-                    log_append, horizon, out, out_end, out_max_ts):  # fmt: skip
+                    log_append, horizon, template, out, out_end, out_max_ts):  # fmt: skip
     o = np.int64(0)
     for j in range(len(rec)):
         r = rec[j]
@@ -56,21 +73,15 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
         body = (1 + _varint_size(tsd) + 1 + _varint32_size(kl) + max(kl, 0) + _varint32_size(vl) + max(vl, 0)
                 + 1)  # fmt: skip
         size = HEADER + _varint32_size(body) + body
-        _put_be(out, o, offset[r], 8)
-        _put_be(out, o + 8, size - 12, 4)
-        _put_be(out, o + 12, -1, 4)  # partitionLeaderEpoch
-        out[o + 16] = 2
+        memcpy_at(out, o, template, 0, HEADER)
+        _put_be64(out, o, offset[r])
+        _put_be32(out, o + 8, size - 12)
         attrs = fb.TIMESTAMP_TYPE_MASK if log_append[j] else 0
         if horizon[j] >= 0:
             attrs |= fb.DELETE_HORIZON_MASK
-        _put_be(out, o + 21, attrs, 2)
-        _put_be(out, o + 23, 0, 4)  # lastOffsetDelta
-        _put_be(out, o + 27, base_ts, 8)
-        _put_be(out, o + 35, max_ts, 8)
-        _put_be(out, o + 43, -1, 8)  # producerId
-        _put_be(out, o + 51, -1, 2)  # producerEpoch
-        _put_be(out, o + 53, -1, 4)  # baseSequence
-        _put_be(out, o + 57, 1, 4)  # recordsCount
+        out[o + 22] = attrs  # the low byte of the int16
+        _put_be64(out, o + 27, base_ts)
+        _put_be64(out, o + 35, max_ts)
         p = _write_varint(out, o + HEADER, body)
         out[p] = 0  # record attributes
         p = _write_varlong(out, p + 1, tsd)
@@ -84,7 +95,7 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
             copy_bytes(file, side, split, value_pos[r], vl, out, p)
             p += vl
         out[p] = 0  # headers count
-        _put_be(out, o + 17, crc32c_at(out, o + 21, size - 21), 4)
+        _put_be32(out, o + 17, crc32c_at(out, o + 21, size - 21))
         o += size
         out_end[j] = o
         out_max_ts[j] = max_ts
@@ -106,7 +117,7 @@ def convert_messages(file, side, split: int, rec: np.ndarray, records, log_appen
     used = _convert_kernel(_u8(file), _u8(side), np.int64(split), rec, records.offset, records.timestamp,
                            records.key_pos, records.key_len, records.value_pos, records.value_len,
                            np.ascontiguousarray(log_append, dtype=np.bool_),
-                           np.ascontiguousarray(horizon, dtype=np.int64), out, ends, max_ts)  # fmt: skip
+                           np.ascontiguousarray(horizon, dtype=np.int64), _TEMPLATE, out, ends, max_ts)  # fmt: skip
     return out[:used], ends, max_ts
 
 
