@@ -88,33 +88,31 @@ def _crc32c_table_raw(prev, ptr, n):  # pragma: no cover - only where crc32c exp
     return c
 
 
-def _exported(module, names: tuple[str, ...]) -> int | None:
-    """Address of the first of `names` the extension module's shared object exports."""
+def _exported(module, names: tuple[str, ...]) -> tuple[int, str] | tuple[None, str]:
+    """(address, name) of the first of `names` the extension module's shared object exports."""
     try:
         lib = ctypes.CDLL(module.__file__)
-    except (OSError, AttributeError):
-        return None
+    except (OSError, AttributeError, TypeError):
+        return None, "table"
     for name in names:
         fn = getattr(lib, name, None)
         if fn is not None:
-            return ctypes.cast(fn, ctypes.c_void_p).value
-    return None
+            return ctypes.cast(fn, ctypes.c_void_p).value, name
+    return None, "table"
 
 
 def _register_symbols() -> dict[str, str]:
-    """Register both symbols; returns which implementation each one got (for tests and benches)."""
+    """Register both symbols; returns the C function (or "table") each one got."""
     from isal import isal_zlib
 
-    chosen = {}
-    crc32_c = _exported(isal_zlib, ("crc32_gzip_refl",))
-    _llvm.add_symbol(_CRC32_SYMBOL, crc32_c or _crc32_table_raw.address)
-    chosen["crc32"] = "isal" if crc32_c else "table"
+    crc32_fn, crc32_name = _exported(isal_zlib, ("crc32_gzip_refl",))
+    _llvm.add_symbol(_CRC32_SYMBOL, crc32_fn or _crc32_table_raw.address)
+    # the SSE4.2 kernel where the package uses it (it set up its tables on import), else its software one
     hw = getattr(_crc32c, "hardware_based", False)
-    names = ("_crc32c_hw_adler",) if hw else ("_crc32c_sw_slicing_by_8",)
-    crc32c_c = _exported(getattr(_crc32c, "_crc32c", None), names)
-    _llvm.add_symbol(_CRC32C_SYMBOL, crc32c_c or _crc32c_table_raw.address)
-    chosen["crc32c"] = ("crc32c-hw" if hw else "crc32c-sw") if crc32c_c else "table"
-    return chosen
+    names = ("_crc32c_hw_adler", "_crc32c_sw_slicing_by_8") if hw else ("_crc32c_sw_slicing_by_8",)
+    crc32c_fn, crc32c_name = _exported(getattr(_crc32c, "_crc32c", None), names)
+    _llvm.add_symbol(_CRC32C_SYMBOL, crc32c_fn or _crc32c_table_raw.address)
+    return {"crc32": crc32_name, "crc32c": crc32c_name}
 
 
 IMPLEMENTATIONS = _register_symbols()

@@ -167,6 +167,9 @@ def entry_crcs(buf: np.ndarray, position: np.ndarray, size: np.ndarray, magic: n
 def region_capacity(start: np.ndarray, end: np.ndarray, inner: np.ndarray) -> int:
     """Records the regions can hold at most: one per uncompressed entry, one per MIN_ENTRY bytes
     of a wrapper's inner messages."""
+    inner = np.asarray(inner)
+    if not inner.any():
+        return len(inner)
     by_bytes = np.maximum(np.asarray(end) - np.asarray(start), 0) // MIN_ENTRY
     return int(np.where(inner, by_bytes, 1).sum())
 
