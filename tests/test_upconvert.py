@@ -153,3 +153,38 @@ def test_a_run_of_converted_messages_is_written_between_other_batches(tmp_path):
     b = scan_batches(u8(cleaned))
     assert b.last_offset.tolist() == [0, 1, 2, 3, 4, 7, 8, 9, 10, 11]
     assert b.max_timestamp.tolist() == [100, 101, 102, 103, 104, 107, -1, -1, -1, -1]
+
+
+V09 = Path("/work/shared/fixtures/real-kafka/kafka-0.9.0.1/kafka-logs")
+V09_LOGS = sorted(p for p in V09.rglob("*.log") if p.stat().st_size > 0)
+
+
+def test_v09_fixtures_present():
+    assert len(V09_LOGS) >= 10
+
+
+@pytest.mark.parametrize("path", V09_LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_broker_written_v0_segments_are_cleaned_by_kafkas_rules(tmp_path, path):
+    """Kafka 0.9.0.1's own segments (copied): the latest record of each key kept, as v2."""
+    log = path.read_bytes()
+    s = scan_segment(u8(log), str(path))
+    latest = {}
+    for i in range(len(s.records)):
+        if s.key(i) is not None:
+            latest[s.key(i)] = int(s.records.offset[i])
+    upper_bound = int(s.batches.last_offset.max()) + 1
+    store = Log(tmp_path)
+    seg = store.segment(int(s.batches.base_offset.min()), [log])
+    spec = store.spec([seg], upper_bound=upper_bound)
+    clean([spec], latest)
+    cleaned = store.read(spec.new_base, ".cleaned")
+    assert cleaned == expected_cleaned(log, latest, upper_bound, True)
+    assert sorted(r.key for _, recs, _ in _v2_batches(cleaned) for r in recs) == sorted(latest)
+
+
+def _v2_batches(data: bytes):
+    pos = 0
+    while pos < len(data):
+        h = fb.BatchHeader.unpack_from(data, pos)
+        yield h, fb.RecordBatch(data[pos : pos + h.size]).records(), None
+        pos += h.size
