@@ -25,8 +25,9 @@ Layers:
     an error code and a byte position, never as an exception from inside the kernel.
   * `gather_keys`: keys -> one contiguous Arrow-ready binary column (int32 offsets, or int64 with
     `large=True` for `pa.large_binary()`).
-  * `scan_segment`: CRC checks, decompression into a side buffer, legacy entries through
-    `compaction.format.legacy`, and typed errors naming the path and byte position.
+  * `scan_segment`: CRC checks (all kinds in one compiled call per chunk), decompression into a
+    side buffer, v0/v1 messages walked by `legacywalk` (in place, or in the side buffer for the
+    contents of compressed wrappers), and typed errors naming the path and byte position.
 
 Kernels are `numba.njit(cache=True)`. numba writes its cache next to this file or, when that is not
 writable (read-only site-packages, Spark executors), under `NUMBA_CACHE_DIR`; set that variable on
@@ -140,7 +141,7 @@ class BatchColumns:
     producer_id: np.ndarray  # int64 (legacy: -1)
     producer_epoch: np.ndarray  # int16 (legacy: -1)
     base_sequence: np.ndarray  # int32 (legacy: -1)
-    records_count: np.ndarray  # int32 (legacy: 1 uncompressed, -1 compressed wrapper)
+    records_count: np.ndarray  # int32 (legacy: 1 uncompressed; a wrapper: -1 here, its count after scan_segment)
     crc: np.ndarray  # uint32 as stored (v2: CRC-32C, legacy: CRC-32)
     stop_position: int  # where the scan stopped
     stop_reason: int  # STOP_END / STOP_PARTIAL / STOP_CORRUPT
@@ -790,16 +791,17 @@ class SegmentScan:
 
     Record positions (`records.key_pos`, `records.value_pos`) live in one combined address space:
     [0, len(file)) is the file buffer itself (uncompressed v2 batches), [len(file), len(file) +
-    len(side)) is `side`, where decompressed v2 record streams and legacy keys/values were appended.
+    len(side)) is `side`, where decompressed v2 record streams, then the decompressed contents of
+    v0/v1 wrappers, were appended.
     """
 
     path: str
     file: np.ndarray  # uint8, the scanned buffer (not copied)
-    side: np.ndarray  # uint8, decompressed records + legacy keys/values
+    side: np.ndarray  # uint8, decompressed v2 records + v0/v1 wrapper contents
     batches: BatchColumns
     records: RecordColumns  # error fields are always ERR_OK here (errors raise)
     # (hashes uint64, packed key bytes uint8, packed_offs int64) per record, from
-    # `scan_segment(hash_keys=True)` when every batch is uncompressed v2 (keyhash.hash_keys)
+    # `scan_segment(hash_keys=True)` (keyhash.hash_keys)
     keys: tuple | None = None
 
     @property
