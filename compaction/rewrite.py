@@ -857,8 +857,11 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)
-    bounds = np.searchsorted(rec.batch_index, np.arange(nb + 1))
-    count = np.diff(bounds)
+    # records are in batch order: a count per batch, in linear time (a segment of small legacy
+    # messages has over a million batches)
+    count = np.bincount(rec.batch_index, minlength=nb)
+    bounds = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(count, out=bounds[1:])
     retain_legacy = retain_legacy_deletes(seg.mtime_ns // 1_000_000, spec.legacy_delete_horizon_ms)
     stats.bytes_read += seg.size
     stats.batches_read += nb
