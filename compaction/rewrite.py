@@ -944,6 +944,8 @@ def _emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon
     (format/upconvert.py), whose consecutive batches go out as one chunk."""
     b = scan.batches
     rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == _REBUILD_V2), kept, horizon, keep, bounds)
+    rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero((kind == _REBUILD_BUILDER) & (b.magic < 2)), kept, horizon,
+                                     keep, bounds))  # fmt: skip
     converted = _convert(scan, np.flatnonzero(kind == _CONVERT), horizon, bounds)
     mv = memoryview(scan.file)
     runs = _Runs(out, mv)
@@ -972,6 +974,9 @@ def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept
         elif k == _REBUILD_V2 and i in rebuilt:
             chunks, new_max = rebuilt.pop(i)
             runs.built_batch(chunks, last_offset, new_max, n_kept)
+        elif k == _REBUILD_BUILDER and i in rebuilt:  # a legacy wrapper's kept messages
+            chunks, new_last, new_max = rebuilt.pop(i)
+            runs.built_batch(chunks, new_last, new_max, n_kept)
         elif k in (_REBUILD_V2, _REBUILD_BUILDER):
             first, last = int(bounds[i]), int(bounds[i + 1])
             view = _batch_view(scan, i, last - first)
@@ -1054,6 +1059,35 @@ def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizo
     )  # fmt: skip
     sealed = rebuild.seal_all(headers, payload, o_start[ok], o_end[ok], attrs[ok] & fb.COMPRESSION_CODEC_MASK)
     return dict(zip(sel.tolist(), zip(sealed, new_max[ok].tolist())))
+
+
+def _rebuild_wrappers(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray,
+                      keep: np.ndarray, bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
+    """{batch index: ([header, payload], last offset, max timestamp)} for the compressed legacy
+    wrappers `idx` to rebuild: their kept messages as one v2 batch each with the wrapper's codec
+    (what `_rebuild` builds with `build_batch`), encoded in one `upconvert.encode_kept` call."""
+    if not len(idx):
+        return {}
+    b = scan.batches
+    attrs = b.attributes[idx].astype(np.int64)
+    log_append = (b.magic[idx] == 1) & ((attrs & fb.TIMESTAMP_TYPE_MASK) != 0)
+    payload, start, end, base, last, base_ts, max_ts, n_kept = upconvert.encode_kept(
+        scan.file, scan.side, scan.split, bounds[idx], bounds[idx + 1] - bounds[idx], keep, scan.records, log_append,
+        b.max_timestamp[idx], new_horizon[idx])  # fmt: skip
+    wrong = np.flatnonzero(n_kept != kept[idx])
+    if len(wrong):  # never expected: the decision counted other records
+        i = int(idx[wrong[0]])
+        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+    minus_one = np.full(len(idx), -1, dtype=np.int64)
+    codec = attrs & fb.COMPRESSION_CODEC_MASK
+    headers = rebuild.headers_for(
+        base_offset=base, partition_leader_epoch=minus_one, attributes=codec | np.where(log_append, fb.TIMESTAMP_TYPE_MASK, 0),
+        last_offset_delta=last - base, base_timestamp=base_ts, max_timestamp=max_ts, producer_id=minus_one,
+        producer_epoch=minus_one, base_sequence=minus_one, records_count=n_kept, horizon=new_horizon[idx],
+    )  # fmt: skip
+    sealed = rebuild.seal_all(headers, payload, start, end, codec)
+    return dict(zip(idx.tolist(), zip(sealed, last.tolist(), max_ts.tolist(), strict=True), strict=True))
 
 
 def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn]) -> None:

@@ -16,7 +16,8 @@ reference for those bytes; per message (spec §1.1, §1.4, §5.11):
 | crc                | CRC-32C over [21, end)                                                 |
 
 `convert_messages` (numba) and `convert_messages_py` (plain Python, through `build_batch`) share
-one signature and return the same bytes.
+one signature and return the same bytes. `encode_kept` does the same for the kept messages of
+compressed wrappers, several to a batch (see below).
 """
 
 from __future__ import annotations
@@ -151,3 +152,90 @@ def convert_messages_py(file, side, split: int, rec: np.ndarray, records, log_ap
         max_ts.append(ts if lat else max(-1, ts))
     i64 = np.int64
     return np.frombuffer(bytes(out), dtype=np.uint8), np.array(ends, dtype=i64), np.array(max_ts, dtype=i64)
+
+
+# --- compressed wrappers ---------------------------------------------------------------------------
+#
+# A compressed v0/v1 wrapper is a batch of several messages: its kept ones become one v2 batch
+# (`build_batch` over them, with the wrapper's codec): baseOffset = the first kept offset,
+# lastOffsetDelta = the last kept one's delta, offsetDelta = offset - baseOffset, baseTimestamp =
+# the horizon or the first kept timestamp, maxTimestamp = the wrapper's (LogAppendTime) or
+# max(-1, kept timestamps). `encode_kept` writes the records of many such batches in one call;
+# `rebuild.headers_for` and `rebuild.seal_all` then compress each and seal it.
+
+
+@_njit
+def _encode_kept_kernel(file, side, split, first, count, keep, offset, timestamp, key_pos, key_len, value_pos,
+                        value_len, log_append, wrapper_ts, horizon, out, out_start, out_end, out_base,
+                        out_last, out_base_ts, out_max_ts, out_kept):  # fmt: skip
+    o = np.int64(0)
+    for j in range(len(first)):
+        out_start[j] = o
+        kept = 0
+        base = np.int64(-1)
+        last = np.int64(-1)
+        base_ts = horizon[j]
+        max_ts = np.int64(-1)
+        for r in range(first[j], first[j] + count[j]):
+            if not keep[r]:
+                continue
+            ts = timestamp[r]
+            if kept == 0:
+                base = offset[r]
+                if horizon[j] < 0:
+                    base_ts = ts
+            if ts > max_ts:
+                max_ts = ts
+            last = offset[r]
+            kl, vl = np.int64(key_len[r]), np.int64(value_len[r])
+            tsd = ts - base_ts
+            delta = offset[r] - base
+            body = (1 + _varint_size(tsd) + _varint32_size(delta) + _varint32_size(kl) + max(kl, 0)
+                    + _varint32_size(vl) + max(vl, 0) + 1)  # fmt: skip
+            o = _write_varint(out, o, body)
+            out[o] = 0  # record attributes
+            o = _write_varlong(out, o + 1, tsd)
+            o = _write_varint(out, o, delta)
+            o = _write_varint(out, o, kl)
+            if kl > 0:
+                copy_bytes(file, side, split, key_pos[r], kl, out, o)
+                o += kl
+            o = _write_varint(out, o, vl)
+            if vl > 0:
+                copy_bytes(file, side, split, value_pos[r], vl, out, o)
+                o += vl
+            out[o] = 0  # headers count
+            o += 1
+            kept += 1
+        out_end[j] = o
+        out_base[j] = base
+        out_last[j] = last
+        out_base_ts[j] = base_ts
+        out_max_ts[j] = wrapper_ts[j] if log_append[j] else max_ts
+        out_kept[j] = kept
+    return o
+
+
+def encode_kept(file, side, split: int, first: np.ndarray, count: np.ndarray, keep: np.ndarray, records,
+                log_append: np.ndarray, wrapper_ts: np.ndarray, horizon: np.ndarray) -> tuple:  # fmt: skip
+    """The kept records (`keep`) of batches j = records first[j] .. first[j] + count[j] - 1 of
+    `records` (a scan's columns; positions address `file`, then `side` from `split`), each batch's
+    re-encoded back to back: (payload, start, end, base offset, last kept offset, base timestamp,
+    max timestamp, kept count), one element per batch. `log_append`: a v1 LogAppendTime wrapper
+    (its timestamp `wrapper_ts` is the max); `horizon`: the delete horizon to set (-1: none)."""
+    first = np.ascontiguousarray(first, dtype=np.int64)
+    count = np.ascontiguousarray(count, dtype=np.int64)
+    keep = np.ascontiguousarray(keep, dtype=np.bool_)
+    n = len(first)
+    lengths = np.maximum(records.key_len, 0).astype(np.int64) + np.maximum(records.value_len, 0)
+    at = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=at[1:])
+    cap = int((at[first + count] - at[first]).sum()) + MAX_RECORD_OVERHEAD * int(count.sum())
+    out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
+    res = [np.empty(n, dtype=np.int64) for _ in range(7)]
+    used = _encode_kept_kernel(_u8(file), _u8(side), np.int64(split), first, count, keep, records.offset,
+                               records.timestamp, records.key_pos, records.key_len, records.value_pos,
+                               records.value_len, np.ascontiguousarray(log_append, dtype=np.bool_),
+                               np.ascontiguousarray(wrapper_ts, dtype=np.int64),
+                               np.ascontiguousarray(horizon, dtype=np.int64), out, *res)  # fmt: skip
+    return (out[:used], *res)
