@@ -759,46 +759,30 @@ class _Stats:
     invalid_records: int = 0
 
 
-def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None,
-             first: int, last: int) -> bytes:  # fmt: skip
-    """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11): v0/v1
-    converted to v2, and the rare v2 batch whose header keys are not valid UTF-8 (see
-    format/rebuild.py); every other v2 batch goes through `_rebuild_v2`."""
+def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None) -> bytes:
+    """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11) for the rare
+    v2 batch whose header keys are not valid UTF-8 (see format/rebuild.py); every other v2 batch
+    goes through `_rebuild_v2`, legacy wrappers through `_rebuild_wrappers`."""
     b = scan.batches
     pos, size = int(b.position[i]), int(b.size[i])
     attrs = int(b.attributes[i])
     ts_type = (attrs & fb.TIMESTAMP_TYPE_MASK) >> 3
-    if view.magic >= 2:
-        raw = scan.file[pos : pos + size].tobytes()
-        records = [r for r in fb.RecordBatch(raw, pos, scan.path).records() if r.offset in kept_offsets]
-        return fb.build_batch(
-            records,
-            base_offset=view.base_offset,
-            codec=attrs & fb.COMPRESSION_CODEC_MASK,
-            timestamp_type=ts_type,
-            producer_id=view.producer_id,
-            producer_epoch=view.producer_epoch,
-            base_sequence=int(b.base_sequence[i]),
-            is_transactional=view.is_transactional,
-            is_control=view.is_control,
-            partition_leader_epoch=int(b.partition_leader_epoch[i]),
-            delete_horizon_ms=horizon if horizon is not None else view.delete_horizon_ms,
-            last_offset_delta=view.last_offset - view.base_offset,
-            log_append_time=view.max_timestamp if ts_type == fb.LOG_APPEND_TIME else None,
-        )
-    rec = scan.records
-    records = [
-        fb.Record(int(rec.offset[j]), int(rec.timestamp[j]), scan.key(j), scan.value(j))
-        for j in range(first, last)
-        if int(rec.offset[j]) in kept_offsets
-    ]
-    legacy_log_append = view.magic == 1 and ts_type == fb.LOG_APPEND_TIME
+    raw = scan.file[pos : pos + size].tobytes()
+    records = [r for r in fb.RecordBatch(raw, pos, scan.path).records() if r.offset in kept_offsets]
     return fb.build_batch(
         records,
+        base_offset=view.base_offset,
         codec=attrs & fb.COMPRESSION_CODEC_MASK,
-        timestamp_type=fb.LOG_APPEND_TIME if legacy_log_append else fb.CREATE_TIME,
-        delete_horizon_ms=horizon,
-        log_append_time=view.max_timestamp if legacy_log_append else None,
+        timestamp_type=ts_type,
+        producer_id=view.producer_id,
+        producer_epoch=view.producer_epoch,
+        base_sequence=int(b.base_sequence[i]),
+        is_transactional=view.is_transactional,
+        is_control=view.is_control,
+        partition_leader_epoch=int(b.partition_leader_epoch[i]),
+        delete_horizon_ms=horizon if horizon is not None else view.delete_horizon_ms,
+        last_offset_delta=view.last_offset - view.base_offset,
+        log_append_time=view.max_timestamp if ts_type == fb.LOG_APPEND_TIME else None,
     )
 
 
@@ -810,7 +794,7 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
 
 # What _clean_segment decided for each batch (an int8 per batch), emitted in log order once the
 # segment's v2 rebuilds and legacy conversions are done.
-_DROP, _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY, _CONVERT = range(6)
+_DROP, _COPY, _REBUILD_V2, _REBUILD_WRAPPER, _EMPTY, _CONVERT = range(6)
 _NO_NEW_HORIZON = -1
 
 
@@ -932,7 +916,7 @@ def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: in
     if output is BatchOutput.COPY_ORIGINAL:
         kind[i] = _COPY
     elif output is BatchOutput.REBUILD:
-        kind[i] = _REBUILD_V2 if view.magic >= 2 else _REBUILD_BUILDER
+        kind[i] = _REBUILD_V2 if view.magic >= 2 else _REBUILD_WRAPPER
     elif output is BatchOutput.EMPTY_HEADER:
         kind[i] = _EMPTY
 
@@ -944,8 +928,7 @@ def _emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon
     (format/upconvert.py), whose consecutive batches go out as one chunk."""
     b = scan.batches
     rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == _REBUILD_V2), kept, horizon, keep, bounds)
-    rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero((kind == _REBUILD_BUILDER) & (b.magic < 2)), kept, horizon,
-                                     keep, bounds))  # fmt: skip
+    rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero(kind == _REBUILD_WRAPPER), kept, horizon, keep, bounds))
     converted = _convert(scan, np.flatnonzero(kind == _CONVERT), horizon, bounds)
     mv = memoryview(scan.file)
     runs = _Runs(out, mv)
@@ -974,15 +957,15 @@ def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept
         elif k == _REBUILD_V2 and i in rebuilt:
             chunks, new_max = rebuilt.pop(i)
             runs.built_batch(chunks, last_offset, new_max, n_kept)
-        elif k == _REBUILD_BUILDER and i in rebuilt:  # a legacy wrapper's kept messages
+        elif k == _REBUILD_WRAPPER:  # a legacy wrapper's kept messages
             chunks, new_last, new_max = rebuilt.pop(i)
             runs.built_batch(chunks, new_last, new_max, n_kept)
-        elif k in (_REBUILD_V2, _REBUILD_BUILDER):
+        elif k == _REBUILD_V2:  # the kernel left it to build_batch
             first, last = int(bounds[i]), int(bounds[i + 1])
             view = _batch_view(scan, i, last - first)
             offsets = set(scan.records.offset[first:last][keep[first:last]].tolist())
             new = int(horizon[i])
-            data = _rebuild(scan, i, view, offsets, None if new == _NO_NEW_HORIZON else new, first, last)
+            data = _rebuild(scan, i, view, offsets, None if new == _NO_NEW_HORIZON else new)
             header = fb.BatchHeader.unpack_from(data)
             runs.built_batch((data,), header.last_offset, header.max_timestamp, n_kept)
         else:
