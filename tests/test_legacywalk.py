@@ -64,7 +64,10 @@ def reader_records(log: bytes) -> list[tuple]:
     b = scan_batches(u8(log))
     rows = []
     for pos, size in zip(b.position.tolist(), b.size.tolist(), strict=True):
-        rows += [(pos, r.offset, r.timestamp, r.key, r.value) for r in LegacyBatch(log[pos : pos + size], pos).records()]
+        rows += [
+            (pos, r.offset, r.timestamp, r.key, r.value)
+            for r in LegacyBatch(log[pos : pos + size], pos).records()
+        ]
     return rows
 
 
@@ -77,7 +80,10 @@ def test_scan_of_legacy_logs_reads_what_the_python_reader_reads(log):
     assert got == reader_records(log)
     first = np.searchsorted(s.records.batch_index, np.arange(len(s.batches)))
     assert s.batches.base_offset.tolist() == s.records.offset[first].tolist()  # wrappers: first inner offset
-    assert s.batches.records_count.tolist() == np.bincount(s.records.batch_index, minlength=len(s.batches)).tolist()
+    assert (
+        s.batches.records_count.tolist()
+        == np.bincount(s.records.batch_index, minlength=len(s.batches)).tolist()
+    )
     hashes, packed, offs = s.keys
     for i in range(len(s.records)):
         key = s.key(i)
@@ -100,7 +106,9 @@ def run_kernel(buf, start, end, inner, w_off, w_magic, w_lat, w_ts):
 
 
 # bytes that make short entries look plausible: lengths, magics, attributes
-soup = st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4, 0x0E, 0x10, 0x12, 0x16, 0x1A, 0x80, 0xFF]), max_size=120)
+soup = st.lists(
+    st.sampled_from([0, 0, 0, 1, 2, 3, 4, 0x0E, 0x10, 0x12, 0x16, 0x1A, 0x80, 0xFF]), max_size=120
+)
 
 
 @PROPERTY
@@ -269,7 +277,10 @@ def test_corrupted_legacy_logs_fail_typed_or_read_what_the_reader_reads(log, fli
     except KafkaFormatError as err:
         assert err.path == "bad.log" and err.position is not None
         return
-    rows = [(int(s.records.offset[i]), int(s.records.timestamp[i]), s.key(i), s.value(i)) for i in range(len(s.records))]
+    rows = [
+        (int(s.records.offset[i]), int(s.records.timestamp[i]), s.key(i), s.value(i))
+        for i in range(len(s.records))
+    ]
     assert rows == [r[1:] for r in reader_records(bytes(raw[: s.batches.stop_position]))]
 
 

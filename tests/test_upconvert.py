@@ -43,7 +43,9 @@ def test_kernel_writes_what_build_batch_writes(log, data):
     for a, b in zip(got, want, strict=True):
         assert a.tolist() == b.tolist()
     batches = scan_batches(got[0])
-    assert batches.stop_position == len(got[0]) and (batches.position + batches.size).tolist() == got[1].tolist()
+    assert (
+        batches.stop_position == len(got[0]) and (batches.position + batches.size).tolist() == got[1].tolist()
+    )
     decoded = [(r.offset, r.key, r.value) for b in _kp_batches(got[0]) for r in b]
     assert decoded == [(int(s.records.offset[r]), s.key(r), s.value(r)) for r in rec.tolist()]
 
@@ -149,7 +151,9 @@ def test_a_run_of_converted_messages_is_written_between_other_batches(tmp_path):
     row = clean([spec], {r.key: r.offset for r in recs})[0]
     cleaned = store.read(0, ".cleaned")
     assert cleaned == expected_cleaned(log, {r.key: r.offset for r in recs}, 12, True)
-    assert row["records_written"] == 12 and row["batches_written"] == 10 and row["bytes_written"] == len(cleaned)
+    assert (
+        row["records_written"] == 12 and row["batches_written"] == 10 and row["bytes_written"] == len(cleaned)
+    )
     b = scan_batches(u8(cleaned))
     assert b.last_offset.tolist() == [0, 1, 2, 3, 4, 7, 8, 9, 10, 11]
     assert b.max_timestamp.tolist() == [100, 101, 102, 103, 104, 107, -1, -1, -1, -1]

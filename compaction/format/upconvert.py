@@ -5,15 +5,16 @@ Kafka 4.0's cleaner never copies a legacy batch (KIP-724: `filterTo` rebuilds it
 so every kept message becomes a 61-byte v2 header and one record. `format.batch.build_batch` is the
 reference for those bytes; per message (spec §1.1, §1.4, §5.11):
 
-| field              | value                                                                  |
-|--------------------|------------------------------------------------------------------------|
-| baseOffset         | the message's offset (lastOffsetDelta 0, offsetDelta 0)                |
-| partitionLeaderEpoch, producerId, producerEpoch, baseSequence | -1                          |
-| attributes         | codec none; LogAppendTime bit for a v1 LogAppendTime message; delete-horizon bit with a horizon |
-| baseTimestamp      | the delete horizon when one is set, else the message's timestamp (v0: -1) |
-| maxTimestamp       | the message's timestamp (LogAppendTime), else max(-1, its timestamp)   |
-| record             | length, attributes 0, timestampDelta = timestamp - baseTimestamp, offsetDelta 0, key, value, no headers; shortest varints |
-| crc                | CRC-32C over [21, end)                                                 |
+| field          | value                                                                      |
+|----------------|----------------------------------------------------------------------------|
+| baseOffset     | the message's offset (lastOffsetDelta 0, offsetDelta 0)                    |
+| leader epoch, producer id / epoch, base sequence | -1                                       |
+| attributes     | codec none; LogAppendTime for a v1 LogAppendTime message; delete horizon bit |
+| baseTimestamp  | the delete horizon when one is set, else the message's timestamp (v0: -1)  |
+| maxTimestamp   | the message's timestamp (LogAppendTime), else max(-1, its timestamp)       |
+| record         | length, attributes 0, timestampDelta = timestamp - baseTimestamp,          |
+|                | offsetDelta 0, key, value, no headers; every varint in its shortest form   |
+| crc            | CRC-32C over [21, end)                                                     |
 
 `convert_messages` (numba) and `convert_messages_py` (plain Python, through `build_batch`) share
 one signature and return the same bytes. `encode_kept` does the same for the kept messages of
@@ -118,7 +119,8 @@ def convert_messages(file, side, split: int, rec: np.ndarray, records, log_appen
     used = _convert_kernel(_u8(file), _u8(side), np.int64(split), rec, records.offset, records.timestamp,
                            records.key_pos, records.key_len, records.value_pos, records.value_len,
                            np.ascontiguousarray(log_append, dtype=np.bool_),
-                           np.ascontiguousarray(horizon, dtype=np.int64), _TEMPLATE, out, ends, max_ts)  # fmt: skip
+                           np.ascontiguousarray(horizon, dtype=np.int64), _TEMPLATE, out, ends,
+                           max_ts)  # fmt: skip
     return out[:used], ends, max_ts
 
 
