@@ -1178,9 +1178,8 @@ def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base
             codec = int(batches.attributes[i]) & CODEC_MASK
             data = _decompress(decompress, codec, mv[vp : vp + vl], int(batches.magic[i]), path, vp,
                                int(batches.last_offset[i]))  # fmt: skip
-        except KafkaFormatError:
+        except KafkaFormatError:  # after the errors of the wrappers before it, if any (raised here)
             _walk_inner(file, batches, idx[:j], _joined(chunks), start[:j], end[:j], path, base, False)
-            # no earlier wrapper's error came first
             raise
         chunks.append(np.frombuffer(data, dtype=np.uint8))
         start[j], at = at, at + len(data)
