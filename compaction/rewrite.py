@@ -28,7 +28,7 @@ from compaction.discover import read_small
 from compaction.errors import CorruptRecordError
 from compaction.format.checkpoint import parse_leader_epoch_checkpoint
 from compaction.format import batch as fb
-from compaction.format import naming, rebuild
+from compaction.format import naming, rebuild, upconvert
 from compaction.format.index import AbortedTxn, build_indexes, read_offset_index, read_time_index, write_txn_index
 from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
@@ -550,7 +550,9 @@ class _LogWriter:
 @dataclass
 class _Output:
     """The cleaned segment being written: batch bytes go to the `.log.cleaned` writer at once; only
-    the columns the indexes are built from stay in memory (array('q'): 8 bytes per value)."""
+    the columns the indexes are built from stay in memory, 8 bytes per value: the batches
+    appended one run at a time in array('q')s, those appended as arrays (`append_columns`: a
+    segment's converted legacy messages, up to millions) kept as such (`columns` joins them)."""
 
     writer: _LogWriter | None = None
     positions: array = field(default_factory=lambda: array("q"))
@@ -559,6 +561,8 @@ class _Output:
     max_timestamps: array = field(default_factory=lambda: array("q"))
     size: int = 0
     records: int = 0
+    batches: int = 0
+    _done: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # column chunks before the arrays
 
     def open(self, spec: GroupSpec) -> None:
         if self.writer is None:
@@ -570,7 +574,7 @@ class _Output:
         timestamp, records) of each."""
         for c in chunks:
             self.writer.write(c)
-        sizes, last_offsets, max_timestamps, records = zip(*batches)
+        sizes, last_offsets, max_timestamps, records = zip(*batches, strict=True)
         ends = list(itertools.accumulate(sizes, initial=self.size))
         self.positions.extend(ends[:-1])
         self.sizes.extend(sizes)
@@ -578,6 +582,33 @@ class _Output:
         self.max_timestamps.extend(max_timestamps)
         self.size = ends[-1]
         self.records += sum(records)
+        self.batches += len(sizes)
+
+    def append_columns(self, chunk, sizes: np.ndarray, last_offsets: np.ndarray, max_timestamps: np.ndarray,
+                       records: int) -> None:  # fmt: skip
+        """`append_run` for many batches in one chunk, their columns as arrays."""
+        self.writer.write(chunk)
+        self._seal()
+        ends = self.size + np.cumsum(sizes, dtype=np.int64)
+        i64 = np.int64
+        self._done.append((ends - sizes, np.asarray(sizes, i64), np.asarray(last_offsets, i64),
+                           np.asarray(max_timestamps, i64)))  # fmt: skip
+        self.size = int(ends[-1])
+        self.records += records
+        self.batches += len(sizes)
+
+    def _seal(self) -> None:
+        cols = (self.positions, self.sizes, self.last_offsets, self.max_timestamps)
+        if len(self.sizes):
+            self._done.append(tuple(np.frombuffer(c, dtype=np.int64) for c in cols))
+            self.positions, self.sizes, self.last_offsets, self.max_timestamps = (array("q") for _ in cols)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, sizes, last offsets, max timestamps) of every batch written."""
+        self._seal()
+        if len(self._done) > 1:
+            self._done = [tuple(np.concatenate(c) for c in zip(*self._done, strict=True))]
+        return self._done[0] if self._done else tuple(np.empty(0, np.int64) for _ in range(4))
 
 
 class _Runs:
@@ -641,46 +672,30 @@ class _Stats:
     invalid_records: int = 0
 
 
-def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None,
-             first: int, last: int) -> bytes:  # fmt: skip
-    """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11): v0/v1
-    converted to v2, and the rare v2 batch whose header keys are not valid UTF-8 (see
-    format/rebuild.py); every other v2 batch goes through `_rebuild_v2`."""
+def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None) -> bytes:
+    """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11) for the rare
+    v2 batch whose header keys are not valid UTF-8 (see format/rebuild.py); every other v2 batch
+    goes through `_rebuild_v2`, legacy wrappers through `_rebuild_wrappers`."""
     b = scan.batches
     pos, size = int(b.position[i]), int(b.size[i])
     attrs = int(b.attributes[i])
     ts_type = (attrs & fb.TIMESTAMP_TYPE_MASK) >> 3
-    if view.magic >= 2:
-        raw = scan.file[pos : pos + size].tobytes()
-        records = [r for r in fb.RecordBatch(raw, pos, scan.path).records() if r.offset in kept_offsets]
-        return fb.build_batch(
-            records,
-            base_offset=view.base_offset,
-            codec=attrs & fb.COMPRESSION_CODEC_MASK,
-            timestamp_type=ts_type,
-            producer_id=view.producer_id,
-            producer_epoch=view.producer_epoch,
-            base_sequence=int(b.base_sequence[i]),
-            is_transactional=view.is_transactional,
-            is_control=view.is_control,
-            partition_leader_epoch=int(b.partition_leader_epoch[i]),
-            delete_horizon_ms=horizon if horizon is not None else view.delete_horizon_ms,
-            last_offset_delta=view.last_offset - view.base_offset,
-            log_append_time=view.max_timestamp if ts_type == fb.LOG_APPEND_TIME else None,
-        )
-    rec = scan.records
-    records = [
-        fb.Record(int(rec.offset[j]), int(rec.timestamp[j]), scan.key(j), scan.value(j))
-        for j in range(first, last)
-        if int(rec.offset[j]) in kept_offsets
-    ]
-    legacy_log_append = view.magic == 1 and ts_type == fb.LOG_APPEND_TIME
+    raw = scan.file[pos : pos + size].tobytes()
+    records = [r for r in fb.RecordBatch(raw, pos, scan.path).records() if r.offset in kept_offsets]
     return fb.build_batch(
         records,
+        base_offset=view.base_offset,
         codec=attrs & fb.COMPRESSION_CODEC_MASK,
-        timestamp_type=fb.LOG_APPEND_TIME if legacy_log_append else fb.CREATE_TIME,
-        delete_horizon_ms=horizon,
-        log_append_time=view.max_timestamp if legacy_log_append else None,
+        timestamp_type=ts_type,
+        producer_id=view.producer_id,
+        producer_epoch=view.producer_epoch,
+        base_sequence=int(b.base_sequence[i]),
+        is_transactional=view.is_transactional,
+        is_control=view.is_control,
+        partition_leader_epoch=int(b.partition_leader_epoch[i]),
+        delete_horizon_ms=horizon if horizon is not None else view.delete_horizon_ms,
+        last_offset_delta=view.last_offset - view.base_offset,
+        log_append_time=view.max_timestamp if ts_type == fb.LOG_APPEND_TIME else None,
     )
 
 
@@ -691,8 +706,8 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
 
 
 # What _clean_segment decided for each batch (an int8 per batch), emitted in log order once the
-# segment's v2 rebuilds are done.
-_DROP, _COPY, _REBUILD_V2, _REBUILD_BUILDER, _EMPTY = range(5)
+# segment's v2 rebuilds and legacy conversions are done.
+_DROP, _COPY, _REBUILD_V2, _REBUILD_WRAPPER, _EMPTY, _CONVERT = range(6)
 _NO_NEW_HORIZON = -1
 
 
@@ -739,8 +754,11 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)
-    bounds = np.searchsorted(rec.batch_index, np.arange(nb + 1))
-    count = np.diff(bounds)
+    # records are in batch order: a count per batch, in linear time (a segment of small legacy
+    # messages has over a million batches)
+    count = np.bincount(rec.batch_index, minlength=nb)
+    bounds = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(count, out=bounds[1:])
     retain_legacy = retain_legacy_deletes(seg.mtime_ns // 1_000_000, spec.legacy_delete_horizon_ms)
     stats.bytes_read += seg.size
     stats.batches_read += nb
@@ -758,13 +776,19 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb)
     plain = v2 & ((attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)) == 0)
     kind, need_horizon = _decide_plain(spec, b, count, n_keep, n_tomb, has_horizon)
-    kind[~plain] = _DROP
-    kept = np.where(plain, n_keep, 0)
-    stats.records_read += int(count[plain].sum())
-    stats.invalid_records += int(n_invalid[plain].sum())
+    # An uncompressed v0/v1 entry is a batch of one message outside transactions: the same
+    # branch, except that a kept one is re-encoded as v2 (KIP-724), never copied, and one to be
+    # retained empty is Kafka's IllegalStateException, which the per-batch path raises.
+    messages = ~v2 & ((attrs & fb.COMPRESSION_CODEC_MASK) == 0)
+    kind[messages & (n_keep > 0)] = _CONVERT
+    fast = plain | (messages & (kind != _EMPTY))
+    kind[~fast] = _DROP
+    kept = np.where(fast, n_keep, 0)
+    stats.records_read += int(count[fast].sum())
+    stats.invalid_records += int(n_invalid[fast].sum())
     new_horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms)
     horizon = np.where(need_horizon, new_horizon, _NO_NEW_HORIZON)
-    for i in np.flatnonzero(~plain).tolist():
+    for i in np.flatnonzero(~fast).tolist():
         _decide_one(spec, scan, i, int(bounds[i]), int(bounds[i + 1]), txn, keep, int(n_keep[i]), int(n_tomb[i]),
                     int(n_invalid[i]), new_horizon, kind, kept, horizon, stats)  # fmt: skip
     _emit_segment(scan, kind, kept, horizon, keep, bounds, out)
@@ -805,7 +829,7 @@ def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: in
     if output is BatchOutput.COPY_ORIGINAL:
         kind[i] = _COPY
     elif output is BatchOutput.REBUILD:
-        kind[i] = _REBUILD_V2 if view.magic >= 2 else _REBUILD_BUILDER
+        kind[i] = _REBUILD_V2 if view.magic >= 2 else _REBUILD_WRAPPER
     elif output is BatchOutput.EMPTY_HEADER:
         kind[i] = _EMPTY
 
@@ -813,32 +837,85 @@ def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: in
 def _emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
                   bounds: np.ndarray, out: _Output) -> None:  # fmt: skip
     """Write the batches of one segment in log order (`_Runs`): every v2 rebuild of the segment
-    re-encoded by one kernel call (format/rebuild.py)."""
+    re-encoded by one kernel call (format/rebuild.py), every kept legacy message by another
+    (format/upconvert.py), whose consecutive batches go out as one chunk."""
     b = scan.batches
     rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == _REBUILD_V2), kept, horizon, keep, bounds)
+    rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero(kind == _REBUILD_WRAPPER), kept, horizon, keep, bounds))
+    converted = _convert(scan, np.flatnonzero(kind == _CONVERT), horizon, bounds)
     mv = memoryview(scan.file)
     runs = _Runs(out, mv)
     emitted = np.flatnonzero(kind != _DROP)
-    cols = [c[emitted].tolist() for c in (kind, kept, b.position, b.size, b.last_offset, b.max_timestamp)]
-    for i, k, n_kept, pos, size, last_offset, max_ts in zip(emitted.tolist(), *cols):
+    is_conv = kind[emitted] == _CONVERT
+    cuts = [0, *(np.flatnonzero(is_conv[1:] != is_conv[:-1]) + 1).tolist(), len(emitted)]
+    for lo, hi in itertools.pairwise(cuts):
+        if lo < hi and is_conv[lo]:
+            runs.flush()
+            converted.emit(out, emitted[lo:hi], b.last_offset)
+        elif lo < hi:
+            _emit_batches(scan, emitted[lo:hi], kind, kept, horizon, keep, bounds, rebuilt, runs)
+    runs.flush()
+    out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,
+                  keep: np.ndarray, bounds: np.ndarray, rebuilt: dict, runs: _Runs) -> None:  # fmt: skip
+    """The batches `batches` (none converted), one at a time."""
+    b = scan.batches
+    mv = runs.source
+    cols = [c[batches].tolist() for c in (kind, kept, b.position, b.size, b.last_offset, b.max_timestamp)]
+    for i, k, n_kept, pos, size, last_offset, max_ts in zip(batches.tolist(), *cols, strict=True):
         if k == _COPY:
             runs.verbatim(pos, size, last_offset, max_ts, n_kept)
         elif k == _REBUILD_V2 and i in rebuilt:
             chunks, new_max = rebuilt.pop(i)
             runs.built_batch(chunks, last_offset, new_max, n_kept)
-        elif k in (_REBUILD_V2, _REBUILD_BUILDER):
+        elif k == _REBUILD_WRAPPER:  # a legacy wrapper's kept messages
+            chunks, new_last, new_max = rebuilt.pop(i)
+            runs.built_batch(chunks, new_last, new_max, n_kept)
+        elif k == _REBUILD_V2:  # the kernel left it to build_batch
             first, last = int(bounds[i]), int(bounds[i + 1])
             view = _batch_view(scan, i, last - first)
             offsets = set(scan.records.offset[first:last][keep[first:last]].tolist())
             new = int(horizon[i])
-            data = _rebuild(scan, i, view, offsets, None if new == _NO_NEW_HORIZON else new, first, last)
+            data = _rebuild(scan, i, view, offsets, None if new == _NO_NEW_HORIZON else new)
             header = fb.BatchHeader.unpack_from(data)
             runs.built_batch((data,), header.last_offset, header.max_timestamp, n_kept)
         else:
             header = fb.BatchHeader.unpack_from(mv[pos : pos + fb.RECORD_BATCH_OVERHEAD])
             runs.built_batch((fb.build_empty_batch(header),), last_offset, max_ts, 0)
-    runs.flush()
-    out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+@dataclass
+class _Converted:
+    """The v2 batches of a segment's kept legacy messages (`upconvert.convert_messages`), batch j
+    (of legacy entry idx[j]) at data[ends[j - 1]:ends[j]]."""
+
+    idx: np.ndarray
+    data: np.ndarray
+    ends: np.ndarray
+    max_ts: np.ndarray
+
+    def emit(self, out: _Output, batches: np.ndarray, last_offset: np.ndarray) -> None:
+        """Write the consecutive converted batches `batches` (a run of `idx`) as one chunk."""
+        lo = int(np.searchsorted(self.idx, batches[0]))
+        hi = lo + len(batches)
+        start = int(self.ends[lo - 1]) if lo else 0
+        sizes = np.diff(self.ends[lo:hi], prepend=start)
+        out.append_columns(self.data[start : int(self.ends[hi - 1])], sizes, last_offset[batches],
+                           self.max_ts[lo:hi], len(batches))  # fmt: skip
+
+
+def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np.ndarray) -> _Converted:
+    """Every kept message of the uncompressed legacy entries `idx` re-encoded as a v2 batch, in
+    one kernel call: its one record is record bounds[i] of the scan."""
+    if not len(idx):
+        return _Converted(idx, np.empty(0, np.uint8), np.empty(0, np.int64), np.empty(0, np.int64))
+    b = scan.batches
+    log_append = (b.magic[idx] == 1) & ((b.attributes[idx] & fb.TIMESTAMP_TYPE_MASK) != 0)
+    data, ends, max_ts = upconvert.convert_messages(scan.file, scan.side, scan.split, bounds[idx], scan.records,
+                                                    log_append, horizon[idx])  # fmt: skip
+    return _Converted(idx, data, ends, max_ts)
 
 
 def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray, keep: np.ndarray,
@@ -880,14 +957,41 @@ def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizo
     return dict(zip(sel.tolist(), zip(sealed, new_max[ok].tolist())))
 
 
+def _rebuild_wrappers(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray,
+                      keep: np.ndarray, bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
+    """{batch index: ([header, payload], last offset, max timestamp)} for the compressed legacy
+    wrappers `idx` to rebuild: their kept messages as one v2 batch each with the wrapper's codec
+    (what `_rebuild` builds with `build_batch`), encoded in one `upconvert.encode_kept` call."""
+    if not len(idx):
+        return {}
+    b = scan.batches
+    attrs = b.attributes[idx].astype(np.int64)
+    log_append = (b.magic[idx] == 1) & ((attrs & fb.TIMESTAMP_TYPE_MASK) != 0)
+    payload, start, end, base, last, base_ts, max_ts, n_kept = upconvert.encode_kept(
+        scan.file, scan.side, scan.split, bounds[idx], bounds[idx + 1] - bounds[idx], keep, scan.records, log_append,
+        b.max_timestamp[idx], new_horizon[idx])  # fmt: skip
+    wrong = np.flatnonzero(n_kept != kept[idx])
+    if len(wrong):  # never expected: the decision counted other records
+        i = int(idx[wrong[0]])
+        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+    minus_one = np.full(len(idx), -1, dtype=np.int64)
+    codec = attrs & fb.COMPRESSION_CODEC_MASK
+    headers = rebuild.headers_for(
+        base_offset=base, partition_leader_epoch=minus_one, attributes=codec | np.where(log_append, fb.TIMESTAMP_TYPE_MASK, 0),
+        last_offset_delta=last - base, base_timestamp=base_ts, max_timestamp=max_ts, producer_id=minus_one,
+        producer_epoch=minus_one, base_sequence=minus_one, records_count=n_kept, horizon=new_horizon[idx],
+    )  # fmt: skip
+    sealed = rebuild.seal_all(headers, payload, start, end, codec)
+    return dict(zip(idx.tolist(), zip(sealed, last.tolist(), max_ts.tolist(), strict=True), strict=True))
+
+
 def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn]) -> None:
     storage, base = spec.storage, spec.new_base
     out.open(spec)  # a group always has segments; this only matters for an empty one
     out.writer.close()
     offset_index, time_index = build_indexes(
-        np.frombuffer(out.positions, dtype=np.int64), np.frombuffer(out.sizes, dtype=np.int64),
-        np.frombuffer(out.last_offsets, dtype=np.int64), np.frombuffer(out.max_timestamps, dtype=np.int64),
-        base, spec.index_interval_bytes,
+        *out.columns(), base, spec.index_interval_bytes,
     )  # fmt: skip
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
@@ -932,7 +1036,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                     "records_read": stats.records_read,
                     "records_written": out.records,
                     "batches_read": stats.batches_read,
-                    "batches_written": len(out.sizes),
+                    "batches_written": out.batches,
                     "invalid_records": stats.invalid_records,
                     "seconds": time.monotonic() - started,
                 }

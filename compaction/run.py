@@ -520,11 +520,10 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
         shuffle = max(merges, len(units))
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
         sc.setJobGroup("rewrite", f"merge the key summaries in {merges} tasks, rewrite {len(units)} units")
-        deal = spark.createDataFrame(st.deal_buckets(merges, shuffle), "bucket int, slot int")
+        found = st.merge_buckets(blocks, st.deal_buckets(merges, shuffle))
+        unit_of = {s.group_id: uid for uid, unit in units.items() for s in unit}
         slot_of = dict(st.unit_slots(sorted(units), shuffle))
-        slots = spark.createDataFrame([(s.group_id, uid, slot_of[uid]) for uid, unit in units.items() for s in unit],
-                                      "range_id int, unit_id int, slot int")  # fmt: skip
-        rows = st.rewrite_units(st.merge_buckets(blocks, deal), blocks, slots, sc.broadcast(units)).collect()
+        rows = st.rewrite_units(found, blocks, unit_of, slot_of, sc.broadcast(units)).collect()
         for row in rows:
             results[row.group_id] = row.asDict()
             _add(timings, taskRewriteSeconds=row.seconds or 0.0, taskCpuSeconds=row.cpu_seconds or 0.0)

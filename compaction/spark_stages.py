@@ -62,9 +62,9 @@ def _error_text(exc: BaseException) -> str:
 
 
 def task_ids_frame(spark: SparkSession, n: int) -> DataFrame:
-    """Rows task_id 0..n-1, one Spark partition each, so every task is its own Spark task."""
-    rdd = spark.sparkContext.parallelize([(i,) for i in range(n)], max(1, n))
-    return spark.createDataFrame(rdd, "task_id int")
+    """Rows task_id 0..n-1, one Spark partition each, so every task is its own Spark task (a
+    range in the JVM: no Python job to build it)."""
+    return spark.range(0, n, 1, max(1, n)).select(F.col("id").cast("int").alias("task_id"))
 
 
 def _block_batch(blocks: list[ranges.Block]) -> pa.RecordBatch:
@@ -120,30 +120,38 @@ def side_blocks(blocks: DataFrame) -> DataFrame:
     return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.EPOCHS, ranges.ERROR))
 
 
-def merge_buckets(blocks: DataFrame, deal: DataFrame) -> DataFrame:
+def _lookup(column: str, mapping: dict[int, int]):
+    """`mapping[column]` as a literal map in the query: no DataFrame to build (which would run a
+    Python job) and no join."""
+    return F.create_map(*(F.lit(x) for kv in sorted(mapping.items()) for x in kv))[F.col(column)]
+
+
+def merge_buckets(blocks: DataFrame, deal: dict[int, int]) -> DataFrame:
     """FOUND blocks: the SUMMARY blocks of each merge task merged (ranges.merge_bucket). `deal`
-    (bucket, slot) deals the fine buckets to merge tasks: one `slot` per task (`unit_slots`)."""
+    {fine bucket: slot} deals the fine buckets to merge tasks, one `slot` per task (`deal_buckets`)."""
 
     def run(table: pa.Table) -> pa.Table:
         rows = [(b.range_id, b.data) for b in _blocks_of(table.drop_columns(["slot"]))]
         return pa.Table.from_batches([_block_batch(list(ranges.merge_bucket(rows)))])
 
-    summaries = blocks.where(F.col("kind") == ranges.SUMMARY).join(F.broadcast(deal), "bucket", "inner")
-    return summaries.select(*BLOCK_SCHEMA.names, "slot").groupBy("slot").applyInArrow(run, BLOCK_SCHEMA)
+    summaries = blocks.where(F.col("kind") == ranges.SUMMARY).withColumn("slot", _lookup("bucket", deal))
+    return summaries.groupBy("slot").applyInArrow(run, BLOCK_SCHEMA)
 
 
-def deal_buckets(tasks: int, partitions: int) -> list[tuple[int, int]]:
-    """(fine bucket, slot): the fine buckets dealt round robin to `tasks` merge tasks, each task's
+def deal_buckets(tasks: int, partitions: int) -> dict[int, int]:
+    """{fine bucket: slot}: the fine buckets dealt round robin to `tasks` merge tasks, each task's
     slot landing in its own one of `partitions` shuffle partitions."""
     slot = dict(unit_slots(list(range(tasks)), partitions))
-    return [(b, slot[b % tasks]) for b in range(ranges.FINE_BUCKETS)]
+    return {b: slot[b % tasks] for b in range(ranges.FINE_BUCKETS)}
 
 
-def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) -> DataFrame:
+def rewrite_units(found: DataFrame, blocks: DataFrame, unit_of: dict[int, int], slot_of: dict[int, int],
+                  units) -> DataFrame:  # fmt: skip
     """Result rows of the rewrite of each unit (ranges.rewrite_ranges) from its ranges' IDS and
-    LATEST blocks and the FOUND blocks of `found`. `slots` (range_id, unit_id, slot) gives each
-    range its unit and each unit its own Spark partition (`unit_slots`); `units` is a broadcast
-    of {unit_id: [GroupSpec, ...]} in log order."""
+    LATEST blocks and the FOUND blocks of `found`. `unit_of` {range_id: unit_id} gives each range
+    its unit (ranges without one are not rewritten), `slot_of` {unit_id: slot} each unit its own
+    Spark partition (`unit_slots`); `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log
+    order."""
     schema = _result_arrow()
 
     def run(table: pa.Table) -> pa.Table:
@@ -154,7 +162,9 @@ def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) 
         return pa.Table.from_pylist(out, schema=schema)
 
     shipped = blocks.where(F.col("kind").isin(ranges.IDS, ranges.LATEST)).unionByName(found)
-    return shipped.join(F.broadcast(slots), "range_id", "inner").groupBy("slot").applyInArrow(run, RESULT_SCHEMA)
+    placed = shipped.withColumn("unit_id", _lookup("range_id", unit_of)).where(F.col("unit_id").isNotNull())
+    placed = placed.withColumn("slot", _lookup("unit_id", slot_of))
+    return placed.groupBy("slot").applyInArrow(run, RESULT_SCHEMA)
 
 
 def _rewrite_unit(specs: list[GroupSpec], blocks: list[ranges.Block]) -> list[dict]:

@@ -8,7 +8,8 @@ discovering and planning; Spark keeps the warmed workers for the real stages
 (`spark.python.worker.reuse`, on by default). The tiny task is a real round: it compacts a
 two-segment partition written to a temporary directory through the same code as the job
 (`compact_partition`), so every kernel is loaded with the argument types the job will use
-(memory-mapped and decompressed buffers, uncompressed and gzip batches, a tombstone).
+(memory-mapped and decompressed buffers, uncompressed and gzip batches, a tombstone, and v0/v1
+messages ahead of them as in a log upgraded in place: plain ones and a gzip wrapper).
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def _segment(base: int, codec: int, n: int = 6) -> bytes:
     return fb.build_batch(records, base_offset=base, codec=codec)
 
 
+def _legacy(n: int = 8) -> bytes:
+    """Offsets 0..n-1: v0 messages (older records of keys, a kept one, a tombstone), then a v1 gzip wrapper."""
+    from compaction.format.legacy import build_legacy_message_set
+
+    records = [fb.Record(i, _NOW_MS + i, b"warm-up-legacy-%d" % (i % 6), None if i == 3 else b"v%d" % i)
+               for i in range(n)]  # fmt: skip
+    half = n // 2
+    return (build_legacy_message_set(records[:half], 0)
+            + build_legacy_message_set(records[half:], 1, compression.CODEC_GZIP))  # fmt: skip
+
+
 def warm() -> float:
     """Compact a tiny partition in a temporary directory; returns the seconds it took."""
     from compaction.rewrite import GroupSpec, SourceSegment
@@ -48,16 +60,16 @@ def warm() -> float:
         os.mkdir(part)
         # Enough distinct keys (2,500 of 20 bytes) that the offset map's table grows (ids, slots
         # and arena): its growth kernels are loaded here too.
-        data = {0: _segment(0, compression.CODEC_NONE, 5000) + _segment(5000, compression.CODEC_GZIP),
-                5006: _segment(5006, compression.CODEC_NONE)}  # fmt: skip
+        data = {0: _legacy(8) + _segment(8, compression.CODEC_NONE, 5000) + _segment(5008, compression.CODEC_GZIP),
+                5014: _segment(5014, compression.CODEC_NONE)}  # fmt: skip
         for base, payload in data.items():
             with open(os.path.join(part, segment_file_name(base, ".log")), "wb") as fh:
                 fh.write(payload)
         seg = lambda b: SourceSegment(b, len(data[b]), os.stat(os.path.join(part, segment_file_name(b, ".log"))).st_mtime_ns)  # noqa: E731
         spec = GroupSpec(
             group_id=0, topic="warmup", partition=0, storage=Storage.local(), part_path=part,
-            segments=(seg(0),), first_dirty_offset=0, upper_bound=5006, now_ms=_NOW_MS,
-            delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(5006),),
+            segments=(seg(0),), first_dirty_offset=0, upper_bound=5014, now_ms=_NOW_MS,
+            delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(5014),),
         )  # fmt: skip
         rows = compact_partition([spec])
         if rows[0].get("error"):

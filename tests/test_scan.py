@@ -253,17 +253,21 @@ def test_compressed_batches_are_walked_and_hashed_chunk_by_chunk(log, chunk):
     assert_keys_hashed(s)
 
 
-def test_keys_are_hashed_in_passing_unless_a_batch_is_legacy():
+def test_keys_are_hashed_in_passing_for_every_kind_of_batch():
     from compaction.format.batch import Record
     from compaction.format.legacy import build_legacy_message_set
 
     plain = kp_batch(0, [(0, 1, b"a", b"1", [])])
     packed = kp_batch(1, [(i, 1, b"b", b"value " * 20, []) for i in range(50)], CODECS["gzip"])
-    legacy = build_legacy_message_set([Record(51, 1, b"c", b"2")], magic=1)
+    legacy = build_legacy_message_set([Record(51, 1, b"c", b"2"), Record(52, 1, None, b"3")], magic=1)
+    wrapper = build_legacy_message_set([Record(53 + i, 1, b"d%d" % i, b"4" * 40) for i in range(9)], 0, CODECS["gzip"])
     mixed = scan_segment(u8(plain + packed), hash_keys=True)
     assert mixed.batches.codec.tolist() == [0, CODECS["gzip"]]
     assert_keys_hashed(mixed)
-    assert scan_segment(u8(plain + packed + legacy), hash_keys=True).keys is None  # KeyTable hashes them
+    every = scan_segment(u8(plain + packed + legacy + wrapper), hash_keys=True)
+    assert every.batches.magic.tolist() == [2, 2, 1, 1, 0]
+    assert len(every.records) == 62
+    assert_keys_hashed(every)
     assert scan_segment(u8(plain)).keys is None
 
 

@@ -87,7 +87,7 @@ def test_merge_buckets_gives_the_found_blocks_of_merge_bucket(spark, partition):
 
 
 def _deal(spark):
-    return spark.createDataFrame(deal_buckets(MERGES, 2), "bucket int, slot int")
+    return deal_buckets(MERGES, 2)
 
 
 def _entries(blocks) -> set:
@@ -100,8 +100,8 @@ def _entries(blocks) -> set:
 
 def test_deal_buckets_spreads_fine_buckets_over_the_merge_tasks(spark):
     deal = deal_buckets(3, 3)
-    assert [b for b, _ in deal] == list(range(ranges.FINE_BUCKETS))
-    frame = spark.createDataFrame(deal, "bucket int, slot int").repartition(3, "slot")
+    assert sorted(deal) == list(range(ranges.FINE_BUCKETS))
+    frame = spark.createDataFrame(sorted(deal.items()), "bucket int, slot int").repartition(3, "slot")
     placed = frame.select("bucket", F.spark_partition_id().alias("p")).collect()
     assert {r.bucket: r.p for r in placed} == {b: b % 3 for b in range(ranges.FINE_BUCKETS)}
 
@@ -113,8 +113,8 @@ def test_rewrite_units_writes_what_the_ranges_write_in_process(spark, partition)
     blocks = _frame(spark, [b for s in specs for b in ranges.scan_range(s, 0)])
     units = {s.group_id: [s] for s in specs}
     slot_of = dict(unit_slots(sorted(units), 2))
-    slots = spark.createDataFrame([(g, g, slot_of[g]) for g in units], "range_id int, unit_id int, slot int")
-    rows = rewrite_units(merge_buckets(blocks, _deal(spark)), blocks, slots, spark.sparkContext.broadcast(units)).collect()
+    found = merge_buckets(blocks, _deal(spark))
+    rows = rewrite_units(found, blocks, {g: g for g in units}, slot_of, spark.sparkContext.broadcast(units)).collect()
     assert sorted(r.group_id for r in rows) == sorted(units) and not any(r.error for r in rows)
     assert cleaned(part) == reference
     assert not list(part.glob("*" + CLEANED))

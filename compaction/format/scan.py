@@ -25,8 +25,9 @@ Layers:
     an error code and a byte position, never as an exception from inside the kernel.
   * `gather_keys`: keys -> one contiguous Arrow-ready binary column (int32 offsets, or int64 with
     `large=True` for `pa.large_binary()`).
-  * `scan_segment`: CRC checks, decompression into a side buffer, legacy entries through
-    `compaction.format.legacy`, and typed errors naming the path and byte position.
+  * `scan_segment`: CRC checks (all kinds in one compiled call per chunk), decompression into a
+    side buffer, v0/v1 messages walked by `legacywalk` (in place, or in the side buffer for the
+    contents of compressed wrappers), and typed errors naming the path and byte position.
 
 Kernels are `numba.njit(cache=True)`. numba writes its cache next to this file or, when that is not
 writable (read-only site-packages, Spark executors), under `NUMBA_CACHE_DIR`; set that variable on
@@ -36,7 +37,6 @@ all the kernels are compiled without a cache instead of failing the import.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +51,8 @@ from compaction.errors import (
 )
 from compaction.format.jit import njit as _njit
 from compaction.format.keyhash import hash_keys
+from compaction.format.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
+from compaction.format.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
 from compaction.format.memops import copy_bytes
 
 # --- log entry framing (spec §1.7) -----------------------------------------------------------------
@@ -139,7 +141,7 @@ class BatchColumns:
     producer_id: np.ndarray  # int64 (legacy: -1)
     producer_epoch: np.ndarray  # int16 (legacy: -1)
     base_sequence: np.ndarray  # int32 (legacy: -1)
-    records_count: np.ndarray  # int32 (legacy: 1 uncompressed, -1 compressed wrapper)
+    records_count: np.ndarray  # int32 (legacy: 1 uncompressed; a wrapper: -1 here, its count after scan_segment)
     crc: np.ndarray  # uint32 as stored (v2: CRC-32C, legacy: CRC-32)
     stop_position: int  # where the scan stopped
     stop_reason: int  # STOP_END / STOP_PARTIAL / STOP_CORRUPT
@@ -789,16 +791,17 @@ class SegmentScan:
 
     Record positions (`records.key_pos`, `records.value_pos`) live in one combined address space:
     [0, len(file)) is the file buffer itself (uncompressed v2 batches), [len(file), len(file) +
-    len(side)) is `side`, where decompressed v2 record streams and legacy keys/values were appended.
+    len(side)) is `side`, where decompressed v2 record streams, then the decompressed contents of
+    v0/v1 wrappers, were appended.
     """
 
     path: str
     file: np.ndarray  # uint8, the scanned buffer (not copied)
-    side: np.ndarray  # uint8, decompressed records + legacy keys/values
+    side: np.ndarray  # uint8, decompressed v2 records + v0/v1 wrapper contents
     batches: BatchColumns
     records: RecordColumns  # error fields are always ERR_OK here (errors raise)
     # (hashes uint64, packed key bytes uint8, packed_offs int64) per record, from
-    # `scan_segment(hash_keys=True)` when every batch is uncompressed v2 (keyhash.hash_keys)
+    # `scan_segment(hash_keys=True)` (keyhash.hash_keys)
     keys: tuple | None = None
 
     @property
@@ -849,7 +852,7 @@ class SegmentScan:
 def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, verify_crc: bool = True,
                  allow_trailing: bool = False, hash_keys: bool = False) -> SegmentScan:  # fmt: skip
     """Scan buf[start:end] into batch and record columns; with `hash_keys`, also the keys packed
-    and hashed (`SegmentScan.keys`) when no batch is a legacy (v0/v1) one.
+    and hashed (`SegmentScan.keys`).
 
     Raises CorruptRecordError (bad size/magic, malformed records), CrcMismatchError, TruncatedBatchError
     (partial trailing batch, unless `allow_trailing`; then `batches.stop_reason` says so),
@@ -860,9 +863,9 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     v2 = batches.magic == 2
     codec = batches.codec
     plain = np.flatnonzero(v2 & (codec == 0))
-    legacy = np.flatnonzero(~v2)
-    hashing = hash_keys and not len(legacy)
-    plain_records, plain_keys = _verify_and_walk_plain(file, batches, plain, path, verify_crc, hashing)
+    messages = np.flatnonzero(~v2 & (codec == 0))  # legacy entries of one message each
+    walks = _verify_and_walk_plain(file, batches, plain, messages, path, verify_crc, hash_keys)
+    plain_records, message_records = walks[0].columns(), walks[1].columns()
     # Errors in this order whatever their positions, as when every CRC was checked before the
     # walk: a batch cut short in the middle of a segment swallows the head of the next one, so its
     # CRC fails at its own position, before the walk goes astray after it.
@@ -871,12 +874,21 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     _raise_walk_error(plain_records, batches, path, in_side=False)
     packed = np.flatnonzero(v2 & (codec != 0) & (batches.size > V2_HEADER_SIZE))
     # The side buffer is built once per kind and only concatenated when a segment mixes
-    # compressed v2 batches with legacy entries, which is rare.
-    packed_records, packed_side, packed_keys = _walk_compressed(file, batches, packed, path, len(file), hashing)
-    legacy_records, legacy_side = _read_legacy(file, batches, legacy, path, len(file) + len(packed_side))
-    side = packed_side if not len(legacy_side) else np.concatenate([packed_side, legacy_side])
-    records, keys = _merge([plain_records, packed_records, legacy_records],
-                           [plain_keys, packed_keys, None] if hashing else None)  # fmt: skip
+    # compressed v2 batches with compressed legacy wrappers, which is rare.
+    packed_records, packed_side, packed_keys = _walk_compressed(file, batches, packed, path, len(file),
+                                                                hash_keys)  # fmt: skip
+    # Legacy errors in file order: wrappers after the first malformed message are not read.
+    bad_message = int(message_records.error_batch)
+    wrappers = np.flatnonzero(~v2 & (codec != 0))
+    if bad_message >= 0:
+        wrappers = wrappers[wrappers < bad_message]
+    wrapped_records, wrapped_side, wrapped_keys = _walk_wrappers(file, batches, wrappers, path,
+                                                                 len(file) + len(packed_side), hash_keys)  # fmt: skip
+    if bad_message >= 0:
+        _raise_legacy_error(file, batches, bad_message, path, message_records.error_code)
+    side = packed_side if not len(wrapped_side) else np.concatenate([packed_side, wrapped_side])
+    keys = [walks[0].keys(), packed_keys, walks[1].keys(), wrapped_keys] if hash_keys else None
+    records, keys = _merge([plain_records, packed_records, message_records, wrapped_records], keys)
     return SegmentScan(path=path, file=file, side=side, batches=batches, records=records, keys=keys)
 
 
@@ -906,26 +918,31 @@ def _corrupt_entry_message(file, pos: int) -> str:
 CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache
 
 
-def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, path: str, verify: bool,
-                           hashing: bool = False) -> tuple[RecordColumns, tuple | None]:  # fmt: skip
-    """Every batch's CRC (raising the first mismatch) and the records of the uncompressed v2
-    batches `plain`, ~CHUNK_BYTES of batches at a time: the CRC pass streams a chunk into the
-    cache and the walk, whose every step waits for the bytes the previous one read, finds it
-    there (two passes over a whole 64 MiB segment, bigger than the cache, made the walk wait for
-    memory: ~3x slower). The walk stops at its first malformed record (the columns say where);
-    the CRCs are checked to the end. With `hashing`, each chunk's keys are packed and hashed
-    right after its walk (`keyhash.hash_keys`), for the same reason."""
+def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, messages: np.ndarray, path: str,
+                           verify: bool, hashing: bool = False) -> tuple[_SubsetWalk, _LegacyWalk]:  # fmt: skip
+    """Every batch's CRC (raising the first mismatch), the records of the uncompressed v2
+    batches `plain` and the messages of the uncompressed legacy entries `messages`, ~CHUNK_BYTES
+    of batches at a time: the CRC pass streams a chunk into the cache and the walks, whose every
+    step waits for the bytes the previous one read, find it there (two passes over a whole 64 MiB
+    segment, bigger than the cache, made the walk wait for memory: ~3x slower). Each walk stops
+    at its first malformed record (its columns say where); the CRCs are checked to the end. With
+    `hashing`, each chunk's keys are packed and hashed right after its walk
+    (`keyhash.hash_keys`), for the same reason. Returns the two walks."""
     cuts = _chunk_cuts(batches.position + batches.size)
     plain_cuts = np.searchsorted(plain, cuts).tolist()
+    message_cuts = np.searchsorted(messages, cuts).tolist()
     walk = _SubsetWalk(file, batches, plain, batches.position[plain] + V2_HEADER_SIZE,
                        batches.position[plain] + batches.size[plain], hashing)  # fmt: skip
+    at = batches.position[messages]
+    legacy = _LegacyWalk(file, messages, at, at + batches.size[messages], hashing=hashing)
     lo = 0
-    for hi, plain_hi in zip(cuts, plain_cuts, strict=True):
+    for hi, plain_hi, message_hi in zip(cuts, plain_cuts, message_cuts, strict=True):
         if verify:
             _verify_crcs(file, batches, path, lo, hi)
         walk.advance(int(plain_hi))
+        legacy.advance(int(message_hi))
         lo = hi
-    return walk.columns(), walk.keys()
+    return walk, legacy
 
 
 def _chunk_cuts(ends: np.ndarray) -> list[int]:
@@ -944,12 +961,16 @@ class _SubsetWalk:
     batch indexes in the columns are those of `batches`. With `hashing`, the keys walked are
     packed and hashed too (`keys()`)."""
 
+    kernel = staticmethod(_walk_kernel)
+
     def __init__(self, file, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end, hashing: bool = False) -> None:
-        self.file, self.idx = file, idx
-        self.args = _walk_inputs(rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
-                                 batches.timestamp_type[idx], batches.max_timestamp[idx],
-                                 batches.records_count[idx])  # fmt: skip
-        self.capacity = _capacity(self.args[0], self.args[1], self.args[6])
+        args = _walk_inputs(rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
+                            batches.timestamp_type[idx], batches.max_timestamp[idx],
+                            batches.records_count[idx])  # fmt: skip
+        self._setup(file, idx, args, _capacity(args[0], args[1], args[6]), hashing)
+
+    def _setup(self, file, idx: np.ndarray, args: tuple, capacity: int, hashing: bool) -> None:
+        self.file, self.idx, self.args, self.capacity = file, idx, args, capacity
         self.cols = [np.empty(self.capacity, dtype=dt) for dt in RECORD_DTYPES]
         self.done = self.k = 0  # batches walked, records written
         self.error = (ERR_OK, -1, -1)
@@ -965,7 +986,7 @@ class _SubsetWalk:
         a, b = self.done, upto
         if b <= a or self.error[0] != ERR_OK:
             return
-        w, code, pos, batch = _walk_kernel(self.file, *(x[a:b] for x in self.args), self.capacity - self.k,
+        w, code, pos, batch = self.kernel(self.file, *(x[a:b] for x in self.args), self.capacity - self.k,
                                            *(c[self.k :] for c in self.cols))  # fmt: skip
         self.cols[0][self.k : self.k + w] += a  # batch indexes relative to the call
         if self.hashing and w:
@@ -1000,28 +1021,40 @@ class _SubsetWalk:
         return cols
 
 
+class _LegacyWalk(_SubsetWalk):
+    """`legacywalk.walk_legacy_kernel` over the regions buf[start[j]:end[j]] of the legacy
+    entries `idx` (each region an uncompressed entry, or with `inner` the decompressed messages of
+    a compressed wrapper, whose offset, magic, LogAppendTime flag and timestamp come with it), a
+    prefix of them at a time, like `_SubsetWalk`."""
+
+    kernel = staticmethod(walk_legacy_kernel)
+
+    def __init__(self, buf, idx: np.ndarray, start, end, inner=None, wrapper_offset=None, wrapper_magic=None,
+                 wrapper_lat=None, wrapper_ts=None, hashing: bool = False) -> None:  # fmt: skip
+        n = len(idx)
+        zeros = np.zeros(n, dtype=np.int64)
+        args = (
+            np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(end, dtype=np.int64),
+            np.zeros(n, dtype=np.bool_) if inner is None else np.ascontiguousarray(inner, dtype=np.bool_),
+            zeros if wrapper_offset is None else np.ascontiguousarray(wrapper_offset, dtype=np.int64),
+            zeros if wrapper_magic is None else np.ascontiguousarray(wrapper_magic, dtype=np.int64),
+            np.zeros(n, dtype=np.bool_) if wrapper_lat is None else np.ascontiguousarray(wrapper_lat, dtype=np.bool_),
+            zeros if wrapper_ts is None else np.ascontiguousarray(wrapper_ts, dtype=np.int64),
+        )  # fmt: skip
+        self._setup(buf, idx, args, region_capacity(args[0], args[1], args[2]), hashing)
+
+
 def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None) -> None:
     """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6), of
-    batches [lo, hi)."""
-    import crc32c
-
-    mv = memoryview(file)
+    batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
     hi = len(batches.position) if hi is None else hi
-    positions = batches.position[lo:hi].tolist()
-    sizes = batches.size[lo:hi].tolist()
-    magics = batches.magic[lo:hi].tolist()
-    actual = np.empty(len(positions), dtype=np.uint32)
-    for i, (pos, size, magic) in enumerate(zip(positions, sizes, magics)):
-        if magic == 2:
-            actual[i] = crc32c.crc32c(mv[pos + V2_ATTRIBUTES_OFFSET : pos + size])
-        else:
-            actual[i] = zlib.crc32(mv[pos + MAGIC_OFFSET : pos + size])
+    actual = entry_crcs(file, batches.position[lo:hi], batches.size[lo:hi], batches.magic[lo:hi])
     bad = np.flatnonzero(actual != batches.crc[lo:hi])
     if len(bad):
-        i = int(bad[0])
-        raise CrcMismatchError(f"magic v{magics[i]} batch checksum mismatch", expected=int(batches.crc[lo + i]),
-                               actual=int(actual[i]), path=path, position=positions[i],
-                               offset=int(batches.base_offset[lo + i]))  # fmt: skip
+        i = lo + int(bad[0])
+        raise CrcMismatchError(f"magic v{int(batches.magic[i])} batch checksum mismatch", expected=int(batches.crc[i]),
+                               actual=int(actual[i - lo]), path=path, position=int(batches.position[i]),
+                               offset=int(batches.base_offset[i]))  # fmt: skip
 
 
 def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
@@ -1119,45 +1152,81 @@ def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, 
                              position=cols.error_position, offset=int(batches.base_offset[i]))  # fmt: skip
 
 
-def _read_legacy(file, batches: BatchColumns, idx: np.ndarray, path: str,
-                 base: int) -> tuple[RecordColumns, np.ndarray]:  # fmt: skip
-    """v0/v1 entries through compaction.format.legacy (rare; Python speed is fine). Keys and values
-    are appended to the side buffer; compressed wrappers get their real base offset and count."""
+def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
+                   hashing: bool = False) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+    """Compressed v0/v1 wrappers `idx`: each one's value decompressed into the side buffer and its
+    inner messages walked there in one kernel call (and with `hashing`, their keys packed and
+    hashed). Sets each wrapper's `base_offset` (its first inner offset) and `records_count`.
+    Returns (columns, side, keys or None); errors raise in file order."""
     if not len(idx):
-        return _empty_records(), _NO_BYTES
-    side_chunks: list[bytes] = []
-    rows: list[tuple] = []
-    at = base
+        return _empty_records(), _NO_BYTES, _LegacyWalk(_NO_BYTES, idx, idx, idx, hashing=hashing).keys()
+    from compaction.format.compression import decompress
+
+    outer = _LegacyWalk(file, idx, batches.position[idx], batches.position[idx] + batches.size[idx])
+    outer.advance(len(idx))
+    heads = outer.columns()
+    n_ok = len(heads)  # wrappers whose own message is well-formed
+    chunks, at = [], 0
+    start = np.zeros(len(idx), dtype=np.int64)
+    end = np.zeros(len(idx), dtype=np.int64)
     mv = memoryview(file)
-    for i in idx.tolist():
-        pos, size = int(batches.position[i]), int(batches.size[i])
-        records = _legacy_records(mv[pos : pos + size], path, pos)
-        if not records:
-            raise CorruptRecordError("legacy entry without records", path=path, position=pos)
-        for offset, timestamp, key, value in records:
-            key_pos, key_len, at = _append(side_chunks, key, at)
-            value_pos, value_len, at = _append(side_chunks, value, at)
-            rows.append((i, offset, timestamp, key_pos, key_len, value_pos, value_len))
-        batches.base_offset[i] = records[0][0]
-        batches.records_count[i] = len(records)
-    cols = [np.array([r[j] for r in rows], dtype=dt) for j, dt in enumerate(RECORD_DTYPES)]
-    records = RecordColumns(*cols, error_code=ERR_OK, error_position=-1, error_batch=-1)
-    return records, np.frombuffer(b"".join(side_chunks), dtype=np.uint8)
+    for j, i in enumerate(idx[:n_ok].tolist()):
+        vp, vl = int(heads.value_pos[j]), int(heads.value_len[j])
+        try:
+            if vl < 0:
+                _raise_legacy_error(file, batches, i, path, ERR_OK)  # a null value
+            codec = int(batches.attributes[i]) & CODEC_MASK
+            data = _decompress(decompress, codec, mv[vp : vp + vl], int(batches.magic[i]), path, vp,
+                               int(batches.last_offset[i]))  # fmt: skip
+        except KafkaFormatError:  # after the errors of the wrappers before it, if any (raised here)
+            _walk_inner(file, batches, idx[:j], _joined(chunks), start[:j], end[:j], path, base, False)
+            raise
+        chunks.append(np.frombuffer(data, dtype=np.uint8))
+        start[j], at = at, at + len(data)
+        end[j] = at
+    if n_ok < len(idx):  # the wrappers before it were read: their errors come first
+        _walk_inner(file, batches, idx[:n_ok], _joined(chunks), start[:n_ok], end[:n_ok], path, base, False)
+        _raise_legacy_error(file, batches, int(idx[n_ok]), path, heads.error_code)
+    side = _joined(chunks)
+    side.flags.writeable = False
+    cols, keys = _walk_inner(file, batches, idx, side, start, end, path, base, hashing)
+    return cols, side, keys
 
 
-def _append(chunks: list, data: bytes | None, at: int) -> tuple[int, int, int]:
-    if data is None:
-        return at, -1, at
-    chunks.append(bytes(data))
-    return at, len(data), at + len(data)
+def _joined(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0] if chunks else _NO_BYTES
 
 
-def _legacy_records(entry: memoryview, path: str, pos: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(offset, timestamp, key, value) of each record of one legacy log entry (deep for wrappers).
-    `LegacyBatch` raises typed errors already placed at `path`/`pos`."""
+def _walk_inner(file, batches: BatchColumns, idx: np.ndarray, side, start, end, path: str, base: int,
+                hashing: bool) -> tuple[RecordColumns, tuple | None]:  # fmt: skip
+    """The inner messages of the wrappers `idx`, decompressed to side[start[j]:end[j]]; raises
+    the first malformed one's error; positions moved by `base` (the side's combined address)."""
+    magic = batches.magic[idx].astype(np.int64)
+    lat = (magic > 0) & ((batches.attributes[idx] & TIMESTAMP_TYPE_MASK) != 0)
+    inner = np.ones(len(idx), dtype=np.bool_)
+    walk = _LegacyWalk(side, idx, start, end, inner, batches.last_offset[idx], magic, lat,
+                       batches.max_timestamp[idx], hashing)  # fmt: skip
+    walk.advance(len(idx))
+    cols = walk.columns()
+    if cols.error_code != ERR_OK:
+        _raise_legacy_error(file, batches, cols.error_batch, path, cols.error_code)
+    first = np.searchsorted(cols.batch_index, idx, side="left")
+    batches.records_count[idx] = np.searchsorted(cols.batch_index, idx, side="right") - first
+    batches.base_offset[idx] = cols.offset[first]  # every wrapper holds a message (else an error)
+    cols.key_pos += base
+    cols.value_pos += base
+    return cols, walk.keys()
+
+
+def _raise_legacy_error(file, batches: BatchColumns, i: int, path: str, code: int) -> None:
+    """The typed error `legacy.LegacyBatch` raises for entry i (the reader Kafka's rules were
+    written down in), which the kernel found malformed; the kernel's own verdict otherwise."""
     from compaction.format.legacy import LegacyBatch
 
-    return [(r.offset, r.timestamp, r.key, r.value) for r in LegacyBatch(entry, pos, path).records()]
+    pos, size = int(batches.position[i]), int(batches.size[i])
+    LegacyBatch(memoryview(file)[pos : pos + size], pos, path).records()
+    raise CorruptRecordError(LEGACY_ERR_NAMES.get(code, f"legacy error {code}"), path=path, position=pos,
+                             offset=int(batches.last_offset[i]))  # fmt: skip
 
 
 def _merge(parts: list[RecordColumns], keys: list | None = None) -> tuple[RecordColumns, tuple | None]:
