@@ -92,6 +92,7 @@ class GroupSpec:
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
     read_mode: str = "direct"  # segment_io.READ_MODES: how source segments are read (--read-mode)
     write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
+    dry_run: bool = False  # --dry-run: everything decided and sized as in a round, nothing written
     leader_epoch_checkpoint: str | None = None  # its path, when the partition dir holds one
 
     @property
@@ -547,6 +548,22 @@ class _LogWriter:
         self._file.close()
 
 
+class _Discard:
+    """The writer of a dry run: the batches are built and counted (`_Output.size`), not written."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def write(self, chunk) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
 class _Output:
     """The cleaned segment being written: batch bytes go to the `.log.cleaned` writer at once; only
@@ -566,7 +583,8 @@ class _Output:
 
     def open(self, spec: GroupSpec) -> None:
         if self.writer is None:
-            self.writer = _LogWriter(spec.storage, spec.segment_path(spec.new_base, ".log") + CLEANED, spec.write_mode)
+            path = spec.segment_path(spec.new_base, ".log") + CLEANED
+            self.writer = _Discard(path) if spec.dry_run else _LogWriter(spec.storage, path, spec.write_mode)
 
     def append_run(self, chunks, batches: list[tuple[int, int, int, int]]) -> None:
         """Consecutive batches, in order, as byte chunks that are not copied (slices of the source
@@ -990,6 +1008,8 @@ def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn])
     storage, base = spec.storage, spec.new_base
     out.open(spec)  # a group always has segments; this only matters for an empty one
     out.writer.close()
+    if spec.dry_run:
+        return
     offset_index, time_index = build_indexes(
         *out.columns(), base, spec.index_interval_bytes,
     )  # fmt: skip

@@ -157,3 +157,20 @@ def test_key_table_export_is_dense_and_complete():
         i = int(dense[r])
         assert kdata[koffs[i] : koffs[i + 1]].tobytes() == keys[r]
         assert latest[i] == max((o for o in range(r % 3000, 10_000, 3000) if o % 2 == 0), default=-1)
+
+
+@pytest.mark.parametrize("n_ranges", [1, 3])
+def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges):
+    """A dry run decides and builds everything a round would (its report's sizes are exact) and
+    leaves the partition as it found it."""
+    part = generate(tmp_path / "logs", *CASES["transactions, aborts"], "--tombstone-ratio", "0.1")
+    before = {f.name: f.read_bytes() for f in part.iterdir()}
+    dry = [dataclasses.replace(s, dry_run=True) for s in specs_for(part, n_ranges)]
+    rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 4, unit_per_group=True)
+    assert {f.name: f.read_bytes() for f in part.iterdir()} == before
+    real = compact_partition(specs_for(part, n_ranges)) if n_ranges == 1 else in_ranges(
+        specs_for(part, n_ranges), 4, unit_per_group=True)  # fmt: skip
+    written = cleaned(part)
+    strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
+    assert strip(rows) == strip(real)
+    assert sum(r["bytes_written"] for r in real) == sum(len(v) for k, v in written.items() if ".log" in k)
