@@ -38,6 +38,7 @@ from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
 from compaction.options import LONG_MAX, JobOptions, parse_args
+from compaction.preflight import check_round
 from compaction.plan import (
     REASON_LAG_BOUND,
     REASON_NOTHING_CLEANABLE,
@@ -616,6 +617,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
+    check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
     locks = _lock_log_dirs(opts)
     starter = None if opts.dry_run or opts.recover_only else _SparkStarter(opts)
     try:
