@@ -92,7 +92,9 @@ class StageCounter:
             n += 1
         return cls(sc, n)
 
-    def poll(self) -> tuple[int, int, int]:
+    def poll(self, finished: bool = False) -> tuple[int, int, int]:
+        """(tasks done, tasks in all, tasks running). `finished`: every job has returned (the
+        tracker, fed by Spark's listener bus, may not have seen their last tasks end yet)."""
         while self._tracker.getJobInfo(self._next) is not None:
             self._jobs.append(self._next)
             self._next += 1
@@ -103,7 +105,10 @@ class StageCounter:
                 continue
             stages = [self._tracker.getStageInfo(sid) for sid in job.stageIds]
             stages = [st for st in stages if st is not None]
-            if job.status in ("SUCCEEDED", "FAILED"):
+            if finished and job.status not in ("SUCCEEDED", "FAILED"):
+                n = sum(st.numTasks for st in stages)
+                done, total = done + n, total + n
+            elif job.status in ("SUCCEEDED", "FAILED"):
                 n = sum(min(st.numCompletedTasks, st.numTasks) for st in stages)
                 done, total = done + n, total + n
             else:
@@ -181,8 +186,8 @@ class _Watch:
         self._thread.start()
         return self
 
-    def snapshot(self) -> Snapshot:
-        done, total, running = self._counter.poll()
+    def snapshot(self, finished: bool = False) -> Snapshot:
+        done, total, running = self._counter.poll(finished)
         return Snapshot(done, total, running, time.monotonic() - self._t0, self._total)
 
     def _run(self) -> None:
@@ -192,10 +197,10 @@ class _Watch:
             except Exception as exc:  # noqa: BLE001 - a progress line must never fail the round
                 log.debug("progress poll failed: %s", exc)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self._stop.set()
         self._thread.join()
         try:
-            self._r.draw(self.snapshot(), self._partitions, final=True)
+            self._r.draw(self.snapshot(finished=exc_type is None), self._partitions, final=True)
         except Exception as exc:  # noqa: BLE001
             log.debug("progress poll failed: %s", exc)
