@@ -136,12 +136,15 @@ def _installed() -> bool:
 
 
 def spark_settings(master: str | None = None, *, python: str | None = None, env: dict | None = None,
-                   user_conf: list[str] | tuple[str, ...] = (), dist_dir: str | None = None) -> SparkSettings:  # fmt: skip
+                   user_conf: list[str] | tuple[str, ...] = (), dist_dir: str | None = None,
+                   deploy_mode: str | None = None) -> SparkSettings:  # fmt: skip
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
     executors, the kernel cache, Arrow, Spark's console progress off, our log4j configuration (unless
     `user_conf` sets the driver's Java options), and how executors import the package: from its
     directory with a local master (numba's cache of compiled kernels is then hit across workers
-    and runs), else from a zip shipped with --py-files (built only when the sources changed)."""
+    and runs), else from a zip shipped with --py-files (built only when the sources changed).
+    The driver runs on this launcher's Python (client mode): `python` may be a path inside an
+    archive only the executors unpack (`./environment/bin/python`)."""
     env = dict(os.environ if env is None else env)
     master = master or env.get("SPARK_MASTER") or "local[*]"
     python = python or env.get("PYSPARK_PYTHON") or sys.executable
@@ -158,9 +161,12 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
     }
     if not any(c.startswith("spark.driver.extraJavaOptions=") for c in user_conf):
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    driver_python = env.get("PYSPARK_DRIVER_PYTHON") or sys.executable
+    if deploy_mode != "cluster":  # else the driver runs where the executors do, on their Python
+        conf["spark.pyspark.driver.python"] = driver_python
     run_env = {
         "PYSPARK_PYTHON": python,
-        "PYSPARK_DRIVER_PYTHON": env.get("PYSPARK_DRIVER_PYTHON") or python,
+        "PYSPARK_DRIVER_PYTHON": driver_python,
         "NUMBA_CACHE_DIR": numba_cache,
         "NUMPY_MADVISE_HUGEPAGE": hugepage,
         "SPARK_HOME_SUBMITTED": "1",
@@ -244,7 +250,7 @@ def find_spark_submit(python: str, env: dict) -> str:
 def submit_command(cl: CommandLine, env: dict | None = None) -> tuple[list[str], dict[str, str]]:
     """The spark-submit command line and environment for `cl` (its job options already checked)."""
     env = dict(os.environ if env is None else env)
-    settings = spark_settings(cl.master, env=env, user_conf=cl.conf)
+    settings = spark_settings(cl.master, env=env, user_conf=cl.conf, deploy_mode=cl.deploy_mode)
     submit = find_spark_submit(settings.conf["spark.pyspark.python"], env)
     cmd = [submit, "--master", settings.master, "--name", settings.name]
     if cl.deploy_mode:
