@@ -137,7 +137,7 @@ def _installed() -> bool:
 
 def spark_settings(master: str | None = None, *, python: str | None = None, env: dict | None = None,
                    user_conf: list[str] | tuple[str, ...] = (), dist_dir: str | None = None,
-                   deploy_mode: str | None = None) -> SparkSettings:  # fmt: skip
+                   deploy_mode: str | None = None, driver_python: str | None = None) -> SparkSettings:  # fmt: skip
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
     executors, the kernel cache, Arrow, Spark's console progress off, our log4j configuration (unless
     `user_conf` sets the driver's Java options), and how executors import the package: from its
@@ -161,7 +161,7 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
     }
     if not any(c.startswith("spark.driver.extraJavaOptions=") for c in user_conf):
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
-    driver_python = env.get("PYSPARK_DRIVER_PYTHON") or sys.executable
+    driver_python = driver_python or env.get("PYSPARK_DRIVER_PYTHON") or sys.executable
     if deploy_mode != "cluster":  # else the driver runs where the executors do, on their Python
         conf["spark.pyspark.driver.python"] = driver_python
     run_env = {
@@ -231,20 +231,36 @@ def ensure_zip(dist_dir: str) -> str:
     return target
 
 
-def find_spark_submit(python: str, env: dict) -> str:
-    """$SPARK_HOME's spark-submit, else the pyspark package's own, else the PATH's."""
+def find_spark_submit(python: str, env: dict, *, ask_python: bool = False) -> str:
+    """$SPARK_HOME's spark-submit, else the pyspark package's own (of this interpreter, or with
+    `ask_python` of `python`'s), else the PATH's."""
     home = env.get("SPARK_HOME")
     if home and os.access(os.path.join(home, "bin", "spark-submit"), os.X_OK):
         return os.path.join(home, "bin", "spark-submit")
-    spec = importlib.util.find_spec("pyspark")
-    if spec is not None and spec.submodule_search_locations:
-        submit = os.path.join(list(spec.submodule_search_locations)[0], "bin", "spark-submit")
+    pyspark_dir = _pyspark_dir_of(python) if ask_python else None
+    if not ask_python:
+        spec = importlib.util.find_spec("pyspark")
+        if spec is not None and spec.submodule_search_locations:
+            pyspark_dir = list(spec.submodule_search_locations)[0]
+    if pyspark_dir:
+        submit = os.path.join(pyspark_dir, "bin", "spark-submit")
         if os.access(submit, os.X_OK):
             return submit
     found = shutil.which("spark-submit", path=env.get("PATH"))
     if found is None:
         raise UsageError(f"no spark-submit found: set SPARK_HOME or install pyspark into {python}")
     return found
+
+
+def _pyspark_dir_of(python: str) -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run([python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    except OSError:
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def submit_command(cl: CommandLine, env: dict | None = None) -> tuple[list[str], dict[str, str]]:
@@ -267,6 +283,28 @@ def submit_command(cl: CommandLine, env: dict | None = None) -> tuple[list[str],
         cmd += ["--conf", f"{key}={value}"]
     cmd += [*args, settings.application, *cl.job_args]
     return cmd, {**env, **settings.env}
+
+
+def operator_settings(master: str, python: str | None = None, env: dict | None = None,
+                      user_conf: dict[str, str] | None = None) -> dict:
+    """The keyword arguments of Airflow's `SparkSubmitOperator` for a round on `master`, driver and
+    executors on `python` (a Python with this package's dependencies; default this one): the
+    same settings as this launcher's, and spark-submit (found from `python`'s pyspark or
+    SPARK_HOME) first on the PATH the operator runs it with (it runs `spark-submit` by name)."""
+    env = dict(os.environ if env is None else env)
+    python = python or sys.executable
+    settings = spark_settings(master, python=python, driver_python=python, env=env,
+                              user_conf=[f"{k}={v}" for k, v in (user_conf or {}).items()])  # fmt: skip
+    submit = find_spark_submit(python, env, ask_python=True)
+    run_env = {**settings.env, "PATH": os.pathsep.join((os.path.dirname(submit), env.get("PATH", os.defpath)))}
+    return {
+        "application": settings.application,
+        "conf": {**settings.conf, **(user_conf or {})},
+        "py_files": ",".join(settings.py_files) or None,
+        "env_vars": run_env,
+        "name": settings.name,
+        "spark_binary": "spark-submit",
+    }
 
 
 # --- help ----------------------------------------------------------------------------------------

@@ -271,3 +271,14 @@ def test_a_failed_round_keeps_the_last_success_time(tmp_path):
     assert got[("kafka_compaction_last_run_exit_code", ())] == 1
     assert got[("kafka_compaction_last_run_timestamp_seconds", ())] == 1_700_000_600.0
     assert got[("kafka_compaction_last_success_timestamp_seconds", ())] == 1_700_000_000.0
+
+
+def test_operator_settings_put_the_jobs_spark_submit_first_on_the_path():
+    # what the Airflow DAG's SparkSubmitOperator gets: it runs `spark-submit` by name
+    got = launcher.operator_settings("local[2]", sys.executable, env=dict(os.environ),
+                                     user_conf={"spark.ui.enabled": "false"})  # fmt: skip
+    first = got["env_vars"]["PATH"].split(os.pathsep)[0]
+    assert os.access(os.path.join(first, got["spark_binary"]), os.X_OK)
+    assert got["application"] == launcher.APPLICATION and got["py_files"] is None
+    assert got["conf"]["spark.pyspark.driver.python"] == got["conf"]["spark.pyspark.python"] == sys.executable
+    assert got["conf"]["spark.ui.enabled"] == "false"
