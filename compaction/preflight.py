@@ -8,6 +8,7 @@ rules are a pure function of a directory listing (`classify_listing`), testable 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 from compaction.errors import UsageError
@@ -43,11 +44,21 @@ def classify_listing(name: str, entries: list[tuple[str, bool]]) -> str:
     return OTHER
 
 
+def shown(uri: str) -> str:
+    """`uri` as an error message may show it: credentials in it (`s3://KEY:SECRET@bucket/...`,
+    which pyarrow accepts) replaced."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", uri)
+
+
 def check_log_dir(uri: str, *, writable: bool = True) -> None:
     """Raise `UsageError` unless `uri` is a readable (and, with `writable`, writable) Kafka log dir."""
     from compaction.storage import Storage  # pyarrow: imported only when a dir is checked
 
-    storage, path = Storage.for_uri(uri)
+    try:
+        storage, path = Storage.for_uri(uri)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--log-dir {shown(uri)}: cannot open it: {exc}") from None
+    uri = shown(uri)
     if storage.is_local:
         if not os.path.exists(path):
             raise UsageError(f"--log-dir {uri}: no such directory; give the path of a Kafka log dir "
@@ -87,6 +98,7 @@ def check_output_path(flag: str, uri: str) -> None:
     storage, path = Storage.for_uri(uri)
     if not storage.is_local:
         return
+    uri = shown(uri)
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"{flag} {uri}: is a directory; give a file path")

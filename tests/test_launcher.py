@@ -282,3 +282,11 @@ def test_operator_settings_put_the_jobs_spark_submit_first_on_the_path():
     assert got["application"] == launcher.APPLICATION and got["py_files"] is None
     assert got["conf"]["spark.pyspark.driver.python"] == got["conf"]["spark.pyspark.python"] == sys.executable
     assert got["conf"]["spark.ui.enabled"] == "false"
+
+
+def test_credentials_in_a_uri_never_reach_an_error_message():
+    assert preflight.shown("s3://AKIA:s3cr3t@bucket/logs") == "s3://***@bucket/logs"
+    assert preflight.shown("/data/kafka-logs") == "/data/kafka-logs"
+    with pytest.raises(UsageError) as err:
+        preflight.check_log_dir("s3://AKIA:s3cr3t@bucket/logs?scheme=http&no_such_option=1")
+    assert "s3cr3t" not in str(err.value) and "AKIA" not in str(err.value)
