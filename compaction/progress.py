@@ -194,7 +194,7 @@ class _Watch:
         while not self._stop.wait(self._r.tick):
             try:
                 self._r.draw(self.snapshot(), self._partitions)
-            except Exception as exc:  # noqa: BLE001 - a progress line must never fail the round
+            except Exception as exc:
                 log.debug("progress poll failed: %s", exc)
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -202,5 +202,5 @@ class _Watch:
         self._thread.join()
         try:
             self._r.draw(self.snapshot(finished=exc_type is None), self._partitions, final=True)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.debug("progress poll failed: %s", exc)

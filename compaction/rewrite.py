@@ -1,10 +1,8 @@
 """Executor-side work: the key scans and the rewrite into `.cleaned` files.
 
-The offset map's inputs: `scan_partition` (a whole partition in one task: `PartitionMap`, key ids
-from a `KeyTable`) and `segment_map_rows` (one segment or split, in chunks, for the Spark map
-path); both use `map_masks` (a map record is keyed, not aborted, not control; dirty = in the dirty
-section). `scan_group` (one row per distinct key of a group with its latest and latest dirty
-offset) is the plain version the tests build reference maps with. `rewrite_unit` applies Kafka's
+The offset map's input: `scan_partition` (the groups of one partition or one range, newest segment
+first: `PartitionMap`, key ids from a `KeyTable`; `map_masks`: a map record is keyed, not aborted,
+not control; dirty = in the dirty section). `rewrite_unit` applies Kafka's
 cleaner rules batch by batch (`retention.py`) to the same segments, asking an `OffsetMap` for
 map[key], keeping a record iff `offset >= map[key]` (absent -> -1), then writes
 `<base>.log.cleaned` with fresh `.index`/`.timeindex` (and `.txnindex` when aborted
@@ -24,13 +22,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import pyarrow as pa
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import naming, rebuild
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
-from compaction.format.keymap import KeyIndex, KeyTable
+from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
 from compaction.format.sidepack import pack_side
 from compaction.retention import (
@@ -114,10 +111,11 @@ def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
             offset=int(batches.base_offset[i]))  # fmt: skip
 
 
-def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> SegmentScan:
+def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None,
+                  hash_keys: bool = True) -> SegmentScan:  # fmt: skip
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path, hash_keys=True)
+    scan = scan_segment(data, path, hash_keys=hash_keys)
     _check_batch_sizes(spec, path, scan.batches)
     return scan
 
@@ -231,38 +229,6 @@ class _Absent:
         return self.n
 
 
-def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Table, pa.Table]:
-    """Distinct keys of the group with `max_offset` and `dirty_offset` (-1 when not dirty), and
-    the headers of its producer batches (plus those of `tail_segments`). With `cache`, the
-    segments' scans are offered to it for `rewrite_unit`."""
-    tables, producers = [], tail_producers(spec)
-    for seg in spec.segments:
-        scan = _read_segment(spec, seg)
-        if cache is not None:
-            cache.offer(spec.group_id, seg.base_offset, scan)
-        producers.append(producer_batches(scan.batches))
-        rec = scan.records
-        _, usable, dirty = map_masks(spec, scan)
-        keys = scan.keys_arrow().filter(pa.array(usable))
-        tables.append(
-            pa.table(
-                {
-                    "key": keys,
-                    "max_offset": pa.array(rec.offset[usable]),
-                    "dirty_offset": pa.array(np.where(dirty, rec.offset, -1)[usable]),
-                }
-            )
-        )
-    prod = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
-    if not tables:
-        empty = pa.table({"key": pa.array([], pa.binary()), "max_offset": pa.array([], pa.int64()),
-                          "dirty_offset": pa.array([], pa.int64())})  # fmt: skip
-        return empty, prod
-    agg = pa.concat_tables(tables).group_by("key").aggregate([("max_offset", "max"), ("dirty_offset", "max")])
-    keys = agg.select(["key", "max_offset_max", "dirty_offset_max"])
-    return keys.rename_columns(["key", "max_offset", "dirty_offset"]), prod
-
-
 def map_masks(spec: GroupSpec, scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(control, usable, dirty) per record: in a control batch; usable records build the offset
     map (keyed, not in a control batch, not in an aborted transaction); dirty ones are usable and
@@ -292,6 +258,8 @@ class PartitionMap:
     the usable records of all its groups. The key ids of segments whose scan the task keeps for
     the rewrite are kept too, so those records are not hashed a second time."""
 
+    hashes_keys = True  # the segments it did not keep are looked up by key
+
     def __init__(self, expected_keys: int = 0) -> None:
         self.table = KeyTable(expected_keys)
         self._ids: dict[tuple[int, int], np.ndarray] = {}
@@ -305,6 +273,10 @@ class PartitionMap:
         """Hold the ids `add` gave the segment for its rewrite (`found`), which then hashes none."""
         small = len(self.table) + self.table.regions < 2**31  # 4 bytes a record while they fit
         self._ids[(spec.group_id, seg.base_offset)] = ids.astype(np.int32) if small else ids
+
+    def take_ids(self, spec: GroupSpec, seg: SourceSegment) -> np.ndarray:
+        """The ids `keep_ids` held for the segment (given up)."""
+        return self._ids.pop((spec.group_id, seg.base_offset))
 
     def latest(self, ids: np.ndarray) -> np.ndarray:
         """map.get(key) per record from its key id (-1: no id)."""
@@ -330,14 +302,16 @@ def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegmen
                      [spec.segment_path(seg.base_offset) for spec, seg in todo])  # fmt: skip
 
 
-def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tuple[PartitionMap, list[dict]]:
+def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
+                   keep_ids: bool = False) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments).
 
     Newest segment first: once a segment is added, the latest offset of each of its keys is
     final (any later record of the key was added before it; earlier ones have lower offsets), so
     the records the rewrite may keep are known, and a kept scan holds only their decompressed
-    bytes (`sidepack`); the decompressed records of the others are dropped right away."""
+    bytes (`sidepack`); the decompressed records of the others are dropped right away.
+    `keep_ids`: hold every segment's key ids (`PartitionMap.take_ids`), kept scan or not."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
     pmap = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256)
     todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
@@ -347,6 +321,8 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None) -> tu
             scan = _read_segment(spec, seg, ahead.get(i))
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
+            if keep_ids:
+                pmap.keep_ids(spec, seg, ids)
             if cache is not None:
                 # Only a decompressed side can be packed: uncompressed segments skip the decision.
                 packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids))) if len(scan.side) else None
@@ -375,140 +351,15 @@ def producer_batches(scan_batches_cols, start: int = 0, end: int | None = None) 
 # --- deciding --------------------------------------------------------------------------------
 
 
-def found_offsets(keys: pa.Array, lookup_keys: pa.Array, lookup_latest: np.ndarray) -> np.ndarray:
-    """map.get(key) for every record key: the latest offset, or -1 when absent (or null key)."""
-    if len(lookup_keys) == 0:
-        return np.full(len(keys), -1, dtype=np.int64)
-    pos = _key_index(lookup_keys).lookup(keys)
-    return np.where(pos >= 0, np.asarray(lookup_latest, dtype=np.int64)[np.maximum(pos, 0)], -1)
-
-
-_INDEX_CACHE: list = []  # [(lookup_keys, KeyIndex)]: the hash table of the unit being rewritten
-
-
-def _key_index(lookup_keys: pa.Array) -> KeyIndex:
-    """The hash table of `lookup_keys`, built once per lookup array (a rewrite calls
-    `found_offsets` once per segment with the same array; pyarrow's index_in rebuilt it each time)."""
-    if _INDEX_CACHE and _INDEX_CACHE[0][0] is lookup_keys:
-        return _INDEX_CACHE[0][1]
-    index = KeyIndex(lookup_keys)
-    _INDEX_CACHE[:] = [(lookup_keys, index)]
-    return index
-
-
 class OffsetMap(Protocol):
     """What the rewrite asks of the offset map: for every record of a segment, the latest offset
     of its key (`found`; -1 when the key is absent from the map or the record has no key).
-    `keep_records` keeps a keyed record below the bound iff its offset >= found."""
+    `keep_records` keeps a keyed record below the bound iff its offset >= found. `hashes_keys`:
+    whether `found` reads the scan's key hashes (a rewrite's scan then hashes the keys)."""
+
+    hashes_keys: bool
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray: ...
-
-
-class KeyLookup:
-    """The map as parallel arrays: distinct keys and their latest offsets (the Spark map path's
-    lookup rows, or an offset map built in the task)."""
-
-    def __init__(self, keys: pa.Array, latest: np.ndarray) -> None:
-        self.keys, self.latest = keys, latest
-
-    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
-        return found_offsets(scan.keys_arrow(), self.keys, self.latest)
-
-
-# --- the Spark offset-map path: map rows per byte range, and the map as the offsets it keeps -----
-#
-# A task of the Spark path never holds a whole segment group: the scan walks a byte range of one
-# segment in steps of about `chunk_bytes` cut at batch boundaries, and the rewrite receives the
-# offsets to keep as a sorted stream and holds those of one segment at a time.
-
-SCAN_CHUNK_BYTES = 32 << 20  # per scan step; env KAFKA_COMPACTION_SCAN_CHUNK_BYTES
-KEPT_NOT = np.iinfo(np.int64).max  # `KeptOffsets.found` of a keyed record that is not kept
-
-
-def batch_ranges(positions: np.ndarray, start: int, end: int, chunk_bytes: int) -> list[tuple[int, int]]:
-    """[start, end) cut at batch `positions` (ascending) into ranges of at least `chunk_bytes`
-    (the last may be shorter; a range is longer only by its last batch). Ranges cover [start, end)."""
-    cuts = [start]
-    positions = np.asarray(positions, dtype=np.int64)
-    while True:
-        i = int(np.searchsorted(positions, cuts[-1] + max(1, chunk_bytes), side="left"))
-        if i >= len(positions) or positions[i] >= end:
-            break
-        cuts.append(int(positions[i]))
-    cuts.append(end)
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(start, end)]
-
-
-def segment_map_rows(spec: GroupSpec, seg: SourceSegment, start: int = 0, end: int = -1,
-                     chunk_bytes: int = SCAN_CHUNK_BYTES):  # fmt: skip
-    """The offset-map inputs of bytes [start, end) of one segment (`start` at a batch; end -1: the
-    file's end), chunk by chunk: yields (dirty, others, producers) per chunk of ~`chunk_bytes`:
-
-    - dirty: the distinct keys of the chunk's dirty records with their max offset (`key`,
-      `dirty_offset`; the records `scan_group` counts as dirty);
-    - others: every other keyed record below the bound (`key`, `offset`): clean-section records
-      and records excluded from the map (aborted transactions); control batches left out (the
-      rewrite keeps or drops them whole);
-    - producers: the headers of the chunk's producer batches (`producer_batches`).
-
-    Memory: one chunk's scan, whatever the segment size."""
-    path, data = _planned_segment_bytes(spec, seg)
-    end = len(data) if end < 0 else end
-    heads = scan_batches(data, start, end)
-    _check_batch_sizes(spec, path, heads)
-    for a, b in batch_ranges(heads.position, start, end, chunk_bytes):
-        scan = scan_segment(data, path, start=a, end=b)
-        rec = scan.records
-        control, _, dirty = map_masks(spec, scan)
-        others = (rec.key_len >= 0) & ~dirty & ~control & (rec.offset < spec.upper_bound)
-        keys = scan.keys_arrow()
-        d = pa.table({"key": keys.filter(pa.array(dirty)), "dirty_offset": pa.array(rec.offset[dirty])})
-        if d.num_rows:
-            d = d.group_by("key").aggregate([("dirty_offset", "max")]).rename_columns(["key", "dirty_offset"])
-        o = pa.table({"key": keys.filter(pa.array(others)), "offset": pa.array(rec.offset[others])})
-        yield d, o, producer_batches(scan.batches)
-        del scan, keys
-
-
-class KeptOffsets:
-    """The offset map as the set of offsets the rewrite keeps (an `OffsetMap`), received as a
-    stream of ascending int64 arrays covering the unit's segments in log order; `found` takes the
-    offsets up to the segment's last record, so only one segment's kept offsets are held.
-
-    found = the record's own offset when it is in the set, else `KEPT_NOT` (keep_records: offset
-    >= found, so dropped). This decides like `KeyLookup` when the set holds, per partition, each
-    mapped key's latest dirty offset and every other keyed record (clean section, aborted) whose
-    key is absent from the map or whose offset >= its key's entry. Sentinel offsets (< 0) are
-    ignored."""
-
-    def __init__(self, chunks) -> None:
-        self._chunks = iter(chunks)
-        self._head = np.empty(0, dtype=np.int64)
-
-    def _take_through(self, last: int) -> np.ndarray:
-        parts, head = [], self._head
-        while True:
-            cut = int(np.searchsorted(head, last, side="right"))
-            parts.append(head[:cut])
-            if cut < len(head):
-                self._head = head[cut:]
-                break
-            nxt = next(self._chunks, None)
-            if nxt is None:
-                self._head = np.empty(0, dtype=np.int64)
-                break
-            head = np.asarray(nxt, dtype=np.int64)
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
-
-    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
-        off = scan.records.offset
-        if not len(off):
-            return np.empty(0, dtype=np.int64)
-        kept = self._take_through(int(off.max()))
-        pos = np.searchsorted(kept, off)
-        hit = pos < len(kept)
-        hit[hit] = kept[pos[hit]] == off[hit]
-        return np.where(hit, off, KEPT_NOT)
 
 
 @dataclass
@@ -822,7 +673,7 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     read ahead) or read now."""
     out.open(spec)
     if scan is None:
-        scan = _read_segment(spec, seg, data)
+        scan = _read_segment(spec, seg, data, offset_map.hashes_keys)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)

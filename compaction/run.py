@@ -24,7 +24,6 @@ from compaction.discover import (
     check_listing,
     first_batch_timestamp,
     gc_paused,
-    unfreeze_gc,
     last_time_entry_ts,
     log_end_offset,
     map_threads,
@@ -33,14 +32,13 @@ from compaction.discover import (
     rebuild_missing_index,
     relist_partition,
     segment_meta,
+    unfreeze_gc,
     validate_contents,
 )
 from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
 from compaction.options import LONG_MAX, JobOptions, parse_args
-from compaction.preflight import check_round
-from compaction.progress import Reporter
 from compaction.plan import (
     REASON_LAG_BOUND,
     REASON_NOTHING_CLEANABLE,
@@ -50,7 +48,8 @@ from compaction.plan import (
     plan_partition,
     resolve_topic_config,
 )
-from compaction.retention import first_unstable_offset, last_records_of_active_producers
+from compaction.preflight import check_round
+from compaction.progress import Reporter
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
 
@@ -323,34 +322,47 @@ def _spark_session(opts: JobOptions):
 
 class _SparkStarter:
     """The Spark session, and Python workers warmed up (compaction/warmup.py), started on a thread
-    at the beginning of the run so that both overlap recovery, discovery and planning. Spark conf
-    `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
+    at the beginning of the run so that both overlap recovery, discovery and planning. The
+    warm-up waits for the plan (`planned`): it warms the pool of workers the round's stages will
+    use (whole partitions: RDD jobs; ranges: Arrow jobs), none for a round with nothing to clean.
+    Spark conf `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
 
     def __init__(self, opts: JobOptions) -> None:
         self._t0 = time.monotonic()
         self._out: dict = {}
+        self._plan: list[Planned] = []
+        self._planned = threading.Event()
         self._thread = threading.Thread(target=self._start, args=(opts,), name="spark-start", daemon=True)
         self._thread.start()
+
+    def planned(self, todo: list[Planned]) -> None:
+        """The partitions the stages will run (their specs set); [] when none."""
+        self._plan = list(todo)
+        self._planned.set()
 
     def _start(self, opts: JobOptions) -> None:
         try:
             spark = _spark_session(opts)
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
-            if spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
-                from compaction.warmup import warm_executors
+            self._planned.wait()
+            if self._plan and spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
+                from compaction.warmup import ARROW_POOL, RDD_POOL, warm_executors
 
-                self._out["workerWarmupSeconds"] = warm_executors(spark)
+                cut = _cut(spark, self._plan)
+                pools = [pool for pool, used in ((RDD_POOL, not all(cut)), (ARROW_POOL, any(cut))) if used]
+                self._out["workerWarmupSeconds"] = warm_executors(spark, pools)
             self._out["spark"] = spark
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
 
     def join(self) -> None:
+        self._planned.set()
         self._thread.join()
 
     def get(self, timings: dict[str, float]):
         """The session, once up. `sparkWaitSeconds`: how long the round waited for it after planning."""
         t = time.monotonic()
-        self._thread.join()
+        self.join()
         timings["sparkWaitSeconds"] = time.monotonic() - t
         for key in ("sparkStartSeconds", "workerWarmupSeconds"):
             if key in self._out:
@@ -360,18 +372,39 @@ class _SparkStarter:
         return self._out["spark"]
 
 
-# Partitions up to this many bytes of segments run as one Spark task each (scan, offset map,
-# producer state and rewrite in one process: spark_stages.compact_partition); bigger ones use the
-# Spark offset map. Spark conf `spark.kafka.compaction.partitionTaskMaxBytes` (0: always Spark).
-# 1 GiB (one default segment group) bounds a task's memory by its keys and lets the groups of a
-# bigger partition run in parallel (scan per group, map in Spark, rewrite per group).
+# A partition is compacted whole in one task (scan, offset map, producer state and rewrite in one
+# process: spark_stages.compact_partition) unless it has more than one output group and is bigger
+# than this, or bigger than its share of the cores: then it is cut into ranges, one per group,
+# scanned and rewritten in parallel (compaction/ranges.py). Spark conf
+# `spark.kafka.compaction.partitionTaskMaxBytes`; 1 GiB (one default segment group) bounds what a
+# whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
+# Merge buckets: about one per this many bytes of ranged partitions, at least one per core, so a
+# bucket's keys (~40 B each in the merge) stay far below a task's memory.
+BUCKET_BYTES = 512 << 20
 
 
 def _partition_task_max_bytes(spark) -> int:
     value = spark.conf.get("spark.kafka.compaction.partitionTaskMaxBytes", None)
-    value = os.environ.get("KAFKA_COMPACTION_PARTITION_TASK_MAX_BYTES", value)  # tests of the Spark map
     return PARTITION_TASK_MAX_BYTES if value in (None, "") else int(value)
+
+
+def _partition_bytes(p: Planned) -> int:
+    return sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))
+
+
+def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int) -> list[bool]:
+    """Per partition: cut into ranges (one per group) or compacted whole. Cut when it holds more
+    than `limit` bytes, or when it has several groups and more than a core's share of the round
+    (one big partition alone would leave the other cores idle)."""
+    share = sum(sizes) / max(1, cores)
+    return [size > limit or (n > 1 and size > share) for size, n in zip(sizes, groups)]
+
+
+def _cut(spark, todo: list[Planned]) -> list[bool]:
+    sizes = [_partition_bytes(p) for p in todo]
+    return cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
+                           _partition_task_max_bytes(spark))  # fmt: skip
 
 
 def _run_stages(
@@ -381,28 +414,19 @@ def _run_stages(
     whose scan found an open transaction below the planned bound: they are not rewritten.
     `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
     timings = {} if timings is None else timings
-    limit = _partition_task_max_bytes(spark)
-    size = lambda p: sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))  # noqa: E731
-    small = [i for i, p in enumerate(todo) if size(p) <= limit]
-    large = [i for i, p in enumerate(todo) if size(p) > limit]
+    cut = _cut(spark, todo)
+    whole = [i for i, c in enumerate(cut) if not c]
+    ranged = [i for i, c in enumerate(cut) if c]
     results: dict[int, dict] = {}
     replan: dict[int, int] = {}
-    if small:
-        t = time.monotonic()
-        r, rp = _run_partition_tasks(spark, [todo[i] for i in small], size, opts, timings)
-        results.update(r)
-        replan.update({small[k]: v for k, v in rp.items()})
-        timings["partitionTasksSeconds"] = timings.get("partitionTasksSeconds", 0.0) + time.monotonic() - t
-    for i in list(large):  # their tasks read segments, not the partition dir: check indexes here
-        try:
-            validate_contents(todo[i].log_dir.storage, todo[i].part)
-        except (CompactionError, OSError) as exc:
-            results.update({s.group_id: {"group_id": s.group_id, "error": str(exc)} for s in todo[i].specs})
-            large.remove(i)
-    if large:
-        r, rp = _run_spark_map(spark, [todo[i] for i in large], opts, timings)
-        results.update(r)
-        replan.update({large[k]: v for k, v in rp.items()})
+    for idx, stage, key in ((whole, _run_partition_tasks, "partitionTasksSeconds"),
+                            (ranged, _run_ranges, "rangesSeconds")):  # fmt: skip
+        if idx:
+            t = time.monotonic()
+            r, rp = stage(spark, [todo[i] for i in idx], opts, timings)
+            results.update(r)
+            replan.update({idx[k]: v for k, v in rp.items()})
+            timings[key] = timings.get(key, 0.0) + time.monotonic() - t
     return results, replan
 
 
@@ -418,14 +442,14 @@ def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
     return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))
 
 
-def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, timings: dict[str, float]):
+def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
     from compaction import spark_stages as st
 
     sc = spark.sparkContext
-    sizes = [size(p) for p in todo]
+    sizes = [_partition_bytes(p) for p in todo]
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
@@ -445,93 +469,84 @@ def _run_partition_tasks(spark, todo: list[Planned], size, opts: JobOptions, tim
     return results, replan
 
 
-def _run_spark_map(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
-    """The Spark offset-map path (spark_stages.py): scan per segment split, offset map and kept
-    offsets as DataFrames (Spark spills them), then the rewrite per unit, streaming its kept offsets."""
+def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
+    """Partitions cut into ranges (compaction/ranges.py, spark_stages): one Spark job scans every
+    range (its blocks persisted, the producer and error blocks collected), a second merges the
+    key summaries per bucket and rewrites each unit."""
     from pyspark import StorageLevel
 
+    from compaction import ranges
     from compaction import spark_stages as st
 
     sc = spark.sparkContext
-    specs = {s.group_id: s for p in todo for s in p.specs}
-    ids = sorted(specs)
     cores = sc.defaultParallelism
-    split = int(os.environ.get("KAFKA_COMPACTION_SCAN_SPLIT_BYTES", st.SCAN_SPLIT_BYTES))
-    tasks = st.scan_tasks([specs[g] for g in ids], split, st.index_positions)
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * opts.tasks_per_core, min(len(tasks), 2000))))
+    buckets = max(cores, sum(_partition_bytes(p) for p in todo) // BUCKET_BYTES)
+    range_specs = [(s, n, k == 0) for n, p in enumerate(todo) for k, s in enumerate(p.specs)]
+    shuffle = max(buckets, len(range_specs))
+    bucket_slots = [slot for _, slot in st.unit_slots(list(range(buckets)), shuffle)]
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     t = time.monotonic()
-    sc.setJobGroup("scan", f"scan {len(tasks)} segment splits: map rows, other keyed rows, producer batches")
-    table = sc.broadcast({i: (specs[task.group_id], task) for i, task in enumerate(tasks)})
-    # DISK_ONLY: a cached block is a whole scan task's output; MEMORY_AND_DISK unrolls it on the
-    # heap (and reads it back whole from disk), which is what ran a 512m driver out of heap.
-    scan_rows = st.scan(st.task_ids_frame(spark, len(tasks)), table).persist(StorageLevel.DISK_ONLY)
+    sc.setJobGroup("scan", f"scan {len(range_specs)} ranges: key summaries, key ids, producer batches")
+    table = sc.broadcast({i: (s, n, bucket_slots, v) for i, (s, n, v) in enumerate(range_specs)})
+    # DISK_ONLY: blocks are read once more, by the second job; on the heap they would compete
+    # with the shuffle for the executors' memory.
+    blocks = st.scan_ranges(st.task_ids_frame(spark, len(range_specs)), table).persist(StorageLevel.DISK_ONLY)
     errors: dict[int, str] = {}
-    producers = []
-    for row in st.side_rows(scan_rows).collect():
-        if row.error is not None:
-            errors.setdefault(row.group_id, row.error)
-        elif row.producer_id is not None:
-            producers.append(row)
+    headers: dict[int, list] = {}
+    for row in st.side_blocks(blocks).collect():
+        if row.kind == ranges.ERROR:
+            errors.setdefault(row.range_id, bytes(row.data).decode())
+        elif row.kind == ranges.STATS:
+            stats = ranges.from_block(bytes(row.data)).to_pylist()[0]
+            _add(timings, taskScanSeconds=stats["seconds"], taskCpuSeconds=stats["cpu_seconds"])
+        else:
+            headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
-    failed_parts = {(specs[g].topic, specs[g].partition) for g in errors}
-    replan: dict[int, int] = {}
-    units = _units(todo, producers, failed_parts, replan)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
+    replan: dict[int, int] = {}
+    units = _units(todo, headers, errors, replan)
     if units:
         t = time.monotonic()
-        sc.setJobGroup("rewrite", "offset map, kept offsets and rewrite of the cleaned groups")
-        unit_of = {s.group_id: uid for uid, unit in units.items() for s in unit}
-        groups = spark.createDataFrame(
-            [(g, specs[g].topic, specs[g].partition, unit_of.get(g)) for g in ids], st.GROUPS_SCHEMA
-        )
-        # Other rows exist only with a clean section or aborted transactions (see kept_offsets).
-        live = [s for unit in units.values() for s in unit]
-        others = any(s.first_dirty_offset > s.segments[0].base_offset or s.aborted_txns for s in live)
-        kept = st.kept_offsets(scan_rows, st.offset_map(scan_rows, groups), groups, others)
-        n = min(len(units), 4096)
-        slots = spark.createDataFrame(st.unit_slots(sorted(units), n), "unit_id int, slot int")
-        for row in st.rewrite(kept, slots, sc.broadcast(units), n).collect():
+        sc.setJobGroup("rewrite", "merge the key summaries per bucket, rewrite each unit")
+        slot_of = dict(st.unit_slots(sorted(units), shuffle))
+        slots = spark.createDataFrame([(s.group_id, uid, slot_of[uid]) for uid, unit in units.items() for s in unit],
+                                      "range_id int, unit_id int, slot int")  # fmt: skip
+        rows = st.rewrite_units(st.merge_buckets(blocks), blocks, slots, sc.broadcast(units)).collect()
+        for row in rows:
             results[row.group_id] = row.asDict()
-        seconds = time.monotonic() - t
-        timings["mapLookupRewriteSeconds"] = timings.get("mapLookupRewriteSeconds", 0.0) + seconds
-    scan_rows.unpersist()
+            _add(timings, taskRewriteSeconds=row.seconds or 0.0, taskCpuSeconds=row.cpu_seconds or 0.0)
+        timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
+    blocks.unpersist()
     return results, replan
 
 
-def _units(todo: list[Planned], producers, failed_parts, replan: dict[int, int]) -> dict[int, list[GroupSpec]]:
-    """Attach producer state to the specs and cut the work into rewrite units. A partition with an
-    open transaction below its planned bound goes to `replan` instead (index -> first unstable)."""
-    by_group: dict[int, list] = {}
-    for row in producers:
-        by_group.setdefault(row.group_id, []).append(row)
+def _add(timings: dict[str, float], **seconds: float) -> None:
+    for name, v in seconds.items():
+        timings[name] = timings.get(name, 0.0) + float(v)
+
+
+def _units(todo: list[Planned], headers: dict[int, list], errors: dict[int, str],
+           replan: dict[int, int]) -> dict[int, list[GroupSpec]]:  # fmt: skip
+    """Attach producer state to the specs and cut the work into rewrite units: one per range,
+    or one per partition whose transaction state crosses ranges. A partition with a failed range
+    gets none; one with an open transaction below its planned bound goes to `replan` instead
+    (index -> first unstable)."""
+    from compaction import ranges
+
     units: dict[int, list[GroupSpec]] = {}
     for i, p in enumerate(todo):
-        if (p.part.topic, p.part.partition) in failed_parts:
+        if any(s.group_id in errors for s in p.specs):
             continue
-        rows = sorted((r for s in p.specs for r in by_group.get(s.group_id, ())), key=lambda r: r.base_offset)
-        batches = [_ProducerBatch(r) for r in rows]
-        first_unstable = first_unstable_offset(batches)
-        if first_unstable is not None and first_unstable < p.plan.first_uncleanable_offset:
-            replan[i] = first_unstable
+        state = ranges.producer_state([h for s in p.specs for h in headers.get(s.group_id, ())])
+        if state.first_unstable is not None and state.first_unstable < p.plan.first_uncleanable_offset:
+            replan[i] = state.first_unstable
             continue
-        last = last_records_of_active_producers(batches)
-        p.specs = [dataclasses.replace(s, last_records=last) for s in p.specs]
-        if any(b.is_transactional or b.is_control for b in batches):
-            units[p.specs[0].group_id] = p.specs  # transaction state crosses groups: one task
+        p.specs = [dataclasses.replace(s, last_records=state.last_records) for s in p.specs]
+        if state.transactional:
+            units[p.specs[0].group_id] = p.specs
         else:
             units.update({s.group_id: [s] for s in p.specs})
     return units
-
-
-class _ProducerBatch:
-    """A producer batch row as `last_records_of_active_producers` reads it."""
-
-    def __init__(self, row) -> None:
-        self.producer_id, self.producer_epoch = row.producer_id, row.producer_epoch
-        self.base_offset, self.last_offset = row.base_offset, row.last_offset
-        self.is_transactional = bool(row.attributes & 0x10)
-        self.is_control = bool(row.attributes & 0x20)
-        self.records_count, self.max_timestamp = row.records_count, row.max_timestamp
 
 
 def _discard_cleaned(p: Planned) -> None:
@@ -612,10 +627,6 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_
     return [p for p in todo if p.specs]
 
 
-def _planned_bytes(p: Planned) -> int:
-    return sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))
-
-
 def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict) -> None:
     failed = sum(p.result.status == rpt.FAILED for p in planned)
     progress.phase(
@@ -653,11 +664,12 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
                 config = resolve_topic_config(opts.topic_config.get(p.part.topic), _job_config(opts, p.part.topic))
                 p.specs = _specs(p, opts, config, next_id)
                 next_id += len(p.specs)
+            starter.planned(todo)
             with progress.waiting("waiting for Spark (start-up and worker warm-up)"):
                 spark = starter.get(timings)
             progress.phase("Spark UI: %s", spark.sparkContext.uiWebUrl or "disabled (spark.ui.enabled=false)")
             t2 = time.monotonic()
-            with progress.watch(spark.sparkContext, sum(map(_planned_bytes, todo)), len(todo)):
+            with progress.watch(spark.sparkContext, sum(map(_partition_bytes, todo)), len(todo)):
                 results, replan = _run_stages(spark, todo, opts, timings)
                 if replan:
                     todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)

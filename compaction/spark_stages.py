@@ -1,72 +1,32 @@
-"""The Spark stages of the offset-map path: scan -> offset map -> kept offsets -> rewrite.
+"""The Spark stages of one round.
 
-For partitions too big for one task (see run.py). Each stage is DataFrame -> DataFrame with an
-explicit schema; record values stay in the files and are copied once, by the rewrite task.
+- `fused`: partitions compacted whole, one task per bin of partitions (`compact_partition`).
+- Partitions cut into ranges (compaction/ranges.py), as DataFrames of exchange blocks
+  (`BLOCK_SCHEMA`: one row per Arrow block, never a row per key):
+  `scan_ranges` (mapInArrow, one task per range) -> `merge_buckets` (groupBy bucket,
+  applyInArrow: the partition-wide latest offset of each key) -> `rewrite_units` (groupBy unit,
+  applyInArrow: each unit's ranges rewritten with the map of their keys).
 
-- scan: one task per byte range of a segment (a segment, or a split of a big one at batch
-  positions from its sparse `.index`), walked in chunks of ~32 MiB; it streams bounded Arrow
-  batches of map rows (a chunk's distinct dirty keys with their max offset), "other" rows (every
-  other keyed record below the bound: clean section, aborted) and producer batch headers.
-- offset map: max dirty offset per (topic, partition, key) and the group of that offset: a hash
-  aggregate that Spark spills, no key set in one task.
-- kept offsets: the map's winners, plus the other rows whose key is absent from the map (or whose
-  offset >= its entry), with the rewrite unit of their group.
-- rewrite: one task per unit receives the unit's kept offsets, sorts them (numpy, 12 B per
-  kept record) and hands them to the rewrite one segment at a time (`rewrite.KeptOffsets`); it
-  never holds a key.
-
-Work units are described by `GroupSpec`s shipped in broadcasts; rows refer to them by
-`group_id`/`unit_id`. Errors inside a task never fail the Spark job: they come back as rows with
-an `error` text, so one damaged partition cannot stop the others.
+Errors inside a task never fail the Spark job: they come back as rows (an ERROR block, or a
+result row with `error`), so one damaged partition cannot stop the others.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from compaction import ranges
 from compaction.errors import CompactionError
-from compaction.retention import first_unstable_offset
-from compaction.rewrite import (
-    GroupSpec,
-    KeptOffsets,
-    rewrite_unit,
-    segment_map_rows,
-    segment_producers,
-)
+from compaction.rewrite import GroupSpec, rewrite_unit
 
-PRODUCER_FIELDS = (
-    ("producer_id", T.LongType(), pa.int64()),
-    ("producer_epoch", T.IntegerType(), pa.int32()),
-    ("base_offset", T.LongType(), pa.int64()),
-    ("last_offset", T.LongType(), pa.int64()),
-    ("attributes", T.IntegerType(), pa.int32()),
-    ("records_count", T.IntegerType(), pa.int32()),
-    ("max_timestamp", T.LongType(), pa.int64()),
-)
-# Four kinds of rows share one schema: map rows (key, dirty_offset: the max dirty offset of the
-# key in one scan chunk), other rows (key, offset: one keyed record outside the map), producer
-# batch rows (producer_id set) and error rows (error set).
-SCAN_SCHEMA = T.StructType(
-    [
-        T.StructField("group_id", T.IntegerType(), False),
-        T.StructField("key", T.BinaryType(), True),
-        T.StructField("dirty_offset", T.LongType(), True),
-        T.StructField("offset", T.LongType(), True),
-        T.StructField("error", T.StringType(), True),
-        *(T.StructField(n, t, True) for n, t, _ in PRODUCER_FIELDS),
-    ]
-)
-GROUPS_SCHEMA = "group_id int, topic string, partition int, unit_id int"  # unit_id null: not rewritten
-KEPT_SCHEMA = T.StructType([T.StructField("unit_id", T.IntegerType()), T.StructField("offset", T.LongType())])
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
     ("error", T.StringType()),
@@ -78,39 +38,21 @@ RESULT_FIELDS = (
     ("batches_written", T.LongType()),
     ("invalid_records", T.LongType()),
     ("seconds", T.DoubleType()),
+    ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process (first row of a unit)
 )
 RESULT_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in RESULT_FIELDS])
-_SCAN_ARROW = pa.schema(
+BLOCK_SCHEMA = T.StructType(
     [
-        pa.field("group_id", pa.int32(), False),
-        pa.field("key", pa.binary()),
-        pa.field("dirty_offset", pa.int64()),
-        pa.field("offset", pa.int64()),
-        pa.field("error", pa.string()),
-        *(pa.field(n, a) for n, _, a in PRODUCER_FIELDS),
+        T.StructField("range_id", T.IntegerType(), False),
+        T.StructField("kind", T.IntegerType(), False),
+        T.StructField("bucket", T.IntegerType(), False),
+        T.StructField("seq", T.LongType(), False),
+        T.StructField("data", T.BinaryType(), False),
     ]
 )
-# Rows per Arrow batch a scan task sends to the JVM (~5 MB with 32-byte keys): the batches are
-# bounded whatever the number of keys of a segment.
-SCAN_ROWS_PER_BATCH = 1 << 17
-# A segment bigger than this is scanned by several tasks, split at positions of its sparse
-# `.index` (env KAFKA_COMPACTION_SCAN_SPLIT_BYTES; 0: one task per segment).
-SCAN_SPLIT_BYTES = 256 << 20
-
-
-def _scan_rows(gid: int, n: int, columns: dict) -> pa.RecordBatch:
-    arrays = [
-        columns.get(f.name, pa.nulls(n, f.type)) if f.name != "group_id" else pa.array(np.full(n, gid, np.int32))
-        for f in _SCAN_ARROW
-    ]
-    return pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, _SCAN_ARROW)], schema=_SCAN_ARROW)
-
-
-def _scan_batches(gid: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
-    """`table`'s rows as scan rows, in batches of at most SCAN_ROWS_PER_BATCH rows."""
-    for batch in table.to_batches(max_chunksize=SCAN_ROWS_PER_BATCH):
-        if batch.num_rows:
-            yield _scan_rows(gid, batch.num_rows, {c: batch.column(c) for c in batch.schema.names})
+_BLOCK_ARROW = pa.schema([pa.field("range_id", pa.int32(), False), pa.field("kind", pa.int32(), False),
+                          pa.field("bucket", pa.int32(), False), pa.field("seq", pa.int64(), False),
+                          pa.field("data", pa.binary(), False)])  # fmt: skip
 
 
 def _error_text(exc: BaseException) -> str:
@@ -119,141 +61,101 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
 
 
-@dataclass(frozen=True)
-class ScanTask:
-    """Bytes [start, end) (end -1: to the file's end) of segment `base_offset` of group
-    `group_id`; `tail`: an uncleanable segment, read for its producer batch headers only."""
-
-    group_id: int
-    base_offset: int
-    start: int = 0
-    end: int = -1
-    tail: bool = False
-
-
-def scan_tasks(specs: list[GroupSpec], split_bytes: int, batch_positions=None) -> list[ScanTask]:
-    """The scan tasks of `specs`: one per segment, or per split of a segment bigger than
-    `split_bytes` cut at the batch positions `batch_positions(spec, seg)` gives (ascending; e.g.
-    from the sparse `.index`; None or empty: no split); one per tail segment."""
-    from compaction.rewrite import batch_ranges
-
-    out = []
-    for spec in specs:
-        for seg in spec.segments:
-            positions = None
-            if split_bytes > 0 and seg.size > split_bytes and batch_positions is not None:
-                positions = batch_positions(spec, seg)
-            if positions is None or not len(positions):
-                out.append(ScanTask(spec.group_id, seg.base_offset))
-                continue
-            for a, b in batch_ranges(positions, 0, seg.size, split_bytes):
-                out.append(ScanTask(spec.group_id, seg.base_offset, a, -1 if b == seg.size else b))
-        out.extend(ScanTask(spec.group_id, seg.base_offset, tail=True) for seg in spec.tail_segments)
-    return out
-
-
-def index_positions(spec: GroupSpec, seg) -> np.ndarray:
-    """Batch positions from the segment's sparse `.index` (every entry points at a batch start);
-    empty when there is no usable index."""
-    from compaction.format.index import read_offset_index
-
-    try:
-        data = spec.storage.read_bytes(spec.segment_path(seg.base_offset, ".index"))
-    except (OSError, FileNotFoundError):
-        return np.empty(0, dtype=np.int64)
-    pos = read_offset_index(data, seg.base_offset)[:, 1]
-    pos = pos[(pos > 0) & (pos < seg.size)]
-    if len(pos) > 1 and not np.all(np.diff(pos) > 0):  # not trustworthy: no split
-        return np.empty(0, dtype=np.int64)
-    return pos
-
-
 def task_ids_frame(spark: SparkSession, n: int) -> DataFrame:
-    """Rows task_id 0..n-1, one Spark partition each, so every scan task is its own Spark task."""
+    """Rows task_id 0..n-1, one Spark partition each, so every task is its own Spark task."""
     rdd = spark.sparkContext.parallelize([(i,) for i in range(n)], max(1, n))
     return spark.createDataFrame(rdd, "task_id int")
 
 
-def scan(tasks: DataFrame, table, chunk_bytes: int | None = None) -> DataFrame:
-    """Per scan task: map rows, other rows and producer rows, streamed in bounded Arrow batches.
-    `table` is a broadcast of {task_id: (GroupSpec, ScanTask)}."""
-    from compaction.rewrite import SCAN_CHUNK_BYTES
+def _block_batch(blocks: list[ranges.Block]) -> pa.RecordBatch:
+    cols = list(zip(*blocks)) if blocks else [[]] * 5
+    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, _BLOCK_ARROW)], schema=_BLOCK_ARROW)
 
-    chunk = chunk_bytes or SCAN_CHUNK_BYTES
+
+def _blocks_of(table: pa.Table) -> list[ranges.Block]:
+    cols = [table.column(f.name).to_pylist() for f in _BLOCK_ARROW]
+    return [ranges.Block(*row) for row in zip(*cols)]
+
+
+# --- ranges: scan -> merge -> rewrite -----------------------------------------------------------
+
+
+def scan_ranges(tasks: DataFrame, table) -> DataFrame:
+    """Per range: its blocks (ranges.scan_range). `table` is a broadcast of {task_id: (GroupSpec,
+    partition number, bucket slots, validate)}: `bucket slots` maps a bucket to the value its
+    rows carry (see `unit_slots`); `validate`: the partition's index checks run in this task (its
+    first range's)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import os
+        from compaction.buffers import keep_freed_heap
+        from compaction.discover import validate_partition_path
+        from compaction.pyworker import keep_zip_directories
 
-        step = int(os.environ.get("KAFKA_COMPACTION_SCAN_CHUNK_BYTES", chunk))
+        keep_freed_heap()
+        keep_zip_directories()
         for batch in batches:
             for tid in batch.column("task_id").to_pylist():
-                spec, task = table.value[tid]
-                gid = spec.group_id
+                spec, part, slots, validate = table.value[tid]
+                started, cpu = time.monotonic(), time.process_time()
                 try:
-                    if task.tail:
-                        yield from _scan_batches(gid, pa.table(segment_producers(spec, task.base_offset)))
-                        continue
-                    seg = next(s for s in spec.segments if s.base_offset == task.base_offset)
-                    for dirty, others, producers in segment_map_rows(spec, seg, task.start, task.end, step):
-                        yield from _scan_batches(gid, dirty)
-                        yield from _scan_batches(gid, others)
-                        yield from _scan_batches(gid, pa.table(producers))
+                    if validate:
+                        validate_partition_path(spec.storage, spec.part_path)
+                    pending = []
+                    for b in ranges.scan_range(spec, part, len(slots)):
+                        pending.append(b._replace(bucket=slots[b.bucket]) if b.kind == ranges.SUMMARY else b)
+                        if len(pending) >= 16:
+                            yield _block_batch(pending)
+                            pending = []
+                    pending.append(ranges.stats_block(spec.group_id, time.monotonic() - started,
+                                                      time.process_time() - cpu))  # fmt: skip
+                    yield _block_batch(pending)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-                    yield _scan_rows(gid, 1, {"error": pa.array([_error_text(exc)])})
+                    yield _block_batch([ranges.Block(spec.group_id, ranges.ERROR, -1, 0, _error_text(exc).encode())])
 
-    return tasks.mapInArrow(run, SCAN_SCHEMA)
-
-
-def side_rows(scan_rows: DataFrame) -> DataFrame:
-    """Error and producer rows (few: one per producer batch), for the driver."""
-    return scan_rows.where(F.col("key").isNull()).select("group_id", "error", *(n for n, _, _ in PRODUCER_FIELDS))
+    return tasks.mapInArrow(run, BLOCK_SCHEMA)
 
 
-def scan_errors(scan_rows: DataFrame) -> DataFrame:
-    return scan_rows.where(F.col("error").isNotNull()).select("group_id", "error")
+def side_blocks(blocks: DataFrame) -> DataFrame:
+    """PRODUCERS, STATS and ERROR blocks (a few per range), for the driver."""
+    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.ERROR))
 
 
-def producer_rows(scan_rows: DataFrame) -> DataFrame:
-    return scan_rows.where(F.col("producer_id").isNotNull()).select("group_id", *(n for n, _, _ in PRODUCER_FIELDS))
+def merge_buckets(blocks: DataFrame) -> DataFrame:
+    """FOUND blocks: each bucket's SUMMARY blocks merged (ranges.merge_bucket)."""
+
+    def run(table: pa.Table) -> pa.Table:
+        rows = [(b.range_id, b.data) for b in _blocks_of(table)]
+        return pa.Table.from_batches([_block_batch(list(ranges.merge_bucket(rows)))])
+
+    return blocks.where(F.col("kind") == ranges.SUMMARY).groupBy("bucket").applyInArrow(run, BLOCK_SCHEMA)
 
 
-def offset_map(scan_rows: DataFrame, groups: DataFrame) -> DataFrame:
-    """The key -> latest dirty offset map of each partition, exact keys, no bound: a hash
-    aggregate (spills), no collect_set. `groups` (GROUPS_SCHEMA) maps group_id -> (topic,
-    partition). Output: topic, partition, key, latest_offset, group_id (the group of that offset)."""
-    dirty = scan_rows.where(F.col("dirty_offset").isNotNull()).join(
-        F.broadcast(groups.select("group_id", "topic", "partition")), "group_id", "inner"
-    )
-    return (
-        dirty.groupBy("topic", "partition", "key")
-        .agg(F.max("dirty_offset").alias("latest_offset"), F.max_by("group_id", "dirty_offset").alias("group_id"))
-        .select("topic", "partition", "key", "latest_offset", "group_id")
-    )
+def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) -> DataFrame:
+    """Result rows of the rewrite of each unit (ranges.rewrite_ranges) from its ranges' IDS and
+    LATEST blocks and the FOUND blocks of `found`. `slots` (range_id, unit_id, slot) gives each
+    range its unit and each unit its own Spark partition (`unit_slots`); `units` is a broadcast
+    of {unit_id: [GroupSpec, ...]} in log order."""
+    schema = _result_arrow()
+
+    def run(table: pa.Table) -> pa.Table:
+        out = []  # a slot holds one unit, unless the shuffle has fewer partitions than units
+        for uid in sorted(set(table.column("unit_id").to_pylist())):
+            rows = table.filter(pa.compute.equal(table.column("unit_id"), uid))
+            out.extend(_rewrite_unit(units.value[uid], _blocks_of(rows.drop_columns(["unit_id", "slot"]))))
+        return pa.Table.from_pylist(out, schema=schema)
+
+    shipped = blocks.where(F.col("kind").isin(ranges.IDS, ranges.LATEST)).unionByName(found)
+    return shipped.join(F.broadcast(slots), "range_id", "inner").groupBy("slot").applyInArrow(run, RESULT_SCHEMA)
 
 
-def kept_offsets(scan_rows: DataFrame, map_df: DataFrame, groups: DataFrame, others: bool = True) -> DataFrame:
-    """(unit_id, offset) of every keyed record below the bound that the rewrite keeps, for the
-    groups with a unit: each map entry's offset, and each other row whose key is absent from its
-    partition's map or whose offset >= the key's entry (Kafka: offset >= map.get(key), absent
-    -1). `others=False` skips the join when no scanned group has other rows (no clean section, no
-    aborted transaction): an empty side would still cost a shuffle of the map."""
-    units = F.broadcast(groups.where(F.col("unit_id").isNotNull()).select("group_id", "topic", "partition", "unit_id"))
-    winners = map_df.join(units.select("group_id", "unit_id"), "group_id", "inner").select(
-        "unit_id", F.col("latest_offset").alias("offset")
-    )
-    if not others:
-        return winners.select("unit_id", "offset")
-    other = scan_rows.where(F.col("offset").isNotNull()).join(units, "group_id", "inner")
-    entries = map_df.select("topic", "partition", "key", "latest_offset")
-    survivors = (
-        other.join(entries, ["topic", "partition", "key"], "left")
-        .where(F.col("latest_offset").isNull() | (F.col("offset") >= F.col("latest_offset")))
-        .select("unit_id", "offset")
-    )
-    return winners.unionByName(survivors).select("unit_id", "offset")
-
-
-# --- the rewrite: one Spark partition per unit ------------------------------------------------
+def _rewrite_unit(specs: list[GroupSpec], blocks: list[ranges.Block]) -> list[dict]:
+    cpu = time.process_time()
+    try:
+        rows = ranges.rewrite_ranges(specs, blocks)
+        rows[0]["cpu_seconds"] = time.process_time() - cpu
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
+    return rows
 
 
 def _murmur3_int(value: int, seed: int = 42) -> int:
@@ -277,9 +179,10 @@ def _murmur3_int(value: int, seed: int = 42) -> int:
 
 
 def unit_slots(unit_ids: list[int], partitions: int) -> list[tuple[int, int]]:
-    """(unit_id, slot) per unit: `repartition(partitions, "slot")` puts the i-th unit (sorted) in
-    Spark partition i mod `partitions` (Spark: pmod(hash(slot), n)); slot is the smallest int with
-    that hash residue. Units then spread evenly over the tasks instead of colliding."""
+    """(unit_id, slot) per unit: grouping by `slot` over `partitions` shuffle partitions puts the
+    i-th unit (sorted) in Spark partition i mod `partitions` (Spark: pmod(hash(slot), n)); slot is
+    the smallest int with that hash residue. Units then spread evenly over the tasks instead of
+    colliding."""
     n = max(1, partitions)
     want = {i % n for i in range(len(unit_ids))}
     first: dict[int, int] = {}
@@ -292,94 +195,6 @@ def unit_slots(unit_ids: list[int], partitions: int) -> list[tuple[int, int]]:
     return [(u, first[i % n]) for i, u in enumerate(sorted(unit_ids))]
 
 
-class _UnitRuns:
-    """Splits a task's input (Arrow batches of unit_id, offset sorted by both) into one stream
-    of offset arrays per unit, without holding more than one input batch."""
-
-    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
-        self._it = iter(batches)
-        self._head: tuple[np.ndarray, np.ndarray] | None = None
-
-    def _fill(self) -> bool:
-        while self._head is None:
-            b = next(self._it, None)
-            if b is None:
-                return False
-            if b.num_rows:
-                self._head = (b.column("unit_id").to_numpy(zero_copy_only=False).astype(np.int64),
-                              b.column("offset").to_numpy(zero_copy_only=False).astype(np.int64))  # fmt: skip
-        return True
-
-    def offsets(self, uid: int) -> Iterator[np.ndarray]:
-        """The offsets of unit `uid` at the head of the input (consumed as they are yielded)."""
-        while self._fill():
-            units, offs = self._head
-            end = int(np.searchsorted(units, uid, side="right"))
-            if end == 0:
-                return
-            self._head = None if end == len(units) else (units[end:], offs[end:])
-            yield offs[:end]
-            if end < len(units):
-                return
-
-    def units(self) -> Iterator[int]:
-        while self._fill():
-            uid = int(self._head[0][0])
-            yield uid
-            for _ in self.offsets(uid):  # what the rewrite did not consume
-                pass
-
-
-def sort_kept(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A task's (unit_id, offset) rows sorted by unit, then offset, in numpy: 12 B per row of
-    the task (one unit's kept records, usually), sorted in place when the task has one unit."""
-    units, offsets = [], []
-    for b in batches:
-        if b.num_rows:
-            units.append(b.column("unit_id").to_numpy(zero_copy_only=False).astype(np.int32))
-            offsets.append(b.column("offset").to_numpy(zero_copy_only=False).astype(np.int64))
-    if not units:
-        return iter(())
-    u, o = np.concatenate(units), np.concatenate(offsets)
-    del units, offsets
-    if u.min() == u.max():
-        o.sort()
-    else:
-        order = np.lexsort((o, u))
-        u, o = u[order], o[order]
-    return iter([pa.RecordBatch.from_arrays([pa.array(u), pa.array(o)], names=["unit_id", "offset"])])
-
-
-def rewrite(kept: DataFrame, slots: DataFrame, units, partitions: int, spark_sort: bool = False) -> DataFrame:
-    """One Spark partition per unit (`slots`: unit_id, slot from `unit_slots`), its kept offsets
-    sorted and streamed into `rewrite_unit` (see rewrite.py): re-read its segments, keep the
-    offsets in the set, write `.cleaned` files. A sentinel offset -1 per unit gives a unit with
-    nothing kept its task. `units` is a broadcast of {unit_id: [GroupSpec, ...]} in log order.
-
-    The sort is done in the task (`sort_kept`: 12 B per kept record of its unit) unless
-    `spark_sort`: Spark's sortWithinPartitions spills instead, but with a 512m heap a unit of
-    ~20M kept offsets spilled into so many files that merging them ran the heap out (bench/keys.py
-    60M keys, BENCHMARKS.md)."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        schema = _result_arrow()
-        runs = _UnitRuns(batches if spark_sort else sort_kept(batches))
-        for uid in runs.units():
-            specs = units.value[uid]
-            try:
-                rows = rewrite_unit(specs, KeptOffsets(runs.offsets(uid)))
-            except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-                rows = [{"group_id": s.group_id, "error": _error_text(exc)} for s in specs]
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-    sentinels = slots.select("unit_id", F.lit(-1).cast("long").alias("offset"))
-    rows = kept.select("unit_id", "offset").unionByName(sentinels).join(F.broadcast(slots), "unit_id", "inner")
-    spread = rows.repartition(max(1, partitions), "slot")
-    if spark_sort:
-        spread = spread.sortWithinPartitions("unit_id", "offset")
-    return spread.select("unit_id", "offset").mapInArrow(run, RESULT_SCHEMA)
-
-
 def _result_arrow() -> pa.Schema:
     kinds = {T.IntegerType: pa.int32(), T.StringType: pa.string(), T.LongType: pa.int64(), T.DoubleType: pa.float64()}
     return pa.schema([pa.field(n, kinds[type(t)]) for n, t in RESULT_FIELDS])
@@ -387,40 +202,17 @@ def _result_arrow() -> pa.Schema:
 
 # --- one task per partition ----------------------------------------------------------------
 #
-# For a partition of moderate size the whole round runs in one task: scan its groups, build its
-# offset map in the task (exact key bytes, pyarrow hash aggregation), derive producer state from
-# its batch headers, then rewrite its groups in log order. No key row crosses into Spark, so the
-# shuffles of the offset map and of the lookup, the persisted scan rows and the Python worker
-# start-up of three more stages all disappear. Large partitions keep the Spark offset map above
-# (their map need not fit in one task). Decisions are the same either way.
+# A partition that is not cut into ranges is compacted whole in one task: scan its groups, build
+# its offset map in the task (exact key bytes, `KeyTable`), derive producer state from its batch
+# headers, then rewrite its groups in log order. It is the one-range case of compaction/ranges.py
+# with nothing to exchange: no block leaves the task. Decisions are the same either way.
 
 FUSED_FIELDS = (
-    *RESULT_FIELDS,
+    *RESULT_FIELDS,  # cpu_seconds: of the whole partition
     ("first_unstable", T.LongType()),
     ("scan_seconds", T.DoubleType()),  # per partition, on its first group's row
     ("map_seconds", T.DoubleType()),
-    ("cpu_seconds", T.DoubleType()),  # CPU time of the whole partition in this process
 )
-
-
-class _HeaderRow:
-    """A producer batch header as `last_records_of_active_producers` reads it."""
-
-    __slots__ = ("producer_id", "producer_epoch", "base_offset", "last_offset", "is_transactional",
-                 "is_control", "records_count", "max_timestamp")  # fmt: skip
-
-    def __init__(self, pid, epoch, base, last, attrs, count, max_ts) -> None:
-        self.producer_id, self.producer_epoch, self.base_offset, self.last_offset = pid, epoch, base, last
-        self.is_transactional, self.is_control = bool(attrs & 0x10), bool(attrs & 0x20)
-        self.records_count, self.max_timestamp = count, max_ts
-
-
-def _header_rows(tables: list[pa.Table]) -> list[_HeaderRow]:
-    if not tables:
-        return []
-    t = pa.concat_tables(tables)
-    cols = [t.column(n).to_pylist() for n, _, _ in PRODUCER_FIELDS]
-    return sorted((_HeaderRow(*row) for row in zip(*cols)), key=lambda r: r.base_offset)
 
 
 def compact_partition(specs: list) -> list[dict]:
@@ -434,7 +226,6 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
     from compaction.pyworker import keep_zip_directories
-    from compaction.retention import last_records_of_active_producers
     from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
 
     keep_freed_heap()
@@ -449,13 +240,11 @@ def compact_partition(specs: list) -> list[dict]:
     reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
     cache = ScanCache(reuse) if reuse > 0 else None
     pmap, producers = scan_partition(specs, cache)
-    batches = _header_rows([pa.table(p) for p in producers if len(p["base_offset"])])
+    state = ranges.producer_state(producers)
     scanned = time.monotonic()
-    unstable = first_unstable_offset(batches)
-    if unstable is not None and unstable < specs[0].upper_bound:
-        return [{"group_id": s.group_id, "first_unstable": unstable} for s in specs]
-    last = last_records_of_active_producers(batches)
-    specs = [dataclasses.replace(s, last_records=last) for s in specs]
+    if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
+        return [{"group_id": s.group_id, "first_unstable": state.first_unstable} for s in specs]
+    specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
     mapped = time.monotonic()
     rows = rewrite_unit(specs, pmap, cache)
     cpu = time.process_time() - cpu
@@ -522,20 +311,15 @@ _PY_KINDS = {T.IntegerType: int, T.StringType: str, T.LongType: int, T.DoubleTyp
 
 
 __all__ = [
+    "BLOCK_SCHEMA",
     "GroupSpec",
-    "ScanTask",
     "compact_partition",
     "fused",
-    "index_positions",
-    "kept_offsets",
-    "offset_map",
+    "merge_buckets",
     "pack",
-    "producer_rows",
-    "rewrite",
-    "scan",
-    "scan_errors",
-    "scan_tasks",
-    "side_rows",
+    "rewrite_units",
+    "scan_ranges",
+    "side_blocks",
     "task_ids_frame",
     "unit_slots",
 ]

@@ -160,17 +160,18 @@ def test_decodes_with_kafka_python_record_for_record(compacted):
             assert [r.offset for r in decode_log(log)] == ours
 
 
-def test_spark_offset_map_path_writes_the_same_bytes(compacted, tmp_path):
-    """Partitions above partitionTaskMaxBytes take the Spark path (per-group scan tasks, the
-    offset map as a DataFrame, per-group rewrite tasks); forced here on the same input, it must
-    write exactly what the whole-partition tasks wrote."""
+def test_partitions_cut_into_ranges_write_the_same_bytes(compacted, tmp_path):
+    """Partitions above partitionTaskMaxBytes are cut into ranges (a scan task per group, key
+    summaries merged per bucket, a rewrite task per unit); forced here on the same input, they
+    must write exactly what the whole-partition tasks wrote."""
     log_dir, _, _, _ = compacted
     other = str(tmp_path / "logs")
     _generate(other)
     code, report, err = run_job(
         other, "--now-ms", str(NOW), "--segment-bytes", str(SEGMENT_BYTES),
-        env={"KAFKA_COMPACTION_PARTITION_TASK_MAX_BYTES": "0"},
+        "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
     )  # fmt: skip
+    assert report["timings"].get("rangesSeconds"), report["timings"]
     assert code == 0, err
     assert {p["status"] for p in report["partitions"]} == {"cleaned"}
     ours, theirs = tree_hashes(log_dir), tree_hashes(other)

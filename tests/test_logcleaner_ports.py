@@ -48,8 +48,9 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 import pytest
+from reference_map import KeyLookup, scan_group
 
-from compaction import plan, run
+from compaction import plan, ranges, run
 from compaction.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
@@ -57,7 +58,7 @@ from compaction.format import compression, legacy, naming
 from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, write_txn_index
 from compaction.format.scan import scan_batches
 from compaction.format.segment import iter_batches
-from compaction.rewrite import GroupSpec, KeyLookup, SourceSegment, rewrite_unit, scan_group
+from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit
 from compaction.storage import Storage
 
 NOW = 1_700_000_000_000  # MockTime's clock in the Kafka tests (time.milliseconds())
@@ -233,10 +234,10 @@ class KafkaLog:
             )
             for n, g in enumerate(groups)
         ]  # fmt: skip
-        rows, m = [], {}
+        headers, m = {}, {}
         for s in specs:
             keys, producers = scan_group(dataclasses.replace(s, upper_bound=map_end) if map_end else s)
-            rows += [SimpleNamespace(group_id=s.group_id, **r) for r in pa.table(producers).to_pylist()]
+            headers[s.group_id] = [producers]
             for k, d in zip(keys.column("key").to_pylist(), keys.column("dirty_offset").to_pylist()):
                 if d >= 0:
                     m[k] = max(m.get(k, -1), d)
@@ -245,13 +246,12 @@ class KafkaLog:
         planned = SimpleNamespace(part=SimpleNamespace(topic="t", partition=0), specs=specs,
                                   plan=SimpleNamespace(first_uncleanable_offset=upper))  # fmt: skip
         replan: dict[int, int] = {}
-        units = run._units([planned], rows, set(), replan) if specs else {}
+        units = run._units([planned], headers, {}, replan) if specs else {}
         if replan:
             # Our job stops at the first unstable offset (Kafka's LSO, which the cleaner manager
             # applies); Kafka's unit tests hand LogToClean a bound beyond it. Same producer view.
             assert bypass_lso, f"open transaction at {replan[0]} below the bound {upper}"
-            batches = [run._ProducerBatch(r) for r in sorted(rows, key=lambda r: r.base_offset)]
-            last = run.last_records_of_active_producers(batches)
+            last = ranges.producer_state([h for hs in headers.values() for h in hs]).last_records
             units = {0: [dataclasses.replace(s, last_records=last) for s in specs]}
         keys = pa.array(list(m), pa.binary())
         latest = np.array(list(m.values()), dtype=np.int64)

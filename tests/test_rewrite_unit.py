@@ -18,6 +18,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
+from reference_map import KeyLookup, found_offsets, scan_group
 
 from compaction.commit import Replacement, commit_partition
 from compaction.format import batch as fb
@@ -27,13 +28,10 @@ from compaction.format.scan import scan_batches
 from compaction.retention import LastRecord
 from compaction.rewrite import (
     GroupSpec,
-    KeyLookup,
     SourceSegment,
     aborted_batches,
-    found_offsets,
     keep_records,
     rewrite_unit,
-    scan_group,
 )
 from compaction.storage import Storage
 

@@ -420,6 +420,35 @@ class KeyTable:
         return sum(int(np.count_nonzero(self.latest[t * self.cap : t * self.cap + int(self.count[t])] >= 0))
                    for t in range(self.regions))  # fmt: skip
 
+    def dense_starts(self) -> np.ndarray:
+        """Where each region's keys start in the dense numbering (`dense_ids`, `export`)."""
+        return np.concatenate([[0], np.cumsum(self.count)]).astype(np.int64)
+
+    def dense_ids(self, ids: np.ndarray) -> np.ndarray:
+        """Ids renumbered 0..len-1, region by region in order of first sight (-1 stays -1): the
+        row of each key in `export`."""
+        ids = ids.astype(np.int64, copy=False)
+        starts = self.dense_starts()
+        dense = starts[ids & (self.regions - 1)] + (ids >> self.log_p)
+        return np.where(ids >= 0, dense, -1)
+
+    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(key bytes uint8, key offsets int64 [len + 1], latest int64 [len]) of every key, in
+        dense id order: the table as an Arrow-ready binary column, without a copy per key."""
+        data, offs, latest, at = [], [np.zeros(1, np.int64)], [], 0
+        for t in range(self.regions):
+            n = int(self.count[t])
+            if not n:
+                continue
+            o = self.offs[t * (self.cap + 1) : t * (self.cap + 1) + n + 1]
+            data.append(self.arena[t * self.arena_cap : t * self.arena_cap + int(o[n])])
+            offs.append(o[1:] + at)
+            latest.append(self.latest[t * self.cap : t * self.cap + n])
+            at += int(o[n])
+        empty = np.empty(0, np.uint8)
+        return (np.concatenate(data) if data else empty, np.concatenate(offs),
+                np.concatenate(latest) if latest else np.empty(0, np.int64))  # fmt: skip
+
     def items(self) -> tuple[list[bytes], np.ndarray]:
         """(keys, latest offsets), region by region, each in order of first sight."""
         keys, latest = [], []

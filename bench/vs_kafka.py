@@ -1,0 +1,133 @@
+"""Our job beside Kafka 0.9.0.1's own LogCleaner, interleaved in one window (the machine's speed
+drifts 20-50% between windows, so only ratios measured pair by pair are quoted).
+
+    .venv/bin/python bench/vs_kafka.py --name w2g [--input kafka|v2] [--pairs 3] [--gb 2 --partitions 1]
+
+Kafka's side is the harness in ../shared/anchors/kafka09 (`anchor.py`): its workload NAME must have
+been produced first (`python3 anchor.py --name w2g produce --bytes 2G --keys 1000000`; `mk`:
+`--dedupe-buffer 134217728 produce --bytes 1G --keys 30000000 --key-min 16 --key-max 16
+--val-min 8 --val-max 8`). Each pair runs, caches dropped before each:
+- ours: `./spark-submit.sh` on a fresh copy of the input (`--input kafka`: the broker-written
+  bytes the harness keeps, `before/kafka-logs`; `--input v2`: the same shape written by our
+  generator as v2 records, `--gb` GiB over `--partitions` partitions, as bench/kafka_workload.py);
+  its time is plan + stages + commit from the report (Spark start-up excluded, as Kafka's figure
+  excludes the broker's), the spark-submit wall printed beside it;
+- Kafka: `anchor.py measure --repeats 1 --drop-caches` (one cleaner thread; all its rounds).
+Our output is verified each time: exactly the latest record of every key below the bound, the
+tail untouched (bench/e2e.py's checks); with `--input kafka`, also the same record count as
+Kafka's cleaner kept (its `total.end_messages`). Not a test: exits non-zero when a run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from e2e import drop_caches, excluding_start_up, run_generator, scan_partition, verify  # noqa: E402
+
+MiB = float(1 << 20)
+GiB = 1 << 30
+ANCHOR = REPO.parent / "shared" / "anchors" / "kafka09" / "anchor.py"
+ANCHOR_DATA = Path(os.environ.get("HOME", "/root")) / ".cache" / "kafka09-anchor"
+NOW_MS = 1_795_305_600_000
+
+
+def v2_input(args, out: Path) -> Path:
+    """Kafka's workload shape as v2 records (bench/kafka_workload.py's defaults), generated once."""
+    d = out / f"v2-{args.gb:g}g-{args.partitions}p"
+    if not d.exists():
+        records = int(args.gb * GiB / 568.0)  # on-disk bytes per record of this shape (24 B keys, 100-1024 B values)
+        run_generator(d, "--topics", f"kafka:{args.partitions}", "--records", str(records // args.partitions),
+                      "--keys", str(round(1_000_000 * args.gb / 2 / args.partitions)), "--key-size", "24",
+                      "--value-size", "100:1024", "--codec", "none", "--segment-bytes", str(64 << 20),
+                      "--seed", "1")  # fmt: skip
+    return d
+
+
+def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns(".lock"))
+    before = {d.name: scan_partition(d) for d in sorted(work.iterdir()) if d.is_dir()}
+    report_path = work.parent / "report.json"
+    subprocess.run(["sync"], check=True)
+    cold = drop_caches()
+    cmd = ["./spark-submit.sh", "--conf", "spark.ui.enabled=false", *spark_args, "--log-dir", str(work),
+           "--report", str(report_path), "--now-ms", str(NOW_MS)]  # fmt: skip
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"job failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    report = json.loads(report_path.read_text())
+    problems = verify(before, work, report, 50)
+    tot = report["totals"]
+    return {"seconds": excluding_start_up(report["timings"]), "wall": wall, "bytes": tot["bytesRead"],
+            "kept": tot["recordsWritten"], "problems": problems, "cold": cold, "timings": report["timings"]}  # fmt: skip
+
+
+def kafka(name: str, label: str) -> dict:
+    cmd = [sys.executable, str(ANCHOR), "--name", name, "measure", "--repeats", "1", "--drop-caches", "--label", label]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"Kafka's run failed:\n{proc.stderr[-3000:]}")
+    res = json.loads((ANCHOR_DATA / name / f"results-{label}" / "run-1" / "result.json").read_text())
+    t = res["total"]
+    return {"seconds": t["elapsed_s"], "mib": t["processed_mib"], "kept": t["end_messages"], "rounds": t["rounds"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--name", default="w2g", help="the harness's workload (produced beforehand)")
+    ap.add_argument("--input", choices=["kafka", "v2"], default="kafka")
+    ap.add_argument("--gb", type=float, default=2.0, help="--input v2: GiB of records")
+    ap.add_argument("--partitions", type=int, default=1, help="--input v2: partitions")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--spark-arg", action="append", default=[], help="extra spark-submit argument (repeatable)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "vs_kafka")
+    args = ap.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    source = ANCHOR_DATA / args.name / "before" / "kafka-logs" if args.input == "kafka" else v2_input(args, args.out)
+    if not source.exists():
+        raise SystemExit(f"{source} is missing: produce the harness's workload first (see --help)")
+    spark_args = [a for arg in args.spark_arg for a in arg.split(" ", 1)]
+    print(f"ours on {source} ({args.input}); Kafka 0.9.0.1 on the harness's {args.name}; {args.pairs} pairs")
+    rows = []
+    for i in range(args.pairs):
+        o = ours(source, args.out / "run" / "kafka-logs", spark_args)
+        k = kafka(args.name, "vs-ours")
+        ratio = k["seconds"] / o["seconds"]
+        same = args.input != "kafka" or o["kept"] == k["kept"]
+        rows.append((o, k, ratio))
+        print(f"pair {i + 1}: ours {o['seconds']:.2f} s excl. start-up ({o['bytes'] / MiB / o['seconds']:,.0f} MiB/s; "
+              f"spark-submit wall {o['wall']:.1f} s) | Kafka {k['seconds']:.2f} s in {k['rounds']} round(s) "
+              f"({k['mib'] / k['seconds']:,.0f} MiB/s) | Kafka/ours time {ratio:.2f}x, Kafka/ours whole-run "
+              f"{k['seconds'] / o['wall']:.2f}x | kept {o['kept']:,} (Kafka {k['kept']:,}) "
+              f"{'OK' if not o['problems'] and same else 'MISMATCH'}", flush=True)  # fmt: skip
+        for p in o["problems"][:5]:
+            print("   ", p)
+        print("    ours: " + ", ".join(f"{n.removesuffix('Seconds')} {v:.2f}" for n, v in o["timings"].items()))
+    med = statistics.median(r[2] for r in rows)
+    o_med = statistics.median(r[0]["bytes"] / MiB / r[0]["seconds"] for r in rows)
+    k_med = statistics.median(r[1]["mib"] / r[1]["seconds"] for r in rows)
+    print(f"\nmedian: ours {o_med:,.0f} MiB/s excl. start-up, Kafka {k_med:,.0f} MiB/s; "
+          f"Kafka/ours time ratio {med:.2f}x (min {min(r[2] for r in rows):.2f}, max {max(r[2] for r in rows):.2f})")
+    bad = [r for r in rows if r[0]["problems"] or (args.input == "kafka" and r[0]["kept"] != r[1]["kept"])]
+    print("verification: " + ("OK" if not bad else f"{len(bad)} run(s) wrong"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""A partition cut into ranges: the executor side of the exchange that gives every range the
+partition-wide offset map of its own keys, without any task holding the partition's key set.
+
+A range is one output group (its segments, log order). Three steps, each a function of blocks:
+
+1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
+   whole-partition task scans, `rewrite.scan_partition`), which gives each record the dense id of
+   its key. Out: SUMMARY blocks (one per bucket: the range's keys whose hash falls in it, with
+   their latest dirty offset in the range), IDS blocks (per segment: each record's key id),
+   LATEST blocks (the range's latest dirty offset per key id) and a PRODUCERS block (producer
+   batch headers, for the driver's producer state).
+2. `merge_bucket`: one bucket's SUMMARY blocks of every range of every partition, merged in a
+   `KeyTable` keyed by (partition, key): the partition-wide latest dirty offset of each key. Out:
+   FOUND blocks, per range, for the keys whose latest lies outside the range (a later range
+   holds the key), the only entries the range's own LATEST lacks.
+3. `rewrite_ranges`: the range's LATEST with its FOUND entries applied is map[key] by key id; the
+   rewrite reads and scans each segment again and takes each record's id from IDS
+   (`ShippedMap`), so no key is hashed or looked up twice.
+
+Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`):
+    SUMMARY   key binary, latest int64 (-1: no dirty record in the range), id int32, part int32
+    IDS       id int32 per record of one segment (-1: null key, or a key not in the table)
+    LATEST    latest int64 per key id (a slice: `seq` is its first id)
+    FOUND     id int32, latest int64
+    PRODUCERS the columns of `rewrite.producer_batches`
+    STATS     seconds float64, cpu_seconds float64 (of the range's scan task)
+    ERROR     the error text (utf-8), no Arrow
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from compaction.errors import CorruptRecordError
+from compaction.format import batch as fb
+from compaction.format.jit import njit as _njit
+from compaction.format.keyhash import key_hash
+from compaction.format.keymap import KeyTable
+from compaction.format.scan import SegmentScan
+from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit, scan_partition
+
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS = range(7)
+# Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that no Spark row
+# or Arrow batch holds a range's whole key set.
+BLOCK_ROWS = 1 << 20
+
+
+class Block(NamedTuple):
+    """One row of the exchange: `range_id` is the range's group id; `bucket` the merge bucket
+    (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
+    id for LATEST)."""
+
+    range_id: int
+    kind: int
+    bucket: int
+    seq: int
+    data: bytes
+
+
+def to_block(**columns) -> bytes:
+    batch = pa.RecordBatch.from_pydict(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def from_block(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
+
+
+def stats_block(range_id: int, seconds: float, cpu_seconds: float) -> Block:
+    return Block(range_id, STATS, -1, 0, to_block(seconds=[seconds], cpu_seconds=[cpu_seconds]))
+
+
+def _column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
+    return batch.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+@_njit
+def _hashes(data, offs, out):
+    for i in range(len(out)):
+        out[i] = key_hash(data, offs[i], offs[i + 1])
+
+
+def bucket_of(data: np.ndarray, offs: np.ndarray, buckets: int) -> np.ndarray:
+    """The merge bucket of each key (bytes `data[offs[i]:offs[i+1]]`): its hash mod `buckets`,
+    the same in every range, so that every range sends a key to the same bucket."""
+    h = np.empty(len(offs) - 1, np.uint64)
+    _hashes(data, offs, h)
+    return (h % np.uint64(max(1, buckets))).astype(np.int64)
+
+
+def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offs) - 1,
+                                            [None, pa.py_buffer(offs), pa.py_buffer(data)])  # fmt: skip
+
+
+# --- 1. scan --------------------------------------------------------------------------------
+
+
+def scan_range(spec: GroupSpec, part: int, buckets: int) -> Iterator[Block]:
+    """The blocks of one range (see the module docstring). `part` numbers the range's partition
+    in the round: keys of different partitions never merge."""
+    pmap, producers = scan_partition([spec], keep_ids=True)
+    table: KeyTable = pmap.table
+    gid = spec.group_id
+    for i, seg in enumerate(spec.segments):
+        ids = table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32)
+        for at in range(0, max(1, len(ids)), BLOCK_ROWS):
+            yield Block(gid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
+    data, offs, latest = table.export()
+    for at in range(0, max(1, len(latest)), BLOCK_ROWS):
+        yield Block(gid, LATEST, -1, at, to_block(latest=latest[at : at + BLOCK_ROWS]))
+    yield from _summaries(gid, part, data, offs, latest, buckets)
+    headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
+    if headers is not None and headers.num_rows:
+        yield Block(gid, PRODUCERS, -1, 0, to_block(**{n: headers.column(n).combine_chunks() for n in headers.column_names}))
+
+
+def _summaries(gid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
+    bucket = bucket_of(data, offs, buckets)
+    order = np.argsort(bucket, kind="stable")
+    keys = _binary(data, offs).take(pa.array(order))
+    ids = order.astype(np.int32)
+    ends = np.searchsorted(bucket[order], np.arange(buckets + 1))
+    for b in range(buckets):
+        for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
+            to = min(at + BLOCK_ROWS, int(ends[b + 1]))
+            yield Block(gid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=latest[order[at:to]],
+                                                      id=ids[at:to], part=np.full(to - at, part, np.int32)))  # fmt: skip
+
+
+# --- 2. merge -------------------------------------------------------------------------------
+
+
+def merge_bucket(blocks: list[tuple[int, bytes]]) -> Iterator[Block]:
+    """FOUND blocks from one bucket's (range_id, SUMMARY block)s: for each range, its keys whose
+    partition-wide latest dirty offset is above the range's own."""
+    if not blocks:
+        return
+    batches = [from_block(b) for _, b in blocks]
+    ranges = np.concatenate([np.full(b.num_rows, r, np.int64) for (r, _), b in zip(blocks, batches)])
+    keys = pa.concat_arrays([b.column("key").cast(pa.large_binary()) for b in batches])
+    latest = np.concatenate([_column(b, "latest", np.int64) for b in batches])
+    ids = np.concatenate([_column(b, "id", np.int32) for b in batches])
+    part = np.concatenate([_column(b, "part", np.int32) for b in batches])
+    final = _latest_by_key(keys, part, latest)
+    changed = final > latest
+    for r in np.unique(ranges[changed]).tolist():
+        sel = changed & (ranges == r)
+        yield Block(int(r), FOUND, -1, 0, to_block(id=ids[sel], latest=final[sel]))
+
+
+def _latest_by_key(keys: pa.Array, part: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """Per row: the max `latest` over the rows of the same (part, key). The partition number is
+    prefixed to the key bytes, so that one table serves every partition of the bucket."""
+    _, offs_buf, data_buf = keys.buffers()
+    offs = np.frombuffer(offs_buf, np.int64, count=len(keys) + 1, offset=keys.offset * 8)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    n = len(keys)
+    if np.any(part != part[0]) if n else False:
+        data, offs = _prefixed(data, offs, part)
+    table = KeyTable(n)
+    usable = np.ones(n, bool)
+    ids = table.assign(data, np.empty(0, np.uint8), len(data), offs[:-1].copy(), np.diff(offs), usable,
+                       latest >= 0, latest)  # fmt: skip
+    return table.latest_of(ids)
+
+
+def _prefixed(data: np.ndarray, offs: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(offs)
+    new_offs = np.concatenate([[0], np.cumsum(lengths + 4)]).astype(np.int64)
+    out = np.empty(int(new_offs[-1]), np.uint8)
+    _prefix(data, offs, part.astype(np.int32), out, new_offs)
+    return out, new_offs
+
+
+@_njit
+def _prefix(data, offs, part, out, new_offs):
+    for i in range(len(offs) - 1):
+        o = new_offs[i]
+        p = part[i]
+        for k in range(4):
+            out[o + k] = (p >> (8 * k)) & 0xFF
+        n = offs[i + 1] - offs[i]
+        out[o + 4 : o + 4 + n] = data[offs[i] : offs[i + 1]]
+
+
+# --- 3. rewrite -----------------------------------------------------------------------------
+
+
+class ShippedMap:
+    """map[key] per record of a range's segments (an `OffsetMap`), from the key ids its scan
+    gave each record (IDS) and the latest offset of each id (LATEST with FOUND applied)."""
+
+    hashes_keys = False  # the rewrite's scan need not hash keys: ids come with the blocks
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, int], np.ndarray] = {}
+        self._latest: dict[int, np.ndarray] = {}
+
+    def add_range(self, spec: GroupSpec, blocks: list[Block]) -> None:
+        by_kind: dict[int, list[Block]] = {}
+        for b in sorted(blocks, key=lambda b: b.seq):
+            by_kind.setdefault(b.kind, []).append(b)
+        latest = np.concatenate([_column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
+                                or [np.empty(0, np.int64)])  # fmt: skip
+        for b in by_kind.get(FOUND, []):
+            f = from_block(b.data)
+            latest[_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
+        self._latest[spec.group_id] = latest
+        parts: dict[int, list[np.ndarray]] = {}
+        for b in by_kind.get(IDS, []):
+            parts.setdefault(b.seq >> 20, []).append(_column(from_block(b.data), "id", np.int64))
+        for i, seg in enumerate(spec.segments):
+            self._ids[(spec.group_id, seg.base_offset)] = np.concatenate(parts.get(i, [np.empty(0, np.int64)]))
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        ids = self._ids.pop((spec.group_id, seg.base_offset))
+        if len(ids) != len(scan.records.offset):  # the bytes were checked for size; this is paranoia
+            raise CorruptRecordError(f"segment has {len(scan.records.offset)} records, its scan had {len(ids)}",
+                                     path=spec.segment_path(seg.base_offset))  # fmt: skip
+        latest = self._latest[spec.group_id]
+        return np.where(ids >= 0, latest[np.maximum(ids, 0)] if len(latest) else -1, -1)
+
+
+def rewrite_ranges(specs: list[GroupSpec], blocks: list[Block]) -> list[dict]:
+    """Rewrite one unit (its ranges in log order) from its IDS, LATEST and FOUND blocks."""
+    shipped = ShippedMap()
+    for spec in specs:
+        shipped.add_range(spec, [b for b in blocks if b.range_id == spec.group_id])
+    return rewrite_unit(specs, shipped)
+
+
+# --- producer state (driver side, and whole-partition tasks) ---------------------------------
+
+
+class HeaderRow:
+    """A producer batch header as `retention.last_records_of_active_producers` and
+    `first_unstable_offset` read it."""
+
+    __slots__ = ("producer_id", "producer_epoch", "base_offset", "last_offset", "is_transactional",
+                 "is_control", "records_count", "max_timestamp")  # fmt: skip
+
+    def __init__(self, pid, epoch, base, last, attrs, count, max_ts) -> None:
+        self.producer_id, self.producer_epoch, self.base_offset, self.last_offset = pid, epoch, base, last
+        self.is_transactional = bool(attrs & fb.TRANSACTIONAL_MASK)
+        self.is_control = bool(attrs & fb.CONTROL_MASK)
+        self.records_count, self.max_timestamp = count, max_ts
+
+
+HEADER_COLUMNS = ("producer_id", "producer_epoch", "base_offset", "last_offset", "attributes", "records_count",
+                  "max_timestamp")  # fmt: skip
+
+
+def header_rows(tables: list) -> list[HeaderRow]:
+    """Producer batch headers (tables or record batches of `HEADER_COLUMNS`) in log order."""
+    tables = [pa.table(t) if isinstance(t, dict) else t for t in tables]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return []
+    cols = [np.concatenate([t.column(n).to_numpy(zero_copy_only=False) for t in tables]).tolist()
+            for n in HEADER_COLUMNS]  # fmt: skip
+    return sorted((HeaderRow(*row) for row in zip(*cols)), key=lambda r: r.base_offset)
+
+
+class ProducerState(NamedTuple):
+    first_unstable: int | None  # an open transaction's first offset (the broker's LSO), if any
+    last_records: dict  # retention.last_records_of_active_producers
+    transactional: bool  # transaction state crosses groups: the partition is one rewrite unit
+
+
+def producer_state(tables: list) -> ProducerState:
+    from compaction.retention import first_unstable_offset, last_records_of_active_producers
+
+    rows = header_rows(tables)
+    return ProducerState(first_unstable_offset(rows), last_records_of_active_producers(rows),
+                         any(r.is_transactional or r.is_control for r in rows))  # fmt: skip

@@ -1,0 +1,159 @@
+"""A partition cleaned as one range (the whole-partition task) and as N ranges (scan per range,
+merge per bucket, rewrite per unit: compaction/ranges.py, run here without Spark) writes the same
+bytes. Inputs: generated partitions with every codec, tombstones, transactions, a clean section."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compaction import ranges
+from compaction.format import naming
+from compaction.format.keymap import KeyTable
+from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.spark_stages import compact_partition
+from compaction.storage import Storage
+
+NOW_MS = 1_795_305_600_000
+
+
+def generate(out: Path, *args: str) -> Path:
+    subprocess.run([sys.executable, "-m", "compaction", "generate", str(out), "--topics", "t:1", "--seed", "3",
+                    "--timestamp-start", str(NOW_MS - 3_600_000), *args], check=True)  # fmt: skip
+    return out / "t-0"
+
+
+def specs_for(part: Path, groups: int, first_dirty: int = 0) -> list[GroupSpec]:
+    """The non-active segments cut into `groups` groups, the active one as the last group's tail."""
+    segs = []
+    for f in sorted(part.glob("*.log")):
+        st_ = f.stat()
+        segs.append(SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns))
+    body, tail = segs[:-1], segs[-1]
+    cuts = np.array_split(np.arange(len(body)), groups)
+    return [
+        GroupSpec(
+            group_id=10 + n, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
+            segments=tuple(body[i] for i in idx), first_dirty_offset=first_dirty, upper_bound=tail.base_offset,
+            now_ms=NOW_MS, delete_retention_ms=60_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
+            tail_segments=(tail,) if n == groups - 1 else (),
+        )  # fmt: skip
+        for n, idx in enumerate(cuts)
+    ]
+
+
+def cleaned(part: Path) -> dict[str, bytes]:
+    out = {f.name: f.read_bytes() for f in sorted(part.glob("*" + CLEANED))}
+    for f in part.glob("*" + CLEANED):
+        f.unlink()
+    return out
+
+
+def in_ranges(specs: list[GroupSpec], buckets: int, unit_per_group: bool) -> list[dict]:
+    """What the Spark stages do, in this process: scan each range, merge each bucket, rewrite."""
+    blocks = [b for s in specs for b in ranges.scan_range(s, 0, buckets)]
+    assert not [b for b in blocks if b.kind == ranges.ERROR]
+    state = ranges.producer_state([ranges.from_block(b.data) for b in blocks if b.kind == ranges.PRODUCERS])
+    assert state.first_unstable is None or state.first_unstable >= specs[0].upper_bound
+    specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
+    found = [f for b in range(buckets)
+             for f in ranges.merge_bucket([(x.range_id, x.data) for x in blocks if x.kind == ranges.SUMMARY and x.bucket == b])]  # fmt: skip
+    shipped = [b for b in blocks if b.kind in (ranges.IDS, ranges.LATEST)] + found
+    units = [[s] for s in specs] if unit_per_group and not state.transactional else [specs]
+    return [row for unit in units for row in ranges.rewrite_ranges(unit, shipped)]
+
+
+CASES = {
+    "mixed codecs, tombstones": ["--records", "6000", "--keys", "700", "--codec", "mixed", "--tombstone-ratio", "0.1",
+                                 "--segment-bytes", "40000"],
+    "transactions, aborts": ["--records", "5000", "--keys", "400", "--transactions", "0.5", "--abort-ratio", "0.3",
+                             "--idempotent", "0.3", "--segment-bytes", "40000"],
+    "legacy v1 gzip": ["--records", "3000", "--keys", "300", "--legacy", "v1", "--codec", "gzip",
+                       "--segment-bytes", "30000"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("n_ranges, buckets", [(2, 1), (3, 4), (5, 2)])
+def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, buckets):
+    part = generate(tmp_path / "logs", *CASES[case])
+    whole = compact_partition(specs_for(part, 1))
+    assert not any(r.get("error") or r.get("first_unstable") for r in whole), whole
+    one = cleaned(part)
+    # One range is the whole-partition task's input cut once: the group boundaries must match.
+    specs = specs_for(part, n_ranges)
+    rows = in_ranges(specs, buckets, unit_per_group=True)
+    assert not any(r.get("error") for r in rows), rows
+    many = cleaned(part)
+    assert len(many) == 3 * n_ranges or len(many) >= 3 * n_ranges  # .log, .index, .timeindex (+ .txnindex)
+    # Concatenated logs (the groups' new bases differ from the one group's) hold the same batches.
+    logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
+    assert logs(many) == logs(one)
+    assert sum(r["records_written"] for r in rows) == whole[0]["records_written"]
+
+
+def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
+    part = generate(tmp_path / "logs", "--records", "4000", "--keys", "2000", "--segment-bytes", "30000")
+    bases = sorted(naming.parse_segment_file_name(f.name).base_offset for f in part.glob("*.log"))
+    first_dirty = bases[len(bases) // 2]
+    compact_partition(specs_for(part, 1, first_dirty))
+    one = cleaned(part)
+    in_ranges(specs_for(part, 3, first_dirty), 3, unit_per_group=True)
+    many = cleaned(part)
+    logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
+    assert logs(many) == logs(one)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
+       st.integers(1, 5))
+def test_merge_gives_each_range_the_max_over_its_partition(rows, buckets):
+    """merge_bucket against a dict: (partition, key) -> max latest; FOUND only where it beats the range's."""
+    by_range: dict[int, dict[bytes, int]] = {}
+    for r, key, latest in rows:
+        by_range.setdefault(r, {})
+        by_range[r][key] = max(latest, by_range[r].get(key, -1))
+    part_of = {0: 0, 1: 0, 2: 1}  # ranges 0 and 1 are one partition, range 2 another
+    expect: dict[tuple[int, bytes], int] = {}
+    for r, keys in by_range.items():
+        for k, v in keys.items():
+            expect[(part_of[r], k)] = max(v, expect.get((part_of[r], k), -1))
+    blocks = []
+    for r, keys in by_range.items():
+        ks = list(keys)
+        blocks.append((r, ranges.to_block(key=pa.array(ks, pa.binary()), latest=np.array([keys[k] for k in ks], np.int64),
+                                          id=np.arange(len(ks), dtype=np.int32),
+                                          part=np.full(len(ks), part_of[r], np.int32))))  # fmt: skip
+    got: dict[int, dict[int, int]] = {}
+    for b in ranges.merge_bucket(blocks):
+        f = ranges.from_block(b.data)
+        got.setdefault(b.range_id, {}).update(zip(f.column("id").to_pylist(), f.column("latest").to_pylist()))
+    for r, keys in by_range.items():
+        want = {i: expect[(part_of[r], k)] for i, k in enumerate(keys) if expect[(part_of[r], k)] > keys[k]}
+        assert got.get(r, {}) == want
+
+
+def test_key_table_export_is_dense_and_complete():
+    table = KeyTable(50_000)
+    keys = [f"k{i % 3000}".encode() for i in range(10_000)]
+    data = np.frombuffer(b"".join(keys), np.uint8)
+    lens = np.array([len(k) for k in keys], np.int64)
+    pos = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    offsets = np.arange(10_000, dtype=np.int64)
+    ids = table.assign(data, np.empty(0, np.uint8), len(data), pos, lens, np.ones(10_000, bool),
+                       offsets % 2 == 0, offsets)  # fmt: skip
+    kdata, koffs, latest = table.export()
+    dense = table.dense_ids(ids)
+    assert sorted(set(dense.tolist())) == list(range(3000))
+    for r in (0, 1, 2999, 5000, 9999):
+        i = int(dense[r])
+        assert kdata[koffs[i] : koffs[i + 1]].tobytes() == keys[r]
+        assert latest[i] == max((o for o in range(r % 3000, 10_000, 3000) if o % 2 == 0), default=-1)
