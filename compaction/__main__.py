@@ -2,7 +2,8 @@
 
 Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
 adding a command is one line in COMMANDS. `compact` (the launcher) takes its command line as is,
-Spark's options included: its module exposes `main(argv, prog)`. Modules are imported only when their command runs
+Spark's options included: its module exposes `main(argv, prog)`. Modules are imported only when
+their command runs
 or when the parser is built, and keep their heavy imports (numba kernels, pyspark) inside
 functions, so `--help` stays fast.
 """
@@ -29,7 +30,8 @@ PASSTHROUGH = {"compact"}
 def build_parser() -> argparse.ArgumentParser:
     from compaction.options import VERSION
 
-    parser = argparse.ArgumentParser(prog="kafka-compaction", description="Offline Kafka log compaction tools.")
+    parser = argparse.ArgumentParser(prog="kafka-compaction",
+                                     description="Offline Kafka log compaction tools.")
     parser.add_argument("--version", action="version", version=VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():

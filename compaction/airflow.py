@@ -84,7 +84,8 @@ class CompactionSubmitOperator(SparkSubmitOperator):
         params = {**DEFAULT_PARAMS, **(context.get("params") or {})}
         python = params.get("python") or os.environ.get("KAFKA_COMPACTION_PYTHON") or None
         self._master = str(params.get("master") or "local[*]")
-        settings = launcher.operator_settings(self._master, python, user_conf=dict(params.get("spark_conf") or {}))
+        user_conf = dict(params.get("spark_conf") or {})
+        settings = launcher.operator_settings(self._master, python, user_conf=user_conf)
         self.application = settings["application"]
         self.conf = {**settings["conf"], **(self.conf or {})}
         self.py_files = settings["py_files"]

@@ -137,7 +137,8 @@ def _installed() -> bool:
 
 def spark_settings(master: str | None = None, *, python: str | None = None, env: dict | None = None,
                    user_conf: list[str] | tuple[str, ...] = (), dist_dir: str | None = None,
-                   deploy_mode: str | None = None, driver_python: str | None = None) -> SparkSettings:  # fmt: skip
+                   deploy_mode: str | None = None,
+                   driver_python: str | None = None) -> SparkSettings:  # fmt: skip
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
     executors, the kernel cache, Arrow, Spark's console progress off, our log4j configuration (unless
     `user_conf` sets the driver's Java options), and how executors import the package: from its
@@ -241,7 +242,7 @@ def find_spark_submit(python: str, env: dict, *, ask_python: bool = False) -> st
     if not ask_python:
         spec = importlib.util.find_spec("pyspark")
         if spec is not None and spec.submodule_search_locations:
-            pyspark_dir = list(spec.submodule_search_locations)[0]
+            pyspark_dir = next(iter(spec.submodule_search_locations))
     if pyspark_dir:
         submit = os.path.join(pyspark_dir, "bin", "spark-submit")
         if os.access(submit, os.X_OK):
@@ -296,7 +297,8 @@ def operator_settings(master: str, python: str | None = None, env: dict | None =
     settings = spark_settings(master, python=python, driver_python=python, env=env,
                               user_conf=[f"{k}={v}" for k, v in (user_conf or {}).items()])  # fmt: skip
     submit = find_spark_submit(python, env, ask_python=True)
-    run_env = {**settings.env, "PATH": os.pathsep.join((os.path.dirname(submit), env.get("PATH", os.defpath)))}
+    path = os.pathsep.join((os.path.dirname(submit), env.get("PATH", os.defpath)))
+    run_env = {**settings.env, "PATH": path}
     return {
         "application": settings.application,
         "conf": {**settings.conf, **(user_conf or {})},

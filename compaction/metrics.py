@@ -34,7 +34,8 @@ def render(report: dict, exit_code: int, finished_s: float, previous_success_s: 
 
     metric("info", "The tool's version.", [(f'{{version="{__version__}"}}', 1)])
     metric("last_run_timestamp_seconds", "When the last round finished (Unix time).", [("", finished_s)])
-    metric("last_run_exit_code", "The last round's exit code (0 ok, 1 a partition failed).", [("", exit_code)])
+    metric("last_run_exit_code", "The last round's exit code (0 ok, 1 a partition failed).",
+           [("", exit_code)])  # fmt: skip
     metric("last_run_dry_run", "1 if the last round was a dry run.", [("", 1 if dry == "true" else 0)])
     success = finished_s if exit_code == 0 else previous_success_s
     if success is not None:
@@ -46,8 +47,10 @@ def render(report: dict, exit_code: int, finished_s: float, previous_success_s: 
         metric(name, help_text, [("", totals[key])])
     metric("last_run_reclaimed_bytes", "Bytes the last round freed (read minus written).",
            [("", totals["bytesRead"] - totals["bytesWritten"])])  # fmt: skip
-    phases = [(f'{{phase="{_snake(k[:-len("Seconds")])}"}}', v) for k, v in timings.items() if k.endswith("Seconds")]
-    metric("last_run_duration_seconds", "Seconds of each phase of the last round (total: the whole round).", phases)
+    phases = [(f'{{phase="{_snake(k.removesuffix("Seconds"))}"}}', v)
+              for k, v in timings.items() if k.endswith("Seconds")]  # fmt: skip
+    metric("last_run_duration_seconds", "Seconds of each phase of the last round (total: the whole round).",
+           phases)  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -106,7 +106,8 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                    help="the driver's log lines: text, or json (one object a line, for log shippers)")
     p.add_argument("--metrics-file", metavar="PATH",
                    help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
-                        "(node_exporter's textfile collector: PATH ending in .prom in its directory)")  # fmt: skip
+                        "(node_exporter's textfile collector: PATH ending in .prom in its "
+                        "directory)")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -130,7 +131,8 @@ def check_options(opts: JobOptions) -> JobOptions:
         try:
             re.compile(opts.topics)
         except re.error as exc:
-            raise UsageError(f"--topics {opts.topics!r}: not a regular expression ({exc}); e.g. 'orders|payments'") from None
+            raise UsageError(f"--topics {opts.topics!r}: not a regular expression ({exc}); "
+                             "e.g. 'orders|payments'") from None
     if opts.tasks_per_core < 1:
         raise UsageError(f"--tasks-per-core {opts.tasks_per_core}: must be at least 1")
     if opts.now_ms < 0:

@@ -64,7 +64,8 @@ def check_log_dir(uri: str, *, writable: bool = True) -> None:
             raise UsageError(f"--log-dir {uri}: no such directory; give the path of a Kafka log dir "
                              "(the broker's log.dirs entry)")  # fmt: skip
         if not os.path.isdir(path):
-            raise UsageError(f"--log-dir {uri}: not a directory; give the directory a broker's log.dirs names")
+            raise UsageError(f"--log-dir {uri}: not a directory; give the directory a broker's "
+                             "log.dirs names")  # fmt: skip
         if not os.access(path, os.R_OK | os.X_OK):
             raise UsageError(f"--log-dir {uri}: permission denied; run as a user who can read it")
         if writable and not os.access(path, os.W_OK):
@@ -87,7 +88,8 @@ def check_log_dir(uri: str, *, writable: bool = True) -> None:
         raise UsageError(f"--log-dir {uri}: the directory is empty, not a Kafka log dir; check the path")
     if kind == OTHER:
         raise UsageError(f"--log-dir {uri}: not a Kafka log dir (no <topic>-<partition> directories, no "
-                         "meta.properties or checkpoint files); give the directory a broker's log.dirs names")  # fmt: skip
+                         "meta.properties or checkpoint files); give the directory a broker's log.dirs "
+                         "names")  # fmt: skip
 
 
 def check_output_path(flag: str, uri: str) -> None:
@@ -115,7 +117,8 @@ def find_java(env: dict[str, str]) -> str:
         java = os.path.join(home, "bin", "java")
         if os.access(java, os.X_OK):
             return java
-        raise UsageError(f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17+ install or unset it")
+        raise UsageError(f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17+ install or "
+                         "unset it")  # fmt: skip
     java = shutil.which("java", path=env.get("PATH"))
     if java is None:
         raise UsageError("no Java found: Spark needs Java 17 or newer; install it (e.g. apt-get install "

@@ -69,7 +69,7 @@ def bar(s: Snapshot, width: int = 24) -> str:
 
 
 def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
@@ -145,7 +145,8 @@ class Reporter:
             log.info("progress: %s", describe(s, partitions), extra={"fields": {
                 "event": "progress", "tasksDone": s.tasks_done, "tasksTotal": s.tasks_total,
                 "bytesScanned": s.bytes_done, "bytesTotal": s.total_bytes, "partitions": partitions,
-                "elapsedSeconds": round(s.elapsed, 3), "etaSeconds": None if s.eta is None else round(s.eta, 1),
+                "elapsedSeconds": round(s.elapsed, 3),
+                "etaSeconds": None if s.eta is None else round(s.eta, 1),
             }})  # fmt: skip
 
     @property

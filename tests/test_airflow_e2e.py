@@ -39,9 +39,10 @@ def airflow_venv() -> str:
 def airflow(tmp_path_factory):
     venv = airflow_venv()
     home = tmp_path_factory.mktemp("airflow-home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHONPATH", "SPARK_", "PYSPARK_"))}
-    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=DAG_FOLDER, AIRFLOW__CORE__LOAD_EXAMPLES="False",
-               KAFKA_COMPACTION_PYTHON=sys.executable)  # fmt: skip
+    dropped = ("AIRFLOW", "PYTHONPATH", "SPARK_", "PYSPARK_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=DAG_FOLDER,
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", KAFKA_COMPACTION_PYTHON=sys.executable)  # fmt: skip
     migrate = subprocess.run([os.path.join(venv, "bin", "airflow"), "db", "migrate"], env=env,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
@@ -56,12 +57,13 @@ def test_the_dag_folder_imports_with_zero_errors(airflow):
         "from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator\n"
         f"bag = DagBag({DAG_FOLDER!r})\n"
         "dag = bag.get_dag('kafka_log_compaction')\n"
-        "print(json.dumps({'errors': {k: str(v) for k, v in bag.import_errors.items()}, 'ids': sorted(bag.dag_ids),\n"
-        "  'max_active_runs': dag.max_active_runs, 'params': sorted(dag.params.keys()),\n"
-        "  'master': dag.params['master'], 'spark': [isinstance(t, SparkSubmitOperator) for t in dag.tasks]}))\n"
+        "print(json.dumps({'errors': {k: str(v) for k, v in bag.import_errors.items()},\n"
+        "  'ids': sorted(bag.dag_ids), 'max_active_runs': dag.max_active_runs,\n"
+        "  'params': sorted(dag.params.keys()), 'master': dag.params['master'],\n"
+        "  'spark': [isinstance(t, SparkSubmitOperator) for t in dag.tasks]}))\n"
     )
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", probe], env=env, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["errors"] == {} and got["ids"] == ["kafka_log_compaction"]
@@ -80,7 +82,8 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
     conf = {"log_dirs": [str(log_dir)], "report_dir": str(reports), "master": "local[2]",
             "spark_conf": {"spark.ui.enabled": "false"}}  # fmt: skip
     proc = subprocess.run(
-        [os.path.join(venv, "bin", "airflow"), "dags", "test", "kafka_log_compaction", "--conf", json.dumps(conf)],
+        [os.path.join(venv, "bin", "airflow"), "dags", "test", "kafka_log_compaction",
+         "--conf", json.dumps(conf)],
         env=env, capture_output=True, text=True, cwd=tmp_path, timeout=800,
     )  # fmt: skip
     log = proc.stdout + proc.stderr
@@ -96,4 +99,5 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
         want = latest_per_key(before[p["partition"]], bound)
         assert {r.key: r for r in after if r.offset < bound} == want
         assert len([r for r in after if r.offset < bound]) == len(want)
-        assert [r for r in after if r.offset >= bound] == [r for r in before[p["partition"]] if r.offset >= bound]
+        tail = [r for r in before[p["partition"]] if r.offset >= bound]
+        assert [r for r in after if r.offset >= bound] == tail

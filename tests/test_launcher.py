@@ -166,8 +166,9 @@ def test_check_log_dir_names_the_fix(tmp_path):
     (tmp_path / "logs" / "orders-3").mkdir(parents=True)
     (tmp_path / "logs" / "orders-3" / "00000000000000000000.log").write_bytes(b"")
     preflight.check_log_dir(str(tmp_path / "logs"))
-    with pytest.raises(UsageError, match=rf"partition dir, not a log dir; give its parent: --log-dir {tmp_path}/logs "):
+    with pytest.raises(UsageError) as err:
         preflight.check_log_dir(str(tmp_path / "logs" / "orders-3"))
+    assert f"partition dir, not a log dir; give its parent: --log-dir {tmp_path}/logs " in str(err.value)
     with pytest.raises(UsageError, match="no such directory"):
         preflight.check_log_dir(str(tmp_path / "nope"))
     (tmp_path / "empty").mkdir()
@@ -176,7 +177,7 @@ def test_check_log_dir_names_the_fix(tmp_path):
 
 
 def test_find_java_explains_what_to_install(tmp_path):
-    with pytest.raises(UsageError, match="no Java found.*JAVA_HOME"):
+    with pytest.raises(UsageError, match=r"no Java found.*JAVA_HOME"):
         preflight.find_java({"PATH": str(tmp_path)})
     with pytest.raises(UsageError, match="has no bin/java"):
         preflight.find_java({"JAVA_HOME": str(tmp_path), "PATH": os.environ["PATH"]})
@@ -214,7 +215,8 @@ def test_a_partition_is_one_line_at_the_level_an_alert_needs(entry, level):
 
 def test_cleaned_line_keeps_kafkas_numbers():
     line = logs.partition_line(_entry())
-    assert "dirty section = [0, 100]" in line and "2.0 MB of log processed in 1.0 seconds (2.0 MB/sec)" in line
+    assert "dirty section = [0, 100]" in line
+    assert "2.0 MB of log processed in 1.0 seconds (2.0 MB/sec)" in line
     assert "50.0% size reduction (90.0% fewer messages)" in line
 
 
@@ -241,9 +243,10 @@ def test_text_format_escapes_newlines():
 
 
 def _report(failed=0):
-    totals = dict(partitions=3, cleaned=2 - failed, skipped=1, failed=failed, bytesRead=1000, bytesWritten=400,
-                  recordsRead=50, recordsWritten=20)  # fmt: skip
-    return {"totals": totals, "timings": {"planSeconds": 0.5, "totalSeconds": 9.25}, "args": {"dry_run": False}}
+    totals = dict(partitions=3, cleaned=2 - failed, skipped=1, failed=failed, bytesRead=1000,
+                  bytesWritten=400, recordsRead=50, recordsWritten=20)  # fmt: skip
+    timings = {"planSeconds": 0.5, "totalSeconds": 9.25}
+    return {"totals": totals, "timings": timings, "args": {"dry_run": False}}
 
 
 def _samples(text):

@@ -40,7 +40,8 @@ def log_dir(tmp_path_factory):
     path = root / "kafka-logs"
     subprocess.run(
         [sys.executable, "-m", "compaction", "generate", str(path), "--topics", "orders:2,users:1",
-         "--records", "4000", "--keys", "300", "--codec", "mixed", "--segment-bytes", "30000", "--seed", "11"],
+         "--records", "4000", "--keys", "300", "--codec", "mixed", "--segment-bytes", "30000",
+         "--seed", "11"],
         check=True, cwd=REPO, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     return path
@@ -67,7 +68,8 @@ USAGE_ERRORS = [
     ("ratio", ["--log-dir", "{log}", "--min-cleanable-dirty-ratio", "5"], ["min.cleanable.dirty.ratio=5.0"]),
     ("config-line", ["--log-dir", "{log}", "--topic-config", "{root}/bad.properties"],
      ["--topic-config", "line 1"]),
-    ("report-dir", ["--log-dir", "{log}", "--report", "{root}/no/such/dir/r.json"], ["--report", "does not exist"]),
+    ("report-dir", ["--log-dir", "{log}", "--report", "{root}/no/such/dir/r.json"],
+     ["--report", "does not exist"]),
     ("unknown-flag", ["--log-dir", "{log}", "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
     ("no-java", ["--log-dir", "{log}"], ["no Java found", "JAVA_HOME"]),
 ]  # fmt: skip
@@ -98,11 +100,13 @@ def test_usage_errors_exit_2_with_one_line_before_any_jvm_and_write_nothing(log_
 
 def test_help_and_version_need_no_java(no_java):
     for label, cmd in _entry_points():
-        proc = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=no_java, cwd=REPO, timeout=60)
+        proc = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=no_java, cwd=REPO,
+                              timeout=60)  # fmt: skip
         assert proc.returncode == 0, (label, proc.stderr)
         out = proc.stdout
         for needle in ("--log-dir", "--dry-run", "--metrics-file", "--log-format", "--driver-memory",
-                       "'--opt=value'", "Exit codes:", "Environment:", "JAVA_HOME", "SPARK_HOME"):  # fmt: skip
+                       "'--opt=value'", "Exit codes:", "Environment:", "JAVA_HOME",
+                       "SPARK_HOME"):  # fmt: skip
             assert needle in out, (label, needle)
         version = subprocess.run([*cmd, "--version"], capture_output=True, text=True, env=no_java, cwd=REPO)
         assert version.returncode == 0 and version.stdout.startswith("kafka-offline-compaction "), label

@@ -88,7 +88,8 @@ def packed(wheel, tmp_path_factory):
     _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel), "venv-pack"])
     archive = root / "env.tar.gz"
     _run([str(venv / "bin" / "venv-pack"), "-q", "-p", str(venv), "--python-prefix", WORKER_PREFIX,
-          "--exclude", "lib/python*/site-packages/pyspark/*", "--compress-level", "1", "-o", str(archive)])  # fmt: skip
+          "--exclude", "lib/python*/site-packages/pyspark/*", "--compress-level", "1",
+          "-o", str(archive)])  # fmt: skip
     return venv, archive, worker_python
 
 
@@ -106,8 +107,9 @@ def test_the_packed_environment_links_the_workers_python_not_the_build_machines(
 def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
     venv, archive, _ = packed
     log_dir = tmp_path / "kafka-logs"
-    _run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", "orders:2", "--records", "3000",
-          "--keys", "400", "--codec", "mixed", "--segment-bytes", "40000", "--seed", "5"], cwd=REPO)  # fmt: skip
+    _run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", "orders:2",
+          "--records", "3000", "--keys", "400", "--codec", "mixed", "--segment-bytes", "40000",
+          "--seed", "5"], cwd=REPO)  # fmt: skip
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "PYTHON"))}
