@@ -293,3 +293,74 @@ def test_credentials_in_a_uri_never_reach_an_error_message():
     with pytest.raises(UsageError) as err:
         preflight.check_log_dir("s3://AKIA:s3cr3t@bucket/logs?scheme=http&no_such_option=1")
     assert "s3cr3t" not in str(err.value) and "AKIA" not in str(err.value)
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+
+class _Tracker:
+    """The slice of pyspark's StatusTracker the progress counter reads, driven by the test."""
+
+    def __init__(self):
+        self.jobs, self.stages = {}, {}
+
+    def getJobInfo(self, jid):
+        return self.jobs.get(jid)
+
+    def getStageInfo(self, sid):
+        return self.stages.get(sid)
+
+
+class _Context:
+    def __init__(self, tracker):
+        self._tracker = tracker
+
+    def statusTracker(self):
+        return self._tracker
+
+
+def _job(jid, stage_ids, status):
+    from pyspark.status import SparkJobInfo
+
+    return SparkJobInfo(jid, stage_ids, status)
+
+
+def _stage(sid, tasks, done, active):
+    from pyspark.status import SparkStageInfo
+
+    return SparkStageInfo(sid, 0, "s", tasks, active, done, 0)
+
+
+def test_progress_counts_every_job_since_it_started_also_one_that_ended_between_polls():
+    from compaction.progress import StageCounter
+
+    t = _Tracker()
+    t.jobs[0] = _job(0, [0], "SUCCEEDED")  # the warm-up: not the round's
+    t.stages[0] = _stage(0, 2, 2, 0)
+    counter = StageCounter.after_current(_Context(t))
+    t.jobs[1] = _job(1, [1], "SUCCEEDED")  # started and ended before the first poll
+    t.stages[1] = _stage(1, 4, 4, 0)
+    t.jobs[2] = _job(2, [2, 3], "RUNNING")
+    t.stages[2], t.stages[3] = _stage(2, 8, 3, 2), _stage(3, 2, 0, 0)
+    assert counter.poll() == (7, 14, 2)
+    t.stages[2] = _stage(2, 8, 7, 1)  # the tracker lags: the job returned, its last task not seen
+    assert counter.poll(finished=True) == (14, 14, 0)
+
+
+def test_progress_line_and_bar():
+    from compaction.progress import Reporter, Snapshot, bar, describe
+
+    s = Snapshot(tasks_done=3, tasks_total=4, running=1, elapsed=10.0, total_bytes=400 * 1_048_576)
+    assert s.bytes_done == 300 * 1_048_576 and s.rate == 30 * 1_048_576 and s.eta == pytest.approx(10 / 3)
+    line = describe(s, partitions=12)
+    assert "3/4 tasks (1 running) for 12 partitions" in line and "~300.0 of 400.0 MB scanned" in line
+    assert "30.0 MB/s" in line and "ETA 0:00:03" in line
+    assert bar(s, width=8) == "[######--]  75.0%"
+    tty = io.StringIO()
+    Reporter(stream=tty, tty=True).draw(s, 12)
+    assert tty.getvalue().startswith("\r[") and "\n" not in tty.getvalue()  # redrawn in place
+    plain = io.StringIO()
+    logs.setup("json", plain)
+    Reporter(stream=io.StringIO(), tty=False).draw(s, 12)
+    row = json.loads(plain.getvalue())
+    assert row["event"] == "progress" and row["tasksDone"] == 3 and row["bytesTotal"] == 400 * 1_048_576
