@@ -75,6 +75,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "kafka_workload")
     ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
     ap.add_argument("--spark-conf", action="append", default=[], help="extra --conf K=V for the job")
+    ap.add_argument("--driver-memory", help="spark-submit --driver-memory (local mode: the executors' JVM too)")
     args = ap.parse_args()
 
     log_dir, event_dir, report_path = fresh_out_dir(args.out)
@@ -107,12 +108,18 @@ def main() -> int:
            "--conf", f"spark.eventLog.dir=file://{event_dir}", "--conf", "spark.eventLog.compress=false"]
     for kv in args.spark_conf:
         cmd += ["--conf", kv]
+    if args.driver_memory:
+        cmd += ["--driver-memory", args.driver_memory]
     cmd += ["--log-dir", str(log_dir), "--report", str(report_path), "--now-ms", str(NOW_MS)]
     print("job:", shlex.join(cmd))
     drop_caches()
     load_start = os.getloadavg()
     t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    with tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)  # the job's process tree only (largest process's peak RSS)
+        err.seek(0)
+        proc = subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), "", err.read().decode(errors="replace"))
     wall = time.perf_counter() - t
     load_end = os.getloadavg()
     if proc.returncode != 0 or not report_path.exists():
@@ -135,6 +142,9 @@ def main() -> int:
           f"{tot['recordsWritten']:,} records; {removed:.1%} of the cleaned bytes removed")  # fmt: skip
     print(f"cold sequential read:                {speed / MiB:,.0f} MiB/s{'' if cold else ' (WARM)'}")
     print(f"end to end (spark-submit wall {wall:.1f} s): {size / MiB / wall:,.1f} MiB/s")
+    peak = usage.ru_maxrss / 1024  # KiB -> MiB
+    print(f"largest process's peak RSS (JVM or a Python worker): {peak:,.0f} MiB"
+          f"{f' with --driver-memory {args.driver_memory}' if args.driver_memory else ''}")
     print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MiB / no_start:,.1f} MiB/s "
           f"= {size / no_start / speed:.3f}x cold read speed; target 570 MiB/s "
           f"({size / MiB / no_start / 570:.2f}x of it)")  # fmt: skip

@@ -429,14 +429,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="K=V",
-        help="extra Spark conf, e.g. spark.kafka.compaction.partitionTaskMaxBytes=0 (Spark offset map)",
-    )
-    ap.add_argument(
-        "--path",
-        choices=("spark", "auto"),
-        default="spark",
-        help="spark (default): the Spark offset-map path (spark.kafka.compaction.partitionTaskMaxBytes=0), "
-        "the one meant for partitions whose key set does not fit a task; auto: the job's own choice by size",
+        help="extra Spark conf, e.g. spark.kafka.compaction.mergeTaskMaxBytes=67108864",
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sample-batches", type=int, default=50,
@@ -499,7 +492,6 @@ def main() -> int:
         "spark.eventLog.logStageExecutorMetrics=true",
         "--conf",
         "spark.executor.processTreeMetrics.enabled=true",
-        *(["--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0"] if args.path == "spark" else []),
         *(a for kv in args.conf for a in ("--conf", kv)),
         "--log-dir",
         str(log_dir),

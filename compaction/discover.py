@@ -32,6 +32,7 @@ from compaction.format.index import (
     sanity_check_txn_index,
 )
 from compaction.format.scan import scan_batches, scan_segment
+from compaction.log_structure import check_first_batches
 from compaction.plan import SegmentMeta
 from compaction.storage import Storage
 
@@ -54,6 +55,7 @@ V2_MAX_TIMESTAMP_AT = 35
 V1_TIMESTAMP_AT = 18
 FIRST_HEADER_BYTES = 61
 COMMIT_INTENT = "compaction-commit.json"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 
 def discovery_threads() -> int:
@@ -179,6 +181,7 @@ class PartitionDir:
     transient: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # files a broker would not have written
     has_commit_intent: bool = False  # the listing holds compaction-commit.json (recovery's cue)
+    leader_epoch_checkpoint: str | None = None  # its path, when the listing holds one
 
     @property
     def key(self) -> tuple[str, int]:
@@ -255,6 +258,8 @@ def _list_partition(storage: Storage, log_dir: str, path: str, topic: str, parti
                 continue
         if name == COMMIT_INTENT:
             part.has_commit_intent = True
+        elif name == LEADER_EPOCH_CHECKPOINT and not info.is_dir:
+            part.leader_epoch_checkpoint = info.path
         if info.is_dir:
             # A broker never makes sub-directories in a partition dir; one named like a segment
             # file would also be read as that file (an unreadable file, from our side).
@@ -410,6 +415,20 @@ def validate_partition_path(storage: Storage, part_path: str) -> None:
     anyway can run the index checks there instead of the driver. Raises `PartitionInvalid` or an
     `IndexCorruptError` naming the file (and byte position); reads index files only."""
     validate_partition(storage, _list_partition(storage, "", part_path, "", -1))
+
+
+def audit_structure(storage: Storage, part: PartitionDir) -> None:
+    """The dry run's check of how the partition's segments fit together, from the first batch
+    header of each (one 61-byte read per segment) and `leader-epoch-checkpoint`: base offsets
+    against first offsets, overlaps with the next segment, leader epochs in order and within the
+    checkpoint (`log_structure.check_first_batches`; raises `LogStructureError`). A round's
+    scan checks the same for every batch, and the index entries."""
+    segs = part.segments
+    heads = [_read_checked(storage, s.log.path, 0, FIRST_HEADER_BYTES) for s in segs]
+    path = part.leader_epoch_checkpoint
+    entries = ckpt.parse_leader_epoch_checkpoint(_read_checked(storage, path), path) if path else None
+    check_first_batches([s.log.path for s in segs], [s.base_offset for s in segs], heads, entries,
+                        path or LEADER_EPOCH_CHECKPOINT)  # fmt: skip
 
 
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:

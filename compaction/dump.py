@@ -6,6 +6,13 @@ record lines `| offset: ..`, index lines `offset: X position: Y`, `timestamp: T 
 `--json` prints one JSON object per line instead (batch / record / index / timeindex / txnindex /
 error), the form tests and scripts consume.
 
+Like kafka-dump-log: `--offsets-decoder` prints the records of `__consumer_offsets` (offset
+commits and group metadata) and `--transaction-log-decoder` those of `__transaction_state` as
+Kafka's own parsers do (`format/coordinator.py`); either implies `--print-data-log`.
+`--max-bytes N` reads only the first N bytes of each `.log` (whole batches within them; no
+"invalid bytes" line then), `--skip-record-metadata` leaves out a record's offset, timestamp,
+sizes and headers and prints only its key and payload.
+
 Where Kafka only prints a problem, we also exit non-zero (1): this tool is used to verify what
 the compaction job wrote, so a corrupt batch, a partial trailing batch, a CRC mismatch, an index
 entry that does not point at its batch or a failed sanity check must fail the command.
@@ -34,6 +41,7 @@ from compaction.format.batch import (
     parse_end_txn_marker,
 )
 from compaction.format.compression import CODEC_NAMES
+from compaction.format.coordinator import format_offsets_record, format_txn_record
 from compaction.format.index import (
     ABORTED_TXN_SIZE,
     read_offset_index,
@@ -53,6 +61,7 @@ from compaction.format.naming import (
     parse_segment_file_name,
 )
 from compaction.format.segment import SegmentReader, iter_batches
+from compaction.s3 import redact_uri
 from compaction.storage import Storage
 
 EXIT_OK, EXIT_PROBLEM = 0, 1
@@ -69,6 +78,9 @@ class DumpOptions:
     json: bool = False
     index_sanity_check: bool = False
     verify_index_only: bool = False
+    decoder: str | None = None  # "offsets" or "transaction-log": coordinator records (format/coordinator.py)
+    max_bytes: int | None = None  # read at most this many bytes of a .log
+    skip_record_metadata: bool = False
 
 
 @dataclass
@@ -118,6 +130,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only run the broker's sanity check on index files")
     parser.add_argument("--verify-index-only", action="store_true",
                         help="check index entries against the .log without printing them")
+    decoders = parser.add_mutually_exclusive_group()
+    decoders.add_argument("--offsets-decoder", action="store_true",
+                          help="decode the records as __consumer_offsets' offset commits and group metadata "
+                               "(implies --print-data-log)")
+    decoders.add_argument("--transaction-log-decoder", action="store_true",
+                          help="decode the records as __transaction_state's transaction metadata "
+                               "(implies --print-data-log)")
+    parser.add_argument("--max-bytes", type=_positive_int, default=None, metavar="N",
+                        help="read only the first N bytes of each .log (the whole batches within them)")
+    parser.add_argument("--skip-record-metadata", action="store_true",
+                        help="print only the key and payload of each record, not its offset, timestamp, "
+                             "sizes and headers")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {value}")
+    return value
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -125,9 +156,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if not files:
         (err or sys.stderr).write("dump: no files given\n")
         return 2
+    decoder = ("offsets" if args.offsets_decoder
+               else "transaction-log" if args.transaction_log_decoder else None)  # fmt: skip
+    print_data = args.print_data_log or decoder is not None  # as Kafka: a decoder implies printing the data
     options = DumpOptions(
-        deep_iteration=args.deep_iteration or args.print_data_log, print_data_log=args.print_data_log,
-        json=args.json, index_sanity_check=args.index_sanity_check, verify_index_only=args.verify_index_only)
+        deep_iteration=args.deep_iteration or print_data, print_data_log=print_data,
+        json=args.json, index_sanity_check=args.index_sanity_check, verify_index_only=args.verify_index_only,
+        decoder=decoder, max_bytes=args.max_bytes, skip_record_metadata=args.skip_record_metadata)
     return dump_files(files, options, out or sys.stdout, err or sys.stderr)
 
 
@@ -141,16 +176,18 @@ def dump_files(files: list[str], options: DumpOptions, out: TextIO, err: TextIO)
 _DUMPERS: dict = {}  # suffix -> function, filled below
 
 
-def _dump_one(file: str, output: _Output) -> None:
+def _dump_one(uri: str, output: _Output) -> None:
+    file = redact_uri(uri)  # what is printed: s3://KEY:SECRET@... shows as s3://***@...
     output.text(f"Dumping {file}")
-    suffix, base_offset = _classify(posixpath.basename(file))
+    storage, path = Storage.for_uri(uri)
+    suffix, base_offset = _classify(posixpath.basename(path))  # the path: a URI may end in ?options
     dumper = _DUMPERS.get(suffix)
     if dumper is None:
         output.note(f"Ignoring unknown file {file}")
         return
-    storage, path = Storage.for_uri(file)
+    limit = output.options.max_bytes if suffix == LOG_SUFFIX else None
     try:
-        data = storage.read_bytes(path)
+        data = storage.read_bytes(path, 0, limit)
     except (OSError, FileNotFoundError) as exc:
         output.error(file, None, f"cannot read {file}: {exc}")
         return
@@ -193,7 +230,7 @@ def _dump_log(file: str, data: bytes, base_offset: int, storage, path, output: _
     except KafkaFormatError as exc:
         output.error(file, exc.position, str(exc))
         return
-    if reader.trailing_bytes:
+    if reader.trailing_bytes and output.options.max_bytes is None:  # a cut batch is not an error then
         name = posixpath.basename(file)
         message = f"Found {reader.trailing_bytes} invalid bytes at the end of {name}"
         output.error(file, reader.stop_position, message, text_to_stdout=True)
@@ -262,19 +299,35 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode()
 
 
+_DECODERS = {"offsets": format_offsets_record, "transaction-log": format_txn_record}
+
+
 def _emit_records(batch, output: _Output) -> None:
     h = batch.header
+    options = output.options
+    decode = _DECODERS.get(options.decoder, _string_decoder)
     for record in batch.records():
         control = _control_fields(batch, record) if h.is_control else None
-        if output.options.json:
+        data = None
+        if options.print_data_log and not h.is_control:
+            data = decode(record.offset, record.key, record.value)
+        if options.json:
             obj = {"type": "record", "offset": record.offset, "timestamp": record.timestamp,
                    "key": _b64(record.key), "value": _b64(record.value),
                    "headers": [[name, _b64(value)] for name, value in record.headers]}
             if control is not None:
                 obj["controlType"] = control[0]
+            if data is not None and options.decoder is not None:
+                obj["decodedKey"], obj["decodedValue"] = data
             output.obj(obj)
         else:
-            output.text(_record_line(batch, record, control, output.options.print_data_log))
+            output.text(_record_line(batch, record, control, data, options.skip_record_metadata))
+
+
+def _string_decoder(offset: int, key: bytes | None, value: bytes | None) -> tuple[str | None, str | None]:
+    """kafka-dump-log's default StringDecoder (UTF-8; malformed bytes replaced)."""
+    return (None if key is None else key.decode("utf-8", "replace"),
+            None if value is None else value.decode("utf-8", "replace"))  # fmt: skip
 
 
 def _control_fields(batch, record) -> tuple[str, str]:
@@ -287,22 +340,29 @@ def _control_fields(batch, record) -> tuple[str, str]:
     return name, f"controlType: {name}({type_id})"
 
 
-def _record_line(batch, record, control, print_data: bool) -> str:
+def _record_line(batch, record, control, data: tuple | None, skip_metadata: bool) -> str:
+    """DumpLogSegments.dumpLog's record line, piece by piece, its spacing included (with
+    --skip-record-metadata a record without a key prints ` payload: ...`, without the `|`)."""
     h = batch.header
-    parts = [f"| offset: {record.offset} {_timestamp_type_name(h)}: {record.timestamp}",
-             f"keySize: {_size(record.key)} valueSize: {_size(record.value)}"]
-    if batch.magic == MAGIC_V2:
-        delta = record.offset - h.base_offset
-        sequence = -1 if h.base_sequence < 0 else _add_sequence(h.base_sequence, delta)
-        parts.append(f"sequence: {sequence} headerKeys: [{','.join(name for name, _ in record.headers)}]")
-    if control is not None:
-        parts.append(control[1])
-    elif print_data:
-        if record.key is not None:
-            parts.append(f"key: {record.key.decode('utf-8', 'replace')}")
-        if record.value is not None:
-            parts.append(f"payload: {record.value.decode('utf-8', 'replace')}")
-    return " ".join(parts)
+    line, prefix = "", "| "
+    if not skip_metadata:
+        line += (f"{prefix}offset: {record.offset} {_timestamp_type_name(h)}: {record.timestamp} "
+                 f"keySize: {_size(record.key)} valueSize: {_size(record.value)}")
+        prefix = " "
+        if batch.magic == MAGIC_V2:
+            delta = record.offset - h.base_offset
+            sequence = -1 if h.base_sequence < 0 else _add_sequence(h.base_sequence, delta)
+            line += f" sequence: {sequence} headerKeys: [{','.join(name for name, _ in record.headers)}]"
+        if control is not None:
+            line += " " + control[1]
+    if data is not None:
+        key, payload = data
+        if key is not None:
+            line += f"{prefix}key: {key}"
+            prefix = " "
+        if payload is not None:
+            line += f" payload: {payload}"
+    return line
 
 
 def _size(data: bytes | None) -> int:

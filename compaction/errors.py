@@ -75,6 +75,18 @@ class IndexCorruptError(KafkaFormatError):
     """An .index/.timeindex/.txnindex that fails the broker's sanity checks."""
 
 
+class LogStructureError(KafkaFormatError):
+    """Segments (or their index files, or the leader-epoch checkpoint) that are each well formed
+    but do not fit together as one Kafka log: offsets below a segment's base, overlapping the next
+    segment, going backwards, index entries outside their segment, leader epochs going back.
+    `rule` names the invariant; `other_path` the second file involved, when there is one."""
+
+    def __init__(self, message: str, *, rule: str, other_path: str | None = None, **where) -> None:
+        self.rule = rule
+        self.other_path = other_path
+        super().__init__(f"{message} [{rule}]", **where)
+
+
 class CheckpointError(KafkaFormatError):
     """A malformed checkpoint file (cleaner-offset-checkpoint and its siblings)."""
 

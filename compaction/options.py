@@ -17,6 +17,14 @@ import time
 from dataclasses import dataclass, field
 
 from compaction import __version__
+from compaction.broker_config import (
+    BROKER_TO_TOPIC,
+    IO_MAX_BYTES_PER_SECOND,
+    ConfigError,
+    check_topic_config,
+    parse_properties,
+    split_job_config,
+)
 from compaction.errors import UsageError
 from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 
@@ -51,12 +59,16 @@ class JobOptions:
     tasks_per_core: int = 2
     read_mode: str = "direct"
     write_mode: str = "direct"
+    # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
+    # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
+    broker_config: dict[str, object] = field(default_factory=dict)
+    io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
     log_format: str = "text"
     metrics_file: str | None = None
 
     def config_for(self, topic: str) -> dict[str, object]:
-        """Job-wide values overridden by the topic's own (Kafka's topic > broker > default)."""
-        return {**self.kafka_config, **self.topic_config.get(topic, {})}
+        """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
+        return {**self.broker_config, **self.kafka_config, **self.topic_config.get(topic, {})}
 
 
 # --- usage errors: one line, exit 2 ---------------------------------------------------------------
@@ -93,6 +105,12 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--ignore-broker-lock", action="store_true",
                    help="clean even if a process holds the log dir's .lock (a live broker!)")
     p.add_argument("--topic-config", help="per-topic Kafka configs: JSON or .properties file")
+    p.add_argument("--config", dest="config_file", metavar="FILE",
+                   help="a broker's server.properties (its log.cleaner.*, log.segment.bytes, ... are the "
+                        "defaults under the flags and --topic-config), or topic configs for every topic")
+    p.add_argument("--io-max-bytes-per-second", type=float, default=None,
+                   help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
+                        "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
     p.add_argument("--read-mode", choices=READ_MODES, default="direct",
                    help=f"how executors read local segments of {DIRECT_MIN_BYTES >> 20} MiB or more: direct (O_DIRECT into reused "
@@ -124,9 +142,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "spark-submit.sh") -> 
 
 def check_options(opts: JobOptions) -> JobOptions:
     """Raise `UsageError` for a value the round would only trip over later: a bad `--topics`
-    regex, a Kafka config out of Kafka's range (job-wide or per topic). No file is touched."""
-    from compaction.plan import resolve_topic_config
-
+    regex, a Kafka config out of Kafka's range (job-wide, broker-wide or per topic). No file is
+    touched."""
     if opts.topics is not None:
         try:
             re.compile(opts.topics)
@@ -138,14 +155,9 @@ def check_options(opts: JobOptions) -> JobOptions:
     if opts.now_ms < 0:
         raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
     try:
-        _check_policy(resolve_topic_config(None, opts.kafka_config).cleanup_policy)
-    except ValueError as exc:
+        _check_values(opts)
+    except ConfigError as exc:
         raise UsageError(f"{_flag_of(exc)}{exc}") from None
-    for topic, cfg in opts.topic_config.items():
-        try:
-            _check_policy(resolve_topic_config(cfg, opts.kafka_config).cleanup_policy)
-        except ValueError as exc:
-            raise UsageError(f"--topic-config, topic {topic}: {exc}") from None
     return opts
 
 
@@ -156,9 +168,11 @@ def _check_policy(policy: tuple[str, ...]) -> None:
         raise ValueError(f"cleanup.policy={','.join(policy)} is not compact, delete or compact,delete")
 
 
-def _flag_of(exc: ValueError) -> str:
-    """The flag whose Kafka config name an error message starts with, as a prefix for it."""
+def _flag_of(exc: Exception) -> str:
+    """The flag of a job-wide value an error names (the value came from the command line)."""
     text = str(exc)
+    if text.startswith("topic "):
+        return ""
     for flag, name, _, _ in KAFKA_FLAGS:
         if name in text:
             return f"{flag}: "
@@ -166,13 +180,29 @@ def _flag_of(exc: ValueError) -> str:
 
 
 def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> JobOptions:
-    """The options as given (argparse's own errors, e.g. an unknown flag, exit 2 here)."""
+    """The options as given, config files read (argparse's own errors, e.g. an unknown flag, exit 2
+    here; an unreadable or malformed config file is a `UsageError`)."""
     args = build_parser(prog).parse_args(argv)
-    kafka_config = {
+    try:
+        broker, job_file, topic_config = _config_files(args)
+    except OSError as exc:
+        raise UsageError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # ConfigError, JSON syntax
+        raise UsageError(str(exc)) from None
+    kafka_config = job_file | {
         name: getattr(args, flag[2:].replace("-", "_"))
         for flag, name, _, _ in KAFKA_FLAGS
         if getattr(args, flag[2:].replace("-", "_")) is not None
     }
+    io_max = args.io_max_bytes_per_second
+    if io_max is None and IO_MAX_BYTES_PER_SECOND in broker:
+        try:
+            io_max = float(str(broker[IO_MAX_BYTES_PER_SECOND]).strip())
+        except ValueError:
+            raise UsageError(f"{IO_MAX_BYTES_PER_SECOND}={broker[IO_MAX_BYTES_PER_SECOND]!r} is not a "
+                             "number") from None  # fmt: skip
+    if io_max is not None and io_max <= 0:
+        raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
     return JobOptions(
         log_dirs=args.log_dirs,
         topics=args.topics,
@@ -182,50 +212,106 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         report=args.report,
         ignore_broker_lock=args.ignore_broker_lock,
         kafka_config=kafka_config,
-        topic_config=_topic_config_file(args.topic_config) if args.topic_config else {},
+        topic_config=topic_config,
         tasks_per_core=args.tasks_per_core,
         read_mode=args.read_mode,
         write_mode=args.write_mode,
+        broker_config={k: v for k, v in broker.items() if k != IO_MAX_BYTES_PER_SECOND},
+        io_max_bytes_per_second=io_max if io_max is not None and io_max < 1.7e308 else None,  # Double.MAX
         log_format=args.log_format,
         metrics_file=args.metrics_file,
     )
 
 
-def _topic_config_file(path: str) -> dict[str, dict[str, object]]:
-    try:
-        return load_topic_config(path)
-    except OSError as exc:
-        raise UsageError(f"--topic-config {path}: {exc.strerror or exc}") from None
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise UsageError(f"--topic-config {path}: {exc}") from None
+# --- config files: --config (broker-wide) and --topic-config (per topic) ---------------------------
 
 
-def load_topic_config(path: str) -> dict[str, dict[str, object]]:
+def _config_files(args) -> tuple[dict[str, object], dict[str, object], dict[str, dict[str, object]]]:
+    """(broker defaults, job-wide topic values, per-topic overrides) from --config and --topic-config."""
+    broker: dict[str, object] = {}
+    job: dict[str, object] = {}
+    if args.config_file:
+        with open(args.config_file, encoding="utf-8") as fh:
+            text = fh.read()
+        if args.config_file.endswith(".json"):
+            entries = dict(json.loads(text))
+            nested = next((k for k, v in entries.items() if isinstance(v, dict)), None)
+            if nested is not None:
+                raise ConfigError(f"{args.config_file}: {nested!r} holds an object: "
+                                  "per-topic configs go in --topic-config")  # fmt: skip
+        else:
+            entries = {key: value for _, key, value in parse_properties(text, args.config_file)}
+        broker, job = split_job_config(entries, args.config_file)
+    topics: dict[str, dict[str, object]] = {}
+    if args.topic_config:
+        topic_broker, topics = load_topic_config(args.topic_config)
+        broker = {**broker, **topic_broker}
+    return broker, job, topics
+
+
+def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """(broker defaults, per-topic overrides) of a --topic-config file.
+
+    Per-topic entries are topic-level names; an entry that is a whole broker-level name (a JSON
+    top-level key with a plain value, or a `.properties` line `log.cleaner.delete.retention.ms=...`)
+    is a broker default for every topic.
+    """
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
-    if path.endswith(".json"):
+    if not path.endswith(".json"):
+        return parse_topic_properties(text, path)
+    try:
         data = json.loads(text)
-        if not isinstance(data, dict) or not all(isinstance(c, dict) for c in data.values()):
-            raise ValueError('expected a JSON object {"<topic>": {"<kafka config>": value}}')
-        return {topic: dict(cfg) for topic, cfg in data.items()}
-    return parse_topic_properties(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from None
+    broker_entries = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    broker, job = split_job_config(broker_entries, path)
+    if job or set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}:
+        name = next(iter(set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}))
+        raise ConfigError(f"{path}: {name!r} is neither a topic (an object of configs) nor a broker config")
+    topics = {topic: dict(cfg) for topic, cfg in data.items() if isinstance(cfg, dict)}
+    for topic, cfg in topics.items():
+        check_topic_config(topic, cfg, path)
+    return broker, topics
 
 
-def parse_topic_properties(text: str) -> dict[str, dict[str, object]]:
-    """`orders.cleanup.policy=compact` -> {"orders": {"cleanup.policy": "compact"}}.
+def parse_topic_properties(
+    text: str, source: str = "topic config",
+) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """`orders.cleanup.policy=compact` -> ({}, {"orders": {"cleanup.policy": "compact"}}).
 
-    Topic names may contain dots, so the config name is matched from the known Kafka names.
+    Topic names may contain dots, so the config name is matched from Kafka's topic config names
+    (longest first). A line whose whole key is a broker-level name (`log.segment.bytes=...`) is a
+    broker default; a topic literally named `log` is then written in the JSON form.
     """
-    names = sorted((name for _, name, _, _ in KAFKA_FLAGS), key=len, reverse=True)
+    from compaction.broker_config import TOPIC_CONFIGS
+
+    names = sorted(TOPIC_CONFIGS, key=len, reverse=True)
+    broker_entries: dict[str, object] = {}
     out: dict[str, dict[str, object]] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
+    for lineno, key, value in parse_properties(text, source):
+        if key in BROKER_TO_TOPIC or key == IO_MAX_BYTES_PER_SECOND:
+            broker_entries[key] = value
             continue
-        key, sep, value = line.partition("=")
-        match = next((n for n in names if key.strip().endswith("." + n)), None)
-        if not sep or match is None:
-            raise ValueError(f"topic config line {lineno}: expected <topic>.<kafka config>=<value>: {raw!r}")
-        topic = key.strip()[: -len(match) - 1]
-        out.setdefault(topic, {})[match] = value.strip()
-    return out
+        match = next((n for n in names if key.endswith("." + n)), None)
+        if match is None:
+            raise ConfigError(f"{source} line {lineno}: expected <topic>.<topic config>=<value> or a broker "
+                              f"config (log.cleaner.*, log.segment.bytes, ...): {key!r}")  # fmt: skip
+        out.setdefault(key[: -len(match) - 1], {})[match] = value
+    broker, _ = split_job_config(broker_entries, source)
+    return broker, out
+
+
+def _check_values(opts: JobOptions) -> None:
+    """Resolve every configured topic (and the job-wide defaults) once, so a bad value is a usage
+    error now, not a failure after Spark started."""
+    from compaction.plan import resolve_topic_config
+
+    for topic in [None, *opts.topic_config]:
+        try:
+            config = resolve_topic_config(opts.topic_config.get(topic) if topic else None,
+                                          {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
+            _check_policy(config.cleanup_policy)
+        except (ValueError, TypeError) as exc:
+            where = f"topic {topic!r}: " if topic else ""
+            raise ConfigError(f"{where}{exc}") from None

@@ -23,7 +23,9 @@ Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`
     LATEST    latest int64 per key id (a slice: `seq` is its first id)
     FOUND     id int32, latest int64
     PRODUCERS the columns of `rewrite.producer_batches`
-    STATS     seconds float64, cpu_seconds float64 (of the range's scan task)
+    STATS     seconds, cpu_seconds float64 (of the range's scan task), summary_bytes int64
+    EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
+              the driver's check across the partition (`rewrite.check_partition_epochs`)
     ERROR     the error text (utf-8), no Arrow
 """
 
@@ -40,12 +42,17 @@ from compaction.format.jit import njit as _njit
 from compaction.format.keyhash import key_hash
 from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan
+from compaction.log_structure import epoch_columns
 from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit, scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS = range(7)
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS, EPOCHS = range(8)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that no Spark row
 # or Arrow batch holds a range's whole key set.
 BLOCK_ROWS = 1 << 20
+# A range's keys are cut by hash into this many fine buckets; the driver, knowing the summaries'
+# size once every range is scanned, deals them into as many merge tasks as the merge's memory
+# bound asks for (`merge_buckets`), so a merge task never holds more than its share of keys.
+FINE_BUCKETS = 64
 
 
 class Block(NamedTuple):
@@ -72,8 +79,16 @@ def from_block(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
-def stats_block(range_id: int, seconds: float, cpu_seconds: float) -> Block:
-    return Block(range_id, STATS, -1, 0, to_block(seconds=[seconds], cpu_seconds=[cpu_seconds]))
+def stats_block(range_id: int, seconds: float, cpu_seconds: float, summary_bytes: int = 0) -> Block:
+    return Block(range_id, STATS, -1, 0, to_block(seconds=[seconds], cpu_seconds=[cpu_seconds],
+                                                  summary_bytes=[summary_bytes]))  # fmt: skip
+
+
+def merge_tasks(summary_bytes: int, cores: int, max_bytes: int) -> int:
+    """Merge tasks for `summary_bytes` of SUMMARY blocks: enough that each holds at most
+    `max_bytes` of them (its key table takes about as much again), at least one per core, at most
+    one per fine bucket."""
+    return max(1, min(FINE_BUCKETS, max(cores, -(-summary_bytes // max(1, max_bytes)))))
 
 
 def _column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
@@ -102,10 +117,11 @@ def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
 # --- 1. scan --------------------------------------------------------------------------------
 
 
-def scan_range(spec: GroupSpec, part: int, buckets: int) -> Iterator[Block]:
+def scan_range(spec: GroupSpec, part: int, buckets: int = FINE_BUCKETS) -> Iterator[Block]:
     """The blocks of one range (see the module docstring). `part` numbers the range's partition
     in the round: keys of different partitions never merge."""
-    pmap, producers = scan_partition([spec], keep_ids=True)
+    epochs: list = []
+    pmap, producers = scan_partition([spec], keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     gid = spec.group_id
     for i, seg in enumerate(spec.segments):
@@ -116,6 +132,7 @@ def scan_range(spec: GroupSpec, part: int, buckets: int) -> Iterator[Block]:
     for at in range(0, max(1, len(latest)), BLOCK_ROWS):
         yield Block(gid, LATEST, -1, at, to_block(latest=latest[at : at + BLOCK_ROWS]))
     yield from _summaries(gid, part, data, offs, latest, buckets)
+    yield Block(gid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs)))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
         yield Block(gid, PRODUCERS, -1, 0, to_block(**{n: headers.column(n).combine_chunks() for n in headers.column_names}))
@@ -198,6 +215,7 @@ class ShippedMap:
     gave each record (IDS) and the latest offset of each id (LATEST with FOUND applied)."""
 
     hashes_keys = False  # the rewrite's scan need not hash keys: ids come with the blocks
+    verified = True  # the range's scan checked the CRCs
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, int], np.ndarray] = {}

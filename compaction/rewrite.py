@@ -23,13 +23,24 @@ from typing import Protocol
 
 import numpy as np
 
+from compaction import throttle
+from compaction.discover import read_small
 from compaction.errors import CorruptRecordError
+from compaction.format.checkpoint import parse_leader_epoch_checkpoint
 from compaction.format import batch as fb
 from compaction.format import naming, rebuild
-from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
+from compaction.format.index import AbortedTxn, build_indexes, read_offset_index, read_time_index, write_txn_index
 from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan, scan_batches, scan_segment
 from compaction.format.sidepack import pack_side
+from compaction.log_structure import (
+    SegmentEpochs,
+    check_index_entries,
+    check_leader_epochs,
+    check_segment_offsets,
+    check_time_index_entries,
+    segment_epochs,
+)
 from compaction.retention import (
     BatchOutput,
     BatchRetention,
@@ -52,6 +63,9 @@ class SourceSegment:
     base_offset: int
     size: int
     mtime_ns: int
+    # The base offset of the partition's next segment (None: the last one, or not known): this
+    # segment's offsets must stay below it (log_structure.py).
+    next_base_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,7 @@ class GroupSpec:
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
     read_mode: str = "direct"  # segment_io.READ_MODES: how source segments are read (--read-mode)
     write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
+    leader_epoch_checkpoint: str | None = None  # its path, when the partition dir holds one
 
     @property
     def new_base(self) -> int:
@@ -112,12 +127,46 @@ def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
 
 
 def _read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None,
-                  hash_keys: bool = True) -> SegmentScan:  # fmt: skip
+                  hash_keys: bool = True, epochs: list[SegmentEpochs] | None = None,
+                  verify_crc: bool = True) -> SegmentScan:  # fmt: skip
+    """The checked scan of a source segment; `epochs` (if given) receives its leader-epoch runs
+    for `check_partition_epochs`. `verify_crc=False` only for a segment this round's scan has
+    verified already (its size is checked again)."""
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path, hash_keys=hash_keys)
+    scan = scan_segment(data, path, hash_keys=hash_keys, verify_crc=verify_crc)
     _check_batch_sizes(spec, path, scan.batches)
+    check_structure(spec, seg, path, scan.batches, epochs)
     return scan
+
+
+def check_structure(spec: GroupSpec, seg: SourceSegment, path: str, batches,
+                    epochs: list[SegmentEpochs] | None = None) -> None:  # fmt: skip
+    """The segment's place in its log (log_structure.py): its offsets against its base, each
+    other and the next segment's base, and its `.index` entries against its batches (the index
+    is read here: a missing one is rebuilt by the driver before a round). Raises
+    `LogStructureError`."""
+    nxt = seg.next_base_offset
+    check_segment_offsets(path, seg.base_offset, batches, nxt, None if nxt is None else spec.segment_path(nxt))
+    base = seg.base_offset
+    for suffix, read, check in ((".index", read_offset_index, check_index_entries),
+                                (".timeindex", read_time_index, check_time_index_entries)):  # fmt: skip
+        index_path = spec.segment_path(base, suffix)
+        try:
+            data = read_small(spec.storage, index_path)  # plain os calls on a local disk
+        except FileNotFoundError:
+            continue
+        check(index_path, path, base, read(data, base), batches)
+    if epochs is not None:
+        epochs.append(segment_epochs(path, seg.base_offset, batches))
+
+
+def check_partition_epochs(specs: list[GroupSpec], epochs: list[SegmentEpochs]) -> None:
+    """Leader epochs of all the partition's segments (`epochs`, from its scan) in order, and
+    consistent with its `leader-epoch-checkpoint` when it has one (LogStructureError)."""
+    path = specs[0].leader_epoch_checkpoint if specs else None
+    entries = parse_leader_epoch_checkpoint(specs[0].storage.read_bytes(path), path) if path else None
+    check_leader_epochs(epochs, entries, path or "leader-epoch-checkpoint")
 
 
 def aborted_batches(scan: SegmentScan, aborted: tuple[AbortedTxn, ...]) -> np.ndarray:
@@ -241,16 +290,22 @@ def map_masks(spec: GroupSpec, scan: SegmentScan) -> tuple[np.ndarray, np.ndarra
     return control[rec.batch_index], usable, dirty
 
 
-def segment_producers(spec: GroupSpec, base_offset: int) -> dict[str, np.ndarray]:
+def segment_producers(spec: GroupSpec, base_offset: int,
+                      epochs: list[SegmentEpochs] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """Producer batch headers of a segment read for producer state only (above the cleanable
-    range; the active one may end in a partial batch after a broker crash: not our business)."""
-    data = spec.storage.read_bytes(spec.segment_path(base_offset))
-    return producer_batches(scan_batches(np.frombuffer(data, dtype=np.uint8)))
+    range; the active one may end in a partial batch after a broker crash: not our business).
+    Its place in the log is checked as a source segment's is (`check_structure`)."""
+    path = spec.segment_path(base_offset)
+    cols = scan_batches(np.frombuffer(spec.storage.read_bytes(path), dtype=np.uint8))
+    seg = next((s for s in spec.tail_segments if s.base_offset == base_offset), None)
+    if seg is not None:
+        check_structure(spec, seg, path, cols, epochs)
+    return producer_batches(cols)
 
 
-def tail_producers(spec: GroupSpec) -> list[dict[str, np.ndarray]]:
+def tail_producers(spec: GroupSpec, epochs: list[SegmentEpochs] | None = None) -> list[dict[str, np.ndarray]]:
     """Producer batch headers of the group's `tail_segments`."""
-    return [segment_producers(spec, seg.base_offset) for seg in spec.tail_segments]
+    return [segment_producers(spec, seg.base_offset, epochs) for seg in spec.tail_segments]
 
 
 class PartitionMap:
@@ -259,6 +314,7 @@ class PartitionMap:
     the rewrite are kept too, so those records are not hashed a second time."""
 
     hashes_keys = True  # the segments it did not keep are looked up by key
+    verified = True  # scan_partition read every segment first
 
     def __init__(self, expected_keys: int = 0) -> None:
         self.table = KeyTable(expected_keys)
@@ -303,9 +359,11 @@ def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegmen
 
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
-                   keep_ids: bool = False) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
+                   keep_ids: bool = False, epochs: list[SegmentEpochs] | None = None,
+                   ) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
-    producer batch headers (including those of the tail segments).
+    producer batch headers (including those of the tail segments). Every segment's place in the
+    log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
 
     Newest segment first: once a segment is added, the latest offset of each of its keys is
     final (any later record of the key was added before it; earlier ones have lower offsets), so
@@ -318,7 +376,7 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     headers = []
     with _read_ahead(specs, todo) as ahead:
         for i, (spec, seg) in enumerate(todo):
-            scan = _read_segment(spec, seg, ahead.get(i))
+            scan = _read_segment(spec, seg, ahead.get(i), epochs=epochs)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
             if keep_ids:
@@ -330,7 +388,7 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
                     pmap.keep_ids(spec, seg, ids)
                 del packed
             del scan  # its bytes' buffer is free for the read after next: two buffers in use, not three
-    return pmap, [p for spec in specs for p in tail_producers(spec)] + headers[::-1]
+    return pmap, [p for spec in specs for p in tail_producers(spec, epochs)] + headers[::-1]
 
 
 def producer_batches(scan_batches_cols, start: int = 0, end: int | None = None) -> dict[str, np.ndarray]:
@@ -355,9 +413,12 @@ class OffsetMap(Protocol):
     """What the rewrite asks of the offset map: for every record of a segment, the latest offset
     of its key (`found`; -1 when the key is absent from the map or the record has no key).
     `keep_records` keeps a keyed record below the bound iff its offset >= found. `hashes_keys`:
-    whether `found` reads the scan's key hashes (a rewrite's scan then hashes the keys)."""
+    whether `found` reads the scan's key hashes (a rewrite's scan then hashes the keys);
+    `verified`: this round's scan checked every segment's CRCs before the map was built (the
+    rewrite's scan then does not again)."""
 
     hashes_keys: bool
+    verified: bool
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray: ...
 
@@ -474,6 +535,7 @@ class _LogWriter:
 
     def flush(self) -> None:
         chunks, self._pending, self._pending_bytes = self._pending, [], 0
+        throttle.acquire(sum(len(c) for c in chunks))  # --io-max-bytes-per-second
         for c in chunks:
             self._file.write(c)
 
@@ -673,7 +735,7 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     read ahead) or read now."""
     out.open(spec)
     if scan is None:
-        scan = _read_segment(spec, seg, data, offset_map.hashes_keys)
+        scan = _read_segment(spec, seg, data, offset_map.hashes_keys, verify_crc=not offset_map.verified)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)

@@ -16,11 +16,13 @@ import time
 
 from compaction import logs
 from compaction import report as rpt
+from compaction import throttle
 from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.discover import (
     CLEANER_CHECKPOINT,
     LogDirState,
     PartitionDir,
+    audit_structure,
     check_listing,
     first_batch_timestamp,
     gc_paused,
@@ -51,6 +53,7 @@ from compaction.plan import (
 from compaction.preflight import check_round
 from compaction.progress import Reporter
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.s3 import redact_uri
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
 
 log = logging.getLogger("compaction")
@@ -172,7 +175,8 @@ def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
 def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec]:
     plan, part, ld = p.plan, p.part, p.log_dir
     by_base = {s.base_offset: s for s in part.segments}
-    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns)  # noqa: E731
+    after = {a.base_offset: b.base_offset for a, b in zip(part.segments, part.segments[1:])}
+    src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns, after.get(s.base_offset))  # noqa: E731
     tail = tuple(src(s) for s in part.segments if s.base_offset >= plan.first_uncleanable_offset)
     aborted = _aborted_txns(ld.storage, part)
     specs = []
@@ -196,6 +200,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 max_message_bytes=config.max_message_bytes,
                 read_mode=opts.read_mode,
                 write_mode=opts.write_mode,
+                leader_epoch_checkpoint=part.leader_epoch_checkpoint,
             )
         )
     return specs
@@ -208,7 +213,8 @@ def _plan_one(
     (after `validate_contents` has read its index files; otherwise those checks run in the
     partition's task, or on the driver for a dry run). A skipped partition is read no further than
     its plan needs (`_partition_state`), so a damaged file in it is not seen: it is left as found."""
-    result = rpt.PartitionResult(part.topic, part.partition, ld.uri, segmentsBefore=len(part.segments))
+    result = rpt.PartitionResult(part.topic, part.partition, redact_uri(ld.uri),  # no credentials in the report
+                                 segmentsBefore=len(part.segments))  # fmt: skip
     p = Planned(ld, part, result)
     try:
         check_listing(part)
@@ -229,6 +235,8 @@ def _plan_one(
                 # 10,000 partitions' indexes are not read one by one here. A dry run reports
                 # damage without tasks; a missing index is rebuilt only in a partition found sound.
                 validate_contents(ld.storage, part)
+            if opts.dry_run:  # how the segments fit together, as far as their first batches show
+                audit_structure(ld.storage, part)
             if missing and not opts.recover_only:
                 # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in
                 # a partition this run cleans (a skipped partition is left exactly as found).
@@ -311,6 +319,8 @@ def _spark_session(opts: JobOptions):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("kafka-offline-compaction")
+    if opts.io_max_bytes_per_second is not None:  # the executors' segment I/O throttle (throttle.py)
+        builder = builder.config(f"spark.executorEnv.{throttle.RATE_ENV}", repr(opts.io_max_bytes_per_second))
     if "SPARK_MASTER" in os.environ and not os.environ.get("SPARK_HOME_SUBMITTED"):
         builder = builder.master(os.environ["SPARK_MASTER"])
     spark = builder.getOrCreate()
@@ -379,14 +389,14 @@ class _SparkStarter:
 # `spark.kafka.compaction.partitionTaskMaxBytes`; 1 GiB (one default segment group) bounds what a
 # whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
-# Merge buckets: about one per this many bytes of ranged partitions, at least one per core, so a
-# bucket's keys (~40 B each in the merge) stay far below a task's memory.
-BUCKET_BYTES = 512 << 20
+# What one merge task of the ranges' key summaries holds at most (its key table takes about as
+# much again): Spark conf `spark.kafka.compaction.mergeTaskMaxBytes`.
+MERGE_TASK_MAX_BYTES = 256 << 20
 
 
-def _partition_task_max_bytes(spark) -> int:
-    value = spark.conf.get("spark.kafka.compaction.partitionTaskMaxBytes", None)
-    return PARTITION_TASK_MAX_BYTES if value in (None, "") else int(value)
+def _conf_bytes(spark, name: str, default: int) -> int:
+    value = spark.conf.get(f"spark.kafka.compaction.{name}", None)
+    return default if value in (None, "") else int(value)
 
 
 def _partition_bytes(p: Planned) -> int:
@@ -404,7 +414,7 @@ def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int)
 def _cut(spark, todo: list[Planned]) -> list[bool]:
     sizes = [_partition_bytes(p) for p in todo]
     return cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
-                           _partition_task_max_bytes(spark))  # fmt: skip
+                           _conf_bytes(spark, "partitionTaskMaxBytes", PARTITION_TASK_MAX_BYTES))  # fmt: skip
 
 
 def _run_stages(
@@ -480,44 +490,69 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
 
     sc = spark.sparkContext
     cores = sc.defaultParallelism
-    buckets = max(cores, sum(_partition_bytes(p) for p in todo) // BUCKET_BYTES)
     range_specs = [(s, n, k == 0) for n, p in enumerate(todo) for k, s in enumerate(p.specs)]
-    shuffle = max(buckets, len(range_specs))
-    bucket_slots = [slot for _, slot in st.unit_slots(list(range(buckets)), shuffle)]
-    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     t = time.monotonic()
     sc.setJobGroup("scan", f"scan {len(range_specs)} ranges: key summaries, key ids, producer batches")
-    table = sc.broadcast({i: (s, n, bucket_slots, v) for i, (s, n, v) in enumerate(range_specs)})
+    table = sc.broadcast(dict(enumerate(range_specs)))
     # DISK_ONLY: blocks are read once more, by the second job; on the heap they would compete
     # with the shuffle for the executors' memory.
     blocks = st.scan_ranges(st.task_ids_frame(spark, len(range_specs)), table).persist(StorageLevel.DISK_ONLY)
     errors: dict[int, str] = {}
     headers: dict[int, list] = {}
+    epochs: dict[int, list] = {}
+    summary_bytes = 0
     for row in st.side_blocks(blocks).collect():
         if row.kind == ranges.ERROR:
             errors.setdefault(row.range_id, bytes(row.data).decode())
+        elif row.kind == ranges.EPOCHS:
+            epochs.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
         elif row.kind == ranges.STATS:
             stats = ranges.from_block(bytes(row.data)).to_pylist()[0]
             _add(timings, taskScanSeconds=stats["seconds"], taskCpuSeconds=stats["cpu_seconds"])
+            summary_bytes += stats["summary_bytes"]
         else:
             headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
     timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
+    _check_epochs(todo, epochs, errors)
     results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
     replan: dict[int, int] = {}
     units = _units(todo, headers, errors, replan)
     if units:
         t = time.monotonic()
-        sc.setJobGroup("rewrite", "merge the key summaries per bucket, rewrite each unit")
+        merges = ranges.merge_tasks(summary_bytes, cores, _conf_bytes(spark, "mergeTaskMaxBytes", MERGE_TASK_MAX_BYTES))
+        shuffle = max(merges, len(units))
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
+        sc.setJobGroup("rewrite", f"merge the key summaries in {merges} tasks, rewrite {len(units)} units")
+        deal = spark.createDataFrame(st.deal_buckets(merges, shuffle), "bucket int, slot int")
         slot_of = dict(st.unit_slots(sorted(units), shuffle))
         slots = spark.createDataFrame([(s.group_id, uid, slot_of[uid]) for uid, unit in units.items() for s in unit],
                                       "range_id int, unit_id int, slot int")  # fmt: skip
-        rows = st.rewrite_units(st.merge_buckets(blocks), blocks, slots, sc.broadcast(units)).collect()
+        rows = st.rewrite_units(st.merge_buckets(blocks, deal), blocks, slots, sc.broadcast(units)).collect()
         for row in rows:
             results[row.group_id] = row.asDict()
             _add(timings, taskRewriteSeconds=row.seconds or 0.0, taskCpuSeconds=row.cpu_seconds or 0.0)
         timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
     blocks.unpersist()
     return results, replan
+
+
+def _check_epochs(todo: list[Planned], epochs: dict[int, list], errors: dict[int, str]) -> None:
+    """Leader epochs across each partition's ranges (`rewrite.check_partition_epochs`, as a
+    whole-partition task checks them), from their EPOCHS blocks; a violation fails the partition
+    (in `errors`, under its first range) before anything is written."""
+    from compaction.log_structure import epochs_from_columns
+    from compaction.rewrite import check_partition_epochs
+
+    for p in todo:
+        if any(s.group_id in errors for s in p.specs):
+            continue
+        spec = p.specs[0]
+        cols = [{n: b.column(n).to_numpy() for n in b.schema.names} for s in p.specs for b in epochs.get(s.group_id, ())]
+        runs = [e for c in cols for e in epochs_from_columns(c, spec.segment_path)]
+        try:
+            check_partition_epochs(p.specs, runs)
+        except (CompactionError, OSError) as exc:
+            errors[spec.group_id] = str(exc)
 
 
 def _add(timings: dict[str, float], **seconds: float) -> None:
@@ -700,7 +735,10 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
 
 
 def _args_echo(opts: JobOptions) -> dict:
-    return {k: v for k, v in dataclasses.asdict(opts).items()}
+    args = dataclasses.asdict(opts)
+    args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
+    args["report"] = opts.report and redact_uri(opts.report)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

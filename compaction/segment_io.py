@@ -40,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from compaction import throttle
 from compaction.buffers import ALIGN, POOL
 from compaction.storage import Storage
 
@@ -59,12 +60,15 @@ def direct_min_bytes() -> int:
 def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.ndarray:
     """The whole file as a read-only uint8 array (see the module docstring for `mode`)."""
     if not storage.is_local:
-        return np.frombuffer(storage.read_bytes(path), dtype=np.uint8)
+        data = storage.read_bytes(path)
+        throttle.acquire(len(data))  # --io-max-bytes-per-second (throttle.py): told after the one request
+        return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
     if mode == "direct" and _O_DIRECT and size >= direct_min_bytes():
         data = _read_direct(path, size)
         if data is not None:
             return data
+    throttle.acquire(size)  # MAP_POPULATE reads it all now
     return _map(path, size)
 
 
@@ -113,6 +117,7 @@ def _read_direct(path: str, size: int) -> np.ndarray | None:
                 raise
             if n <= 0:
                 break
+            throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
             got += n
     finally:
         os.close(fd)
@@ -212,6 +217,7 @@ class SegmentWriter:
             self._spare = done.result()  # raises the writer thread's error here
 
     def _write_at(self, buf: np.ndarray, n: int, offset: int) -> np.ndarray:
+        throttle.acquire(n)
         fd, view, done = self._file.fileno(), memoryview(buf), 0
         while done < n:
             try:

@@ -81,10 +81,9 @@ def _blocks_of(table: pa.Table) -> list[ranges.Block]:
 
 
 def scan_ranges(tasks: DataFrame, table) -> DataFrame:
-    """Per range: its blocks (ranges.scan_range). `table` is a broadcast of {task_id: (GroupSpec,
-    partition number, bucket slots, validate)}: `bucket slots` maps a bucket to the value its
-    rows carry (see `unit_slots`); `validate`: the partition's index checks run in this task (its
-    first range's)."""
+    """Per range: its blocks (ranges.scan_range; SUMMARY blocks carry their fine bucket). `table`
+    is a broadcast of {task_id: (GroupSpec, partition number, validate)}; `validate`: the
+    partition's index checks run in this task (its first range's)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from compaction.buffers import keep_freed_heap
@@ -95,19 +94,20 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
         keep_zip_directories()
         for batch in batches:
             for tid in batch.column("task_id").to_pylist():
-                spec, part, slots, validate = table.value[tid]
+                spec, part, validate = table.value[tid]
                 started, cpu = time.monotonic(), time.process_time()
                 try:
                     if validate:
                         validate_partition_path(spec.storage, spec.part_path)
-                    pending = []
-                    for b in ranges.scan_range(spec, part, len(slots)):
-                        pending.append(b._replace(bucket=slots[b.bucket]) if b.kind == ranges.SUMMARY else b)
+                    pending, summary = [], 0
+                    for b in ranges.scan_range(spec, part):
+                        pending.append(b)
+                        summary += len(b.data) if b.kind == ranges.SUMMARY else 0
                         if len(pending) >= 16:
                             yield _block_batch(pending)
                             pending = []
                     pending.append(ranges.stats_block(spec.group_id, time.monotonic() - started,
-                                                      time.process_time() - cpu))  # fmt: skip
+                                                      time.process_time() - cpu, summary))  # fmt: skip
                     yield _block_batch(pending)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     yield _block_batch([ranges.Block(spec.group_id, ranges.ERROR, -1, 0, _error_text(exc).encode())])
@@ -116,18 +116,27 @@ def scan_ranges(tasks: DataFrame, table) -> DataFrame:
 
 
 def side_blocks(blocks: DataFrame) -> DataFrame:
-    """PRODUCERS, STATS and ERROR blocks (a few per range), for the driver."""
-    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.ERROR))
+    """PRODUCERS, STATS, EPOCHS and ERROR blocks (a few per range), for the driver."""
+    return blocks.where(F.col("kind").isin(ranges.PRODUCERS, ranges.STATS, ranges.EPOCHS, ranges.ERROR))
 
 
-def merge_buckets(blocks: DataFrame) -> DataFrame:
-    """FOUND blocks: each bucket's SUMMARY blocks merged (ranges.merge_bucket)."""
+def merge_buckets(blocks: DataFrame, deal: DataFrame) -> DataFrame:
+    """FOUND blocks: the SUMMARY blocks of each merge task merged (ranges.merge_bucket). `deal`
+    (bucket, slot) deals the fine buckets to merge tasks: one `slot` per task (`unit_slots`)."""
 
     def run(table: pa.Table) -> pa.Table:
-        rows = [(b.range_id, b.data) for b in _blocks_of(table)]
+        rows = [(b.range_id, b.data) for b in _blocks_of(table.drop_columns(["slot"]))]
         return pa.Table.from_batches([_block_batch(list(ranges.merge_bucket(rows)))])
 
-    return blocks.where(F.col("kind") == ranges.SUMMARY).groupBy("bucket").applyInArrow(run, BLOCK_SCHEMA)
+    summaries = blocks.where(F.col("kind") == ranges.SUMMARY).join(F.broadcast(deal), "bucket", "inner")
+    return summaries.select(*BLOCK_SCHEMA.names, "slot").groupBy("slot").applyInArrow(run, BLOCK_SCHEMA)
+
+
+def deal_buckets(tasks: int, partitions: int) -> list[tuple[int, int]]:
+    """(fine bucket, slot): the fine buckets dealt round robin to `tasks` merge tasks, each task's
+    slot landing in its own one of `partitions` shuffle partitions."""
+    slot = dict(unit_slots(list(range(tasks)), partitions))
+    return [(b, slot[b % tasks]) for b in range(ranges.FINE_BUCKETS)]
 
 
 def rewrite_units(found: DataFrame, blocks: DataFrame, slots: DataFrame, units) -> DataFrame:
@@ -226,7 +235,7 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.buffers import keep_freed_heap
     from compaction.discover import validate_partition_path
     from compaction.pyworker import keep_zip_directories
-    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, scan_partition
+    from compaction.rewrite import SCAN_REUSE_MAX_BYTES, ScanCache, check_partition_epochs, scan_partition
 
     keep_freed_heap()
     keep_zip_directories()
@@ -239,7 +248,9 @@ def compact_partition(specs: list) -> list[dict]:
     # up to this many bytes of decompressed records + columns per task; the rest is read again.
     reuse = int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
     cache = ScanCache(reuse) if reuse > 0 else None
-    pmap, producers = scan_partition(specs, cache)
+    epochs: list = []  # leader-epoch runs per segment: checked before anything is written
+    pmap, producers = scan_partition(specs, cache, epochs=epochs)
+    check_partition_epochs(specs, epochs)
     state = ranges.producer_state(producers)
     scanned = time.monotonic()
     if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:

@@ -34,6 +34,7 @@ import pyarrow.fs as pafs
 
 from compaction.errors import CompactionError
 from compaction.faults import crash_point
+from compaction.s3 import ObjectDeleter, base_s3, redact_uri
 
 COMPACTION_LOCK_FILE = ".compaction.lock"
 KAFKA_LOCK_FILE = ".lock"  # LogManager.LockFileName
@@ -68,6 +69,7 @@ class Storage:
             filesystem = pafs.LocalFileSystem()
         self._fs = filesystem
         self._uri = uri  # rebuilds the filesystem after unpickling when set
+        self._deleter: ObjectDeleter | None = None  # S3: deletes without directory markers (s3.py)
 
     # --- construction and pickling ---------------------------------------------------------
 
@@ -97,9 +99,10 @@ class Storage:
     def __setstate__(self, state: dict) -> None:
         self._uri = state["uri"]
         self._fs = state["fs"]
+        self._deleter = None
 
     def __repr__(self) -> str:
-        return f"Storage({self._uri or self.fs.type_name})"
+        return f"Storage({redact_uri(self._uri) if self._uri else self.fs.type_name})"
 
     # --- capabilities ---------------------------------------------------------------------
 
@@ -227,14 +230,42 @@ class Storage:
             return
         if self._base_type == "hdfs" and self.exists(dst):
             self.fs.delete_file(dst)
-        self.fs.move(src, dst)
+        deleter = self._s3_deleter()
+        if deleter is None:
+            self.fs.move(src, dst)
+            return
+        self.fs.copy_file(src, dst)  # what pyarrow's move does, without its parent marker
+        deleter.delete(self._s3_path(src))
 
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
+        deleter = self._s3_deleter()
+        if deleter is not None:
+            if not missing_ok and not self.exists(path):
+                raise FileNotFoundError(path)
+            deleter.delete(self._s3_path(path))
+            return
         try:
             self.fs.delete_file(path)
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+    def _s3_deleter(self) -> ObjectDeleter | None:
+        """On S3, the boto3 deleter that leaves no directory marker behind (s3.py); else None.
+        An assumed role (`role_arn`) stays with pyarrow, which alone knows its session."""
+        if self._deleter is None and self._base_type == "s3":
+            s3fs = base_s3(self.fs)
+            if s3fs is not None and not s3fs.__reduce__()[1][0].get("role_arn"):
+                self._deleter = ObjectDeleter(s3fs)
+        return self._deleter
+
+    def _s3_path(self, path: str) -> str:
+        """`bucket/key` of `path` on the base S3 filesystem (a SubTreeFileSystem prefixes it)."""
+        filesystem = self.fs
+        while isinstance(filesystem, pafs.SubTreeFileSystem):
+            path = posixpath.join(filesystem.base_path.rstrip("/"), path.lstrip("/"))
+            filesystem = filesystem.base_fs
+        return path
 
     def mkdir(self, path: str) -> None:
         self.fs.create_dir(path, recursive=True)

@@ -76,6 +76,7 @@ class KeyLookup:
     """The map as parallel arrays (an `OffsetMap`): distinct keys and their latest offsets."""
 
     hashes_keys = False  # looks keys up by their bytes (scan.keys_arrow)
+    verified = False  # nothing scanned the segments before the rewrite
 
     def __init__(self, keys: pa.Array, latest: np.ndarray) -> None:
         self.keys, self.latest = keys, latest

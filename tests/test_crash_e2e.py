@@ -28,6 +28,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 NOW = 1_800_000_000_000
 # A step with ":2" crashes in the second partition's commit (the first one is then committed).
 STEPS = ["rewrite", "cleaned", "intent", "swap:2", "deleted", "renamed:2", "checkpoint", "checkpointed"]
+# The same steps with every partition cut into ranges (scan, merge and rewrite as Spark stages).
+RANGES = ("--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0")
+RANGE_STEPS = ["rewrite", "cleaned:2"]
 
 
 def _make(root: str, tag: str, seed: int) -> tuple[str, dict]:
@@ -39,12 +42,12 @@ def _make(root: str, tag: str, seed: int) -> tuple[str, dict]:
     return log_dir, {"before": before, "expected": expected}
 
 
-def _crash_run(log_dir: str, env: dict | None, kill_after: float | None = None) -> dict:
+def _crash_run(log_dir: str, env: dict | None, kill_after: float | None = None, args: tuple = ()) -> dict:
     """One spark-submit; killed (whole session, SIGKILL) at the crash mark or after `kill_after` s."""
     mark = log_dir.rstrip("/") + ".crashed"
     env = {**(env or {}), "COMPACTION_CRASH_MARK": mark}
     started = time.monotonic()
-    proc = start_submit([log_dir], log_dir + ".report.json", "--now-ms", str(NOW), env=env)
+    proc = start_submit([log_dir], log_dir + ".report.json", "--now-ms", str(NOW), *args, env=env)
     killed = False
     while proc.poll() is None:
         if os.path.exists(mark) or (kill_after is not None and time.monotonic() - started >= kill_after):
@@ -100,6 +103,12 @@ def test_sigkill_at_every_commit_step_then_rerun(tmp_path):
         log_dir, info = _make(root, f"s{i}", seed=100 + i)
         runs[step] = _crash_run(log_dir, {"COMPACTION_CRASH_AT": step})
         assert runs[step]["marked"] and runs[step]["killed"], (step, runs[step])
+        _check_after_recovery(log_dir, info)
+        dirs[log_dir] = info
+    for i, step in enumerate(RANGE_STEPS):
+        log_dir, info = _make(root, f"g{i}", seed=300 + i)
+        runs[f"ranges {step}"] = run = _crash_run(log_dir, {"COMPACTION_CRASH_AT": step}, args=RANGES)
+        assert run["marked"] and run["killed"], (step, run)
         _check_after_recovery(log_dir, info)
         dirs[log_dir] = info
     final = _finish_and_check(root, dirs)

@@ -134,8 +134,9 @@ def test_out_of_range_options_are_usage_errors(args, message):
 def test_a_malformed_topic_config_is_a_usage_error_naming_the_file(tmp_path):
     bad = tmp_path / "topics.properties"
     bad.write_text("orders.cleanup.policy=compact\nnot a config line\n")
-    with pytest.raises(UsageError, match=rf"--topic-config {bad}: topic config line 2"):
+    with pytest.raises(UsageError) as err:
         parse_unchecked(["--log-dir", "d", "--topic-config", str(bad)])
+    assert str(err.value).startswith(f"{bad} line 2: ")
     with pytest.raises(UsageError, match="No such file"):
         parse_unchecked(["--log-dir", "d", "--topic-config", str(tmp_path / "missing.json")])
 

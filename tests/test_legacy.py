@@ -11,7 +11,7 @@ from compaction.errors import CorruptRecordError, CrcMismatchError, UnsupportedC
 from compaction.format import compression
 from compaction.format.batch import LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, Record
 from compaction.format.crc import crc32
-from compaction.format.legacy import LegacyBatch, build_legacy_message_set, encode_message
+from compaction.format.legacy import build_legacy_message_set, encode_message
 from compaction.format.segment import iter_batches
 
 kafka_python_shims.install()

@@ -67,7 +67,7 @@ USAGE_ERRORS = [
     ("regex", ["--log-dir", "{log}", "--topics", "orders("], ["--topics", "not a regular expression"]),
     ("ratio", ["--log-dir", "{log}", "--min-cleanable-dirty-ratio", "5"], ["min.cleanable.dirty.ratio=5.0"]),
     ("config-line", ["--log-dir", "{log}", "--topic-config", "{root}/bad.properties"],
-     ["--topic-config", "line 1"]),
+     ["{root}/bad.properties line 1: "]),
     ("report-dir", ["--log-dir", "{log}", "--report", "{root}/no/such/dir/r.json"],
      ["--report", "does not exist"]),
     ("unknown-flag", ["--log-dir", "{log}", "--frobnicate"], ["unrecognized arguments: --frobnicate"]),

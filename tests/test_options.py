@@ -28,10 +28,10 @@ def test_now_ms_defaults_to_the_wall_clock_and_can_be_pinned():
 
 def test_topic_properties_handle_dotted_topic_names():
     text = "# comment\nmy.topic.cleanup.policy=delete\nmy.topic.delete.retention.ms = 10\nother.segment.bytes=2048\n"
-    assert parse_topic_properties(text) == {
+    assert parse_topic_properties(text) == ({}, {
         "my.topic": {"cleanup.policy": "delete", "delete.retention.ms": "10"},
         "other": {"segment.bytes": "2048"},
-    }
+    })  # fmt: skip
 
 
 @pytest.mark.parametrize("line", ["no-equals-sign", "topic.unknown.config=1"])
