@@ -1,7 +1,9 @@
 """`python -m compaction <command>` (also the `kafka-compaction` console script).
 
 Each command lives in its own module exposing `add_arguments(parser)` and `run(args) -> int`;
-adding a command is one line in COMMANDS. Modules are imported only when their command runs
+adding a command is one line in COMMANDS. `compact` (the launcher) takes its command line as is,
+Spark's options included: its module exposes `main(argv, prog)`. Modules are imported only when
+their command runs
 or when the parser is built, and keep their heavy imports (numba kernels, pyspark) inside
 functions, so `--help` stays fast.
 """
@@ -15,16 +17,27 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "compact": ("compaction.launcher", "run one compaction round with spark-submit (see compact --help)"),
     "dump": ("compaction.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
     "generate": ("compaction.generator", "write a synthetic broker-like Kafka log dir"),
 }
 
 
+# Commands whose arguments are not argparse's to parse (the launcher passes Spark's through).
+PASSTHROUGH = {"compact"}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m compaction",
+    from compaction.options import VERSION
+
+    parser = argparse.ArgumentParser(prog="kafka-compaction",
                                      description="Offline Kafka log compaction tools.")
+    parser.add_argument("--version", action="version", version=VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
+        if name in PASSTHROUGH:
+            commands.add_parser(name, help=help_text, add_help=False)
+            continue
         module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text),
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        return module.main(argv[1:], prog=f"kafka-compaction {argv[0]}")
     args = build_parser().parse_args(argv)
     try:
         return args._run(args)

@@ -94,3 +94,8 @@ class CheckpointError(KafkaFormatError):
         self.line = line
         text = message if line is None else f"line {line}: {message}"
         super().__init__(text, **where)
+
+
+class UsageError(CompactionError):
+    """The command line or the environment cannot run a round: a missing or non-Kafka dir, a bad
+    option value, no Java. Found before anything is written; the message says how to fix it."""

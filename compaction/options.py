@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 
+from compaction import __version__
 from compaction.broker_config import (
     BROKER_TO_TOPIC,
     IO_MAX_BYTES_PER_SECOND,
@@ -23,6 +25,7 @@ from compaction.broker_config import (
     parse_properties,
     split_job_config,
 )
+from compaction.errors import UsageError
 from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 
 LONG_MAX = 2**63 - 1
@@ -60,17 +63,36 @@ class JobOptions:
     # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
     broker_config: dict[str, object] = field(default_factory=dict)
     io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
+    log_format: str = "text"
+    metrics_file: str | None = None
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
         return {**self.broker_config, **self.kafka_config, **self.topic_config.get(topic, {})}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="spark-submit.sh",
+# --- usage errors: one line, exit 2 ---------------------------------------------------------------
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line that names the fix (`--help`), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+VERSION = f"kafka-offline-compaction {__version__}"
+LOG_FORMATS = ("text", "json")
+
+
+def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=prog,
         description="Offline Kafka log compaction: one LogCleaner round over every eligible partition.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
                    help="a Kafka log dir (local path, file://, s3://, hdfs://, gs://); repeatable")
     p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
@@ -98,18 +120,75 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how executors write cleaned segments on a local disk: direct (O_DIRECT from reused "
                         "staging buffers, bypassing the page cache; the default, falls back where refused) or "
                         "buffered (through the page cache)")  # fmt: skip
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                   help="the driver's log lines: text, or json (one object a line, for log shippers)")
+    p.add_argument("--metrics-file", metavar="PATH",
+                   help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
+                        "(node_exporter's textfile collector: PATH ending in .prom in its "
+                        "directory)")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> JobOptions:
-    args = build_parser().parse_args(argv)
+def parse_args(argv: list[str] | None = None, prog: str = "spark-submit.sh") -> JobOptions:
+    """The job's options, checked (`check_options`): a usage error exits 2 with one line."""
+    try:
+        return check_options(parse_unchecked(argv, prog))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def check_options(opts: JobOptions) -> JobOptions:
+    """Raise `UsageError` for a value the round would only trip over later: a bad `--topics`
+    regex, a Kafka config out of Kafka's range (job-wide, broker-wide or per topic). No file is
+    touched."""
+    if opts.topics is not None:
+        try:
+            re.compile(opts.topics)
+        except re.error as exc:
+            raise UsageError(f"--topics {opts.topics!r}: not a regular expression ({exc}); "
+                             "e.g. 'orders|payments'") from None
+    if opts.tasks_per_core < 1:
+        raise UsageError(f"--tasks-per-core {opts.tasks_per_core}: must be at least 1")
+    if opts.now_ms < 0:
+        raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
+    try:
+        _check_values(opts)
+    except ConfigError as exc:
+        raise UsageError(f"{_flag_of(exc)}{exc}") from None
+    return opts
+
+
+def _check_policy(policy: tuple[str, ...]) -> None:
+    """Kafka's `ValidList.in("compact", "delete")` for cleanup.policy."""
+    bad = [p for p in policy if p not in ("compact", "delete")]
+    if bad or not policy:
+        raise ValueError(f"cleanup.policy={','.join(policy)} is not compact, delete or compact,delete")
+
+
+def _flag_of(exc: Exception) -> str:
+    """The flag of a job-wide value an error names (the value came from the command line)."""
+    text = str(exc)
+    if text.startswith("topic "):
+        return ""
+    for flag, name, _, _ in KAFKA_FLAGS:
+        if name in text:
+            return f"{flag}: "
+    return ""
+
+
+def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> JobOptions:
+    """The options as given, config files read (argparse's own errors, e.g. an unknown flag, exit 2
+    here; an unreadable or malformed config file is a `UsageError`)."""
+    args = build_parser(prog).parse_args(argv)
     try:
         broker, job_file, topic_config = _config_files(args)
-    except (OSError, ValueError) as exc:  # ConfigError, JSON syntax, a missing file
-        print(f"error: {exc}", file=sys.stderr)  # one line, like argparse's usage errors (exit 2)
-        raise SystemExit(2) from None
+    except OSError as exc:
+        raise UsageError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # ConfigError, JSON syntax
+        raise UsageError(str(exc)) from None
     kafka_config = job_file | {
         name: getattr(args, flag[2:].replace("-", "_"))
         for flag, name, _, _ in KAFKA_FLAGS
@@ -120,13 +199,11 @@ def parse_args(argv: list[str] | None = None) -> JobOptions:
         try:
             io_max = float(str(broker[IO_MAX_BYTES_PER_SECOND]).strip())
         except ValueError:
-            print(f"error: {IO_MAX_BYTES_PER_SECOND}={broker[IO_MAX_BYTES_PER_SECOND]!r} is not a number",
-                  file=sys.stderr)  # fmt: skip
-            raise SystemExit(2) from None
+            raise UsageError(f"{IO_MAX_BYTES_PER_SECOND}={broker[IO_MAX_BYTES_PER_SECOND]!r} is not a "
+                             "number") from None  # fmt: skip
     if io_max is not None and io_max <= 0:
-        print(f"error: the I/O limit must be positive bytes per second, not {io_max}", file=sys.stderr)
-        raise SystemExit(2)
-    opts = JobOptions(
+        raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
+    return JobOptions(
         log_dirs=args.log_dirs,
         topics=args.topics,
         now_ms=args.now_ms if args.now_ms is not None else int(time.time() * 1000),
@@ -141,13 +218,9 @@ def parse_args(argv: list[str] | None = None) -> JobOptions:
         write_mode=args.write_mode,
         broker_config={k: v for k, v in broker.items() if k != IO_MAX_BYTES_PER_SECOND},
         io_max_bytes_per_second=io_max if io_max is not None and io_max < 1.7e308 else None,  # Double.MAX
+        log_format=args.log_format,
+        metrics_file=args.metrics_file,
     )
-    try:
-        _check_values(opts)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return opts
 
 
 # --- config files: --config (broker-wide) and --topic-config (per topic) ---------------------------
@@ -236,8 +309,9 @@ def _check_values(opts: JobOptions) -> None:
 
     for topic in [None, *opts.topic_config]:
         try:
-            resolve_topic_config(opts.topic_config.get(topic) if topic else None,
-                                 {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
+            config = resolve_topic_config(opts.topic_config.get(topic) if topic else None,
+                                          {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
+            _check_policy(config.cleanup_policy)
         except (ValueError, TypeError) as exc:
             where = f"topic {topic!r}: " if topic else ""
             raise ConfigError(f"{where}{exc}") from None

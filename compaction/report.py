@@ -7,12 +7,10 @@ per unit of work) with Kafka's own cleaner numbers per partition (spec §8).
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field, fields
 
 from compaction import __version__
 
-log = logging.getLogger("kafka.log.LogCleaner")
 
 CLEANED, SKIPPED, FAILED = "cleaned", "skipped", "failed"
 MB = 1_048_576
@@ -44,21 +42,6 @@ class PartitionResult:
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-
-def kafka_log_line(r: PartitionResult) -> str:
-    """`CleanerThread.recordStats`' message (spec §8), numbers from our run."""
-    secs = max(r.seconds, 1e-9)
-    read_mb, written_mb = r.bytesRead / MB, r.bytesWritten / MB
-    size_cut = 100 * (1 - r.bytesWritten / r.bytesRead) if r.bytesRead else 0.0
-    msg_cut = 100 * (1 - r.recordsWritten / r.recordsRead) if r.recordsRead else 0.0
-    return (
-        f"\n\tOffline cleaner cleaned log {r.name} (dirty section = [{r.firstDirtyOffset}, {r.endOffset}])\n"
-        f"\t{read_mb:,.1f} MB of log processed in {secs:,.1f} seconds ({read_mb / secs:,.1f} MB/sec).\n"
-        f"\tStart size: {read_mb:,.1f} MB ({r.recordsRead} messages)\n"
-        f"\tEnd size: {written_mb:,.1f} MB ({r.recordsWritten} messages)\n"
-        f"\t{size_cut:.1f}% size reduction ({msg_cut:.1f}% fewer messages)\n"
-    )
 
 
 def build_report(results: list[PartitionResult], args: dict, timings: dict, started_ms: int) -> dict:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+from compaction import logs
 from compaction import report as rpt
 from compaction import throttle
 from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
@@ -25,7 +26,6 @@ from compaction.discover import (
     check_listing,
     first_batch_timestamp,
     gc_paused,
-    unfreeze_gc,
     last_time_entry_ts,
     log_end_offset,
     map_threads,
@@ -34,6 +34,7 @@ from compaction.discover import (
     rebuild_missing_index,
     relist_partition,
     segment_meta,
+    unfreeze_gc,
     validate_contents,
 )
 from compaction.errors import CheckpointError, CompactionError
@@ -49,6 +50,8 @@ from compaction.plan import (
     plan_partition,
     resolve_topic_config,
 )
+from compaction.preflight import check_round
+from compaction.progress import Reporter
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
 from compaction.s3 import redact_uri
 from compaction.storage import Storage, acquire_run_lock, ensure_kafka_not_running
@@ -606,9 +609,6 @@ def _commit(p: Planned, results: dict[int, dict]) -> None:
                        ("invalid_records", "invalidRecords")):  # fmt: skip
         setattr(r, total, sum(int(row[key] or 0) for row in rows))
     r.seconds = sum(float(row["seconds"] or 0) for row in rows)
-    log.info(rpt.kafka_log_line(r))
-    if r.invalidRecords:
-        log.warning("\tFound %d invalid messages during compaction.", r.invalidRecords)
 
 
 def _remove_replaced(p: Planned) -> None:
@@ -661,14 +661,26 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_
     return [p for p in todo if p.specs]
 
 
-def run(opts: JobOptions) -> tuple[int, dict]:
+def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict) -> None:
+    failed = sum(p.result.status == rpt.FAILED for p in planned)
+    progress.phase(
+        "planned %d partitions in %.1f s: %d to clean, %d skipped, %d failed",
+        len(planned), timings.get("recoverySeconds", 0.0) + timings.get("planSeconds", 0.0), len(todo),
+        len(planned) - len(todo) - failed, failed,
+    )  # fmt: skip
+
+
+def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
+    progress = progress or Reporter()
+    check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
     locks = _lock_log_dirs(opts)
     starter = None if opts.dry_run or opts.recover_only else _SparkStarter(opts)
     try:
         listed: dict[str, LogDirState] = {}
+        progress.phase("%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering", len(opts.log_dirs))
         recovered = {} if opts.dry_run else _recover(opts, listed, timings)
         timings["recoverySeconds"] = time.monotonic() - t0
         planned, dirs = discover_and_plan(opts, listed, timings)
@@ -676,6 +688,7 @@ def run(opts: JobOptions) -> tuple[int, dict]:
         for p in planned:
             p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
         todo = [p for p in planned if p.plan is not None and p.plan.eligible and p.result.status != rpt.FAILED]
+        _say_planned(progress, planned, todo, timings)
         if opts.recover_only or opts.dry_run:
             for p in todo:
                 p.result.reason = "eligible (dry run)" if opts.dry_run else "eligible (recover only)"
@@ -686,12 +699,16 @@ def run(opts: JobOptions) -> tuple[int, dict]:
                 p.specs = _specs(p, opts, config, next_id)
                 next_id += len(p.specs)
             starter.planned(todo)
-            spark = starter.get(timings)
+            with progress.waiting("waiting for Spark (start-up and worker warm-up)"):
+                spark = starter.get(timings)
+            progress.phase("Spark UI: %s", spark.sparkContext.uiWebUrl or "disabled (spark.ui.enabled=false)")
             t2 = time.monotonic()
-            results, replan = _run_stages(spark, todo, opts, timings)
-            if replan:
-                todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)
+            with progress.watch(spark.sparkContext, sum(map(_partition_bytes, todo)), len(todo)):
+                results, replan = _run_stages(spark, todo, opts, timings)
+                if replan:
+                    todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)
             timings["stagesSeconds"] = time.monotonic() - t2
+            progress.phase("committing %d partitions", len(todo))
             t3 = time.monotonic()
             # Partitions commit independently (each its own intent file and swap, spec §5.6), so
             # their renames and fsyncs overlap on a thread pool; the checkpoint waits for all.
@@ -724,8 +741,8 @@ def _args_echo(opts: JobOptions) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     opts = parse_args(argv)
+    logs.setup(opts.log_format)
     try:
         code, report = run(opts)
     except CheckpointError as exc:
@@ -743,8 +760,11 @@ def main(argv: list[str] | None = None) -> int:
     if opts.report:
         storage, path = Storage.for_uri(opts.report)
         storage.write_atomic(path, text.encode())
-    for r in report["partitions"]:
-        log.info("%s-%s: %s%s", r["topic"], r["partition"], r["status"], f" ({r['reason']})" if r["reason"] else "")
-    t = report["totals"]
-    log.info("partitions: %d cleaned, %d skipped, %d failed", t["cleaned"], t["skipped"], t["failed"])
+    for entry in report["partitions"]:
+        logs.log_partition(entry)
+    logs.log_totals(report["totals"], report["timings"].get("totalSeconds"))
+    if opts.metrics_file:
+        from compaction import metrics
+
+        metrics.write(opts.metrics_file, report, code, time.time())
     return code

@@ -304,26 +304,41 @@ def _write_all(fd: int, chunk) -> int:
 
 
 class RunLock:
-    """Exclusive, non-blocking `flock` on `<logdir>/.compaction.lock`. Use as a context manager."""
+    """Exclusive, non-blocking `flock` on `<logdir>/.compaction.lock`. Use as a context manager.
+
+    The file exists only while a run holds it: `release` unlinks it before unlocking, so a log dir
+    is left as found. A run that opened the file just before the holder unlinked it would lock an
+    orphan inode, so `acquire` checks that the inode it locked is still the one at the path."""
 
     def __init__(self, log_dir: str) -> None:
         self.path = os.path.join(log_dir, COMPACTION_LOCK_FILE)
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LockHeldError(
-                f"{self.path} is locked: another compaction run is working on this log dir"
-            ) from None
-        self._fd = fd
-        return self
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise LockHeldError(
+                    f"{self.path} is locked: another compaction run is working on this log dir"
+                ) from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return self
+            os.close(fd)  # the holder released and removed it meanwhile: lock the new file
 
     def release(self) -> None:
         if self._fd is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

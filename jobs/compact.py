@@ -1,7 +1,7 @@
-"""spark-submit entry point: `spark-submit ... jobs/compact.py --log-dir DIR [options]`.
+"""spark-submit entry point of a checkout: `spark-submit ... jobs/compact.py --log-dir DIR [options]`.
 
-Kept thin on purpose: everything lives in the `compaction` package, shipped to executors as a zip
-(`--py-files`) by `spark-submit.sh`.
+The application file of the installed package is `compaction/job.py`; this one stays for
+existing spark-submit command lines and schedulers that name it.
 """
 
 import sys

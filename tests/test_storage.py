@@ -206,3 +206,38 @@ def test_kafka_lock_detection(tmp_path):
         broker.kill()
         broker.wait()
     assert not kafka_lock_held(str(tmp_path))
+
+
+def test_run_lock_leaves_no_file_behind(tmp_path):
+    # A run must not leave in a user's dir a file it did not find there.
+    before = sorted(os.listdir(tmp_path))
+    with RunLock(str(tmp_path)):
+        assert (tmp_path / COMPACTION_LOCK_FILE).exists()
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_run_lock_never_locks_a_file_its_holder_removed(tmp_path, monkeypatch):
+    # B opened the lock file while A held it; A released (unlinking it); B's flock then takes the
+    # orphan inode, so B must notice and lock the file at the path instead, which C then sees held.
+    path = tmp_path / COMPACTION_LOCK_FILE
+    a = acquire_run_lock(str(tmp_path))
+    stale_fd = os.open(path, os.O_RDWR)
+    a.release()
+    import fcntl
+
+    real_open = os.open
+    calls = []
+
+    def open_stale_first(p, flags, *mode):
+        calls.append(p)
+        return os.dup(stale_fd) if len(calls) == 1 else real_open(p, flags, *mode)
+
+    monkeypatch.setattr(os, "open", open_stale_first)
+    b = acquire_run_lock(str(tmp_path))
+    monkeypatch.setattr(os, "open", real_open)
+    assert len(calls) == 2  # the orphan was refused, the path's file locked
+    with pytest.raises(LockHeldError):
+        acquire_run_lock(str(tmp_path))
+    b.release()
+    fcntl.flock(stale_fd, fcntl.LOCK_UN)
+    os.close(stale_fd)

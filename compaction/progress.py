@@ -1,0 +1,207 @@
+"""Progress of a round while it runs: what the driver is doing, and while Spark works, the tasks
+done out of the total (from `SparkContext.statusTracker()`), the bytes scanned (the planned bytes
+in proportion to the tasks done), the rate and an ETA.
+
+On a terminal a live bar on stderr, redrawn in place; elsewhere (Airflow's task log, cron) one
+plain log line every `interval` seconds (env KAFKA_COMPACTION_PROGRESS_SECONDS, default 5).
+Spark's own console bar stays off (`spark.ui.showConsoleProgress=false`): it would draw over ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("compaction.progress")
+
+MB = 1_048_576
+
+
+def interval_seconds() -> float:
+    return float(os.environ.get("KAFKA_COMPACTION_PROGRESS_SECONDS", "5"))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The stages' task counts at one instant, and what they say of the round's bytes."""
+
+    tasks_done: int
+    tasks_total: int
+    running: int
+    elapsed: float
+    total_bytes: int
+
+    @property
+    def fraction(self) -> float:
+        return self.tasks_done / self.tasks_total if self.tasks_total else 0.0
+
+    @property
+    def bytes_done(self) -> int:
+        return int(self.total_bytes * self.fraction)
+
+    @property
+    def rate(self) -> float:
+        return self.bytes_done / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def eta(self) -> float | None:
+        if self.bytes_done <= 0 or self.rate <= 0:
+            return None
+        return (self.total_bytes - self.bytes_done) / self.rate
+
+
+def describe(s: Snapshot, partitions: int) -> str:
+    eta = "ETA --" if s.eta is None else f"ETA {_clock(s.eta)}"
+    return (
+        f"{s.tasks_done}/{s.tasks_total} tasks ({s.running} running) for {partitions} partitions; "
+        f"~{s.bytes_done / MB:,.1f} of {s.total_bytes / MB:,.1f} MB scanned, {s.rate / MB:,.1f} MB/s, "
+        f"{eta}, elapsed {_clock(s.elapsed)}"
+    )
+
+
+def bar(s: Snapshot, width: int = 24) -> str:
+    filled = int(width * s.fraction)
+    return f"[{'#' * filled}{'-' * (width - filled)}] {100 * s.fraction:5.1f}%"
+
+
+def _clock(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class StageCounter:
+    """Task counts of the Spark jobs started since it was made, from the status tracker. Job ids
+    are sequential in a SparkContext, so every job is found, also one that started and ended
+    between two polls. A finished job counts the tasks its stages completed (a stage it skipped,
+    its input reused, counts nothing); a running one all its stages' tasks."""
+
+    def __init__(self, sc, first_job: int = 0) -> None:
+        self._tracker = sc.statusTracker()
+        self._next = first_job
+        self._jobs: list[int] = []
+
+    @classmethod
+    def after_current(cls, sc) -> StageCounter:
+        """Counting only jobs started from now on (not the warm-up's)."""
+        tracker, n = sc.statusTracker(), 0
+        while tracker.getJobInfo(n) is not None:
+            n += 1
+        return cls(sc, n)
+
+    def poll(self, finished: bool = False) -> tuple[int, int, int]:
+        """(tasks done, tasks in all, tasks running). `finished`: every job has returned (the
+        tracker, fed by Spark's listener bus, may not have seen their last tasks end yet)."""
+        while self._tracker.getJobInfo(self._next) is not None:
+            self._jobs.append(self._next)
+            self._next += 1
+        done = total = running = 0
+        for jid in self._jobs:
+            job = self._tracker.getJobInfo(jid)
+            if job is None:
+                continue
+            stages = [self._tracker.getStageInfo(sid) for sid in job.stageIds]
+            stages = [st for st in stages if st is not None]
+            if finished and job.status not in ("SUCCEEDED", "FAILED"):
+                n = sum(st.numTasks for st in stages)
+                done, total = done + n, total + n
+            elif job.status in ("SUCCEEDED", "FAILED"):
+                n = sum(min(st.numCompletedTasks, st.numTasks) for st in stages)
+                done, total = done + n, total + n
+            else:
+                total += sum(st.numTasks for st in stages)
+                done += sum(min(st.numCompletedTasks, st.numTasks) for st in stages)
+                running += sum(st.numActiveTasks for st in stages)
+        return done, total, running
+
+
+class Reporter:
+    """Reports a round's progress until `stop()`; `watch(sc, ...)` starts the Spark part."""
+
+    def __init__(self, stream=None, interval: float | None = None, tty: bool | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self._interval = interval_seconds() if interval is None else interval
+        self._tty = self._stream.isatty() if tty is None else tty
+
+    def phase(self, message: str, *args) -> None:
+        log.info(message, *args, extra={"fields": {"event": "phase"}})
+
+    def waiting(self, what: str) -> _Heartbeat:
+        """A context: `what ... N s` every interval while the block runs (Spark's start-up)."""
+        return _Heartbeat(what, self._interval)
+
+    def watch(self, sc, total_bytes: int, partitions: int) -> _Watch:
+        return _Watch(self, StageCounter.after_current(sc), total_bytes, partitions)
+
+    def draw(self, s: Snapshot, partitions: int, final: bool = False) -> None:
+        if self._tty:
+            end = "\n" if final else ""
+            self._stream.write(f"\r{bar(s)} {describe(s, partitions)}\033[K{end}")
+            self._stream.flush()
+        else:
+            log.info("progress: %s", describe(s, partitions), extra={"fields": {
+                "event": "progress", "tasksDone": s.tasks_done, "tasksTotal": s.tasks_total,
+                "bytesScanned": s.bytes_done, "bytesTotal": s.total_bytes, "partitions": partitions,
+                "elapsedSeconds": round(s.elapsed, 3),
+                "etaSeconds": None if s.eta is None else round(s.eta, 1),
+            }})  # fmt: skip
+
+    @property
+    def tick(self) -> float:
+        return min(self._interval, 0.5) if self._tty else self._interval
+
+
+class _Heartbeat:
+    def __init__(self, what: str, interval: float) -> None:
+        self._what, self._interval = what, interval
+        self._stop = threading.Event()
+
+    def __enter__(self) -> _Heartbeat:
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="progress-wait", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            log.info("%s ... %.0f s", self._what, time.monotonic() - self._t0,
+                     extra={"fields": {"event": "waiting"}})  # fmt: skip
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _Watch:
+    def __init__(self, reporter: Reporter, counter: StageCounter, total_bytes: int, partitions: int) -> None:
+        self._r, self._counter = reporter, counter
+        self._total, self._partitions = total_bytes, partitions
+        self._stop = threading.Event()
+
+    def __enter__(self) -> _Watch:
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def snapshot(self, finished: bool = False) -> Snapshot:
+        done, total, running = self._counter.poll(finished)
+        return Snapshot(done, total, running, time.monotonic() - self._t0, self._total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._r.tick):
+            try:
+                self._r.draw(self.snapshot(), self._partitions)
+            except Exception as exc:
+                log.debug("progress poll failed: %s", exc)
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        try:
+            self._r.draw(self.snapshot(finished=exc_type is None), self._partitions, final=True)
+        except Exception as exc:
+            log.debug("progress poll failed: %s", exc)
