@@ -59,7 +59,7 @@ def setup(log_format: str = "text", stream=None) -> None:
 # Reasons a partition is skipped by Kafka's own rules (the cleaner would skip it too): INFO.
 POLICY_REASONS = (
     "cleanup.policy is delete", "nothing cleanable", "below min.cleanable.dirty.ratio",
-    "eligible (dry run)", "eligible (recover only)",
+    "eligible (plan only)", "eligible (recover only)",
 )  # fmt: skip
 
 
@@ -75,6 +75,9 @@ def partition_line(e: dict) -> str:
     """One line per partition; a cleaned one in the words of Kafka's `CleanerThread.recordStats`."""
     name = f"{e['topic']}-{e['partition']}"
     ratio = "" if e.get("dirtyRatio") is None else f", dirty ratio {e['dirtyRatio']:.3f}"
+    if e["status"] == rpt.ELIGIBLE:
+        return (f"{name}: eligible, a round would clean it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty, "
+                f"{e['reclaimableBytes'] / MB:,.1f} MB and {e['reclaimableRecords']} records reclaimable")  # fmt: skip
     if e["status"] != rpt.CLEANED:
         return f"{name}: {e['status']} ({e.get('reason') or 'no reason given'}){ratio}"
     read_mb, written_mb = e["bytesRead"] / MB, e["bytesWritten"] / MB
@@ -91,8 +94,9 @@ def partition_line(e: dict) -> str:
     )
 
 
-_FIELDS = ("topic", "partition", "logDir", "status", "reason", "dirtyRatio", "bytesRead", "bytesWritten",
-           "recordsRead", "recordsWritten", "invalidRecords", "seconds")  # fmt: skip
+_FIELDS = ("topic", "partition", "logDir", "status", "reason", "dirtyRatio", "dirtyBytes", "bytesRead",
+           "bytesWritten", "recordsRead", "recordsWritten", "invalidRecords", "reclaimableBytes",
+           "reclaimableRecords", "seconds")  # fmt: skip
 
 
 def log_partition(entry: dict) -> None:
@@ -105,8 +109,10 @@ def log_totals(totals: dict, seconds: float | None) -> None:
     level = logging.ERROR if totals["failed"] else logging.INFO
     log.log(
         level,
-        "round done%s: %d partitions, %d cleaned, %d skipped, %d failed; %s MB read, %s MB written",
-        took, totals["partitions"], totals["cleaned"], totals["skipped"], totals["failed"],
-        f"{totals['bytesRead'] / MB:,.1f}", f"{totals['bytesWritten'] / MB:,.1f}",
+        "round done%s: %d partitions, %d cleaned, %d eligible (dry run), %d skipped, %d failed; %s MB read, "
+        "%s MB written, %s MB reclaimable",
+        took, totals["partitions"], totals["cleaned"], totals.get("eligible", 0), totals["skipped"],
+        totals["failed"], f"{totals['bytesRead'] / MB:,.1f}", f"{totals['bytesWritten'] / MB:,.1f}",
+        f"{totals.get('reclaimableBytes', 0) / MB:,.1f}",
         extra={"fields": {"event": "totals", **totals}},
     )  # fmt: skip

@@ -50,6 +50,7 @@ class JobOptions:
     topics: str | None = None
     now_ms: int = 0
     dry_run: bool = False
+    plan_only: bool = False
     recover_only: bool = False
     report: str | None = None
     ignore_broker_lock: bool = False
@@ -98,7 +99,12 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
     p.add_argument("--now-ms", type=int, default=None,
                    help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
-    p.add_argument("--dry-run", action="store_true", help="plan and report, write nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run the round's scan and decisions and report what it would free (exact: the "
+                        "bytes and records a round with the same options removes), write nothing")
+    p.add_argument("--plan-only", action="store_true",
+                   help="plan and report from the listing alone (no Spark: ratios, dirty bytes, the "
+                        "structure audit), write nothing")
     p.add_argument("--recover-only", action="store_true",
                    help="only finish or roll back interrupted swaps, like a broker's log loading")
     p.add_argument("--report", help="write the JSON run report to this path")
@@ -207,7 +213,8 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         log_dirs=args.log_dirs,
         topics=args.topics,
         now_ms=args.now_ms if args.now_ms is not None else int(time.time() * 1000),
-        dry_run=args.dry_run,
+        dry_run=args.dry_run or args.plan_only,
+        plan_only=args.plan_only,
         recover_only=args.recover_only,
         report=args.report,
         ignore_broker_lock=args.ignore_broker_lock,

@@ -13,6 +13,7 @@ from compaction import __version__
 
 
 CLEANED, SKIPPED, FAILED = "cleaned", "skipped", "failed"
+ELIGIBLE = "eligible"  # a dry run's verdict: a round would clean it (sizes as it would write them)
 MB = 1_048_576
 REPORT_VERSION = 1
 
@@ -33,6 +34,9 @@ class PartitionResult:
     recordsRead: int = 0
     recordsWritten: int = 0
     invalidRecords: int = 0
+    dirtyBytes: int = 0  # Kafka's cleanable bytes: the dirty section the round reads
+    reclaimableBytes: int = 0  # .log bytes the round frees (bytesRead - bytesWritten)
+    reclaimableRecords: int = 0
     segmentsBefore: int = 0
     segmentsAfter: int = 0
     groups: int = 0
@@ -54,6 +58,10 @@ def build_report(results: list[PartitionResult], args: dict, timings: dict, star
         "bytesWritten": sum(r.bytesWritten for r in results),
         "recordsRead": sum(r.recordsRead for r in results),
         "recordsWritten": sum(r.recordsWritten for r in results),
+        "eligible": sum(r.status == ELIGIBLE for r in results),
+        "dirtyBytes": sum(r.dirtyBytes for r in results),
+        "reclaimableBytes": sum(r.reclaimableBytes for r in results),
+        "reclaimableRecords": sum(r.reclaimableRecords for r in results),
     }
     return {
         "version": REPORT_VERSION,
@@ -61,8 +69,46 @@ def build_report(results: list[PartitionResult], args: dict, timings: dict, star
         "args": args,
         "timings": timings,
         "totals": totals,
+        "topics": topic_totals(results),
         "partitions": [_entry(r) for r in results],
     }
+
+
+_TOPIC_SUMS = ("dirtyBytes", "bytesRead", "bytesWritten", "reclaimableBytes", "reclaimableRecords")
+
+
+def topic_totals(results: list[PartitionResult]) -> dict[str, dict]:
+    """Per topic: partitions and the sums of the byte and record counts (what a round frees where)."""
+    out: dict[str, dict] = {}
+    for r in results:
+        t = out.setdefault(r.topic, {"partitions": 0, **dict.fromkeys(_TOPIC_SUMS, 0)})
+        t["partitions"] += 1
+        for name in _TOPIC_SUMS:
+            t[name] += getattr(r, name)
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.1f}"
+
+
+def reclaim_table(report: dict) -> str:
+    """The dry run's answer, for the console: per partition (most reclaimable bytes first) its
+    dirty ratio and bytes and what a round would free, then per topic and overall."""
+    rows = [("partition", "status", "dirty ratio", "dirty MiB", "reclaimable MiB", "reclaimable records")]
+    for e in sorted(report["partitions"], key=lambda e: (-e["reclaimableBytes"], e["topic"], e["partition"])):
+        ratio = "-" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}"
+        rows.append((f"{e['topic']}-{e['partition']}", e["status"], ratio, _mib(e["dirtyBytes"]),
+                     _mib(e["reclaimableBytes"]), f"{e['reclaimableRecords']:,}"))  # fmt: skip
+    for topic, t in sorted(report["topics"].items(), key=lambda kv: -kv[1]["reclaimableBytes"]):
+        rows.append((f"{topic} (topic)", f"{t['partitions']} partitions", "", _mib(t["dirtyBytes"]),
+                     _mib(t["reclaimableBytes"]), f"{t['reclaimableRecords']:,}"))  # fmt: skip
+    tot = report["totals"]
+    rows.append(("all", f"{tot['partitions']} partitions", "", _mib(tot["dirtyBytes"]),
+                 _mib(tot["reclaimableBytes"]), f"{tot['reclaimableRecords']:,}"))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in rows)
 
 
 _FIELDS = tuple(f.name for f in fields(PartitionResult))

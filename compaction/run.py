@@ -200,6 +200,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 max_message_bytes=config.max_message_bytes,
                 read_mode=opts.read_mode,
                 write_mode=opts.write_mode,
+                dry_run=opts.dry_run,
                 leader_epoch_checkpoint=part.leader_epoch_checkpoint,
             )
         )
@@ -250,6 +251,7 @@ def _plan_one(
         return p
     plan = p.plan
     result.dirtyRatio = plan.cleanable_ratio
+    result.dirtyBytes = plan.dirty_bytes
     result.firstDirtyOffset = plan.first_dirty_offset
     result.firstUncleanableOffset = plan.first_uncleanable_offset
     result.segmentsAfter = len(part.segments)
@@ -590,17 +592,18 @@ def _discard_cleaned(p: Planned) -> None:
             storage.delete(info.path)
 
 
-def _commit(p: Planned, results: dict[int, dict]) -> None:
-    r = p.result
+def _outcome(p: Planned, results: dict[int, dict]) -> list[dict] | None:
+    """The rewrite rows of the partition's groups, or None after marking it failed."""
     rows = [results.get(s.group_id, {"error": "no result from the rewrite task"}) for s in p.specs]
     errors = [row["error"] for row in rows if row.get("error")]
     if errors:
-        _discard_cleaned(p)
-        r.status, r.reason = rpt.FAILED, errors[0]
-        return
-    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in p.specs]
-    commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
-    r.status, r.reason = rpt.CLEANED, None
+        p.result.status, p.result.reason = rpt.FAILED, errors[0]
+        return None
+    return rows
+
+
+def _record_sizes(p: Planned, rows: list[dict]) -> None:
+    r = p.result
     r.endOffset = p.plan.first_uncleanable_offset
     r.groups = len(p.specs)
     r.segmentsAfter = r.segmentsBefore - sum(len(s.segments) for s in p.specs) + len(p.specs)
@@ -608,7 +611,28 @@ def _commit(p: Planned, results: dict[int, dict]) -> None:
                        ("records_read", "recordsRead"), ("records_written", "recordsWritten"),
                        ("invalid_records", "invalidRecords")):  # fmt: skip
         setattr(r, total, sum(int(row[key] or 0) for row in rows))
+    r.reclaimableBytes = r.bytesRead - r.bytesWritten
+    r.reclaimableRecords = r.recordsRead - r.recordsWritten
     r.seconds = sum(float(row["seconds"] or 0) for row in rows)
+
+
+def _commit(p: Planned, results: dict[int, dict]) -> None:
+    rows = _outcome(p, results)
+    if rows is None:
+        _discard_cleaned(p)
+        return
+    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in p.specs]
+    commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
+    p.result.status, p.result.reason = rpt.CLEANED, None
+    _record_sizes(p, rows)
+
+
+def _dry_outcome(p: Planned, results: dict[int, dict]) -> None:
+    """A dry run's verdict: what the round would do, with the sizes its rewrite would write."""
+    rows = _outcome(p, results)
+    if rows is not None:
+        p.result.status, p.result.reason = rpt.ELIGIBLE, "a round would clean it (dry run)"
+        _record_sizes(p, rows)
 
 
 def _remove_replaced(p: Planned) -> None:
@@ -670,6 +694,28 @@ def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned]
     )  # fmt: skip
 
 
+def _scan_and_rewrite(starter: _SparkStarter, todo: list[Planned], planned: list[Planned], opts: JobOptions,
+                      progress, timings: dict[str, float]) -> tuple[list[Planned], dict[int, dict]]:  # fmt: skip
+    """The Spark stages of the round over `todo`; returns the partitions to commit (after any
+    re-plan for an open transaction) and the rewrite rows by group id."""
+    next_id = 0
+    for p in todo:
+        config = resolve_topic_config(opts.topic_config.get(p.part.topic), _job_config(opts, p.part.topic))
+        p.specs = _specs(p, opts, config, next_id)
+        next_id += len(p.specs)
+    starter.planned(todo)
+    with progress.waiting("waiting for Spark (start-up and worker warm-up)"):
+        spark = starter.get(timings)
+    progress.phase("Spark UI: %s", spark.sparkContext.uiWebUrl or "disabled (spark.ui.enabled=false)")
+    t = time.monotonic()
+    with progress.watch(spark.sparkContext, sum(map(_partition_bytes, todo)), len(todo)):
+        results, replan = _run_stages(spark, todo, opts, timings)
+        if replan:
+            todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)
+    timings["stagesSeconds"] = time.monotonic() - t
+    return todo, results
+
+
 def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
@@ -677,6 +723,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     progress = progress or Reporter()
     check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
     locks = _lock_log_dirs(opts)
+    # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
     starter = None if opts.dry_run or opts.recover_only else _SparkStarter(opts)
     try:
         listed: dict[str, LogDirState] = {}
@@ -689,25 +736,16 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
             p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
         todo = [p for p in planned if p.plan is not None and p.plan.eligible and p.result.status != rpt.FAILED]
         _say_planned(progress, planned, todo, timings)
-        if opts.recover_only or opts.dry_run:
+        if opts.recover_only or opts.plan_only:
             for p in todo:
-                p.result.reason = "eligible (dry run)" if opts.dry_run else "eligible (recover only)"
+                p.result.reason = "eligible (plan only)" if opts.plan_only else "eligible (recover only)"
+        elif todo and opts.dry_run:
+            starter = _SparkStarter(opts)
+            todo, results = _scan_and_rewrite(starter, todo, planned, opts, progress, timings)
+            for p in todo:
+                _dry_outcome(p, results)
         elif todo:
-            next_id = 0
-            for p in todo:
-                config = resolve_topic_config(opts.topic_config.get(p.part.topic), _job_config(opts, p.part.topic))
-                p.specs = _specs(p, opts, config, next_id)
-                next_id += len(p.specs)
-            starter.planned(todo)
-            with progress.waiting("waiting for Spark (start-up and worker warm-up)"):
-                spark = starter.get(timings)
-            progress.phase("Spark UI: %s", spark.sparkContext.uiWebUrl or "disabled (spark.ui.enabled=false)")
-            t2 = time.monotonic()
-            with progress.watch(spark.sparkContext, sum(map(_partition_bytes, todo)), len(todo)):
-                results, replan = _run_stages(spark, todo, opts, timings)
-                if replan:
-                    todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)
-            timings["stagesSeconds"] = time.monotonic() - t2
+            todo, results = _scan_and_rewrite(starter, todo, planned, opts, progress, timings)
             progress.phase("committing %d partitions", len(todo))
             t3 = time.monotonic()
             # Partitions commit independently (each its own intent file and swap, spec §5.6), so
@@ -762,6 +800,8 @@ def main(argv: list[str] | None = None) -> int:
         storage.write_atomic(path, text.encode())
     for entry in report["partitions"]:
         logs.log_partition(entry)
+    if opts.dry_run:
+        print(rpt.reclaim_table(report), flush=True)
     logs.log_totals(report["totals"], report["timings"].get("totalSeconds"))
     if opts.metrics_file:
         from compaction import metrics

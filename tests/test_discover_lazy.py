@@ -81,7 +81,7 @@ def test_lazy_plan_equals_eager_plan(log_dir):
         checkpoints = [None, 0, segs[1].base_offset + 1, mid, base, base + 1, leo, leo + 5]
         hws = [None, segs[1].base_offset, base, base + 1, leo, leo + 10]
         for extra, ckpt, hw, unstable in itertools.product(configs, checkpoints, hws, [None, mid + 1]):
-            opts = parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", str(now), *extra])
+            opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", str(now), *extra])
             ld.cleaner_checkpoint.pop(part.key, None)
             ld.high_watermarks.pop(part.key, None)
             if ckpt is not None:
@@ -120,7 +120,7 @@ def test_lso_at_active_base_reason_needs_the_log_end_offset(tmp_path):
     ld.cleaner_checkpoint[part.key] = 5
     ld.high_watermarks[part.key] = 100
     ratio = ["--min-cleanable-dirty-ratio", "1"]
-    opts = parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", "0", *ratio])
+    opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0", *ratio])
     lazy = run._plan_one(ld, part, opts)
     assert lazy.plan == _eager_plan(ld, part, opts)
 
@@ -149,12 +149,12 @@ def test_skipped_partition_is_not_read_and_a_damaged_index_there_is_not_seen(tmp
     opened = _counting_reads(monkeypatch)
     ld = read_log_dir(log_dir)
     opened.clear()
-    p = run._plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", "0"]))
+    p = run._plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
     assert p.result.status == "skipped" and not p.plan.eligible, p.result
     assert opened == []
     # the same partition, dirty: it is read, and the damage is reported
     del ld.cleaner_checkpoint[("t", 0)]
-    p = run._plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", "0"]))
+    p = run._plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
     assert p.result.status == "failed" and "goes backwards" in p.result.reason and index in p.result.reason
 
 
@@ -163,7 +163,7 @@ def test_default_config_plan_reads_no_file(log_dir, monkeypatch):
     part = ld.partitions[0]
     ld.cleaner_checkpoint[part.key] = part.segments[1].base_offset
     opened = _counting_reads(monkeypatch)
-    p = run._plan_one(ld, part, parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", "0",
+    p = run._plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0",
                                             "--min-cleanable-dirty-ratio", "1"]))  # fmt: skip
     assert not p.plan.eligible and opened == []
 
@@ -178,7 +178,7 @@ def test_min_lag_reads_dirty_segments_up_to_the_first_too_recent(log_dir, monkey
     lag = now - stamps[4]  # segment 5 is the first too recent (strictly newer than the horizon)
     assert stamps[5] > stamps[4]
     opened = _counting_reads(monkeypatch)
-    opts = parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", str(now), "--min-compaction-lag-ms",
+    opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", str(now), "--min-compaction-lag-ms",
                        str(lag), "--min-cleanable-dirty-ratio", "1"])  # fmt: skip
     p = run._plan_one(ld, part, opts)
     assert not p.plan.eligible
@@ -217,7 +217,7 @@ def test_recover_lists_once_and_relists_recovered_partitions(tmp_path):
     assert [p.transient for p in ld.partitions] == [[], []]
     planned, dirs = run.discover_and_plan(opts, listed)
     assert dirs == [ld] and [p.result.status for p in planned] == ["skipped", "skipped"]
-    assert all(p.plan is not None and p.plan.eligible for p in planned)  # "eligible (dry run)" in run()
+    assert all(p.plan is not None and p.plan.eligible for p in planned)  # "eligible (plan only)" in run()
 
 
 def test_max_lag_default_reads_nothing_and_set_reads_first_batches(log_dir, monkeypatch):
@@ -225,7 +225,7 @@ def test_max_lag_default_reads_nothing_and_set_reads_first_batches(log_dir, monk
     part = ld.partitions[1]
     ld.cleaner_checkpoint[part.key] = part.segments[3].base_offset
     opened = _counting_reads(monkeypatch)
-    opts = parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", "0", "--min-cleanable-dirty-ratio", "1",
+    opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0", "--min-cleanable-dirty-ratio", "1",
                        "--max-compaction-lag-ms", str(LONG_MAX - 1)])  # fmt: skip
     run._plan_one(ld, part, opts)
     logs = {discover.naming.segment_file_name(s.base_offset, ".log") for s in part.segments[3:-1]}

@@ -115,7 +115,7 @@ def test_plan_one_rebuilds_only_in_partitions_it_cleans(tmp_path):
     part_dir = os.path.join(log_dir, "t-0")
     os.remove(os.path.join(part_dir, SEG1 + ".index"))
     ld, part = _reload(log_dir)
-    dry = run._plan_one(ld, part, parse_args(["--log-dir", log_dir, "--dry-run", "--now-ms", "0"]))
+    dry = run._plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
     assert any("would rebuild" in a for a in dry.result.recovery)
     assert not os.path.exists(os.path.join(part_dir, SEG1 + ".index"))
     # A partition with nothing dirty is skipped and left as found.

@@ -248,7 +248,7 @@ def _dry_run_after_first_round(log_dir, now):
     from compaction.options import parse_args
     from compaction.run import run
 
-    code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(now), "--dry-run",
+    code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(now), "--plan-only",
                                    "--min-cleanable-dirty-ratio", "0"]))  # fmt: skip
     assert code == 0
     return report

@@ -83,7 +83,7 @@ def outcome(tmp_path_factory):
     before = {p: tree_hashes(os.path.join(log_dir, p)) for p in os.listdir(log_dir) if os.path.isdir(
         os.path.join(log_dir, p))}  # fmt: skip
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in ("healthy-0", "healthy-1", "foreign-0")}
-    dry = run_driver_only(log_dir, "--now-ms", str(NOW), "--dry-run", "--report", str(root / "dry.json"))
+    dry = run_driver_only(log_dir, "--now-ms", str(NOW), "--plan-only", "--report", str(root / "dry.json"))
     dry_report = __import__("json").load(open(root / "dry.json"))
     after_dry = {p: tree_hashes(os.path.join(log_dir, p)) for p in before}
     code, report, err = run_job(log_dir, "--now-ms", str(NOW), report=str(root / "report.json"))
@@ -103,7 +103,7 @@ def test_dry_run_lists_every_damaged_partition_and_writes_nothing(outcome):
     for p, needles in want.items():
         assert parts[p]["status"] == "failed", parts[p]
         assert needles[-1] in parts[p]["reason"], parts[p]  # the rule; offsets: from first batches only
-    assert {r["reason"] for p, r in parts.items() if p not in want} == {"eligible (dry run)"}
+    assert {r["reason"] for p, r in parts.items() if p not in want} == {"eligible (plan only)"}
     assert after_dry == before
 
 

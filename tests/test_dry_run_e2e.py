@@ -1,0 +1,90 @@
+"""`--dry-run` tells the truth: it scans and decides like a round, writes nothing, and reports per
+partition, per topic and overall the .log bytes and records a round with the same options then
+removes; the console gets the table, sorted by reclaimable bytes. One partition of the dir is cut
+into ranges, the others are compacted whole, so both paths are sized."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from e2e import REPO, SUBMIT, tree_hashes
+
+from compaction.generator import generate_log_dir
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+NOW = 1_800_000_000_000
+
+
+def _submit(log_dir: str, report: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", log_dir,
+           "--report", report, "--now-ms", str(NOW), "--segment-bytes", "300000", *args]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+
+
+def _log_bytes(part_dir: str) -> int:
+    return sum(os.path.getsize(os.path.join(part_dir, n)) for n in os.listdir(part_dir) if n.endswith(".log"))
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory):
+    import json
+
+    root = tmp_path_factory.mktemp("dry")
+    log_dir = str(root / "logs")
+    generate_log_dir(log_dir, topics=(("orders", 2), ("payments", 1)), records=5000, keys=300, codec="mixed",
+                     segment_bytes=100_000, tombstone_ratio=0.1, transactions=0.3, abort_ratio=0.3,
+                     idempotent=0.2, seed=11)  # fmt: skip
+    parts = sorted(d for d in os.listdir(log_dir) if os.path.isdir(os.path.join(log_dir, d)))
+    before = tree_hashes(log_dir)
+    sizes = {p: _log_bytes(os.path.join(log_dir, p)) for p in parts}
+    # the biggest partition (several groups of 300 KB) is cut into ranges, the others whole
+    ranged = ("--conf", f"spark.kafka.compaction.partitionTaskMaxBytes={max(sizes.values()) - 1}")
+    dry = _submit(log_dir, str(root / "dry.json"), "--dry-run", *ranged)
+    after_dry = tree_hashes(log_dir)
+    real = _submit(log_dir, str(root / "real.json"), *ranged)
+    after = {p: _log_bytes(os.path.join(log_dir, p)) for p in parts}
+    return (dry, json.load(open(root / "dry.json")), before, after_dry, real, json.load(open(root / "real.json")),
+            sizes, after)  # fmt: skip
+
+
+def test_dry_run_writes_nothing_and_exits_0(rounds):
+    dry, report, before, after_dry, *_ = rounds
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    after_dry.pop(".compaction.lock", None)
+    before.pop(".compaction.lock", None)
+    assert after_dry == before
+    assert {p["status"] for p in report["partitions"]} == {"eligible"}
+    assert report["totals"]["eligible"] == 3 and report["totals"]["cleaned"] == 0
+
+
+def test_dry_run_numbers_are_what_the_round_then_removes(rounds):
+    _, dry, _, _, real_proc, real, sizes, after = rounds
+    assert real_proc.returncode == 0, real_proc.stderr[-3000:]
+    assert real["timings"].get("rangesSeconds") and real["timings"].get("partitionTasksSeconds")
+    by_name = lambda r: {f"{p['topic']}-{p['partition']}": p for p in r["partitions"]}  # noqa: E731
+    d, r = by_name(dry), by_name(real)
+    assert {p["status"] for p in r.values()} == {"cleaned"}
+    for name, p in d.items():
+        assert p["reclaimableBytes"] == r[name]["reclaimableBytes"] == sizes[name] - after[name] > 0, name
+        assert p["reclaimableRecords"] == r[name]["reclaimableRecords"] > 0, name
+        assert p["dirtyBytes"] == r[name]["dirtyBytes"] > 0 and p["dirtyRatio"] == r[name]["dirtyRatio"]
+    for topic, t in dry["topics"].items():
+        assert t == real["topics"][topic]
+        assert t["reclaimableBytes"] == sum(p["reclaimableBytes"] for p in d.values() if p["topic"] == topic)
+    assert dry["totals"]["reclaimableBytes"] == sum(sizes.values()) - sum(after.values())
+
+
+def test_dry_run_prints_the_table_most_reclaimable_first(rounds):
+    dry, report, *_ = rounds
+    lines = [line for line in dry.stdout.splitlines() if line.strip()]
+    header = next(i for i, line in enumerate(lines) if line.startswith("partition"))
+    rows = lines[header + 1 : header + 4]
+    order = sorted(report["partitions"], key=lambda p: -p["reclaimableBytes"])
+    assert [row.split()[0] for row in rows] == [f"{p['topic']}-{p['partition']}" for p in order]
+    assert any(line.startswith("all ") for line in lines[header:])
+    assert any(line.startswith("orders (topic)") for line in lines[header:])
