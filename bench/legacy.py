@@ -23,34 +23,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compaction.format import naming  # noqa: E402
 from compaction.rewrite import (  # noqa: E402
     CLEANED,
     GroupSpec,
     ScanCache,
-    SourceSegment,
     _read_segment,
     rewrite_unit,
     scan_partition,
 )
-from compaction.storage import Storage  # noqa: E402
 
-NOW_MS = 1_795_305_600_000
+sys.path.insert(0, str(REPO / "bench"))
+from partition import spec_for  # noqa: E402  (all segments but the active one as one group)
+
 GiB = float(1 << 30)
-
-
-def spec_for(part: Path) -> GroupSpec:
-    segs = []
-    for f in sorted(part.glob("*.log")):
-        st = f.stat()
-        base = naming.parse_segment_file_name(f.name).base_offset
-        segs.append(SourceSegment(base, st.st_size, st.st_mtime_ns))
-    return GroupSpec(
-        group_id=0, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
-        segments=tuple(segs[:-1]), first_dirty_offset=0, upper_bound=segs[-1].base_offset, now_ms=NOW_MS,
-        delete_retention_ms=86_400_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
-        tail_segments=(segs[-1],),
-    )  # fmt: skip
 
 
 def cpu() -> float:
