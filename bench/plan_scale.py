@@ -4,8 +4,8 @@
 Builds (once; `--keep` reuses it) a log dir of N partitions x S tiny but valid segments: one v2
 batch of 10 records per `.log`, an empty `.index` (a broker writes no entry below
 index.interval.bytes) and a one-entry `.timeindex`, written with os-level calls from one process
-per core. Then runs the job's driver in-process with `--dry-run` (compaction.run.run: lock check,
-discovery, validation, planning; no Spark is started because a dry run never reaches the stages)
+per core. Then runs the job's driver in-process with `--plan-only` (compaction.run.run: lock check,
+discovery, validation, planning; no Spark is started: a plan-only run never reaches the stages)
 and prints recovery/list/plan seconds, files read and listed, and the cost per partition and segment.
 
 `--clean-fraction F` writes a cleaner-offset-checkpoint (removed afterwards) at the active segment's
@@ -138,7 +138,7 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="default: bench/out/plan_scale/<P>x<S>")
     ap.add_argument("--keep", action="store_true", help="reuse the dir if built; keep it afterwards")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="processes building the dir")
-    ap.add_argument("--repeat", type=int, default=1, help="timed dry runs (first may be cold-cache)")
+    ap.add_argument("--repeat", type=int, default=1, help="timed plan-only runs (first may be cold-cache)")
     ap.add_argument("--drop-caches", action="store_true", help="try to drop the page cache before each run")
     ap.add_argument("--as-round", action="store_true",
                     help="plan as a real (not dry) round: index checks left to the tasks; no Spark, nothing written")
@@ -179,7 +179,7 @@ def main() -> int:
             if args.as_round:
                 code, report = _plan_as_round(root)
             else:
-                code, report = run(parse_args(["--log-dir", root, "--dry-run"]))
+                code, report = run(parse_args(["--log-dir", root, "--plan-only"]))
         finally:
             restore()
             if i == args.repeat - 1 and os.path.exists(ckpt_path):
