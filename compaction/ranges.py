@@ -1,32 +1,30 @@
-"""A partition cut into ranges: the executor side of the exchange that gives every range the
-partition-wide offset map of its own keys, without any task holding the partition's key set.
+"""A partition cut into ranges: the functions of blocks with which the ranges stage's tasks
+(compaction/range_task.py) give every range the partition-wide offset map of its own keys,
+without any task holding the partition's key set.
 
-A range is one output group (its segments, log order). Three steps, each a function of blocks:
+A range is one output group (its segments, log order).
 
 1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
    whole-partition task scans, `rewrite.scan_partition`), which gives each record the dense id of
-   its key. Out: SUMMARY blocks (one per bucket: the range's keys whose hash falls in it, with
-   their latest dirty offset in the range), IDS blocks (per segment: each record's key id),
-   LATEST blocks (the range's latest dirty offset per key id) and a PRODUCERS block (producer
-   batch headers, for the driver's producer state).
-2. `merge_bucket`: one bucket's SUMMARY blocks of every range of every partition, merged in a
-   `KeyTable` keyed by (partition, key): the partition-wide latest dirty offset of each key. Out:
-   FOUND blocks, per range, for the keys whose latest lies outside the range (a later range
-   holds the key), the only entries the range's own LATEST lacks.
-3. `rewrite_ranges`: the range's LATEST with its FOUND entries applied is map[key] by key id; the
-   rewrite reads and scans each segment again and takes each record's id from IDS
+   its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
+   Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
+   in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
+2. `merge_bucket`: one fine bucket's SUMMARY blocks of every range of every partition, merged in
+   a `KeyTable` keyed by (partition, key): the partition-wide latest dirty offset of each key.
+   Out: FOUND blocks, per range, for the keys whose latest lies outside the range (a later range
+   holds the key), the only entries the range's own latest offsets lack.
+3. The rewrite: the range's latest offsets with its FOUND entries applied are map[key] by key id
    (`ShippedMap`), so no key is hashed or looked up twice.
 
 Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`):
     SUMMARY   key binary, latest int64 (-1: no dirty record in the range), id int32, part int32
-    IDS       id int32 per record of one segment (-1: null key, or a key not in the table)
-    LATEST    latest int64 per key id (a slice: `seq` is its first id)
+    IDS       id int32 per record of one segment (-1: null key, or a key not in the table); only
+              for a unit of several ranges, handed to the task that rewrites it (`held_blocks`)
+    LATEST    latest int64 per key id (a slice: `seq` is its first id); likewise
     FOUND     id int32, latest int64
     PRODUCERS the columns of `rewrite.producer_batches`
-    STATS     seconds, cpu_seconds float64 (of the range's scan task), summary_bytes int64
     EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
-              the driver's check across the partition (`rewrite.check_partition_epochs`)
-    ERROR     the error text (utf-8), no Arrow
+              the check across the partition (`rewrite.check_partition_epochs`)
 """
 
 from __future__ import annotations
@@ -45,18 +43,17 @@ from compaction.format.scan import SegmentScan
 from compaction.log_structure import epoch_columns
 from compaction.rewrite import GroupSpec, SourceSegment, scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS, EPOCHS = range(8)
-# Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that no Spark row
-# or Arrow batch holds a range's whole key set.
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS = range(6)
+# Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
+# never means holding a range's whole key set.
 BLOCK_ROWS = 1 << 20
-# A range's keys are cut by hash into this many fine buckets; the driver, knowing the summaries'
-# size once every range is scanned, deals them into as many merge tasks as the merge's memory
-# bound asks for (`merge_buckets`), so a merge task never holds more than its share of keys.
+# A range's keys are cut by hash into this many fine buckets; a merging task takes one bucket of
+# every range at a time, so what it holds is 1/64 of the keys whatever the number of tasks.
 FINE_BUCKETS = 64
 
 
 class Block(NamedTuple):
-    """One row of the exchange: `range_id` is the range's group id; `bucket` the merge bucket
+    """One unit of the exchange: `range_id` is the range's group id; `bucket` the merge bucket
     (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
     id for LATEST)."""
 
