@@ -26,16 +26,18 @@ class Wording:
     after: str
     freed: str
     records: str
+    share_of: str  # what the freed bytes are a share of
     scanned: bool = True  # False: nothing was read, so the byte columns have no value
 
 
-DRY_RUN = Wording("Dry run: what a compaction round would free", "log bytes now", "after a round",
-                  "reclaimable bytes", "reclaimable records")  # fmt: skip
-ROUND = Wording("Compaction round", "bytes read", "bytes written", "reclaimed bytes", "records removed")
-PLAN_ONLY = Wording("Plan only: what a round would clean", "log bytes now", "after a round",
-                    "reclaimable bytes", "reclaimable records", scanned=False)  # fmt: skip
+DRY_RUN = Wording("Dry run: what a compaction round would free", "read by a round", "written by a round",
+                  "reclaimable bytes", "reclaimable records", "of the bytes a round reads")  # fmt: skip
+ROUND = Wording("Compaction round", "bytes read", "bytes written", "reclaimed bytes", "records removed",
+                "of the bytes read")  # fmt: skip
+PLAN_ONLY = Wording("Plan only: what a round would clean", "read by a round", "written by a round",
+                    "reclaimable bytes", "reclaimable records", "", scanned=False)  # fmt: skip
 RECOVER_ONLY = Wording("Recovery only", "bytes read", "bytes written", "reclaimed bytes", "records removed",
-                       scanned=False)  # fmt: skip
+                       "", scanned=False)  # fmt: skip
 
 
 def wording_of(args: dict) -> Wording:
@@ -58,7 +60,7 @@ def render(report: dict) -> str:
         _cards(totals, words),
         _chart_section(topics, words),
         _section("Per topic", _topic_table(topics, totals, words)),
-        _section("Per partition, most reclaimable first", _partition_table(partitions, words)),
+        _section(f"Per partition, most {words.freed} first", _partition_table(partitions, words)),
         f"<footer>{escape(_tool(report))} &middot; report version {escape(str(report.get('version', '')))}"
         "</footer>",
     ))  # fmt: skip
@@ -119,7 +121,7 @@ def _cards(totals: dict, words: Wording) -> str:
     ]
     if words.scanned:
         freed, before = totals.get("reclaimableBytes", 0), totals.get("bytesRead", 0)
-        share = f", {_share(freed, before)} of {words.before}" if before else ""
+        share = f", {_share(freed, before)} {words.share_of}" if before else ""
         records = totals.get("reclaimableRecords", 0)
         cards.append(_card(words.freed, human_bytes(freed), f"{freed:,} bytes{share}"))
         cards.append(_card(words.records, f"{records:,}", f"of {totals.get('recordsRead', 0):,} records"))
@@ -256,7 +258,7 @@ tbody tr:nth-child(even) { background: #fafbfc; }
 tfoot td { font-weight: 650; background: #eef2f6; }
 td.num { white-space: nowrap; }
 .num { text-align: right; }
-td:first-child { overflow-wrap: anywhere; }
+td:first-child { min-width: 9em; overflow-wrap: anywhere; }  /* a 249-character topic name wraps */
 .reason { color: var(--muted); min-width: 220px; overflow-wrap: anywhere; }
 .status { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
   background: #e8ecf1; color: #3a4656; }

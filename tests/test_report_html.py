@@ -3,9 +3,8 @@ tests/test_dry_run_e2e.py opens the page of a real run in headless Chromium)."""
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
-
 import pytest
+from html_page import BYTE_COLUMNS, Page, expected_rows, number, partition_rows
 
 from compaction import report as rpt
 from compaction.options import parse_args
@@ -14,58 +13,11 @@ from compaction.report_html import render
 from compaction.s3 import redact_uri
 
 
-class Page(HTMLParser):
-    """What a browser would build from the page, in the parts the tests read: each table's rows
-    (cell texts, unescaped), every element with its attributes, the text of `<title>`s in the chart."""
-
-    def __init__(self, text: str):
-        super().__init__(convert_charrefs=True)
-        self.tables: dict[str, dict[str, list[list[str]]]] = {}
-        self.elements: list[tuple[str, dict]] = []
-        self.tips: list[str] = []
-        self.text: list[str] = []
-        self._table = self._part = None
-        self._row: list[str] | None = None
-        self._cell: list[str] | None = None
-        self._in_tip = False
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.elements.append((tag, attrs))
-        if tag == "table":
-            self._table = self.tables.setdefault(attrs.get("id", ""), {})
-        elif tag in ("thead", "tbody", "tfoot") and self._table is not None:
-            self._part = self._table.setdefault(tag, [])
-        elif tag == "tr" and self._part is not None:
-            self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = []
-        elif tag == "title" and any(t == "svg" for t, _ in self.elements):
-            self._in_tip = True
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self._row.append("".join(self._cell).strip())
-            self._cell = None
-        elif tag == "tr" and self._row is not None:
-            self._part.append(self._row)
-            self._row = None
-        elif tag == "table":
-            self._table = self._part = None
-        elif tag == "title":
-            self._in_tip = False
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._cell is not None:
-            self._cell.append(data)
-        if self._in_tip:
-            self.tips.append(data)
+DRY = "a round would clean it (dry run)"
 
 
-def _result(topic, partition, read, written, *, status=rpt.ELIGIBLE, reason="a round would clean it (dry run)",
-            ratio=0.5, log_dir="/data/kafka-logs") -> rpt.PartitionResult:  # fmt: skip
+def _result(topic, partition, read, written, *, status=rpt.ELIGIBLE, reason=DRY, ratio=0.5,
+            log_dir="/data/kafka-logs") -> rpt.PartitionResult:  # fmt: skip
     r = rpt.PartitionResult(topic, partition, log_dir, status=status, reason=reason, dirtyRatio=ratio)
     r.bytesRead, r.bytesWritten, r.dirtyBytes = read, written, read // 2
     r.recordsRead, r.recordsWritten = read // 100, written // 100
@@ -83,35 +35,23 @@ MIXED = [
     _result("orders", 1, 5_000_123, 4_999_000, ratio=0.2),
     _result("payments", 0, 2_500_000, 100_000, ratio=0.99),
     _result("users", 0, 0, 0, status=rpt.SKIPPED, reason="below min.cleanable.dirty.ratio", ratio=0.1),
-    _result("users", 1, 0, 0, status=rpt.FAILED, reason="users-1/00000000000000000000.log at byte 70: corrupt batch",
-            ratio=None),  # fmt: skip
+    _result("users", 1, 0, 0, status=rpt.FAILED, ratio=None,
+            reason="users-1/00000000000000000000.log at byte 70: corrupt batch"),  # fmt: skip
 ]
-
-BYTE_COLUMNS = ("dirtyBytes", "bytesRead", "bytesWritten", "reclaimableBytes", "reclaimableRecords")
-
-
-def _int(cell: str) -> int:
-    return int(cell.replace(",", ""))
 
 
 def test_every_number_on_the_page_is_the_reports():
     report = _report(MIXED)
     page = Page(render(report))
-    rows = page.tables["partitions"]["tbody"]
-    want = sorted(report["partitions"], key=lambda e: (-e["reclaimableBytes"], e["topic"], e["partition"]))
-    assert [(r[0], int(r[1])) for r in rows] == [(e["topic"], e["partition"]) for e in want]  # most freed first
-    for row, e in zip(rows, want):
-        _, _, status, ratio, *numbers, reason = row
-        assert status == e["status"] and reason == e["reason"]
-        assert ratio == ("\u2013" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}")
-        assert [_int(n) for n in numbers] == [e[k] for k in BYTE_COLUMNS]
+    assert partition_rows(page) == expected_rows(report)  # most reclaimable first
     topics = page.tables["topics"]["tbody"]
     assert [r[0] for r in topics] == ["payments", "orders", "users"]  # by reclaimable bytes
-    for name, count, *numbers, saving in topics:
+    for name, count, *numbers, _saving in topics:
         t = report["topics"][name]
-        assert _int(count) == t["partitions"] and [_int(n) for n in numbers] == [t[k] for k in BYTE_COLUMNS]
+        assert number(count) == t["partitions"]
+        assert [number(n) for n in numbers] == [t[k] for k in BYTE_COLUMNS]
     (all_row,) = page.tables["topics"]["tfoot"]
-    assert [_int(n) for n in all_row[1:-1]] == [report["totals"][k] for k in ("partitions", *BYTE_COLUMNS)]
+    assert [number(n) for n in all_row[1:-1]] == [report["totals"][k] for k in ("partitions", *BYTE_COLUMNS)]
     assert all_row[-1] == f"{100 * report['totals']['reclaimableBytes'] / report['totals']['bytesRead']:.1f}%"
 
 
@@ -135,7 +75,7 @@ def test_a_round_reports_read_written_and_reclaimed():
     assert head[5:9] == ["bytes read", "bytes written", "reclaimed bytes", "records removed"]
     assert "Compaction round" in "".join(page.text)
     (row,) = page.tables["partitions"]["tbody"]
-    assert row[2] == "cleaned" and [_int(n) for n in row[4:9]] == [2000, 4000, 1000, 3000, 30]
+    assert row[2] == "cleaned" and [number(n) for n in row[4:9]] == [2000, 4000, 1000, 3000, 30]
 
 
 HOSTILE_TOPIC = "<script>alert('topic')</script>"
@@ -192,8 +132,8 @@ def test_credentials_given_on_the_command_line_never_reach_the_page():
     secret_uri = "s3://AKIA123:s3cr3t@bucket/kafka-logs?secret_key=s3cr3t"
     opts = parse_args(["--log-dir", secret_uri, "--report-html", "s3://AKIA123:s3cr3t@bucket/r.html",
                        "--dry-run"])  # fmt: skip
-    report = rpt.build_report([_result("orders", 0, 100, 10, log_dir=redact_uri(secret_uri))], _args_echo(opts),
-                              {}, 0)  # fmt: skip
+    entry = _result("orders", 0, 100, 10, log_dir=redact_uri(secret_uri))
+    report = rpt.build_report([entry], _args_echo(opts), {}, 0)
     text = render(report)
     assert "s3cr3t" not in text and "AKIA123" not in text
     assert "s3://***@bucket/kafka-logs" in text
