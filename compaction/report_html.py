@@ -17,6 +17,9 @@ from html import escape
 from compaction.report_chart import AFTER_FILL, BEFORE_FILL, MAX_BARS, bar_chart, human_bytes
 
 
+NO_VALUE_TEXT = "\u2013"  # a dash: no value, as opposed to a zero
+
+
 @dataclass(frozen=True)
 class Wording:
     """The words of one kind of run: a dry run predicts, a round reports what it did."""
@@ -154,8 +157,6 @@ def _chart_section(topics: list[tuple[str, dict]], words: Wording) -> str:
 
 
 # --- the tables ----------------------------------------------------------------------------------
-
-NO_VALUE_TEXT = "\u2013"  # a dash: no value, as opposed to a zero
 
 
 def _td(value: int | str | None, *, num: bool = True, bytes_: bool = False) -> str:
