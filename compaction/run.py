@@ -16,6 +16,7 @@ import time
 
 from compaction import logs
 from compaction import report as rpt
+from compaction import report_html
 from compaction import throttle
 from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.discover import (
@@ -691,7 +692,8 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
 def _args_echo(opts: JobOptions) -> dict:
     args = dataclasses.asdict(opts)
     args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
-    args["report"] = opts.report and redact_uri(opts.report)
+    for name in ("report", "report_html", "metrics_file"):
+        args[name] = getattr(opts, name) and redact_uri(getattr(opts, name))
     return args
 
 
@@ -711,10 +713,12 @@ def main(argv: list[str] | None = None) -> int:
         # A held lock (broker or another run) stops the run before anything is written.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    text = rpt.dumps(report)
     if opts.report:
         storage, path = Storage.for_uri(opts.report)
-        storage.write_atomic(path, text.encode())
+        storage.write_atomic(path, rpt.dumps(report).encode())
+    if opts.report_html:
+        storage, path = Storage.for_uri(opts.report_html)
+        storage.write_atomic(path, report_html.render(report).encode())
     for entry in report["partitions"]:
         logs.log_partition(entry)
     if opts.dry_run:

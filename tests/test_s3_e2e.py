@@ -11,7 +11,8 @@ Two spark-submits over two buckets that hold the same generated log dir:
 Then both buckets hold exactly the records an uninterrupted run keeps (kafka-python decodes the
 downloaded segments; indexes pass the broker's checks), the same object names, and no object of
 ours: no directory marker, `.cleaned`, `.swap`, `.deleted`, `.tmp` or intent file. The secret key
-is in no log line and not in the report.
+is in no log line and not in the report, nor in the report's HTML page (`--report-html` to a third
+bucket, written there through the same storage layer).
 """
 
 from __future__ import annotations
@@ -129,8 +130,10 @@ def rounds(s3_endpoint, tmp_path_factory):
 
     # 2. one round: the clean bucket for the first time, the crashed one again.
     report_path = os.path.join(root, "report.json")
+    client.create_bucket(Bucket="reports")
     cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", uri["clean"],
-           "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path]  # fmt: skip
+           "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path,
+           "--report-html", f"s3://{KEY}:{SECRET}@reports/round.html"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
     assert done.returncode == 0, done.stderr[-6000:]
@@ -140,8 +143,9 @@ def rounds(s3_endpoint, tmp_path_factory):
     for bucket in ("clean", "crashed"):
         out[bucket] = os.path.join(root, "out", bucket)
         _download(client, bucket, out[bucket])
+    page = client.get_object(Bucket="reports", Key="round.html")["Body"].read().decode()
     return {"client": client, "expected": expected, "report": report, "err": err, "out": out,
-            "mid_crash": mid_crash, "root": root}  # fmt: skip
+            "mid_crash": mid_crash, "root": root, "page": page}  # fmt: skip
 
 
 def test_the_crash_happened_mid_commit(rounds):
@@ -185,3 +189,11 @@ def test_credentials_in_the_uri_reach_no_log_line_nor_the_report(rounds):
     assert rounds["report"]["args"]["log_dirs"] == ["s3://***@clean/logs", "s3://***@crashed/logs"]
     assert "cleaned" in rounds["err"]  # the log lines are there, ...
     assert SECRET not in rounds["err"] and KEY not in rounds["err"]  # ... without the credentials
+
+
+def test_the_html_page_is_on_s3_without_the_credentials(rounds):
+    page = rounds["page"]
+    assert page.startswith("<!DOCTYPE html>") and "s3://***@clean/logs" in page
+    assert SECRET not in page and KEY not in page
+    assert rounds["report"]["args"]["report_html"] == "s3://***@reports/round.html"
+    assert sorted(_objects(rounds["client"], "reports")) == ["round.html"]  # no temp object left
