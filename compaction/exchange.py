@@ -37,6 +37,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from compaction.errors import CompactionError
 from compaction.storage import Storage
@@ -82,10 +83,14 @@ class Exchange:
         if self.storage.is_local:
             shutil.rmtree(self.root, ignore_errors=True)
             return
+        # Object by object through the storage layer: on S3 that leaves no directory marker.
         try:
-            self.storage.fs.delete_dir(self.root)
-        except (OSError, FileNotFoundError):
-            pass  # nothing was written, or already gone
+            infos = self.storage.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True, recursive=True))
+            for info in infos:
+                if info.type == pafs.FileType.File:
+                    self.storage.delete(info.path, missing_ok=True)
+        except OSError:
+            pass  # a best effort: the directory holds nothing a later run reads
 
     def __enter__(self) -> Exchange:
         return self

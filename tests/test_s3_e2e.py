@@ -131,9 +131,12 @@ def rounds(s3_endpoint, tmp_path_factory):
     # 2. one round: the clean bucket for the first time, the crashed one again.
     report_path = os.path.join(root, "report.json")
     client.create_bucket(Bucket="reports")
+    # Every partition cut into ranges, whose tasks meet through an exchange directory on S3 too.
     cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", uri["clean"],
            "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path,
-           "--report-html", f"s3://{KEY}:{SECRET}@reports/round.html"]  # fmt: skip
+           "--report-html", f"s3://{KEY}:{SECRET}@reports/round.html",
+           "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
+           "--conf", f"spark.kafka.compaction.exchangeDir=s3://{KEY}:{SECRET}@reports/exchange"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
     assert done.returncode == 0, done.stderr[-6000:]
@@ -144,8 +147,9 @@ def rounds(s3_endpoint, tmp_path_factory):
         out[bucket] = os.path.join(root, "out", bucket)
         _download(client, bucket, out[bucket])
     page = client.get_object(Bucket="reports", Key="round.html")["Body"].read().decode()
+    reports = sorted(o["Key"] for o in client.list_objects_v2(Bucket="reports").get("Contents", []))
     return {"client": client, "expected": expected, "report": report, "err": err, "out": out,
-            "mid_crash": mid_crash, "root": root, "page": page}  # fmt: skip
+            "mid_crash": mid_crash, "root": root, "page": page, "reports": reports}  # fmt: skip
 
 
 def test_the_crash_happened_mid_commit(rounds):
@@ -181,6 +185,11 @@ def test_no_object_of_ours_is_left(rounds, bucket):
     transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
     ours = [k for k in keys if k.endswith(transient)]
     assert ours == []
+
+
+def test_the_ranges_met_through_s3_and_left_nothing_there(rounds):
+    assert rounds["report"]["timings"].get("rangesSeconds"), rounds["report"]["timings"]
+    assert rounds["reports"] == ["round.html"]
 
 
 def test_credentials_in_the_uri_reach_no_log_line_nor_the_report(rounds):
