@@ -1,7 +1,10 @@
 """One task of the ranges stage: partitions cut into ranges, scanned, merged and rewritten by
 tasks that run at the same time and meet through the exchange (compaction/exchange.py).
 
-Each task owns some ranges (`RangePlan.tasks`) and goes through three phases:
+The plan (`RangePlan.cut`) lays every segment of the ranged partitions, in log order, into as many
+contiguous shares of equal bytes as the stage has tasks; a range is the part of one output group
+that falls into one share, so a group is one range or is cut between two tasks. Each group is
+rewritten by the task that holds most of its bytes. Each task goes through three phases:
 
 1. **scan** its ranges (compaction/ranges.py `scan_range`): it keeps each range's key ids and
    latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
@@ -38,29 +41,46 @@ STATS_ROW = -1  # group_id of a task's timings row
 
 @dataclasses.dataclass(frozen=True)
 class RangePlan:
-    """Who does what: `ranges` {group id: (spec, partition number, validate)}, `parts` {partition
-    number: its group ids in log order}, `tasks` [the group ids each task owns]."""
+    """Who does what. `ranges` {range id: (spec of its segments, under its group's id; partition
+    number; validate: the partition's index checks run with it)}; `groups` {group id: (its spec,
+    its range ids in log order)}; `parts` {partition number: its group ids in log order};
+    `tasks` [the range ids each task scans]; `rewriter` {group id: the task that rewrites it}."""
 
     ranges: dict[int, tuple[GroupSpec, int, bool]]
+    groups: dict[int, tuple[GroupSpec, list[int]]]
     parts: dict[int, list[int]]
     tasks: list[list[int]]
+    rewriter: dict[int, int]
 
     @classmethod
     def cut(cls, partitions: list[list[GroupSpec]], slots: int) -> RangePlan:
-        """Every group of `partitions` a range; ranges packed by bytes into at most `slots` tasks
-        (biggest first into the least loaded), since every task of the stage runs at once."""
-        from compaction.spark_stages import pack
-
-        table = {s.group_id: (s, n, k == 0) for n, specs in enumerate(partitions) for k, s in enumerate(specs)}
-        parts = {n: [s.group_id for s in specs] for n, specs in enumerate(partitions)}
-        gids = list(table)
-        sizes = [sum(seg.size for seg in table[g][0].segments) for g in gids]
-        tasks = [[gids[i] for i in sorted(b)] for b in pack(sizes, max(1, min(slots, len(gids))))]
-        return cls(table, parts, tasks)
-
-    @property
-    def owner(self) -> dict[int, int]:
-        return {g: t for t, gids in enumerate(self.tasks) for g in gids}
+        """The groups of `partitions` cut into ranges over at most `slots` tasks (every task of
+        the stage runs at once): segments in log order, each to the task whose share of the
+        bytes holds its middle."""
+        segs = [(n, spec, seg) for n, specs in enumerate(partitions) for spec in specs for seg in spec.segments]
+        total = sum(seg.size for _, _, seg in segs)
+        n_tasks = max(1, min(slots, len(segs)))
+        ranges, groups, tasks = {}, {}, [[] for _ in range(n_tasks)]
+        held: dict[int, dict[int, int]] = {}  # group id -> {task: bytes}
+        at, last = 0, None
+        for n, spec, seg in segs:
+            t = min(n_tasks - 1, int((at + seg.size / 2) * n_tasks / total)) if total else 0
+            at += seg.size
+            if last is None or last[:2] != (spec.group_id, t):
+                rid = len(ranges)
+                first_of_part = spec.group_id == partitions[n][0].group_id and not groups.get(spec.group_id)
+                ranges[rid] = (dataclasses.replace(spec, segments=(), tail_segments=()), n, first_of_part)
+                groups.setdefault(spec.group_id, (spec, []))[1].append(rid)
+                tasks[t].append(rid)
+                last = (spec.group_id, t, rid)
+            rid = last[2]
+            scan = ranges[rid][0]
+            tail = spec.tail_segments if seg is spec.segments[-1] else ()
+            ranges[rid] = (dataclasses.replace(scan, segments=(*scan.segments, seg), tail_segments=tail), *ranges[rid][1:])
+            held.setdefault(spec.group_id, {})[t] = held.get(spec.group_id, {}).get(t, 0) + seg.size
+        rewriter = {g: max(by_task, key=lambda t: (by_task[t], -t)) for g, by_task in held.items()}
+        parts = {n: [s.group_id for s in specs if s.group_id in groups] for n, specs in enumerate(partitions)}
+        return cls(ranges, groups, parts, [t for t in tasks if t] or [[]], rewriter)
 
 
 def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:
@@ -69,44 +89,51 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     n_tasks = len(plan.tasks)
     cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
     held: dict[int, ranges.Held] = {}
-    status = {str(g): _scan(g, plan, ex, cache, held) for g in plan.tasks[t]}
+    status = {str(r): _scan(r, plan, ex, cache, held) for r in plan.tasks[t]}
     ex.post("scan", t, status)
-    scans = {int(g): s for posted in ex.gather("scan", n_tasks) for g, s in posted.items()}
-    dead = {}
+    scans = {int(r): s for posted in ex.gather("scan", n_tasks) for r, s in posted.items()}
+    dead, units = {}, {}  # units: {first group id: its groups} of the sound partitions
     for p, gids in plan.parts.items():
-        errors = [scans[g]["error"] for g in gids if scans[g]["error"]]
+        rids = [r for g in gids for r in plan.groups[g][1]]
+        errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
         if errors:
             dead[p] = errors[0]
-    units = {p for p, gids in plan.parts.items() if p not in dead and any(scans[g]["txn"] for g in gids)}
+        elif any(scans[r]["txn"] for r in rids):
+            units[gids[0]] = gids
+        else:
+            units.update({g: [g] for g in gids})
+    task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
     scanned = time.monotonic()
-    error = _hand_over(t, plan, ex, held, units) or _merge(t, plan, ex, dead)
+    error = _hand_over(t, plan, ex, held, task_of) or _merge(t, plan, ex, dead)
     ex.post("merge", t, {"error": error})
     merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
     merged = time.monotonic()
     rows = []
-    for g in plan.tasks[t]:
-        p = plan.ranges[g][1]
-        if p in dead or merge_errors:
-            rows.append({"group_id": g, "error": dead.get(p) or merge_errors[0]})
-        elif p not in units or g == plan.parts[p][0]:
-            rows.extend(_rewrite(g, plan, ex, held, cache, p in units))
-        held.pop(g, None)
+    for p, gids in plan.parts.items():
+        if p in dead:  # reported by the task that would have rewritten each group
+            rows += [{"group_id": g, "error": dead[p]} for g in gids if plan.rewriter[g] == t]
+            continue
+        for first, unit in ((g, units[g]) for g in gids if g in units and task_of[g] == t):
+            if merge_errors:
+                rows += [{"group_id": g, "error": merge_errors[0]} for g in unit]
+            else:
+                rows += _rewrite(p, unit, plan, ex, held, cache)
     rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": merged - scanned,
                  "cpu_seconds": time.process_time() - cpu})  # fmt: skip
     return rows
 
 
-def _scan(gid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
+def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
     from compaction.discover import validate_partition_path
 
-    spec, part, validate = plan.ranges[gid]
+    spec, part, validate = plan.ranges[rid]
     try:
         if validate:  # the index checks the driver leaves to the task that reads the partition anyway
             validate_partition_path(spec.storage, spec.part_path)
-        held[gid], blocks = ranges.scan_range(spec, part, cache)
-        ex.write_blocks(f"scan-{gid}", blocks)
+        held[rid], blocks = ranges.scan_range(rid, spec, part, cache)
+        ex.write_blocks(f"scan-{rid}", blocks)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-        held.pop(gid, None)
+        held.pop(rid, None)
         return {"error": error_text(exc), "txn": False}
     return {"error": None, "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS)}
 
@@ -116,29 +143,33 @@ def _transactional(block: ranges.Block) -> bool:
     return bool(np.any(attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))
 
 
-def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, units: set) -> str | None:
-    """Write the ids of the ranges this task holds for units another task rewrites."""
-    owner = plan.owner
+def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, task_of: dict) -> str | None:
+    """Write the ids of the ranges this task holds whose group another task rewrites."""
     try:
-        for g in plan.tasks[t]:
-            p = plan.ranges[g][1]
-            if p in units and g in held and owner[plan.parts[p][0]] != t:
-                ex.write_blocks(f"ids-{g}", ranges.held_blocks(plan.ranges[g][0], held[g]))
+        for r in plan.tasks[t]:
+            g = plan.ranges[r][0].group_id
+            if r in held and task_of.get(g, t) != t:
+                ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, held[r]))
     except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
         return error_text(exc)
     return None
 
 
 def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict) -> str | None:
-    """The fine buckets t, t + tasks, ... of every range of the sound partitions, one bucket at a
-    time (what a merge holds is a fine bucket's share of the keys), into `found-<t>`."""
+    """The fine buckets t, t + tasks, ... of every range of the sound partitions cut into more
+    than one range, one bucket at a time (what a merge holds is a fine bucket's share of the
+    keys), into `found-<t>`. A partition of one range has nothing to merge."""
     try:
-        live = [g for p, gids in plan.parts.items() if p not in dead for g in gids]
-        index = {g: ex.read_index(f"scan-{g}") for g in live}
+        live = []
+        for p, gids in plan.parts.items():
+            rids = [r for g in gids for r in plan.groups[g][1]]
+            if p not in dead and len(rids) > 1:
+                live += rids
+        index = {r: ex.read_index(f"scan-{r}") for r in live}
         found = []
         for bucket in range(t, ranges.FINE_BUCKETS, len(plan.tasks)):
-            rows = [(b.range_id, b.data) for g in live
-                    for b in ex.read_blocks(f"scan-{g}", _summary_of(bucket), index[g])]  # fmt: skip
+            rows = [(b.range_id, b.data) for r in live
+                    for b in ex.read_blocks(f"scan-{r}", _summary_of(bucket), index[r])]  # fmt: skip
             found.extend(ranges.merge_bucket(rows))
         ex.write_blocks(f"found-{t}", found)
     except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
@@ -154,31 +185,31 @@ def _of_kind(*kinds: int):
     return lambda ix: np.isin(ix["kind"], kinds)
 
 
-def _rewrite(gid: int, plan: RangePlan, ex: Exchange, held: dict, cache, unit: bool) -> list[dict]:
-    """Rewrite the range `gid`, or, for a unit, every range of its partition (log order)."""
-    part = plan.ranges[gid][1]
-    gids = plan.parts[part] if unit else [gid]
+def _rewrite(part: int, unit: list[int], plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
+    """Rewrite the groups `unit` of partition `part` (log order) from their ranges."""
     try:
-        specs = [plan.ranges[g][0] for g in plan.parts[part]]
-        side = [b for g in plan.parts[part]
-                for b in ex.read_blocks(f"scan-{g}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
+        specs = [plan.groups[g][0] for g in plan.parts[part]]
+        side = [b for g in plan.parts[part] for r in plan.groups[g][1]
+                for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
         _check_epochs(specs, [b for b in side if b.kind == ranges.EPOCHS])
         state = ranges.producer_state([ranges.from_block(b.data) for b in side if b.kind == ranges.PRODUCERS])
         if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
-            return [{"group_id": g, "first_unstable": state.first_unstable} for g in gids]
-        unit_specs = [dataclasses.replace(plan.ranges[g][0], last_records=state.last_records) for g in gids]
+            return [{"group_id": g, "first_unstable": state.first_unstable} for g in unit]
+        rids = [r for g in unit for r in plan.groups[g][1]]
         shipped = ranges.ShippedMap()
-        for g, spec in zip(gids, unit_specs):
-            if g in held:
-                shipped.hold(spec, held[g])
+        for r in rids:
+            scan_spec = plan.ranges[r][0]
+            if r in held:
+                shipped.hold(r, scan_spec, held.pop(r))
             else:
-                shipped.add_blocks(spec, list(ex.read_blocks(f"ids-{g}")))
-            for k in range(len(plan.tasks)):
-                for b in ex.read_blocks(f"found-{k}", lambda ix, g=g: ix["range_id"] == g):
-                    shipped.apply_found(g, b)
+                shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
+        for k in range(len(plan.tasks)):
+            for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], rids)):
+                shipped.apply_found(b.range_id, b)
+        unit_specs = [dataclasses.replace(plan.groups[g][0], last_records=state.last_records) for g in unit]
         return rewrite_unit(unit_specs, shipped, cache)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-        return [{"group_id": g, "error": error_text(exc)} for g in gids]
+        return [{"group_id": g, "error": error_text(exc)} for g in unit]
 
 
 def _check_epochs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> None:

@@ -2,7 +2,8 @@
 (compaction/range_task.py) give every range the partition-wide offset map of its own keys,
 without any task holding the partition's key set.
 
-A range is one output group (its segments, log order).
+A range is consecutive segments of one output group (log order): a group is one range or is
+cut into several, so that the ranges of a round spread evenly over the tasks.
 
 1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
    whole-partition task scans, `rewrite.scan_partition`), which gives each record the dense id of
@@ -53,7 +54,7 @@ FINE_BUCKETS = 64
 
 
 class Block(NamedTuple):
-    """One unit of the exchange: `range_id` is the range's group id; `bucket` the merge bucket
+    """One unit of the exchange: `range_id` is the range's id (`range_task.RangePlan`); `bucket` the merge bucket
     (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
     id for LATEST)."""
 
@@ -110,38 +111,37 @@ class Held(NamedTuple):
     latest: np.ndarray
 
 
-def scan_range(spec: GroupSpec, part: int, cache=None, buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:
-    """Scan one range (exactly as a whole-partition task scans, `rewrite.scan_partition`; `cache`
-    keeps its scans for the rewrite): what the task holds of it, and the blocks it hands the
-    other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part` numbers the range's partition in
-    the round: keys of different partitions never merge."""
+def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
+               buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:  # fmt: skip
+    """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
+    `rewrite.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
+    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
+    numbers the range's partition in the round: keys of different partitions never merge."""
     epochs: list = []
     pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
     data, offs, latest = table.export()
     del pmap, table  # the key bytes live on in `data` until the summaries are built
-    gid = spec.group_id
-    blocks = list(_summaries(gid, part, data, offs, latest, buckets))
-    blocks.append(Block(gid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
+    blocks = list(_summaries(rid, part, data, offs, latest, buckets))
+    blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
         cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
-        blocks.append(Block(gid, PRODUCERS, -1, 0, to_block(**cols)))
+        blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
     return Held(ids, latest), blocks
 
 
-def held_blocks(spec: GroupSpec, held: Held) -> Iterator[Block]:
-    """A held range as IDS and LATEST blocks, for the task that rewrites a unit of several ranges."""
-    gid = spec.group_id
+def held_blocks(rid: int, held: Held) -> Iterator[Block]:
+    """A held range as IDS and LATEST blocks, for the task that rewrites its group."""
     for i, ids in enumerate(held.ids):
         for at in range(0, max(1, len(ids)), BLOCK_ROWS):
-            yield Block(gid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
+            yield Block(rid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
     for at in range(0, max(1, len(held.latest)), BLOCK_ROWS):
-        yield Block(gid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
+        yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(gid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
+def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
     bucket = bucket_of(data, offs, buckets)
     order = np.argsort(bucket, kind="stable")
     keys = _binary(data, offs).take(pa.array(order))
@@ -150,7 +150,7 @@ def _summaries(gid: int, part: int, data, offs, latest, buckets: int) -> Iterato
     for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
             to = min(at + BLOCK_ROWS, int(ends[b + 1]))
-            yield Block(gid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=latest[order[at:to]],
+            yield Block(rid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=latest[order[at:to]],
                                                       id=ids[at:to], part=np.full(to - at, part, np.int32)))  # fmt: skip
 
 
@@ -216,21 +216,22 @@ def _prefix(data, offs, part, out, new_offs):
 class ShippedMap:
     """map[key] per record of ranges' segments (an `OffsetMap`), from the key ids their scans
     gave each record and the latest offset of each id (the range's own, with the FOUND entries
-    of the merge applied)."""
+    of the merge applied). Ids are per range; a group's segments may come from several ranges."""
 
     hashes_keys = False  # the rewrite's scan need not hash keys: ids come from the scan
     verified = True  # the range's scan checked the CRCs
 
     def __init__(self) -> None:
-        self._ids: dict[tuple[int, int], np.ndarray] = {}
+        self._ids: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
         self._latest: dict[int, np.ndarray] = {}
 
-    def hold(self, spec: GroupSpec, held: Held) -> None:
-        self._latest[spec.group_id] = held.latest.copy()
+    def hold(self, rid: int, spec: GroupSpec, held: Held) -> None:
+        """Range `rid`: the segments of `spec` (its group's id), with their ids and latest offsets."""
+        self._latest[rid] = held.latest.copy()
         for seg, ids in zip(spec.segments, held.ids):
-            self._ids[(spec.group_id, seg.base_offset)] = ids
+            self._ids[(spec.group_id, seg.base_offset)] = (rid, ids)
 
-    def add_blocks(self, spec: GroupSpec, blocks: list[Block]) -> None:
+    def add_blocks(self, rid: int, spec: GroupSpec, blocks: list[Block]) -> None:
         """A range held by another task, from its IDS and LATEST blocks (`held_blocks`)."""
         by_kind: dict[int, list[Block]] = {}
         for b in sorted(blocks, key=lambda b: b.seq):
@@ -241,19 +242,19 @@ class ShippedMap:
         for b in by_kind.get(IDS, []):
             parts.setdefault(b.seq >> 20, []).append(_column(from_block(b.data), "id", np.int32))
         ids = [np.concatenate(parts.get(i, [np.empty(0, np.int32)])) for i in range(len(spec.segments))]
-        self.hold(spec, Held(ids, latest))
+        self.hold(rid, spec, Held(ids, latest))
 
-    def apply_found(self, group_id: int, block: Block) -> None:
+    def apply_found(self, rid: int, block: Block) -> None:
         """The merge's FOUND entries for the range: ids whose key a later range holds."""
         f = from_block(block.data)
-        self._latest[group_id][_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
+        self._latest[rid][_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
-        ids = self._ids.pop((spec.group_id, seg.base_offset))
+        rid, ids = self._ids.pop((spec.group_id, seg.base_offset))
         if len(ids) != len(scan.records.offset):  # the bytes were checked for size; this is paranoia
             raise CorruptRecordError(f"segment has {len(scan.records.offset)} records, its scan had {len(ids)}",
                                      path=spec.segment_path(seg.base_offset))  # fmt: skip
-        latest = self._latest[spec.group_id]
+        latest = self._latest[rid]
         return np.where(ids >= 0, latest[np.maximum(ids, 0)] if len(latest) else -1, -1)
 
 

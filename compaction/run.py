@@ -398,12 +398,18 @@ def _partition_bytes(p: Planned) -> int:
     return sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))
 
 
+# A partition of one group below this is compacted whole even when it is more than a core's share
+# of the round: the ranges stage's exchange costs more than the second core saves.
+RANGES_MIN_BYTES = 128 << 20
+
+
 def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int) -> list[bool]:
-    """Per partition: cut into ranges (one per group) or compacted whole. Cut when it holds more
-    than `limit` bytes, or when it has several groups and more than a core's share of the round
-    (one big partition alone would leave the other cores idle)."""
+    """Per partition: cut into ranges (compaction/range_task.py) or compacted whole. Cut when it
+    holds more than `limit` bytes, or more than a core's share of the round (one big partition
+    alone would leave the other cores idle) and either several groups or RANGES_MIN_BYTES."""
     share = sum(sizes) / max(1, cores)
-    return [size > limit or (n > 1 and size > share) for size, n in zip(sizes, groups)]
+    return [size > limit or (size > share and (n > 1 or size >= RANGES_MIN_BYTES))
+            for size, n in zip(sizes, groups)]  # fmt: skip
 
 
 def _cut(spark, todo: list[Planned]) -> list[bool]:

@@ -82,14 +82,18 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("n_ranges, tasks, reuse", [(2, 1, 1 << 30), (3, 3, 0), (5, 2, 20_000)])
+# (groups, tasks, scan cache bytes): one group cut between three tasks; groups cut across tasks
+# with and without kept scans; more groups than tasks.
+@pytest.mark.parametrize("n_ranges, tasks, reuse", [(1, 3, 1 << 30), (2, 3, 0), (3, 2, 1 << 30), (5, 2, 20_000)])
 def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse):
     part = generate(tmp_path / "logs", *CASES[case])
     whole = compact_partition(specs_for(part, 1))
     assert not any(r.get("error") or r.get("first_unstable") for r in whole), whole
     one = cleaned(part)
-    # One range is the whole-partition task's input cut once: the group boundaries must match.
+    # The groups are the whole-partition task's one group cut: their boundaries must match.
     specs = specs_for(part, n_ranges)
+    plan = RangePlan.cut([specs], tasks)
+    assert len(plan.tasks) == tasks and len(plan.ranges) >= max(tasks, n_ranges)
     rows = in_ranges(specs, tasks, tmp_path / "exchange", reuse)
     assert not any(r.get("error") for r in rows), rows
     many = cleaned(part)
@@ -174,3 +178,42 @@ def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(real)
     assert sum(r["bytes_written"] for r in real) == sum(len(v) for k, v in written.items() if ".log" in k)
+
+
+def test_plan_cuts_the_segments_into_equal_contiguous_shares():
+    seg = lambda base, size: SourceSegment(base, size, 0)  # noqa: E731
+    specs = [GroupSpec(group_id=7 + n, topic="t", partition=0, storage=Storage.local(), part_path="/x",
+                       segments=tuple(seg(100 * n + i, 10) for i in range(k)), first_dirty_offset=0,
+                       upper_bound=1000, now_ms=NOW_MS, delete_retention_ms=0, legacy_delete_horizon_ms=0,
+                       index_interval_bytes=4096, tail_segments=(seg(999, 5),) if n == 2 else ())
+             for n, k in enumerate((3, 1, 4))]  # fmt: skip
+    plan = RangePlan.cut([specs], 2)
+    scanned = [[s.base_offset for r in rids for s in plan.ranges[r][0].segments] for rids in plan.tasks]
+    assert scanned == [[0, 1, 2, 100], [200, 201, 202, 203]]
+    assert {g: rids for g, (_, rids) in plan.groups.items()} == {7: [0], 8: [1], 9: [2]}
+    assert plan.rewriter == {7: 0, 8: 0, 9: 1}
+    assert [plan.ranges[r][2] for r in range(3)] == [True, False, False]  # index checks with the first
+    assert plan.ranges[2][0].tail_segments == specs[2].tail_segments
+    cut = RangePlan.cut([specs[:1]], 2)  # one group of three segments: two ranges, two tasks
+    assert [[s.base_offset for s in cut.ranges[r][0].segments] for r in sorted(cut.ranges)] == [[0], [1, 2]]
+    assert cut.groups[7][1] == [0, 1] and cut.rewriter == {7: 1} and cut.tasks == [[0], [1]]
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "sizes, groups, expect",
+    [
+        ([2048 * MiB], [1], [True]),  # above the 1 GiB limit
+        ([600 * MiB], [1], [True]),  # alone: more than a core's share, and big enough to share
+        ([100 * MiB], [1], [False]),  # alone but small: the exchange would cost more
+        ([100 * MiB], [2], [True]),  # several groups: cut whatever the size
+        ([512 * MiB] * 4, [1] * 4, [False] * 4),  # a core's share each: whole tasks
+        ([900 * MiB, 100 * MiB], [1, 1], [True, False]),
+    ],
+)
+def test_which_partitions_are_cut_into_ranges(sizes, groups, expect):
+    from compaction.run import cut_into_ranges
+
+    assert cut_into_ranges(sizes, groups, 2, 1 << 30) == expect
