@@ -159,8 +159,11 @@ class ErasingMap:
     def erased_in(self, group_id: int) -> int:
         return self.stats.get(group_id, EraseStats()).records
 
-    def row_fields(self, group_id: int, first: bool) -> dict:
-        """The erase fields of a group's result row (the key bitmap on the unit's first row)."""
+    def row_fields(self, group_id: int) -> dict:
+        """The erase counts of a group's result row."""
         st = self.stats.get(group_id, EraseStats())
-        return {"erased_records": st.records, "erased_bytes": st.bytes,
-                "erase_found": pack_bits(self.met) if first else None}  # fmt: skip
+        return {"erased_records": st.records, "erased_bytes": st.bytes}
+
+    def found_bits(self) -> str:
+        """Which listed keys the unit met so far (`pack_bits`), for its first row once it is done."""
+        return pack_bits(self.met)

@@ -1122,7 +1122,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                 out.writer.close()
             results.append(
                 {
-                    **(offset_map.row_fields(spec.group_id, not results) if spec.erase is not None else {}),
+                    **(offset_map.row_fields(spec.group_id) if spec.erase is not None else {}),
                     "unchanged": int(unchanged),
                     "group_id": spec.group_id,
                     "bytes_read": stats.bytes_read,
@@ -1135,4 +1135,6 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                     "seconds": time.monotonic() - started,
                 }
             )
+    if isinstance(offset_map, ErasingMap) and results:
+        results[0]["erase_found"] = offset_map.found_bits()
     return results
