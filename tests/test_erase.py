@@ -1,0 +1,174 @@
+"""The key file (erase_keys.py): a boundary table of lines, errors naming file, line and byte; the
+erase decision (erase.py, rewrite's erasing-only batch rule) against plain-Python references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compaction.erase import (
+    ERASED,
+    build_erase_set,
+    compiled,
+    erase_found,
+    erased_records,
+    erased_records_py,
+    pack_bits,
+    unpack_bits,
+)
+from compaction.erase_keys import KeyFileError, parse_key_file, parse_line
+from compaction.errors import UsageError
+from compaction.options import parse_unchecked, check_options
+from compaction.rewrite import _COPY, _DROP, _EMPTY, _REBUILD_V2, _REBUILD_WRAPPER, _decide_erase_only
+
+# line -> (topic, key) or None (skipped)
+GOOD = [
+    ("user-42", (None, b"user-42")),
+    (" spaced ", (None, b" spaced ")),
+    ("caf\u00e9", (None, "caf\u00e9".encode())),
+    ("hex:", (None, b"")),
+    ("hex:00FFab", (None, b"\x00\xff\xab")),
+    ("base64:AP8=", (None, b"\x00\xff")),
+    ("base64:", (None, b"")),
+    ("text:hex:00", (None, b"hex:00")),
+    ("text:#not a comment", (None, b"#not a comment")),
+    ("orders\tuser-1", ("orders", b"user-1")),
+    ("a.b_c-9\thex:01", ("a.b_c-9", b"\x01")),
+    ("x" * 249 + "\tk", ("x" * 249, b"k")),
+    ("# comment", None),
+    ("", None),
+]
+BAD = [
+    ("a\tb\tc", "more than one TAB"),
+    ("hex:0", "even number"),
+    ("hex:zz", "even number"),
+    ("hex:00 11", "even number"),
+    ("base64:AP8", "base64"),
+    ("base64:A P8=", "base64"),
+    ("text:", "empty key"),
+    ("orders\t", "empty key"),
+    ("bad topic\tk", "not a Kafka topic name"),
+    ("\tk", "not a Kafka topic name"),
+    ("..\tk", "not a Kafka topic name"),
+    ("x" * 250 + "\tk", "not a Kafka topic name"),
+]
+
+
+@pytest.mark.parametrize(("line", "want"), GOOD)
+def test_good_lines(line, want):
+    assert parse_line(line) == want
+
+
+@pytest.mark.parametrize(("line", "why"), BAD)
+def test_bad_lines_name_file_line_and_byte(line, why):
+    data = b"first\n# two\n" + line.encode() + b"\nlast\n"
+    with pytest.raises(KeyFileError) as exc:
+        parse_key_file(data, "keys.txt")
+    assert str(exc.value).startswith("--erase-keys keys.txt: line 3 (byte 12): ")
+    assert why in str(exc.value)
+    assert isinstance(exc.value, UsageError)
+
+
+def test_not_utf8_names_the_byte_and_crlf_is_a_line_break():
+    with pytest.raises(KeyFileError, match=r"line 2 \(byte 5\): not UTF-8"):
+        parse_key_file(b"abc\r\n\xffx\n", "k")
+    assert parse_key_file(b"abc\r\nhex:01\r\n", "k") == [(None, b"abc"), (None, b"\x01")]
+
+
+def test_options_refuse_bad_combinations(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("user-1\n")
+    with pytest.raises(UsageError, match="--ignore-broker-lock"):
+        check_options(parse_unchecked(["--log-dir", "x", "--erase-keys", str(keys), "--ignore-broker-lock"]))
+    with pytest.raises(UsageError, match="--erase-only needs --erase-keys"):
+        check_options(parse_unchecked(["--log-dir", "x", "--erase-only"]))
+    with pytest.raises(UsageError, match="No such file"):
+        check_options(parse_unchecked(["--log-dir", "x", "--erase-keys", str(tmp_path / "missing")]))
+    keys.write_text("ok\nhex:1\n")
+    with pytest.raises(KeyFileError, match="line 2"):
+        check_options(parse_unchecked(["--log-dir", "x", "--erase-keys", str(keys)]))
+
+
+def test_erase_set_scopes_and_dedups():
+    es = build_erase_set([(None, b"a"), ("t", b"b"), ("u", b"c"), ("t", b"a"), (None, b"")])
+    assert es.keys_for("t") == [b"a", b"b", b""]
+    assert es.keys_for("other") == [b"a", b""]
+    assert es.applies_to("other")
+    scoped = build_erase_set([("t", b"b")])
+    assert scoped.applies_to("t") and not scoped.applies_to("u")
+
+
+keys_st = st.binary(min_size=0, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(listed=st.lists(keys_st, max_size=12, unique=True),
+       records=st.lists(st.tuples(st.one_of(st.none(), keys_st), st.booleans()), max_size=60))  # fmt: skip
+def test_erased_records_match_the_reference(listed, records):
+    """The compiled lookup (numba `KeyIndex`) finds exactly the records the dict does, control
+    records never; the map's answer is ERASED exactly there; the found bitmap survives its text."""
+    es = build_erase_set([(None, k) for k in listed])
+    index, n = compiled(es, "t")
+    keys = [k for k, _ in records]
+    control = np.array([c for _, c in records], bool)
+    hit = erased_records(index, pa.array(keys, pa.binary()), control)
+    assert hit.tolist() == erased_records_py(es.keys_for("t"), keys, control.tolist())
+    found = erase_found(np.arange(len(records), dtype=np.int64), hit)
+    assert ((found == ERASED) == (hit >= 0)).all()
+    met = np.zeros(n, bool)
+    met[hit[hit >= 0]] = True
+    assert (unpack_bits(pack_bits(met), n) == met).all()
+
+
+class _Batches:
+    def __init__(self, magic, attributes):
+        self.magic = np.array(magic, np.int8)
+        self.attributes = np.array(attributes, np.int16)
+
+
+def _decide_py(magic, control, count, n_keep, retain):
+    """The erasing-only batch rule, one batch at a time."""
+    if control or n_keep == count:
+        return _COPY
+    if n_keep > 0:
+        return _REBUILD_V2 if magic >= 2 else _REBUILD_WRAPPER
+    return _EMPTY if retain and magic >= 2 else _DROP
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.booleans(), st.integers(0, 5), st.integers(0, 5),
+                          st.booleans()), max_size=30))  # fmt: skip
+def test_erase_only_batch_rule_matches_the_reference(rows):
+    rows = [(m, c and m == 2, n, min(k, n), r) for m, c, n, k, r in rows]
+    b = _Batches([m for m, *_ in rows], [0x20 if c else 0 for _, c, *_ in rows])
+    count = np.array([n for _, _, n, _, _ in rows], np.int64)
+    n_keep = np.array([k for *_, k, _ in rows], np.int64)
+    retain = np.array([r for *_, r in rows], bool)
+    got = _decide_erase_only(b, count, n_keep, retain).tolist() if rows else []
+    assert got == [_decide_py(*row) for row in rows]
+
+
+def test_a_bad_key_file_stops_the_launcher_before_spark(tmp_path):
+    """Exit 2, one line naming the file and line, nothing written (Spark never starts)."""
+    import os
+    import subprocess
+    import sys
+
+    from e2e import REPO, SUBMIT
+
+    from compaction.generator import generate_log_dir
+
+    log_dir = str(tmp_path / "logs")
+    generate_log_dir(log_dir, topics=(("t", 1),), records=50, keys=5, segment_bytes=2000, seed=1)
+    before = sorted(os.listdir(log_dir))
+    keys = tmp_path / "keys.txt"
+    keys.write_bytes(b"ok\nt\tx\ty\n")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run([SUBMIT, "--log-dir", log_dir, "--erase-keys", str(keys)], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"--erase-keys {keys}: line 2 (byte 3): more than one TAB" in proc.stderr
+    assert sorted(os.listdir(log_dir)) == before
