@@ -12,6 +12,8 @@ Then both buckets hold exactly the records an uninterrupted run keeps (kafka-pyt
 downloaded segments; indexes pass the broker's checks), the same object names, and no object of
 ours: no directory marker, `.cleaned`, `.swap`, `.deleted`, `.tmp` or intent file. The secret key
 is in no log line and not in the report.
+
+A third spark-submit erases listed keys (`--erase-keys --erase-only`) in a bucket of its own.
 """
 
 from __future__ import annotations
@@ -185,3 +187,39 @@ def test_credentials_in_the_uri_reach_no_log_line_nor_the_report(rounds):
     assert rounds["report"]["args"]["log_dirs"] == ["s3://***@clean/logs", "s3://***@crashed/logs"]
     assert "cleaned" in rounds["err"]  # the log lines are there, ...
     assert SECRET not in rounds["err"] and KEY not in rounds["err"]  # ... without the credentials
+
+
+def test_erase_keys_on_s3(s3_endpoint, tmp_path):
+    """`--erase-keys --erase-only` on a bucket (every codec, transactions, tombstones): every
+    record but the listed keys' stays, the active segment erased too, indexes valid, no object of
+    ours left."""
+    root = str(tmp_path)
+    local = os.path.join(root, "input")
+    generate_log_dir(local, topics=(("orders", 2),), records=1500, keys=60, codec="mixed", segment_bytes=8000,
+                     tombstone_ratio=0.05, transactions=0.3, abort_ratio=0.3, seed=13)  # fmt: skip
+    listed = {b"key-000004", b"key-000021", b"key-000042"}
+    keys = os.path.join(root, "keys.txt")
+    with open(keys, "w") as fh:
+        fh.write("".join(f"orders\t{k.decode()}\n" for k in sorted(listed)))
+    client = _client(s3_endpoint)
+    _upload(client, "erase", local)
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
+    report_path = os.path.join(root, "report.json")
+    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir",
+           f"s3://{KEY}:{SECRET}@erase/logs", "--now-ms", str(NOW), "--report", report_path, "--erase-keys", keys,
+           "--erase-only"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    out = os.path.join(root, "out")
+    _download(client, "erase", out)
+    for p in parts(local):
+        part_dir = os.path.join(out, "logs", p)
+        assert_loads(part_dir)
+        assert decode_partition(part_dir) == [r for r in decode_partition(os.path.join(local, p))
+                                              if r.key not in listed], p  # fmt: skip
+    report = json.load(open(report_path))
+    assert {e["status"] for e in report["partitions"]} == {"cleaned"}
+    assert all(e["eraseKeysFound"] == 3 for e in report["partitions"])
+    transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
+    assert [k for k in _objects(client, "erase") if k.endswith(transient)] == []
