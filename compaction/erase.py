@@ -66,7 +66,8 @@ def build_erase_set(entries: list[tuple[str | None, bytes]]) -> EraseSet:
     np.cumsum([len(k) for _, k in entries], out=offsets[1:])
     data = b"".join(k for _, k in entries)
     scope = np.array([at[t] if t is not None else -1 for t, _ in entries], np.int32)
-    digest = hashlib.sha256(data + offsets.tobytes() + scope.tobytes() + "\0".join(topics).encode()).hexdigest()
+    names = "\0".join(topics).encode()
+    digest = hashlib.sha256(data + offsets.tobytes() + scope.tobytes() + names).hexdigest()
     return EraseSet(data, offsets, scope, topics, digest)
 
 
@@ -120,7 +121,8 @@ def pack_bits(found: np.ndarray) -> str:
 def unpack_bits(text: str | None, n: int) -> np.ndarray:
     if not text:
         return np.zeros(n, bool)
-    return np.unpackbits(np.frombuffer(zlib.decompress(base64.b64decode(text)), np.uint8), count=n).astype(bool)
+    packed = np.frombuffer(zlib.decompress(base64.b64decode(text)), np.uint8)
+    return np.unpackbits(packed, count=n).astype(bool)
 
 
 @dataclass

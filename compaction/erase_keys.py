@@ -26,7 +26,7 @@ SCOPE_SEPARATOR = "\t"
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
-Entry = tuple  # (topic or None, key bytes)
+Entry = tuple[str | None, bytes]  # (topic or None: every topic, key)
 
 KEY_FILE_FORMAT = (
     "one key a line: TEXT (its UTF-8 bytes), hex:HEX, base64:B64 or text:TEXT; 'TOPIC<TAB>KEY' "
@@ -85,7 +85,8 @@ def parse_key_file(data: bytes, path: str) -> list[Entry]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise KeyFileError(path, n, line_start + exc.start, "not UTF-8 (write binary keys as hex: or base64:)") from None
+            raise KeyFileError(path, n, line_start + exc.start,
+                               "not UTF-8 (write binary keys as hex: or base64:)") from None  # fmt: skip
         try:
             entry = parse_line(text)
         except ValueError as exc:

@@ -806,6 +806,10 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
         for p in planned:
             p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
         todo = [p for p in planned if _selected(p, opts)]
+        chosen = {id(p) for p in todo}
+        for p in planned:
+            if opts.erase_only and p.plan is not None and p.plan.eligible and id(p) not in chosen:
+                p.result.reason = "no listed key applies to its topic (erase only)"
         _say_planned(progress, planned, todo, timings)
         if opts.recover_only or opts.plan_only:
             for p in todo:

@@ -21,7 +21,7 @@ from compaction.erase import (
 )
 from compaction.erase_keys import KeyFileError, parse_key_file, parse_line
 from compaction.errors import UsageError
-from compaction.options import parse_unchecked, check_options
+from compaction.options import check_options, parse_unchecked
 from compaction.rewrite import _COPY, _DROP, _EMPTY, _REBUILD_V2, _REBUILD_WRAPPER, _decide_erase_only
 
 # line -> (topic, key) or None (skipped)
