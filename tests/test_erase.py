@@ -3,6 +3,8 @@ erase decision (erase.py, rewrite's erasing-only batch rule) against plain-Pytho
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -192,3 +194,59 @@ def test_airflow_params_pass_the_key_file(monkeypatch):
     assert args[args.index("--erase-keys") + 1] == "/k.txt" and "--erase-only" in args
     assert "--erase-keys" not in job_args({**DEFAULT_PARAMS, "log_dirs": ["/d"]}, 5, "r")
     monkeypatch.delitem(sys.modules, "compaction.airflow")
+
+
+def _erasing(log, segs, erase, last_records=None):
+    """Erasing-only specs, one per segment, as run._specs makes them."""
+    import dataclasses
+
+    after = {a.base_offset: b.base_offset for a, b in zip(segs, segs[1:])}
+    return [dataclasses.replace(log.spec([s], upper_bound=0, last_records=last_records, gid=i), erase=erase,
+                                erase_only=True, segments=(dataclasses.replace(s, next_base_offset=after.get(s.base_offset)),))
+            for i, s in enumerate(segs)]  # fmt: skip
+
+
+def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_path):
+    """Key x erased: a batch of only x goes, unless it is its producer's last data batch or the
+    log's last batch (then it stays empty, its offsets and producer fields kept); a batch with x
+    and another key is rebuilt; a segment without x is not written."""
+    from test_rewrite_unit import Log, batches_of, one, rec
+    from reference_map import KeyLookup
+
+    from compaction.format import batch as fb
+    from compaction.retention import LastRecord
+    from compaction.rewrite import rewrite_unit
+
+    log = Log(tmp_path)
+    pid = dict(producer_id=7, producer_epoch=0)
+    s0 = log.segment(0, [one(0, "x", base_sequence=0, **pid), one(1, "y", base_sequence=1, **pid),
+                         one(2, "x", base_sequence=2, **pid)])  # fmt: skip
+    s1 = log.segment(3, [one(3, "z")])
+    s2 = log.segment(4, [fb.build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
+    erase = build_erase_set([(None, b"x")])
+    specs = _erasing(log, log.segments, erase, {7: LastRecord(2, 0)})
+    rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
+    assert [r["unchanged"] for r in rows] == [0, 1, 0]
+    assert [r["erased_records"] for r in rows] == [2, 0, 2]
+    first = batches_of(log.read(0, ".cleaned"))
+    assert [(h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) for h, _, _ in first] \
+        == [(1, 1, 1, 7, 1), (2, 2, 0, 7, 2)]  # fmt: skip
+    assert not os.path.exists(log.file(3, ".log", ".cleaned"))
+    last = batches_of(log.read(4, ".cleaned"))
+    assert [(h.base_offset, h.last_offset, [r.key for r in recs]) for h, recs, _ in last] == \
+        [(4, 5, [b"w"]), (6, 6, [])]  # fmt: skip
+
+
+def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_path):
+    from test_rewrite_unit import Log, rec
+    from reference_map import KeyLookup
+
+    from compaction.erase import EraseError
+    from compaction.format.legacy import build_legacy_message_set
+    from compaction.rewrite import rewrite_unit
+
+    log = Log(tmp_path)
+    log.segment(0, [build_legacy_message_set([rec(0, "y", "v")], 1), build_legacy_message_set([rec(1, "x", "v")], 1)])
+    specs = _erasing(log, log.segments, build_erase_set([(None, b"x")]))
+    with pytest.raises(EraseError, match="log end offset"):
+        rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
