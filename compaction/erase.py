@@ -22,7 +22,7 @@ import pyarrow as pa
 from compaction.erase_keys import load_key_file
 from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
-from compaction.format.keymap import KeyIndex
+from compaction.format.keymap import KeyIndex, max_by_key
 
 ERASED = np.iinfo(np.int64).max  # the map's answer for a listed key: no record offset reaches it
 
@@ -43,20 +43,28 @@ class EraseSet:
     scope: np.ndarray  # int32 per key
     topics: tuple[str, ...]
     digest: str = field(default="")
+    every_topic: bool = False  # some key is listed without a topic
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def keys_for(self, topic: str) -> list[bytes]:
+    def keys_array(self, topic: str) -> pa.Array:
         """The distinct keys that apply to `topic`, in file order (their positions are the bits of
-        `ErasingMap.found_bits`)."""
+        `ErasingMap.found_bits`), as one Arrow array over the key bytes: no Python object per key."""
         t = self.topics.index(topic) if topic in self.topics else -2
         rows = np.flatnonzero((self.scope == -1) | (self.scope == t))
-        offs, data = self.offsets, self.data
-        return list(dict.fromkeys(data[offs[r] : offs[r + 1]] for r in rows.tolist()))
+        buffers = [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data)]
+        keys = pa.Array.from_buffers(pa.large_binary(), len(self), buffers)
+        if len(rows) < len(self):  # some keys are another topic's
+            keys = keys.take(pa.array(rows))
+        return max_by_key(keys)[0]
+
+    def keys_for(self, topic: str) -> list[bytes]:
+        """`keys_array` as Python bytes (tests, small lists)."""
+        return self.keys_array(topic).to_pylist()
 
     def applies_to(self, topic: str) -> bool:
-        return bool(np.any(self.scope == -1)) or topic in self.topics
+        return self.every_topic or topic in self.topics
 
 
 def build_erase_set(entries: list[tuple[str | None, bytes]]) -> EraseSet:
@@ -68,7 +76,7 @@ def build_erase_set(entries: list[tuple[str | None, bytes]]) -> EraseSet:
     scope = np.array([at[t] if t is not None else -1 for t, _ in entries], np.int32)
     names = "\0".join(topics).encode()
     digest = hashlib.sha256(data + offsets.tobytes() + scope.tobytes() + names).hexdigest()
-    return EraseSet(data, offsets, scope, topics, digest)
+    return EraseSet(data, offsets, scope, topics, digest, bool((scope == -1).any()))
 
 
 def load_erase_set(path: str) -> EraseSet:
@@ -88,9 +96,20 @@ def compiled(erase: EraseSet, topic: str) -> tuple[KeyIndex, int]:
     if key not in _COMPILED:
         if len(_COMPILED) > 64:  # other runs' sets: a worker outlives a run only in tests
             _COMPILED.clear()
-        keys = erase.keys_for(topic)
-        _COMPILED[key] = (KeyIndex(pa.array(keys, pa.binary())), len(keys))
+        keys = erase.keys_array(topic)
+        _COMPILED[key] = (KeyIndex(keys), len(keys))
     return _COMPILED[key]
+
+
+_COUNTS: dict[tuple[str, str], int] = {}
+
+
+def key_count(erase: EraseSet, topic: str) -> int:
+    """How many distinct listed keys apply to `topic` (the driver's report; once per topic)."""
+    key = (erase.digest, topic)
+    if key not in _COUNTS:
+        _COUNTS[key] = len(erase.keys_array(topic))
+    return _COUNTS[key]
 
 
 def erased_records(index: KeyIndex, keys: pa.Array, control: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ from compaction.discover import (
     unfreeze_gc,
     validate_contents,
 )
-from compaction.erase import EraseSet, load_erase_set, unpack_bits
+from compaction.erase import EraseSet, key_count, load_erase_set, unpack_bits
 from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
@@ -642,7 +642,7 @@ def _record_erasure(p: Planned, rows: list[dict]) -> None:
     """The partition's erase counts from its groups' rows: records and bytes, and the listed keys
     met by any unit (their bitmaps OR-ed) or by none."""
     erase = p.specs[0].erase
-    n = len(erase.keys_for(p.part.topic))
+    n = key_count(erase, p.part.topic)
     met = np.zeros(n, bool)
     for row in rows:
         met |= unpack_bits(row.get("erase_found"), n)
