@@ -79,9 +79,20 @@ def build_erase_set(entries: list[tuple[str | None, bytes]]) -> EraseSet:
     return EraseSet(data, offsets, scope, topics, digest, bool((scope == -1).any()))
 
 
-def load_erase_set(path: str) -> EraseSet:
-    """The key file at `path` (erase_keys.py), in its shipped form."""
-    return build_erase_set(load_key_file(path))
+def read_uri(uri: str) -> bytes:
+    """A key file's bytes from a local path or a URI the job reads log dirs from (s3://, ...):
+    with a cluster deploy mode the driver runs on another host than the launcher."""
+    from compaction.storage import Storage
+
+    storage, path = Storage.for_uri(uri)
+    return storage.read_bytes(path)
+
+
+def load_erase_set(uri: str) -> EraseSet:
+    """The key file at `uri` (erase_keys.py), in its shipped form."""
+    from compaction.s3 import redact_uri
+
+    return build_erase_set(load_key_file(uri, read_uri, redact_uri(uri)))
 
 
 # --- executor side ---------------------------------------------------------------------------------

@@ -96,11 +96,17 @@ def parse_key_file(data: bytes, path: str) -> list[Entry]:
     return entries
 
 
-def load_key_file(path: str) -> list[Entry]:
-    """Read and parse a local key file; an unreadable one is a `UsageError`."""
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def load_key_file(path: str, read=_read_local, shown: str | None = None) -> list[Entry]:
+    """Read (`read(path) -> bytes`; default: a local file) and parse a key file; an unreadable
+    one is a `UsageError`. Messages name it as `shown` (a URI without its credentials)."""
+    shown = shown or path
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read(path)
     except OSError as exc:
-        raise UsageError(f"--erase-keys {path}: {exc.strerror or exc}") from None
-    return parse_key_file(data, path)
+        raise UsageError(f"--erase-keys {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+    return parse_key_file(data, shown)

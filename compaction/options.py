@@ -25,7 +25,7 @@ from compaction.broker_config import (
     parse_properties,
     split_job_config,
 )
-from compaction.erase_keys import KEY_FILE_FORMAT, load_key_file
+from compaction.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
 from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 
@@ -135,7 +135,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                    help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
                         "(node_exporter's textfile collector: PATH ending in .prom in its "
                         "directory)")  # fmt: skip
-    p.add_argument("--erase-keys", metavar="FILE",
+    p.add_argument("--erase-keys", metavar="FILE",  # a path or a URI (s3://...), read by the driver
                    help="remove every record of the listed keys from every segment of the selected "
                         "partitions, the active one included (" + KEY_FILE_FORMAT + ")")
     p.add_argument("--erase-only", action="store_true",
@@ -188,7 +188,9 @@ def _check_erase(opts: JobOptions) -> None:
         # Erasing rewrites the active segment, which a running broker appends to: never under one.
         raise UsageError("--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
                          "active segment; stop the broker first")
-    load_key_file(opts.erase_keys)
+    from compaction.erase import load_erase_set
+
+    load_erase_set(opts.erase_keys)
 
 
 def _check_policy(policy: tuple[str, ...]) -> None:

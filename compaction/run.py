@@ -850,6 +850,7 @@ def _args_echo(opts: JobOptions) -> dict:
     args = dataclasses.asdict(opts)
     args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
     args["report"] = opts.report and redact_uri(opts.report)
+    args["erase_keys"] = opts.erase_keys and redact_uri(opts.erase_keys)
     return args
 
 

@@ -203,11 +203,12 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
         fh.write("".join(f"orders\t{k.decode()}\n" for k in sorted(listed)))
     client = _client(s3_endpoint)
     _upload(client, "erase", local)
+    client.upload_file(keys, "erase", "requests/keys.txt")  # read by the driver from the bucket
     env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
     report_path = os.path.join(root, "report.json")
     cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir",
-           f"s3://{KEY}:{SECRET}@erase/logs", "--now-ms", str(NOW), "--report", report_path, "--erase-keys", keys,
-           "--erase-only"]  # fmt: skip
+           f"s3://{KEY}:{SECRET}@erase/logs", "--now-ms", str(NOW), "--report", report_path, "--erase-keys",
+           f"s3://{KEY}:{SECRET}@erase/requests/keys.txt", "--erase-only"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
     assert done.returncode == 0, done.stderr[-6000:]
@@ -223,3 +224,4 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
     assert all(e["eraseKeysFound"] == 3 for e in report["partitions"])
     transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
     assert [k for k in _objects(client, "erase") if k.endswith(transient)] == []
+    assert SECRET not in json.dumps(report) and SECRET not in done.stdout + done.stderr
