@@ -358,6 +358,26 @@ class PartitionMap:
         return self.latest(ids)
 
 
+class Unmapped:
+    """The offset map of a partition that is only erased (`GroupSpec.erase_only`): no key is
+    mapped (every answer -1), so its scan hashes and stores no key; `ErasingMap` adds the erasing."""
+
+    hashes_keys = False
+    verified = True  # scan_partition read every segment first
+
+    def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        return np.full(len(scan.records.offset), -1, np.int64)
+
+    def keep_ids(self, spec: GroupSpec, seg: SourceSegment, ids: np.ndarray) -> None:
+        pass
+
+    def latest(self, ids: np.ndarray) -> np.ndarray:
+        return np.full(len(ids), -1, np.int64)
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        return np.full(len(scan.records.offset), -1, np.int64)
+
+
 def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]]) -> ReadAhead:
     """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked on."""
     storage, mode = specs[0].storage, specs[0].read_mode
@@ -367,7 +387,7 @@ def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegmen
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
                    keep_ids: bool = False, epochs: list[SegmentEpochs] | None = None,
-                   ) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
+                   ) -> tuple[PartitionMap | Unmapped, list[dict]]:  # fmt: skip
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments). Every segment's place in the
     log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
@@ -378,12 +398,13 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     bytes (`sidepack`); the decompressed records of the others are dropped right away.
     `keep_ids`: hold every segment's key ids (`PartitionMap.take_ids`), kept scan or not."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
-    pmap = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256)
+    size = sum(seg.size for spec in specs for seg in spec.segments)
+    pmap = Unmapped() if all(spec.erase_only for spec in specs) else PartitionMap(size // 256)
     todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
     headers = []
     with _read_ahead(specs, todo) as ahead:
         for i, (spec, seg) in enumerate(todo):
-            scan = _read_segment(spec, seg, ahead.get(i), epochs=epochs)
+            scan = _read_segment(spec, seg, ahead.get(i), pmap.hashes_keys, epochs=epochs)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
             if keep_ids:

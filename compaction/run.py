@@ -813,7 +813,8 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
         _say_planned(progress, planned, todo, timings)
         if opts.recover_only or opts.plan_only:
             for p in todo:
-                p.result.reason = "eligible (plan only)" if opts.plan_only else "eligible (recover only)"
+                what = "eligible" if p.plan.eligible and not opts.erase_only else "to erase"
+                p.result.reason = f"{what} (plan only)" if opts.plan_only else f"{what} (recover only)"
         elif todo and opts.dry_run:
             starter = _SparkStarter(opts)
             todo, results = _scan_and_rewrite(starter, todo, planned, opts, progress, timings)
