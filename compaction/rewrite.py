@@ -399,7 +399,10 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     `keep_ids`: hold every segment's key ids (`PartitionMap.take_ids`), kept scan or not."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
     size = sum(seg.size for spec in specs for seg in spec.segments)
-    pmap = Unmapped() if all(spec.erase_only for spec in specs) else PartitionMap(size // 256)
+    # A partition only erased needs no offset map, except where the ids are shipped (`keep_ids`:
+    # a range's scan exports its key table).
+    unmapped = not keep_ids and all(spec.erase_only for spec in specs)
+    pmap = Unmapped() if unmapped else PartitionMap(size // 256)
     todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
     headers = []
     with _read_ahead(specs, todo) as ahead:
