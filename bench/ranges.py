@@ -1,19 +1,22 @@
-"""The steps of a partition cut into ranges, in this process (no Spark): wall and CPU seconds of
-each range's scan, of the merge, and of each range's rewrite, beside one whole-partition task on
-the same segments. What a Spark task of each step costs at the least.
+"""The ranges stage without Spark: its tasks (compaction/range_task.py) as processes of this
+machine, meeting through an exchange directory exactly as the barrier stage's tasks do, beside one
+whole-partition task on the same segments. Per task: wall and CPU seconds of its scan, merge (the
+wait for the others included) and rewrite phases. What the Spark stage costs at the least.
 
-    .venv/bin/python bench/ranges.py PARTITION_DIR [--ranges 2] [--repeat 2]
+    .venv/bin/python bench/ranges.py PARTITION_DIR [--ranges 2] [--tasks 2] [--repeat 2]
 
 PARTITION_DIR: a partition dir whose last segment is the active one (e.g. one written by
 `python -m compaction generate` with bench/kafka_workload.py's options); the others are cut into
-`--ranges` ranges of consecutive segments. Cleaned files are removed after each step; the input
-is not changed. Not a test.
+`--ranges` ranges of consecutive segments. Cleaned files are removed after each run; the input is
+not changed. Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,45 +24,62 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from test_ranges import cleaned, specs_for  # noqa: E402  (the steps as the tests run them)
+from test_ranges import cleaned, specs_for  # noqa: E402  (the specs as the tests cut them)
 
-from compaction import ranges  # noqa: E402
+from compaction.exchange import Exchange  # noqa: E402
+from compaction.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
+from compaction.rewrite import scan_reuse_bytes  # noqa: E402
 from compaction.spark_stages import compact_partition  # noqa: E402
+from compaction.storage import Storage  # noqa: E402
 
 
-def timed(label: str, fn):
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    print(f"  {label}: wall {time.perf_counter() - wall:.2f} s, CPU {time.process_time() - cpu:.2f} s", flush=True)
-    return out
+def _task(args) -> tuple[float, dict]:
+    t, plan, root = args
+    from compaction.buffers import keep_freed_heap
+
+    keep_freed_heap()
+    started = time.perf_counter()
+    rows = run_task(t, plan, Exchange(Storage.local(), root), scan_reuse_bytes())
+    errors = [r["error"] for r in rows if r.get("error")]
+    if errors:
+        raise SystemExit(errors[0])
+    return time.perf_counter() - started, next(r for r in rows if r["group_id"] == STATS_ROW)
+
+
+def stage(part: Path, n_ranges: int, tasks: int) -> None:
+    plan = RangePlan.cut([specs_for(part, n_ranges)], tasks)
+    with tempfile.TemporaryDirectory(prefix="bench-exchange-") as root:
+        started = time.perf_counter()
+        with multiprocessing.get_context("fork").Pool(len(plan.tasks)) as pool:
+            outs = pool.map(_task, [(t, plan, root) for t in range(len(plan.tasks))])
+        wall = time.perf_counter() - started
+    for t, (seconds, st) in enumerate(outs):
+        print(f"  task {t} ({len(plan.tasks[t])} ranges): {seconds:.2f} s; scan {st['scan_seconds']:.2f}, "
+              f"merge {st['map_seconds']:.2f}, rewrite {seconds - st['scan_seconds'] - st['map_seconds']:.2f}; "
+              f"CPU {st['cpu_seconds']:.2f} s", flush=True)  # fmt: skip
+    print(f"  stage: wall {wall:.2f} s (processes started in it)", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("part", type=Path)
     ap.add_argument("--ranges", type=int, default=2)
+    ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     specs = specs_for(args.part, args.ranges)
     sizes = [sum(s.size for s in spec.segments) / (1 << 20) for spec in specs]
-    print(f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB")
-    compact_partition(specs_for(args.part, 1))  # kernels loaded, imports done
+    print(f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB, {args.tasks} tasks")
+    compact_partition(specs_for(args.part, 1))  # kernels loaded, imports done (before the fork)
     cleaned(args.part)
     for run in range(args.repeat):
         print(f"run {run + 1}")
-        blocks = []
-        for spec in specs:
-            blocks += timed(f"scan range {spec.group_id}", lambda s=spec: list(ranges.scan_range(s, 0)))
-        by_bucket: dict[int, list] = {}
-        for b in blocks:
-            if b.kind == ranges.SUMMARY:
-                by_bucket.setdefault(b.bucket, []).append((b.range_id, b.data))
-        found = timed("merge", lambda: [f for rows in by_bucket.values() for f in ranges.merge_bucket(rows)])
-        shipped = [b for b in blocks if b.kind in (ranges.IDS, ranges.LATEST)] + found
-        for spec in specs:
-            timed(f"rewrite range {spec.group_id}", lambda s=spec: ranges.rewrite_ranges([s], shipped))
+        stage(args.part, args.ranges, args.tasks)
         cleaned(args.part)
-        timed("one whole-partition task", lambda: compact_partition(specs_for(args.part, 1)))
+        wall, cpu = time.perf_counter(), time.process_time()
+        compact_partition(specs_for(args.part, 1))
+        print(f"  one whole-partition task: wall {time.perf_counter() - wall:.2f} s, "
+              f"CPU {time.process_time() - cpu:.2f} s", flush=True)  # fmt: skip
         cleaned(args.part)
     return 0
 

@@ -22,6 +22,7 @@ from compaction import launcher
 DEFAULT_PARAMS: dict[str, object] = {
     "log_dirs": [],  # Kafka log dir URIs
     "report_dir": None,  # the JSON report goes to <report_dir>/<run id>.json
+    "report_html": False,  # also the report's HTML page, <report_dir>/<run id>.html
     "master": "local[*]",
     "python": None,  # the job's Python (default: env KAFKA_COMPACTION_PYTHON, else Airflow's)
     "topics": None,
@@ -51,9 +52,13 @@ def job_args(params: dict, now_ms: int, run_id: str) -> list[str]:
         raise ValueError("params.log_dirs is empty: give the Kafka log dirs to compact")
     args = [a for d in log_dirs for a in ("--log-dir", str(d))]
     args += ["--now-ms", str(now_ms)]
+    if params.get("report_html") and not params.get("report_dir"):
+        raise ValueError("params.report_html needs params.report_dir: the directory the page goes to")
     if params.get("report_dir"):
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
-        args += ["--report", f"{str(params['report_dir']).rstrip('/')}/{safe}.json"]
+        base = f"{str(params['report_dir']).rstrip('/')}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', run_id)}"
+        args += ["--report", f"{base}.json"]
+        if params.get("report_html"):
+            args += ["--report-html", f"{base}.html"]
     for key in _VALUE_FLAGS:
         if params.get(key) is not None:
             args += ["--" + key.replace("_", "-"), str(params[key])]

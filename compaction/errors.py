@@ -99,3 +99,13 @@ class CheckpointError(KafkaFormatError):
 class UsageError(CompactionError):
     """The command line or the environment cannot run a round: a missing or non-Kafka dir, a bad
     option value, no Java. Found before anything is written; the message says how to fix it."""
+
+
+def error_text(exc: BaseException) -> str:
+    """What a partition's report says of an error raised while compacting it: our own errors as
+    they are (they name the file and position), anything else with its type and a short trace."""
+    if isinstance(exc, CompactionError):
+        return str(exc)
+    import traceback
+
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"

@@ -54,6 +54,7 @@ class JobOptions:
     plan_only: bool = False
     recover_only: bool = False
     report: str | None = None
+    report_html: str | None = None
     ignore_broker_lock: bool = False
     master: str | None = None
     kafka_config: dict[str, object] = field(default_factory=dict)
@@ -111,6 +112,9 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--recover-only", action="store_true",
                    help="only finish or roll back interrupted swaps, like a broker's log loading")
     p.add_argument("--report", help="write the JSON run report to this path")
+    p.add_argument("--report-html", metavar="PATH",
+                   help="write the run report as one self-contained HTML page to PATH (tables per partition "
+                        "and topic, a chart of log bytes before/after per topic; opens with no network)")  # fmt: skip
     p.add_argument("--ignore-broker-lock", action="store_true",
                    help="clean even if a process holds the log dir's .lock (a live broker!)")
     p.add_argument("--topic-config", help="per-topic Kafka configs: JSON or .properties file")
@@ -170,6 +174,9 @@ def check_options(opts: JobOptions) -> JobOptions:
     if opts.now_ms < 0:
         raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
     _check_erase(opts)
+    if opts.report_html and opts.report_html == opts.report:
+        raise UsageError("--report and --report-html name the same file; give the page its own path "
+                         "(e.g. report.html)")  # fmt: skip
     try:
         _check_values(opts)
     except ConfigError as exc:
@@ -243,6 +250,7 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         plan_only=args.plan_only,
         recover_only=args.recover_only,
         report=args.report,
+        report_html=args.report_html,
         ignore_broker_lock=args.ignore_broker_lock,
         kafka_config=kafka_config,
         topic_config=topic_config,

@@ -130,6 +130,7 @@ def check_round(opts) -> None:
     """Every check a round's options need before anything runs (`JobOptions`)."""
     for uri in opts.log_dirs:
         check_log_dir(uri, writable=not opts.dry_run)
-    for flag, uri in (("--report", opts.report), ("--metrics-file", opts.metrics_file)):
+    outputs = (("--report", opts.report), ("--report-html", opts.report_html), ("--metrics-file", opts.metrics_file))
+    for flag, uri in outputs:
         if uri:
             check_output_path(flag, uri)

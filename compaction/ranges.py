@@ -1,32 +1,30 @@
-"""A partition cut into ranges: the executor side of the exchange that gives every range the
-partition-wide offset map of its own keys, without any task holding the partition's key set.
+"""A partition cut into ranges: the functions of blocks with which the ranges stage's tasks
+(compaction/range_task.py) give every range the partition-wide offset map of its own keys,
+without any task holding the partition's key set.
 
-A range is one output group (its segments, log order). Three steps, each a function of blocks:
+A range is one output group (its segments, log order).
 
 1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
    whole-partition task scans, `rewrite.scan_partition`), which gives each record the dense id of
-   its key. Out: SUMMARY blocks (one per bucket: the range's keys whose hash falls in it, with
-   their latest dirty offset in the range), IDS blocks (per segment: each record's key id),
-   LATEST blocks (the range's latest dirty offset per key id) and a PRODUCERS block (producer
-   batch headers, for the driver's producer state).
-2. `merge_bucket`: one bucket's SUMMARY blocks of every range of every partition, merged in a
-   `KeyTable` keyed by (partition, key): the partition-wide latest dirty offset of each key. Out:
-   FOUND blocks, per range, for the keys whose latest lies outside the range (a later range
-   holds the key), the only entries the range's own LATEST lacks.
-3. `rewrite_ranges`: the range's LATEST with its FOUND entries applied is map[key] by key id; the
-   rewrite reads and scans each segment again and takes each record's id from IDS
+   its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
+   Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
+   in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
+2. `merge_bucket`: one fine bucket's SUMMARY blocks of every range of every partition, merged in
+   a `KeyTable` keyed by (partition, key): the partition-wide latest dirty offset of each key.
+   Out: FOUND blocks, per range, for the keys whose latest lies outside the range (a later range
+   holds the key), the only entries the range's own latest offsets lack.
+3. The rewrite: the range's latest offsets with its FOUND entries applied are map[key] by key id
    (`ShippedMap`), so no key is hashed or looked up twice.
 
 Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`):
     SUMMARY   key binary, latest int64 (-1: no dirty record in the range), id int32, part int32
-    IDS       id int32 per record of one segment (-1: null key, or a key not in the table)
-    LATEST    latest int64 per key id (a slice: `seq` is its first id)
+    IDS       id int32 per record of one segment (-1: null key, or a key not in the table); only
+              for a unit of several ranges, handed to the task that rewrites it (`held_blocks`)
+    LATEST    latest int64 per key id (a slice: `seq` is its first id); likewise
     FOUND     id int32, latest int64
     PRODUCERS the columns of `rewrite.producer_batches`
-    STATS     seconds, cpu_seconds float64 (of the range's scan task), summary_bytes int64
     EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
-              the driver's check across the partition (`rewrite.check_partition_epochs`)
-    ERROR     the error text (utf-8), no Arrow
+              the check across the partition (`rewrite.check_partition_epochs`)
 """
 
 from __future__ import annotations
@@ -43,20 +41,19 @@ from compaction.format.keyhash import key_hash
 from compaction.format.keymap import KeyTable
 from compaction.format.scan import SegmentScan
 from compaction.log_structure import epoch_columns
-from compaction.rewrite import GroupSpec, SourceSegment, rewrite_unit, scan_partition
+from compaction.rewrite import GroupSpec, SourceSegment, scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, ERROR, STATS, EPOCHS = range(8)
-# Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that no Spark row
-# or Arrow batch holds a range's whole key set.
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS = range(6)
+# Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
+# never means holding a range's whole key set.
 BLOCK_ROWS = 1 << 20
-# A range's keys are cut by hash into this many fine buckets; the driver, knowing the summaries'
-# size once every range is scanned, deals them into as many merge tasks as the merge's memory
-# bound asks for (`merge_buckets`), so a merge task never holds more than its share of keys.
+# A range's keys are cut by hash into this many fine buckets; a merging task takes one bucket of
+# every range at a time, so what it holds is 1/64 of the keys whatever the number of tasks.
 FINE_BUCKETS = 64
 
 
 class Block(NamedTuple):
-    """One row of the exchange: `range_id` is the range's group id; `bucket` the merge bucket
+    """One unit of the exchange: `range_id` is the range's group id; `bucket` the merge bucket
     (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
     id for LATEST)."""
 
@@ -77,18 +74,6 @@ def to_block(**columns) -> bytes:
 
 def from_block(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
-
-
-def stats_block(range_id: int, seconds: float, cpu_seconds: float, summary_bytes: int = 0) -> Block:
-    return Block(range_id, STATS, -1, 0, to_block(seconds=[seconds], cpu_seconds=[cpu_seconds],
-                                                  summary_bytes=[summary_bytes]))  # fmt: skip
-
-
-def merge_tasks(summary_bytes: int, cores: int, max_bytes: int) -> int:
-    """Merge tasks for `summary_bytes` of SUMMARY blocks: enough that each holds at most
-    `max_bytes` of them (its key table takes about as much again), at least one per core, at most
-    one per fine bucket."""
-    return max(1, min(FINE_BUCKETS, max(cores, -(-summary_bytes // max(1, max_bytes)))))
 
 
 def _column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
@@ -117,25 +102,43 @@ def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
 # --- 1. scan --------------------------------------------------------------------------------
 
 
-def scan_range(spec: GroupSpec, part: int, buckets: int = FINE_BUCKETS) -> Iterator[Block]:
-    """The blocks of one range (see the module docstring). `part` numbers the range's partition
-    in the round: keys of different partitions never merge."""
+class Held(NamedTuple):
+    """What a ranges task keeps of a range it scanned, for its rewrite: each record's dense key id
+    per segment (-1: no key, or not in the table) and the range's latest dirty offset per id."""
+
+    ids: list[np.ndarray]
+    latest: np.ndarray
+
+
+def scan_range(spec: GroupSpec, part: int, cache=None, buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:
+    """Scan one range (exactly as a whole-partition task scans, `rewrite.scan_partition`; `cache`
+    keeps its scans for the rewrite): what the task holds of it, and the blocks it hands the
+    other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part` numbers the range's partition in
+    the round: keys of different partitions never merge."""
     epochs: list = []
-    pmap, producers = scan_partition([spec], keep_ids=True, epochs=epochs)
+    pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
-    gid = spec.group_id
-    for i, seg in enumerate(spec.segments):
-        ids = table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32)
-        for at in range(0, max(1, len(ids)), BLOCK_ROWS):
-            yield Block(gid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
+    ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
     data, offs, latest = table.export()
-    for at in range(0, max(1, len(latest)), BLOCK_ROWS):
-        yield Block(gid, LATEST, -1, at, to_block(latest=latest[at : at + BLOCK_ROWS]))
-    yield from _summaries(gid, part, data, offs, latest, buckets)
-    yield Block(gid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs)))
+    del pmap, table  # the key bytes live on in `data` until the summaries are built
+    gid = spec.group_id
+    blocks = list(_summaries(gid, part, data, offs, latest, buckets))
+    blocks.append(Block(gid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
-        yield Block(gid, PRODUCERS, -1, 0, to_block(**{n: headers.column(n).combine_chunks() for n in headers.column_names}))
+        cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
+        blocks.append(Block(gid, PRODUCERS, -1, 0, to_block(**cols)))
+    return Held(ids, latest), blocks
+
+
+def held_blocks(spec: GroupSpec, held: Held) -> Iterator[Block]:
+    """A held range as IDS and LATEST blocks, for the task that rewrites a unit of several ranges."""
+    gid = spec.group_id
+    for i, ids in enumerate(held.ids):
+        for at in range(0, max(1, len(ids)), BLOCK_ROWS):
+            yield Block(gid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
+    for at in range(0, max(1, len(held.latest)), BLOCK_ROWS):
+        yield Block(gid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
 def _summaries(gid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
@@ -211,31 +214,39 @@ def _prefix(data, offs, part, out, new_offs):
 
 
 class ShippedMap:
-    """map[key] per record of a range's segments (an `OffsetMap`), from the key ids its scan
-    gave each record (IDS) and the latest offset of each id (LATEST with FOUND applied)."""
+    """map[key] per record of ranges' segments (an `OffsetMap`), from the key ids their scans
+    gave each record and the latest offset of each id (the range's own, with the FOUND entries
+    of the merge applied)."""
 
-    hashes_keys = False  # the rewrite's scan need not hash keys: ids come with the blocks
+    hashes_keys = False  # the rewrite's scan need not hash keys: ids come from the scan
     verified = True  # the range's scan checked the CRCs
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, int], np.ndarray] = {}
         self._latest: dict[int, np.ndarray] = {}
 
-    def add_range(self, spec: GroupSpec, blocks: list[Block]) -> None:
+    def hold(self, spec: GroupSpec, held: Held) -> None:
+        self._latest[spec.group_id] = held.latest.copy()
+        for seg, ids in zip(spec.segments, held.ids):
+            self._ids[(spec.group_id, seg.base_offset)] = ids
+
+    def add_blocks(self, spec: GroupSpec, blocks: list[Block]) -> None:
+        """A range held by another task, from its IDS and LATEST blocks (`held_blocks`)."""
         by_kind: dict[int, list[Block]] = {}
         for b in sorted(blocks, key=lambda b: b.seq):
             by_kind.setdefault(b.kind, []).append(b)
         latest = np.concatenate([_column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
                                 or [np.empty(0, np.int64)])  # fmt: skip
-        for b in by_kind.get(FOUND, []):
-            f = from_block(b.data)
-            latest[_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
-        self._latest[spec.group_id] = latest
         parts: dict[int, list[np.ndarray]] = {}
         for b in by_kind.get(IDS, []):
-            parts.setdefault(b.seq >> 20, []).append(_column(from_block(b.data), "id", np.int64))
-        for i, seg in enumerate(spec.segments):
-            self._ids[(spec.group_id, seg.base_offset)] = np.concatenate(parts.get(i, [np.empty(0, np.int64)]))
+            parts.setdefault(b.seq >> 20, []).append(_column(from_block(b.data), "id", np.int32))
+        ids = [np.concatenate(parts.get(i, [np.empty(0, np.int32)])) for i in range(len(spec.segments))]
+        self.hold(spec, Held(ids, latest))
+
+    def apply_found(self, group_id: int, block: Block) -> None:
+        """The merge's FOUND entries for the range: ids whose key a later range holds."""
+        f = from_block(block.data)
+        self._latest[group_id][_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         ids = self._ids.pop((spec.group_id, seg.base_offset))
@@ -244,14 +255,6 @@ class ShippedMap:
                                      path=spec.segment_path(seg.base_offset))  # fmt: skip
         latest = self._latest[spec.group_id]
         return np.where(ids >= 0, latest[np.maximum(ids, 0)] if len(latest) else -1, -1)
-
-
-def rewrite_ranges(specs: list[GroupSpec], blocks: list[Block]) -> list[dict]:
-    """Rewrite one unit (its ranges in log order) from its IDS, LATEST and FOUND blocks."""
-    shipped = ShippedMap()
-    for spec in specs:
-        shipped.add_range(spec, [b for b in blocks if b.range_id == spec.group_id])
-    return rewrite_unit(specs, shipped)
 
 
 # --- producer state (driver side, and whole-partition tasks) ---------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 
 from compaction import logs
 from compaction import report as rpt
+from compaction import report_html
 from compaction import throttle
 from compaction.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.discover import (
@@ -371,8 +372,7 @@ def _spark_session(opts: JobOptions):
 class _SparkStarter:
     """The Spark session, and Python workers warmed up (compaction/warmup.py), started on a thread
     at the beginning of the run so that both overlap recovery, discovery and planning. The
-    warm-up waits for the plan (`planned`): it warms the pool of workers the round's stages will
-    use (whole partitions: RDD jobs; ranges: Arrow jobs), none for a round with nothing to clean.
+    warm-up waits for the plan (`planned`): none for a round with nothing to clean.
     Spark conf `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
 
     def __init__(self, opts: JobOptions) -> None:
@@ -394,11 +394,9 @@ class _SparkStarter:
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
             self._planned.wait()
             if self._plan and spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
-                from compaction.warmup import ARROW_POOL, RDD_POOL, warm_executors
+                from compaction.warmup import warm_executors
 
-                cut = _cut(spark, self._plan)
-                pools = [pool for pool, used in ((RDD_POOL, not all(cut)), (ARROW_POOL, any(cut))) if used]
-                self._out["workerWarmupSeconds"] = warm_executors(spark, pools)
+                self._out["workerWarmupSeconds"] = warm_executors(spark)
             self._out["spark"] = spark
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
@@ -427,11 +425,6 @@ class _SparkStarter:
 # `spark.kafka.compaction.partitionTaskMaxBytes`; 1 GiB (one default segment group) bounds what a
 # whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
-# What one merge task of the ranges' key summaries holds at most (its key table takes about as
-# much again): Spark conf `spark.kafka.compaction.mergeTaskMaxBytes`.
-MERGE_TASK_MAX_BYTES = 256 << 20
-
-
 def _conf_bytes(spark, name: str, default: int) -> int:
     value = spark.conf.get(f"spark.kafka.compaction.{name}", None)
     return default if value in (None, "") else int(value)
@@ -501,14 +494,38 @@ def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: 
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
+    return _task_rows(st.fused(sc, len(bins), parts).collect(), todo, timings)
+
+
+def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
+    """Partitions cut into ranges: one barrier stage whose tasks scan their ranges, merge the key
+    summaries and rewrite, meeting through the exchange directory (compaction/range_task.py)."""
+    from compaction import spark_stages as st
+    from compaction.exchange import Exchange
+    from compaction.range_task import RangePlan
+
+    sc = spark.sparkContext
+    plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
+    sc.setJobGroup("ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite")
+    configured = spark.conf.get("spark.kafka.compaction.exchangeDir", None) or None
+    with Exchange.create(configured, sc.master.startswith("local"), todo[0].log_dir.uri) as ex:
+        rows = st.ranged(sc, sc.broadcast(plan), ex).collect()
+    return _task_rows(rows, todo, timings)
+
+
+def _task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
+    """The tasks' rows as (results by group id, {index in `todo`: first unstable offset}); their
+    timings added to `timings`."""
+    from compaction.range_task import STATS_ROW
+
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
-    for d in st.fused(sc, len(bins), parts).collect():
+    for d in rows:
         scan_s, map_s, cpu_s = (d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds"))
-        split = (("taskScanSeconds", scan_s), ("taskMapSeconds", map_s), ("taskRewriteSeconds", d["seconds"]),
-                 ("taskCpuSeconds", cpu_s))  # fmt: skip
-        for name, v in split:
-            timings[name] = timings.get(name, 0.0) + float(v or 0.0)
+        _add(timings, taskScanSeconds=scan_s, taskMapSeconds=map_s, taskCpuSeconds=cpu_s)
+        if d["group_id"] == STATS_ROW:
+            continue
+        _add(timings, taskRewriteSeconds=d["seconds"] or 0.0)
         unstable = d.pop("first_unstable")
         if unstable is not None:
             replan[owner[d["group_id"]]] = unstable
@@ -517,108 +534,9 @@ def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: 
     return results, replan
 
 
-def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
-    """Partitions cut into ranges (compaction/ranges.py, spark_stages): one Spark job scans every
-    range (its blocks persisted, the producer and error blocks collected), a second merges the
-    key summaries per bucket and rewrites each unit."""
-    from pyspark import StorageLevel
-
-    from compaction import ranges
-    from compaction import spark_stages as st
-
-    sc = spark.sparkContext
-    cores = sc.defaultParallelism
-    range_specs = [(s, n, k == 0) for n, p in enumerate(todo) for k, s in enumerate(p.specs)]
-    t = time.monotonic()
-    sc.setJobGroup("scan", f"scan {len(range_specs)} ranges: key summaries, key ids, producer batches")
-    table = sc.broadcast(dict(enumerate(range_specs)))
-    # DISK_ONLY: blocks are read once more, by the second job; on the heap they would compete
-    # with the shuffle for the executors' memory.
-    blocks = st.scan_ranges(st.task_ids_frame(spark, len(range_specs)), table).persist(StorageLevel.DISK_ONLY)
-    errors: dict[int, str] = {}
-    headers: dict[int, list] = {}
-    epochs: dict[int, list] = {}
-    summary_bytes = 0
-    for row in st.side_blocks(blocks).collect():
-        if row.kind == ranges.ERROR:
-            errors.setdefault(row.range_id, bytes(row.data).decode())
-        elif row.kind == ranges.EPOCHS:
-            epochs.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
-        elif row.kind == ranges.STATS:
-            stats = ranges.from_block(bytes(row.data)).to_pylist()[0]
-            _add(timings, taskScanSeconds=stats["seconds"], taskCpuSeconds=stats["cpu_seconds"])
-            summary_bytes += stats["summary_bytes"]
-        else:
-            headers.setdefault(row.range_id, []).append(ranges.from_block(bytes(row.data)))
-    timings["scanSeconds"] = timings.get("scanSeconds", 0.0) + time.monotonic() - t
-    _check_epochs(todo, epochs, errors)
-    results = {g: {"group_id": g, "error": e} for g, e in errors.items()}
-    replan: dict[int, int] = {}
-    units = _units(todo, headers, errors, replan)
-    if units:
-        t = time.monotonic()
-        merges = ranges.merge_tasks(summary_bytes, cores, _conf_bytes(spark, "mergeTaskMaxBytes", MERGE_TASK_MAX_BYTES))
-        shuffle = max(merges, len(units))
-        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
-        sc.setJobGroup("rewrite", f"merge the key summaries in {merges} tasks, rewrite {len(units)} units")
-        found = st.merge_buckets(blocks, st.deal_buckets(merges, shuffle))
-        unit_of = {s.group_id: uid for uid, unit in units.items() for s in unit}
-        slot_of = dict(st.unit_slots(sorted(units), shuffle))
-        rows = st.rewrite_units(found, blocks, unit_of, slot_of, sc.broadcast(units)).collect()
-        for row in rows:
-            results[row.group_id] = row.asDict()
-            _add(timings, taskRewriteSeconds=row.seconds or 0.0, taskCpuSeconds=row.cpu_seconds or 0.0)
-        timings["mergeRewriteSeconds"] = timings.get("mergeRewriteSeconds", 0.0) + time.monotonic() - t
-    blocks.unpersist()
-    return results, replan
-
-
-def _check_epochs(todo: list[Planned], epochs: dict[int, list], errors: dict[int, str]) -> None:
-    """Leader epochs across each partition's ranges (`rewrite.check_partition_epochs`, as a
-    whole-partition task checks them), from their EPOCHS blocks; a violation fails the partition
-    (in `errors`, under its first range) before anything is written."""
-    from compaction.log_structure import epochs_from_columns
-    from compaction.rewrite import check_partition_epochs
-
-    for p in todo:
-        if any(s.group_id in errors for s in p.specs):
-            continue
-        spec = p.specs[0]
-        cols = [{n: b.column(n).to_numpy() for n in b.schema.names} for s in p.specs for b in epochs.get(s.group_id, ())]
-        runs = [e for c in cols for e in epochs_from_columns(c, spec.segment_path)]
-        try:
-            check_partition_epochs(p.specs, runs)
-        except (CompactionError, OSError) as exc:
-            errors[spec.group_id] = str(exc)
-
-
 def _add(timings: dict[str, float], **seconds: float) -> None:
     for name, v in seconds.items():
         timings[name] = timings.get(name, 0.0) + float(v)
-
-
-def _units(todo: list[Planned], headers: dict[int, list], errors: dict[int, str],
-           replan: dict[int, int]) -> dict[int, list[GroupSpec]]:  # fmt: skip
-    """Attach producer state to the specs and cut the work into rewrite units: one per range,
-    or one per partition whose transaction state crosses ranges. A partition with a failed range
-    gets none; one with an open transaction below its planned bound goes to `replan` instead
-    (index -> first unstable)."""
-    from compaction import ranges
-
-    units: dict[int, list[GroupSpec]] = {}
-    for i, p in enumerate(todo):
-        if any(s.group_id in errors for s in p.specs):
-            continue
-        state = ranges.producer_state([h for s in p.specs for h in headers.get(s.group_id, ())])
-        if state.first_unstable is not None and state.first_unstable < p.specs[0].upper_bound:
-            replan[i] = state.first_unstable
-            continue
-        p.specs = [dataclasses.replace(s, last_records=state.last_records) for s in p.specs]
-        if state.transactional:
-            units[p.specs[0].group_id] = p.specs
-        else:
-            units.update({s.group_id: [s] for s in p.specs})
-    return units
 
 
 def _discard_cleaned(p: Planned) -> None:
@@ -850,8 +768,8 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
 def _args_echo(opts: JobOptions) -> dict:
     args = dataclasses.asdict(opts)
     args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
-    args["report"] = opts.report and redact_uri(opts.report)
-    args["erase_keys"] = opts.erase_keys and redact_uri(opts.erase_keys)
+    for name in ("report", "report_html", "metrics_file", "erase_keys"):
+        args[name] = getattr(opts, name) and redact_uri(getattr(opts, name))
     return args
 
 
@@ -871,10 +789,12 @@ def main(argv: list[str] | None = None) -> int:
         # A held lock (broker or another run) stops the run before anything is written.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    text = rpt.dumps(report)
     if opts.report:
         storage, path = Storage.for_uri(opts.report)
-        storage.write_atomic(path, text.encode())
+        storage.write_atomic(path, rpt.dumps(report).encode())
+    if opts.report_html:
+        storage, path = Storage.for_uri(opts.report_html)
+        storage.write_atomic(path, report_html.render(report).encode())
     for entry in report["partitions"]:
         logs.log_partition(entry)
     if opts.dry_run:

@@ -86,13 +86,14 @@ def warm() -> float:
 
 
 def _warm_ranges(spec) -> None:
-    """The tiny partition as one range through the ranges steps: their kernels loaded too."""
-    from compaction import ranges
+    """The tiny partition as one range through a ranges task: its kernels loaded too."""
+    from compaction.exchange import Exchange
+    from compaction.range_task import RangePlan, run_task
+    from compaction.storage import Storage
 
-    blocks = list(ranges.scan_range(spec, 0, 2))
-    found = [f for b in range(2) for f in ranges.merge_bucket(
-        [(x.range_id, x.data) for x in blocks if x.kind == ranges.SUMMARY and x.bucket == b])]  # fmt: skip
-    rows = ranges.rewrite_ranges([spec], [b for b in blocks if b.kind in (ranges.IDS, ranges.LATEST)] + found)
+    root = os.path.join(os.path.dirname(spec.part_path), "exchange")
+    os.mkdir(root)
+    rows = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
     if rows[0].get("error"):
         raise RuntimeError(rows[0]["error"])
 
@@ -104,33 +105,18 @@ def _safe_warm() -> float:
         return 0.0
 
 
-# Spark runs the Python functions of RDD jobs and of DataFrame (Arrow) jobs in two separate pools
-# of Python workers: warming one leaves the other cold (~1-3 s a worker to import and load).
-RDD_POOL, ARROW_POOL = "rdd", "arrow"
-
-
-def warm_executors(spark, pools=(RDD_POOL,)) -> float:
-    """One warm-up task per executor core in each of `pools` (a best effort: a failure here only
-    costs the time it was meant to save, the real tasks report real errors). Returns the seconds
-    it took."""
-    import pyarrow as pa
+def warm_executors(spark) -> float:
+    """One warm-up task per executor core (a best effort: a failure here only costs the time it
+    was meant to save, the real tasks report real errors), in a plain RDD job: the kind of job
+    both stages are, whose pool of Python workers they reuse. Returns the seconds it took."""
 
     def run(cores):
         for _ in cores:
             yield _safe_warm()
 
-    def run_arrow(batches):
-        for batch in batches:
-            yield pa.RecordBatch.from_pydict({"s": [_safe_warm() for _ in range(batch.num_rows)]})
-
     started = time.monotonic()
     sc = spark.sparkContext
     n = max(1, sc.defaultParallelism)
     sc.setJobGroup("warm-up", "load the Python workers' imports and compiled kernels")
-    if RDD_POOL in pools:  # the same kind of job as spark_stages.fused
-        sc.parallelize(range(n), n).mapPartitions(run).collect()
-    if ARROW_POOL in pools:  # the same kind as the ranges' stages
-        from compaction.spark_stages import task_ids_frame
-
-        task_ids_frame(spark, n).mapInArrow(run_arrow, "s double").collect()
+    sc.parallelize(range(n), n).mapPartitions(run).collect()
     return time.monotonic() - started

@@ -5,8 +5,8 @@ module makes it when missing; env KAFKA_COMPACTION_AIRFLOW_VENV points elsewhere
 * the DAG folder imports with zero errors in a `DagBag`, with the DAG's id, params and
   `max_active_runs=1`, its task a `SparkSubmitOperator`;
 * `airflow dags test kafka_log_compaction --conf '{"log_dirs": [...], "report_dir": ...}'` compacts a
-  generated log dir end to end (the report in report_dir, the records checked with kafka-python,
-  the round's progress lines in the task log). Airflow's environment has no pyspark nor numba:
+  generated log dir end to end (the report and its HTML page in report_dir, the records checked with
+  kafka-python, the round's progress lines in the task log). Airflow's environment has no pyspark nor numba:
   the round runs on this Python (env KAFKA_COMPACTION_PYTHON), as on a real Airflow worker.
 """
 
@@ -68,7 +68,7 @@ def test_the_dag_folder_imports_with_zero_errors(airflow):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["errors"] == {} and got["ids"] == ["kafka_log_compaction"]
     assert got["max_active_runs"] == 1 and got["spark"] == [True] and got["master"] == "local[*]"
-    assert {"log_dirs", "report_dir", "master", "topics", "dry_run"} <= set(got["params"])
+    assert {"log_dirs", "report_dir", "report_html", "master", "topics", "dry_run"} <= set(got["params"])
 
 
 def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
@@ -79,7 +79,7 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
                     "--records", "3000", "--keys", "250", "--codec", "mixed", "--segment-bytes", "30000",
                     "--seed", "3"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
-    conf = {"log_dirs": [str(log_dir)], "report_dir": str(reports), "master": "local[2]",
+    conf = {"log_dirs": [str(log_dir)], "report_dir": str(reports), "report_html": True, "master": "local[2]",
             "spark_conf": {"spark.ui.enabled": "false"}}  # fmt: skip
     proc = subprocess.run(
         [os.path.join(venv, "bin", "airflow"), "dags", "test", "kafka_log_compaction",
@@ -92,6 +92,7 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
     assert "compaction.progress: planned 2 partitions" in log and "tasks (0 running)" in log
     (report_path,) = reports.glob("*.json")
     report = json.loads(report_path.read_text())
+    assert report_path.with_suffix(".html").read_text().startswith("<!DOCTYPE html>")
     assert [p["status"] for p in report["partitions"]] == ["cleaned", "cleaned"]
     for p in report["partitions"]:
         bound = p["firstUncleanableOffset"]

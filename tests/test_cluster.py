@@ -62,7 +62,10 @@ def run(tmp_path_factory):
     report_path = root / "report.json"
     with standalone.StandaloneCluster(root / "spark", timeout=120) as cluster:
         cluster.add_worker(2)
-        code, _, stderr = standalone.submit(cluster, python, log_dir, report_path, timeout=400)
+        # every partition cut into ranges: the ranges stage's barrier tasks, one per worker, meet
+        # through an exchange directory beside the log dir (not local mode: no shared temp dir)
+        code, _, stderr = standalone.submit(cluster, python, log_dir, report_path, "--conf",
+                                            "spark.kafka.compaction.partitionTaskMaxBytes=0", timeout=400)  # fmt: skip
         zips = standalone.executor_zips(cluster)
         apps = cluster.state().get("completedapps", [])
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
@@ -76,6 +79,11 @@ def run(tmp_path_factory):
         "apps": apps,
         "python": python,
     }
+
+
+def test_the_exchange_directory_is_removed(run):
+    assert run["report"]["timings"].get("rangesSeconds"), run["report"]["timings"]
+    assert not [p.name for p in run["log_dir"].parent.iterdir() if p.name.startswith(".kafka-compaction-exchange")]
 
 
 def test_job_exits_0_and_cleans_every_partition(run):

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 NOW = 1_800_000_000_000
 # A step with ":2" crashes in the second partition's commit (the first one is then committed).
 STEPS = ["rewrite", "cleaned", "intent", "swap:2", "deleted", "renamed:2", "checkpoint", "checkpointed"]
-# The same steps with every partition cut into ranges (scan, merge and rewrite as Spark stages).
+# The same steps with every partition cut into ranges (the ranges stage: scan, merge, rewrite).
 RANGES = ("--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0")
 RANGE_STEPS = ["rewrite", "cleaned:2"]
 

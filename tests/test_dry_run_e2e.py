@@ -1,7 +1,8 @@
 """`--dry-run` tells the truth: it scans and decides like a round, writes nothing, and reports per
 partition, per topic and overall the .log bytes and records a round with the same options then
 removes; the console gets the table, sorted by reclaimable bytes. One partition of the dir is cut
-into ranges, the others are compacted whole, so both paths are sized."""
+into ranges, the others are compacted whole, so both paths are sized. Both runs also write
+`--report-html`, opened in headless Chromium with no network (tests/headless_chromium.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import subprocess
 import sys
 
 import pytest
+import headless_chromium
 from e2e import REPO, SUBMIT, tree_hashes
+from html_page import Page, expected_rows, partition_rows
 
 from compaction.generator import generate_log_dir
+from compaction.report_chart import AFTER_FILL, BEFORE_FILL
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -31,10 +35,14 @@ def _log_bytes(part_dir: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def rounds(tmp_path_factory):
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("dry")
+
+
+@pytest.fixture(scope="module")
+def rounds(root):
     import json
 
-    root = tmp_path_factory.mktemp("dry")
     log_dir = str(root / "logs")
     generate_log_dir(log_dir, topics=(("orders", 2), ("payments", 1)), records=5000, keys=300, codec="mixed",
                      segment_bytes=100_000, tombstone_ratio=0.1, transactions=0.3, abort_ratio=0.3,
@@ -44,9 +52,10 @@ def rounds(tmp_path_factory):
     sizes = {p: _log_bytes(os.path.join(log_dir, p)) for p in parts}
     # the biggest partition (several groups of 300 KB) is cut into ranges, the others whole
     ranged = ("--conf", f"spark.kafka.compaction.partitionTaskMaxBytes={max(sizes.values()) - 1}")
-    dry = _submit(log_dir, str(root / "dry.json"), "--dry-run", *ranged)
+    dry = _submit(log_dir, str(root / "dry.json"), "--dry-run", *ranged,
+                  "--report-html", str(root / "dry.html"))  # fmt: skip
     after_dry = tree_hashes(log_dir)
-    real = _submit(log_dir, str(root / "real.json"), *ranged)
+    real = _submit(log_dir, str(root / "real.json"), *ranged, "--report-html", str(root / "real.html"))
     after = {p: _log_bytes(os.path.join(log_dir, p)) for p in parts}
     return (dry, json.load(open(root / "dry.json")), before, after_dry, real, json.load(open(root / "real.json")),
             sizes, after)  # fmt: skip
@@ -88,3 +97,48 @@ def test_dry_run_prints_the_table_most_reclaimable_first(rounds):
     assert [row.split()[0] for row in rows] == [f"{p['topic']}-{p['partition']}" for p in order]
     assert any(line.startswith("all ") for line in lines[header:])
     assert any(line.startswith("orders (topic)") for line in lines[header:])
+
+
+# --- the HTML page, in a browser --------------------------------------------------------------------
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+
+
+def _pixels_near(image, colour: str, tolerance: int = 3) -> int:
+    want = _rgb(colour)
+    return sum(count for count, rgb in image.getcolors(maxcolors=1 << 24)
+               if all(abs(a - b) <= tolerance for a, b in zip(rgb, want)))  # fmt: skip
+
+
+def test_the_dry_runs_page_renders_offline_with_its_rows_and_bars(rounds, root):
+    from PIL import Image
+
+    chromium = headless_chromium.require()
+    dry, report = rounds[0], rounds[1]
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    url = (root / "dry.html").as_uri()
+    dom = Page(headless_chromium.dump_dom(chromium, url))
+    assert partition_rows(dom) == expected_rows(report)
+    assert [row[0] for row in dom.tables["topics"]["tbody"]] == sorted(
+        report["topics"], key=lambda t: -report["topics"][t]["reclaimableBytes"])  # fmt: skip
+    shot = root / "dry.png"
+    headless_chromium.screenshot(chromium, url, str(shot))
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1200, 900)
+    colours = image.getcolors(maxcolors=1 << 24)
+    assert len(colours) > 50 and max(colours)[0] < 0.9 * 1200 * 900  # not blank, not one flat colour
+    # a bar is 14 px high and, for the largest topic, hundreds wide
+    assert _pixels_near(image, BEFORE_FILL) > 2000 and _pixels_near(image, AFTER_FILL) > 500
+
+
+def test_the_rounds_page_shows_what_it_read_and_wrote(rounds, root):
+    chromium = headless_chromium.require()
+    real_proc, real = rounds[4], rounds[5]
+    assert real_proc.returncode == 0, real_proc.stderr[-3000:]
+    dom = Page(headless_chromium.dump_dom(chromium, (root / "real.html").as_uri()))
+    assert partition_rows(dom) == expected_rows(real)
+    assert {row["status"] for row in partition_rows(dom)} == {"cleaned"}
+    (head,) = dom.tables["partitions"]["thead"]
+    assert "bytes read" in head and "bytes written" in head

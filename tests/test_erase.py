@@ -176,26 +176,6 @@ def test_a_bad_key_file_stops_the_launcher_before_spark(tmp_path):
     assert sorted(os.listdir(log_dir)) == before
 
 
-def test_airflow_params_pass_the_key_file(monkeypatch):
-    """The DAG's `erase_keys` / `erase_only` params become the job's options (job_args is pure;
-    Airflow's operator class is stubbed: the project's venv has no Airflow)."""
-    import sys
-    import types
-
-    names = ["airflow", "airflow.providers", "airflow.providers.apache", "airflow.providers.apache.spark",
-             "airflow.providers.apache.spark.operators", "airflow.providers.apache.spark.operators.spark_submit"]
-    for name in names:
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    sys.modules[names[-1]].SparkSubmitOperator = type("SparkSubmitOperator", (), {})
-    monkeypatch.delitem(sys.modules, "compaction.airflow", raising=False)
-    from compaction.airflow import DEFAULT_PARAMS, job_args
-
-    args = job_args({**DEFAULT_PARAMS, "log_dirs": ["/d"], "erase_keys": "/k.txt", "erase_only": True}, 5, "r")
-    assert args[args.index("--erase-keys") + 1] == "/k.txt" and "--erase-only" in args
-    assert "--erase-keys" not in job_args({**DEFAULT_PARAMS, "log_dirs": ["/d"]}, 5, "r")
-    monkeypatch.delitem(sys.modules, "compaction.airflow")
-
-
 def _erasing(log, segs, erase, last_records=None):
     """Erasing-only specs, one per segment, as run._specs makes them."""
     import dataclasses

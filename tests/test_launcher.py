@@ -123,6 +123,7 @@ def test_help_lists_spark_options_exit_codes_and_environment():
         (["--delete-retention-ms", "-1"], "--delete-retention-ms: delete.retention.ms=-1"),
         (["--cleanup-policy", "archive"], "cleanup.policy=archive is not compact"),
         (["--tasks-per-core", "0"], "--tasks-per-core 0"),
+        (["--report", "r.json", "--report-html", "r.json"], "--report and --report-html name the same file"),
     ],
 )  # fmt: skip
 def test_out_of_range_options_are_usage_errors(args, message):
@@ -175,6 +176,18 @@ def test_check_log_dir_names_the_fix(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="empty"):
         preflight.check_log_dir(str(tmp_path / "empty"))
+
+
+def test_the_html_page_goes_where_the_round_can_write_it(tmp_path):
+    (tmp_path / "logs" / "orders-0").mkdir(parents=True)
+    log_dir = str(tmp_path / "logs")
+    opts = parse_unchecked(["--log-dir", log_dir, "--report-html", str(tmp_path / "out" / "r.html")])
+    with pytest.raises(UsageError, match=r"^--report-html .*/out/r.html: directory .*/out does not exist"):
+        preflight.check_round(opts)
+    opts = parse_unchecked(["--log-dir", log_dir, "--report-html", str(tmp_path)])
+    with pytest.raises(UsageError, match="is a directory; give a file path"):
+        preflight.check_round(opts)
+    preflight.check_round(parse_unchecked(["--log-dir", log_dir, "--report-html", str(tmp_path / "r.html")]))
 
 
 def test_find_java_explains_what_to_install(tmp_path):

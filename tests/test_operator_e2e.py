@@ -70,6 +70,8 @@ USAGE_ERRORS = [
      ["{root}/bad.properties line 1: "]),
     ("report-dir", ["--log-dir", "{log}", "--report", "{root}/no/such/dir/r.json"],
      ["--report", "does not exist"]),
+    ("report-html-dir", ["--log-dir", "{log}", "--dry-run", "--report-html", "{root}/no/such/dir/r.html"],
+     ["--report-html {root}/no/such/dir/r.html", "does not exist"]),
     ("unknown-flag", ["--log-dir", "{log}", "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
     ("no-java", ["--log-dir", "{log}"], ["no Java found", "JAVA_HOME"]),
 ]  # fmt: skip
@@ -104,8 +106,8 @@ def test_help_and_version_need_no_java(no_java):
                               timeout=60)  # fmt: skip
         assert proc.returncode == 0, (label, proc.stderr)
         out = proc.stdout
-        for needle in ("--log-dir", "--dry-run", "--metrics-file", "--log-format", "--driver-memory",
-                       "'--opt=value'", "Exit codes:", "Environment:", "JAVA_HOME",
+        for needle in ("--log-dir", "--dry-run", "--report-html", "--metrics-file", "--log-format",
+                       "--driver-memory", "'--opt=value'", "Exit codes:", "Environment:", "JAVA_HOME",
                        "SPARK_HOME"):  # fmt: skip
             assert needle in out, (label, needle)
         version = subprocess.run([*cmd, "--version"], capture_output=True, text=True, env=no_java, cwd=REPO)

@@ -1,5 +1,5 @@
-"""A partition cleaned as one range (the whole-partition task) and as N ranges (scan per range,
-merge per bucket, rewrite per unit: compaction/ranges.py, run here without Spark) writes the same
+"""A partition cleaned as one range (the whole-partition task) and as N ranges (the ranges
+stage's tasks, compaction/range_task.py, run here on threads without Spark) writes the same
 bytes. Inputs: generated partitions with every codec, tombstones, transactions, a clean section."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compaction import ranges
+from compaction.exchange import Exchange
+from compaction.range_task import STATS_ROW, RangePlan, run_task
 from compaction.format import naming
 from compaction.format.keymap import KeyTable
 from compaction.rewrite import CLEANED, GroupSpec, SourceSegment
@@ -57,18 +60,15 @@ def cleaned(part: Path) -> dict[str, bytes]:
     return out
 
 
-def in_ranges(specs: list[GroupSpec], buckets: int, unit_per_group: bool) -> list[dict]:
-    """What the Spark stages do, in this process: scan each range, merge each bucket, rewrite."""
-    blocks = [b for s in specs for b in ranges.scan_range(s, 0, buckets)]
-    assert not [b for b in blocks if b.kind == ranges.ERROR]
-    state = ranges.producer_state([ranges.from_block(b.data) for b in blocks if b.kind == ranges.PRODUCERS])
-    assert state.first_unstable is None or state.first_unstable >= specs[0].upper_bound
-    specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
-    found = [f for b in range(buckets)
-             for f in ranges.merge_bucket([(x.range_id, x.data) for x in blocks if x.kind == ranges.SUMMARY and x.bucket == b])]  # fmt: skip
-    shipped = [b for b in blocks if b.kind in (ranges.IDS, ranges.LATEST)] + found
-    units = [[s] for s in specs] if unit_per_group and not state.transactional else [specs]
-    return [row for unit in units for row in ranges.rewrite_ranges(unit, shipped)]
+def in_ranges(specs: list[GroupSpec], tasks: int, where: Path, reuse: int = 1 << 30) -> list[dict]:
+    """The ranges stage in this process: its `tasks` tasks on threads, meeting through an
+    exchange directory in `where`, as the barrier stage's tasks do."""
+    plan = RangePlan.cut([specs], tasks)
+    where.mkdir(parents=True, exist_ok=True)
+    ex = Exchange(Storage.local(), str(where))
+    with ThreadPoolExecutor(len(plan.tasks)) as pool:
+        outs = list(pool.map(lambda t: run_task(t, plan, ex, reuse), range(len(plan.tasks))))
+    return sorted((r for out in outs for r in out if r["group_id"] != STATS_ROW), key=lambda r: r["group_id"])
 
 
 CASES = {
@@ -82,15 +82,15 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("n_ranges, buckets", [(2, 1), (3, 4), (5, 2)])
-def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, buckets):
+@pytest.mark.parametrize("n_ranges, tasks, reuse", [(2, 1, 1 << 30), (3, 3, 0), (5, 2, 20_000)])
+def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse):
     part = generate(tmp_path / "logs", *CASES[case])
     whole = compact_partition(specs_for(part, 1))
     assert not any(r.get("error") or r.get("first_unstable") for r in whole), whole
     one = cleaned(part)
     # One range is the whole-partition task's input cut once: the group boundaries must match.
     specs = specs_for(part, n_ranges)
-    rows = in_ranges(specs, buckets, unit_per_group=True)
+    rows = in_ranges(specs, tasks, tmp_path / "exchange", reuse)
     assert not any(r.get("error") for r in rows), rows
     many = cleaned(part)
     assert len(many) == 3 * n_ranges or len(many) >= 3 * n_ranges  # .log, .index, .timeindex (+ .txnindex)
@@ -106,7 +106,7 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
     first_dirty = bases[len(bases) // 2]
     compact_partition(specs_for(part, 1, first_dirty))
     one = cleaned(part)
-    in_ranges(specs_for(part, 3, first_dirty), 3, unit_per_group=True)
+    in_ranges(specs_for(part, 3, first_dirty), 2, tmp_path / "exchange")
     many = cleaned(part)
     logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
     assert logs(many) == logs(one)
@@ -166,10 +166,10 @@ def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges)
     part = generate(tmp_path / "logs", *CASES["transactions, aborts"], "--tombstone-ratio", "0.1")
     before = {f.name: f.read_bytes() for f in part.iterdir()}
     dry = [dataclasses.replace(s, dry_run=True) for s in specs_for(part, n_ranges)]
-    rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 4, unit_per_group=True)
+    rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 2, tmp_path / "dry")
     assert {f.name: f.read_bytes() for f in part.iterdir()} == before
     real = compact_partition(specs_for(part, n_ranges)) if n_ranges == 1 else in_ranges(
-        specs_for(part, n_ranges), 4, unit_per_group=True)  # fmt: skip
+        specs_for(part, n_ranges), 2, tmp_path / "real")  # fmt: skip
     written = cleaned(part)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(real)

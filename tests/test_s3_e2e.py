@@ -11,9 +11,11 @@ Two spark-submits over two buckets that hold the same generated log dir:
 Then both buckets hold exactly the records an uninterrupted run keeps (kafka-python decodes the
 downloaded segments; indexes pass the broker's checks), the same object names, and no object of
 ours: no directory marker, `.cleaned`, `.swap`, `.deleted`, `.tmp` or intent file. The secret key
-is in no log line and not in the report.
+is in no log line and not in the report, nor in the report's HTML page (`--report-html` to a third
+bucket, written there through the same storage layer).
 
-A third spark-submit erases listed keys (`--erase-keys --erase-only`) in a bucket of its own.
+A fourth spark-submit erases listed keys (`--erase-keys --erase-only`) in a bucket of its own,
+its key file read from the bucket.
 """
 
 from __future__ import annotations
@@ -131,8 +133,13 @@ def rounds(s3_endpoint, tmp_path_factory):
 
     # 2. one round: the clean bucket for the first time, the crashed one again.
     report_path = os.path.join(root, "report.json")
+    client.create_bucket(Bucket="reports")
+    # Every partition cut into ranges, whose tasks meet through an exchange directory on S3 too.
     cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", uri["clean"],
-           "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path]  # fmt: skip
+           "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path,
+           "--report-html", f"s3://{KEY}:{SECRET}@reports/round.html",
+           "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
+           "--conf", f"spark.kafka.compaction.exchangeDir=s3://{KEY}:{SECRET}@reports/exchange"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
     assert done.returncode == 0, done.stderr[-6000:]
@@ -142,8 +149,10 @@ def rounds(s3_endpoint, tmp_path_factory):
     for bucket in ("clean", "crashed"):
         out[bucket] = os.path.join(root, "out", bucket)
         _download(client, bucket, out[bucket])
+    page = client.get_object(Bucket="reports", Key="round.html")["Body"].read().decode()
+    reports = sorted(o["Key"] for o in client.list_objects_v2(Bucket="reports").get("Contents", []))
     return {"client": client, "expected": expected, "report": report, "err": err, "out": out,
-            "mid_crash": mid_crash, "root": root}  # fmt: skip
+            "mid_crash": mid_crash, "root": root, "page": page, "reports": reports}  # fmt: skip
 
 
 def test_the_crash_happened_mid_commit(rounds):
@@ -181,12 +190,25 @@ def test_no_object_of_ours_is_left(rounds, bucket):
     assert ours == []
 
 
+def test_the_ranges_met_through_s3_and_left_nothing_there(rounds):
+    assert rounds["report"]["timings"].get("rangesSeconds"), rounds["report"]["timings"]
+    assert rounds["reports"] == ["round.html"]
+
+
 def test_credentials_in_the_uri_reach_no_log_line_nor_the_report(rounds):
     report_text = json.dumps(rounds["report"])
     assert SECRET not in report_text and KEY not in report_text
     assert rounds["report"]["args"]["log_dirs"] == ["s3://***@clean/logs", "s3://***@crashed/logs"]
     assert "cleaned" in rounds["err"]  # the log lines are there, ...
     assert SECRET not in rounds["err"] and KEY not in rounds["err"]  # ... without the credentials
+
+
+def test_the_html_page_is_on_s3_without_the_credentials(rounds):
+    page = rounds["page"]
+    assert page.startswith("<!DOCTYPE html>") and "s3://***@clean/logs" in page
+    assert SECRET not in page and KEY not in page
+    assert rounds["report"]["args"]["report_html"] == "s3://***@reports/round.html"
+    assert sorted(_objects(rounds["client"], "reports")) == ["round.html"]  # no temp object left
 
 
 def test_erase_keys_on_s3(s3_endpoint, tmp_path):

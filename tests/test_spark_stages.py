@@ -1,34 +1,27 @@
-"""The DataFrame steps of partitions cut into ranges (compaction/spark_stages.py), with chispa.
+"""The Spark stage of partitions cut into ranges (compaction/spark_stages.py `ranged`): a barrier
+stage whose tasks meet through the exchange directory.
 
-Few, fat Spark tests (the JVM start dominates). Each step is checked on real blocks: a generated
-partition cut into three ranges, its blocks computed in this process with compaction/ranges.py
-(the reference), then each DataFrame step compared with the same function applied by hand. The
-whole path is covered end to end by
+Few, fat Spark tests (the JVM start dominates). The stage is checked against its tasks run in this
+process on threads (tests/test_ranges.py `in_ranges`): the same rows (compared as DataFrames with
+chispa) and the same bytes. The whole path is covered end to end by
 tests/test_job_e2e.py::test_partitions_cut_into_ranges_write_the_same_bytes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import functions as F
 from test_ranges import cleaned, generate, in_ranges, specs_for
 
-from compaction import ranges
+from compaction.exchange import Exchange
+from compaction.range_task import STATS_ROW, RangePlan
 from compaction.rewrite import CLEANED
-from compaction.spark_stages import (
-    BLOCK_SCHEMA,
-    _murmur3_int,
-    deal_buckets,
-    merge_buckets,
-    rewrite_units,
-    scan_ranges,
-    side_blocks,
-    task_ids_frame,
-    unit_slots,
-)
+from compaction.spark_stages import FUSED_FIELDS, ranged, task_slots
+from compaction.storage import Storage
 
-MERGES = 2  # merge tasks
+TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
 
 
 @pytest.fixture(scope="module")
@@ -38,103 +31,50 @@ def partition(tmp_path_factory):
     return part, specs_for(part, 3)
 
 
-def _frame(spark, blocks):
-    return spark.createDataFrame([tuple(b) for b in blocks], BLOCK_SCHEMA)
+def _stage(spark, partitions, where) -> list[dict]:
+    sc = spark.sparkContext
+    plan = RangePlan.cut(partitions, task_slots(sc))
+    where.mkdir(parents=True, exist_ok=True)
+    rows = ranged(sc, sc.broadcast(plan), Exchange(Storage.local(), str(where))).collect()
+    return [r for r in rows if r["group_id"] != STATS_ROW]
 
 
-def _scan(spark, specs):
-    table = spark.sparkContext.broadcast({i: (s, 0, i == 0) for i, s in enumerate(specs)})
-    return scan_ranges(task_ids_frame(spark, len(specs)), table)
+def _frame(spark, rows):
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS if n not in TIMINGS])
+    return spark.createDataFrame([tuple(r.get(n) for n in schema.fieldNames()) for r in rows], schema)
 
 
-def test_scan_ranges_emits_each_ranges_blocks(spark, partition):
-    _, specs = partition
-    expected = [b for s in specs for b in ranges.scan_range(s, 0)]
-    got = _scan(spark, specs).where(F.col("kind") != ranges.STATS)
-    assert_df_equality(got, _frame(spark, expected), ignore_row_order=True)
-    stats = _scan(spark, specs).where(F.col("kind") == ranges.STATS).select("range_id").collect()
-    assert sorted(r.range_id for r in stats) == [s.group_id for s in specs]
+def test_task_slots_are_the_local_cores(spark):
+    assert task_slots(spark.sparkContext) == 2  # conftest: local[2]
 
 
-def test_side_blocks_are_producers_stats_epochs_and_errors(spark, partition):
-    _, specs = partition
-    blocks = _frame(spark, [b for s in specs for b in ranges.scan_range(s, 0)]
-                    + [ranges.Block(99, ranges.ERROR, -1, 0, b"boom"), ranges.stats_block(98, 1.0, 0.5)])  # fmt: skip
-    kinds = {r.kind for r in side_blocks(blocks).collect()}
-    side = {ranges.PRODUCERS, ranges.STATS, ranges.EPOCHS, ranges.ERROR}
-    assert kinds <= side and {ranges.STATS, ranges.EPOCHS, ranges.ERROR} <= kinds
-
-
-def test_scan_error_comes_back_as_a_block(spark, partition, tmp_path):
-    _, specs = partition
-    import dataclasses
-
-    missing = dataclasses.replace(specs[0], part_path=str(tmp_path / "gone"))
-    rows = _scan(spark, [missing]).where(F.col("kind") == ranges.ERROR).collect()
-    assert len(rows) == 1 and rows[0].range_id == specs[0].group_id and bytes(rows[0].data)
-
-
-def test_merge_buckets_gives_the_found_blocks_of_merge_bucket(spark, partition):
-    _, specs = partition
-    blocks = [b for s in specs for b in ranges.scan_range(s, 0)]
-    expected = [f for k in range(MERGES)
-                for f in ranges.merge_bucket([(b.range_id, b.data) for b in blocks
-                                              if b.kind == ranges.SUMMARY and b.bucket % MERGES == k])]  # fmt: skip
-    assert expected, "the ranges share keys: some must be superseded by a later range"
-    got = merge_buckets(_frame(spark, blocks), _deal(spark))
-    # FOUND blocks of one range from one merge task: compare their decoded entries, not block order
-    assert _entries(got.collect()) == _entries(expected)
-
-
-def _deal(spark):
-    return deal_buckets(MERGES, 2)
-
-
-def _entries(blocks) -> set:
-    out = set()
-    for b in blocks:
-        f = ranges.from_block(bytes(b.data) if not isinstance(b, ranges.Block) else b.data)
-        out |= {(b.range_id, i, v) for i, v in zip(f.column("id").to_pylist(), f.column("latest").to_pylist())}
-    return out
-
-
-def test_deal_buckets_spreads_fine_buckets_over_the_merge_tasks(spark):
-    deal = deal_buckets(3, 3)
-    assert sorted(deal) == list(range(ranges.FINE_BUCKETS))
-    frame = spark.createDataFrame(sorted(deal.items()), "bucket int, slot int").repartition(3, "slot")
-    placed = frame.select("bucket", F.spark_partition_id().alias("p")).collect()
-    assert {r.bucket: r.p for r in placed} == {b: b % 3 for b in range(ranges.FINE_BUCKETS)}
-
-
-def test_rewrite_units_writes_what_the_ranges_write_in_process(spark, partition):
+def test_ranged_stage_writes_what_its_tasks_write_in_process(spark, partition, tmp_path):
     part, specs = partition
-    in_ranges(specs, ranges.FINE_BUCKETS, unit_per_group=True)
+    reference_rows = in_ranges(specs, 2, tmp_path / "threads")
     reference = cleaned(part)
-    blocks = _frame(spark, [b for s in specs for b in ranges.scan_range(s, 0)])
-    units = {s.group_id: [s] for s in specs}
-    slot_of = dict(unit_slots(sorted(units), 2))
-    found = merge_buckets(blocks, _deal(spark))
-    rows = rewrite_units(found, blocks, {g: g for g in units}, slot_of, spark.sparkContext.broadcast(units)).collect()
-    assert sorted(r.group_id for r in rows) == sorted(units) and not any(r.error for r in rows)
+    rows = _stage(spark, [specs], tmp_path / "stage")
+    assert_df_equality(_frame(spark, rows), _frame(spark, reference_rows), ignore_row_order=True)
     assert cleaned(part) == reference
     assert not list(part.glob("*" + CLEANED))
 
 
-def test_unit_slots_put_each_unit_in_its_own_partition(spark):
-    values = list(range(-3, 50)) + [2**31 - 1, -(2**31)]
-    hashed = spark.createDataFrame([(v,) for v in values], "v int").select("v", F.hash("v").alias("h")).collect()
-    assert {r.v: r.h for r in hashed} == {v: _murmur3_int(v) for v in values}  # Spark's hash(int)
-
-    units = [40, 7, 11, 25, 3]
-    slots = unit_slots(units, len(units))
-    frame = spark.createDataFrame(slots, "unit_id int, slot int")
-    placed = frame.repartition(len(units), "slot").select("unit_id", F.spark_partition_id().alias("p")).collect()
-    assert {r.unit_id: r.p for r in placed} == {u: i for i, u in enumerate(sorted(units))}
-    # fewer partitions than units: round robin over the sorted units
-    placed = spark.createDataFrame(unit_slots(units, 2), "unit_id int, slot int").repartition(2, "slot")
-    got = {r.unit_id: r.p for r in placed.select("unit_id", F.spark_partition_id().alias("p")).collect()}
-    assert got == {3: 0, 7: 1, 11: 0, 25: 1, 40: 0}
-
+def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, partition, tmp_path):
+    part, specs = partition
+    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
+    (part / "00000000000000000000.log").rename(part / "moved-away")
+    try:
+        rows = _stage(spark, [specs, other_specs], tmp_path / "stage")
+    finally:
+        (part / "moved-away").rename(part / "00000000000000000000.log")
+    by_group = {r["group_id"]: r for r in rows}
+    assert sorted(by_group) == sorted(s.group_id for s in specs + other_specs)
+    assert all(by_group[s.group_id]["error"] for s in specs)
+    assert not any(by_group[s.group_id]["error"] for s in other_specs)
+    assert len(cleaned(other)) >= 3 * len(other_specs)
+    cleaned(part)
 
 
 def test_profiled_writes_one_pstats_per_partition_only_when_asked(tmp_path, monkeypatch):

@@ -7,7 +7,9 @@ file's own place). The round runs on a Python with the job's dependencies: the `
 env KAFKA_COMPACTION_PYTHON on the workers. Trigger with the log dirs, e.g.
 
     airflow dags trigger kafka_log_compaction --conf '{"log_dirs": ["/data/kafka-archive"],
-        "report_dir": "/data/reports"}'
+        "report_dir": "/data/reports", "report_html": true}'
+
+`"report_html": true` adds the report's HTML page, `<run id>.html`, next to its JSON.
 
 `max_active_runs=1`: two rounds must never work on the same log dirs at once (object stores have
 no lock). `--now-ms` is the end of the run's data interval, so a rerun decides alike.
