@@ -10,6 +10,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_map import KeyLookup
+from test_rewrite_unit import Log, batches_of, one, rec
 
 from compaction.erase import (
     ERASED,
@@ -190,8 +192,6 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     """Key x erased: a batch of only x goes, unless it is its producer's last data batch or the
     log's last batch (then it stays empty, its offsets and producer fields kept); a batch with x
     and another key is rebuilt; a segment without x is not written."""
-    from test_rewrite_unit import Log, batches_of, one, rec
-    from reference_map import KeyLookup
 
     from compaction.format import batch as fb
     from compaction.retention import LastRecord
@@ -218,8 +218,6 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
 
 
 def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_path):
-    from test_rewrite_unit import Log, rec
-    from reference_map import KeyLookup
 
     from compaction.erase import EraseError
     from compaction.format.legacy import build_legacy_message_set
@@ -230,3 +228,76 @@ def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_pa
     specs = _erasing(log, log.segments, build_erase_set([(None, b"x")]))
     with pytest.raises(EraseError, match="log end offset"):
         rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
+
+
+KEYS = [b"a", b"b", b"c", None]
+batch_st = st.tuples(st.sampled_from([-1, 1, 2]), st.sampled_from([0, 1, 3]),  # producer, codec
+                     st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from([b"v", None])), min_size=1, max_size=4))
+
+
+def _expected(segments, listed):
+    """The plain-Python erasing-only rule over the input batches: per segment, per batch, None
+    (dropped) or (base, last, producer, sequence, records kept, whole)."""
+    flat = [(s, i) for s, batches in enumerate(segments) for i in range(len(batches))]
+    last_of = {}
+    for s, i in flat:
+        if segments[s][i]["pid"] >= 0:
+            last_of[segments[s][i]["pid"]] = (s, i)
+    out = []
+    for s, batches in enumerate(segments):
+        seg = []
+        for i, b in enumerate(batches):
+            kept = [r for r in b["records"] if r[1] not in listed]
+            keep_empty = (s, i) == flat[-1] or last_of.get(b["pid"]) == (s, i)
+            if kept or keep_empty:
+                seg.append((b["base"], b["last"], b["pid"], b["seq"], kept, len(kept) == len(b["records"])))
+        out.append(seg)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(batch_st, min_size=1, max_size=4), min_size=1, max_size=3),
+       st.sets(st.sampled_from(KEYS[:3])))  # fmt: skip
+def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
+    """Random segments of plain and producer batches (codecs, null keys, tombstones) erased of a
+    random key set: what each segment holds afterwards is the reference's (kept whole batches byte
+    for byte, empty batches where producer state or the log end need them, offsets kept)."""
+    import tempfile
+    from pathlib import Path
+
+
+    from compaction.format import batch as fb
+    from compaction.retention import LastRecord
+    from compaction.rewrite import rewrite_unit
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Log(Path(tmp))
+        offset, seqs, segments, last = 0, {}, [], {}
+        for seg in segments_in:
+            base, batches, raws = offset, [], []
+            for pid, codec, records in seg:
+                seq = seqs.get(pid, 0) if pid >= 0 else -1
+                recs = [(offset + k, key, value) for k, (key, value) in enumerate(records)]
+                raws.append(fb.build_batch([rec(o, k, v) for o, k, v in recs], codec=codec, producer_id=pid,
+                                           producer_epoch=0 if pid >= 0 else -1, base_sequence=seq))  # fmt: skip
+                batches.append({"base": offset, "last": offset + len(recs) - 1, "pid": pid, "seq": seq, "records": recs,
+                                "raw": raws[-1]})  # fmt: skip
+                if pid >= 0:
+                    seqs[pid] = seq + len(recs)
+                    last[pid] = LastRecord(offset + len(recs) - 1, 0)
+                offset += len(recs)
+            log.segment(base, raws)
+            segments.append(batches)
+        specs = _erasing(log, log.segments, build_erase_set([(None, k) for k in listed]), last)
+        rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
+        for spec, row, want, batches in zip(specs, rows, _expected(segments, listed), segments, strict=True):
+            base = spec.new_base
+            assert row["unchanged"] == (not os.path.exists(log.file(base, ".log", ".cleaned")))
+            data = log.read(base) if row["unchanged"] else log.read(base, ".cleaned")
+            got = [(h.base_offset, h.last_offset, h.producer_id, h.base_sequence,
+                    [(r.offset, r.key, r.value) for r in recs], raw) for h, recs, raw in batches_of(data)]  # fmt: skip
+            assert [g[:5] for g in got] == [w[:5] for w in want]
+            raws = {b["base"]: b["raw"] for b in batches}
+            for g, w in zip(got, want):
+                if w[5]:  # nothing erased: the batch is copied byte for byte
+                    assert g[5] == raws[g[0]]
