@@ -7,10 +7,11 @@ Spark): the whole-partition task (spark_stages.compact_partition) three ways,
 * erase only: every segment its own erasing-only group (`--erase-only`),
 
 and prints each one's wall and CPU seconds and its ratio to the plain round, plus the time to
-parse and compile the key list. A tenth of the listed keys (at most) occur in the partition, the
-rest are keys it does not hold (a typical request list: most keys live elsewhere).
+parse and compile the key list. `--present` of the listed keys occur in the partition (taken from
+its first segment), the rest are keys it does not hold (a request list: most keys live elsewhere).
 
-    .venv/bin/python bench/erase.py [--records 200000] [--keys 50000] [--keys-listed 100000] [--repeat 2]
+    .venv/bin/python bench/erase.py [--records 200000] [--keys 50000] [--keys-listed 100000]
+                                    [--present 1000] [--repeat 2]
 
 The partition is generated once under bench/out/partition/ (bench/partition.py's layout); every
 run writes `.cleaned` files next to the source and removes them (nothing is swapped in). Not a test.
@@ -38,11 +39,11 @@ from compaction.format.scan import scan_segment  # noqa: E402
 from compaction.spark_stages import compact_partition  # noqa: E402
 
 
-def key_file(part: Path, listed: int) -> bytes:
-    """`listed` keys in the file's hex form: up to a tenth taken from the partition's first segment."""
+def key_file(part: Path, listed: int, present: int) -> bytes:
+    """`listed` keys in the file's hex form, up to `present` of them from the partition's first segment."""
     first = sorted(part.glob("*.log"))[0]
     scan = scan_segment(np.fromfile(first, np.uint8), str(first))
-    present = list(dict.fromkeys(k for k in scan.keys_arrow().to_pylist() if k is not None))[: listed // 10]
+    present = list(dict.fromkeys(k for k in scan.keys_arrow().to_pylist() if k is not None))[: min(present, listed)]
     absent = [b"absent-%016d" % i for i in range(listed - len(present))]
     return b"".join(b"hex:" + k.hex().encode() + b"\n" for k in present + absent)
 
@@ -75,12 +76,13 @@ def main() -> int:
     ap.add_argument("--codec", default="none")
     ap.add_argument("--segment-bytes", type=int, default=16 << 20)
     ap.add_argument("--keys-listed", type=int, default=100_000)
+    ap.add_argument("--present", type=int, default=1000, help="listed keys the partition holds")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     part = partition_dir(args)
     clean_up(part)
     size = sum(f.stat().st_size for f in part.glob("*.log")) / float(1 << 20)
-    text = key_file(part, args.keys_listed)
+    text = key_file(part, args.keys_listed, args.present)
     wall, cpu, erase = timed(lambda: build_erase_set(parse_key_file(text, "keys")))
     print(f"partition {part}: {size:,.1f} MiB; {len(erase):,} listed keys parsed in {wall:.2f} s")
     wall, cpu, _ = timed(lambda: compiled(erase, "t"))
