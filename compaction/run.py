@@ -596,7 +596,7 @@ def _commit(p: Planned, results: dict[int, dict]) -> None:
                     for s, row in zip(p.specs, rows) if not row.get("unchanged")]  # fmt: skip
     _record_sizes(p, rows)
     if not replacements:  # erasing only, and no listed key in it
-        p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it (erase only)"
+        p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact"
         return
     commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
     p.result.status, p.result.reason = rpt.CLEANED, None if p.compacting else "erased (erase only, not compacted)"
@@ -610,7 +610,7 @@ def _dry_outcome(p: Planned, results: dict[int, dict]) -> None:
         if not p.compacting:
             p.result.reason = "a round would erase listed keys in it (dry run)"
             if all(row.get("unchanged") for row in rows):
-                p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it (erase only, dry run)"
+                p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact (dry run)"
         _record_sizes(p, rows)
 
 
