@@ -51,6 +51,10 @@ def _generate(log_dir: str) -> None:
     generate_log_dir(tail, topics=(("tail", 1),), records=600, keys=80, codec="none", batch_records=(2, 4),
                      segment_bytes=8000, tombstone_ratio=0.1, seed=5)  # fmt: skip
     shutil.move(os.path.join(tail, "tail-0"), os.path.join(log_dir, "tail-0"))
+    # A partition none of whose keys is listed (longer keys): erasing only leaves it alone.
+    quiet = log_dir + ".quiet"
+    generate_log_dir(quiet, topics=(("quiet", 1),), records=300, keys=40, key_size=14, segment_bytes=8000, seed=9)
+    shutil.move(os.path.join(quiet, "quiet-0"), os.path.join(log_dir, "quiet-0"))
 
 
 def _last_data_key(records) -> bytes:
@@ -78,19 +82,19 @@ def _last_batch_keys(part_dir: str) -> set[bytes]:
 
 
 def _key_file(path: str, before: dict, tail_keys: set[bytes]) -> dict[str, set[bytes]]:
-    """Listed keys: the last data record's key of every partition, every key of the tail
+    """Listed keys: the last data record's key of every partition but quiet-0, every key of the tail
     partition's last batch (scoped to it), a tombstoned key, a text and a hex form, one key scoped
     to a topic, one key found nowhere. Returns the keys that apply per topic."""
     ledger = before["ledger-0"]
     tomb = next(r.key for r in ledger if r.value is None and r.key is not None)
-    lasts = {_last_data_key(recs) for recs in before.values()}
+    lasts = {_last_data_key(recs) for part, recs in before.items() if part != "quiet-0"}
     lines = ["# right-to-be-forgotten requests", "", *sorted(k.decode() for k in lasts), f"hex:{tomb.hex()}",
              f"users\t{ONLY_IN_USERS.decode()}", f"text:{NEVER.decode()}",
              *(f"tail\tbase64:{base64.b64encode(k).decode()}" for k in sorted(tail_keys))]  # fmt: skip
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     common = lasts | {tomb, NEVER}
-    return {"ledger": common, "users": common | {ONLY_IN_USERS}, "tail": common | tail_keys}
+    return {"ledger": common, "users": common | {ONLY_IN_USERS}, "tail": common | tail_keys, "quiet": common}
 
 
 def _copy(src: str, dst: str) -> str:
@@ -176,6 +180,10 @@ def test_report_counts_and_dry_run_says_the_same(runs):
         listed = runs["listed"][_topic(part)]
         gone = [r for r in records if r.key in listed]
         e = entries[part]
+        if part == "quiet-0":  # nothing listed in it: not rewritten, and said so
+            assert (e["status"], e["erasedRecords"], dry_entries[part]["status"]) == ("skipped", 0, "skipped"), e
+            assert _hashes(os.path.join(runs["dirs"]["only"], part)) == _hashes(os.path.join(runs["pristine"], part))
+            continue
         assert e["status"] == "cleaned", e
         assert e["erasedRecords"] == len(gone), part
         assert e["erasedBytes"] == sum(len(r.key) + len(r.value or b"") for r in gone), part
