@@ -33,12 +33,14 @@ DEFAULT_PARAMS: dict[str, object] = {
     "max_compaction_lag_ms": None,
     "segment_bytes": None,
     "topic_config": None,
+    "erase_keys": None,  # a key file (--erase-keys) on the host the driver runs on
+    "erase_only": False,  # with erase_keys: erase, no compaction (--erase-only)
     "spark_conf": {},  # extra Spark settings, e.g. {"spark.executor.memory": "4g"}
     "extra_args": [],  # any other job options, e.g. ["--tasks-per-core", "1"]
 }
 
 _VALUE_FLAGS = ("topics", "min_cleanable_dirty_ratio", "delete_retention_ms", "min_compaction_lag_ms",
-                "max_compaction_lag_ms", "segment_bytes", "topic_config")  # fmt: skip
+                "max_compaction_lag_ms", "segment_bytes", "topic_config", "erase_keys")  # fmt: skip
 
 
 def job_args(params: dict, now_ms: int, run_id: str) -> list[str]:
@@ -62,6 +64,8 @@ def job_args(params: dict, now_ms: int, run_id: str) -> list[str]:
             args += ["--" + key.replace("_", "-"), str(params[key])]
     if params.get("dry_run"):
         args.append("--dry-run")
+    if params.get("erase_only"):
+        args.append("--erase-only")
     return args + [str(a) for a in params.get("extra_args") or []]
 
 

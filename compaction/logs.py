@@ -73,6 +73,18 @@ def level_of(entry: dict) -> int:
 
 def partition_line(e: dict) -> str:
     """One line per partition; a cleaned one in the words of Kafka's `CleanerThread.recordStats`."""
+    return _partition_line(e) + _erased(e)
+
+
+def _erased(e: dict) -> str:
+    """--erase-keys: the counts (never a key)."""
+    if e.get("erasedRecords") is None:
+        return ""
+    return (f"; erased {e['erasedRecords']} records ({e['erasedBytes']} key+value bytes) of "
+            f"{e['eraseKeysFound']} listed keys, {e['eraseKeysNotFound']} listed keys not found")  # fmt: skip
+
+
+def _partition_line(e: dict) -> str:
     name = f"{e['topic']}-{e['partition']}"
     ratio = "" if e.get("dirtyRatio") is None else f", dirty ratio {e['dirtyRatio']:.3f}"
     if e["status"] == rpt.ELIGIBLE:
@@ -96,7 +108,8 @@ def partition_line(e: dict) -> str:
 
 _FIELDS = ("topic", "partition", "logDir", "status", "reason", "dirtyRatio", "dirtyBytes", "bytesRead",
            "bytesWritten", "recordsRead", "recordsWritten", "invalidRecords", "reclaimableBytes",
-           "reclaimableRecords", "seconds")  # fmt: skip
+           "reclaimableRecords", "seconds", "erasedRecords", "erasedBytes", "eraseKeysFound",
+           "eraseKeysNotFound")  # fmt: skip
 
 
 def log_partition(entry: dict) -> None:

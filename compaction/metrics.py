@@ -17,6 +17,7 @@ _COUNTS = (
     ("bytesWritten", "last_run_written_bytes", "Bytes of cleaned segments the last round wrote."),
     ("recordsRead", "last_run_read_records", "Records read by the last round's rewrite."),
     ("recordsWritten", "last_run_written_records", "Records the last round kept."),
+    ("erasedRecords", "last_run_erased_records", "Records of --erase-keys' listed keys the last round removed."),
 )
 
 
@@ -44,7 +45,7 @@ def render(report: dict, exit_code: int, finished_s: float, previous_success_s: 
     metric("last_run_partitions", "Partitions of the last round by status.",
            [(f'{{status="{s}"}}', totals[s]) for s in ("cleaned", "skipped", "failed")])  # fmt: skip
     for key, name, help_text in _COUNTS:
-        metric(name, help_text, [("", totals[key])])
+        metric(name, help_text, [("", totals.get(key, 0))])
     metric("last_run_reclaimed_bytes", "Bytes the last round freed (read minus written).",
            [("", totals["bytesRead"] - totals["bytesWritten"])])  # fmt: skip
     phases = [(f'{{phase="{_snake(k.removesuffix("Seconds"))}"}}', v)

@@ -25,6 +25,7 @@ from compaction.broker_config import (
     parse_properties,
     split_job_config,
 )
+from compaction.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
 from compaction.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 
@@ -67,6 +68,8 @@ class JobOptions:
     io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
     log_format: str = "text"
     metrics_file: str | None = None
+    erase_keys: str | None = None  # a key file (compaction/erase.py); only its path is kept here
+    erase_only: bool = False  # erase, without the round's compaction decisions
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -136,6 +139,12 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                    help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
                         "(node_exporter's textfile collector: PATH ending in .prom in its "
                         "directory)")  # fmt: skip
+    p.add_argument("--erase-keys", metavar="FILE",  # a path or a URI (s3://...), read by the driver
+                   help="remove every record of the listed keys from every segment of the selected "
+                        "partitions, the active one included (" + KEY_FILE_FORMAT + ")")
+    p.add_argument("--erase-only", action="store_true",
+                   help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
+                        "checkpoint untouched)")
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -164,6 +173,7 @@ def check_options(opts: JobOptions) -> JobOptions:
         raise UsageError(f"--tasks-per-core {opts.tasks_per_core}: must be at least 1")
     if opts.now_ms < 0:
         raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
+    _check_erase(opts)
     if opts.report_html and opts.report_html == opts.report:
         raise UsageError("--report and --report-html name the same file; give the page its own path "
                          "(e.g. report.html)")  # fmt: skip
@@ -172,6 +182,22 @@ def check_options(opts: JobOptions) -> JobOptions:
     except ConfigError as exc:
         raise UsageError(f"{_flag_of(exc)}{exc}") from None
     return opts
+
+
+def _check_erase(opts: JobOptions) -> None:
+    """--erase-keys: the file parses (a malformed line names the file, line and byte), and the
+    combinations that cannot be right are refused."""
+    if opts.erase_only and not opts.erase_keys:
+        raise UsageError("--erase-only needs --erase-keys FILE")
+    if not opts.erase_keys:
+        return
+    if opts.ignore_broker_lock:
+        # Erasing rewrites the active segment, which a running broker appends to: never under one.
+        raise UsageError("--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
+                         "active segment; stop the broker first")
+    from compaction.erase import load_erase_set
+
+    load_erase_set(opts.erase_keys)
 
 
 def _check_policy(policy: tuple[str, ...]) -> None:
@@ -235,6 +261,8 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         io_max_bytes_per_second=io_max if io_max is not None and io_max < 1.7e308 else None,  # Double.MAX
         log_format=args.log_format,
         metrics_file=args.metrics_file,
+        erase_keys=args.erase_keys,
+        erase_only=args.erase_only,
     )
 
 

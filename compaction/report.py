@@ -41,6 +41,12 @@ class PartitionResult:
     segmentsAfter: int = 0
     groups: int = 0
     seconds: float = 0.0
+    # --erase-keys (None otherwise): records and key+value bytes of listed keys removed, and how
+    # many of the keys that apply to the topic were met in the partition or not (counts only).
+    erasedRecords: int | None = None
+    erasedBytes: int | None = None
+    eraseKeysFound: int | None = None
+    eraseKeysNotFound: int | None = None
     recovery: list[str] = field(default_factory=list)
 
     @property
@@ -62,6 +68,8 @@ def build_report(results: list[PartitionResult], args: dict, timings: dict, star
         "dirtyBytes": sum(r.dirtyBytes for r in results),
         "reclaimableBytes": sum(r.reclaimableBytes for r in results),
         "reclaimableRecords": sum(r.reclaimableRecords for r in results),
+        "erasedRecords": sum(r.erasedRecords or 0 for r in results),
+        "erasedBytes": sum(r.erasedBytes or 0 for r in results),
     }
     return {
         "version": REPORT_VERSION,

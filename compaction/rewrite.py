@@ -26,6 +26,7 @@ import numpy as np
 
 from compaction import throttle
 from compaction.discover import read_small
+from compaction.erase import ERASED, ErasingMap, EraseError
 from compaction.errors import CorruptRecordError
 from compaction.format.checkpoint import parse_leader_epoch_checkpoint
 from compaction.format import batch as fb
@@ -95,6 +96,11 @@ class GroupSpec:
     write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
     dry_run: bool = False  # --dry-run: everything decided and sized as in a round, nothing written
     leader_epoch_checkpoint: str | None = None  # its path, when the partition dir holds one
+    # --erase-keys: the listed keys (erase.EraseSet, shared by every spec: pickled once a job).
+    erase: object | None = None
+    # A group that only erases (one source segment, no compaction rule): records of listed keys
+    # go, every other batch stays as it is; nothing is written when nothing is erased.
+    erase_only: bool = False
 
     @property
     def new_base(self) -> int:
@@ -359,6 +365,26 @@ class PartitionMap:
         return self.latest(ids)
 
 
+class Unmapped:
+    """The offset map of a partition that is only erased (`GroupSpec.erase_only`): no key is
+    mapped (every answer -1), so its scan hashes and stores no key; `ErasingMap` adds the erasing."""
+
+    hashes_keys = False
+    verified = True  # scan_partition read every segment first
+
+    def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        return np.full(len(scan.records.offset), -1, np.int64)
+
+    def keep_ids(self, spec: GroupSpec, seg: SourceSegment, ids: np.ndarray) -> None:
+        pass
+
+    def latest(self, ids: np.ndarray) -> np.ndarray:
+        return np.full(len(ids), -1, np.int64)
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        return np.full(len(scan.records.offset), -1, np.int64)
+
+
 def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]]) -> ReadAhead:
     """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked on."""
     storage, mode = specs[0].storage, specs[0].read_mode
@@ -368,7 +394,7 @@ def _read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegmen
 
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
                    keep_ids: bool = False, epochs: list[SegmentEpochs] | None = None,
-                   ) -> tuple[PartitionMap, list[dict]]:  # fmt: skip
+                   ) -> tuple[PartitionMap | Unmapped, list[dict]]:  # fmt: skip
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments). Every segment's place in the
     log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
@@ -379,19 +405,25 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     bytes (`sidepack`); the decompressed records of the others are dropped right away.
     `keep_ids`: hold every segment's key ids (`PartitionMap.take_ids`), kept scan or not."""
     # Sizes the map's cache-sized regions; a guess (one key per 256 bytes of log) is enough.
-    pmap = PartitionMap(sum(seg.size for spec in specs for seg in spec.segments) // 256)
+    size = sum(seg.size for spec in specs for seg in spec.segments)
+    # A partition only erased needs no offset map, except where the ids are shipped (`keep_ids`:
+    # a range's scan exports its key table).
+    unmapped = not keep_ids and all(spec.erase_only for spec in specs)
+    pmap = Unmapped() if unmapped else PartitionMap(size // 256)
     todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
     headers = []
     with _read_ahead(specs, todo) as ahead:
         for i, (spec, seg) in enumerate(todo):
-            scan = _read_segment(spec, seg, ahead.get(i), epochs=epochs)
+            scan = _read_segment(spec, seg, ahead.get(i), pmap.hashes_keys, epochs=epochs)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
             if keep_ids:
                 pmap.keep_ids(spec, seg, ids)
             if cache is not None:
                 # Only a decompressed side can be packed: uncompressed segments skip the decision.
-                packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids))) if len(scan.side) else None
+                # An erasing rewrite reads every record's key (ErasingMap): nothing packed away.
+                packable = len(scan.side) and spec.erase is None
+                packed = pack_side(scan, may_keep(spec, scan, pmap.latest(ids))) if packable else None
                 if cache.offer(spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local):
                     pmap.keep_ids(spec, seg, ids)
                 del packed
@@ -588,10 +620,11 @@ class _Output:
     batches: int = 0
     _done: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # column chunks before the arrays
 
-    def open(self, spec: GroupSpec) -> None:
+    def open(self, spec: GroupSpec, discard: bool = False) -> None:
         if self.writer is None:
             path = spec.segment_path(spec.new_base, ".log") + CLEANED
-            self.writer = _Discard(path) if spec.dry_run else _LogWriter(spec.storage, path, spec.write_mode)
+            discard = discard or spec.dry_run
+            self.writer = _Discard(path) if discard else _LogWriter(spec.storage, path, spec.write_mode)
 
     def append_run(self, chunks, batches: list[tuple[int, int, int, int]]) -> None:
         """Consecutive batches, in order, as byte chunks that are not copied (slices of the source
@@ -773,12 +806,15 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
                    data: np.ndarray | None = None) -> None:  # fmt: skip
     """Clean one source segment into `out`: from its kept `scan`, else from `data` (its bytes,
     read ahead) or read now."""
-    out.open(spec)
     if scan is None:
         scan = _read_segment(spec, seg, data, offset_map.hashes_keys, verify_crc=not offset_map.verified)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
     found = offset_map.found(spec, seg, scan)
+    # An erasing-only group with nothing to erase is left as it is: nothing written.
+    out.open(spec, discard=spec.erase_only and not bool((found == ERASED).any()))
+    if spec.erase_only:
+        return _erase_segment(spec, seg, scan, found, out, stats)
     # records are in batch order: a count per batch, in linear time (a segment of small legacy
     # messages has over a million batches)
     count = np.bincount(rec.batch_index, minlength=nb)
@@ -817,6 +853,57 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
         _decide_one(spec, scan, i, int(bounds[i]), int(bounds[i + 1]), txn, keep, int(n_keep[i]), int(n_tomb[i]),
                     int(n_invalid[i]), new_horizon, kind, kept, horizon, stats)  # fmt: skip
     _emit_segment(scan, kind, kept, horizon, keep, bounds, out)
+
+
+def _decide_erase_only(b, count: np.ndarray, n_keep: np.ndarray, retain_empty: np.ndarray) -> np.ndarray:
+    """Erasing without compaction, for every batch of a segment: one with nothing erased is copied
+    byte for byte (control batches always), one with some records erased is rebuilt with the rest
+    (its delete horizon kept; a v0/v1 wrapper's rest as one v2 batch, KIP-724), one with all
+    erased is dropped unless it must stay as an empty batch (`retain_empty`, v2 only)."""
+    v2 = b.magic >= 2
+    control = v2 & ((b.attributes.astype(np.int64) & fb.CONTROL_MASK) != 0)
+    partial = np.where(v2, _REBUILD_V2, _REBUILD_WRAPPER)
+    emptied = np.where(retain_empty & v2, _EMPTY, _DROP)
+    kind = np.where(n_keep == count, _COPY, np.where(n_keep > 0, partial, emptied)).astype(np.int8)
+    kind[control] = _COPY
+    return kind
+
+
+def _erase_segment(spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, found: np.ndarray, out: _Output,
+                   stats: _Stats) -> None:  # fmt: skip
+    """An erasing-only group's segment: only the records of listed keys go (`_decide_erase_only`).
+    A batch left empty stays, as an empty batch, where Kafka's rules keep one: the last data batch
+    of its producer (producer state), and the log's last batch, so that the log end offset a
+    broker recovers from the segment does not move."""
+    b, rec = scan.batches, scan.records
+    nb = len(b.position)
+    count = np.bincount(rec.batch_index, minlength=nb)
+    bounds = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(count, out=bounds[1:])
+    keep = found != ERASED
+    n_keep = np.bincount(rec.batch_index[keep], minlength=nb)
+    retain = np.zeros(nb, dtype=bool)
+    if spec.last_records:
+        retain |= (b.producer_id >= 0) & _last_data_batches(spec.last_records, b.producer_id, b.last_offset)
+    if seg.next_base_offset is None and nb:  # the log's last batch holds the log end offset
+        retain[-1] = True
+        if b.magic[-1] < 2 and n_keep[-1] == 0:
+            raise EraseError("erasing the log's last message, a v0/v1 one, would move the log end offset",
+                             path=spec.segment_path(seg.base_offset), position=int(b.position[-1]),
+                             offset=int(b.last_offset[-1]))  # fmt: skip
+    kind = _decide_erase_only(b, count, n_keep, retain)
+    stats.bytes_read += seg.size
+    stats.batches_read += nb
+    stats.records_read += int(count.sum())
+    kept = np.where(kind == _COPY, count, n_keep)
+    _emit_segment(scan, kind, kept, np.full(nb, _NO_NEW_HORIZON, np.int64), keep, bounds, out)
+
+
+def _erase_only_txn_entries(spec: GroupSpec, seg: SourceSegment) -> list[AbortedTxn]:
+    """The segment's own `.txnindex` entries (those whose ABORT marker it holds): an erasing-only
+    rewrite keeps every marker where it is."""
+    end = seg.next_base_offset if seg.next_base_offset is not None else 2**63
+    return [a for a in spec.aborted_txns if seg.base_offset <= a.last_offset < end]
 
 
 def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: int, txn: CleanedTransactionMetadata,
@@ -1040,6 +1127,8 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     txn = CleanedTransactionMetadata()
     if specs:
         txn.add_aborted(specs[0].aborted_txns)
+    if specs and specs[0].erase is not None:  # both paths' maps (PartitionMap, ShippedMap) erase alike
+        offset_map = ErasingMap(offset_map, specs[0].erase, specs[0].topic)
     results = []
     todo = [(spec, seg) for spec in specs for seg in spec.segments]
     reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
@@ -1053,10 +1142,19 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                 data = ahead.get(next(next_read)) if next(needs_read) else None
                 scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+                if spec.erase_only:
+                    entries.extend(_erase_only_txn_entries(spec, seg))
                 del scan, data
-            _write_cleaned(spec, out, entries)
+            unchanged = spec.erase_only and not offset_map.erased_in(spec.group_id)
+            if not unchanged:
+                _write_cleaned(spec, out, entries)
+            else:
+                out.open(spec, discard=True)
+                out.writer.close()
             results.append(
                 {
+                    **(offset_map.row_fields(spec.group_id) if spec.erase is not None else {}),
+                    "unchanged": int(unchanged),
                     "group_id": spec.group_id,
                     "bytes_read": stats.bytes_read,
                     "bytes_written": out.size,
@@ -1068,4 +1166,6 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                     "seconds": time.monotonic() - started,
                 }
             )
+    if isinstance(offset_map, ErasingMap) and results:
+        results[0]["erase_found"] = offset_map.found_bits()
     return results

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+import numpy as np
+
 from compaction import logs
 from compaction import report as rpt
 from compaction import report_html
@@ -38,6 +40,7 @@ from compaction.discover import (
     unfreeze_gc,
     validate_contents,
 )
+from compaction.erase import EraseSet, key_count, load_erase_set, unpack_bits
 from compaction.errors import CheckpointError, CompactionError
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.format.index import read_txn_index
@@ -71,6 +74,8 @@ class Planned:
     result: rpt.PartitionResult
     plan: PartitionPlan | None = None
     specs: list[GroupSpec] = dataclasses.field(default_factory=list)
+    erasing: bool = False  # --erase-keys applies to its topic: every segment's listed keys go
+    compacting: bool = True  # the round's compaction decisions apply (not --erase-only, eligible)
 
 
 def _job_config(opts: JobOptions, topic: str) -> dict:
@@ -174,14 +179,28 @@ def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
 
 
 def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec]:
+    """The groups of a partition: the plan's, and with --erase-keys one erasing-only group per
+    segment the compaction does not rewrite (all of them with --erase-only or when the partition
+    is not eligible), the active one included, all in log order."""
     plan, part, ld = p.plan, p.part, p.log_dir
+    erase = erase_set_for(opts, part.topic)
+    p.erasing = erase is not None
+    p.compacting = plan.eligible and not opts.erase_only
     by_base = {s.base_offset: s for s in part.segments}
     after = {a.base_offset: b.base_offset for a, b in zip(part.segments, part.segments[1:])}
     src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns, after.get(s.base_offset))  # noqa: E731
     tail = tuple(src(s) for s in part.segments if s.base_offset >= plan.first_uncleanable_offset)
     aborted = _aborted_txns(ld.storage, part)
+    groups = [(tuple(g), False) for g in plan.groups] if p.compacting else []
+    if p.erasing:  # the erasing-only groups read every other segment: no tail is left to read apart
+        covered = {b for g, _ in groups for b in g}
+        groups = sorted(groups + [((s.base_offset,), True) for s in part.segments if s.base_offset not in covered])
+        tail = ()
+    # An erasing-only partition has no dirty section: nothing enters the offset map as dirty,
+    # and no open transaction bounds it.
+    first_dirty, bound = (plan.first_dirty_offset, plan.first_uncleanable_offset) if p.compacting else (0, 0)
     specs = []
-    for n, group in enumerate(plan.groups):
+    for n, (group, erase_only) in enumerate(groups):
         specs.append(
             GroupSpec(
                 group_id=next_id + n,
@@ -190,22 +209,39 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
                 storage=ld.storage,
                 part_path=part.path,
                 segments=tuple(src(by_base[b]) for b in group),
-                first_dirty_offset=plan.first_dirty_offset,
-                upper_bound=plan.first_uncleanable_offset,
+                first_dirty_offset=first_dirty,
+                upper_bound=bound,
                 now_ms=opts.now_ms,
                 delete_retention_ms=config.delete_retention_ms,
                 legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
                 index_interval_bytes=config.index_interval_bytes,
                 aborted_txns=aborted,
-                tail_segments=tail if n == len(plan.groups) - 1 else (),
+                tail_segments=tail if n == len(groups) - 1 else (),
                 max_message_bytes=config.max_message_bytes,
                 read_mode=opts.read_mode,
                 write_mode=opts.write_mode,
                 dry_run=opts.dry_run,
                 leader_epoch_checkpoint=part.leader_epoch_checkpoint,
+                erase=erase,
+                erase_only=erase_only,
             )
         )
     return specs
+
+
+# The key file's shipped form, read once per driver run (by path).
+_ERASE_SETS: dict[str, EraseSet] = {}
+
+
+def erase_set_for(opts: JobOptions, topic: str) -> EraseSet | None:
+    """The run's listed keys when some apply to `topic` (--erase-keys), else None."""
+    if not opts.erase_keys:
+        return None
+    if opts.erase_keys not in _ERASE_SETS:
+        _ERASE_SETS.clear()
+        _ERASE_SETS[opts.erase_keys] = load_erase_set(opts.erase_keys)
+    erase = _ERASE_SETS[opts.erase_keys]
+    return erase if erase.applies_to(topic) else None
 
 
 def _plan_one(
@@ -526,8 +562,25 @@ def _outcome(p: Planned, results: dict[int, dict]) -> list[dict] | None:
     return rows
 
 
+def _record_erasure(p: Planned, rows: list[dict]) -> None:
+    """The partition's erase counts from its groups' rows: records and bytes, and the listed keys
+    met by any unit (their bitmaps OR-ed) or by none."""
+    erase = p.specs[0].erase
+    n = key_count(erase, p.part.topic)
+    met = np.zeros(n, bool)
+    for row in rows:
+        met |= unpack_bits(row.get("erase_found"), n)
+    r = p.result
+    r.erasedRecords = sum(int(row.get("erased_records") or 0) for row in rows)
+    r.erasedBytes = sum(int(row.get("erased_bytes") or 0) for row in rows)
+    r.eraseKeysFound = int(met.sum())
+    r.eraseKeysNotFound = n - r.eraseKeysFound
+
+
 def _record_sizes(p: Planned, rows: list[dict]) -> None:
     r = p.result
+    if p.erasing:
+        _record_erasure(p, rows)
     r.endOffset = p.plan.first_uncleanable_offset
     r.groups = len(p.specs)
     r.segmentsAfter = r.segmentsBefore - sum(len(s.segments) for s in p.specs) + len(p.specs)
@@ -545,10 +598,14 @@ def _commit(p: Planned, results: dict[int, dict]) -> None:
     if rows is None:
         _discard_cleaned(p)
         return
-    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in p.specs]
-    commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
-    p.result.status, p.result.reason = rpt.CLEANED, None
+    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
+                    for s, row in zip(p.specs, rows) if not row.get("unchanged")]  # fmt: skip
     _record_sizes(p, rows)
+    if not replacements:  # erasing only, and no listed key in it
+        p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact"
+        return
+    commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
+    p.result.status, p.result.reason = rpt.CLEANED, None if p.compacting else "erased (erase only, not compacted)"
 
 
 def _dry_outcome(p: Planned, results: dict[int, dict]) -> None:
@@ -556,6 +613,10 @@ def _dry_outcome(p: Planned, results: dict[int, dict]) -> None:
     rows = _outcome(p, results)
     if rows is not None:
         p.result.status, p.result.reason = rpt.ELIGIBLE, "a round would clean it (dry run)"
+        if not p.compacting:
+            p.result.reason = "a round would erase listed keys in it (dry run)"
+            if all(row.get("unchanged") for row in rows):
+                p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact (dry run)"
         _record_sizes(p, rows)
 
 
@@ -575,7 +636,7 @@ def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> Non
         for p in planned:
             if p.log_dir is not ld or p.plan is None:
                 continue
-            if p.result.status == rpt.CLEANED:
+            if p.result.status == rpt.CLEANED and p.compacting:  # erasing alone leaves the dirty section as it was
                 updates[p.part.key] = p.plan.first_uncleanable_offset
             elif p.plan.force_update_checkpoint and p.result.status != rpt.FAILED:
                 updates[p.part.key] = p.plan.first_dirty_offset  # Kafka resets invalid checkpoints
@@ -595,7 +656,7 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_
         new = _plan_one(old.log_dir, old.part, opts, first_unstable)
         new.result.recovery = old.result.recovery
         planned[next(k for k, x in enumerate(planned) if x is old)] = todo[i] = new
-        if new.plan is not None and new.plan.eligible and new.result.status != rpt.FAILED:
+        if new.plan is not None and _selected(new, opts):
             config = resolve_topic_config(opts.topic_config.get(new.part.topic), _job_config(opts, new.part.topic))
             new.specs = _specs(new, opts, config, next_id)
             next_id += len(new.specs)
@@ -607,6 +668,16 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_
         again[i].result.status = rpt.FAILED
         again[i].result.reason = "open transaction below the replanned bound"
     return [p for p in todo if p.specs]
+
+
+def _selected(p: Planned, opts: JobOptions) -> bool:
+    """Whether the round's stages take the partition: eligible for compaction, or (--erase-keys)
+    of a topic that some listed key applies to."""
+    if p.plan is None or p.result.status == rpt.FAILED:
+        return False
+    if erase_set_for(opts, p.part.topic) is not None:
+        return True
+    return p.plan.eligible and not opts.erase_only
 
 
 def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict) -> None:
@@ -658,11 +729,16 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
         timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
         for p in planned:
             p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
-        todo = [p for p in planned if p.plan is not None and p.plan.eligible and p.result.status != rpt.FAILED]
+        todo = [p for p in planned if _selected(p, opts)]
+        chosen = {id(p) for p in todo}
+        for p in planned:
+            if opts.erase_only and p.plan is not None and p.plan.eligible and id(p) not in chosen:
+                p.result.reason = "no listed key applies to its topic (erase only)"
         _say_planned(progress, planned, todo, timings)
         if opts.recover_only or opts.plan_only:
             for p in todo:
-                p.result.reason = "eligible (plan only)" if opts.plan_only else "eligible (recover only)"
+                what = "eligible" if p.plan.eligible and not opts.erase_only else "to erase"
+                p.result.reason = f"{what} (plan only)" if opts.plan_only else f"{what} (recover only)"
         elif todo and opts.dry_run:
             starter = _SparkStarter(opts)
             todo, results = _scan_and_rewrite(starter, todo, planned, opts, progress, timings)
@@ -698,7 +774,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
 def _args_echo(opts: JobOptions) -> dict:
     args = dataclasses.asdict(opts)
     args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
-    for name in ("report", "report_html", "metrics_file"):
+    for name in ("report", "report_html", "metrics_file", "erase_keys"):
         args[name] = getattr(opts, name) and redact_uri(getattr(opts, name))
     return args
 

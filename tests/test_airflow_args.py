@@ -45,3 +45,10 @@ def test_no_page_unless_asked_and_never_without_a_report_dir(dag_args):
     assert "--report-html" not in dag_args.job_args(params, 5, "r")
     with pytest.raises(ValueError, match="report_html needs params.report_dir"):
         dag_args.job_args({**params, "report_dir": None, "report_html": True}, 5, "r")
+
+
+def test_erase_params_pass_the_key_file(dag_args):
+    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"], "erase_keys": "s3://b/keys.txt", "erase_only": True}
+    args = dag_args.job_args(params, 5, "r")
+    assert args[args.index("--erase-keys") + 1] == "s3://b/keys.txt" and "--erase-only" in args
+    assert "--erase-keys" not in dag_args.job_args({**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"]}, 5, "r")

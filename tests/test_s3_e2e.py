@@ -13,6 +13,9 @@ downloaded segments; indexes pass the broker's checks), the same object names, a
 ours: no directory marker, `.cleaned`, `.swap`, `.deleted`, `.tmp` or intent file. The secret key
 is in no log line and not in the report, nor in the report's HTML page (`--report-html` to a third
 bucket, written there through the same storage layer).
+
+A fourth spark-submit erases listed keys (`--erase-keys --erase-only`) in a bucket of its own,
+its key file read from the bucket.
 """
 
 from __future__ import annotations
@@ -206,3 +209,41 @@ def test_the_html_page_is_on_s3_without_the_credentials(rounds):
     assert SECRET not in page and KEY not in page
     assert rounds["report"]["args"]["report_html"] == "s3://***@reports/round.html"
     assert sorted(_objects(rounds["client"], "reports")) == ["round.html"]  # no temp object left
+
+
+def test_erase_keys_on_s3(s3_endpoint, tmp_path):
+    """`--erase-keys --erase-only` on a bucket (every codec, transactions, tombstones): every
+    record but the listed keys' stays, the active segment erased too, indexes valid, no object of
+    ours left."""
+    root = str(tmp_path)
+    local = os.path.join(root, "input")
+    generate_log_dir(local, topics=(("orders", 2),), records=1500, keys=60, codec="mixed", segment_bytes=8000,
+                     tombstone_ratio=0.05, transactions=0.3, abort_ratio=0.3, seed=13)  # fmt: skip
+    listed = {b"key-000004", b"key-000021", b"key-000042"}
+    keys = os.path.join(root, "keys.txt")
+    with open(keys, "w") as fh:
+        fh.write("".join(f"orders\t{k.decode()}\n" for k in sorted(listed)))
+    client = _client(s3_endpoint)
+    _upload(client, "erase", local)
+    client.upload_file(keys, "erase", "requests/keys.txt")  # read by the driver from the bucket
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
+    report_path = os.path.join(root, "report.json")
+    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir",
+           f"s3://{KEY}:{SECRET}@erase/logs", "--now-ms", str(NOW), "--report", report_path, "--erase-keys",
+           f"s3://{KEY}:{SECRET}@erase/requests/keys.txt", "--erase-only"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    out = os.path.join(root, "out")
+    _download(client, "erase", out)
+    for p in parts(local):
+        part_dir = os.path.join(out, "logs", p)
+        assert_loads(part_dir)
+        assert decode_partition(part_dir) == [r for r in decode_partition(os.path.join(local, p))
+                                              if r.key not in listed], p  # fmt: skip
+    report = json.load(open(report_path))
+    assert {e["status"] for e in report["partitions"]} == {"cleaned"}
+    assert all(e["eraseKeysFound"] == 3 for e in report["partitions"])
+    transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
+    assert [k for k in _objects(client, "erase") if k.endswith(transient)] == []
+    assert SECRET not in json.dumps(report) and SECRET not in done.stdout + done.stderr
