@@ -18,7 +18,8 @@ for every ABORT marker that ends an open transaction.
 our code, without Spark: the groups come from `plan.group_segments_by_size`, the legacy horizon
 from `plan.legacy_delete_horizon_ms`, the aborted transactions from the `.txnindex` files, the
 offset map is the one `spark_stages.offset_map` computes (max dirty offset per key of
-`scan_group`'s rows), producer state and rewrite units come from the driver's own `run._units`,
+`scan_group`'s rows), producer state comes from `ranges.producer_state` and the units are cut as
+the job's tasks cut them,
 the groups are rewritten by `rewrite_unit` and swapped in with `commit_partition`. As in the job,
 the checkpoint (next first dirty offset) becomes the upper bound. Kafka's tests hand
 `LogToClean` explicit offsets, so `first_dirty` / `upper_bound` may be given the same way.
@@ -43,14 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from reference_map import KeyLookup, scan_group
 
-from compaction import plan, ranges, run
+from compaction import plan, ranges
 from compaction.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
@@ -243,16 +243,15 @@ class KafkaLog:
                     m[k] = max(m.get(k, -1), d)
         if offset_map is not None:  # a FakeOffsetMap filled by hand, as in the Kafka test
             m = {_b(k): v for k, v in offset_map.items()}
-        planned = SimpleNamespace(part=SimpleNamespace(topic="t", partition=0), specs=specs,
-                                  plan=SimpleNamespace(first_uncleanable_offset=upper))  # fmt: skip
-        replan: dict[int, int] = {}
-        units = run._units([planned], headers, {}, replan) if specs else {}
-        if replan:
-            # Our job stops at the first unstable offset (Kafka's LSO, which the cleaner manager
-            # applies); Kafka's unit tests hand LogToClean a bound beyond it. Same producer view.
-            assert bypass_lso, f"open transaction at {replan[0]} below the bound {upper}"
-            last = ranges.producer_state([h for hs in headers.values() for h in hs]).last_records
-            units = {0: [dataclasses.replace(s, last_records=last) for s in specs]}
+        # Producer state and units as the job's tasks derive them (range_task._rewrite): one unit
+        # per group, or the whole partition when transaction state crosses groups.
+        state = ranges.producer_state([h for hs in headers.values() for h in hs])
+        unstable = state.first_unstable is not None and state.first_unstable < upper
+        # Our job stops at the first unstable offset (Kafka's LSO, which the cleaner manager
+        # applies); Kafka's unit tests hand LogToClean a bound beyond it. Same producer view.
+        assert bypass_lso or not unstable, f"open transaction at {state.first_unstable} below the bound {upper}"
+        specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
+        units = {0: specs} if state.transactional or unstable else {s.group_id: [s] for s in specs}
         keys = pa.array(list(m), pa.binary())
         latest = np.array(list(m.values()), dtype=np.int64)
         results = [r for unit in units.values() for r in rewrite_unit(unit, KeyLookup(keys, latest))]
