@@ -429,7 +429,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="K=V",
-        help="extra Spark conf, e.g. spark.kafka.compaction.mergeTaskMaxBytes=67108864",
+        help="extra Spark conf, e.g. spark.kafka.compaction.partitionTaskMaxBytes=268435456",
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sample-batches", type=int, default=50,
