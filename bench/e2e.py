@@ -100,9 +100,11 @@ def run_generator(out: Path, *options: str) -> float:
 
 
 def generate(out: Path, topic: str, partitions: int, records: int, keys: int, args) -> float:
+    # The generator's keys are b"key-" + a zero-padded id: 10 bytes unless the ids need more digits.
+    key_size = max(10, len("key-") + len(str(max(0, keys - 1))))
     return run_generator(out, "--topics", f"{topic}:{partitions}", "--records", str(records), "--keys",
-                         str(keys), "--value-size", args.value_size, "--codec", args.codec, "--segment-bytes",
-                         str(args.segment_bytes), "--seed", str(args.seed))  # fmt: skip
+                         str(keys), "--key-size", str(key_size), "--value-size", args.value_size, "--codec",
+                         args.codec, "--segment-bytes", str(args.segment_bytes), "--seed", str(args.seed))  # fmt: skip
 
 
 def bytes_per_record(args) -> float:
