@@ -80,7 +80,9 @@ class RangePlan:
             held.setdefault(spec.group_id, {})[t] = held.get(spec.group_id, {}).get(t, 0) + seg.size
         rewriter = {g: max(by_task, key=lambda t: (by_task[t], -t)) for g, by_task in held.items()}
         parts = {n: [s.group_id for s in specs if s.group_id in groups] for n, specs in enumerate(partitions)}
-        return cls(ranges, groups, parts, [t for t in tasks if t] or [[]], rewriter)
+        # A task may hold no segment (one far bigger than the others' shares): it still takes its
+        # part in the merge, and the task numbers the rewriters refer to stay as they are.
+        return cls(ranges, groups, parts, tasks, rewriter)
 
 
 def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:

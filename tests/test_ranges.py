@@ -217,3 +217,14 @@ def test_which_partitions_are_cut_into_ranges(sizes, groups, expect):
     from compaction.run import cut_into_ranges
 
     assert cut_into_ranges(sizes, groups, 2, 1 << 30) == expect
+
+
+def test_plan_keeps_a_task_that_holds_no_segment():
+    seg = lambda base, size: SourceSegment(base, size, 0)  # noqa: E731
+    spec = GroupSpec(group_id=3, topic="t", partition=0, storage=Storage.local(), part_path="/x",
+                     segments=(seg(0, 100), seg(1, 1), seg(2, 1)), first_dirty_offset=0, upper_bound=3,
+                     now_ms=NOW_MS, delete_retention_ms=0, legacy_delete_horizon_ms=0,
+                     index_interval_bytes=4096)  # fmt: skip
+    plan = RangePlan.cut([[spec]], 3)
+    assert plan.tasks == [[], [0], [1]] and plan.rewriter == {3: 1}
+
