@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from partition import clean_up, partition_dir, spec_for  # noqa: E402
+from partition import clean_up, partition_args, partition_dir, spec_for  # noqa: E402
 
 from compaction.erase import build_erase_set, compiled  # noqa: E402
 from compaction.erase_keys import parse_key_file  # noqa: E402
@@ -69,15 +69,9 @@ def timed(fn) -> tuple[float, float, object]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--keys", type=int, default=50_000)
-    ap.add_argument("--key-size", type=int, default=24)
-    ap.add_argument("--value-size", default="100:1024")
-    ap.add_argument("--codec", default="none")
-    ap.add_argument("--segment-bytes", type=int, default=16 << 20)
+    partition_args(ap, 200_000, 50_000, 16 << 20, 2)
     ap.add_argument("--keys-listed", type=int, default=100_000)
     ap.add_argument("--present", type=int, default=1000, help="listed keys the partition holds")
-    ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     part = partition_dir(args)
     clean_up(part)

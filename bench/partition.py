@@ -70,15 +70,20 @@ def clean_up(part: Path) -> None:
         f.unlink()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=947_755)
-    ap.add_argument("--keys", type=int, default=250_000)
+def partition_args(ap: argparse.ArgumentParser, records: int, keys: int, segment_bytes: int, repeat: int) -> None:
+    """The options of the generated partition (`partition_dir`), with these defaults, and --repeat."""
+    ap.add_argument("--records", type=int, default=records)
+    ap.add_argument("--keys", type=int, default=keys)
     ap.add_argument("--key-size", type=int, default=24)
     ap.add_argument("--value-size", default="100:1024")
     ap.add_argument("--codec", default="none")
-    ap.add_argument("--segment-bytes", type=int, default=64 << 20)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--segment-bytes", type=int, default=segment_bytes)
+    ap.add_argument("--repeat", type=int, default=repeat)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    partition_args(ap, 947_755, 250_000, 64 << 20, 3)
     ap.add_argument("--cold", action="store_true", help="drop the page cache before each run")
     ap.add_argument("--profile", default="none", choices=["none", "cprofile"])
     ap.add_argument("--idle", type=float, default=0.0,
