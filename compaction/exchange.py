@@ -161,7 +161,7 @@ class Exchange:
             for i in rows.tolist():
                 data = f.read_at(int(index["length"][i]), int(index["offset"][i]))
                 yield Block(int(index["range_id"][i]), int(index["kind"][i]), int(index["bucket"][i]),
-                            int(index["seq"][i]), data.to_pybytes() if hasattr(data, "to_pybytes") else bytes(data))  # fmt: skip
+                            int(index["seq"][i]), bytes(data))  # fmt: skip
 
     # --- phases --------------------------------------------------------------------------
 

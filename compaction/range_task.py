@@ -115,11 +115,11 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
         if p in dead:  # reported by the task that would have rewritten each group
             rows += [{"group_id": g, "error": dead[p]} for g in gids if plan.rewriter[g] == t]
             continue
-        for first, unit in ((g, units[g]) for g in gids if g in units and task_of[g] == t):
-            if merge_errors:
-                rows += [{"group_id": g, "error": merge_errors[0]} for g in unit]
-            else:
-                rows += _rewrite(p, unit, plan, ex, held, cache)
+        mine = [units[g] for g in gids if g in units and task_of[g] == t]
+        if mine and merge_errors:
+            rows += [{"group_id": g, "error": merge_errors[0]} for unit in mine for g in unit]
+        elif mine:
+            rows += _rewrite(p, mine, plan, ex, held, cache)
     rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": merged - scanned,
                  "cpu_seconds": time.process_time() - cpu})  # fmt: skip
     return rows
@@ -187,16 +187,25 @@ def _of_kind(*kinds: int):
     return lambda ix: np.isin(ix["kind"], kinds)
 
 
-def _rewrite(part: int, unit: list[int], plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
-    """Rewrite the groups `unit` of partition `part` (log order) from their ranges."""
+def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
+    """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
+    leader epochs are checked and its producer state derived, once, from every range's blocks."""
     try:
         specs = [plan.groups[g][0] for g in plan.parts[part]]
         side = [b for g in plan.parts[part] for r in plan.groups[g][1]
                 for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
         _check_epochs(specs, [b for b in side if b.kind == ranges.EPOCHS])
         state = ranges.producer_state([ranges.from_block(b.data) for b in side if b.kind == ranges.PRODUCERS])
-        if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
-            return [{"group_id": g, "first_unstable": state.first_unstable} for g in unit]
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
+    if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
+        return [{"group_id": g, "first_unstable": state.first_unstable} for unit in units for g in unit]
+    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache)]
+
+
+def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
+    """Rewrite the groups `unit` from their ranges: held here, or handed over as their ids."""
+    try:
         rids = [r for g in unit for r in plan.groups[g][1]]
         shipped = ranges.ShippedMap()
         for r in rids:

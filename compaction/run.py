@@ -425,6 +425,8 @@ class _SparkStarter:
 # `spark.kafka.compaction.partitionTaskMaxBytes`; 1 GiB (one default segment group) bounds what a
 # whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
+
+
 def _conf_bytes(spark, name: str, default: int) -> int:
     value = spark.conf.get(f"spark.kafka.compaction.{name}", None)
     return default if value in (None, "") else int(value)

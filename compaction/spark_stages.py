@@ -52,7 +52,6 @@ def task_slots(sc) -> int:
 def ranged(sc, plan, ex):
     """The ranges stage (compaction/range_task.py) as an RDD of result rows: one barrier task per
     entry of `plan.tasks` (a broadcast `RangePlan`), all started together."""
-    kinds = {n: _PY_KINDS[type(t)] for n, t in FUSED_FIELDS}
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
@@ -64,8 +63,7 @@ def ranged(sc, plan, ex):
         keep_freed_heap()
         keep_zip_directories()
         for t in task_ids:
-            for row in run_task(t, plan.value, ex, scan_reuse_bytes()):
-                yield {n: None if row.get(n) is None else kind(row[n]) for n, kind in kinds.items()}
+            yield from map(_typed, run_task(t, plan.value, ex, scan_reuse_bytes()))
 
     return sc.parallelize(range(n_tasks), n_tasks).barrier().mapPartitions(run)
 
@@ -147,8 +145,7 @@ def fused(sc, bins: int, partitions):
     with every `FUSED_FIELDS` name). `partitions` is a broadcast of {bin id: [[GroupSpec, ...],
     ...]} (the groups of each partition of the bin, in log order). A Python RDD rather than a
     DataFrame: its job starts ~0.2 s sooner, with no query to analyse and compile, and its few
-    rows need no columnar transfer (BENCHMARKS.md, session 5)."""
-    kinds = {n: _PY_KINDS[type(t)] for n, t in FUSED_FIELDS}
+    rows need no columnar transfer."""
 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
         table = partitions.value
@@ -158,8 +155,7 @@ def fused(sc, bins: int, partitions):
                     rows = _profiled(compact_partition, specs)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
-                for row in rows:  # plain Python values of the schema's types (not numpy's)
-                    yield {n: None if row.get(n) is None else kind(row[n]) for n, kind in kinds.items()}
+                yield from map(_typed, rows)
 
     return sc.parallelize(range(bins), max(1, bins)).mapPartitions(run)
 
@@ -177,6 +173,13 @@ def pack(sizes: list[int], bins: int) -> list[list[int]]:
 
 
 _PY_KINDS = {T.IntegerType: int, T.StringType: str, T.LongType: int, T.DoubleType: float}
+_KINDS = {n: _PY_KINDS[type(t)] for n, t in FUSED_FIELDS}
+
+
+def _typed(row: dict) -> dict:
+    """A task's row with every `FUSED_FIELDS` name, as plain Python values of the schema's types
+    (not numpy's)."""
+    return {n: None if row.get(n) is None else kind(row[n]) for n, kind in _KINDS.items()}
 
 
 __all__ = ["FUSED_FIELDS", "GroupSpec", "compact_partition", "fused", "pack", "ranged", "task_slots"]
