@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from compaction.erase_keys import load_key_file
+from compaction.erase_keys import parse_key_file, read_key_file
 from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
 from compaction.format.keymap import KeyIndex, max_by_key
@@ -88,11 +88,22 @@ def read_uri(uri: str) -> bytes:
     return storage.read_bytes(path)
 
 
+# The last key file parsed in this process, by its content's digest: the driver checks the file
+# with the options and uses it in the round, and parsing a million keys takes seconds.
+_LOADED: dict[str, EraseSet] = {}
+
+
 def load_erase_set(uri: str) -> EraseSet:
     """The key file at `uri` (erase_keys.py), in its shipped form."""
     from compaction.s3 import redact_uri
 
-    return build_erase_set(load_key_file(uri, read_uri, redact_uri(uri)))
+    shown = redact_uri(uri)
+    data = read_key_file(uri, read_uri, shown)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest not in _LOADED:
+        _LOADED.clear()
+        _LOADED[digest] = build_erase_set(parse_key_file(data, shown))
+    return _LOADED[digest]
 
 
 # --- executor side ---------------------------------------------------------------------------------

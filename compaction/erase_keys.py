@@ -101,12 +101,10 @@ def _read_local(path: str) -> bytes:
         return f.read()
 
 
-def load_key_file(path: str, read=_read_local, shown: str | None = None) -> list[Entry]:
-    """Read (`read(path) -> bytes`; default: a local file) and parse a key file; an unreadable
-    one is a `UsageError`. Messages name it as `shown` (a URI without its credentials)."""
-    shown = shown or path
+def read_key_file(path: str, read=_read_local, shown: str | None = None) -> bytes:
+    """A key file's bytes (`read(path) -> bytes`; default: a local file); an unreadable one is a
+    `UsageError` naming it as `shown` (a URI without its credentials)."""
     try:
-        data = read(path)
+        return read(path)
     except OSError as exc:
-        raise UsageError(f"--erase-keys {shown}: {getattr(exc, 'strerror', None) or exc}") from None
-    return parse_key_file(data, shown)
+        raise UsageError(f"--erase-keys {shown or path}: {getattr(exc, 'strerror', None) or exc}") from None

@@ -229,7 +229,7 @@ def _specs(p: Planned, opts: JobOptions, config, next_id: int) -> list[GroupSpec
     return specs
 
 
-# The key file's shipped form, read once per driver run (by path).
+# The round's key file in its shipped form (`run` loads it once; asked per partition).
 _ERASE_SETS: dict[str, EraseSet] = {}
 
 
@@ -238,7 +238,6 @@ def erase_set_for(opts: JobOptions, topic: str) -> EraseSet | None:
     if not opts.erase_keys:
         return None
     if opts.erase_keys not in _ERASE_SETS:
-        _ERASE_SETS.clear()
         _ERASE_SETS[opts.erase_keys] = load_erase_set(opts.erase_keys)
     erase = _ERASE_SETS[opts.erase_keys]
     return erase if erase.applies_to(topic) else None
@@ -719,6 +718,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     timings: dict[str, float] = {}
     progress = progress or Reporter()
     check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
+    _ERASE_SETS.clear()  # the key file as it is now (load_erase_set parses it again only if changed)
     locks = _lock_log_dirs(opts)
     # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
     starter = None if opts.dry_run or opts.recover_only else _SparkStarter(opts)
