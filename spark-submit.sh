@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Launch one offline compaction round with spark-submit: the launcher of a checkout, for cron and
-# clusters. The same launcher is the installed `kafka-compaction compact` (compaction/launcher.py);
+# clusters. The same launcher is the installed `kafka-compaction compact` (compaction/cli/launcher.py);
 # see `./spark-submit.sh --help` for the options, the Spark options passed through, the exit codes
 # and the environment.
 #
@@ -16,4 +16,4 @@ if [[ -z "$python" ]]; then
   if [[ -x "$here/.venv/bin/python" ]]; then python="$here/.venv/bin/python"; else python="$(command -v python3)"; fi
 fi
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-exec "$python" -m compaction.launcher --prog ./spark-submit.sh "$@"
+exec "$python" -m compaction.cli.launcher --prog ./spark-submit.sh "$@"

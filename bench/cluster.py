@@ -18,7 +18,7 @@ spark-submit.sh ships. That is what a real cluster looks like, and it is what th
 
 The master, the workers and the executors they start are killed at the end, whatever happens
 (each is started in its own session and its process group is signalled). Not a test; exits non-zero
-when the job or the verification fails. The test is tests/test_cluster.py.
+when the job or the verification fails. The test is tests/e2e/test_cluster.py.
 """
 
 from __future__ import annotations

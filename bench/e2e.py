@@ -5,7 +5,7 @@
 1. Generates a log dir of ~`--gb` GB of .log files (values of 100 B to 1 KB, mixed codecs by
    default, keys drawn uniformly so that ~30% of the records survive compaction). A small sample
    is generated first to learn the on-disk bytes per record, so the size holds for any codec.
-2. Scans the input with compaction.format.scan (key and offset of every record) for the check.
+2. Scans the input with compaction.kernels.scan (key and offset of every record) for the check.
 3. Measures the cold sequential read speed of the same .log files (`cat FILES > /dev/null` after
    dropping the page cache when we may; otherwise it is a warm read and says so).
 4. Drops the caches again and runs ./spark-submit.sh on the dir (with a Spark event log, to see
@@ -118,7 +118,7 @@ def scan_partition(part_dir: Path):
     """(key, offset) of every record of the partition, as a pyarrow table, via scan_segment."""
     import pyarrow as pa
 
-    from compaction.format.scan import scan_segment
+    from compaction.kernels.scan import scan_segment
 
     tables = []
     for f in sorted(part_dir.glob("*.log")):

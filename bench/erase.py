@@ -33,10 +33,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from partition import clean_up, partition_args, partition_dir, spec_for  # noqa: E402
 
-from compaction.erase import build_erase_set, compiled  # noqa: E402
-from compaction.erase_keys import parse_key_file  # noqa: E402
-from compaction.format.scan import scan_segment  # noqa: E402
-from compaction.spark_stages import compact_partition  # noqa: E402
+from compaction.steps.erase import build_erase_set, compiled  # noqa: E402
+from compaction.cli.erase_keys import parse_key_file  # noqa: E402
+from compaction.kernels.scan import scan_segment  # noqa: E402
+from compaction.spark.stages import compact_partition  # noqa: E402
 
 
 def key_file(part: Path, listed: int, present: int) -> bytes:

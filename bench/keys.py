@@ -55,7 +55,7 @@ KAFKA_MAP_KEYS = int(128 * MIB / 24 * 0.9)  # 5,033,164
 
 def generate(out: Path, args) -> float:
     """The generator with its key draw replaced: a permutation of all N key ids, then dup x N uniform ones."""
-    from compaction import generator_plan
+    from compaction.tools import generator_plan
     from compaction.__main__ import main as cli
 
     n = args.keys
@@ -255,7 +255,7 @@ def _reset_peak_rss() -> int:
 
 def key_ids(scan, key_size: int, keys: int) -> np.ndarray:
     """The key id of every record of `scan`, parsed from the key bytes column by column (vectorized)."""
-    from compaction.generator_plan import KEY_PREFIX
+    from compaction.tools.generator_plan import KEY_PREFIX
 
     r = scan.records
     n = len(r.offset)
@@ -295,7 +295,7 @@ class Expected:
     tail: a job never cleans it) — its bytes and its record offsets."""
 
     def __init__(self, part_dir: Path, keys: int, key_size: int) -> None:
-        from compaction.format.scan import scan_segment
+        from compaction.kernels.scan import scan_segment
 
         self.part_dir, self.keys, self.key_size = part_dir, keys, key_size
         files = sorted(part_dir.glob("*.log"))
@@ -333,9 +333,9 @@ def verify(expected: Expected, report: dict, sample_batches: int) -> tuple[list[
     active segment's bytes are the input's; `sample_batches` batches re-decoded with the pure-Python
     reader (iter_batches) against the same expectation. Returns the problems and the peak RSS."""
     from compaction.errors import CompactionError
-    from compaction.format.scan import scan_segment
+    from compaction.kernels.scan import scan_segment
     from compaction.format.segment import iter_batches
-    from compaction.generator_plan import KEY_PREFIX as prefix
+    from compaction.tools.generator_plan import KEY_PREFIX as prefix
 
     e, name = expected, expected.part_dir.name
     problems: list[str] = []

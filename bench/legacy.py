@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compaction.rewrite import (  # noqa: E402
+from compaction.steps.rewrite import (  # noqa: E402
     CLEANED,
     GroupSpec,
     ScanCache,

@@ -1,4 +1,4 @@
-"""Parse throughput of compaction.format.scan against the disk's sequential read speed.
+"""Parse throughput of compaction.kernels.scan against the disk's sequential read speed.
 
     .venv/bin/python bench/parse.py [--mib 512] [--codec-mib 128] [--file SEGMENT.log] [--out bench/out]
 
@@ -44,7 +44,7 @@ MB = 1e6
 def _template_batch():
     """One batch of 126-byte records; returns (bytes, key positions inside it, record count)."""
     from compaction.format.batch import Record, build_batch
-    from compaction.format.scan import scan_segment
+    from compaction.kernels.scan import scan_segment
 
     records, size = [], 61
     i = 0
@@ -88,7 +88,7 @@ def generate_codec(src: Path, dst: Path, codec: int, mib: int) -> None:
     import crc32c
 
     from compaction.format.compression import compress
-    from compaction.format.scan import scan_batches
+    from compaction.kernels.scan import scan_batches
 
     data = np.fromfile(src, np.uint8, count=mib << 20)
     b = scan_batches(data)
@@ -123,7 +123,7 @@ def best_of(fn, repeat: int) -> float:
 def measure(path: Path, label: str, repeat: int) -> None:
     import pyarrow as pa
 
-    from compaction.format.scan import scan_batches, scan_segment, walk_records
+    from compaction.kernels.scan import scan_batches, scan_segment, walk_records
 
     speed, cold = read_speed(path)
     buf = np.fromfile(path, np.uint8)

@@ -4,7 +4,7 @@
 Builds (once; `--keep` reuses it) a log dir of N partitions x S tiny but valid segments: one v2
 batch of 10 records per `.log`, an empty `.index` (a broker writes no entry below
 index.interval.bytes) and a one-entry `.timeindex`, written with os-level calls from one process
-per core. Then runs the job's driver in-process with `--plan-only` (compaction.run.run: lock check,
+per core. Then runs the job's driver in-process with `--plan-only` (compaction.round.run: lock check,
 discovery, validation, planning; no Spark is started: a plan-only run never reaches the stages)
 and prints recovery/list/plan seconds, files read and listed, and the cost per partition and segment.
 
@@ -94,8 +94,9 @@ class _Counts:
         self.n = {"read_bytes": 0, "list_dir": 0, "exists": 0, "info": 0, "local_reads": 0, "local_lists": 0}
 
     def install(self):
-        from compaction import discover, run
-        from compaction.storage import Storage
+        from compaction.steps import discover
+        from compaction import round as run
+        from compaction.runtime.storage import Storage
 
         saved = {name: getattr(Storage, name) for name in ("read_bytes", "list_dir", "exists", "info")}
         local = {"_read": discover._read, "_list_local": discover._list_local, "read_small": run.read_small}
@@ -161,8 +162,8 @@ def main() -> int:
     else:
         print(f"reusing {root}")
 
-    from compaction.options import parse_args
-    from compaction.run import run
+    from compaction.cli.options import parse_args
+    from compaction.round import run
 
     segs = args.partitions * args.segments
     ckpt_path = os.path.join(root, "cleaner-offset-checkpoint")
@@ -214,8 +215,8 @@ def _plan_as_round(root: str) -> tuple[int, dict]:
     """The driver's planning as a real round does it (run.discover_and_plan without --dry-run:
     the index checks of the partitions to clean are left to their tasks), stopped before Spark;
     nothing is written (every segment of the bench dir has its .index)."""
-    from compaction.options import parse_args
-    from compaction.run import discover_and_plan
+    from compaction.cli.options import parse_args
+    from compaction.round import discover_and_plan
 
     timings: dict[str, float] = {}
     t = time.monotonic()

@@ -1,4 +1,4 @@
-"""The ranges stage without Spark: its tasks (compaction/range_task.py) as processes of this
+"""The ranges stage without Spark: its tasks (compaction/steps/range_task.py) as processes of this
 machine, meeting through an exchange directory exactly as the barrier stage's tasks do, beside one
 whole-partition task on the same segments. Per task: wall and CPU seconds of its scan, merge (the
 wait for the others included) and rewrite phases. What the Spark stage costs at the least.
@@ -22,20 +22,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests" / "unit"), str(REPO / "tests" / "helpers")]
 
 from test_ranges import cleaned, specs_for  # noqa: E402  (the specs as the tests cut them)
 
-from compaction.exchange import Exchange  # noqa: E402
-from compaction.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
-from compaction.rewrite import scan_reuse_bytes  # noqa: E402
-from compaction.spark_stages import compact_partition  # noqa: E402
-from compaction.storage import Storage  # noqa: E402
+from compaction.runtime.exchange import Exchange  # noqa: E402
+from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
+from compaction.steps.rewrite import scan_reuse_bytes  # noqa: E402
+from compaction.spark.stages import compact_partition  # noqa: E402
+from compaction.runtime.storage import Storage  # noqa: E402
 
 
 def _task(args) -> tuple[float, dict]:
     t, plan, root = args
-    from compaction.buffers import keep_freed_heap
+    from compaction.runtime.buffers import keep_freed_heap
 
     keep_freed_heap()
     started = time.perf_counter()

@@ -27,11 +27,11 @@ import pyarrow as pa
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # the plain offset map the tests use
+sys.path.insert(0, str(REPO / "tests" / "helpers"))  # the plain offset map the tests use
 
 from compaction.format import naming  # noqa: E402
-from compaction.rewrite import CLEANED, GroupSpec, SourceSegment, rewrite_unit  # noqa: E402
-from compaction.storage import Storage  # noqa: E402
+from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment, rewrite_unit  # noqa: E402
+from compaction.runtime.storage import Storage  # noqa: E402
 from reference_map import KeyLookup, scan_group  # noqa: E402
 
 NOW_MS = 1_795_305_600_000

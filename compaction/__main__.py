@@ -17,9 +17,9 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compact": ("compaction.launcher", "run one compaction round with spark-submit (see compact --help)"),
-    "dump": ("compaction.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
-    "generate": ("compaction.generator", "write a synthetic broker-like Kafka log dir"),
+    "compact": ("compaction.cli.launcher", "run one compaction round with spark-submit (see compact --help)"),
+    "dump": ("compaction.tools.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
+    "generate": ("compaction.tools.generator", "write a synthetic broker-like Kafka log dir"),
 }
 
 
@@ -28,7 +28,7 @@ PASSTHROUGH = {"compact"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from compaction.options import VERSION
+    from compaction.cli.options import VERSION
 
     parser = argparse.ArgumentParser(prog="kafka-compaction",
                                      description="Offline Kafka log compaction tools.")

@@ -16,7 +16,7 @@ import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from compaction import launcher
+from compaction.cli import launcher
 
 # The DAG's params: where and how. The job's Kafka options are None (Kafka's default) unless set.
 DEFAULT_PARAMS: dict[str, object] = {
@@ -82,7 +82,7 @@ class CompactionSubmitOperator(SparkSubmitOperator):
     """A `SparkSubmitOperator` for one compaction round, configured at run time from the params
     (`DEFAULT_PARAMS`). The master is the `master` param: the provider takes it from its
     connection only, so the hook's resolved connection gets it (the one private field touched;
-    tests/test_airflow_e2e.py runs this against the installed provider)."""
+    tests/e2e/test_airflow_e2e.py runs this against the installed provider)."""
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("name", launcher.APP_NAME)

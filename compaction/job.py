@@ -9,7 +9,7 @@ import sys
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 
-from compaction.run import main
+from compaction.round import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,7 +6,7 @@ existing spark-submit command lines and schedulers that name it.
 
 import sys
 
-from compaction.run import main
+from compaction.round import main
 
 if __name__ == "__main__":
     sys.exit(main())

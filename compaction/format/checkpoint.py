@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, TypeVar
 from compaction.errors import CheckpointError
 
 if TYPE_CHECKING:  # storage imports pyarrow; the format package must not need it at import time
-    from compaction.storage import Storage
+    from compaction.runtime.storage import Storage
 
 OFFSET_CHECKPOINT_VERSION = 0  # OffsetCheckpointFile.CURRENT_VERSION
 LEADER_EPOCH_CHECKPOINT_VERSION = 0  # LeaderEpochCheckpointFile.CURRENT_VERSION
@@ -204,7 +204,7 @@ def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
 
 def write_checkpoint(storage: Storage, path: str, entries: Mapping[TopicPartition, int]) -> None:
     """Replace an offset checkpoint atomically and durably (tmp + fsync + rename + dir fsync)."""
-    from compaction.faults import crash_point
+    from compaction.runtime.faults import crash_point
 
     crash_point("checkpoint")
     storage.write_atomic(path, format_offset_checkpoint(entries).encode("utf-8"))

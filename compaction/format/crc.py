@@ -24,7 +24,7 @@ from numba import types as _types
 from numba.core import cgutils as _cgutils
 from numba.extending import intrinsic as _intrinsic
 
-from compaction.format.jit import njit as _njit
+from compaction.kernels.jit import njit as _njit
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:

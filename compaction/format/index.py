@@ -53,7 +53,7 @@ from typing import NamedTuple
 import numpy as np
 
 from compaction.errors import CorruptRecordError, IndexCorruptError
-from compaction.format.jit import njit as _njit
+from compaction.kernels.jit import njit as _njit
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -454,7 +454,7 @@ def rebuild_indexes_from_log(
     A partial or malformed tail raises `CorruptRecordError` unless `allow_trailing`, in which case
     the indexes cover the valid prefix, as `recover` does before truncating the .log.
     """
-    from compaction.format.scan import STOP_END, scan_batches  # numba kernels: import on use
+    from compaction.kernels.scan import STOP_END, scan_batches  # numba kernels: import on use
 
     cols = scan_batches(buf)
     if cols.stop_reason != STOP_END and not allow_trailing:

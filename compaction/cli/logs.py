@@ -1,0 +1,131 @@
+"""The driver's log lines: one line per event, text or JSON (`--log-format`).
+
+Every record is one line (Airflow and log shippers split on newlines), a partition's result is
+one record at the level an alert needs (failed: ERROR, skipped for a reason that is not Kafka's
+policy: WARNING), and in JSON each line carries the record's structured fields (`extra={"fields":
+{...}}`) next to its message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+from compaction.steps import report as rpt
+
+log = logging.getLogger("compaction")
+
+MB = 1_048_576
+TEXT_FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"time", "level", "logger", "message", ...fields}` per line (ECS-like names)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        out.update(getattr(record, "fields", None) or {})
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class OneLineFormatter(logging.Formatter):
+    """The text format, with any newline of a message (or traceback) escaped: one record, one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", "\\n").replace("\t", " ")
+
+
+def setup(log_format: str = "text", stream=None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else OneLineFormatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per closed gateway connection
+
+
+# Reasons a partition is skipped by Kafka's own rules (the cleaner would skip it too): INFO.
+POLICY_REASONS = (
+    "cleanup.policy is delete", "nothing cleanable", "below min.cleanable.dirty.ratio",
+    "eligible (plan only)", "eligible (recover only)",
+)  # fmt: skip
+
+
+def level_of(entry: dict) -> int:
+    if entry["status"] == rpt.FAILED:
+        return logging.ERROR
+    if entry["status"] == rpt.SKIPPED and not str(entry.get("reason") or "").startswith(POLICY_REASONS):
+        return logging.WARNING
+    return logging.INFO
+
+
+def partition_line(e: dict) -> str:
+    """One line per partition; a cleaned one in the words of Kafka's `CleanerThread.recordStats`."""
+    return _partition_line(e) + _erased(e)
+
+
+def _erased(e: dict) -> str:
+    """--erase-keys: the counts (never a key)."""
+    if e.get("erasedRecords") is None:
+        return ""
+    return (f"; erased {e['erasedRecords']} records ({e['erasedBytes']} key+value bytes) of "
+            f"{e['eraseKeysFound']} listed keys, {e['eraseKeysNotFound']} listed keys not found")  # fmt: skip
+
+
+def _partition_line(e: dict) -> str:
+    name = f"{e['topic']}-{e['partition']}"
+    ratio = "" if e.get("dirtyRatio") is None else f", dirty ratio {e['dirtyRatio']:.3f}"
+    if e["status"] == rpt.ELIGIBLE:
+        return (f"{name}: eligible, a round would clean it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty, "
+                f"{e['reclaimableBytes'] / MB:,.1f} MB and {e['reclaimableRecords']} records reclaimable")  # fmt: skip
+    if e["status"] != rpt.CLEANED:
+        return f"{name}: {e['status']} ({e.get('reason') or 'no reason given'}){ratio}"
+    read_mb, written_mb = e["bytesRead"] / MB, e["bytesWritten"] / MB
+    secs = max(float(e.get("seconds") or 0.0), 1e-9)
+    size_cut = 100 * (1 - e["bytesWritten"] / e["bytesRead"]) if e["bytesRead"] else 0.0
+    msg_cut = 100 * (1 - e["recordsWritten"] / e["recordsRead"]) if e["recordsRead"] else 0.0
+    invalid = f"; {e['invalidRecords']} invalid messages dropped" if e.get("invalidRecords") else ""
+    return (
+        f"{name}: cleaned (dirty section = [{e['firstDirtyOffset']}, {e['endOffset']}]{ratio}): "
+        f"{read_mb:,.1f} MB of log processed in {secs:,.1f} seconds ({read_mb / secs:,.1f} MB/sec); "
+        f"start size {read_mb:,.1f} MB ({e['recordsRead']} messages), end size {written_mb:,.1f} MB "
+        f"({e['recordsWritten']} messages): {size_cut:.1f}% size reduction ({msg_cut:.1f}% fewer "
+        f"messages){invalid}"
+    )
+
+
+_FIELDS = ("topic", "partition", "logDir", "status", "reason", "dirtyRatio", "dirtyBytes", "bytesRead",
+           "bytesWritten", "recordsRead", "recordsWritten", "invalidRecords", "reclaimableBytes",
+           "reclaimableRecords", "seconds", "erasedRecords", "erasedBytes", "eraseKeysFound",
+           "eraseKeysNotFound")  # fmt: skip
+
+
+def log_partition(entry: dict) -> None:
+    fields = {"event": "partition", **{k: entry.get(k) for k in _FIELDS}}
+    log.log(level_of(entry), partition_line(entry), extra={"fields": fields})
+
+
+def log_totals(totals: dict, seconds: float | None) -> None:
+    took = "" if seconds is None else f" in {seconds:,.1f} s"
+    level = logging.ERROR if totals["failed"] else logging.INFO
+    log.log(
+        level,
+        "round done%s: %d partitions, %d cleaned, %d eligible (dry run), %d skipped, %d failed; %s MB read, "
+        "%s MB written, %s MB reclaimable",
+        took, totals["partitions"], totals["cleaned"], totals.get("eligible", 0), totals["skipped"],
+        totals["failed"], f"{totals['bytesRead'] / MB:,.1f}", f"{totals['bytesWritten'] / MB:,.1f}",
+        f"{totals.get('reclaimableBytes', 0) / MB:,.1f}",
+        extra={"fields": {"event": "totals", **totals}},
+    )  # fmt: skip

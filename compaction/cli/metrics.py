@@ -1,0 +1,80 @@
+"""`--metrics-file`: a round's totals and timings in Prometheus' text exposition format, for
+node_exporter's textfile collector (the convention for batch jobs: gauges of the last run, a
+`last_success` timestamp an alert can age). Written atomically (temp file, rename), so the
+collector never reads half a file.
+"""
+
+from __future__ import annotations
+
+import re
+
+from compaction import __version__
+
+PREFIX = "kafka_compaction"
+
+_COUNTS = (
+    ("bytesRead", "last_run_read_bytes", "Bytes of segments read by the last round's rewrite."),
+    ("bytesWritten", "last_run_written_bytes", "Bytes of cleaned segments the last round wrote."),
+    ("recordsRead", "last_run_read_records", "Records read by the last round's rewrite."),
+    ("recordsWritten", "last_run_written_records", "Records the last round kept."),
+    ("erasedRecords", "last_run_erased_records", "Records of --erase-keys' listed keys the last round removed."),
+)
+
+
+def render(report: dict, exit_code: int, finished_s: float, previous_success_s: float | None) -> str:
+    """The text file. `previous_success_s`: the last successful round's time (carried over from
+    the file a failed round replaces, so an alert on its age keeps working)."""
+    totals, timings = report["totals"], report["timings"]
+    dry = "true" if report.get("args", {}).get("dry_run") else "false"
+    lines: list[str] = []
+
+    def metric(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {PREFIX}_{name} {help_text}")
+        lines.append(f"# TYPE {PREFIX}_{name} gauge")
+        lines.extend(f"{PREFIX}_{name}{labels} {_num(v)}" for labels, v in samples)
+
+    metric("info", "The tool's version.", [(f'{{version="{__version__}"}}', 1)])
+    metric("last_run_timestamp_seconds", "When the last round finished (Unix time).", [("", finished_s)])
+    metric("last_run_exit_code", "The last round's exit code (0 ok, 1 a partition failed).",
+           [("", exit_code)])  # fmt: skip
+    metric("last_run_dry_run", "1 if the last round was a dry run.", [("", 1 if dry == "true" else 0)])
+    success = finished_s if exit_code == 0 else previous_success_s
+    if success is not None:
+        metric("last_success_timestamp_seconds", "When a round last finished with exit code 0 (Unix time).",
+               [("", success)])  # fmt: skip
+    metric("last_run_partitions", "Partitions of the last round by status.",
+           [(f'{{status="{s}"}}', totals[s]) for s in ("cleaned", "skipped", "failed")])  # fmt: skip
+    for key, name, help_text in _COUNTS:
+        metric(name, help_text, [("", totals.get(key, 0))])
+    metric("last_run_reclaimed_bytes", "Bytes the last round freed (read minus written).",
+           [("", totals["bytesRead"] - totals["bytesWritten"])])  # fmt: skip
+    phases = [(f'{{phase="{_snake(k.removesuffix("Seconds"))}"}}', v)
+              for k, v in timings.items() if k.endswith("Seconds")]  # fmt: skip
+    metric("last_run_duration_seconds", "Seconds of each phase of the last round (total: the whole round).",
+           phases)  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def previous_success(text: str) -> float | None:
+    m = re.search(rf"^{PREFIX}_last_success_timestamp_seconds\s+(\S+)\s*$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def write(path: str, report: dict, exit_code: int, finished_s: float) -> None:
+    from compaction.runtime.storage import Storage
+
+    storage, local = Storage.for_uri(path)
+    try:
+        old = storage.read_bytes(local).decode("utf-8", "replace") if storage.exists(local) else ""
+    except OSError:
+        old = ""
+    text = render(report, exit_code, finished_s, previous_success(old))
+    storage.write_atomic(local, text.encode())
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if isinstance(v, float) else str(int(v))

@@ -1,0 +1,360 @@
+"""Command-line options of the compaction job, named after Kafka's configs.
+
+A flag is the Kafka topic config with dots turned into dashes (`min.cleanable.dirty.ratio` ->
+`--min-cleanable-dirty-ratio`). Job-wide values apply to every topic; `--topic-config FILE`
+(JSON `{"topic": {"kafka.config.name": value}}` or a `.properties` file with
+`topic.kafka.config.name=value` lines) overrides them per topic, as `kafka-configs --alter
+--entity-type topics` would on a broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+from compaction import __version__
+from compaction.policy.broker_config import (
+    BROKER_TO_TOPIC,
+    IO_MAX_BYTES_PER_SECOND,
+    ConfigError,
+    check_topic_config,
+    parse_properties,
+    split_job_config,
+)
+from compaction.cli.erase_keys import KEY_FILE_FORMAT
+from compaction.errors import UsageError
+from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
+
+LONG_MAX = 2**63 - 1
+
+# (flag, Kafka config name, type, default) - defaults are Kafka's (spec §6).
+KAFKA_FLAGS = (
+    ("--min-cleanable-dirty-ratio", "min.cleanable.dirty.ratio", float, 0.5),
+    ("--segment-bytes", "segment.bytes", int, 1_073_741_824),
+    ("--segment-index-bytes", "segment.index.bytes", int, 10_485_760),
+    ("--index-interval-bytes", "index.interval.bytes", int, 4096),
+    ("--delete-retention-ms", "delete.retention.ms", int, 86_400_000),
+    ("--min-compaction-lag-ms", "min.compaction.lag.ms", int, 0),
+    ("--max-compaction-lag-ms", "max.compaction.lag.ms", int, LONG_MAX),
+    ("--max-message-bytes", "max.message.bytes", int, 1_048_588),
+    ("--cleanup-policy", "cleanup.policy", str, "compact"),
+)
+
+
+@dataclass
+class JobOptions:
+    log_dirs: list[str]
+    topics: str | None = None
+    now_ms: int = 0
+    dry_run: bool = False
+    plan_only: bool = False
+    recover_only: bool = False
+    report: str | None = None
+    report_html: str | None = None
+    ignore_broker_lock: bool = False
+    master: str | None = None
+    kafka_config: dict[str, object] = field(default_factory=dict)
+    topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
+    tasks_per_core: int = 2
+    read_mode: str = "direct"
+    write_mode: str = "direct"
+    # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
+    # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
+    broker_config: dict[str, object] = field(default_factory=dict)
+    io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
+    log_format: str = "text"
+    metrics_file: str | None = None
+    erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
+    erase_only: bool = False  # erase, without the round's compaction decisions
+
+    def config_for(self, topic: str) -> dict[str, object]:
+        """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
+        return {**self.broker_config, **self.kafka_config, **self.topic_config.get(topic, {})}
+
+
+# --- usage errors: one line, exit 2 ---------------------------------------------------------------
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line that names the fix (`--help`), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+VERSION = f"kafka-offline-compaction {__version__}"
+LOG_FORMATS = ("text", "json")
+
+
+def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=prog,
+        description="Offline Kafka log compaction: one LogCleaner round over every eligible partition.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=VERSION)
+    p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
+                   help="a Kafka log dir (local path, file://, s3://, hdfs://, gs://); repeatable")
+    p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
+    p.add_argument("--now-ms", type=int, default=None,
+                   help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run the round's scan and decisions and report what it would free (exact: the "
+                        "bytes and records a round with the same options removes), write nothing")
+    p.add_argument("--plan-only", action="store_true",
+                   help="plan and report from the listing alone (no Spark: ratios, dirty bytes, the "
+                        "structure audit), write nothing")
+    p.add_argument("--recover-only", action="store_true",
+                   help="only finish or roll back interrupted swaps, like a broker's log loading")
+    p.add_argument("--report", help="write the JSON run report to this path")
+    p.add_argument("--report-html", metavar="PATH",
+                   help="write the run report as one self-contained HTML page to PATH (tables per partition "
+                        "and topic, a chart of log bytes before/after per topic; opens with no network)")  # fmt: skip
+    p.add_argument("--ignore-broker-lock", action="store_true",
+                   help="clean even if a process holds the log dir's .lock (a live broker!)")
+    p.add_argument("--topic-config", help="per-topic Kafka configs: JSON or .properties file")
+    p.add_argument("--config", dest="config_file", metavar="FILE",
+                   help="a broker's server.properties (its log.cleaner.*, log.segment.bytes, ... are the "
+                        "defaults under the flags and --topic-config), or topic configs for every topic")
+    p.add_argument("--io-max-bytes-per-second", type=float, default=None,
+                   help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
+                        "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
+    p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
+    p.add_argument("--read-mode", choices=READ_MODES, default="direct",
+                   help=f"how executors read local segments of {DIRECT_MIN_BYTES >> 20} MiB or more: direct (O_DIRECT into reused "
+                        "buffers, bypassing the page cache; the default) or mmap (through the page cache, "
+                        "best when the segments are cached already)")  # fmt: skip
+    p.add_argument("--write-mode", choices=WRITE_MODES, default="direct",
+                   help="how executors write cleaned segments on a local disk: direct (O_DIRECT from reused "
+                        "staging buffers, bypassing the page cache; the default, falls back where refused) or "
+                        "buffered (through the page cache)")  # fmt: skip
+    p.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                   help="the driver's log lines: text, or json (one object a line, for log shippers)")
+    p.add_argument("--metrics-file", metavar="PATH",
+                   help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
+                        "(node_exporter's textfile collector: PATH ending in .prom in its "
+                        "directory)")  # fmt: skip
+    p.add_argument("--erase-keys", metavar="FILE",  # a path or a URI (s3://...), read by the driver
+                   help="remove every record of the listed keys from every segment of the selected "
+                        "partitions, the active one included (" + KEY_FILE_FORMAT + ")")
+    p.add_argument("--erase-only", action="store_true",
+                   help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
+                        "checkpoint untouched)")
+    for flag, name, typ, default in KAFKA_FLAGS:
+        p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
+    return p
+
+
+def parse_args(argv: list[str] | None = None, prog: str = "spark-submit.sh") -> JobOptions:
+    """The job's options, checked (`check_options`): a usage error exits 2 with one line."""
+    try:
+        return check_options(parse_unchecked(argv, prog))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def check_options(opts: JobOptions) -> JobOptions:
+    """Raise `UsageError` for a value the round would only trip over later: a bad `--topics`
+    regex, a Kafka config out of Kafka's range (job-wide, broker-wide or per topic). No file is
+    touched."""
+    if opts.topics is not None:
+        try:
+            re.compile(opts.topics)
+        except re.error as exc:
+            raise UsageError(f"--topics {opts.topics!r}: not a regular expression ({exc}); "
+                             "e.g. 'orders|payments'") from None
+    if opts.tasks_per_core < 1:
+        raise UsageError(f"--tasks-per-core {opts.tasks_per_core}: must be at least 1")
+    if opts.now_ms < 0:
+        raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
+    _check_erase(opts)
+    if opts.report_html and opts.report_html == opts.report:
+        raise UsageError("--report and --report-html name the same file; give the page its own path "
+                         "(e.g. report.html)")  # fmt: skip
+    try:
+        _check_values(opts)
+    except ConfigError as exc:
+        raise UsageError(f"{_flag_of(exc)}{exc}") from None
+    return opts
+
+
+def _check_erase(opts: JobOptions) -> None:
+    """--erase-keys: the file parses (a malformed line names the file, line and byte), and the
+    combinations that cannot be right are refused."""
+    if opts.erase_only and not opts.erase_keys:
+        raise UsageError("--erase-only needs --erase-keys FILE")
+    if not opts.erase_keys:
+        return
+    if opts.ignore_broker_lock:
+        # Erasing rewrites the active segment, which a running broker appends to: never under one.
+        raise UsageError("--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
+                         "active segment; stop the broker first")
+    from compaction.steps.erase import load_erase_set
+
+    load_erase_set(opts.erase_keys)
+
+
+def _check_policy(policy: tuple[str, ...]) -> None:
+    """Kafka's `ValidList.in("compact", "delete")` for cleanup.policy."""
+    bad = [p for p in policy if p not in ("compact", "delete")]
+    if bad or not policy:
+        raise ValueError(f"cleanup.policy={','.join(policy)} is not compact, delete or compact,delete")
+
+
+def _flag_of(exc: Exception) -> str:
+    """The flag of a job-wide value an error names (the value came from the command line)."""
+    text = str(exc)
+    if text.startswith("topic "):
+        return ""
+    for flag, name, _, _ in KAFKA_FLAGS:
+        if name in text:
+            return f"{flag}: "
+    return ""
+
+
+def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> JobOptions:
+    """The options as given, config files read (argparse's own errors, e.g. an unknown flag, exit 2
+    here; an unreadable or malformed config file is a `UsageError`)."""
+    args = build_parser(prog).parse_args(argv)
+    try:
+        broker, job_file, topic_config = _config_files(args)
+    except OSError as exc:
+        raise UsageError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # ConfigError, JSON syntax
+        raise UsageError(str(exc)) from None
+    kafka_config = job_file | {
+        name: getattr(args, flag[2:].replace("-", "_"))
+        for flag, name, _, _ in KAFKA_FLAGS
+        if getattr(args, flag[2:].replace("-", "_")) is not None
+    }
+    io_max = args.io_max_bytes_per_second
+    if io_max is None and IO_MAX_BYTES_PER_SECOND in broker:
+        try:
+            io_max = float(str(broker[IO_MAX_BYTES_PER_SECOND]).strip())
+        except ValueError:
+            raise UsageError(f"{IO_MAX_BYTES_PER_SECOND}={broker[IO_MAX_BYTES_PER_SECOND]!r} is not a "
+                             "number") from None  # fmt: skip
+    if io_max is not None and io_max <= 0:
+        raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
+    return JobOptions(
+        log_dirs=args.log_dirs,
+        topics=args.topics,
+        now_ms=args.now_ms if args.now_ms is not None else int(time.time() * 1000),
+        dry_run=args.dry_run or args.plan_only,
+        plan_only=args.plan_only,
+        recover_only=args.recover_only,
+        report=args.report,
+        report_html=args.report_html,
+        ignore_broker_lock=args.ignore_broker_lock,
+        kafka_config=kafka_config,
+        topic_config=topic_config,
+        tasks_per_core=args.tasks_per_core,
+        read_mode=args.read_mode,
+        write_mode=args.write_mode,
+        broker_config={k: v for k, v in broker.items() if k != IO_MAX_BYTES_PER_SECOND},
+        io_max_bytes_per_second=io_max if io_max is not None and io_max < 1.7e308 else None,  # Double.MAX
+        log_format=args.log_format,
+        metrics_file=args.metrics_file,
+        erase_keys=args.erase_keys,
+        erase_only=args.erase_only,
+    )
+
+
+# --- config files: --config (broker-wide) and --topic-config (per topic) ---------------------------
+
+
+def _config_files(args) -> tuple[dict[str, object], dict[str, object], dict[str, dict[str, object]]]:
+    """(broker defaults, job-wide topic values, per-topic overrides) from --config and --topic-config."""
+    broker: dict[str, object] = {}
+    job: dict[str, object] = {}
+    if args.config_file:
+        with open(args.config_file, encoding="utf-8") as fh:
+            text = fh.read()
+        if args.config_file.endswith(".json"):
+            entries = dict(json.loads(text))
+            nested = next((k for k, v in entries.items() if isinstance(v, dict)), None)
+            if nested is not None:
+                raise ConfigError(f"{args.config_file}: {nested!r} holds an object: "
+                                  "per-topic configs go in --topic-config")  # fmt: skip
+        else:
+            entries = {key: value for _, key, value in parse_properties(text, args.config_file)}
+        broker, job = split_job_config(entries, args.config_file)
+    topics: dict[str, dict[str, object]] = {}
+    if args.topic_config:
+        topic_broker, topics = load_topic_config(args.topic_config)
+        broker = {**broker, **topic_broker}
+    return broker, job, topics
+
+
+def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """(broker defaults, per-topic overrides) of a --topic-config file.
+
+    Per-topic entries are topic-level names; an entry that is a whole broker-level name (a JSON
+    top-level key with a plain value, or a `.properties` line `log.cleaner.delete.retention.ms=...`)
+    is a broker default for every topic.
+    """
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if not path.endswith(".json"):
+        return parse_topic_properties(text, path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not JSON: {exc}") from None
+    broker_entries = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    broker, job = split_job_config(broker_entries, path)
+    if job or set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}:
+        name = next(iter(set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}))
+        raise ConfigError(f"{path}: {name!r} is neither a topic (an object of configs) nor a broker config")
+    topics = {topic: dict(cfg) for topic, cfg in data.items() if isinstance(cfg, dict)}
+    for topic, cfg in topics.items():
+        check_topic_config(topic, cfg, path)
+    return broker, topics
+
+
+def parse_topic_properties(
+    text: str, source: str = "topic config",
+) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """`orders.cleanup.policy=compact` -> ({}, {"orders": {"cleanup.policy": "compact"}}).
+
+    Topic names may contain dots, so the config name is matched from Kafka's topic config names
+    (longest first). A line whose whole key is a broker-level name (`log.segment.bytes=...`) is a
+    broker default; a topic literally named `log` is then written in the JSON form.
+    """
+    from compaction.policy.broker_config import TOPIC_CONFIGS
+
+    names = sorted(TOPIC_CONFIGS, key=len, reverse=True)
+    broker_entries: dict[str, object] = {}
+    out: dict[str, dict[str, object]] = {}
+    for lineno, key, value in parse_properties(text, source):
+        if key in BROKER_TO_TOPIC or key == IO_MAX_BYTES_PER_SECOND:
+            broker_entries[key] = value
+            continue
+        match = next((n for n in names if key.endswith("." + n)), None)
+        if match is None:
+            raise ConfigError(f"{source} line {lineno}: expected <topic>.<topic config>=<value> or a broker "
+                              f"config (log.cleaner.*, log.segment.bytes, ...): {key!r}")  # fmt: skip
+        out.setdefault(key[: -len(match) - 1], {})[match] = value
+    broker, _ = split_job_config(broker_entries, source)
+    return broker, out
+
+
+def _check_values(opts: JobOptions) -> None:
+    """Resolve every configured topic (and the job-wide defaults) once, so a bad value is a usage
+    error now, not a failure after Spark started."""
+    from compaction.policy.plan import resolve_topic_config
+
+    for topic in [None, *opts.topic_config]:
+        try:
+            config = resolve_topic_config(opts.topic_config.get(topic) if topic else None,
+                                          {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
+            _check_policy(config.cleanup_policy)
+        except (ValueError, TypeError) as exc:
+            where = f"topic {topic!r}: " if topic else ""
+            raise ConfigError(f"{where}{exc}") from None

@@ -1,0 +1,136 @@
+"""Checks that run before Spark starts and before anything is written: is each `--log-dir` a Kafka
+log dir (and not one of its partition dirs), can its report go where asked, is there a Java.
+
+Each check raises `UsageError` with one line saying what is wrong and how to fix it. The shape
+rules are a pure function of a directory listing (`classify_listing`), testable without files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from compaction.errors import UsageError
+from compaction.format.naming import parse_partition_dir_name
+
+LOG_DIR, PARTITION_DIR, EMPTY, OTHER = "log dir", "partition dir", "empty", "other"
+
+# Files a broker keeps at the top of a log dir (LogManager, ReplicaManager, KafkaRaftServer).
+LOG_DIR_FILES = frozenset({
+    "meta.properties", "cleaner-offset-checkpoint", "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint", "log-start-offset-checkpoint", ".kafka_cleanshutdown",
+})  # fmt: skip
+# Files only a partition dir holds (UnifiedLog, LeaderEpochFileCache, PartitionMetadataFile).
+PARTITION_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
+
+
+def classify_listing(name: str, entries: list[tuple[str, bool]]) -> str:
+    """What a directory called `name` holding `entries` ((entry name, is a dir)) is to Kafka.
+
+    A log dir has a partition-named sub-directory or a broker's top-level file; a partition dir
+    is named `<topic>-<n>` and holds segment files or a partition's metadata files."""
+    if not entries:
+        return EMPTY
+    if any(is_dir and parse_partition_dir_name(n) is not None for n, is_dir in entries):
+        return LOG_DIR
+    if any(not is_dir and n in LOG_DIR_FILES for n, is_dir in entries):
+        return LOG_DIR
+    files = [n for n, is_dir in entries if not is_dir]
+    partition_like = any(n.endswith(PARTITION_FILE_SUFFIXES) or n in PARTITION_FILES for n in files)
+    if partition_like and parse_partition_dir_name(name) is not None:
+        return PARTITION_DIR
+    return OTHER
+
+
+def shown(uri: str) -> str:
+    """`uri` as an error message may show it: credentials in it (`s3://KEY:SECRET@bucket/...`,
+    which pyarrow accepts) replaced."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", uri)
+
+
+def check_log_dir(uri: str, *, writable: bool = True) -> None:
+    """Raise `UsageError` unless `uri` is a readable (and, with `writable`, writable) Kafka log dir."""
+    from compaction.runtime.storage import Storage  # pyarrow: imported only when a dir is checked
+
+    try:
+        storage, path = Storage.for_uri(uri)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--log-dir {shown(uri)}: cannot open it: {exc}") from None
+    uri = shown(uri)
+    if storage.is_local:
+        if not os.path.exists(path):
+            raise UsageError(f"--log-dir {uri}: no such directory; give the path of a Kafka log dir "
+                             "(the broker's log.dirs entry)")  # fmt: skip
+        if not os.path.isdir(path):
+            raise UsageError(f"--log-dir {uri}: not a directory; give the directory a broker's "
+                             "log.dirs names")  # fmt: skip
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise UsageError(f"--log-dir {uri}: permission denied; run as a user who can read it")
+        if writable and not os.access(path, os.W_OK):
+            raise UsageError(f"--log-dir {uri}: not writable; compaction rewrites segments in place "
+                             "(use --dry-run to only plan)")  # fmt: skip
+    try:
+        entries = [(i.name, i.is_dir) for i in storage.list_dir(path)]
+    except FileNotFoundError:
+        raise UsageError(f"--log-dir {uri}: nothing there; check the bucket and prefix") from None
+    except OSError as exc:
+        raise UsageError(f"--log-dir {uri}: cannot list it: {exc}") from None
+    name = os.path.basename(path.rstrip("/"))
+    kind = classify_listing(name, entries)
+    if kind == PARTITION_DIR:
+        parent = uri.rstrip("/").rsplit("/", 1)[0] if "/" in uri.rstrip("/") else "."
+        raise UsageError(f"--log-dir {uri}: this is a partition dir, not a log dir; give its parent: "
+                         f"--log-dir {parent} (add --topics '{parse_partition_dir_name(name)[0]}' for "
+                         "that topic only)")  # fmt: skip
+    if kind == EMPTY:
+        raise UsageError(f"--log-dir {uri}: the directory is empty, not a Kafka log dir; check the path")
+    if kind == OTHER:
+        raise UsageError(f"--log-dir {uri}: not a Kafka log dir (no <topic>-<partition> directories, no "
+                         "meta.properties or checkpoint files); give the directory a broker's log.dirs "
+                         "names")  # fmt: skip
+
+
+def check_output_path(flag: str, uri: str) -> None:
+    """A local output file's directory must exist and be writable (checked before the round, not
+    after it)."""
+    from compaction.runtime.storage import Storage
+
+    storage, path = Storage.for_uri(uri)
+    if not storage.is_local:
+        return
+    uri = shown(uri)
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {uri}: is a directory; give a file path")
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag} {uri}: directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {uri}: directory {parent} is not writable")
+
+
+def find_java(env: dict[str, str]) -> str:
+    """The `java` spark-submit will run (`$JAVA_HOME/bin/java`, else the PATH's), or `UsageError`."""
+    home = env.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if os.access(java, os.X_OK):
+            return java
+        raise UsageError(f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17+ install or "
+                         "unset it")  # fmt: skip
+    java = shutil.which("java", path=env.get("PATH"))
+    if java is None:
+        raise UsageError("no Java found: Spark needs Java 17 or newer; install it (e.g. apt-get install "
+                         "openjdk-17-jre-headless) or set JAVA_HOME")  # fmt: skip
+    return java
+
+
+def check_round(opts) -> None:
+    """Every check a round's options need before anything runs (`JobOptions`)."""
+    for uri in opts.log_dirs:
+        check_log_dir(uri, writable=not opts.dry_run)
+    outputs = (("--report", opts.report), ("--report-html", opts.report_html), ("--metrics-file", opts.metrics_file))
+    for flag, uri in outputs:
+        if uri:
+            check_output_path(flag, uri)

@@ -1,0 +1,78 @@
+"""`memcpy_at`: a byte copy between two uint8 arrays inside numba kernels, compiled to LLVM's
+`llvm.memcpy` (libc's memcpy or inline moves).
+
+Why not a slice assignment or a byte loop: numba compiles both to a loop over single bytes that
+LLVM does not vectorise (the arrays may overlap), ~1-1.6 GB/s on values of 100-1024 bytes. Worse,
+a loop of tens of iterations per record fills the CPU's out-of-order window, so the cache miss on
+the next record's bytes only starts when the current record is done: copying 24-byte keys from
+random positions of a segment waited for one memory latency each. With `memcpy_at` the value
+copies run at ~10 GB/s (figures in BENCHMARKS.md, session 4). It is an intrinsic rather than a
+ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
+
+`copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).
+`prefetch` asks the CPU to bring an array element's cache line in (LLVM's `llvm.prefetch`): for
+kernels whose loads depend on one another, which out-of-order execution cannot overlap.
+
+No bounds checks, as with numba's own indexing: callers pass ranges they have checked.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from compaction.kernels.jit import njit
+
+
+@intrinsic
+def memcpy_at(typingctx, dst, dst_pos, src, src_pos, n):
+    """dst[dst_pos:dst_pos + n] = src[src_pos:src_pos + n] (1-D contiguous uint8 arrays; the
+    ranges must not overlap)."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)):
+        return None
+    if dst.dtype != types.uint8 or src.dtype != types.uint8 or dst.ndim != 1 or src.ndim != 1:
+        return None
+    sig = types.void(dst, types.int64, src, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        d, d_pos, s, s_pos, count = args
+        d_arr = context.make_array(signature.args[0])(context, builder, d)
+        s_arr = context.make_array(signature.args[2])(context, builder, s)
+        to = builder.gep(d_arr.data, [d_pos])
+        frm = builder.gep(s_arr.data, [s_pos])
+        cgutils.raw_memcpy(builder, to, frm, count, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """Hint: arr[index] will be read soon (any 1-D array; no effect on results, never faults)."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+    sig = types.void(arr, types.int64)
+
+    def codegen(context, builder, signature, args):
+        a, i = args
+        ary = context.make_array(signature.args[0])(context, builder, a)
+        byte_ptr = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read (0), keep in all cache levels (3), data cache (1)
+        builder.call(fn, [builder.bitcast(builder.gep(ary.data, [i]), byte_ptr), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit
+def copy_bytes(file, side, split, pos, n, out, dst):
+    """out[dst:dst+n] = the n bytes at combined position `pos` (>= split: in `side`)."""
+    if pos >= split:
+        memcpy_at(out, dst, side, pos - split, n)
+    else:
+        memcpy_at(out, dst, file, pos, n)

@@ -1,0 +1,255 @@
+"""Reading source segments into memory (direct I/O into reused buffers, or a memory map), and
+writing cleaned segments through reused staging buffers (direct I/O where the disk allows).
+
+A segment is read whole (its batches are walked, CRC-checked and partly copied to the output).
+Two ways on a local disk, chosen per job by `--read-mode`:
+
+- `direct` (default) for segments of `DIRECT_MIN_BYTES` or more: `O_DIRECT` reads into a
+  page-aligned buffer taken from a per-process `BufferPool`. The data does not pass through the
+  page cache: no page-cache pages are allocated and first touched per run (on the 2-vCPU VM of
+  bench/ that first touch cost as much CPU as the compaction itself; BENCHMARKS.md), the read is
+  one large sequential request, and a job over terabytes of archived segments does not evict
+  everything else from the page cache. The buffers are reused by the next segment and the next
+  task of the same Python worker. Filesystems without O_DIRECT (tmpfs, some FUSE) fall back to
+  `mmap`.
+- `mmap`: `MAP_SHARED | MAP_POPULATE`, read through the page cache (best when the segments are
+  already cached, e.g. just written by a broker).
+
+Both give a read-only uint8 array (the same numba type, so each kernel is compiled once).
+Linux kernels flush dirty page-cache pages of the range before an O_DIRECT read, so a file
+written through the page cache just before is read correctly. Object stores are read whole with
+one request (`Storage.read_bytes`).
+
+Writes (`SegmentWriter`, `--write-mode`): batches are copied into a page-aligned staging buffer of
+`WRITE_BUFFER` bytes from the same pool; each full buffer is written by a background thread
+(one large request, overlapping the next buffer's work) while the caller fills the other one. With
+`direct` (default) the file is opened with `O_DIRECT`: like the reads, no page-cache pages are
+allocated per run (writev into the page cache cost ~0.35 s per 512 MiB partition in the job on the
+bench VM, against ~0.03 s in a warm process). The last, partial buffer is written padded to the
+block size and the file truncated to its length. `close` fsyncs the file and its directory either
+way; O_DIRECT is not durability. `buffered` writes the same buffers through the page cache.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import posixpath
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from compaction.runtime import throttle
+from compaction.runtime.buffers import ALIGN, POOL
+from compaction.runtime.storage import Storage
+
+READ_MODES = ("direct", "mmap")
+WRITE_MODES = ("direct", "buffered")
+WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request (two per writer: one filled, one written)
+DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush; env override for tests
+READ_CHUNK = 16 << 20  # bytes per pread: large sequential requests, bounded
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def direct_min_bytes() -> int:
+    return int(os.environ.get("KAFKA_COMPACTION_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES))
+
+
+def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.ndarray:
+    """The whole file as a read-only uint8 array (see the module docstring for `mode`)."""
+    if not storage.is_local:
+        data = storage.read_bytes(path)
+        throttle.acquire(len(data))  # --io-max-bytes-per-second (throttle.py): told after the one request
+        return np.frombuffer(data, dtype=np.uint8)
+    size = os.stat(path).st_size
+    if mode == "direct" and _O_DIRECT and size >= direct_min_bytes():
+        data = _read_direct(path, size)
+        if data is not None:
+            return data
+    throttle.acquire(size)  # MAP_POPULATE reads it all now
+    return _map(path, size)
+
+
+def is_mapped(array: np.ndarray) -> bool:
+    """Whether `array` lies in a memory map (page cache, not the process's own memory)."""
+    while array is not None:
+        if isinstance(array, mmap.mmap):
+            return True
+        array = array.obj if isinstance(array, memoryview) else getattr(array, "base", None)
+    return False
+
+
+def _map(path: str, size: int) -> np.ndarray:
+    if size == 0:
+        empty = np.empty(0, dtype=np.uint8)  # mmap refuses empty files
+        empty.flags.writeable = False
+        return empty
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # MAP_POPULATE: the whole segment is read anyway; one call maps all its pages instead of
+        # a page fault per 64 KiB as the scan first touches them.
+        mm = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+def _read_direct(path: str, size: int) -> np.ndarray | None:
+    """O_DIRECT read of `size` bytes, or None where the filesystem does not support it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_DIRECT)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return None
+        raise
+    try:
+        buf = POOL.take(-(-size // ALIGN) * ALIGN)
+        view, got = memoryview(buf), 0
+        while got < size:
+            want = min(-(-(size - got) // ALIGN) * ALIGN, READ_CHUNK)  # the last request may pass EOF
+            try:
+                n = os.preadv(fd, [view[got : got + want]], got)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL and got == 0:
+                    return None
+                raise
+            if n <= 0:
+                break
+            throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
+            got += n
+    finally:
+        os.close(fd)
+    out = buf[:got]
+    out.flags.writeable = False
+    return out
+
+
+class ReadAhead:
+    """Reads the next file on one background thread while the caller works on the current one
+    (reads release the GIL; so do the numba kernels). `get(i)` returns file i of `paths` in
+    order, starting the read of i + 1 first."""
+
+    def __init__(self, read, paths: list[str]) -> None:
+        self._read, self._paths = read, paths
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="segment-read-ahead") if len(paths) > 1 else None
+        self._pending: dict[int, Future] = {}
+
+    def get(self, i: int) -> np.ndarray:
+        got = self._pending.pop(i, None)
+        if self._pool is not None and i + 1 < len(self._paths) and i + 1 not in self._pending:
+            self._pending[i + 1] = self._pool.submit(self._read, self._paths[i + 1])
+        return got.result() if got is not None else self._read(self._paths[i])
+
+    def close(self) -> None:
+        for f in self._pending.values():
+            f.cancel()
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SegmentWriter:
+    """A new local file written sequentially through two pooled staging buffers (see the module
+    docstring); `close` makes it durable (fsync of the file and of its directory). Chunks are
+    copied at `write`, so the caller's buffers are free again as soon as it returns."""
+
+    def __init__(self, path: str, mode: str = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
+        self.path = path
+        self.direct = False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        fd = -1
+        if mode == "direct" and _O_DIRECT:
+            try:
+                fd = os.open(path, flags | _O_DIRECT, 0o644)
+                self.direct = True
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # tmpfs, some FUSE: no O_DIRECT
+                    raise
+        if fd < 0:
+            fd = os.open(path, flags, 0o644)
+        self._file = os.fdopen(fd, "wb", buffering=0)  # closed in close(), or by GC on error
+        self._size = -(-buffer_bytes // ALIGN) * ALIGN
+        self._buf = POOL.take(self._size)
+        self._spare: np.ndarray | None = None
+        self._fill = 0
+        self._offset = 0  # file offset of the staging buffer's first byte
+        self._thread: ThreadPoolExecutor | None = None
+        self._inflight: Future | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far (staged or on disk)."""
+        return self._offset + self._fill
+
+    def write(self, chunk) -> None:
+        view = memoryview(chunk).cast("B") if not isinstance(chunk, bytes) else chunk
+        n, at = len(view), 0
+        while at < n:
+            take = min(n - at, self._size - self._fill)
+            self._buf[self._fill : self._fill + take] = np.frombuffer(view, np.uint8, take, at)
+            self._fill += take
+            at += take
+            if self._fill == self._size:
+                self._submit()
+
+    def _submit(self) -> None:
+        """Hand the full staging buffer to the writer thread and continue in the other one."""
+        self._wait()
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="segment-write")
+            self._spare = POOL.take(self._size)
+        full, self._buf, self._spare = self._buf, self._spare, None
+        self._inflight = self._thread.submit(self._write_at, full, self._fill, self._offset)
+        self._offset += self._fill
+        self._fill = 0
+
+    def _wait(self) -> None:
+        if self._inflight is not None:
+            done, self._inflight = self._inflight, None
+            self._spare = done.result()  # raises the writer thread's error here
+
+    def _write_at(self, buf: np.ndarray, n: int, offset: int) -> np.ndarray:
+        throttle.acquire(n)
+        fd, view, done = self._file.fileno(), memoryview(buf), 0
+        while done < n:
+            try:
+                done += os.pwrite(fd, view[done:n], offset + done)
+            except OSError as exc:  # O_DIRECT accepted at open, refused at write: go through the cache
+                if exc.errno != errno.EINVAL or not self.direct:
+                    raise
+                self._buffered()
+        return buf
+
+    def _buffered(self) -> None:
+        import fcntl
+
+        fd = self._file.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
+        self.direct = False
+
+    def close(self) -> None:
+        """Write what is staged, fsync the file and its directory, release the buffers."""
+        try:
+            self._wait()
+            n, end = self._fill, self._offset + self._fill
+            if n:
+                padded = -(-n // ALIGN) * ALIGN if self.direct else n
+                self._buf[n:padded] = 0
+                self._write_at(self._buf, padded, self._offset)
+                if padded != n:
+                    os.ftruncate(self._file.fileno(), end)
+            os.fsync(self._file.fileno())
+        finally:
+            if self._thread is not None:
+                self._thread.shutdown(wait=True)
+            self._file.close()
+            self._buf = self._spare = None
+        Storage.local().fsync_dir(posixpath.dirname(self.path) or ".")

@@ -1,0 +1,122 @@
+"""Python-worker warm-up: imports and compiled kernels loaded before the first real task.
+
+A Python worker's first task pays for importing pyarrow, numba and this package and for loading
+every compiled kernel from numba's on-disk cache: 1-3 s per worker on an idle 2-core box, far
+more under load, paid by the first partition of every worker. The job therefore starts its Spark
+session and runs one tiny task per executor core (`warm_executors`) while the driver is still
+discovering and planning; Spark keeps the warmed workers for the real stages
+(`spark.python.worker.reuse`, on by default). The tiny task is a real round: it compacts a
+two-segment partition written to a temporary directory through the same code as the job
+(`compact_partition`), so every kernel is loaded with the argument types the job will use
+(memory-mapped and decompressed buffers, uncompressed and gzip batches, a tombstone, and v0/v1
+messages ahead of them as in a log upgraded in place: plain ones and a gzip wrapper).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+from compaction.runtime import faults
+from compaction.format import batch as fb
+from compaction.format import compression
+from compaction.format.naming import segment_file_name
+
+_NOW_MS = 1_700_000_000_000
+
+
+def _segment(base: int, codec: int, n: int = 6) -> bytes:
+    records = [fb.Record(base + i, _NOW_MS + i, b"warm-up-key-%08d" % (i % (n // 2)), None if i == 4 else b"v%d" % i)
+               for i in range(n)]  # fmt: skip
+    return fb.build_batch(records, base_offset=base, codec=codec)
+
+
+def _legacy(n: int = 8) -> bytes:
+    """Offsets 0..n-1: v0 messages (older records of keys, a kept one, a tombstone), then a v1 gzip wrapper."""
+    from compaction.format.legacy import build_legacy_message_set
+
+    records = [fb.Record(i, _NOW_MS + i, b"warm-up-legacy-%d" % (i % 6), None if i == 3 else b"v%d" % i)
+               for i in range(n)]  # fmt: skip
+    half = n // 2
+    return (build_legacy_message_set(records[:half], 0)
+            + build_legacy_message_set(records[half:], 1, compression.CODEC_GZIP))  # fmt: skip
+
+
+def warm() -> float:
+    """Compact a tiny partition in a temporary directory; returns the seconds it took."""
+    from compaction.steps.rewrite import GroupSpec, SourceSegment
+    from compaction.spark.stages import compact_partition
+    from compaction.runtime.storage import Storage
+
+    started = time.monotonic()
+    root = tempfile.mkdtemp(prefix="kafka-compaction-warmup-")
+    # Test crash points (faults.py) count arrivals per process: the warm-up's own rewrite must
+    # neither stop the worker nor use up an arrival meant for a real partition.
+    crash_at = os.environ.pop(faults.ENV, None)
+    try:
+        part = os.path.join(root, "warmup-0")
+        os.mkdir(part)
+        # Enough distinct keys (2,500 of 20 bytes) that the offset map's table grows (ids, slots
+        # and arena): its growth kernels are loaded here too.
+        data = {0: _legacy(8) + _segment(8, compression.CODEC_NONE, 5000) + _segment(5008, compression.CODEC_GZIP),
+                5014: _segment(5014, compression.CODEC_NONE)}  # fmt: skip
+        for base, payload in data.items():
+            with open(os.path.join(part, segment_file_name(base, ".log")), "wb") as fh:
+                fh.write(payload)
+        seg = lambda b: SourceSegment(b, len(data[b]), os.stat(os.path.join(part, segment_file_name(b, ".log"))).st_mtime_ns)  # noqa: E731
+        spec = GroupSpec(
+            group_id=0, topic="warmup", partition=0, storage=Storage.local(), part_path=part,
+            segments=(seg(0),), first_dirty_offset=0, upper_bound=5014, now_ms=_NOW_MS,
+            delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(5014),),
+        )  # fmt: skip
+        rows = compact_partition([spec])
+        if rows[0].get("error"):
+            raise RuntimeError(rows[0]["error"])
+        for f in os.listdir(part):
+            if f.endswith(".cleaned"):
+                os.unlink(os.path.join(part, f))
+        _warm_ranges(spec)
+    finally:
+        if crash_at is not None:
+            os.environ[faults.ENV] = crash_at
+        shutil.rmtree(root, ignore_errors=True)
+    return time.monotonic() - started
+
+
+def _warm_ranges(spec) -> None:
+    """The tiny partition as one range through a ranges task: its kernels loaded too."""
+    from compaction.runtime.exchange import Exchange
+    from compaction.steps.range_task import RangePlan, run_task
+    from compaction.runtime.storage import Storage
+
+    root = os.path.join(os.path.dirname(spec.part_path), "exchange")
+    os.mkdir(root)
+    rows = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
+    if rows[0].get("error"):
+        raise RuntimeError(rows[0]["error"])
+
+
+def _safe_warm() -> float:
+    try:
+        return warm()
+    except Exception:  # noqa: BLE001 - a best effort: it only costs the time it was meant to save
+        return 0.0
+
+
+def warm_executors(spark) -> float:
+    """One warm-up task per executor core (a best effort: a failure here only costs the time it
+    was meant to save, the real tasks report real errors), in a plain RDD job: the kind of job
+    both stages are, whose pool of Python workers they reuse. Returns the seconds it took."""
+
+    def run(cores):
+        for _ in cores:
+            yield _safe_warm()
+
+    started = time.monotonic()
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    sc.setJobGroup("warm-up", "load the Python workers' imports and compiled kernels")
+    sc.parallelize(range(n), n).mapPartitions(run).collect()
+    return time.monotonic() - started

@@ -1,0 +1,238 @@
+"""One task of the ranges stage: partitions cut into ranges, scanned, merged and rewritten by
+tasks that run at the same time and meet through the exchange (compaction/runtime/exchange.py).
+
+The plan (`RangePlan.cut`) lays every segment of the ranged partitions, in log order, into as many
+contiguous shares of equal bytes as the stage has tasks; a range is the part of one output group
+that falls into one share, so a group is one range or is cut between two tasks. Each group is
+rewritten by the task that holds most of its bytes. Each task goes through three phases:
+
+1. **scan** its ranges (compaction/steps/ranges.py `scan_range`): it keeps each range's key ids and
+   latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
+   others need into `scan-<range>`: SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each
+   range's error, if any, and whether it holds transactional batches.
+2. **merge** the fine buckets dealt to it (bucket mod tasks) over every range of every sound
+   partition (`merge_bucket`), into `found-<task>`: the ids each range must raise to a later
+   range's offset. A range of a unit of several ranges (a transactional partition) that another
+   task rewrites is handed over as `ids-<range>`.
+3. **rewrite** its ranges (or units) with their held ids, their latest offsets and the FOUND
+   entries of every merge task, after checking the partition's leader epochs and deriving its
+   producer state from every range's PRODUCERS, exactly as a whole-partition task does.
+
+A damaged range fails its partition in every task that owns a part of it; the other partitions
+go on. The rows it returns are those of a whole-partition task (`spark_stages.FUSED_FIELDS`), plus
+one row of timings (`group_id` -1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from compaction.steps import ranges
+from compaction.errors import error_text
+from compaction.runtime.exchange import Exchange
+from compaction.format import batch as fb
+from compaction.steps.rewrite import GroupSpec, ScanCache, check_partition_epochs, rewrite_unit
+
+STATS_ROW = -1  # group_id of a task's timings row
+
+
+@dataclasses.dataclass(frozen=True)
+class RangePlan:
+    """Who does what. `ranges` {range id: (spec of its segments, under its group's id; partition
+    number; validate: the partition's index checks run with it)}; `groups` {group id: (its spec,
+    its range ids in log order)}; `parts` {partition number: its group ids in log order};
+    `tasks` [the range ids each task scans]; `rewriter` {group id: the task that rewrites it}."""
+
+    ranges: dict[int, tuple[GroupSpec, int, bool]]
+    groups: dict[int, tuple[GroupSpec, list[int]]]
+    parts: dict[int, list[int]]
+    tasks: list[list[int]]
+    rewriter: dict[int, int]
+
+    @classmethod
+    def cut(cls, partitions: list[list[GroupSpec]], slots: int) -> RangePlan:
+        """The groups of `partitions` cut into ranges over at most `slots` tasks (every task of
+        the stage runs at once): segments in log order, each to the task whose share of the
+        bytes holds its middle."""
+        segs = [(n, spec, seg) for n, specs in enumerate(partitions) for spec in specs for seg in spec.segments]
+        total = sum(seg.size for _, _, seg in segs)
+        n_tasks = max(1, min(slots, len(segs)))
+        ranges, groups, tasks = {}, {}, [[] for _ in range(n_tasks)]
+        held: dict[int, dict[int, int]] = {}  # group id -> {task: bytes}
+        at, last = 0, None
+        for n, spec, seg in segs:
+            t = min(n_tasks - 1, int((at + seg.size / 2) * n_tasks / total)) if total else 0
+            at += seg.size
+            if last is None or last[:2] != (spec.group_id, t):
+                rid = len(ranges)
+                first_of_part = spec.group_id == partitions[n][0].group_id and not groups.get(spec.group_id)
+                ranges[rid] = (dataclasses.replace(spec, segments=(), tail_segments=()), n, first_of_part)
+                groups.setdefault(spec.group_id, (spec, []))[1].append(rid)
+                tasks[t].append(rid)
+                last = (spec.group_id, t, rid)
+            rid = last[2]
+            scan = ranges[rid][0]
+            tail = spec.tail_segments if seg is spec.segments[-1] else ()
+            ranges[rid] = (dataclasses.replace(scan, segments=(*scan.segments, seg), tail_segments=tail), *ranges[rid][1:])
+            held.setdefault(spec.group_id, {})[t] = held.get(spec.group_id, {}).get(t, 0) + seg.size
+        rewriter = {g: max(by_task, key=lambda t: (by_task[t], -t)) for g, by_task in held.items()}
+        parts = {n: [s.group_id for s in specs if s.group_id in groups] for n, specs in enumerate(partitions)}
+        # A task may hold no segment (one far bigger than the others' shares): it still takes its
+        # part in the merge, and the task numbers the rewriters refer to stay as they are.
+        return cls(ranges, groups, parts, tasks, rewriter)
+
+
+def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:
+    """Task `t` of the stage: its rows (see the module docstring)."""
+    started, cpu = time.monotonic(), time.process_time()
+    n_tasks = len(plan.tasks)
+    cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
+    held: dict[int, ranges.Held] = {}
+    status = {str(r): _scan(r, plan, ex, cache, held) for r in plan.tasks[t]}
+    ex.post("scan", t, status)
+    scans = {int(r): s for posted in ex.gather("scan", n_tasks) for r, s in posted.items()}
+    dead, units = {}, {}  # units: {first group id: its groups} of the sound partitions
+    for p, gids in plan.parts.items():
+        rids = [r for g in gids for r in plan.groups[g][1]]
+        errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
+        if errors:
+            dead[p] = errors[0]
+        elif any(scans[r]["txn"] for r in rids):
+            units[gids[0]] = gids
+        else:
+            units.update({g: [g] for g in gids})
+    task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
+    scanned = time.monotonic()
+    error = _hand_over(t, plan, ex, held, task_of) or _merge(t, plan, ex, dead)
+    ex.post("merge", t, {"error": error})
+    merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
+    merged = time.monotonic()
+    rows = []
+    for p, gids in plan.parts.items():
+        if p in dead:  # reported by the task that would have rewritten each group
+            rows += [{"group_id": g, "error": dead[p]} for g in gids if plan.rewriter[g] == t]
+            continue
+        mine = [units[g] for g in gids if g in units and task_of[g] == t]
+        if mine and merge_errors:
+            rows += [{"group_id": g, "error": merge_errors[0]} for unit in mine for g in unit]
+        elif mine:
+            rows += _rewrite(p, mine, plan, ex, held, cache)
+    rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": merged - scanned,
+                 "cpu_seconds": time.process_time() - cpu})  # fmt: skip
+    return rows
+
+
+def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
+    from compaction.steps.discover import validate_partition_path
+
+    spec, part, validate = plan.ranges[rid]
+    try:
+        if validate:  # the index checks the driver leaves to the task that reads the partition anyway
+            validate_partition_path(spec.storage, spec.part_path)
+        held[rid], blocks = ranges.scan_range(rid, spec, part, cache)
+        ex.write_blocks(f"scan-{rid}", blocks)
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        held.pop(rid, None)
+        return {"error": error_text(exc), "txn": False}
+    return {"error": None, "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS)}
+
+
+def _transactional(block: ranges.Block) -> bool:
+    attrs = ranges.from_block(block.data).column("attributes").to_numpy()
+    return bool(np.any(attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))
+
+
+def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, task_of: dict) -> str | None:
+    """Write the ids of the ranges this task holds whose group another task rewrites."""
+    try:
+        for r in plan.tasks[t]:
+            g = plan.ranges[r][0].group_id
+            if r in held and task_of.get(g, t) != t:
+                ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, held[r]))
+    except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
+        return error_text(exc)
+    return None
+
+
+def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict) -> str | None:
+    """The fine buckets t, t + tasks, ... of every range of the sound partitions cut into more
+    than one range, one bucket at a time (what a merge holds is a fine bucket's share of the
+    keys), into `found-<t>`. A partition of one range has nothing to merge."""
+    try:
+        live = []
+        for p, gids in plan.parts.items():
+            rids = [r for g in gids for r in plan.groups[g][1]]
+            if p not in dead and len(rids) > 1:
+                live += rids
+        index = {r: ex.read_index(f"scan-{r}") for r in live}
+        found = []
+        for bucket in range(t, ranges.FINE_BUCKETS, len(plan.tasks)):
+            rows = [(b.range_id, b.data) for r in live
+                    for b in ex.read_blocks(f"scan-{r}", _summary_of(bucket), index[r])]  # fmt: skip
+            found.extend(ranges.merge_bucket(rows))
+        ex.write_blocks(f"found-{t}", found)
+    except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
+        return error_text(exc)
+    return None
+
+
+def _summary_of(bucket: int):
+    return lambda ix: (ix["kind"] == ranges.SUMMARY) & (ix["bucket"] == bucket)
+
+
+def _of_kind(*kinds: int):
+    return lambda ix: np.isin(ix["kind"], kinds)
+
+
+def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
+    """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
+    leader epochs are checked and its producer state derived, once, from every range's blocks."""
+    try:
+        specs = [plan.groups[g][0] for g in plan.parts[part]]
+        side = [b for g in plan.parts[part] for r in plan.groups[g][1]
+                for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
+        _check_epochs(specs, [b for b in side if b.kind == ranges.EPOCHS])
+        state = ranges.producer_state([ranges.from_block(b.data) for b in side if b.kind == ranges.PRODUCERS])
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
+    if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
+        return [{"group_id": g, "first_unstable": state.first_unstable} for unit in units for g in unit]
+    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache)]
+
+
+def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
+    """Rewrite the groups `unit` from their ranges: held here, or handed over as their ids."""
+    try:
+        rids = [r for g in unit for r in plan.groups[g][1]]
+        shipped = ranges.ShippedMap()
+        for r in rids:
+            scan_spec = plan.ranges[r][0]
+            if r in held:
+                shipped.hold(r, scan_spec, held.pop(r))
+            else:
+                shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
+        for k in range(len(plan.tasks)):
+            for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], rids)):
+                shipped.apply_found(b.range_id, b)
+        unit_specs = [dataclasses.replace(plan.groups[g][0], last_records=state.last_records) for g in unit]
+        return rewrite_unit(unit_specs, shipped, cache)
+    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+        return [{"group_id": g, "error": error_text(exc)} for g in unit]
+
+
+def _check_epochs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> None:
+    """Leader epochs across the partition's ranges, as a whole-partition task checks them."""
+    from compaction.policy.log_structure import epochs_from_columns
+
+    path_of = specs[0].segment_path
+    runs = []
+    for b in blocks:  # log order
+        batch = ranges.from_block(b.data)
+        runs.extend(epochs_from_columns({n: batch.column(n).to_numpy() for n in batch.schema.names}, path_of))
+    check_partition_epochs(specs, runs)
+
+
+__all__ = ["RangePlan", "STATS_ROW", "run_task"]

@@ -1,0 +1,304 @@
+"""A partition cut into ranges: the functions of blocks with which the ranges stage's tasks
+(compaction/steps/range_task.py) give every range the partition-wide offset map of its own keys,
+without any task holding the partition's key set.
+
+A range is consecutive segments of one output group (log order): a group is one range or is
+cut into several, so that the ranges of a round spread evenly over the tasks.
+
+1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
+   whole-partition task scans, `rewrite.scan_partition`), which gives each record the dense id of
+   its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
+   Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
+   in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
+2. `merge_bucket`: one fine bucket's SUMMARY blocks of every range of every partition, merged in
+   a `KeyTable` keyed by (partition, key): the partition-wide latest dirty offset of each key.
+   Out: FOUND blocks, per range, for the keys whose latest lies outside the range (a later range
+   holds the key), the only entries the range's own latest offsets lack.
+3. The rewrite: the range's latest offsets with its FOUND entries applied are map[key] by key id
+   (`ShippedMap`), so no key is hashed or looked up twice.
+
+Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`):
+    SUMMARY   key binary, latest int64 (-1: no dirty record in the range), id int32, part int32
+    IDS       id int32 per record of one segment (-1: null key, or a key not in the table); only
+              for a unit of several ranges, handed to the task that rewrites it (`held_blocks`)
+    LATEST    latest int64 per key id (a slice: `seq` is its first id); likewise
+    FOUND     id int32, latest int64
+    PRODUCERS the columns of `rewrite.producer_batches`
+    EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
+              the check across the partition (`rewrite.check_partition_epochs`)
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from compaction.errors import CorruptRecordError
+from compaction.format import batch as fb
+from compaction.kernels.jit import njit as _njit
+from compaction.kernels.keyhash import key_hash
+from compaction.kernels.keymap import KeyTable
+from compaction.kernels.scan import SegmentScan
+from compaction.policy.log_structure import epoch_columns
+from compaction.steps.rewrite import GroupSpec, SourceSegment, scan_partition
+
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS = range(6)
+# Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
+# never means holding a range's whole key set.
+BLOCK_ROWS = 1 << 20
+# A range's keys are cut by hash into this many fine buckets; a merging task takes one bucket of
+# every range at a time, so what it holds is 1/64 of the keys whatever the number of tasks.
+FINE_BUCKETS = 64
+
+
+class Block(NamedTuple):
+    """One unit of the exchange: `range_id` is the range's id (`range_task.RangePlan`); `bucket` the merge bucket
+    (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
+    id for LATEST)."""
+
+    range_id: int
+    kind: int
+    bucket: int
+    seq: int
+    data: bytes
+
+
+def to_block(**columns) -> bytes:
+    batch = pa.RecordBatch.from_pydict(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def from_block(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
+
+
+def _column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
+    return batch.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+@_njit
+def _hashes(data, offs, out):
+    for i in range(len(out)):
+        out[i] = key_hash(data, offs[i], offs[i + 1])
+
+
+def bucket_of(data: np.ndarray, offs: np.ndarray, buckets: int) -> np.ndarray:
+    """The merge bucket of each key (bytes `data[offs[i]:offs[i+1]]`): its hash mod `buckets`,
+    the same in every range, so that every range sends a key to the same bucket."""
+    h = np.empty(len(offs) - 1, np.uint64)
+    _hashes(data, offs, h)
+    return (h % np.uint64(max(1, buckets))).astype(np.int64)
+
+
+def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offs) - 1,
+                                            [None, pa.py_buffer(offs), pa.py_buffer(data)])  # fmt: skip
+
+
+# --- 1. scan --------------------------------------------------------------------------------
+
+
+class Held(NamedTuple):
+    """What a ranges task keeps of a range it scanned, for its rewrite: each record's dense key id
+    per segment (-1: no key, or not in the table) and the range's latest dirty offset per id."""
+
+    ids: list[np.ndarray]
+    latest: np.ndarray
+
+
+def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
+               buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:  # fmt: skip
+    """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
+    `rewrite.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
+    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
+    numbers the range's partition in the round: keys of different partitions never merge."""
+    epochs: list = []
+    pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
+    table: KeyTable = pmap.table
+    ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
+    data, offs, latest = table.export()
+    del pmap, table  # the key bytes live on in `data` until the summaries are built
+    blocks = list(_summaries(rid, part, data, offs, latest, buckets))
+    blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
+    headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
+    if headers is not None and headers.num_rows:
+        cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
+        blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
+    return Held(ids, latest), blocks
+
+
+def held_blocks(rid: int, held: Held) -> Iterator[Block]:
+    """A held range as IDS and LATEST blocks, for the task that rewrites its group."""
+    for i, ids in enumerate(held.ids):
+        for at in range(0, max(1, len(ids)), BLOCK_ROWS):
+            yield Block(rid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
+    for at in range(0, max(1, len(held.latest)), BLOCK_ROWS):
+        yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
+
+
+def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
+    bucket = bucket_of(data, offs, buckets)
+    order = np.argsort(bucket, kind="stable")
+    keys = _binary(data, offs).take(pa.array(order))
+    ids = order.astype(np.int32)
+    ends = np.searchsorted(bucket[order], np.arange(buckets + 1))
+    for b in range(buckets):
+        for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
+            to = min(at + BLOCK_ROWS, int(ends[b + 1]))
+            yield Block(rid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=latest[order[at:to]],
+                                                      id=ids[at:to], part=np.full(to - at, part, np.int32)))  # fmt: skip
+
+
+# --- 2. merge -------------------------------------------------------------------------------
+
+
+def merge_bucket(blocks: list[tuple[int, bytes]]) -> Iterator[Block]:
+    """FOUND blocks from one bucket's (range_id, SUMMARY block)s: for each range, its keys whose
+    partition-wide latest dirty offset is above the range's own."""
+    if not blocks:
+        return
+    batches = [from_block(b) for _, b in blocks]
+    ranges = np.concatenate([np.full(b.num_rows, r, np.int64) for (r, _), b in zip(blocks, batches)])
+    keys = pa.concat_arrays([b.column("key").cast(pa.large_binary()) for b in batches])
+    latest = np.concatenate([_column(b, "latest", np.int64) for b in batches])
+    ids = np.concatenate([_column(b, "id", np.int32) for b in batches])
+    part = np.concatenate([_column(b, "part", np.int32) for b in batches])
+    final = _latest_by_key(keys, part, latest)
+    changed = final > latest
+    for r in np.unique(ranges[changed]).tolist():
+        sel = changed & (ranges == r)
+        yield Block(int(r), FOUND, -1, 0, to_block(id=ids[sel], latest=final[sel]))
+
+
+def _latest_by_key(keys: pa.Array, part: np.ndarray, latest: np.ndarray) -> np.ndarray:
+    """Per row: the max `latest` over the rows of the same (part, key). The partition number is
+    prefixed to the key bytes, so that one table serves every partition of the bucket."""
+    _, offs_buf, data_buf = keys.buffers()
+    offs = np.frombuffer(offs_buf, np.int64, count=len(keys) + 1, offset=keys.offset * 8)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    n = len(keys)
+    if np.any(part != part[0]) if n else False:
+        data, offs = _prefixed(data, offs, part)
+    table = KeyTable(n)
+    usable = np.ones(n, bool)
+    ids = table.assign(data, np.empty(0, np.uint8), len(data), offs[:-1].copy(), np.diff(offs), usable,
+                       latest >= 0, latest)  # fmt: skip
+    return table.latest_of(ids)
+
+
+def _prefixed(data: np.ndarray, offs: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(offs)
+    new_offs = np.concatenate([[0], np.cumsum(lengths + 4)]).astype(np.int64)
+    out = np.empty(int(new_offs[-1]), np.uint8)
+    _prefix(data, offs, part.astype(np.int32), out, new_offs)
+    return out, new_offs
+
+
+@_njit
+def _prefix(data, offs, part, out, new_offs):
+    for i in range(len(offs) - 1):
+        o = new_offs[i]
+        p = part[i]
+        for k in range(4):
+            out[o + k] = (p >> (8 * k)) & 0xFF
+        n = offs[i + 1] - offs[i]
+        out[o + 4 : o + 4 + n] = data[offs[i] : offs[i + 1]]
+
+
+# --- 3. rewrite -----------------------------------------------------------------------------
+
+
+class ShippedMap:
+    """map[key] per record of ranges' segments (an `OffsetMap`), from the key ids their scans
+    gave each record and the latest offset of each id (the range's own, with the FOUND entries
+    of the merge applied). Ids are per range; a group's segments may come from several ranges."""
+
+    hashes_keys = False  # the rewrite's scan need not hash keys: ids come from the scan
+    verified = True  # the range's scan checked the CRCs
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+        self._latest: dict[int, np.ndarray] = {}
+
+    def hold(self, rid: int, spec: GroupSpec, held: Held) -> None:
+        """Range `rid`: the segments of `spec` (its group's id), with their ids and latest offsets."""
+        self._latest[rid] = held.latest.copy()
+        for seg, ids in zip(spec.segments, held.ids):
+            self._ids[(spec.group_id, seg.base_offset)] = (rid, ids)
+
+    def add_blocks(self, rid: int, spec: GroupSpec, blocks: list[Block]) -> None:
+        """A range held by another task, from its IDS and LATEST blocks (`held_blocks`)."""
+        by_kind: dict[int, list[Block]] = {}
+        for b in sorted(blocks, key=lambda b: b.seq):
+            by_kind.setdefault(b.kind, []).append(b)
+        latest = np.concatenate([_column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
+                                or [np.empty(0, np.int64)])  # fmt: skip
+        parts: dict[int, list[np.ndarray]] = {}
+        for b in by_kind.get(IDS, []):
+            parts.setdefault(b.seq >> 20, []).append(_column(from_block(b.data), "id", np.int32))
+        ids = [np.concatenate(parts.get(i, [np.empty(0, np.int32)])) for i in range(len(spec.segments))]
+        self.hold(rid, spec, Held(ids, latest))
+
+    def apply_found(self, rid: int, block: Block) -> None:
+        """The merge's FOUND entries for the range: ids whose key a later range holds."""
+        f = from_block(block.data)
+        self._latest[rid][_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
+
+    def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
+        rid, ids = self._ids.pop((spec.group_id, seg.base_offset))
+        if len(ids) != len(scan.records.offset):  # the bytes were checked for size; this is paranoia
+            raise CorruptRecordError(f"segment has {len(scan.records.offset)} records, its scan had {len(ids)}",
+                                     path=spec.segment_path(seg.base_offset))  # fmt: skip
+        latest = self._latest[rid]
+        return np.where(ids >= 0, latest[np.maximum(ids, 0)] if len(latest) else -1, -1)
+
+
+# --- producer state (driver side, and whole-partition tasks) ---------------------------------
+
+
+class HeaderRow:
+    """A producer batch header as `retention.last_records_of_active_producers` and
+    `first_unstable_offset` read it."""
+
+    __slots__ = ("producer_id", "producer_epoch", "base_offset", "last_offset", "is_transactional",
+                 "is_control", "records_count", "max_timestamp")  # fmt: skip
+
+    def __init__(self, pid, epoch, base, last, attrs, count, max_ts) -> None:
+        self.producer_id, self.producer_epoch, self.base_offset, self.last_offset = pid, epoch, base, last
+        self.is_transactional = bool(attrs & fb.TRANSACTIONAL_MASK)
+        self.is_control = bool(attrs & fb.CONTROL_MASK)
+        self.records_count, self.max_timestamp = count, max_ts
+
+
+HEADER_COLUMNS = ("producer_id", "producer_epoch", "base_offset", "last_offset", "attributes", "records_count",
+                  "max_timestamp")  # fmt: skip
+
+
+def header_rows(tables: list) -> list[HeaderRow]:
+    """Producer batch headers (tables or record batches of `HEADER_COLUMNS`) in log order."""
+    tables = [pa.table(t) if isinstance(t, dict) else t for t in tables]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return []
+    cols = [np.concatenate([t.column(n).to_numpy(zero_copy_only=False) for t in tables]).tolist()
+            for n in HEADER_COLUMNS]  # fmt: skip
+    return sorted((HeaderRow(*row) for row in zip(*cols)), key=lambda r: r.base_offset)
+
+
+class ProducerState(NamedTuple):
+    first_unstable: int | None  # an open transaction's first offset (the broker's LSO), if any
+    last_records: dict  # retention.last_records_of_active_producers
+    transactional: bool  # transaction state crosses groups: the partition is one rewrite unit
+
+
+def producer_state(tables: list) -> ProducerState:
+    from compaction.policy.retention import first_unstable_offset, last_records_of_active_producers
+
+    rows = header_rows(tables)
+    return ProducerState(first_unstable_offset(rows), last_records_of_active_producers(rows),
+                         any(r.is_transactional or r.is_control for r in rows))  # fmt: skip

@@ -1,0 +1,182 @@
+"""Fast encoder for the generator's uncompressed v2 batches (numba).
+
+The generator must write ~1 GB in well under a minute, and building `Record` objects for
+`format.batch.build_batch` costs several microseconds per record. So uncompressed data batches
+are laid out by one compiled loop straight from the generator's columnar plan. The bytes must be
+exactly what `build_batch` produces for the same records: tests/unit/test_generator.py checks that,
+so `build_batch` stays the reference and this is only a faster way to the same bytes.
+
+Records are described by columns, not bytes: the key of record i is `key-<key_id zero padded>`
+(`key_size` bytes in all), its value is `pool[value_pos : value_pos + value_len]` (-1 = null
+value, a tombstone), and header j is `("h<j>", pool[value_pos + j : value_pos + j + 8])`.
+The CRC is left zero here and filled by `fill_crcs` (the crc32c package is faster than numba).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from compaction.tools.generator_plan import HEADER_VALUE_SIZE
+
+BATCH_OVERHEAD = 61
+
+
+@njit(cache=True, inline="always")
+def _zigzag(v):
+    return (v << 1) ^ (v >> 63)
+
+
+@njit(cache=True, inline="always")
+def _varint_size(v):
+    z = np.uint64(_zigzag(np.int64(v)))
+    n = 1
+    while z >= np.uint64(0x80):
+        z >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
+def _write_varint(out, pos, v):
+    z = np.uint64(_zigzag(np.int64(v)))
+    while z >= np.uint64(0x80):
+        out[pos] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
+        z >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(z)
+    return pos + 1
+
+
+@njit(cache=True, inline="always")
+def _write_be(out, pos, v, width):
+    for i in range(width):
+        out[pos + width - 1 - i] = np.uint8((v >> (8 * i)) & 0xFF)
+    return pos + width
+
+
+@njit(cache=True, inline="always")
+def _decimal_width(v):
+    n = 1
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+@njit(cache=True, inline="always")
+def _write_key(out, pos, key_id, key_size):
+    out[pos] = 107  # k
+    out[pos + 1] = 101  # e
+    out[pos + 2] = 121  # y
+    out[pos + 3] = 45  # -
+    v = key_id
+    for i in range(key_size - 1, 3, -1):
+        out[pos + i] = np.uint8(48 + v % 10)
+        v //= 10
+    return pos + key_size
+
+
+@njit(cache=True, inline="always")
+def _headers_size(n_headers):
+    size = _varint_size(n_headers)
+    for j in range(n_headers):
+        name_len = 1 + _decimal_width(j)
+        size += _varint_size(name_len) + name_len + _varint_size(8) + 8
+    return size
+
+
+@njit(cache=True, inline="always")
+def _write_headers(out, pos, n_headers, pool, value_pos):
+    pos = _write_varint(out, pos, n_headers)
+    for j in range(n_headers):
+        w = _decimal_width(j)
+        pos = _write_varint(out, pos, 1 + w)
+        out[pos] = 104  # h
+        v = j
+        for i in range(w, 0, -1):
+            out[pos + i] = np.uint8(48 + v % 10)
+            v //= 10
+        pos += 1 + w
+        pos = _write_varint(out, pos, 8)
+        out[pos : pos + 8] = pool[value_pos + j : value_pos + j + 8]
+        pos += 8
+    return pos
+
+
+@njit(cache=True)
+def _write_record(out, pos, ts_delta, off_delta, key_id, key_size, vpos, vlen, pool, n_headers, hsize):
+    body = 1 + _varint_size(ts_delta) + _varint_size(off_delta)
+    body += _varint_size(key_size) + key_size + _varint_size(vlen) + max(vlen, 0) + hsize
+    pos = _write_varint(out, pos, body)
+    out[pos] = 0  # record attributes: always 0 (spec 1.4)
+    pos = _write_varint(out, pos + 1, ts_delta)
+    pos = _write_varint(out, pos, off_delta)
+    pos = _write_varint(out, pos, key_size)
+    pos = _write_key(out, pos, key_id, key_size)
+    pos = _write_varint(out, pos, vlen)
+    if vlen > 0:
+        out[pos : pos + vlen] = pool[vpos : vpos + vlen]
+        pos += vlen
+    return _write_headers(out, pos, n_headers, pool, vpos)
+
+
+@njit(cache=True)
+def encode_records(out, pos, first, count, base_ts, rec_ts, key_id, key_size, vpos, vlen, pool, n_headers):
+    """Concatenated v2 records of rec[first:first+count] at out[pos:]; returns the end position.
+
+    Also used on its own for compressed batches (the record stream that gets compressed)."""
+    hsize = _headers_size(n_headers)
+    for r in range(first, first + count):
+        pos = _write_record(
+            out, pos, rec_ts[r] - base_ts, r - first, key_id[r], key_size, vpos[r], vlen[r], pool,
+            n_headers, hsize,
+        )
+    return pos
+
+
+@njit(cache=True)
+def _write_header(out, pos, end, base_offset, ple, attributes, count, base_ts, max_ts, pid, epoch, seq):
+    p = _write_be(out, pos, base_offset, 8)
+    p = _write_be(out, p, end - pos - 12, 4)
+    p = _write_be(out, p, ple, 4)
+    out[p] = 2
+    p = _write_be(out, p + 1, 0, 4)  # crc, filled by fill_crcs
+    p = _write_be(out, p, attributes, 2)
+    p = _write_be(out, p, count - 1, 4)
+    p = _write_be(out, p, base_ts, 8)
+    p = _write_be(out, p, max_ts, 8)
+    p = _write_be(out, p, pid, 8)
+    p = _write_be(out, p, epoch, 2)
+    p = _write_be(out, p, seq, 4)
+    _write_be(out, p, count, 4)
+
+
+@njit(cache=True)
+def encode_batches(out, b_first, b_count, b_base_offset, b_attr, b_ple, b_pid, b_epoch, b_seq,
+                   rec_ts, key_id, key_size, vpos, vlen, pool, n_headers, b_pos):
+    """Write whole uncompressed v2 batches (CRC zero) back to back; b_pos[i] gets batch i's start.
+
+    Record offsets inside a batch are contiguous (offsetDelta = index in the batch), as a producer
+    writes them. Returns the end position."""
+    pos = 0
+    for b in range(b_first.shape[0]):
+        first = b_first[b]
+        count = b_count[b]
+        base_ts = rec_ts[first]
+        max_ts = rec_ts[first]
+        for r in range(first, first + count):
+            max_ts = max(max_ts, rec_ts[r])
+        b_pos[b] = pos
+        end = encode_records(out, pos + BATCH_OVERHEAD, first, count, base_ts, rec_ts, key_id,
+                             key_size, vpos, vlen, pool, n_headers)
+        _write_header(out, pos, end, b_base_offset[b], b_ple[b], b_attr[b], count, base_ts, max_ts,
+                      b_pid[b], b_epoch[b], b_seq[b])
+        pos = end
+    return pos
+
+
+def records_upper_bound(vlen: np.ndarray, key_size: int, n_headers: int) -> int:
+    """Bytes enough for the records `vlen` describes (varints at their widest)."""
+    per_record = 5 + 1 + 10 + 5 + key_size + 5 + 5 + n_headers * (5 + 12 + 5 + HEADER_VALUE_SIZE)
+    return int(np.clip(vlen, 0, None).sum()) + len(vlen) * per_record

@@ -1,0 +1,104 @@
+"""The Airflow DAG `kafka_log_compaction` (jobs/airflow/) with real Airflow 3 and its Spark
+provider, installed in their own venv (not the project's: `.ci/run` makes `.airflow-venv`; this
+module makes it when missing; env KAFKA_COMPACTION_AIRFLOW_VENV points elsewhere).
+
+* the DAG folder imports with zero errors in a `DagBag`, with the DAG's id, params and
+  `max_active_runs=1`, its task a `SparkSubmitOperator`;
+* `airflow dags test kafka_log_compaction --conf '{"log_dirs": [...], "report_dir": ...}'` compacts a
+  generated log dir end to end (the report and its HTML page in report_dir, the records checked with
+  kafka-python, the round's progress lines in the task log). Airflow's environment has no pyspark nor numba:
+  the round runs on this Python (env KAFKA_COMPACTION_PYTHON), as on a real Airflow worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from e2ekit import REPO, decode_partition, latest_per_key
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
+
+DAG_FOLDER = os.path.join(REPO, "jobs", "airflow")
+AIRFLOW_REQUIREMENTS = ("apache-airflow>=3,<4", "apache-airflow-providers-apache-spark",
+                        "apache-airflow-providers-standard")  # fmt: skip
+
+
+def airflow_venv() -> str:
+    venv = os.environ.get("KAFKA_COMPACTION_AIRFLOW_VENV") or os.path.join(REPO, ".airflow-venv")
+    if not os.path.exists(os.path.join(venv, "bin", "airflow")):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", *AIRFLOW_REQUIREMENTS], check=True)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    venv = airflow_venv()
+    home = tmp_path_factory.mktemp("airflow-home")
+    dropped = ("AIRFLOW", "PYTHONPATH", "SPARK_", "PYSPARK_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=DAG_FOLDER,
+               AIRFLOW__CORE__LOAD_EXAMPLES="False", KAFKA_COMPACTION_PYTHON=sys.executable)  # fmt: skip
+    migrate = subprocess.run([os.path.join(venv, "bin", "airflow"), "db", "migrate"], env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    return venv, env
+
+
+def test_the_dag_folder_imports_with_zero_errors(airflow):
+    venv, env = airflow
+    probe = (
+        "import json\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        "from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator\n"
+        f"bag = DagBag({DAG_FOLDER!r})\n"
+        "dag = bag.get_dag('kafka_log_compaction')\n"
+        "print(json.dumps({'errors': {k: str(v) for k, v in bag.import_errors.items()},\n"
+        "  'ids': sorted(bag.dag_ids), 'max_active_runs': dag.max_active_runs,\n"
+        "  'params': sorted(dag.params.keys()), 'master': dag.params['master'],\n"
+        "  'spark': [isinstance(t, SparkSubmitOperator) for t in dag.tasks]}))\n"
+    )
+    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["errors"] == {} and got["ids"] == ["kafka_log_compaction"]
+    assert got["max_active_runs"] == 1 and got["spark"] == [True] and got["master"] == "local[*]"
+    assert {"log_dirs", "report_dir", "report_html", "master", "topics", "dry_run"} <= set(got["params"])
+
+
+def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
+    venv, env = airflow
+    log_dir, reports = tmp_path / "kafka-logs", tmp_path / "reports"
+    reports.mkdir()
+    subprocess.run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", "orders:2",
+                    "--records", "3000", "--keys", "250", "--codec", "mixed", "--segment-bytes", "30000",
+                    "--seed", "3"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
+    before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
+    conf = {"log_dirs": [str(log_dir)], "report_dir": str(reports), "report_html": True, "master": "local[2]",
+            "spark_conf": {"spark.ui.enabled": "false"}}  # fmt: skip
+    proc = subprocess.run(
+        [os.path.join(venv, "bin", "airflow"), "dags", "test", "kafka_log_compaction",
+         "--conf", json.dumps(conf)],
+        env=env, capture_output=True, text=True, cwd=tmp_path, timeout=800,
+    )  # fmt: skip
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-5000:]
+    assert "state=success" in log, log[-5000:]
+    assert "compaction.progress: planned 2 partitions" in log and "tasks (0 running)" in log
+    (report_path,) = reports.glob("*.json")
+    report = json.loads(report_path.read_text())
+    assert report_path.with_suffix(".html").read_text().startswith("<!DOCTYPE html>")
+    assert [p["status"] for p in report["partitions"]] == ["cleaned", "cleaned"]
+    for p in report["partitions"]:
+        bound = p["firstUncleanableOffset"]
+        after = decode_partition(str(log_dir / f"orders-{p['partition']}"))
+        want = latest_per_key(before[p["partition"]], bound)
+        assert {r.key: r for r in after if r.offset < bound} == want
+        assert len([r for r in after if r.offset < bound]) == len(want)
+        tail = [r for r in before[p["partition"]] if r.offset >= bound]
+        assert [r for r in after if r.offset >= bound] == tail

@@ -1,0 +1,465 @@
+"""End to end through ./spark-submit.sh on generated logs with transactions, idempotent producers
+and tombstones, over three cleaning rounds, checked with kafka-python.
+
+Rounds mirror Kafka's `LogCleanerTest.runTwoPassClean` (every pass is `LogToClean(tp, log, 0,
+activeSegment.baseOffset)`): before each round the cleaner checkpoint is removed, so the whole
+log below the active segment is dirty again ("missing entry -> first dirty offset = log start",
+spec §4.2). Without that, a round after the first finds nothing: the dirty section would lie in
+the active segment (checked below with a dry run).
+
+* round 1 at NOW: aborted data goes, latest-per-key, tombstones get horizon NOW + R, markers stay;
+* round 2 at NOW + R - 1: one ms before the tombstones' horizon: they stay; markers whose
+  transaction has no data left become discardable and get their own horizon (NOW + 2R - 1);
+* round 3 at NOW + 2R - 1: tombstones are gone, and so are the markers whose horizon passed.
+
+The expected partition after every round is computed here, from kafka-python's decoding of that
+round's input and the raw `.txnindex` bytes, by a small independent model of spec §5.8-§5.11
+(`expected_round`): no code of ours decides what is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, replace
+
+import pytest
+from e2ekit import REPO, run_job, segment_logs
+from kafka.record.memory_records import MemoryRecords
+
+from compaction.format.batch import RecordBatch
+from compaction.format.segment import iter_batches
+from compaction.tools.generator import generate_log_dir
+from compaction.tools.generator_plan import TXN_ABORTED
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+R = 86_400_000  # delete.retention.ms default
+NOW = 1_800_000_000_000
+NOWS = (NOW, NOW + R - 1, NOW + 2 * R - 1)
+GENERATED_SEGMENT_BYTES = 50_000
+SEGMENT_BYTES = (120_000, 12_000, 12_000)  # per round: several groups, transaction state crosses them
+ABORT, COMMIT = 0, 1
+TXN_ENTRY = struct.Struct(">hqqqq")
+
+
+@dataclass(frozen=True)
+class KBatch:
+    """A batch as kafka-python decodes it. Data records: (offset, timestamp, key, value, headers);
+    control records: (offset, type)."""
+
+    base: int
+    last: int
+    pid: int
+    epoch: int
+    txn: bool
+    control: bool
+    horizon: int | None
+    records: tuple
+
+    @property
+    def control_type(self) -> int | None:
+        return self.records[0][1] if self.control and self.records else None
+
+
+def decode_batches(path: str) -> list[KBatch]:
+    with open(path, "rb") as fh:
+        records = MemoryRecords(fh.read())
+    out = []
+    while records.has_next():
+        b = records.next_batch()
+        if b is None:
+            break
+        assert b.magic == 2 and b.validate_crc(), path
+        if b.is_control_batch:
+            recs = tuple((r.offset, r.type) for r in b)
+        else:
+            recs = tuple((r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in b)
+        horizon = b.first_timestamp if b.attributes & 0x40 else None
+        out.append(KBatch(b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, bool(b.is_transactional),
+                          bool(b.is_control_batch), horizon, recs))  # fmt: skip
+    return out
+
+
+def read_txn_entries(path: str) -> list[tuple[int, int, int, int]]:
+    """(producer id, first offset, last offset, LSO) of each 34-byte entry (spec §2.2)."""
+    if not os.path.exists(path):
+        return []
+    data = open(path, "rb").read()
+    assert len(data) % TXN_ENTRY.size == 0
+    return [TXN_ENTRY.unpack_from(data, i)[1:] for i in range(0, len(data), TXN_ENTRY.size)]
+
+
+@dataclass
+class PartitionSnapshot:
+    batches: list[KBatch]
+    segments: list[tuple[int, list[KBatch], list[tuple]]]  # (base, batches, txnindex entries)
+    active_base: int
+
+
+def snapshot(part_dir: str) -> PartitionSnapshot:
+    segs = []
+    for log in segment_logs(part_dir):
+        base = int(os.path.basename(log)[:20])
+        segs.append((base, decode_batches(log), read_txn_entries(log[: -len(".log")] + ".txnindex")))
+    return PartitionSnapshot([b for _, bs, _ in segs for b in bs], segs, segs[-1][0])
+
+
+# --- the independent model of one round (spec §5.6 step 2, §5.8-§5.11) --------------------------
+
+
+def producer_last(batches: list[KBatch]) -> dict[int, tuple[int, int | None]]:
+    """pid -> (epoch, last data offset or None): a replay of batch headers in log order."""
+    state: dict[int, tuple[int, int | None]] = {}
+    for b in batches:
+        if b.pid < 0 or (b.control and not b.records):
+            continue
+        epoch, last = state.get(b.pid, (b.epoch, None))
+        if epoch != b.epoch:
+            last = None
+        state[b.pid] = (b.epoch, last if b.control else b.last)
+    return state
+
+
+def expected_round(snap: PartitionSnapshot, now: int) -> tuple[list[KBatch], set[tuple]]:
+    """The partition after one round over [0, active base) at `now`, and the `.txnindex` entries
+    the cleaned segments must hold."""
+    upper = snap.active_base
+    last = producer_last(snap.batches)
+    entries = sorted((e for _, _, es in snap.segments for e in es), key=lambda e: e[1])
+    # Pass 1 (buildOffsetMap): which data batches are aborted, and the key -> latest offset map.
+    aborted = _aborted_flags(snap.batches, entries, upper)
+    latest: dict[bytes, int] = {}
+    for b, ab in zip(snap.batches, aborted):
+        if b.last < upper and not b.control and not ab:
+            for r in b.records:
+                if r[2] is not None:
+                    latest[r[2]] = r[0]
+    # Pass 2 (cleanSegments): batch and record retention.
+    out, kept_entries = [], set()
+    pending = list(entries)
+    ongoing_aborted: dict[int, list] = {}  # pid -> [entry, observed]
+    ongoing_committed: set[int] = set()
+    for b, ab in zip(snap.batches, aborted):
+        if b.base >= upper:
+            out.append(b)
+            continue
+        while pending and pending[0][1] <= b.last:
+            e = pending.pop(0)
+            ongoing_aborted.setdefault(e[0], [e, False])
+        if b.control:
+            if not b.records:
+                can_discard = True
+            elif b.control_type == ABORT:
+                st = ongoing_aborted.pop(b.pid, None)
+                can_discard = not (st and st[1])
+                if not can_discard:
+                    kept_entries.add(st[0])
+            else:
+                can_discard = b.pid not in ongoing_committed
+                ongoing_committed.discard(b.pid)
+            discard = can_discard and b.horizon is not None and b.horizon <= now
+        else:
+            can_discard = False
+            if b.txn and b.pid in ongoing_aborted:
+                ongoing_aborted[b.pid][1] = True
+                can_discard = True
+            elif b.txn:
+                ongoing_committed.add(b.pid)
+            assert can_discard == ab
+            discard = can_discard
+        epoch, last_data = last.get(b.pid, (None, None))
+        is_last = b.pid >= 0 and b.pid in last and (
+            b.last == last_data if last_data is not None else (b.control and b.epoch == epoch)
+        )
+        retain_empty = is_last or b.last + 1 == upper
+        if discard and not retain_empty:
+            continue  # DELETE
+        if discard:
+            kept = ()
+        elif b.control:
+            kept = b.records
+        else:
+            retain_deletes = b.horizon is None or now < b.horizon
+            kept = tuple(
+                r for r in b.records
+                if r[2] is not None and r[0] >= latest.get(r[2], -1) and (r[3] is not None or retain_deletes)
+            )  # fmt: skip
+        if kept:
+            tombstones = not b.control and any(r[3] is None for r in kept)
+            need = (tombstones or (b.control and can_discard)) and b.horizon is None
+            out.append(replace(b, records=kept, horizon=now + R if need else b.horizon))
+        elif retain_empty:
+            out.append(replace(b, records=(), horizon=None))  # 61-byte empty header
+    return out, kept_entries
+
+
+def _aborted_flags(batches: list[KBatch], entries: list[tuple], upper: int) -> list[bool]:
+    pending = list(entries)
+    ongoing: set[int] = set()
+    flags = []
+    for b in batches:
+        while pending and pending[0][1] <= b.last:
+            e = pending.pop(0)
+            ongoing.add(e[0])
+        flags.append(bool(b.txn and not b.control and b.pid in ongoing))
+        if b.control and b.control_type == ABORT:
+            ongoing.discard(b.pid)
+    return flags
+
+
+# --- the runs --------------------------------------------------------------------------------
+
+
+def _parts(log_dir):
+    return sorted(n for n in os.listdir(log_dir) if os.path.isdir(os.path.join(log_dir, n)))
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("txn")
+    log_dir = str(root / "logs")
+    manifest = generate_log_dir(
+        log_dir, topics=(("ledger", 2),), records=5000, keys=250, codec="mixed", batch_records=(1, 12),
+        segment_bytes=GENERATED_SEGMENT_BYTES, tombstone_ratio=0.15, transactions=0.45, idempotent=0.25,
+        abort_ratio=0.35, txn_producers=4, idempotent_producers=2, txn_batches=3, headers=1, seed=23,
+    )  # fmt: skip
+    checkpoint = os.path.join(log_dir, "cleaner-offset-checkpoint")
+    out = []
+    for n, now in enumerate(NOWS):
+        if n == 1:
+            out_of_dry_run = _dry_run_after_first_round(log_dir, now)
+        if os.path.exists(checkpoint):
+            os.remove(checkpoint)  # runTwoPassClean: every pass cleans from offset 0
+        before = {p: snapshot(os.path.join(log_dir, p)) for p in _parts(log_dir)}
+        code, report, err = run_job(log_dir, "--now-ms", str(now), "--segment-bytes", str(SEGMENT_BYTES[n]),
+                                    report=str(root / f"report-{n}.json"))  # fmt: skip
+        assert code == 0, err
+        after = {p: snapshot(os.path.join(log_dir, p)) for p in _parts(log_dir)}
+        out.append((now, before, after, report))
+    return log_dir, manifest, out, out_of_dry_run
+
+
+def _dry_run_after_first_round(log_dir, now):
+    """What the planner says about a second round that keeps the checkpoint (no Spark)."""
+    import sys
+
+    sys.path.insert(0, REPO)
+    from compaction.cli.options import parse_args
+    from compaction.round import run
+
+    code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(now), "--plan-only",
+                                   "--min-cleanable-dirty-ratio", "0"]))  # fmt: skip
+    assert code == 0
+    return report
+
+
+def test_every_round_cleans_every_partition(rounds):
+    _, _, out, _ = rounds
+    for now, before, _, report in out:
+        assert {p["status"] for p in report["partitions"]} == {"cleaned"}, now
+        assert len(report["partitions"]) == len(before)
+        assert all(p["groups"] >= 2 for p in report["partitions"]), (now, report["partitions"])
+
+
+def test_without_a_checkpoint_reset_the_second_round_has_nothing_to_clean(rounds):
+    _, _, _, dry = rounds
+    for p in dry["partitions"]:
+        assert p["status"] == "skipped" and p["reason"] == "nothing cleanable: active segment only", p
+
+
+@pytest.mark.parametrize("n", range(len(NOWS)))
+def test_round_matches_the_model(rounds, n):
+    _, _, out, _ = rounds
+    now, before, after, _ = out[n]
+    for part in before:
+        expected, _ = expected_round(before[part], now)
+        got = after[part].batches
+        assert [(b.base, b.last) for b in got] == [(b.base, b.last) for b in expected], part
+        for g, e in zip(got, expected):
+            assert g == e, (part, n, g, e)
+
+
+@pytest.mark.parametrize("n", range(len(NOWS)))
+def test_txnindex_holds_exactly_the_kept_abort_markers(rounds, n):
+    _, _, out, _ = rounds
+    now, before, after, _ = out[n]
+    kept_total = 0
+    for part in before:
+        _, kept = expected_round(before[part], now)
+        snap = after[part]
+        got = set()
+        for i, (base, batches, entries) in enumerate(snap.segments[:-1]):
+            end = snap.segments[i + 1][0]
+            assert all(base <= e[2] < end for e in entries), (part, base, entries)
+            assert [e[2] for e in entries] == sorted(e[2] for e in entries)
+            markers = {b.last for b in batches if b.control_type == ABORT}
+            assert {e[2] for e in entries} <= markers
+            got |= set(entries)
+        assert got == kept, (part, n)
+        kept_total += len(kept)
+    if n == 0:
+        assert kept_total > 0  # the first round keeps every ABORT marker with its entry
+
+
+def test_aborted_records_never_survive(rounds):
+    _, manifest, out, _ = rounds
+    for (topic, partition), pm in manifest.partitions.items():
+        aborted = {int(o) for o in (pm.txn == TXN_ABORTED).nonzero()[0] if pm.key_id[o] >= 0}
+        assert aborted
+        part = f"{topic}-{partition}"
+        for _, _, after, _ in out:
+            snap = after[part]
+            survivors = {r[0] for b in snap.batches if not b.control for r in b.records}
+            assert all(o >= snap.active_base for o in survivors & aborted), part
+
+
+def test_committed_records_follow_latest_per_key(rounds):
+    """After round 1: below the active segment, exactly the latest non-aborted record of each key."""
+    _, _, out, _ = rounds
+    _, before, after, _ = out[0]
+    for part, snap in before.items():
+        aborted = set()
+        by_pid_open: dict[int, list] = {}
+        for b in snap.batches:  # aborted by the markers alone (independent of the .txnindex)
+            if b.txn and not b.control:
+                by_pid_open.setdefault(b.pid, []).append(b)
+            elif b.control and b.records:
+                for d in by_pid_open.pop(b.pid, []):
+                    if b.control_type == ABORT:
+                        aborted |= {r[0] for r in d.records}
+        latest = {}
+        for b in snap.batches:
+            if not b.control:
+                for r in b.records:
+                    if r[0] < snap.active_base and r[0] not in aborted:
+                        latest[r[2]] = r
+        got = [r for b in after[part].batches if not b.control for r in b.records if r[0] < snap.active_base]
+        assert got == sorted(latest.values()), part
+
+
+def test_every_producer_keeps_its_last_batch(rounds):
+    _, _, out, _ = rounds
+    _, before0, _, _ = out[0]
+    for part, snap in before0.items():
+        last = {}
+        for b in snap.batches:
+            if b.pid >= 0 and not b.control:
+                last[b.pid] = (b.base, b.last)
+        assert len(last) >= 4
+        for _, _, after, _ in out:
+            present = {(b.pid, b.base, b.last) for b in after[part].batches}
+            for pid, (base, lst) in last.items():
+                assert (pid, base, lst) in present, (part, pid)
+
+
+def test_tombstones_and_markers_leave_when_the_rules_say(rounds):
+    _, _, out, _ = rounds
+    below = lambda snap: [b for b in snap.batches if b.last < snap.active_base]  # noqa: E731
+    tomb = lambda snap: [r for b in below(snap) if not b.control for r in b.records if r[3] is None]  # noqa: E731
+    markers = lambda snap: [b for b in below(snap) if b.control and b.records]  # noqa: E731
+    for part in out[0][1]:
+        r1, r2, r3 = (o[2][part] for o in out)
+        assert tomb(r1) and tomb(r2) == tomb(r1)  # one ms before the horizon they are all still there
+        assert all(b.horizon == NOW + R for b in below(r1) if not b.control and any(r[3] is None for r in b.records))
+        assert tomb(r3) == []
+        assert len(markers(r1)) == len(markers(out[0][1][part]))  # round 1 keeps every marker
+        with_horizon = [b for b in markers(r2) if b.horizon is not None]
+        assert with_horizon and all(b.horizon == NOWS[1] + R for b in with_horizon)
+        assert len(markers(r3)) == len(markers(r2)) - len(with_horizon)
+
+
+def test_everything_decodes_with_our_reader_too(rounds):
+    log_dir, _, _, _ = rounds
+    for part in _parts(log_dir):
+        part_dir = os.path.join(log_dir, part)
+        for log in segment_logs(part_dir):
+            data = open(log, "rb").read()
+            batches = list(iter_batches(data, log))
+            assert all(isinstance(b, RecordBatch) and b.crc_valid() for b in batches)
+            assert [(b.header.base_offset, b.header.last_offset) for b in batches] == [
+                (b.base, b.last) for b in decode_batches(log)
+            ]
+        assert not [n for n in os.listdir(part_dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+# --- an open transaction bounds the round (spec §2.3, §5.2 (a)) -------------------------------
+
+
+def _v2_batches(data: bytes) -> list[tuple[int, bytes]]:
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        out.append((base, data[pos : pos + 12 + length]))
+        pos += 12 + length
+    return out
+
+
+def _open_a_transaction(part_dir: str) -> int:
+    """Make the transaction of the next-to-last segment's first transactional batch open (no marker
+    up to the end of the log) by removing its producer's later batches, as if the log ended while
+    it was ongoing. Returns the first unstable offset (that transaction's first offset)."""
+    logs = segment_logs(part_dir)
+    seg = decode_batches(logs[-2])
+    first = next(b for b in seg if b.txn and not b.control)
+    for log in logs[-2:]:
+        kept = [raw for base, raw in _v2_batches(open(log, "rb").read())
+                if not (decode_batches_raw(raw).pid == first.pid and base > first.base)]  # fmt: skip
+        with open(log, "wb") as fh:
+            fh.write(b"".join(kept))
+        stem = log[: -len(".log")]
+        for suffix in (".index", ".timeindex"):  # positions changed: let them be rebuilt
+            if os.path.exists(stem + suffix):
+                os.remove(stem + suffix)
+        entries = [e for e in read_txn_entries(stem + ".txnindex")
+                   if not (e[0] == first.pid and e[2] > first.base)]  # fmt: skip
+        if os.path.exists(stem + ".txnindex"):
+            with open(stem + ".txnindex", "wb") as fh:
+                fh.write(b"".join(TXN_ENTRY.pack(0, *e) for e in entries))
+    open_txns: dict[int, int] = {}  # the first unstable offset, from kafka-python's view of the log
+    for b in snapshot(part_dir).batches:
+        if b.control and b.records:
+            open_txns.pop(b.pid, None)
+        elif b.txn and not b.control:
+            open_txns.setdefault(b.pid, b.base)
+    assert list(open_txns) == [first.pid]
+    return open_txns[first.pid]
+
+
+def decode_batches_raw(raw: bytes) -> KBatch:
+    b = MemoryRecords(raw).next_batch()
+    return KBatch(b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, bool(b.is_transactional),
+                  bool(b.is_control_batch), None, ())  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def open_txn(tmp_path_factory):
+    root = tmp_path_factory.mktemp("open-txn")
+    log_dir = str(root / "logs")
+    generate_log_dir(
+        log_dir, topics=(("ledger", 1),), records=3000, keys=150, codec="none", batch_records=(1, 12),
+        segment_bytes=40_000, tombstone_ratio=0.1, transactions=0.5, idempotent=0.2, abort_ratio=0.3,
+        txn_producers=4, txn_batches=3, seed=5,
+    )  # fmt: skip
+    part_dir = os.path.join(log_dir, "ledger-0")
+    first_unstable = _open_a_transaction(part_dir)
+    before = snapshot(part_dir)
+    raw_before = {log: open(log, "rb").read() for log in segment_logs(part_dir)}
+    code, report, err = run_job(log_dir, "--now-ms", str(NOW), report=str(root / "report.json"))
+    assert code == 0, err
+    return part_dir, first_unstable, before, raw_before, report
+
+
+def test_open_transaction_bounds_the_round(open_txn):
+    part_dir, first_unstable, before, raw_before, report = open_txn
+    bases = [base for base, _, _ in before.segments]
+    bound = max(b for b in bases if b <= first_unstable)  # the segment holding the LSO is not cleaned
+    assert bound < before.active_base
+    (entry,) = report["partitions"]
+    assert entry["status"] == "cleaned", entry
+    assert entry["firstUncleanableOffset"] == bound
+    for log, data in raw_before.items():
+        if int(os.path.basename(log)[:20]) >= bound:
+            assert open(log, "rb").read() == data, log
+    expected, _ = expected_round(replace(before, active_base=bound), NOW)
+    assert snapshot(part_dir).batches == expected

@@ -1,0 +1,260 @@
+"""The job against a real S3 protocol server (moto's, started here on 127.0.0.1), the way a user
+points it at MinIO or Ceph: endpoint in `AWS_ENDPOINT_URL`, credentials in the URI.
+
+Two spark-submits over two buckets that hold the same generated log dir:
+
+1. `s3://KEY:SECRET@crashed/logs` alone, SIGKILLed in the middle of its commit (the second
+   partition's old files renamed to `.deleted`, its `.swap` files not yet renamed: copies and
+   deletes on S3);
+2. one round over `s3://KEY:SECRET@clean/logs` (uninterrupted) and the crashed bucket again.
+
+Then both buckets hold exactly the records an uninterrupted run keeps (kafka-python decodes the
+downloaded segments; indexes pass the broker's checks), the same object names, and no object of
+ours: no directory marker, `.cleaned`, `.swap`, `.deleted`, `.tmp` or intent file. The secret key
+is in no log line and not in the report, nor in the report's HTML page (`--report-html` to a third
+bucket, written there through the same storage layer).
+
+A fourth spark-submit erases listed keys (`--erase-keys --erase-only`) in a bucket of its own,
+its key file read from the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from e2ekit import REPO, SUBMIT, decode_partition
+from faultkit import assert_loads, expected_after, kill_session, parts, start_submit
+
+from compaction.tools.generator import generate_log_dir
+
+boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto")
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+NOW = 1_800_000_000_000
+KEY, SECRET, REGION = "AKIAEXAMPLEKEY", "s3cr3t-never-logged", "us-east-1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    """moto's S3 server (`moto[server]`, a test extra) on a free port of 127.0.0.1."""
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"moto server did not start: {open(log.name).read()[-2000:]}") from None
+            time.sleep(0.2)
+    yield endpoint
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+def _client(endpoint):
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+                        region_name=REGION)  # fmt: skip
+
+
+def _upload(client, bucket: str, local: str) -> None:
+    """Object per file, no directory markers: what `aws s3 sync` does."""
+    client.create_bucket(Bucket=bucket)
+    for root, _, files in os.walk(local):
+        for name in files:
+            path = os.path.join(root, name)
+            client.upload_file(path, bucket, "logs/" + os.path.relpath(path, local))
+
+
+def _objects(client, bucket: str) -> dict[str, int]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+
+def _download(client, bucket: str, dest: str) -> None:
+    """The plain download loop a user writes: every object to a file of its key."""
+    for key in _objects(client, bucket):
+        path = os.path.join(dest, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        client.download_file(bucket, key, path)
+
+
+@pytest.fixture(scope="module")
+def rounds(s3_endpoint, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("s3"))
+    local = os.path.join(root, "input")
+    generate_log_dir(local, topics=(("orders", 2),), records=1500, keys=60, codec="mixed",
+                     segment_bytes=8000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    expected = {p: expected_after(os.path.join(local, p)) for p in parts(local)}
+    client = _client(s3_endpoint)
+    for bucket in ("clean", "crashed"):
+        _upload(client, bucket, local)
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
+    uri = {b: f"s3://{KEY}:{SECRET}@{b}/logs" for b in ("clean", "crashed")}
+
+    # 1. crashed: SIGKILL in the second partition's commit (old files renamed to .deleted).
+    mark = os.path.join(root, "crashed.mark")
+    proc = start_submit(
+        [uri["crashed"]],
+        os.path.join(root, "crash-report.json"),
+        "--now-ms",
+        str(NOW),
+        env={**env, "COMPACTION_CRASH_AT": "deleted:2", "COMPACTION_CRASH_MARK": mark},
+    )
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and not os.path.exists(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not os.path.exists(mark):
+        kill_session(proc.pid)
+        pytest.fail(f"no crash mark: {proc.stderr.read()[-4000:]}")
+    kill_session(proc.pid)
+    proc.wait(timeout=60)
+    crash_err = proc.stderr.read()
+    mid_crash = _objects(client, "crashed")
+
+    # 2. one round: the clean bucket for the first time, the crashed one again.
+    report_path = os.path.join(root, "report.json")
+    client.create_bucket(Bucket="reports")
+    # Every partition cut into ranges, whose tasks meet through an exchange directory on S3 too.
+    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", uri["clean"],
+           "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path,
+           "--report-html", f"s3://{KEY}:{SECRET}@reports/round.html",
+           "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
+           "--conf", f"spark.kafka.compaction.exchangeDir=s3://{KEY}:{SECRET}@reports/exchange"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    report = json.load(open(report_path))
+    err = crash_err + done.stdout + done.stderr
+    out = {}
+    for bucket in ("clean", "crashed"):
+        out[bucket] = os.path.join(root, "out", bucket)
+        _download(client, bucket, out[bucket])
+    page = client.get_object(Bucket="reports", Key="round.html")["Body"].read().decode()
+    reports = sorted(o["Key"] for o in client.list_objects_v2(Bucket="reports").get("Contents", []))
+    return {"client": client, "expected": expected, "report": report, "err": err, "out": out,
+            "mid_crash": mid_crash, "root": root, "page": page, "reports": reports}  # fmt: skip
+
+
+def test_the_crash_happened_mid_commit(rounds):
+    names = rounds["mid_crash"]
+    assert any(k.endswith(".deleted") for k in names), sorted(names)
+    assert any(k.endswith(".swap") for k in names), sorted(names)
+    assert not any(k.endswith("/") for k in names), "directory markers written during the commit"
+
+
+@pytest.mark.parametrize("bucket", ["clean", "crashed"])
+def test_compacted_record_for_record(rounds, bucket):
+    log_dir = os.path.join(rounds["out"][bucket], "logs")
+    assert parts(log_dir) == sorted(rounds["expected"])
+    for p in parts(log_dir):
+        assert_loads(os.path.join(log_dir, p))
+        assert decode_partition(os.path.join(log_dir, p)) == rounds["expected"][p], p
+    by_dir = {(e["logDir"], e["topic"], e["partition"]): e["status"] for e in rounds["report"]["partitions"]}
+    assert by_dir[(f"s3://***@{bucket}/logs", "orders", 0)] == "cleaned"
+
+
+def test_interrupted_bucket_ends_like_the_uninterrupted_one(rounds):
+    clean, crashed = (_objects(rounds["client"], b) for b in ("clean", "crashed"))
+    assert sorted(clean) == sorted(crashed)
+    for key in clean:
+        if key.endswith((".log", ".index", ".timeindex")):
+            a, b = (open(os.path.join(rounds["out"][x], key), "rb").read() for x in ("clean", "crashed"))
+            assert a == b, key
+
+
+@pytest.mark.parametrize("bucket", ["clean", "crashed"])
+def test_no_object_of_ours_is_left(rounds, bucket):
+    keys = _objects(rounds["client"], bucket)
+    transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
+    ours = [k for k in keys if k.endswith(transient)]
+    assert ours == []
+
+
+def test_the_ranges_met_through_s3_and_left_nothing_there(rounds):
+    assert rounds["report"]["timings"].get("rangesSeconds"), rounds["report"]["timings"]
+    assert rounds["reports"] == ["round.html"]
+
+
+def test_credentials_in_the_uri_reach_no_log_line_nor_the_report(rounds):
+    report_text = json.dumps(rounds["report"])
+    assert SECRET not in report_text and KEY not in report_text
+    assert rounds["report"]["args"]["log_dirs"] == ["s3://***@clean/logs", "s3://***@crashed/logs"]
+    assert "cleaned" in rounds["err"]  # the log lines are there, ...
+    assert SECRET not in rounds["err"] and KEY not in rounds["err"]  # ... without the credentials
+
+
+def test_the_html_page_is_on_s3_without_the_credentials(rounds):
+    page = rounds["page"]
+    assert page.startswith("<!DOCTYPE html>") and "s3://***@clean/logs" in page
+    assert SECRET not in page and KEY not in page
+    assert rounds["report"]["args"]["report_html"] == "s3://***@reports/round.html"
+    assert sorted(_objects(rounds["client"], "reports")) == ["round.html"]  # no temp object left
+
+
+def test_erase_keys_on_s3(s3_endpoint, tmp_path):
+    """`--erase-keys --erase-only` on a bucket (every codec, transactions, tombstones), SIGKILLed
+    in its second partition's commit, then run again: every record but the listed keys' stays,
+    the active segment erased too, indexes valid, no object of ours left."""
+    root = str(tmp_path)
+    local = os.path.join(root, "input")
+    generate_log_dir(local, topics=(("orders", 2),), records=1500, keys=60, codec="mixed", segment_bytes=8000,
+                     tombstone_ratio=0.05, transactions=0.3, abort_ratio=0.3, seed=13)  # fmt: skip
+    listed = {b"key-000004", b"key-000021", b"key-000042"}
+    keys = os.path.join(root, "keys.txt")
+    with open(keys, "w") as fh:
+        fh.write("".join(f"orders\t{k.decode()}\n" for k in sorted(listed)))
+    client = _client(s3_endpoint)
+    _upload(client, "erase", local)
+    client.upload_file(keys, "erase", "requests/keys.txt")  # read by the driver from the bucket
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
+    report_path = os.path.join(root, "report.json")
+    erase = ["--now-ms", str(NOW), "--erase-keys", f"s3://{KEY}:{SECRET}@erase/requests/keys.txt", "--erase-only"]
+    mark = os.path.join(root, "crashed.mark")
+    proc = start_submit([f"s3://{KEY}:{SECRET}@erase/logs"], os.path.join(root, "crash-report.json"), *erase,
+                        env={**env, "COMPACTION_CRASH_AT": "deleted:2", "COMPACTION_CRASH_MARK": mark})  # fmt: skip
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and not os.path.exists(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kill_session(proc.pid)
+    proc.wait(timeout=60)
+    assert os.path.exists(mark), proc.stderr.read()[-4000:]
+    assert [k for k in _objects(client, "erase") if k.endswith(".deleted")]  # killed mid-commit
+    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir",
+           f"s3://{KEY}:{SECRET}@erase/logs", "--report", report_path, *erase]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    out = os.path.join(root, "out")
+    _download(client, "erase", out)
+    for p in parts(local):
+        part_dir = os.path.join(out, "logs", p)
+        assert_loads(part_dir)
+        assert decode_partition(part_dir) == [r for r in decode_partition(os.path.join(local, p))
+                                              if r.key not in listed], p  # fmt: skip
+    report = json.load(open(report_path))
+    # The partition the crash left half-swapped is finished by recovery and erased again (nothing
+    # left to erase there: skipped), the other erased now.
+    assert {e["status"] for e in report["partitions"]} <= {"cleaned", "skipped"}, report["partitions"]
+    transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
+    assert [k for k in _objects(client, "erase") if k.endswith(transient)] == []
+    assert SECRET not in json.dumps(report) and SECRET not in done.stdout + done.stderr

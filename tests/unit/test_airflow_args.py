@@ -1,0 +1,54 @@
+"""The Airflow DAG's params -> the job's command line (`compaction.airflow.job_args`), without
+Airflow: its one import from Airflow is stubbed here (tests/e2e/test_airflow_e2e.py runs the DAG with
+the real provider)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+import compaction
+
+STUBBED = ("airflow", "airflow.providers", "airflow.providers.apache", "airflow.providers.apache.spark",
+           "airflow.providers.apache.spark.operators")  # fmt: skip
+
+
+@pytest.fixture
+def dag_args(monkeypatch):
+    for name in STUBBED:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    operators = types.ModuleType("airflow.providers.apache.spark.operators.spark_submit")
+    operators.SparkSubmitOperator = type("SparkSubmitOperator", (), {})
+    monkeypatch.setitem(sys.modules, operators.__name__, operators)
+    monkeypatch.delitem(sys.modules, "compaction.airflow", raising=False)
+    monkeypatch.setattr(compaction, "airflow", None, raising=False)
+    module = importlib.import_module("compaction.airflow")
+    yield module
+    sys.modules.pop("compaction.airflow", None)  # the stubbed import must not outlive the test
+
+
+def test_report_html_puts_the_page_next_to_the_json_report(dag_args):
+    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/data/logs"], "report_dir": "/data/reports/",
+              "report_html": True, "dry_run": True}  # fmt: skip
+    args = dag_args.job_args(params, 5, "manual__2026-01-01T00:00:00+00:00")
+    run = "/data/reports/manual__2026-01-01T00_00_00_00_00"
+    assert args[args.index("--report") + 1] == f"{run}.json"
+    assert args[args.index("--report-html") + 1] == f"{run}.html"
+    assert "--dry-run" in args
+
+
+def test_no_page_unless_asked_and_never_without_a_report_dir(dag_args):
+    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/data/logs"], "report_dir": "/data/reports"}
+    assert "--report-html" not in dag_args.job_args(params, 5, "r")
+    with pytest.raises(ValueError, match="report_html needs params.report_dir"):
+        dag_args.job_args({**params, "report_dir": None, "report_html": True}, 5, "r")
+
+
+def test_erase_params_pass_the_key_file(dag_args):
+    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"], "erase_keys": "s3://b/keys.txt", "erase_only": True}
+    args = dag_args.job_args(params, 5, "r")
+    assert args[args.index("--erase-keys") + 1] == "s3://b/keys.txt" and "--erase-only" in args
+    assert "--erase-keys" not in dag_args.job_args({**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"]}, 5, "r")

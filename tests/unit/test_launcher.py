@@ -1,0 +1,386 @@
+"""The launcher's pure parts (argument split, Spark settings, zip freshness), the pre-flight
+classification of directories, the log lines and the metrics file: no Spark, no JVM."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import sys
+import zipfile
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from compaction.cli import launcher
+
+from compaction.cli import logs
+
+from compaction.cli import metrics
+
+from compaction.cli import preflight
+from compaction.errors import UsageError
+from compaction.cli.options import check_options, parse_unchecked
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+# --- the command line split ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "argv, master, spark, job",
+    [
+        (["--log-dir", "d"], None, [], ["--log-dir", "d"]),
+        (["--master", "local[2]", "--log-dir", "d"], "local[2]", [], ["--log-dir", "d"]),
+        (["--master=spark://h:7077", "--log-dir=d"], "spark://h:7077", [], ["--log-dir=d"]),
+        (["--driver-memory=1g", "--log-dir", "d"], None, ["--driver-memory", "1g"], ["--log-dir", "d"]),
+        (["--driver-memory", "1g", "--conf", "a=b", "--conf=c=d"], None,
+         ["--driver-memory", "1g", "--conf", "a=b", "--conf", "c=d"], []),
+        (["--verbose", "--dry-run"], None, ["--verbose"], ["--dry-run"]),
+        (["--log-dir", "d", "--", "--master", "x"], None, [], ["--log-dir", "d", "--master", "x"]),
+    ],
+)  # fmt: skip
+def test_spark_options_in_both_forms_go_to_spark_the_rest_to_the_job(argv, master, spark, job):
+    cl = launcher.split_argv(argv)
+    assert (cl.master, cl.spark_args, cl.job_args) == (master, spark, job)
+
+
+def test_a_spark_option_without_its_value_is_a_usage_error():
+    with pytest.raises(UsageError, match="--executor-memory needs a value"):
+        launcher.split_argv(["--log-dir", "d", "--executor-memory"])
+
+
+# --- Spark settings -----------------------------------------------------------------------------
+
+
+def test_local_master_imports_the_package_dir_and_ships_no_zip(tmp_path):
+    env = {"PATH": os.environ["PATH"], "KAFKA_COMPACTION_DIST_DIR": str(tmp_path)}
+    s = launcher.spark_settings("local[2]", env=env)
+    assert s.py_files == () and not os.listdir(tmp_path)
+    assert s.conf["spark.ui.showConsoleProgress"] == "false"
+    assert s.conf["spark.pyspark.python"] == sys.executable
+    assert s.conf["spark.driver.extraJavaOptions"].endswith(launcher.LOG4J_CONFIG)
+    assert os.path.exists(launcher.LOG4J_CONFIG) and os.path.exists(s.application)
+    assert s.env["PYTHONPATH"].split(os.pathsep)[0] == launcher.package_root()
+
+
+def test_cluster_master_ships_the_zip_and_user_py_files_join_it(tmp_path):
+    env = {**os.environ, "KAFKA_COMPACTION_DIST_DIR": str(tmp_path)}
+    cl = launcher.split_argv(["--master", "spark://h:7077", "--py-files", "extra.zip", "--log-dir", "d"])
+    cmd, run_env = launcher.submit_command(cl, env)
+    assert cmd[cmd.index("--py-files") + 1] == f"{tmp_path}/compaction.zip,extra.zip"
+    assert cmd.count("--py-files") == 1
+    assert cmd[-3:] == [launcher.APPLICATION, "--log-dir", "d"]
+    assert run_env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_a_user_log4j_setting_replaces_ours():
+    s = launcher.spark_settings("local[1]", env=dict(os.environ),
+                                user_conf=["spark.driver.extraJavaOptions=-Dx=1"])  # fmt: skip
+    assert "spark.driver.extraJavaOptions" not in s.conf
+
+
+def test_the_zip_is_rewritten_only_when_a_source_changes(tmp_path, monkeypatch):
+    pkg = tmp_path / "src" / "compaction"
+    shutil.copytree(launcher.PACKAGE_DIR, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(launcher, "PACKAGE_DIR", str(pkg))
+    dist = tmp_path / "dist"
+    zip_path = launcher.ensure_zip(str(dist))
+    first = os.stat(zip_path)
+    assert launcher.ensure_zip(str(dist)) == zip_path
+    assert os.stat(zip_path).st_ino == first.st_ino  # not replaced
+    with zipfile.ZipFile(zip_path) as zf:
+        names = zf.namelist()
+    assert "compaction/round.py" in names and "compaction/kernels/scan.py" in names
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    (pkg / "run.py").write_text((pkg / "run.py").read_text() + "\n# changed\n")
+    launcher.ensure_zip(str(dist))
+    assert os.stat(zip_path).st_ino != first.st_ino
+    with zipfile.ZipFile(zip_path) as zf:
+        assert zf.read("compaction/round.py").endswith(b"# changed\n")
+    assert sorted(os.listdir(dist)) == ["compaction.zip"]  # no temp file left
+
+
+def test_help_lists_spark_options_exit_codes_and_environment():
+    text = launcher.help_epilog()
+    for needle in ("--driver-memory", "--conf", "--opt=value", "Exit codes", "52", "JAVA_HOME",
+                   "PYSPARK_PYTHON", "SPARK_MASTER"):  # fmt: skip
+        assert needle in text
+
+
+# --- option checks ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topics", "("], "--topics '(': not a regular expression"),
+        (["--min-cleanable-dirty-ratio", "5"], "--min-cleanable-dirty-ratio: min.cleanable.dirty.ratio=5.0"),
+        (["--segment-bytes", "10"], "--segment-bytes: segment.bytes=10 is below"),
+        (["--delete-retention-ms", "-1"], "--delete-retention-ms: delete.retention.ms=-1"),
+        (["--cleanup-policy", "archive"], "cleanup.policy=archive is not compact"),
+        (["--tasks-per-core", "0"], "--tasks-per-core 0"),
+        (["--report", "r.json", "--report-html", "r.json"], "--report and --report-html name the same file"),
+    ],
+)  # fmt: skip
+def test_out_of_range_options_are_usage_errors(args, message):
+    with pytest.raises(UsageError) as err:
+        check_options(parse_unchecked(["--log-dir", "d", *args]))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_malformed_topic_config_is_a_usage_error_naming_the_file(tmp_path):
+    bad = tmp_path / "topics.properties"
+    bad.write_text("orders.cleanup.policy=compact\nnot a config line\n")
+    with pytest.raises(UsageError) as err:
+        parse_unchecked(["--log-dir", "d", "--topic-config", str(bad)])
+    assert str(err.value).startswith(f"{bad} line 2: ")
+    with pytest.raises(UsageError, match="No such file"):
+        parse_unchecked(["--log-dir", "d", "--topic-config", str(tmp_path / "missing.json")])
+
+
+# --- what a directory is --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, entries, kind",
+    [
+        ("kafka-logs", [("orders-0", True)], preflight.LOG_DIR),
+        ("kafka-logs", [("meta.properties", False)], preflight.LOG_DIR),  # a broker's, no topics yet
+        ("kafka-logs", [("cleaner-offset-checkpoint", False), ("x", True)], preflight.LOG_DIR),
+        ("orders-0", [("00000000000000000000.log", False), ("00000000000000000000.index", False)],
+         preflight.PARTITION_DIR),
+        ("orders-0", [("leader-epoch-checkpoint", False)], preflight.PARTITION_DIR),
+        ("data", [("00000000000000000000.log", False)], preflight.OTHER),  # segments, but no partition name
+        ("data", [("notes.txt", False), ("sub", True)], preflight.OTHER),
+        ("data", [("orders-0-delete", True)], preflight.OTHER),  # only a deleted partition's dir
+        ("data", [], preflight.EMPTY),
+    ],
+)  # fmt: skip
+def test_log_dir_partition_dir_or_neither(name, entries, kind):
+    assert preflight.classify_listing(name, entries) == kind
+
+
+def test_check_log_dir_names_the_fix(tmp_path):
+    (tmp_path / "logs" / "orders-3").mkdir(parents=True)
+    (tmp_path / "logs" / "orders-3" / "00000000000000000000.log").write_bytes(b"")
+    preflight.check_log_dir(str(tmp_path / "logs"))
+    with pytest.raises(UsageError) as err:
+        preflight.check_log_dir(str(tmp_path / "logs" / "orders-3"))
+    assert f"partition dir, not a log dir; give its parent: --log-dir {tmp_path}/logs " in str(err.value)
+    with pytest.raises(UsageError, match="no such directory"):
+        preflight.check_log_dir(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="empty"):
+        preflight.check_log_dir(str(tmp_path / "empty"))
+
+
+def test_the_html_page_goes_where_the_round_can_write_it(tmp_path):
+    (tmp_path / "logs" / "orders-0").mkdir(parents=True)
+    log_dir = str(tmp_path / "logs")
+    opts = parse_unchecked(["--log-dir", log_dir, "--report-html", str(tmp_path / "out" / "r.html")])
+    with pytest.raises(UsageError, match=r"^--report-html .*/out/r.html: directory .*/out does not exist"):
+        preflight.check_round(opts)
+    opts = parse_unchecked(["--log-dir", log_dir, "--report-html", str(tmp_path)])
+    with pytest.raises(UsageError, match="is a directory; give a file path"):
+        preflight.check_round(opts)
+    preflight.check_round(parse_unchecked(["--log-dir", log_dir, "--report-html", str(tmp_path / "r.html")]))
+
+
+def test_find_java_explains_what_to_install(tmp_path):
+    with pytest.raises(UsageError, match=r"no Java found.*JAVA_HOME"):
+        preflight.find_java({"PATH": str(tmp_path)})
+    with pytest.raises(UsageError, match="has no bin/java"):
+        preflight.find_java({"JAVA_HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+
+
+# --- log lines ----------------------------------------------------------------------------------
+
+
+def _entry(**kw):
+    base = dict(topic="orders", partition=0, logDir="/d", status="cleaned", reason=None, dirtyRatio=0.75,
+                firstDirtyOffset=0, endOffset=100, bytesRead=2 * 1_048_576, bytesWritten=1_048_576,
+                recordsRead=100, recordsWritten=10, invalidRecords=0, seconds=1.0)  # fmt: skip
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(
+    "entry, level",
+    [
+        (_entry(), logging.INFO),
+        (_entry(status="skipped", reason="below min.cleanable.dirty.ratio"), logging.INFO),
+        (_entry(status="skipped", reason="nothing cleanable: active segment only"), logging.INFO),
+        (_entry(status="skipped", reason="cleanup.policy is delete"), logging.INFO),
+        (_entry(status="skipped", reason="some problem the policy does not explain"), logging.WARNING),
+        (_entry(status="failed", reason="/d/orders-0/0.log: byte 61: crc"), logging.ERROR),
+    ],
+)  # fmt: skip
+def test_a_partition_is_one_line_at_the_level_an_alert_needs(entry, level):
+    stream = io.StringIO()
+    logs.setup("text", stream)
+    logs.log_partition(entry)
+    line = stream.getvalue()
+    assert line.count("\n") == 1 and f" {logging.getLevelName(level)} " in line
+    assert "orders-0: " + entry["status"] in line
+
+
+def test_cleaned_line_keeps_kafkas_numbers():
+    line = logs.partition_line(_entry())
+    assert "dirty section = [0, 100]" in line
+    assert "2.0 MB of log processed in 1.0 seconds (2.0 MB/sec)" in line
+    assert "50.0% size reduction (90.0% fewer messages)" in line
+
+
+def test_json_format_is_one_object_per_line_with_the_fields():
+    stream = io.StringIO()
+    logs.setup("json", stream)
+    logs.log_partition(_entry(status="failed", reason="bad\nthing"))
+    logging.getLogger("x").warning("two\nlines")
+    rows = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert len(rows) == 2
+    assert rows[0]["level"] == "ERROR" and rows[0]["topic"] == "orders" and rows[0]["status"] == "failed"
+    assert rows[0]["event"] == "partition" and rows[0]["reason"] == "bad\nthing"
+    assert rows[1]["message"] == "two\nlines" and rows[1]["time"].endswith("Z")
+
+
+def test_text_format_escapes_newlines():
+    stream = io.StringIO()
+    logs.setup("text", stream)
+    logging.getLogger("x").error("two\nlines")
+    assert stream.getvalue().count("\n") == 1
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def _report(failed=0):
+    totals = dict(partitions=3, cleaned=2 - failed, skipped=1, failed=failed, bytesRead=1000,
+                  bytesWritten=400, recordsRead=50, recordsWritten=20)  # fmt: skip
+    timings = {"planSeconds": 0.5, "totalSeconds": 9.25}
+    return {"totals": totals, "timings": timings, "args": {"dry_run": False}}
+
+
+def _samples(text):
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+
+
+def test_metrics_file_is_prometheus_text_with_totals_and_phases(tmp_path):
+    path = tmp_path / "kafka_compaction.prom"
+    metrics.write(str(path), _report(), 0, 1_700_000_000.5)
+    got = _samples(path.read_text())
+    assert got[("kafka_compaction_last_run_partitions", (("status", "cleaned"),))] == 2
+    assert got[("kafka_compaction_last_run_reclaimed_bytes", ())] == 600
+    assert got[("kafka_compaction_last_run_duration_seconds", (("phase", "total"),))] == 9.25
+    assert got[("kafka_compaction_last_run_duration_seconds", (("phase", "plan"),))] == 0.5
+    assert got[("kafka_compaction_last_success_timestamp_seconds", ())] == 1_700_000_000.5
+    assert sorted(os.listdir(tmp_path)) == ["kafka_compaction.prom"]  # written by rename, no temp left
+
+
+def test_a_failed_round_keeps_the_last_success_time(tmp_path):
+    path = tmp_path / "kafka_compaction.prom"
+    metrics.write(str(path), _report(), 0, 1_700_000_000.0)
+    metrics.write(str(path), _report(failed=1), 1, 1_700_000_600.0)
+    got = _samples(path.read_text())
+    assert got[("kafka_compaction_last_run_exit_code", ())] == 1
+    assert got[("kafka_compaction_last_run_timestamp_seconds", ())] == 1_700_000_600.0
+    assert got[("kafka_compaction_last_success_timestamp_seconds", ())] == 1_700_000_000.0
+
+
+def test_operator_settings_put_the_jobs_spark_submit_first_on_the_path():
+    # what the Airflow DAG's SparkSubmitOperator gets: it runs `spark-submit` by name
+    got = launcher.operator_settings("local[2]", sys.executable, env=dict(os.environ),
+                                     user_conf={"spark.ui.enabled": "false"})  # fmt: skip
+    first = got["env_vars"]["PATH"].split(os.pathsep)[0]
+    assert os.access(os.path.join(first, got["spark_binary"]), os.X_OK)
+    assert got["application"] == launcher.APPLICATION and got["py_files"] is None
+    assert got["conf"]["spark.pyspark.driver.python"] == got["conf"]["spark.pyspark.python"] == sys.executable
+    assert got["conf"]["spark.ui.enabled"] == "false"
+
+
+def test_credentials_in_a_uri_never_reach_an_error_message():
+    assert preflight.shown("s3://AKIA:s3cr3t@bucket/logs") == "s3://***@bucket/logs"
+    assert preflight.shown("/data/kafka-logs") == "/data/kafka-logs"
+    with pytest.raises(UsageError) as err:
+        preflight.check_log_dir("s3://AKIA:s3cr3t@bucket/logs?scheme=http&no_such_option=1")
+    assert "s3cr3t" not in str(err.value) and "AKIA" not in str(err.value)
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+
+class _Tracker:
+    """The slice of pyspark's StatusTracker the progress counter reads, driven by the test."""
+
+    def __init__(self):
+        self.jobs, self.stages = {}, {}
+
+    def getJobInfo(self, jid):
+        return self.jobs.get(jid)
+
+    def getStageInfo(self, sid):
+        return self.stages.get(sid)
+
+
+class _Context:
+    def __init__(self, tracker):
+        self._tracker = tracker
+
+    def statusTracker(self):
+        return self._tracker
+
+
+def _job(jid, stage_ids, status):
+    from pyspark.status import SparkJobInfo
+
+    return SparkJobInfo(jid, stage_ids, status)
+
+
+def _stage(sid, tasks, done, active):
+    from pyspark.status import SparkStageInfo
+
+    return SparkStageInfo(sid, 0, "s", tasks, active, done, 0)
+
+
+def test_progress_counts_every_job_since_it_started_also_one_that_ended_between_polls():
+    from compaction.cli.progress import StageCounter
+
+    t = _Tracker()
+    t.jobs[0] = _job(0, [0], "SUCCEEDED")  # the warm-up: not the round's
+    t.stages[0] = _stage(0, 2, 2, 0)
+    counter = StageCounter.after_current(_Context(t))
+    t.jobs[1] = _job(1, [1], "SUCCEEDED")  # started and ended before the first poll
+    t.stages[1] = _stage(1, 4, 4, 0)
+    t.jobs[2] = _job(2, [2, 3], "RUNNING")
+    t.stages[2], t.stages[3] = _stage(2, 8, 3, 2), _stage(3, 2, 0, 0)
+    assert counter.poll() == (7, 14, 2)
+    t.stages[2] = _stage(2, 8, 7, 1)  # the tracker lags: the job returned, its last task not seen
+    assert counter.poll(finished=True) == (14, 14, 0)
+
+
+def test_progress_line_and_bar():
+    from compaction.cli.progress import Reporter, Snapshot, bar, describe
+
+    s = Snapshot(tasks_done=3, tasks_total=4, running=1, elapsed=10.0, total_bytes=400 * 1_048_576)
+    assert s.bytes_done == 300 * 1_048_576 and s.rate == 30 * 1_048_576 and s.eta == pytest.approx(10 / 3)
+    line = describe(s, partitions=12)
+    assert "3/4 tasks (1 running) for 12 partitions" in line and "~300.0 of 400.0 MB scanned" in line
+    assert "30.0 MB/s" in line and "ETA 0:00:03" in line
+    assert bar(s, width=8) == "[######--]  75.0%"
+    tty = io.StringIO()
+    Reporter(stream=tty, tty=True).draw(s, 12)
+    assert tty.getvalue().startswith("\r[") and "\n" not in tty.getvalue()  # redrawn in place
+    plain = io.StringIO()
+    logs.setup("json", plain)
+    Reporter(stream=io.StringIO(), tty=False).draw(s, 12)
+    row = json.loads(plain.getvalue())
+    assert row["event"] == "progress" and row["tasksDone"] == 3 and row["bytesTotal"] == 400 * 1_048_576

@@ -1,0 +1,72 @@
+"""memops.memcpy_at: exact byte ranges, nothing outside them touched, read-only sources, and the
+kernels that use it stay cacheable (compiled once, loaded from numba's cache). memops.prefetch:
+compiles for any 1-D array and changes nothing."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from compaction.kernels.memops import memcpy_at, prefetch
+
+
+@numba.njit(cache=True)
+def _copy(dst, d, src, s, n):
+    memcpy_at(dst, d, src, s, n)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 4099])
+@pytest.mark.parametrize("d,s", [(0, 0), (3, 0), (0, 5), (13, 29)])
+def test_memcpy_at_copies_exactly_the_range(n, d, s):
+    rng = np.random.default_rng(n * 100 + d + s)
+    src = rng.integers(0, 256, s + n + 40, dtype=np.uint8)
+    src.flags.writeable = False  # segment buffers are read-only arrays
+    dst = np.full(d + n + 40, 0xAB, np.uint8)
+    expected = dst.copy()
+    expected[d : d + n] = src[s : s + n]
+    _copy(dst, d, src, s, n)
+    assert dst.tobytes() == expected.tobytes()
+
+
+def test_memcpy_at_refuses_other_types():
+    with pytest.raises(numba.TypingError):
+        _copy(np.zeros(4, np.int64), 0, np.zeros(4, np.uint8), 0, 1)
+
+
+def test_kernels_using_it_are_cacheable():
+    assert _copy.stats.cache_misses or _copy.stats.cache_hits  # cache=True was honoured, no "dynamic globals"
+    from compaction.kernels import rebuild
+
+    assert rebuild._rebuild_kernel._cache.__class__.__name__ != "NullCache"
+
+
+@numba.njit(cache=True)
+def _gather_prefetched(values, idx, ahead):
+    total = 0
+    for i in range(len(idx)):
+        if i + ahead < len(idx):
+            prefetch(values, idx[i + ahead])
+        total += np.int64(values[idx[i]])
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64, np.uint64])
+def test_prefetch_changes_nothing(dtype):
+    values = np.arange(1000, dtype=dtype)
+    before = values.copy()
+    idx = np.random.default_rng(1).integers(0, 1000, 5000)
+    expected = int(values[idx].astype(np.int64).sum())
+    assert _gather_prefetched(values, idx, 16) == expected
+    assert _gather_prefetched(values, idx.astype(np.int32), 3) == expected
+    assert values.tobytes() == before.tobytes()
+    assert _gather_prefetched.stats.cache_misses or _gather_prefetched.stats.cache_hits
+
+
+def test_prefetch_refuses_other_types():
+    @numba.njit
+    def bad(x):
+        prefetch(x, 0)
+
+    with pytest.raises(numba.TypingError):
+        bad(np.zeros((2, 2)))

@@ -1,0 +1,90 @@
+"""Job options: Kafka config names, per-topic overrides and their precedence (no Spark)."""
+
+import json
+
+import pytest
+
+from compaction.cli.options import parse_args, parse_topic_properties
+from compaction.policy.plan import resolve_topic_config
+
+
+def test_flags_are_kafka_config_names_and_unset_flags_stay_unset():
+    opts = parse_args(["--log-dir", "/x", "--min-cleanable-dirty-ratio", "0.2", "--delete-retention-ms", "5"])
+    assert opts.kafka_config == {"min.cleanable.dirty.ratio": 0.2, "delete.retention.ms": 5}
+    assert opts.log_dirs == ["/x"]
+
+
+def test_log_dir_is_repeatable_and_required():
+    assert parse_args(["--log-dir", "a", "--log-dir", "b"]).log_dirs == ["a", "b"]
+    with pytest.raises(SystemExit) as exc:
+        parse_args([])
+    assert exc.value.code == 2
+
+
+def test_now_ms_defaults_to_the_wall_clock_and_can_be_pinned():
+    assert parse_args(["--log-dir", "x", "--now-ms", "123"]).now_ms == 123
+    assert parse_args(["--log-dir", "x"]).now_ms > 1_700_000_000_000
+
+
+def test_topic_properties_handle_dotted_topic_names():
+    text = "# comment\nmy.topic.cleanup.policy=delete\nmy.topic.delete.retention.ms = 10\nother.segment.bytes=2048\n"
+    assert parse_topic_properties(text) == ({}, {
+        "my.topic": {"cleanup.policy": "delete", "delete.retention.ms": "10"},
+        "other": {"segment.bytes": "2048"},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("line", ["no-equals-sign", "topic.unknown.config=1"])
+def test_topic_properties_reject_what_they_cannot_read(line):
+    with pytest.raises(ValueError, match="line 1"):
+        parse_topic_properties(line)
+
+
+def test_topic_override_beats_job_option_beats_kafka_default(tmp_path):
+    path = tmp_path / "topics.json"
+    path.write_text(json.dumps({"orders": {"delete.retention.ms": 7}}))
+    opts = parse_args(["--log-dir", "x", "--delete-retention-ms", "99", "--topic-config", str(path)])
+    orders = resolve_topic_config(opts.topic_config.get("orders"), opts.config_for("orders"))
+    users = resolve_topic_config(opts.topic_config.get("users"), opts.config_for("users"))
+    assert orders.delete_retention_ms == 7
+    assert users.delete_retention_ms == 99
+    assert users.segment_bytes == 1_073_741_824  # Kafka's default
+
+
+def test_compact_delete_policy_is_compacted():
+    assert resolve_topic_config({"cleanup.policy": "Compact, Delete"}).compact
+    assert not resolve_topic_config({"cleanup.policy": "delete"}).compact
+
+
+def test_report_entries_equal_asdict_and_do_not_share_lists():
+    from dataclasses import asdict
+
+    from compaction.steps import report as rpt
+
+    r = rpt.PartitionResult("t", 1, "/logs", status=rpt.CLEANED, dirtyRatio=0.75, bytesRead=10,
+                            recovery=["removed a.cleaned"])  # fmt: skip
+    built = rpt.build_report([r], {}, {}, 0)["partitions"]
+    assert built == [asdict(r)]
+    built[0]["recovery"].append("x")
+    assert r.recovery == ["removed a.cleaned"]
+
+
+@pytest.mark.parametrize(
+    "total, cores, per_core, tasks",
+    [
+        (0, 2, 2, 2),  # nothing to split: still one per core (and at least one)
+        (0, 0, 2, 1),
+        (1 << 30, 2, 2, 2),
+        (2 << 30, 2, 2, 2),  # 2 GiB: one task per core; a second wave would cost more than it balances
+        ((2 << 30) + (100 << 20), 2, 2, 2),  # 2 GiB of segments and their active ones
+        (3 << 30, 2, 2, 3),
+        (4 << 30, 2, 2, 4),
+        (100 << 30, 2, 2, 4),  # never more than tasks_per_core per core
+        (100 << 30, 8, 1, 8),
+        (3 << 30, 4, 2, 4),
+    ],
+)  # fmt: skip
+def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(total, cores, per_core, tasks):
+    from compaction.round import task_count
+
+    assert task_count(total, cores, per_core) == tasks

@@ -1,0 +1,230 @@
+"""A partition cleaned as one range (the whole-partition task) and as N ranges (the ranges
+stage's tasks, compaction/steps/range_task.py, run here on threads without Spark) writes the same
+bytes. Inputs: generated partitions with every codec, tombstones, transactions, a clean section."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compaction.steps import ranges
+from compaction.runtime.exchange import Exchange
+from compaction.steps.range_task import STATS_ROW, RangePlan, run_task
+from compaction.format import naming
+from compaction.kernels.keymap import KeyTable
+from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.spark.stages import compact_partition
+from compaction.runtime.storage import Storage
+
+NOW_MS = 1_795_305_600_000
+
+
+def generate(out: Path, *args: str) -> Path:
+    subprocess.run([sys.executable, "-m", "compaction", "generate", str(out), "--topics", "t:1", "--seed", "3",
+                    "--timestamp-start", str(NOW_MS - 3_600_000), *args], check=True)  # fmt: skip
+    return out / "t-0"
+
+
+def specs_for(part: Path, groups: int, first_dirty: int = 0) -> list[GroupSpec]:
+    """The non-active segments cut into `groups` groups, the active one as the last group's tail."""
+    segs = []
+    for f in sorted(part.glob("*.log")):
+        st_ = f.stat()
+        segs.append(SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns))
+    body, tail = segs[:-1], segs[-1]
+    cuts = np.array_split(np.arange(len(body)), groups)
+    return [
+        GroupSpec(
+            group_id=10 + n, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
+            segments=tuple(body[i] for i in idx), first_dirty_offset=first_dirty, upper_bound=tail.base_offset,
+            now_ms=NOW_MS, delete_retention_ms=60_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
+            tail_segments=(tail,) if n == groups - 1 else (),
+        )  # fmt: skip
+        for n, idx in enumerate(cuts)
+    ]
+
+
+def cleaned(part: Path) -> dict[str, bytes]:
+    out = {f.name: f.read_bytes() for f in sorted(part.glob("*" + CLEANED))}
+    for f in part.glob("*" + CLEANED):
+        f.unlink()
+    return out
+
+
+def in_ranges(specs: list[GroupSpec], tasks: int, where: Path, reuse: int = 1 << 30) -> list[dict]:
+    """The ranges stage in this process: its `tasks` tasks on threads, meeting through an
+    exchange directory in `where`, as the barrier stage's tasks do."""
+    plan = RangePlan.cut([specs], tasks)
+    where.mkdir(parents=True, exist_ok=True)
+    ex = Exchange(Storage.local(), str(where))
+    with ThreadPoolExecutor(len(plan.tasks)) as pool:
+        outs = list(pool.map(lambda t: run_task(t, plan, ex, reuse), range(len(plan.tasks))))
+    return sorted((r for out in outs for r in out if r["group_id"] != STATS_ROW), key=lambda r: r["group_id"])
+
+
+CASES = {
+    "mixed codecs, tombstones": ["--records", "6000", "--keys", "700", "--codec", "mixed", "--tombstone-ratio", "0.1",
+                                 "--segment-bytes", "40000"],
+    "transactions, aborts": ["--records", "5000", "--keys", "400", "--transactions", "0.5", "--abort-ratio", "0.3",
+                             "--idempotent", "0.3", "--segment-bytes", "40000"],
+    "legacy v1 gzip": ["--records", "3000", "--keys", "300", "--legacy", "v1", "--codec", "gzip",
+                       "--segment-bytes", "30000"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+# (groups, tasks, scan cache bytes): one group cut between three tasks; groups cut across tasks
+# with and without kept scans; more groups than tasks.
+@pytest.mark.parametrize("n_ranges, tasks, reuse", [(1, 3, 1 << 30), (2, 3, 0), (3, 2, 1 << 30), (5, 2, 20_000)])
+def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse):
+    part = generate(tmp_path / "logs", *CASES[case])
+    whole = compact_partition(specs_for(part, 1))
+    assert not any(r.get("error") or r.get("first_unstable") for r in whole), whole
+    one = cleaned(part)
+    # The groups are the whole-partition task's one group cut: their boundaries must match.
+    specs = specs_for(part, n_ranges)
+    plan = RangePlan.cut([specs], tasks)
+    assert len(plan.tasks) == tasks and len(plan.ranges) >= max(tasks, n_ranges)
+    rows = in_ranges(specs, tasks, tmp_path / "exchange", reuse)
+    assert not any(r.get("error") for r in rows), rows
+    many = cleaned(part)
+    assert len(many) == 3 * n_ranges or len(many) >= 3 * n_ranges  # .log, .index, .timeindex (+ .txnindex)
+    # Concatenated logs (the groups' new bases differ from the one group's) hold the same batches.
+    logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
+    assert logs(many) == logs(one)
+    assert sum(r["records_written"] for r in rows) == whole[0]["records_written"]
+
+
+def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
+    part = generate(tmp_path / "logs", "--records", "4000", "--keys", "2000", "--segment-bytes", "30000")
+    bases = sorted(naming.parse_segment_file_name(f.name).base_offset for f in part.glob("*.log"))
+    first_dirty = bases[len(bases) // 2]
+    compact_partition(specs_for(part, 1, first_dirty))
+    one = cleaned(part)
+    in_ranges(specs_for(part, 3, first_dirty), 2, tmp_path / "exchange")
+    many = cleaned(part)
+    logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
+    assert logs(many) == logs(one)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
+       st.integers(1, 5))
+def test_merge_gives_each_range_the_max_over_its_partition(rows, buckets):
+    """merge_bucket against a dict: (partition, key) -> max latest; FOUND only where it beats the range's."""
+    by_range: dict[int, dict[bytes, int]] = {}
+    for r, key, latest in rows:
+        by_range.setdefault(r, {})
+        by_range[r][key] = max(latest, by_range[r].get(key, -1))
+    part_of = {0: 0, 1: 0, 2: 1}  # ranges 0 and 1 are one partition, range 2 another
+    expect: dict[tuple[int, bytes], int] = {}
+    for r, keys in by_range.items():
+        for k, v in keys.items():
+            expect[(part_of[r], k)] = max(v, expect.get((part_of[r], k), -1))
+    blocks = []
+    for r, keys in by_range.items():
+        ks = list(keys)
+        blocks.append((r, ranges.to_block(key=pa.array(ks, pa.binary()), latest=np.array([keys[k] for k in ks], np.int64),
+                                          id=np.arange(len(ks), dtype=np.int32),
+                                          part=np.full(len(ks), part_of[r], np.int32))))  # fmt: skip
+    got: dict[int, dict[int, int]] = {}
+    for b in ranges.merge_bucket(blocks):
+        f = ranges.from_block(b.data)
+        got.setdefault(b.range_id, {}).update(zip(f.column("id").to_pylist(), f.column("latest").to_pylist()))
+    for r, keys in by_range.items():
+        want = {i: expect[(part_of[r], k)] for i, k in enumerate(keys) if expect[(part_of[r], k)] > keys[k]}
+        assert got.get(r, {}) == want
+
+
+def test_key_table_export_is_dense_and_complete():
+    table = KeyTable(50_000)
+    keys = [f"k{i % 3000}".encode() for i in range(10_000)]
+    data = np.frombuffer(b"".join(keys), np.uint8)
+    lens = np.array([len(k) for k in keys], np.int64)
+    pos = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    offsets = np.arange(10_000, dtype=np.int64)
+    ids = table.assign(data, np.empty(0, np.uint8), len(data), pos, lens, np.ones(10_000, bool),
+                       offsets % 2 == 0, offsets)  # fmt: skip
+    kdata, koffs, latest = table.export()
+    dense = table.dense_ids(ids)
+    assert sorted(set(dense.tolist())) == list(range(3000))
+    for r in (0, 1, 2999, 5000, 9999):
+        i = int(dense[r])
+        assert kdata[koffs[i] : koffs[i + 1]].tobytes() == keys[r]
+        assert latest[i] == max((o for o in range(r % 3000, 10_000, 3000) if o % 2 == 0), default=-1)
+
+
+@pytest.mark.parametrize("n_ranges", [1, 3])
+def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges):
+    """A dry run decides and builds everything a round would (its report's sizes are exact) and
+    leaves the partition as it found it."""
+    part = generate(tmp_path / "logs", *CASES["transactions, aborts"], "--tombstone-ratio", "0.1")
+    before = {f.name: f.read_bytes() for f in part.iterdir()}
+    dry = [dataclasses.replace(s, dry_run=True) for s in specs_for(part, n_ranges)]
+    rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 2, tmp_path / "dry")
+    assert {f.name: f.read_bytes() for f in part.iterdir()} == before
+    real = compact_partition(specs_for(part, n_ranges)) if n_ranges == 1 else in_ranges(
+        specs_for(part, n_ranges), 2, tmp_path / "real")  # fmt: skip
+    written = cleaned(part)
+    strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
+    assert strip(rows) == strip(real)
+    assert sum(r["bytes_written"] for r in real) == sum(len(v) for k, v in written.items() if ".log" in k)
+
+
+def test_plan_cuts_the_segments_into_equal_contiguous_shares():
+    seg = lambda base, size: SourceSegment(base, size, 0)  # noqa: E731
+    specs = [GroupSpec(group_id=7 + n, topic="t", partition=0, storage=Storage.local(), part_path="/x",
+                       segments=tuple(seg(100 * n + i, 10) for i in range(k)), first_dirty_offset=0,
+                       upper_bound=1000, now_ms=NOW_MS, delete_retention_ms=0, legacy_delete_horizon_ms=0,
+                       index_interval_bytes=4096, tail_segments=(seg(999, 5),) if n == 2 else ())
+             for n, k in enumerate((3, 1, 4))]  # fmt: skip
+    plan = RangePlan.cut([specs], 2)
+    scanned = [[s.base_offset for r in rids for s in plan.ranges[r][0].segments] for rids in plan.tasks]
+    assert scanned == [[0, 1, 2, 100], [200, 201, 202, 203]]
+    assert {g: rids for g, (_, rids) in plan.groups.items()} == {7: [0], 8: [1], 9: [2]}
+    assert plan.rewriter == {7: 0, 8: 0, 9: 1}
+    assert [plan.ranges[r][2] for r in range(3)] == [True, False, False]  # index checks with the first
+    assert plan.ranges[2][0].tail_segments == specs[2].tail_segments
+    cut = RangePlan.cut([specs[:1]], 2)  # one group of three segments: two ranges, two tasks
+    assert [[s.base_offset for s in cut.ranges[r][0].segments] for r in sorted(cut.ranges)] == [[0], [1, 2]]
+    assert cut.groups[7][1] == [0, 1] and cut.rewriter == {7: 1} and cut.tasks == [[0], [1]]
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "sizes, groups, expect",
+    [
+        ([2048 * MiB], [1], [True]),  # above the 1 GiB limit
+        ([600 * MiB], [1], [True]),  # alone: more than a core's share, and big enough to share
+        ([100 * MiB], [1], [False]),  # alone but small: the exchange would cost more
+        ([100 * MiB], [2], [True]),  # several groups: cut whatever the size
+        ([512 * MiB] * 4, [1] * 4, [False] * 4),  # a core's share each: whole tasks
+        ([900 * MiB, 100 * MiB], [1, 1], [True, False]),
+    ],
+)
+def test_which_partitions_are_cut_into_ranges(sizes, groups, expect):
+    from compaction.round import cut_into_ranges
+
+    assert cut_into_ranges(sizes, groups, 2, 1 << 30) == expect
+
+
+def test_plan_keeps_a_task_that_holds_no_segment():
+    seg = lambda base, size: SourceSegment(base, size, 0)  # noqa: E731
+    spec = GroupSpec(group_id=3, topic="t", partition=0, storage=Storage.local(), part_path="/x",
+                     segments=(seg(0, 100), seg(1, 1), seg(2, 1)), first_dirty_offset=0, upper_bound=3,
+                     now_ms=NOW_MS, delete_retention_ms=0, legacy_delete_horizon_ms=0,
+                     index_interval_bytes=4096)  # fmt: skip
+    plan = RangePlan.cut([[spec]], 3)
+    assert plan.tasks == [[], [0], [1]] and plan.rewriter == {3: 1}
+

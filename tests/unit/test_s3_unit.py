@@ -1,0 +1,72 @@
+"""S3 details without a server: credentials in URIs never shown, the boto3 deleter built with the
+pyarrow filesystem's own settings (the server end to end: test_s3_e2e.py)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow.fs as pafs
+import pytest
+
+from compaction import round as run
+from compaction.cli.options import parse_args
+from compaction.runtime.s3 import ObjectDeleter, redact_uri
+from compaction.runtime.storage import Storage
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("s3://AKIA:s3cret@bucket/logs", "s3://***@bucket/logs"),
+    ("s3://AKIA:s3cret@bucket/logs?region=eu-west-1&endpoint_override=minio:9000",
+     "s3://***@bucket/logs?region=eu-west-1&endpoint_override=minio:9000"),
+    ("s3://bucket/logs?access_key=AKIA&secret_key=s3cret&session_token=tok&scheme=http",
+     "s3://bucket/logs?access_key=***&secret_key=***&session_token=***&scheme=http"),
+    ("s3://bucket/logs", "s3://bucket/logs"),
+    ("/data/kafka-logs", "/data/kafka-logs"),
+    ("hdfs://user@namenode:8020/logs", "hdfs://***@namenode:8020/logs"),
+])  # fmt: skip
+def test_redact_uri(uri, shown):
+    assert redact_uri(uri) == shown
+
+
+def test_report_args_and_partition_log_dirs_carry_no_credentials():
+    opts = parse_args(["--log-dir", "s3://AKIA:s3cret@bucket/logs", "--log-dir", "/local",
+                       "--report", "s3://AKIA:s3cret@bucket/report.json"])  # fmt: skip
+    echo = run._args_echo(opts)
+    assert echo["log_dirs"] == ["s3://***@bucket/logs", "/local"]
+    assert echo["report"] == "s3://***@bucket/report.json"
+    assert "s3cret" not in repr(echo) and "AKIA" not in repr(echo)
+    assert opts.log_dirs[0] == "s3://AKIA:s3cret@bucket/logs"  # the job itself still uses them
+
+
+def test_storage_repr_hides_credentials_but_pickles_them():
+    storage, path = Storage.for_uri(
+        "s3://AKIA:s3cret@bucket/logs?region=us-east-1&endpoint_override=127.0.0.1:1"
+    )
+    assert path == "bucket/logs"
+    assert "s3cret" not in repr(storage)
+    assert pickle.loads(pickle.dumps(storage))._uri == storage._uri  # executors rebuild the same filesystem
+
+
+def test_deleter_takes_the_filesystems_settings():
+    fs = pafs.S3FileSystem(access_key="AKIA", secret_key="s3cret", region="eu-central-1",
+                           endpoint_override="minio.local:9000", scheme="http")  # fmt: skip
+    client = ObjectDeleter(fs)._client
+    assert client.meta.endpoint_url == "http://minio.local:9000"
+    assert client.meta.region_name == "eu-central-1"
+    assert client.meta.config.s3["addressing_style"] == "path"  # pyarrow's default, what MinIO/Ceph want
+    creds = client._request_signer._credentials
+    assert (creds.access_key, creds.secret_key) == ("AKIA", "s3cret")
+
+
+def test_dump_prints_uris_without_credentials(tmp_path):
+    import io
+
+    from compaction.tools import dump
+
+    uri = "s3://AKIA:s3cret@bucket/logs/t-0/00000000000000000000.log?endpoint_override=127.0.0.1:9&scheme=http"
+    out, err = io.StringIO(), io.StringIO()
+    dump.dump_files([uri], dump.DumpOptions(), out, err)  # nothing listens on port 9: a read error
+    text = out.getvalue() + err.getvalue()
+    assert "Dumping s3://***@bucket/logs/t-0/00000000000000000000.log" in text
+    assert "s3cret" not in text and "AKIA" not in text
+    assert "cannot read s3://***@bucket" in text  # recognised as a .log despite the ?options

@@ -1,0 +1,394 @@
+"""segment_io: direct reads into reused buffers give the bytes a memory map gives; a buffer is
+never handed out while any view of it lives; unsupported filesystems fall back; read-ahead keeps
+order and errors; staged (direct) writes give the bytes written, at every size around the buffer
+and block boundaries; the job writes the same files in every read and write mode, with and
+without its scan cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
+
+from compaction.runtime import segment_io
+from compaction.runtime.buffers import ALIGN, BufferPool
+from compaction.runtime.segment_io import ReadAhead, SegmentWriter, read_segment_bytes
+from compaction.runtime.storage import Storage
+
+LOCAL = Storage.local()
+
+
+@pytest.fixture
+def direct_always(monkeypatch):
+    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", "0")
+
+
+def _file(path, n, seed=1) -> bytes:
+    data = np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return data
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+# --- the pool --------------------------------------------------------------------------------
+
+
+def test_pool_reuses_a_buffer_once_its_last_view_is_gone():
+    pool = BufferPool()
+    a = pool.take(1000)
+    first = _address(a)
+    assert first % ALIGN == 0 and len(a) == 1000 and a.flags.writeable
+    del a
+    b = pool.take(5000)
+    assert _address(b) == first
+
+
+@pytest.mark.parametrize("hold", ["slice", "memoryview", "arrow", "readonly view"])
+def test_pool_never_hands_out_a_buffer_in_use(hold):
+    pool = BufferPool()
+    a = pool.take(4096)
+    a[:] = 7
+    holder = {
+        "slice": lambda x: x[10:20],
+        "memoryview": lambda x: memoryview(x)[5:],
+        "arrow": lambda x: pa.py_buffer(x[100:]),
+        "readonly view": lambda x: x[:].view(),
+    }[hold](a)
+    first = _address(a)
+    del a
+    b = pool.take(4096)
+    assert _address(b) != first
+    b[:] = 9  # must not show through the held view
+    assert bytes(memoryview(holder)[:1]) == b"\x07"
+    del holder
+    c = pool.take(4096)
+    assert _address(c) == first
+
+
+def test_pool_never_hands_out_a_buffer_held_as_taken():
+    pool = BufferPool()
+    pool.take(4096)  # dropped at once
+    a = pool.take(4096)  # served from the pool this time
+    b = pool.take(4096)
+    assert _address(a) != _address(b)
+    del b
+    assert _address(pool.take(10)) != _address(a)
+
+
+def test_pool_serves_the_smallest_free_buffer_that_fits():
+    pool = BufferPool()
+    big, small = pool.take(20 << 20), pool.take(1 << 20)
+    big_at, small_at = _address(big), _address(small)
+    del big, small
+    assert _address(pool.take(100)) == small_at
+    assert _address(pool.take(9 << 20)) == big_at
+
+
+def test_trim_forgets_free_buffers_only():
+    pool = BufferPool()
+    busy = pool.take(10)
+    pool.take(10)  # dropped at once
+    assert pool.held == 2 * (8 << 20)
+    pool.trim()
+    assert pool.held == 8 << 20
+    assert _address(pool.take(10)) != _address(busy)
+
+
+def test_pool_keeps_at_most_its_bound():
+    pool = BufferPool(max_bytes=16 << 20)
+    held = [pool.take(6 << 20), pool.take(6 << 20)]  # 8 MiB each after rounding
+    extra = pool.take(1 << 20)  # still served, but not kept for reuse
+    assert pool.held == 16 << 20
+    del held, extra
+    assert pool.held == 16 << 20
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, 3 * ALIGN + 17, (9 << 20) + 123])
+def test_direct_read_equals_the_file(tmp_path, direct_always, n):
+    path = tmp_path / "00000000000000000000.log"
+    data = _file(path, n)
+    got = read_segment_bytes(LOCAL, str(path), "direct")
+    mapped = read_segment_bytes(LOCAL, str(path), "mmap")
+    assert got.tobytes() == data == mapped.tobytes()
+    assert not got.flags.writeable and not mapped.flags.writeable  # one numba type for both
+
+
+def test_direct_read_sees_writes_not_yet_flushed(tmp_path, direct_always):
+    path = tmp_path / "a.log"
+    _file(path, 3 * ALIGN)
+    with open(path, "r+b") as fh:  # page cache only, no fsync
+        fh.seek(ALIGN + 5)
+        fh.write(b"fresh bytes")
+    got = read_segment_bytes(LOCAL, str(path), "direct").tobytes()
+    assert got[ALIGN + 5 : ALIGN + 16] == b"fresh bytes"
+
+
+def test_small_segments_are_mapped(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", str(1 << 20))
+    path = tmp_path / "a.log"
+    _file(path, 1000)
+    assert segment_io.is_mapped(read_segment_bytes(LOCAL, str(path), "direct"))
+    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", "0")
+    assert not segment_io.is_mapped(read_segment_bytes(LOCAL, str(path), "direct"))
+
+
+@pytest.fixture
+def open_refuses_direct(monkeypatch):
+    """A filesystem that refuses O_DIRECT at open (EINVAL), as tmpfs does."""
+    real_open = os.open
+
+    def no_direct(p, flags, *a, **kw):
+        if flags & segment_io._O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(p, flags, *a, **kw)
+
+    monkeypatch.setattr(segment_io.os, "open", no_direct)
+
+
+def test_direct_read_falls_back_where_the_filesystem_refuses_it(tmp_path, direct_always, open_refuses_direct):
+    path = tmp_path / "a.log"
+    data = _file(path, 2 * ALIGN + 3)
+    assert read_segment_bytes(LOCAL, str(path), "direct").tobytes() == data
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no tmpfs at /dev/shm")
+def test_direct_read_on_tmpfs(direct_always):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        path = Path(d) / "a.log"
+        data = _file(path, 5 * ALIGN + 1)
+        assert read_segment_bytes(LOCAL, str(path), "direct").tobytes() == data
+
+
+def test_other_errors_are_not_swallowed(tmp_path, direct_always):
+    with pytest.raises(FileNotFoundError):
+        read_segment_bytes(LOCAL, str(tmp_path / "missing.log"), "direct")
+
+
+# --- read-ahead ------------------------------------------------------------------------------
+
+
+def test_read_ahead_gives_each_file_in_order_reading_each_once():
+    calls = []
+
+    def read(p):
+        calls.append(p)
+        return p.upper()
+
+    paths = ["a", "b", "c", "d"]
+    with ReadAhead(read, paths) as ahead:
+        assert [ahead.get(i) for i in range(4)] == ["A", "B", "C", "D"]
+    assert sorted(calls) == paths
+
+
+def test_read_ahead_raises_the_error_of_the_file_asked_for():
+    def read(p):
+        if p == "bad":
+            raise OSError(errno.EIO, "I/O error", p)
+        return p
+
+    with ReadAhead(read, ["ok", "bad", "never"]) as ahead:
+        assert ahead.get(0) == "ok"
+        with pytest.raises(OSError, match="I/O error"):
+            ahead.get(1)
+
+
+# --- staged writes -----------------------------------------------------------------------------
+
+BUF = 4 * ALIGN  # a small staging buffer, so that the tests cross it often
+
+
+def _chunks(sizes, seed=3):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+
+
+@pytest.mark.parametrize("mode", ["direct", "buffered"])
+@pytest.mark.parametrize(
+    "sizes",
+    [[], [1], [ALIGN - 1], [ALIGN], [ALIGN + 1], [BUF - 1], [BUF], [BUF + 1], [BUF - 1, 1, 1], [3 * BUF + 5],
+     [7] * 3000, [BUF // 2, BUF, BUF // 2 + 1, 17, 5 * BUF]],
+)  # fmt: skip
+def test_staged_write_gives_the_bytes_written(tmp_path, mode, sizes):
+    chunks = _chunks(sizes)
+    path = tmp_path / "a.log.cleaned"
+    w = SegmentWriter(str(path), mode, buffer_bytes=BUF)
+    for i, c in enumerate(chunks):  # every kind of chunk the rewrite hands over
+        w.write([c, c.tobytes(), memoryview(c), bytearray(c.tobytes())][i % 4])
+    assert w.size == sum(sizes)
+    w.close()
+    assert path.read_bytes() == b"".join(c.tobytes() for c in chunks)
+    assert w.direct == (mode == "direct")  # tmp_path is a real disk here, which takes O_DIRECT
+
+
+def test_staged_write_copies_at_once(tmp_path):
+    """The caller's buffer may be reused (or returned to the pool) right after `write`."""
+    path = tmp_path / "a.log.cleaned"
+    w = SegmentWriter(str(path), "direct", buffer_bytes=BUF)
+    c = np.full(100, 7, np.uint8)
+    w.write(c)
+    c[:] = 9
+    w.write(c)
+    w.close()
+    assert path.read_bytes() == b"\x07" * 100 + b"\x09" * 100
+
+
+def test_staged_write_falls_back_where_open_refuses_direct(tmp_path, open_refuses_direct):
+    (c,) = _chunks([2 * BUF + 3])
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    w.write(c)
+    w.close()
+    assert not w.direct and (tmp_path / "a").read_bytes() == c.tobytes()
+
+
+def test_staged_write_falls_back_where_a_direct_write_is_refused(tmp_path, monkeypatch):
+    """Some filesystems take O_DIRECT at open and refuse it at write (EINVAL): the writer turns it
+    off and writes through the cache, mid-file and for the padded last block alike."""
+    real_pwrite, refused = os.pwrite, []
+
+    def refuse_direct(fd, data, offset):
+        import fcntl
+
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & segment_io._O_DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(segment_io.os, "pwrite", refuse_direct)
+    (c,) = _chunks([2 * BUF + 3])
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    w.write(c)
+    w.close()
+    assert refused == [0] and not w.direct and (tmp_path / "a").read_bytes() == c.tobytes()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no tmpfs at /dev/shm")
+def test_staged_write_on_tmpfs():
+    import tempfile
+    from pathlib import Path
+
+    (c,) = _chunks([3 * BUF + 11])
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        w = SegmentWriter(str(Path(d) / "a"), "direct", buffer_bytes=BUF)
+        w.write(c)
+        w.close()
+        assert (Path(d) / "a").read_bytes() == c.tobytes()
+
+
+def test_staged_write_raises_the_background_write_error(tmp_path, monkeypatch):
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segment_io.os, "pwrite", full)
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    with pytest.raises(OSError, match="No space left"):
+        for c in _chunks([BUF] * 3):  # the first full buffer fails on the thread, seen at the next
+            w.write(c)
+        w.close()
+
+
+def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(segment_io.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real_fsync(fd)))
+    w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
+    w.write(b"x" * (BUF + 1))
+    w.close()
+    import stat
+
+    assert [stat.S_ISREG(m) for m in synced] == [True, False]  # the file, then its directory
+
+
+# --- the job's task in every mode -------------------------------------------------------------
+
+
+def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, direct_always, monkeypatch):
+    from compaction.spark import stages as spark_stages
+    from compaction.__main__ import main as cli
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "5000", "--keys", "600", "--codec", "mixed",
+         "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--transactions", "0.2", "--abort-ratio", "0.3",
+         "--seed", "11"])  # fmt: skip
+    specs = _partition_specs(log_dir)
+    assert NOW and all(s.read_mode == "direct" for s in specs)
+    direct_rows = spark_stages.compact_partition(specs)
+    direct = _cleaned_files(log_dir)
+    mapped_rows = spark_stages.compact_partition([dataclasses.replace(s, read_mode="mmap") for s in specs])
+    mapped = _cleaned_files(log_dir)
+    # Every decompressed side buffer and rebuilt payload from the pool as well, however small.
+    from compaction.kernels import rebuild
+    from compaction.kernels import scan
+
+    monkeypatch.setattr(scan, "POOLED_MIN_BYTES", 0)
+    monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
+    pooled_rows = spark_stages.compact_partition(specs)
+    pooled = _cleaned_files(log_dir)
+    buffered_rows = spark_stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
+    buffered = _cleaned_files(log_dir)
+    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")  # every segment read and walked again
+    uncached_rows = spark_stages.compact_partition(specs)
+    uncached = _cleaned_files(log_dir)
+    segment_io.POOL.trim()
+    assert direct and direct == mapped == pooled == buffered == uncached
+    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
+    assert strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows) == strip(buffered_rows)
+    assert strip(direct_rows) == strip(uncached_rows)
+
+
+def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_always):
+    """The rewrite reads them again; a segment whose size changed in between is an error naming it."""
+    from compaction.errors import CorruptRecordError
+    from compaction.kernels.scan import scan_segment
+    from compaction.steps.rewrite import ScanCache
+
+    path = tmp_path / "00000000000000000000.log"
+    from compaction.format import batch as fb
+
+    path.write_bytes(b"".join(fb.build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20)))
+    scan = scan_segment(read_segment_bytes(LOCAL, str(path), "direct"), str(path))
+    cache = ScanCache(1 << 20)
+    assert cache.offer(0, 0, scan, reread=True) and cache.offer(0, 1, scan, reread=False)
+    assert cache.held == 2 * ScanCache.footprint(scan) - len(scan.file)
+    assert cache.needs_read(0, 0) and not cache.needs_read(0, 1) and cache.needs_read(0, 2)
+    again = cache.take(0, 0, read_segment_bytes(LOCAL, str(path), "direct"))
+    assert again.file.tobytes() == scan.file.tobytes() and again.records is scan.records and again.split == scan.split
+    cache.offer(0, 0, scan, reread=True)
+    with pytest.raises(CorruptRecordError, match="changed size") as err:
+        cache.take(0, 0, scan.file[:-1])
+    assert err.value.path == str(path)
+    mapped = scan_segment(read_segment_bytes(LOCAL, str(path), "mmap"), str(path))
+    assert cache.offer(0, 3, mapped, reread=True) and not cache.needs_read(0, 3)  # mapped: kept, costs no memory
+
+
+def test_read_and_write_mode_options_reach_every_group(tmp_path):
+    from compaction import round as run
+    from compaction.__main__ import main as cli
+    from compaction.cli.options import parse_args
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "800", "--keys", "100", "--segment-bytes", "20000"])
+    for argv, modes in (([], ("direct", "direct")), (["--read-mode", "mmap"], ("mmap", "direct")),
+                        (["--write-mode", "buffered"], ("direct", "buffered"))):  # fmt: skip
+        opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
+        planned, _ = run.discover_and_plan(opts)
+        config = run.resolve_topic_config(None, run._job_config(opts, planned[0].part.topic))
+        specs = run._specs(planned[0], opts, config, 0)
+        assert specs and {(s.read_mode, s.write_mode) for s in specs} == {modes}
+    with pytest.raises(SystemExit):
+        parse_args(["--log-dir", str(log_dir), "--read-mode", "buffered"])
+    with pytest.raises(SystemExit):
+        parse_args(["--log-dir", str(log_dir), "--write-mode", "mmap"])

@@ -1,0 +1,94 @@
+"""The Spark stage of partitions cut into ranges (compaction/spark/stages.py `ranged`): a barrier
+stage whose tasks meet through the exchange directory.
+
+Few, fat Spark tests (the JVM start dominates). The stage is checked against its tasks run in this
+process on threads (tests/unit/test_ranges.py `in_ranges`): the same rows (compared as DataFrames with
+chispa) and the same bytes. The whole path is covered end to end by
+tests/e2e/test_job_e2e.py::test_partitions_cut_into_ranges_write_the_same_bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from chispa import assert_df_equality
+from test_ranges import cleaned, generate, in_ranges, specs_for
+
+from compaction.runtime.exchange import Exchange
+from compaction.steps.range_task import STATS_ROW, RangePlan
+from compaction.steps.rewrite import CLEANED
+from compaction.spark.stages import FUSED_FIELDS, ranged, task_slots
+from compaction.runtime.storage import Storage
+
+TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
+
+
+@pytest.fixture(scope="module")
+def partition(tmp_path_factory):
+    part = generate(tmp_path_factory.mktemp("stages") / "logs", "--records", "3000", "--keys", "400",
+                    "--codec", "mixed", "--tombstone-ratio", "0.1", "--segment-bytes", "30000")  # fmt: skip
+    return part, specs_for(part, 3)
+
+
+def _stage(spark, partitions, where) -> list[dict]:
+    sc = spark.sparkContext
+    plan = RangePlan.cut(partitions, task_slots(sc))
+    where.mkdir(parents=True, exist_ok=True)
+    rows = ranged(sc, sc.broadcast(plan), Exchange(Storage.local(), str(where))).collect()
+    return [r for r in rows if r["group_id"] != STATS_ROW]
+
+
+def _frame(spark, rows):
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS if n not in TIMINGS])
+    return spark.createDataFrame([tuple(r.get(n) for n in schema.fieldNames()) for r in rows], schema)
+
+
+def test_task_slots_are_the_local_cores(spark):
+    assert task_slots(spark.sparkContext) == 2  # conftest: local[2]
+
+
+def test_ranged_stage_writes_what_its_tasks_write_in_process(spark, partition, tmp_path):
+    part, specs = partition
+    reference_rows = in_ranges(specs, 2, tmp_path / "threads")
+    reference = cleaned(part)
+    rows = _stage(spark, [specs], tmp_path / "stage")
+    assert_df_equality(_frame(spark, rows), _frame(spark, reference_rows), ignore_row_order=True)
+    assert cleaned(part) == reference
+    assert not list(part.glob("*" + CLEANED))
+
+
+def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, partition, tmp_path):
+    part, specs = partition
+    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
+    (part / "00000000000000000000.log").rename(part / "moved-away")
+    try:
+        rows = _stage(spark, [specs, other_specs], tmp_path / "stage")
+    finally:
+        (part / "moved-away").rename(part / "00000000000000000000.log")
+    by_group = {r["group_id"]: r for r in rows}
+    assert sorted(by_group) == sorted(s.group_id for s in specs + other_specs)
+    assert all(by_group[s.group_id]["error"] for s in specs)
+    assert not any(by_group[s.group_id]["error"] for s in other_specs)
+    assert len(cleaned(other)) >= 3 * len(other_specs)
+    cleaned(part)
+
+
+def test_profiled_writes_one_pstats_per_partition_only_when_asked(tmp_path, monkeypatch):
+    import pstats
+    from types import SimpleNamespace
+
+    from compaction.spark.stages import PROFILE_ENV, _profiled
+
+    specs = [SimpleNamespace(topic="orders", partition=3)]
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    assert _profiled(lambda s: [len(s)], specs) == [1]
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "prof"))
+    assert _profiled(lambda s: [sum(range(10_000))], specs) == [49_995_000]
+    (out,) = (tmp_path / "prof").iterdir()
+    assert out.name == "orders-3.pstats"
+    assert pstats.Stats(str(out)).total_calls > 0

@@ -1,0 +1,243 @@
+"""Storage over pyarrow.fs: local round trip, durability paths, pickling, locks."""
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pyarrow.fs as pafs
+import pytest
+
+from compaction.runtime.storage import (
+    COMPACTION_LOCK_FILE,
+    KAFKA_LOCK_FILE,
+    FileInfo,
+    LockHeldError,
+    RunLock,
+    Storage,
+    acquire_run_lock,
+    ensure_kafka_not_running,
+    kafka_lock_held,
+)
+
+
+def test_for_uri_local_forms(tmp_path):
+    for uri in (str(tmp_path), f"file://{tmp_path}"):
+        storage, path = Storage.for_uri(uri)
+        assert path == str(tmp_path)
+        assert storage.is_local and storage.atomic_rename
+    storage, path = Storage.for_uri("relative/dir")
+    assert path == os.path.abspath("relative/dir")
+
+
+def test_for_uri_s3_without_network():
+    storage, path = Storage.for_uri("s3://bucket/logs/dir?region=us-east-1")
+    assert path == "bucket/logs/dir"
+    assert not storage.is_local
+    assert not storage.atomic_rename
+    clone = pickle.loads(pickle.dumps(storage))
+    assert clone._fs is None  # rebuilt lazily from the URI in the executor
+    assert clone.fs.type_name == "s3" and clone.fs.region == "us-east-1"
+
+
+def test_round_trip_local(tmp_path):
+    storage, root = Storage.for_uri(f"file://{tmp_path}")
+    storage.mkdir(storage.join(root, "t-0"))
+    path = storage.join(root, "t-0", "00000000000000000000.log")
+    assert not storage.exists(path)
+    assert storage.write_durable(path, b"hello world") == 11
+    assert storage.exists(path)
+    assert storage.read_bytes(path) == b"hello world"
+    assert storage.read_bytes(path, 6) == b"world"
+    assert storage.read_bytes(path, 2, 3) == b"llo"
+    assert storage.read_bytes(path, 11) == b""
+    # chunks, including memoryviews of non-byte arrays
+    n = storage.write_durable(path, iter([b"ab", memoryview(b"cd"), bytearray(b"ef")]))
+    assert n == 6 and storage.read_bytes(path) == b"abcdef"
+    with storage.open_input(path) as f:
+        f.seek(2)
+        assert f.read(2) == b"cd"
+
+    storage.write_durable(storage.join(root, "t-0", "00000000000000000000.index"), b"")
+    listing = storage.list_dir(storage.join(root, "t-0"))
+    assert [f.name for f in listing] == ["00000000000000000000.index", "00000000000000000000.log"]
+    assert listing[1] == FileInfo("00000000000000000000.log", path, 6, listing[1].mtime_ns, False)
+    assert listing[1].mtime_ns == os.stat(path).st_mtime_ns
+    top = storage.list_dir(root)
+    assert [(f.name, f.is_dir) for f in top] == [("t-0", True)]
+    with pytest.raises(FileNotFoundError):
+        storage.list_dir(storage.join(root, "missing"))
+
+    # rename replaces the destination atomically
+    other = storage.join(root, "t-0", "00000000000000000000.log.cleaned")
+    storage.write_durable(other, b"new")
+    storage.rename(other, path)
+    assert storage.read_bytes(path) == b"new" and not storage.exists(other)
+
+    assert storage.set_mtime(path, 1_600_000_000_123_456_789)
+    assert os.stat(path).st_mtime_ns == 1_600_000_000_123_456_789
+    assert storage.info(path).mtime_ns == 1_600_000_000_123_456_789
+
+    storage.delete(path)
+    assert not storage.exists(path)
+    with pytest.raises(FileNotFoundError):
+        storage.delete(path)
+    storage.delete(path, missing_ok=True)
+    storage.fsync_dir(root)
+
+
+def test_write_atomic_leaves_no_tmp(tmp_path):
+    storage = Storage.local()
+    path = str(tmp_path / "cleaner-offset-checkpoint")
+    storage.write_atomic(path, b"0\n0\n")
+    storage.write_atomic(path, b"0\n1\nt 0 5\n")
+    assert open(path, "rb").read() == b"0\n1\nt 0 5\n"
+    assert os.listdir(tmp_path) == ["cleaner-offset-checkpoint"]
+
+
+def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = str(tmp_path / "x.log")
+    Storage.local().write_durable(path, b"abc")
+    assert synced == [path, str(tmp_path)]
+
+
+def test_storage_pickles_and_works_in_another_process(tmp_path):
+    storage, root = Storage.for_uri(f"file://{tmp_path}")
+    clone = pickle.loads(pickle.dumps(storage))
+    clone.write_durable(clone.join(root, "a"), b"1")
+    assert storage.read_bytes(storage.join(root, "a")) == b"1"
+    # plain Storage() (no URI) pickles its pyarrow filesystem
+    plain = pickle.loads(pickle.dumps(Storage.local()))
+    assert plain.is_local and plain.read_bytes(str(tmp_path / "a")) == b"1"
+    # and in a separate interpreter, as in a Spark executor
+    code = (
+        "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
+        "sys.stdout.write(s.read_bytes(%r).decode())"
+    )
+    out = subprocess.run([sys.executable, "-c", code % str(tmp_path / "a")], input=pickle.dumps(storage),
+                         capture_output=True, check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.stdout == b"1"
+
+
+def test_non_local_filesystem_paths(tmp_path):
+    # SubTreeFileSystem stands in for a remote store: no fsync, no set_mtime, pyarrow streams.
+    storage = Storage(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    assert not storage.is_local and storage.atomic_rename
+    storage.mkdir("d")
+    storage.write_durable("d/f", [b"ab", b"c"])
+    assert storage.read_bytes("d/f") == b"abc"
+    storage.write_atomic("d/ckpt", b"0\n0\n")
+    assert storage.read_bytes("d/ckpt") == b"0\n0\n" and not storage.exists("d/ckpt.tmp")
+    storage.rename("d/f", "d/g")
+    assert [f.name for f in storage.list_dir("d")] == ["ckpt", "g"]
+    assert storage.set_mtime("d/g", 1) is False
+    storage.fsync_dir("d")  # no-op
+    assert pickle.loads(pickle.dumps(storage)).read_bytes("d/g") == b"abc"
+
+
+def test_mock_filesystem_has_no_compression_detection():
+    # A '.gz'-looking name must be written as-is (compression=None).
+    storage = Storage(pafs._MockFileSystem())
+    storage.write_durable("x.log.gz", b"raw")
+    assert storage.read_bytes("x.log.gz") == b"raw"
+
+
+# --- locks ---------------------------------------------------------------------------------------
+
+
+def test_run_lock_is_exclusive(tmp_path):
+    with RunLock(str(tmp_path)) as lock:
+        assert lock.held
+        assert os.path.exists(tmp_path / COMPACTION_LOCK_FILE)
+        with pytest.raises(LockHeldError, match="another compaction run"):
+            acquire_run_lock(str(tmp_path))
+    again = acquire_run_lock(str(tmp_path))
+    again.release()
+    assert not again.held
+
+
+def test_run_lock_held_by_another_process(tmp_path):
+    holder = _hold_lock(tmp_path / COMPACTION_LOCK_FILE, "flock")
+    try:
+        with pytest.raises(LockHeldError):
+            acquire_run_lock(str(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    acquire_run_lock(str(tmp_path)).release()
+
+
+def _hold_lock(path, kind):
+    """A child process that locks `path` the way the broker (Java FileChannel.tryLock: POSIX
+    fcntl lock) or a compaction run (flock) does, and waits."""
+    code = textwrap.dedent(f"""
+        import fcntl, os, sys
+        fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)
+        {"fcntl.lockf" if kind == "posix" else "fcntl.flock"}(fd, fcntl.LOCK_EX)
+        print("locked", flush=True)
+        sys.stdin.read()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"locked\n"
+    return proc
+
+
+def test_kafka_lock_detection(tmp_path):
+    assert not kafka_lock_held(str(tmp_path))  # no .lock file: never served by a broker
+    assert not os.path.exists(tmp_path / KAFKA_LOCK_FILE)  # and we did not create one
+    (tmp_path / KAFKA_LOCK_FILE).write_bytes(b"")
+    assert not kafka_lock_held(str(tmp_path))  # left over by a stopped broker
+    ensure_kafka_not_running(str(tmp_path))
+    broker = _hold_lock(tmp_path / KAFKA_LOCK_FILE, "posix")
+    try:
+        assert kafka_lock_held(str(tmp_path))
+        with pytest.raises(LockHeldError, match="Kafka broker"):
+            ensure_kafka_not_running(str(tmp_path))
+    finally:
+        broker.kill()
+        broker.wait()
+    assert not kafka_lock_held(str(tmp_path))
+
+
+def test_run_lock_leaves_no_file_behind(tmp_path):
+    # A run must not leave in a user's dir a file it did not find there.
+    before = sorted(os.listdir(tmp_path))
+    with RunLock(str(tmp_path)):
+        assert (tmp_path / COMPACTION_LOCK_FILE).exists()
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_run_lock_never_locks_a_file_its_holder_removed(tmp_path, monkeypatch):
+    # B opened the lock file while A held it; A released (unlinking it); B's flock then takes the
+    # orphan inode, so B must notice and lock the file at the path instead, which C then sees held.
+    path = tmp_path / COMPACTION_LOCK_FILE
+    a = acquire_run_lock(str(tmp_path))
+    stale_fd = os.open(path, os.O_RDWR)
+    a.release()
+    import fcntl
+
+    real_open = os.open
+    calls = []
+
+    def open_stale_first(p, flags, *mode):
+        calls.append(p)
+        return os.dup(stale_fd) if len(calls) == 1 else real_open(p, flags, *mode)
+
+    monkeypatch.setattr(os, "open", open_stale_first)
+    b = acquire_run_lock(str(tmp_path))
+    monkeypatch.setattr(os, "open", real_open)
+    assert len(calls) == 2  # the orphan was refused, the path's file locked
+    with pytest.raises(LockHeldError):
+        acquire_run_lock(str(tmp_path))
+    b.release()
+    fcntl.flock(stale_fd, fcntl.LOCK_UN)
+    os.close(stale_fd)
