@@ -33,6 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e import drop_caches  # noqa: E402 - one cache-dropping helper for every bench
 
+from compaction.format.layout import (  # noqa: E402
+    ATTRIBUTES_OFFSET,
+    CRC_COVERED_FROM,
+    CRC_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+)
+
 RECORD_SIZE = 126  # bytes on the wire, length varint included
 KEY_SIZE = 16
 BATCH_BYTES = 16384  # Kafka producer batch.size default
@@ -46,7 +55,7 @@ def _template_batch():
     from compaction.format.batch import Record, build_batch
     from compaction.kernels.scan import scan_segment
 
-    records, size = [], 61
+    records, size = [], RECORD_BATCH_OVERHEAD
     i = 0
     while size + RECORD_SIZE <= BATCH_BYTES:
         # offsetDelta needs 2 varint bytes from 64 on: shrink the value to keep 126 bytes per record
@@ -56,7 +65,7 @@ def _template_batch():
         i += 1
     raw = build_batch(records, base_offset=0)
     s = scan_segment(np.frombuffer(raw, np.uint8))
-    assert len(raw) == 61 + RECORD_SIZE * len(records), "record layout drifted from 126 bytes"
+    assert len(raw) == RECORD_BATCH_OVERHEAD + RECORD_SIZE * len(records), "record layout drifted from 126 B"
     return raw, s.records.key_pos.copy(), len(records)
 
 
@@ -94,12 +103,12 @@ def generate_codec(src: Path, dst: Path, codec: int, mib: int) -> None:
     b = scan_batches(data)
     with open(dst, "wb") as out:
         for pos, size in zip(b.position.tolist(), b.size.tolist()):
-            header = bytearray(data[pos : pos + 61].tobytes())
-            payload = compress(codec, data[pos + 61 : pos + size].tobytes())
-            struct.pack_into(">i", header, 8, 49 + len(payload))
-            struct.pack_into(">h", header, 21, codec)
-            crc = crc32c.crc32c(bytes(header[21:]) + payload)
-            struct.pack_into(">I", header, 17, crc)
+            header = bytearray(data[pos : pos + RECORD_BATCH_OVERHEAD].tobytes())
+            payload = compress(codec, data[pos + RECORD_BATCH_OVERHEAD : pos + size].tobytes())
+            struct.pack_into(">i", header, LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload))
+            struct.pack_into(">h", header, ATTRIBUTES_OFFSET, codec)
+            crc = crc32c.crc32c(bytes(header[CRC_COVERED_FROM:]) + payload)
+            struct.pack_into(">I", header, CRC_OFFSET, crc)
             out.write(header)
             out.write(payload)
 
@@ -129,12 +138,13 @@ def measure(path: Path, label: str, repeat: int) -> None:
     buf = np.fromfile(path, np.uint8)
     s = scan_segment(buf, str(path))
     n = len(s.records)
-    raw_bytes = (61 * len(s.batches) + len(s.side)) if len(s.side) else len(buf)  # uncompressed equivalent
+    # the uncompressed equivalent
+    raw_bytes = (RECORD_BATCH_OVERHEAD * len(s.batches) + len(s.side)) if len(s.side) else len(buf)
 
     def kernels():
         b = scan_batches(buf)
         plain = b.magic == 2
-        walk_records(buf, b.position[plain] + 61, b.position[plain] + b.size[plain], b.base_offset[plain],
+        walk_records(buf, b.position[plain] + RECORD_BATCH_OVERHEAD, b.position[plain] + b.size[plain], b.base_offset[plain],
                      b.base_timestamp[plain], b.timestamp_type[plain], b.max_timestamp[plain],
                      b.records_count[plain])  # fmt: skip
 
@@ -162,13 +172,13 @@ def measure(path: Path, label: str, repeat: int) -> None:
 
 def warm_up() -> float:
     t = time.perf_counter()
-    from compaction.format import scan  # noqa: F401  (decorating is cheap; compilation is lazy)
+    from compaction.kernels import scan  # decorating is cheap; compilation is lazy
     from compaction.format.batch import Record, build_batch
 
     raw = build_batch([Record(0, 0, b"k", b"v")])
     s = scan.scan_segment(np.frombuffer(raw, np.uint8))
     s.gather_keys()
-    scan.walk_records(np.frombuffer(raw, np.uint8), [61], [len(raw)], [0], [0], [0], [0])
+    scan.walk_records(np.frombuffer(raw, np.uint8), [RECORD_BATCH_OVERHEAD], [len(raw)], [0], [0], [0], [0])
     return time.perf_counter() - t
 
 

@@ -27,6 +27,8 @@ Record (all varints zig-zag, see `varint.py`):
 `length varint | attributes int8 (0) | timestampDelta varlong | offsetDelta varint |
 keyLength varint (-1 null) | key | valueLength varint (-1 null = tombstone) | value |
 headersCount varint | per header: keyLength varint, key utf-8, valueLength varint (-1 null), value`.
+
+The offsets, sizes and attribute masks are declared in `layout.py`; `BATCH_HEADER` must agree.
 """
 
 from __future__ import annotations
@@ -38,9 +40,21 @@ from dataclasses import dataclass
 from compaction.errors import CorruptRecordError, CrcMismatchError
 from compaction.format import compression
 from compaction.format.crc import crc32c
+from compaction.format.layout import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_MASK,
+    CRC_COVERED_FROM,
+    CRC_OFFSET,
+    CREATE_TIME,
+    DELETE_HORIZON_MASK,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+)
 from compaction.format.varint import read_varint, read_varlong, write_varint, write_varlong
-
-MAGIC_V2 = 2
 
 BATCH_HEADER = struct.Struct(
     ">"
@@ -58,35 +72,11 @@ BATCH_HEADER = struct.Struct(
     "i"  # baseSequence
     "i"  # recordsCount
 )
-BASE_OFFSET_OFFSET = 0
-LENGTH_OFFSET = struct.calcsize(">q")
-PARTITION_LEADER_EPOCH_OFFSET = struct.calcsize(">qi")
-MAGIC_OFFSET = struct.calcsize(">qii")
-CRC_OFFSET = struct.calcsize(">qiib")
-ATTRIBUTES_OFFSET = struct.calcsize(">qiibI")
-LAST_OFFSET_DELTA_OFFSET = struct.calcsize(">qiibIh")
-BASE_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhi")
-MAX_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhiq")
-PRODUCER_ID_OFFSET = struct.calcsize(">qiibIhiqq")
-PRODUCER_EPOCH_OFFSET = struct.calcsize(">qiibIhiqqq")
-BASE_SEQUENCE_OFFSET = struct.calcsize(">qiibIhiqqqh")
-RECORDS_COUNT_OFFSET = struct.calcsize(">qiibIhiqqqhi")
-RECORD_BATCH_OVERHEAD = BATCH_HEADER.size  # 61
-LOG_OVERHEAD = LENGTH_OFFSET + struct.calcsize(">i")  # offset + size prefix common to all formats
-HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
 CRC_FIELD = struct.Struct(">I")
 BATCH_LENGTH_FIELD = struct.Struct(">i")
 ATTRIBUTES_FIELD = struct.Struct(">h")
-CRC_COVERED_FROM = ATTRIBUTES_OFFSET  # the CRC skips baseOffset, length, leader epoch, magic, crc
 
-COMPRESSION_CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_MASK = 0x10
-CONTROL_MASK = 0x20
-DELETE_HORIZON_MASK = 0x40
-ATTRIBUTE_FLAGS_MASK = 0xFF  # Kafka reads `(byte) getShort(21)`: only the low byte counts
-
-NO_TIMESTAMP_TYPE, CREATE_TIME, LOG_APPEND_TIME = -1, 0, 1  # TimestampType ids
+NO_TIMESTAMP_TYPE = -1  # TimestampType id; CREATE_TIME and LOG_APPEND_TIME are the attribute bit's values
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -46,12 +46,11 @@ import zstandard
 from isal import igzip, isal_zlib
 
 from compaction.errors import CorruptRecordError, UnsupportedCodecError
+from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, MAGIC_V2
 
-CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4",
                CODEC_ZSTD: "zstd"}
 
-MAGIC_V2 = 2
 # Kafka writes zlib level 6 (Deflater.DEFAULT_COMPRESSION); ISA-L's levels are 0-3, and its 3
 # matches zlib 6's ratio on record data at ~5x the speed. Any level decodes the same.
 GZIP_LEVEL = 3

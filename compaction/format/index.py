@@ -53,14 +53,12 @@ from typing import NamedTuple
 import numpy as np
 
 from compaction.errors import CorruptRecordError, IndexCorruptError
+from compaction.format.layout import ABORTED_TXN_SIZE, OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from compaction.kernels.jit import njit as _njit
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 ABORTED_TXN = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
-OFFSET_ENTRY_SIZE = OFFSET_ENTRY.size  # 8
-TIME_ENTRY_SIZE = TIME_ENTRY.size  # 12
-ABORTED_TXN_SIZE = ABORTED_TXN.size  # 34
 ABORTED_TXN_VERSION = 0
 
 # numpy views of the same layouts, for whole-file reads and writes without a Python loop.

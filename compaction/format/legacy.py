@@ -26,6 +26,7 @@ every inner timestamp. Inner messages may not be compressed; an empty wrapper is
 
 The "batch" objects here mimic `batch.RecordBatch`: `header` (a `BatchHeader` with magic 0/1,
 producer fields -1), `position`, `raw`, `magic`, `crc_valid()`, `records()`, `control_type()`.
+The offsets and minimum sizes are declared in `layout.py`; the header Structs here must agree.
 """
 
 from __future__ import annotations
@@ -36,22 +37,29 @@ from collections.abc import Iterable, Sequence
 from compaction.errors import CorruptRecordError, CrcMismatchError
 from compaction.format import compression
 from compaction.format.batch import (
-    COMPRESSION_CODEC_MASK,
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Record,
 )
 from compaction.format.crc import crc32
-
-MAGIC_V0, MAGIC_V1 = 0, 1
+from compaction.format.layout import (
+    COMPRESSION_CODEC_MASK,
+    CREATE_TIME,
+    LEGACY_CRC_COVERED_FROM,
+    LEGACY_CRC_OFFSET,
+    LEGACY_MAGIC_OFFSET,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC_V0,
+    MAGIC_V1,
+    RECORD_OVERHEAD_V0,
+    RECORD_OVERHEAD_V1,
+    TIMESTAMP_TYPE_MASK,
+)
 
 LOG_ENTRY_HEADER = struct.Struct(">qi")  # offset, messageSize
 MESSAGE_HEADER_V0 = struct.Struct(
@@ -64,14 +72,7 @@ MESSAGE_HEADER_V0 = struct.Struct(
 )
 MESSAGE_HEADER_V1 = struct.Struct(MESSAGE_HEADER_V0.format + "q")  # + timestamp
 LENGTH_FIELD = struct.Struct(">i")  # key and value lengths
-CRC_OFFSET = LOG_ENTRY_HEADER.size
-MAGIC_OFFSET = struct.calcsize(">qiI")
-CRC_COVERED_FROM = MAGIC_OFFSET
-# Kafka's RECORD_OVERHEAD_V0/V1: the message minus key and value bytes.
-RECORD_OVERHEAD = {
-    MAGIC_V0: MESSAGE_HEADER_V0.size - LOG_OVERHEAD + 2 * LENGTH_FIELD.size,  # 14
-    MAGIC_V1: MESSAGE_HEADER_V1.size - LOG_OVERHEAD + 2 * LENGTH_FIELD.size,  # 22
-}
+RECORD_OVERHEAD = {MAGIC_V0: RECORD_OVERHEAD_V0, MAGIC_V1: RECORD_OVERHEAD_V1}  # the smallest message size
 _HEADER_BY_MAGIC = {MAGIC_V0: MESSAGE_HEADER_V0, MAGIC_V1: MESSAGE_HEADER_V1}
 
 
@@ -110,7 +111,7 @@ def decode_message(buf, pos: int = 0) -> tuple[_Message, int]:
     if len(buf) - pos < LOG_OVERHEAD + RECORD_OVERHEAD[MAGIC_V0]:
         raise CorruptRecordError("legacy message shorter than the minimum v0 message", position=pos)
     offset, size = LOG_ENTRY_HEADER.unpack_from(buf, pos)
-    magic = buf[pos + MAGIC_OFFSET]
+    magic = buf[pos + LEGACY_MAGIC_OFFSET]
     if magic not in _HEADER_BY_MAGIC:
         raise CorruptRecordError(f"invalid legacy magic {magic}", position=pos, offset=offset)
     end = pos + LOG_OVERHEAD + size
@@ -176,7 +177,7 @@ class LegacyBatch:
         return self._message.offset
 
     def computed_crc(self) -> int:
-        return crc32(self.raw[CRC_COVERED_FROM:])
+        return crc32(self.raw[LEGACY_CRC_COVERED_FROM:])
 
     def crc_valid(self) -> bool:
         return self.computed_crc() == self._message.crc
@@ -256,7 +257,7 @@ def encode_message(offset: int, magic: int, attributes: int, timestamp: int, key
     head_fields = [offset, size, 0, magic, attributes] + ([timestamp] if magic == MAGIC_V1 else [])
     entry = bytearray(header.pack(*head_fields))
     entry += body
-    struct.pack_into(">I", entry, CRC_OFFSET, crc32(memoryview(entry)[CRC_COVERED_FROM:]))
+    struct.pack_into(">I", entry, LEGACY_CRC_OFFSET, crc32(memoryview(entry)[LEGACY_CRC_COVERED_FROM:]))
     return bytes(entry)
 
 

@@ -22,6 +22,7 @@ Kafka's rules, in order, at each position:
 A partial trailing entry is what a crash mid-append leaves behind; like `kafka-dump-log` we stop
 and report how many bytes were left (`SegmentReader.trailing_bytes`), or raise
 `TruncatedBatchError` when the caller asks for a clean file (`allow_trailing=False`).
+The offsets and sizes are declared in `layout.py`.
 """
 
 from __future__ import annotations
@@ -30,25 +31,26 @@ import struct
 from collections.abc import Iterator
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
-from compaction.format.batch import (
+from compaction.format.batch import CRC_FIELD, RecordBatch
+from compaction.format.crc import crc32, crc32c
+from compaction.format.layout import (
     CRC_COVERED_FROM,
-    CRC_FIELD,
     CRC_OFFSET,
     HEADER_SIZE_UP_TO_MAGIC,
+    LEGACY_CRC_COVERED_FROM,
+    LEGACY_CRC_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    MAGIC_V0,
+    MAGIC_V1,
     MAGIC_V2,
+    MIN_ENTRY_SIZE,
     RECORD_BATCH_OVERHEAD,
-    RecordBatch,
 )
-from compaction.format.crc import crc32, crc32c
-from compaction.format.legacy import CRC_COVERED_FROM as LEGACY_CRC_COVERED_FROM
-from compaction.format.legacy import CRC_OFFSET as LEGACY_CRC_OFFSET
-from compaction.format.legacy import RECORD_OVERHEAD, LegacyBatch
+from compaction.format.legacy import LegacyBatch
 
 ENTRY_PREFIX = struct.Struct(">qi")  # offset, size
-MIN_ENTRY_SIZE = RECORD_OVERHEAD[0]  # LegacyRecord.RECORD_OVERHEAD_V0 = 14, Kafka's lower bound
-VALID_MAGICS = (0, 1, MAGIC_V2)
+VALID_MAGICS = (MAGIC_V0, MAGIC_V1, MAGIC_V2)
 
 
 class SegmentReader:

@@ -32,6 +32,23 @@ import numpy as np
 
 from compaction.errors import CorruptRecordError
 from compaction.format.crc import crc32_at, crc32c_at
+from compaction.format.layout import (
+    COMPRESSION_CODEC_MASK,
+    CRC_COVERED_FROM,
+    LEGACY_ATTRIBUTES_OFFSET,
+    LEGACY_CRC_COVERED_FROM,
+    LEGACY_KEY_LENGTH_OFFSET_V0,
+    LEGACY_KEY_LENGTH_OFFSET_V1,
+    LEGACY_LENGTH_SIZE,
+    LEGACY_MAGIC_OFFSET,
+    LEGACY_TIMESTAMP_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V1,
+    MAGIC_V2,
+    RECORD_OVERHEAD_V0,
+    RECORD_OVERHEAD_V1,
+    SIZE_OFFSET,
+)
 from compaction.kernels.jit import njit as _njit
 
 ERR_OK = 0
@@ -45,10 +62,7 @@ ERR_NAMES = {
     ERR_EMPTY: "compressed wrapper with no inner records",
 }
 
-LOG_OVERHEAD = 12
-MIN_ENTRY = LOG_OVERHEAD + 14  # an entry holding the smallest v0 message
-_CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_MASK = 0x08
+MIN_ENTRY = LOG_OVERHEAD + RECORD_OVERHEAD_V0  # an entry holding the smallest v0 message
 
 
 @_njit
@@ -71,11 +85,12 @@ def _be64(buf, pos):
 def _message(buf, pos, end):
     """(key_pos, key_len, value_pos, value_len) of the entry buf[pos:end] whose framing is valid;
     key_pos -1 when a length runs past the message or bytes are left over (lengths < 0: null)."""
-    p = pos + (26 if buf[pos + 16] == 1 else 18)
-    if p + 4 > end:
+    v1 = buf[pos + LEGACY_MAGIC_OFFSET] == MAGIC_V1
+    p = pos + (LEGACY_KEY_LENGTH_OFFSET_V1 if v1 else LEGACY_KEY_LENGTH_OFFSET_V0)
+    if p + LEGACY_LENGTH_SIZE > end:
         return -1, 0, 0, 0
     kl = _be32(buf, p)
-    p += 4
+    p += LEGACY_LENGTH_SIZE
     kp = p
     if kl < 0:
         kl = -1
@@ -83,10 +98,10 @@ def _message(buf, pos, end):
         return -1, 0, 0, 0
     else:
         p += kl
-    if p + 4 > end:
+    if p + LEGACY_LENGTH_SIZE > end:
         return -1, 0, 0, 0
     vl = _be32(buf, p)
-    p += 4
+    p += LEGACY_LENGTH_SIZE
     vp = p
     if vl < 0:
         vl = -1
@@ -115,19 +130,20 @@ def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wr
         while pos < stop:
             if stop - pos < MIN_ENTRY:
                 return k, ERR_MESSAGE, pos, j
-            size = _be32(buf, pos + 8)
-            magic = buf[pos + 16]
-            if magic > 1 or size < (22 if magic == 1 else 14) or size > stop - pos - LOG_OVERHEAD:
+            size = _be32(buf, pos + SIZE_OFFSET)
+            magic = buf[pos + LEGACY_MAGIC_OFFSET]
+            smallest = RECORD_OVERHEAD_V1 if magic == MAGIC_V1 else RECORD_OVERHEAD_V0
+            if magic > MAGIC_V1 or size < smallest or size > stop - pos - LOG_OVERHEAD:
                 return k, ERR_MESSAGE, pos, j
             e = pos + LOG_OVERHEAD + size
-            if inner[j] and (buf[pos + 17] & _CODEC_MASK) != 0:
+            if inner[j] and (buf[pos + LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_CODEC_MASK) != 0:
                 return k, ERR_NESTED, pos, j
             kp, kl, vp, vl = _message(buf, pos, e)
             if kp < 0 or k >= capacity:
                 return k, ERR_MESSAGE, pos, j
             batch_index[k] = j
             offset[k] = _be64(buf, pos)
-            timestamp[k] = _be64(buf, pos + 18) if magic == 1 else -1
+            timestamp[k] = _be64(buf, pos + LEGACY_TIMESTAMP_OFFSET) if magic == MAGIC_V1 else -1
             key_pos[k] = kp
             key_len[k] = kl
             value_pos[k] = vp
@@ -150,10 +166,10 @@ def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wr
 @_njit
 def _entry_crcs_kernel(buf, position, size, magic, out):
     for i in range(len(position)):
-        if magic[i] >= 2:
-            out[i] = crc32c_at(buf, position[i] + 21, size[i] - 21)
+        if magic[i] >= MAGIC_V2:
+            out[i] = crc32c_at(buf, position[i] + CRC_COVERED_FROM, size[i] - CRC_COVERED_FROM)
         else:
-            out[i] = crc32_at(buf, position[i] + 16, size[i] - 16)
+            out[i] = crc32_at(buf, position[i] + LEGACY_CRC_COVERED_FROM, size[i] - LEGACY_CRC_COVERED_FROM)
 
 
 def entry_crcs(buf: np.ndarray, position: np.ndarray, size: np.ndarray, magic: np.ndarray) -> np.ndarray:
@@ -199,8 +215,9 @@ def walk_legacy_py(buf, start, end, inner, wrapper_offset, wrapper_magic, wrappe
             if inner[j] and m.codec:
                 return rows + [tuple(r) for r in mine], ERR_NESTED, pos, j
             # decode_message returns copies: the key starts after its length field
-            kp = pos + (26 if m.magic == 1 else 18) + 4
-            vp = kp + (len(m.key) if m.key is not None else 0) + 4
+            kp = pos + (LEGACY_KEY_LENGTH_OFFSET_V1 if m.magic == MAGIC_V1 else LEGACY_KEY_LENGTH_OFFSET_V0)
+            kp += LEGACY_LENGTH_SIZE
+            vp = kp + (len(m.key) if m.key is not None else 0) + LEGACY_LENGTH_SIZE
             mine.append([j, m.offset, m.timestamp, kp, -1 if m.key is None else len(m.key), vp,
                          -1 if m.value is None else len(m.value)])  # fmt: skip
             pos = nxt

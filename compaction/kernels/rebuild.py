@@ -41,18 +41,13 @@ import numpy as np
 
 from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
-from compaction.format import compression
+from compaction.format import compression, layout
+from compaction.format.layout import LOG_APPEND_TIME, RECORD_BATCH_OVERHEAD
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
-from compaction.kernels.scan import (
-    ERR_OK,
-    ERR_RECORD_SIZE,
-    LOG_APPEND_TIME,
-    V2_HEADER_SIZE,
-    SegmentScan,
-    _read_varint,
-    _skip_headers,
-)
+from compaction.kernels.scan import SegmentScan
+from compaction.kernels.scan_columns import ERR_OK, ERR_RECORD_SIZE
+from compaction.kernels.scan_kernels import _read_varint, _skip_headers
 
 SRC_NONE, SRC_FILE, SRC_SIDE = -1, 0, 1
 NO_HORIZON = -1
@@ -338,12 +333,12 @@ def record_regions(scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarra
     codec = b.codec
     plain = v2 & (codec == 0)
     src[plain] = SRC_FILE
-    start[plain] = b.position[plain] + V2_HEADER_SIZE
+    start[plain] = b.position[plain] + RECORD_BATCH_OVERHEAD
     end[plain] = b.position[plain] + b.size[plain]
-    empty_packed = v2 & (codec != 0) & (b.size <= V2_HEADER_SIZE)
+    empty_packed = v2 & (codec != 0) & (b.size <= RECORD_BATCH_OVERHEAD)
     src[empty_packed] = SRC_FILE
     start[empty_packed] = end[empty_packed] = b.position[empty_packed] + b.size[empty_packed]
-    packed = np.flatnonzero(v2 & (codec != 0) & (b.size > V2_HEADER_SIZE))
+    packed = np.flatnonzero(v2 & (codec != 0) & (b.size > RECORD_BATCH_OVERHEAD))
     if len(packed):
         bounds = np.searchsorted(scan.records.batch_index, np.arange(n + 1))
         s = np.empty(len(packed), dtype=np.int64)
@@ -511,11 +506,12 @@ def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int
     """The rebuilt batch's header fields (batch_length and crc filled by `seal`). `attributes` are
     the original ones: codec, timestamp type, transactional and control bits are kept; the
     delete-horizon bit is set when `horizon >= 0` (or was already set)."""
-    attrs = attributes & (fb.COMPRESSION_CODEC_MASK | fb.TIMESTAMP_TYPE_MASK | fb.TRANSACTIONAL_MASK
-                          | fb.CONTROL_MASK | fb.DELETE_HORIZON_MASK)  # fmt: skip
+    attrs = attributes & (layout.COMPRESSION_CODEC_MASK | layout.TIMESTAMP_TYPE_MASK
+                          | layout.TRANSACTIONAL_MASK | layout.CONTROL_MASK
+                          | layout.DELETE_HORIZON_MASK)  # fmt: skip
     if horizon >= 0:
-        attrs |= fb.DELETE_HORIZON_MASK
-    return fb.BatchHeader(base_offset, 0, partition_leader_epoch, fb.MAGIC_V2, 0, attrs, last_offset_delta,
+        attrs |= layout.DELETE_HORIZON_MASK
+    return fb.BatchHeader(base_offset, 0, partition_leader_epoch, layout.MAGIC_V2, 0, attrs, last_offset_delta,
                           base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
                           records_count)  # fmt: skip
 
@@ -528,9 +524,9 @@ HEADER_DTYPE = np.dtype(
      ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
      ("records_count", ">i4")]
 )  # fmt: skip
-assert HEADER_DTYPE.itemsize == fb.RECORD_BATCH_OVERHEAD
-_KEPT_ATTRS = (fb.COMPRESSION_CODEC_MASK | fb.TIMESTAMP_TYPE_MASK | fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK
-               | fb.DELETE_HORIZON_MASK)  # fmt: skip
+assert HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
+_KEPT_ATTRS = (layout.COMPRESSION_CODEC_MASK | layout.TIMESTAMP_TYPE_MASK | layout.TRANSACTIONAL_MASK
+               | layout.CONTROL_MASK | layout.DELETE_HORIZON_MASK)  # fmt: skip
 
 
 def headers_for(*, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
@@ -539,35 +535,36 @@ def headers_for(*, base_offset, partition_leader_epoch, attributes, last_offset_
     batch_length and crc `seal_all` fills."""
     h = np.zeros(len(base_offset), HEADER_DTYPE)
     attrs = np.asarray(attributes, np.int64) & _KEPT_ATTRS
-    attrs = np.where(np.asarray(horizon) >= 0, attrs | fb.DELETE_HORIZON_MASK, attrs)
+    attrs = np.where(np.asarray(horizon) >= 0, attrs | layout.DELETE_HORIZON_MASK, attrs)
     for name, values in (("base_offset", base_offset), ("partition_leader_epoch", partition_leader_epoch),
                          ("attributes", attrs), ("last_offset_delta", last_offset_delta),
                          ("base_timestamp", base_timestamp), ("max_timestamp", max_timestamp),
                          ("producer_id", producer_id), ("producer_epoch", producer_epoch),
                          ("base_sequence", base_sequence), ("records_count", records_count)):  # fmt: skip
         h[name] = values
-    h["magic"] = fb.MAGIC_V2
+    h["magic"] = layout.MAGIC_V2
     return h
 
 
 def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
     """`seal` for every header of `headers_for`: [header bytes, payload] per batch, the records of
     batch j being payload[starts[j]:ends[j]], compressed with codecs[j]."""
-    raw = headers.view(np.uint8).reshape(len(headers), fb.RECORD_BATCH_OVERHEAD)
+    raw = headers.view(np.uint8).reshape(len(headers), RECORD_BATCH_OVERHEAD)
     view = memoryview(payload)
     out = []
-    covered = fb.CRC_COVERED_FROM
+    covered = layout.CRC_COVERED_FROM
     for j, (s, e, codec) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(),
                                           np.asarray(codecs).tolist())):  # fmt: skip
         records = view[s:e]
         if codec:
-            body = compression.compress(codec, records, fb.MAGIC_V2)
+            body = compression.compress(codec, records, layout.MAGIC_V2)
         else:
             body = records
         head = raw[j]
-        fb.BATCH_LENGTH_FIELD.pack_into(head, fb.LENGTH_OFFSET, fb.RECORD_BATCH_OVERHEAD - fb.LOG_OVERHEAD + len(body))
+        batch_length = RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD + len(body)
+        fb.BATCH_LENGTH_FIELD.pack_into(head, layout.LENGTH_OFFSET, batch_length)
         crc = _crc32c.crc32c(body, _crc32c.crc32c(head[covered:]))
-        fb.CRC_FIELD.pack_into(head, fb.CRC_OFFSET, crc)
+        fb.CRC_FIELD.pack_into(head, layout.CRC_OFFSET, crc)
         out.append([head.tobytes(), body])
     return out
 
@@ -577,12 +574,12 @@ def seal(header: fb.BatchHeader, records, codec: int) -> list:
     batch_length and the CRC-32C over [21, end) filled in. The payload is not copied when
     uncompressed (a memoryview into the kernel's output)."""
     if codec:
-        payload = compression.compress(codec, records, fb.MAGIC_V2)
+        payload = compression.compress(codec, records, layout.MAGIC_V2)
     else:
         payload = memoryview(records)
-    header.batch_length = fb.RECORD_BATCH_OVERHEAD - fb.LOG_OVERHEAD + len(payload)
+    header.batch_length = RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD + len(payload)
     header.crc = 0
     head = bytearray(header.pack())
-    header.crc = _crc32c.crc32c(payload, _crc32c.crc32c(memoryview(head)[fb.CRC_COVERED_FROM :]))
-    fb.CRC_FIELD.pack_into(head, fb.CRC_OFFSET, header.crc)
+    header.crc = _crc32c.crc32c(payload, _crc32c.crc32c(memoryview(head)[layout.CRC_COVERED_FROM :]))
+    fb.CRC_FIELD.pack_into(head, layout.CRC_OFFSET, header.crc)
     return [bytes(head), payload]

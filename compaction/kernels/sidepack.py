@@ -32,10 +32,17 @@ import numpy as np
 
 from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.errors import CorruptRecordError, KafkaFormatError
-from compaction.format import batch as fb
+from compaction.format.layout import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_MASK,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+)
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
-from compaction.kernels.scan import V2_HEADER_SIZE, RecordColumns, SegmentScan, _skip_headers
+from compaction.kernels.scan import RecordColumns, SegmentScan
+from compaction.kernels.scan_kernels import _skip_headers
 from compaction.format.varint import read_varint
 
 FAR = np.int64(1) << np.int64(62)  # the position of a record not copied: past any buffer
@@ -114,11 +121,11 @@ def packable(scan: SegmentScan) -> np.ndarray | None:
     """The indexes of the batches whose records live in `side` when every one of them is a v2
     data batch outside transactions (else None: the scan is not packed)."""
     b = scan.batches
-    if not len(scan.side) or (b.magic < 2).any():
+    if not len(scan.side) or (b.magic < MAGIC_V2).any():
         return None
     attrs = b.attributes.astype(np.int64)
-    in_side = (attrs & fb.COMPRESSION_CODEC_MASK != 0) & (b.size > V2_HEADER_SIZE)
-    if (in_side & ((attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)) != 0)).any():
+    in_side = (attrs & COMPRESSION_CODEC_MASK != 0) & (b.size > RECORD_BATCH_OVERHEAD)
+    if (in_side & ((attrs & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0)).any():
         return None
     return np.flatnonzero(in_side)
 

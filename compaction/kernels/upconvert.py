@@ -28,23 +28,42 @@ import numpy as np
 from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
 from compaction.format.crc import crc32c_at
+from compaction.format.layout import (
+    ATTRIBUTE_FLAGS_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CRC_COVERED_FROM,
+    CRC_OFFSET,
+    DELETE_HORIZON_MASK,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MAX_TIMESTAMP_OFFSET,
+    MAX_VARINT_BYTES,
+    MAX_VARLONG_BYTES,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+)
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes, memcpy_at
 from compaction.kernels.rebuild import _varint32_size, _varint_size, _write_varint, _write_varlong
 
-HEADER = fb.RECORD_BATCH_OVERHEAD  # 61
+HEADER = RECORD_BATCH_OVERHEAD
 # a record's bytes beyond its key and value: length <= 5, attributes 1, timestampDelta <= 10,
 # offsetDelta 1, key and value lengths <= 5 each, headers count 1
-MAX_RECORD_OVERHEAD = 5 + 1 + 10 + 1 + 5 + 5 + 1
+MAX_RECORD_OVERHEAD = MAX_VARINT_BYTES + 1 + MAX_VARLONG_BYTES + 1 + 2 * MAX_VARINT_BYTES + 1
 
 
 # The header fields every converted batch shares: partitionLeaderEpoch, producerId, producerEpoch and
 # baseSequence -1, magic 2, lastOffsetDelta 0, recordsCount 1; the others are written over it.
 _TEMPLATE = np.zeros(HEADER, dtype=np.uint8)
-_TEMPLATE[12:16] = 0xFF
-_TEMPLATE[16] = fb.MAGIC_V2
-_TEMPLATE[43:57] = 0xFF
-_TEMPLATE[60] = 1
+_TEMPLATE[PARTITION_LEADER_EPOCH_OFFSET:MAGIC_OFFSET] = 0xFF
+_TEMPLATE[MAGIC_OFFSET] = MAGIC_V2
+_TEMPLATE[PRODUCER_ID_OFFSET:RECORDS_COUNT_OFFSET] = 0xFF  # producerId, producerEpoch, baseSequence
+_TEMPLATE[HEADER - 1] = 1  # the low byte of recordsCount
 
 
 @_njit
@@ -77,13 +96,13 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
         size = HEADER + _varint32_size(body) + body
         memcpy_at(out, o, template, 0, HEADER)
         _put_be64(out, o, offset[r])
-        _put_be32(out, o + 8, size - 12)
-        attrs = fb.TIMESTAMP_TYPE_MASK if log_append[j] else 0
+        _put_be32(out, o + LENGTH_OFFSET, size - LOG_OVERHEAD)
+        attrs = TIMESTAMP_TYPE_MASK if log_append[j] else 0
         if horizon[j] >= 0:
-            attrs |= fb.DELETE_HORIZON_MASK
-        out[o + 22] = attrs  # the low byte of the int16
-        _put_be64(out, o + 27, base_ts)
-        _put_be64(out, o + 35, max_ts)
+            attrs |= DELETE_HORIZON_MASK
+        out[o + ATTRIBUTE_FLAGS_OFFSET] = attrs
+        _put_be64(out, o + BASE_TIMESTAMP_OFFSET, base_ts)
+        _put_be64(out, o + MAX_TIMESTAMP_OFFSET, max_ts)
         p = _write_varint(out, o + HEADER, body)
         out[p] = 0  # record attributes
         p = _write_varlong(out, p + 1, tsd)
@@ -97,7 +116,7 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
             copy_bytes(file, side, split, value_pos[r], vl, out, p)
             p += vl
         out[p] = 0  # headers count
-        _put_be32(out, o + 17, crc32c_at(out, o + 21, size - 21))
+        _put_be32(out, o + CRC_OFFSET, crc32c_at(out, o + CRC_COVERED_FROM, size - CRC_COVERED_FROM))
         o += size
         out_end[j] = o
         out_max_ts[j] = max_ts

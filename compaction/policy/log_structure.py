@@ -31,6 +31,14 @@ from typing import Protocol
 import numpy as np
 
 from compaction.errors import LogStructureError
+from compaction.format.layout import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    MAGIC_V2,
+    OFFSET_ENTRY_SIZE,
+    RECORD_BATCH_OVERHEAD,
+    TIME_ENTRY_SIZE,
+)
 
 RULE_BASE = "a segment's offsets start at or above its base offset (its file name)"
 RULE_NEXT = "a segment's offsets end below the next segment's base offset"
@@ -130,7 +138,7 @@ def check_index_entries(index_path: str, log_path: str, base_offset: int, entrie
             span = _span(int(first[i]), int(last[i]))
             what = f"points at byte {position} of {log}, a batch of offsets {span}"
         raise LogStructureError(f"entry for offset {offset} {what}", rule=RULE_INDEX, other_path=log_path,
-                                path=index_path, position=k * 8, offset=offset)  # fmt: skip
+                                path=index_path, position=k * OFFSET_ENTRY_SIZE, offset=offset)  # fmt: skip
 
 
 def check_time_index_entries(index_path: str, log_path: str, base_offset: int, entries: np.ndarray,
@@ -143,12 +151,12 @@ def check_time_index_entries(index_path: str, log_path: str, base_offset: int, e
     first, last = batches.base_offset, batches.last_offset
     if not len(entries) or not len(first):
         return
-    lo, hi = int(first[0]) if batches.magic[0] >= 2 else base_offset, int(last[-1])
+    lo, hi = int(first[0]) if batches.magic[0] >= MAGIC_V2 else base_offset, int(last[-1])
     for k in np.flatnonzero((entries[:, 1] < lo) | (entries[:, 1] > hi))[:1].tolist():
         offset = int(entries[k, 1])
         raise LogStructureError(
             f"entry for offset {offset} lies outside {file_name(log_path)}'s offsets {_span(lo, hi)}",
-            rule=RULE_INDEX, other_path=log_path, path=index_path, position=k * 12,
+            rule=RULE_INDEX, other_path=log_path, path=index_path, position=k * TIME_ENTRY_SIZE,
             offset=offset)  # fmt: skip
 
 
@@ -263,9 +271,9 @@ def _check_run(run: tuple, entries: list[tuple[int, int]], path: str) -> None:
 
 # --- the dry run's audit: first batch headers only ---------------------------------------------------
 
-FIRST_HEADER_BYTES = 61  # a v2 batch header; a v0/v1 entry's offset, size, crc and magic fit in it
+FIRST_HEADER_BYTES = RECORD_BATCH_OVERHEAD  # a v0/v1 entry's offset, size, crc and magic fit in it too
 _V2_HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
-_LAST_DELTA = struct.Struct(">i")  # lastOffsetDelta at byte 23
+_LAST_DELTA = struct.Struct(">i")  # lastOffsetDelta
 
 
 @dataclass
@@ -284,13 +292,13 @@ def first_batch(head: bytes) -> FirstBatches:
     """The first batch of a segment from its first `FIRST_HEADER_BYTES` (fewer: an empty or
     short segment, no batch)."""
     none = FirstBatches(*(np.empty(0, dtype=np.int64) for _ in range(5)))
-    if len(head) < 17:
+    if len(head) < HEADER_SIZE_UP_TO_MAGIC:
         return none
     base, _, epoch, magic = _V2_HEAD.unpack_from(head)
-    if magic >= 2:
+    if magic >= MAGIC_V2:
         if len(head) < FIRST_HEADER_BYTES:
             return none
-        last = base + _LAST_DELTA.unpack_from(head, 23)[0]
+        last = base + _LAST_DELTA.unpack_from(head, LAST_OFFSET_DELTA_OFFSET)[0]
     else:
         last, epoch = base, -1
     return FirstBatches(*(np.array([v], dtype=np.int64) for v in (0, base, last, magic, epoch)))

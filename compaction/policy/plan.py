@@ -17,12 +17,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Sequence
 
+from compaction.format.layout import OFFSET_ENTRY_SIZE, RECORD_OVERHEAD_V0, TIME_ENTRY_SIZE
+
 # --- Java limits and on-disk sizes -------------------------------------------------------------
 INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets in .index are 4 bytes
 LONG_MAX = 2**63 - 1  # Long.MAX_VALUE
 NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
-OFFSET_INDEX_ENTRY_BYTES = 8  # OffsetIndex entry: relative offset int32 + position int32
-TIME_INDEX_ENTRY_BYTES = 12  # TimeIndex entry: timestamp int64 + relative offset int32
 
 # --- Kafka topic config names (TopicConfig) -----------------------------------------------------
 CLEANUP_POLICY = "cleanup.policy"
@@ -49,7 +49,7 @@ DEFAULT_INDEX_INTERVAL_BYTES = 4_096
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 # Lower bounds Kafka's ConfigDef enforces (spec §6); a value below is a config error, not a plan.
-MIN_SEGMENT_BYTES = 14
+MIN_SEGMENT_BYTES = RECORD_OVERHEAD_V0
 MIN_SEGMENT_INDEX_BYTES = 4
 MIN_MAX_COMPACTION_LAG_MS = 1
 
@@ -78,12 +78,12 @@ class SegmentMeta:
     @property
     def offset_index_bytes(self) -> int:
         """``OffsetIndex.sizeInBytes``: entries x 8 (the file is trimmed to its entries)."""
-        return self.offset_index_entries * OFFSET_INDEX_ENTRY_BYTES
+        return self.offset_index_entries * OFFSET_ENTRY_SIZE
 
     @property
     def time_index_bytes(self) -> int:
         """``TimeIndex.sizeInBytes``: entries x 12."""
-        return self.time_index_entries * TIME_INDEX_ENTRY_BYTES
+        return self.time_index_entries * TIME_ENTRY_SIZE
 
     @property
     def effective_largest_timestamp(self) -> int:

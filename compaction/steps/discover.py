@@ -31,6 +31,16 @@ from compaction.format.index import (
     sanity_check_time_index,
     sanity_check_txn_index,
 )
+from compaction.format.layout import (
+    LEGACY_TIMESTAMP_OFFSET,
+    MAGIC_OFFSET,
+    MAGIC_V1,
+    MAGIC_V2,
+    MAX_TIMESTAMP_OFFSET,
+    OFFSET_ENTRY_SIZE,
+    RECORD_BATCH_OVERHEAD,
+    TIME_ENTRY_SIZE,
+)
 from compaction.kernels.scan import scan_batches, scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.policy.plan import SegmentMeta
@@ -48,12 +58,6 @@ KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.
 # KRaft's metadata log is trimmed by snapshots, never by the log cleaner.
 INTERNAL_TOPICS_NOT_CLEANED = frozenset({"__cluster_metadata"})
 
-OFFSET_ENTRY_BYTES = 8
-TIME_ENTRY_BYTES = 12
-# v2 header: maxTimestamp sits at byte 35; v1 message: timestamp at byte 18 (spec §1.1, §1.6).
-V2_MAX_TIMESTAMP_AT = 35
-V1_TIMESTAMP_AT = 18
-FIRST_HEADER_BYTES = 61
 COMMIT_INTENT = "compaction-commit.json"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
@@ -295,23 +299,23 @@ def last_time_entry_ts(storage: Storage, seg: SegmentFiles) -> int:
     """`LogSegment.largestTimestamp` as loaded: the last `.timeindex` entry's timestamp (one
     12-byte read), -1 when there is none (the planner then uses the `.log` mtime, as Kafka does)."""
     info = seg.timeindex
-    if info is None or info.size < TIME_ENTRY_BYTES or info.size % TIME_ENTRY_BYTES:
+    if info is None or info.size < TIME_ENTRY_SIZE or info.size % TIME_ENTRY_SIZE:
         return -1
-    data = _read(storage, info.path, info.size - TIME_ENTRY_BYTES, TIME_ENTRY_BYTES)
+    data = _read(storage, info.path, info.size - TIME_ENTRY_SIZE, TIME_ENTRY_SIZE)
     entries = read_time_index(data, seg.base_offset)
     return int(entries[-1][0]) if len(entries) else -1
 
 
 def first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int:
     """maxTimestamp of the segment's first batch (one 61-byte read), -1 when there is none."""
-    if seg.log.size < FIRST_HEADER_BYTES:
+    if seg.log.size < RECORD_BATCH_OVERHEAD:
         return -1
-    head = _read(storage, seg.log.path, 0, FIRST_HEADER_BYTES)
-    magic = head[16]
-    if magic >= 2:
-        return int.from_bytes(head[V2_MAX_TIMESTAMP_AT : V2_MAX_TIMESTAMP_AT + 8], "big", signed=True)
-    if magic == 1:
-        return int.from_bytes(head[V1_TIMESTAMP_AT : V1_TIMESTAMP_AT + 8], "big", signed=True)
+    head = _read(storage, seg.log.path, 0, RECORD_BATCH_OVERHEAD)
+    magic = head[MAGIC_OFFSET]
+    if magic >= MAGIC_V2:
+        return int.from_bytes(head[MAX_TIMESTAMP_OFFSET : MAX_TIMESTAMP_OFFSET + 8], "big", signed=True)
+    if magic == MAGIC_V1:
+        return int.from_bytes(head[LEGACY_TIMESTAMP_OFFSET : LEGACY_TIMESTAMP_OFFSET + 8], "big", signed=True)
     return -1
 
 
@@ -328,8 +332,8 @@ def segment_meta(
     return SegmentMeta(
         base_offset=seg.base_offset,
         size=seg.log.size if sizes else 0,
-        offset_index_entries=(seg.index.size // OFFSET_ENTRY_BYTES) if index_sizes and seg.index else 0,
-        time_index_entries=(seg.timeindex.size // TIME_ENTRY_BYTES) if index_sizes and seg.timeindex else 0,
+        offset_index_entries=(seg.index.size // OFFSET_ENTRY_SIZE) if index_sizes and seg.index else 0,
+        time_index_entries=(seg.timeindex.size // TIME_ENTRY_SIZE) if index_sizes and seg.timeindex else 0,
         largest_timestamp=last_time_entry_ts(storage, seg) if largest_ts else -1,
         first_batch_timestamp=first_batch_timestamp(storage, seg) if first_batch_ts else -1,
         mtime_ms=seg.log.mtime_ns // 1_000_000 if sizes else 0,
@@ -346,7 +350,7 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
     if seg.log.size == 0:
         return seg.base_offset
     start = 0
-    if seg.index is not None and seg.index.size >= OFFSET_ENTRY_BYTES:
+    if seg.index is not None and seg.index.size >= OFFSET_ENTRY_SIZE:
         data = index_data if index_data is not None else _read(storage, seg.index.path)
         entries = read_offset_index(data, seg.base_offset)
         # An active segment's index is preallocated: trailing zero entries read as (base, 0).
@@ -397,10 +401,10 @@ def validate_contents(storage: Storage, part: PartitionDir, index_bounds: bool =
         if seg.timeindex is not None and seg.timeindex.size:
             data = _read_checked(storage, seg.timeindex.path)
             if active:  # preallocated: drop trailing all-zero entries (timestamp 0, offset base)
-                whole = len(data) - len(data) % TIME_ENTRY_BYTES
-                while whole > TIME_ENTRY_BYTES and not any(data[whole - TIME_ENTRY_BYTES : whole]):
-                    whole -= TIME_ENTRY_BYTES
-                data = data[:whole] + data[len(data) - len(data) % TIME_ENTRY_BYTES :]
+                whole = len(data) - len(data) % TIME_ENTRY_SIZE
+                while whole > TIME_ENTRY_SIZE and not any(data[whole - TIME_ENTRY_SIZE : whole]):
+                    whole -= TIME_ENTRY_SIZE
+                data = data[:whole] + data[len(data) - len(data) % TIME_ENTRY_SIZE :]
             sanity_check_time_index(data, seg.base_offset, seg.timeindex.path)
         if seg.txnindex is not None and seg.txnindex.size:
             data = _read_checked(storage, seg.txnindex.path)
@@ -428,7 +432,7 @@ def audit_structure(storage: Storage, part: PartitionDir) -> None:
     checkpoint (`log_structure.check_first_batches`; raises `LogStructureError`). A round's
     scan checks the same for every batch, and the index entries."""
     segs = part.segments
-    heads = [_read_checked(storage, s.log.path, 0, FIRST_HEADER_BYTES) for s in segs]
+    heads = [_read_checked(storage, s.log.path, 0, RECORD_BATCH_OVERHEAD) for s in segs]
     path = part.leader_epoch_checkpoint
     entries = ckpt.parse_leader_epoch_checkpoint(_read_checked(storage, path), path) if path else None
     check_first_batches([s.log.path for s in segs], [s.base_offset for s in segs], heads, entries,
@@ -466,10 +470,10 @@ def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
         i = int(past[0])
         raise LogStructureError(
             f"entry for offset {int(offs[i])} lies at or past the next segment's base offset {next_base}",
-            rule=RULE_INDEX, path=path, position=i * OFFSET_ENTRY_BYTES, offset=int(offs[i]))  # fmt: skip
+            rule=RULE_INDEX, path=path, position=i * OFFSET_ENTRY_SIZE, offset=int(offs[i]))  # fmt: skip
     for i in map(int, first_bad[:1]):
         offset, position = int(entries[i, 0]), int(entries[i, 1])
-        where = {"path": path, "position": i * OFFSET_ENTRY_BYTES, "offset": offset}
+        where = {"path": path, "position": i * OFFSET_ENTRY_SIZE, "offset": offset}
         if offset < seg.base_offset:
             raise IndexCorruptError(f"index entry offset {offset} is below the base offset", **where)
         if position >= max(seg.log.size, 1):

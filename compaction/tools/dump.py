@@ -31,25 +31,24 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from compaction.errors import KafkaFormatError
-from compaction.format.batch import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    MAGIC_V2,
-    parse_control_type,
-    parse_end_txn_marker,
-)
+from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT, parse_control_type, parse_end_txn_marker
 from compaction.format.compression import CODEC_NAMES
 from compaction.format.coordinator import format_offsets_record, format_txn_record
 from compaction.format.index import (
-    ABORTED_TXN_SIZE,
     read_offset_index,
     read_time_index,
     read_txn_index,
     sanity_check_offset_index,
     sanity_check_time_index,
     sanity_check_txn_index,
+)
+from compaction.format.layout import (
+    ABORTED_TXN_SIZE,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    MAGIC_V2,
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY_SIZE,
 )
 from compaction.format.naming import (
     INDEX_SUFFIX,
@@ -422,7 +421,7 @@ def _report_index_mismatches(file: str, mismatches: list, output: _Output) -> No
     if mismatches and not output.options.json:
         output.note(f"Mismatches in :{file}")
     for i, offset, found in mismatches:
-        output.error(file, i * 8, f"  Index offset: {offset}, log offset: {found}")
+        output.error(file, i * OFFSET_ENTRY_SIZE, f"  Index offset: {offset}, log offset: {found}")
 
 
 def _dump_time_index(file: str, data: bytes, base_offset: int, storage, path, output: _Output) -> None:
@@ -456,7 +455,7 @@ def _max_timestamps(log: bytes, file: str) -> dict[int, int]:
 
 
 def _check_time_entry(file, i, timestamp, offset, previous, max_ts_by_last, output: _Output) -> None:
-    position = i * 12
+    position = i * TIME_ENTRY_SIZE
     if offset not in max_ts_by_last:
         output.error(file, position, f"{file}: indexed offset {offset} is not the last offset of a batch "
                      "in the log")

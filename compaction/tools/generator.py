@@ -21,27 +21,25 @@ import base64
 import dataclasses
 import json
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 
 from compaction.format import checkpoint as ckpt
-from compaction.format.batch import (
-    CRC_COVERED_FROM,
-    CRC_FIELD,
-    CRC_OFFSET,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-    TRANSACTIONAL_MASK,
-    Record,
-    build_batch,
-)
+from compaction.format.batch import BATCH_LENGTH_FIELD, CRC_FIELD, Record, build_batch
 from compaction.format.compression import compress
 from compaction.format.crc import crc32c
 from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
+from compaction.format.layout import (
+    CRC_COVERED_FROM,
+    CRC_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+)
 from compaction.format.legacy import build_legacy_message_set
 from compaction.format.naming import (
     INDEX_SUFFIX,
@@ -71,7 +69,6 @@ __all__ = [
 ]
 
 CHUNK_BATCHES = 4096  # batches encoded per numba call: bounds the scratch buffer
-LENGTH_FIELD = struct.Struct(">i")  # batchLength at byte 8
 IOV_MAX = 1024  # buffers per os.writev call (Linux UIO_MAXIOV)
 
 
@@ -233,14 +230,14 @@ def _encode_fast(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, r
                  scratch: _Scratch) -> list[tuple[memoryview, int, int]]:
     """(bytes, last offset, max timestamp) of each batch row, encoded into the scratch buffer."""
     # Imported here: the numba kernels compile on first use; the CLI's --help should not wait.
-    from compaction.tools.generator_encode import BATCH_OVERHEAD, encode_batches, records_upper_bound
+    from compaction.tools.generator_encode import encode_batches, records_upper_bound
 
     if len(rows) == 0:
         return []
     p = plan
     lo, hi = int(p.b_first[rows[0]]), int(p.b_first[rows[-1]] + p.b_count[rows[-1]])
     out = scratch.get(records_upper_bound(p.value_len[lo:hi], opts.key_size, opts.headers)
-                      + BATCH_OVERHEAD * len(rows))
+                      + RECORD_BATCH_OVERHEAD * len(rows))
     attributes = (np.where(p.b_transactional[rows], TRANSACTIONAL_MASK, 0) | p.b_codec[rows]).astype(np.int64)
     starts = np.empty(len(rows), dtype=np.int64)
     end = encode_batches(out, p.b_first[rows], p.b_count[rows], p.b_first[rows], attributes,
@@ -269,7 +266,7 @@ def _compressed(plain: memoryview, codec: int) -> bytearray:
     stream compressed: what build_batch gives for the same records (tests check byte equality)."""
     out = bytearray(plain[:RECORD_BATCH_OVERHEAD])
     out += compress(codec, bytes(plain[RECORD_BATCH_OVERHEAD:]))
-    LENGTH_FIELD.pack_into(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    BATCH_LENGTH_FIELD.pack_into(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
     CRC_FIELD.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[CRC_COVERED_FROM:]))
     return out
 
@@ -292,7 +289,7 @@ def _build_slow(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, b:
     path is tested against)."""
     records = _records_of(plan, pool, opts, b)
     codec = int(plan.b_codec[b])
-    if opts.magic < 2:
+    if opts.magic < MAGIC_V2:
         return build_legacy_message_set(records, opts.magic, codec)
     return build_batch(
         records, codec=codec, producer_id=int(plan.b_pid[b]), producer_epoch=int(plan.b_epoch[b]),

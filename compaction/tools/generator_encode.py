@@ -17,9 +17,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from compaction.format.layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+)
 from compaction.tools.generator_plan import HEADER_VALUE_SIZE
-
-BATCH_OVERHEAD = 61
 
 
 @njit(cache=True, inline="always")
@@ -137,19 +152,19 @@ def encode_records(out, pos, first, count, base_ts, rec_ts, key_id, key_size, vp
 
 @njit(cache=True)
 def _write_header(out, pos, end, base_offset, ple, attributes, count, base_ts, max_ts, pid, epoch, seq):
-    p = _write_be(out, pos, base_offset, 8)
-    p = _write_be(out, p, end - pos - 12, 4)
-    p = _write_be(out, p, ple, 4)
-    out[p] = 2
-    p = _write_be(out, p + 1, 0, 4)  # crc, filled by fill_crcs
-    p = _write_be(out, p, attributes, 2)
-    p = _write_be(out, p, count - 1, 4)
-    p = _write_be(out, p, base_ts, 8)
-    p = _write_be(out, p, max_ts, 8)
-    p = _write_be(out, p, pid, 8)
-    p = _write_be(out, p, epoch, 2)
-    p = _write_be(out, p, seq, 4)
-    _write_be(out, p, count, 4)
+    _write_be(out, pos, base_offset, 8)
+    _write_be(out, pos + LENGTH_OFFSET, end - pos - LOG_OVERHEAD, 4)
+    _write_be(out, pos + PARTITION_LEADER_EPOCH_OFFSET, ple, 4)
+    out[pos + MAGIC_OFFSET] = MAGIC_V2
+    _write_be(out, pos + CRC_OFFSET, 0, 4)  # filled by fill_crcs
+    _write_be(out, pos + ATTRIBUTES_OFFSET, attributes, 2)
+    _write_be(out, pos + LAST_OFFSET_DELTA_OFFSET, count - 1, 4)
+    _write_be(out, pos + BASE_TIMESTAMP_OFFSET, base_ts, 8)
+    _write_be(out, pos + MAX_TIMESTAMP_OFFSET, max_ts, 8)
+    _write_be(out, pos + PRODUCER_ID_OFFSET, pid, 8)
+    _write_be(out, pos + PRODUCER_EPOCH_OFFSET, epoch, 2)
+    _write_be(out, pos + BASE_SEQUENCE_OFFSET, seq, 4)
+    _write_be(out, pos + RECORDS_COUNT_OFFSET, count, 4)
 
 
 @njit(cache=True)
@@ -168,7 +183,7 @@ def encode_batches(out, b_first, b_count, b_base_offset, b_attr, b_ple, b_pid, b
         for r in range(first, first + count):
             max_ts = max(max_ts, rec_ts[r])
         b_pos[b] = pos
-        end = encode_records(out, pos + BATCH_OVERHEAD, first, count, base_ts, rec_ts, key_id,
+        end = encode_records(out, pos + RECORD_BATCH_OVERHEAD, first, count, base_ts, rec_ts, key_id,
                              key_size, vpos, vlen, pool, n_headers)
         _write_header(out, pos, end, b_base_offset[b], b_ple[b], b_attr[b], count, base_ts, max_ts,
                       b_pid[b], b_epoch[b], b_seq[b])

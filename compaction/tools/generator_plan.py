@@ -19,10 +19,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compaction.format.layout import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    MIN_ENTRY_SIZE,
+)
+
 TXN_NONE, TXN_COMMITTED, TXN_ABORTED = 0, 1, 2
 KIND_PLAIN, KIND_IDEMPOTENT, KIND_TRANSACTIONAL = 0, 1, 2
 MARKER_ABORT, MARKER_COMMIT = 0, 1  # ControlRecordType ids (spec 2.1)
-CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+CODEC_IDS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
 TXN_PRODUCER_BASE_ID = 1000
 IDEMPOTENT_PRODUCER_BASE_ID = 2000
 KEY_PREFIX = b"key-"
@@ -80,7 +89,7 @@ class GenerateOptions:
         _check(1 <= blo <= bhi, "--batch-records needs 1 <= MIN <= MAX")
         _check(self.codec in CODEC_IDS or self.codec == "mixed", f"unknown codec {self.codec}")
         _check(self.legacy in (None, "v0", "v1"), "--legacy must be v0 or v1")
-        _check(self.segment_bytes >= 14, "--segment-bytes too small")
+        _check(self.segment_bytes >= MIN_ENTRY_SIZE, "--segment-bytes too small")
         for ratio in (self.tombstone_ratio, self.transactions, self.idempotent, self.abort_ratio):
             _check(0.0 <= ratio <= 1.0, "ratios must be within [0, 1]")
         _check(self.transactions + self.idempotent <= 1.0, "--transactions + --idempotent must be <= 1")

@@ -10,7 +10,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 import kafka_python_shims
 from compaction.errors import CorruptRecordError, CrcMismatchError
-from compaction.format import batch as b
+from compaction.format import layout as L
 from compaction.format.batch import (
     BATCH_HEADER,
     CONTROL_ABORT,
@@ -38,10 +38,10 @@ CHECKSUM_RECORDS = [Record(0, 283843, b"key1", b"value1"), Record(1, 1234, b"key
 
 def test_header_layout_constants():
     assert BATCH_HEADER.size == RECORD_BATCH_OVERHEAD == 61
-    assert (b.LENGTH_OFFSET, b.PARTITION_LEADER_EPOCH_OFFSET, b.MAGIC_OFFSET, b.CRC_OFFSET) == (8, 12, 16, 17)
-    assert (b.ATTRIBUTES_OFFSET, b.LAST_OFFSET_DELTA_OFFSET, b.BASE_TIMESTAMP_OFFSET) == (21, 23, 27)
-    assert (b.MAX_TIMESTAMP_OFFSET, b.PRODUCER_ID_OFFSET, b.PRODUCER_EPOCH_OFFSET) == (35, 43, 51)
-    assert (b.BASE_SEQUENCE_OFFSET, b.RECORDS_COUNT_OFFSET) == (53, 57)
+    assert (L.LENGTH_OFFSET, L.PARTITION_LEADER_EPOCH_OFFSET, L.MAGIC_OFFSET, L.CRC_OFFSET) == (8, 12, 16, 17)
+    assert (L.ATTRIBUTES_OFFSET, L.LAST_OFFSET_DELTA_OFFSET, L.BASE_TIMESTAMP_OFFSET) == (21, 23, 27)
+    assert (L.MAX_TIMESTAMP_OFFSET, L.PRODUCER_ID_OFFSET, L.PRODUCER_EPOCH_OFFSET) == (35, 43, 51)
+    assert (L.BASE_SEQUENCE_OFFSET, L.RECORDS_COUNT_OFFSET) == (53, 57)
 
 
 def test_kafka_memory_records_checksum_v2_uncompressed():

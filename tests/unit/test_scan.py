@@ -1,4 +1,4 @@
-"""format/scan.py: numba kernels vs the plain-Python reference vs kafka-python (an independent decoder),
+"""kernels/scan.py: numba kernels vs the plain-Python reference vs kafka-python (an independent decoder),
 real broker data, and typed errors with byte positions for corrupt input."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from compaction.errors import (
     TruncatedBatchError,
     UnsupportedCodecError,
 )
-from compaction.kernels import scan
+from compaction.kernels import scan_paths
 from compaction.kernels.scan import (
     BATCH_FIELDS,
     ERR_BAD_VARINT,
@@ -231,7 +231,7 @@ def test_chunked_crc_and_walk_equal_one_walk_and_keys_hash_in_passing(log, chunk
     hashes that keyhash gives for them one by one."""
     buf = u8(log)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(scan, "CHUNK_BYTES", chunk)
+        mp.setattr(scan_paths, "CHUNK_BYTES", chunk)
         s = scan_segment(buf, "chunks.log", hash_keys=True)
     assert_records_equal(s.records, walk_records(buf, *walk_args(scan_batches(buf))))
     assert_keys_hashed(s)
@@ -247,7 +247,7 @@ def test_compressed_batches_are_walked_and_hashed_chunk_by_chunk(log, chunk):
     buf = u8(log)
     whole = scan_segment(buf, "packed.log")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(scan, "CHUNK_BYTES", chunk)
+        mp.setattr(scan_paths, "CHUNK_BYTES", chunk)
         s = scan_segment(buf, "packed.log", hash_keys=True)
     assert_records_equal(s.records, whole.records)
     assert seg_decode(s) == kp_decode(log)
@@ -279,7 +279,7 @@ def test_a_crc_mismatch_in_a_later_chunk_wins_over_a_bad_record_before_it(monkey
     reseal(bad)
     raw = bytearray(bytes(bad) + TWO * 50)
     raw[-2] ^= 0xFF  # the last batch's CRC no longer matches
-    monkeypatch.setattr(scan, "CHUNK_BYTES", 100)
+    monkeypatch.setattr(scan_paths, "CHUNK_BYTES", 100)
     with pytest.raises(CrcMismatchError) as e:
         scan_segment(u8(raw), "p/0.log")
     assert e.value.position == len(bad) + 49 * len(TWO)
@@ -580,7 +580,7 @@ def test_numba_cache_dir_not_writable(tmp_path):
     """With an unusable NUMBA_CACHE_DIR the module still imports and the kernels still run."""
     import subprocess
 
-    code = ("import numpy as np; from compaction.format import scan; "
+    code = ("import numpy as np; from compaction.kernels import scan; "
             "print(len(scan.scan_batches(np.frombuffer(bytes.fromhex(%r), np.uint8))))" % ONE.hex())  # fmt: skip
     env = {"NUMBA_CACHE_DIR": "/proc/not-writable", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], env=env,

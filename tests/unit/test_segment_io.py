@@ -331,9 +331,9 @@ def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, di
     mapped = _cleaned_files(log_dir)
     # Every decompressed side buffer and rebuilt payload from the pool as well, however small.
     from compaction.kernels import rebuild
-    from compaction.kernels import scan
+    from compaction.kernels import scan_paths
 
-    monkeypatch.setattr(scan, "POOLED_MIN_BYTES", 0)
+    monkeypatch.setattr(scan_paths, "POOLED_MIN_BYTES", 0)
     monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
     pooled_rows = spark_stages.compact_partition(specs)
     pooled = _cleaned_files(log_dir)

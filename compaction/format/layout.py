@@ -1,0 +1,128 @@
+"""Byte layout of the record formats: every offset, size and mask, declared once.
+
+Plain ints only: the numba kernels read module-level ints as compile-time constants, and the codec
+modules (`batch.py`, `legacy.py`, `segment.py`, `index.py`) keep one `struct.Struct` per header
+whose field offsets must agree with these (`tests/unit/test_layout.py` checks them on golden bytes).
+All integers are big-endian. Offsets are from the start of the log entry.
+
+Log entry framing, common to every format (Kafka `Records`):
+
+| offset | size | field  | meaning                                                          |
+|-------:|-----:|--------|------------------------------------------------------------------|
+| 0      | 8    | offset | v2: baseOffset; v0/v1: the message (or wrapper) offset           |
+| 8      | 4    | size   | bytes after this field; the entry is `size + 12` bytes           |
+| 12     | 4    | -      | v2: partitionLeaderEpoch; v0/v1: crc                             |
+| 16     | 1    | magic  | 0, 1 or 2                                                        |
+
+RecordBatch v2 header (61 bytes = `RECORD_BATCH_OVERHEAD`, also the size of an empty batch):
+
+| offset | size | field                | meaning                                                   |
+|-------:|-----:|----------------------|-----------------------------------------------------------|
+| 0      | 8    | baseOffset           | offset of the first offset slot                           |
+| 8      | 4    | batchLength          | bytes after this field (total size - 12)                  |
+| 12     | 4    | partitionLeaderEpoch | -1 = none; NOT covered by the CRC                         |
+| 16     | 1    | magic                | 2                                                         |
+| 17     | 4    | crc                  | CRC-32C of bytes [21, end)                                |
+| 21     | 2    | attributes           | flags in the low byte (byte 22), see the masks below      |
+| 23     | 4    | lastOffsetDelta      | lastOffset - baseOffset                                   |
+| 27     | 8    | baseTimestamp        | first record's timestamp, or the delete horizon (bit 6)   |
+| 35     | 8    | maxTimestamp         | max record timestamp, or the append time (LogAppendTime)  |
+| 43     | 8    | producerId           | -1 = none                                                 |
+| 51     | 2    | producerEpoch        | -1 = none                                                 |
+| 53     | 4    | baseSequence         | -1 = none                                                 |
+| 57     | 4    | recordsCount         | number of records (uncompressed count)                    |
+| 61     | ...  | records              | concatenated records, compressed as one stream if codec>0 |
+
+Attributes (low byte): bits 0-2 codec, bit 3 timestamp type (1 = LogAppendTime), bit 4
+transactional, bit 5 control, bit 6 delete horizon set (baseTimestamp holds it).
+
+v2 record: `length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+keyLength varint | key | valueLength varint | value | headersCount varint | headers`; one byte per
+field at the least, so `MIN_RECORD_SIZE` = 7 (see `batch.py`).
+
+Legacy message, magic v0 and v1 (Kafka `LegacyRecord`):
+
+| offset | size | field       | meaning                                                            |
+|-------:|-----:|-------------|--------------------------------------------------------------------|
+| 0      | 8    | offset      | absolute offset (wrapper: the LAST inner offset)                   |
+| 8      | 4    | messageSize | bytes of the message that follows                                  |
+| 12     | 4    | crc         | CRC-32 (IEEE) of the message from `magic` to the end               |
+| 16     | 1    | magic       | 0 or 1                                                             |
+| 17     | 1    | attributes  | bits 0-2 codec (0..3; zstd illegal), bit 3 timestamp type (v1)     |
+| 18     | 8    | timestamp   | v1 only                                                            |
+| 18/26  | 4    | keyLength   | -1 = null                                                          |
+| ...    | 4    | valueLength | -1 = null, after the key                                           |
+
+Index entries (`index.py`): `.index` 8 bytes (relative offset int32, position int32), `.timeindex`
+12 bytes (timestamp int64, relative offset int32), `.txnindex` 34 bytes (version int16, producerId,
+firstOffset, lastOffset, lastStableOffset int64).
+"""
+
+from __future__ import annotations
+
+# --- magic values and codec ids ---------------------------------------------------------------------
+MAGIC_V0 = 0
+MAGIC_V1 = 1
+MAGIC_V2 = 2
+CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
+MAX_CODEC = CODEC_ZSTD  # 5..7 are not defined by Kafka
+MAX_LEGACY_CODEC = CODEC_LZ4  # zstd is illegal in v0/v1 messages
+
+# --- log entry framing --------------------------------------------------------------------------------
+OFFSET_OFFSET = 0
+SIZE_OFFSET = 8
+LOG_OVERHEAD = 12  # offset int64 + size int32
+MAGIC_OFFSET = 16
+HEADER_SIZE_UP_TO_MAGIC = 17
+
+# --- v2 batch header ------------------------------------------------------------------------------------
+BASE_OFFSET_OFFSET = OFFSET_OFFSET
+LENGTH_OFFSET = SIZE_OFFSET
+PARTITION_LEADER_EPOCH_OFFSET = 12
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+ATTRIBUTE_FLAGS_OFFSET = 22  # the low byte of the int16 attributes: the only one Kafka reads
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORD_BATCH_OVERHEAD = 61  # the header; also the size of an empty batch
+CRC_COVERED_FROM = ATTRIBUTES_OFFSET  # the CRC skips baseOffset, length, leader epoch, magic, crc
+
+# --- v2 attributes ----------------------------------------------------------------------------------------
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TIMESTAMP_TYPE_SHIFT = 3
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+ATTRIBUTE_FLAGS_MASK = 0xFF  # Kafka reads `(byte) getShort(21)`: only the low byte counts
+CREATE_TIME, LOG_APPEND_TIME = 0, 1  # the timestamp type bit's values (TimestampType ids)
+
+# --- v2 record ------------------------------------------------------------------------------------------
+MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
+MAX_VARINT_BYTES = 5  # int32 zig-zag varint
+MAX_VARLONG_BYTES = 10  # int64 zig-zag varint
+
+# --- legacy v0/v1 message ---------------------------------------------------------------------------------
+LEGACY_CRC_OFFSET = 12
+LEGACY_MAGIC_OFFSET = MAGIC_OFFSET
+LEGACY_ATTRIBUTES_OFFSET = 17
+LEGACY_TIMESTAMP_OFFSET = 18  # v1 only
+LEGACY_KEY_LENGTH_OFFSET_V0 = 18
+LEGACY_KEY_LENGTH_OFFSET_V1 = 26
+LEGACY_LENGTH_SIZE = 4  # keyLength and valueLength are int32
+LEGACY_CRC_COVERED_FROM = LEGACY_MAGIC_OFFSET
+# Kafka's RECORD_OVERHEAD_V0/V1: a message's size minus its key and value bytes, so also the
+# smallest valid `size` of each; Kafka rejects any entry whose size is below the v0 one.
+RECORD_OVERHEAD_V0 = 14  # crc + magic + attributes + keyLength + valueLength
+RECORD_OVERHEAD_V1 = 22  # ... + timestamp
+MIN_ENTRY_SIZE = RECORD_OVERHEAD_V0
+
+# --- index entries ----------------------------------------------------------------------------------------
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+ABORTED_TXN_SIZE = 34

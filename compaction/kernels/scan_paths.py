@@ -1,0 +1,368 @@
+"""The three paths of `scan_segment`, each walked into record columns, and their typed errors.
+
+* uncompressed v2 batches and uncompressed v0/v1 messages, in the file buffer: every CRC checked
+  and the records walked ~CHUNK_BYTES of batches at a time (`_verify_and_walk_plain`);
+* compressed v2 batches: record streams decompressed into a side buffer and walked there
+  (`_walk_compressed`);
+* compressed v0/v1 wrappers: values decompressed into a side buffer, inner messages walked by
+  `legacywalk` (`_walk_wrappers`);
+
+then `_merge` puts the records of the three back into batch order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError, UnsupportedCodecError
+from compaction.format.layout import (
+    COMPRESSION_CODEC_MASK,
+    MAGIC_V0,
+    MAX_CODEC,
+    MAX_LEGACY_CODEC,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+)
+from compaction.kernels.keyhash import hash_keys
+from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
+from compaction.kernels.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
+from compaction.kernels.scan_columns import (
+    ERR_NAMES,
+    ERR_OK,
+    RECORD_DTYPES,
+    RECORD_FIELDS,
+    BatchColumns,
+    RecordColumns,
+    _capacity,
+    _empty_records,
+    _walk_inputs,
+)
+from compaction.kernels.scan_kernels import _walk_kernel
+from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
+
+CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache
+
+
+def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, messages: np.ndarray, path: str,
+                           verify: bool, hashing: bool = False) -> tuple[_SubsetWalk, _LegacyWalk]:  # fmt: skip
+    """Every batch's CRC (raising the first mismatch), the records of the uncompressed v2
+    batches `plain` and the messages of the uncompressed legacy entries `messages`, ~CHUNK_BYTES
+    of batches at a time: the CRC pass streams a chunk into the cache and the walks, whose every
+    step waits for the bytes the previous one read, find it there (two passes over a whole 64 MiB
+    segment, bigger than the cache, made the walk wait for memory: ~3x slower). Each walk stops
+    at its first malformed record (its columns say where); the CRCs are checked to the end. With
+    `hashing`, each chunk's keys are packed and hashed right after its walk
+    (`keyhash.hash_keys`), for the same reason. Returns the two walks."""
+    cuts = _chunk_cuts(batches.position + batches.size)
+    plain_cuts = np.searchsorted(plain, cuts).tolist()
+    message_cuts = np.searchsorted(messages, cuts).tolist()
+    walk = _SubsetWalk(file, batches, plain, batches.position[plain] + RECORD_BATCH_OVERHEAD,
+                       batches.position[plain] + batches.size[plain], hashing)  # fmt: skip
+    at = batches.position[messages]
+    legacy = _LegacyWalk(file, messages, at, at + batches.size[messages], hashing=hashing)
+    lo = 0
+    for hi, plain_hi, message_hi in zip(cuts, plain_cuts, message_cuts, strict=True):
+        if verify:
+            _verify_crcs(file, batches, path, lo, hi)
+        walk.advance(int(plain_hi))
+        legacy.advance(int(message_hi))
+        lo = hi
+    return walk, legacy
+
+
+def _chunk_cuts(ends: np.ndarray) -> list[int]:
+    """Ends (exclusive indexes) of runs of ~CHUNK_BYTES of the items whose byte ranges end at
+    `ends` (ascending); the last is len(ends)."""
+    n = len(ends)
+    if not n:
+        return [0]
+    marks = ends[0] + np.arange(CHUNK_BYTES, int(ends[-1] - ends[0]) + CHUNK_BYTES, CHUNK_BYTES)
+    return [c for c in np.unique(np.searchsorted(ends, marks, side="right")).tolist() if c < n] + [n]
+
+
+class _SubsetWalk:
+    """`walk_records` over the v2 batches `idx` of `batches`, whose records are
+    buf[rec_start[j]:rec_end[j]], called for a prefix of them at a time into one set of columns;
+    batch indexes in the columns are those of `batches`. With `hashing`, the keys walked are
+    packed and hashed too (`keys()`)."""
+
+    kernel = staticmethod(_walk_kernel)
+
+    def __init__(self, file, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end, hashing: bool = False) -> None:
+        args = _walk_inputs(rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
+                            batches.timestamp_type[idx], batches.max_timestamp[idx],
+                            batches.records_count[idx])  # fmt: skip
+        self._setup(file, idx, args, _capacity(args[0], args[1], args[6]), hashing)
+
+    def _setup(self, file, idx: np.ndarray, args: tuple, capacity: int, hashing: bool) -> None:
+        self.file, self.idx, self.args, self.capacity = file, idx, args, capacity
+        self.cols = [np.empty(self.capacity, dtype=dt) for dt in RECORD_DTYPES]
+        self.done = self.k = 0  # batches walked, records written
+        self.error = (ERR_OK, -1, -1)
+        self.hashing = hashing
+        if hashing:
+            self.hashes = np.empty(self.capacity, np.uint64)
+            self.packed_offs = np.empty(self.capacity + 1, np.int64)
+            self.packed = np.empty(max(1, len(file) // 16), np.uint8)  # grown as needed
+            self.packed_end = 0
+
+    def advance(self, upto: int) -> None:
+        """Walk batches [done, upto) of `idx` (nothing more after an error)."""
+        a, b = self.done, upto
+        if b <= a or self.error[0] != ERR_OK:
+            return
+        w, code, pos, batch = self.kernel(self.file, *(x[a:b] for x in self.args), self.capacity - self.k,
+                                           *(c[self.k :] for c in self.cols))  # fmt: skip
+        self.cols[0][self.k : self.k + w] += a  # batch indexes relative to the call
+        if self.hashing and w:
+            self._hash(self.k, self.k + w)
+        self.k += w
+        self.done = b
+        if code != ERR_OK:
+            self.error = (int(code), int(pos), int(batch) + a)
+
+    def _hash(self, first: int, last: int) -> None:
+        key_pos, key_len = self.cols[3], self.cols[4]
+        need = self.packed_end + int(np.maximum(key_len[first:last], 0).sum())
+        if need > len(self.packed):
+            grown = np.empty(max(need, 2 * len(self.packed)), np.uint8)
+            grown[: self.packed_end] = self.packed[: self.packed_end]
+            self.packed = grown
+        self.packed_end = hash_keys(self.file, self.file[:0], len(self.file), key_pos, key_len, first, last,
+                                    self.packed, self.packed_offs, self.hashes, self.packed_end)  # fmt: skip
+
+    def keys(self) -> tuple | None:
+        if not self.hashing:
+            return None
+        if self.k == 0:
+            self.packed_offs[0] = 0
+        return self.hashes[: self.k], self.packed[: self.packed_end], self.packed_offs[: self.k + 1]
+
+    def columns(self) -> RecordColumns:
+        code, pos, batch = self.error
+        cols = RecordColumns(*(c[: self.k] for c in self.cols), error_code=code, error_position=pos,
+                             error_batch=int(self.idx[batch]) if batch >= 0 else -1)  # fmt: skip
+        cols.batch_index = self.idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
+        return cols
+
+
+class _LegacyWalk(_SubsetWalk):
+    """`legacywalk.walk_legacy_kernel` over the regions buf[start[j]:end[j]] of the legacy
+    entries `idx` (each region an uncompressed entry, or with `inner` the decompressed messages of
+    a compressed wrapper, whose offset, magic, LogAppendTime flag and timestamp come with it), a
+    prefix of them at a time, like `_SubsetWalk`."""
+
+    kernel = staticmethod(walk_legacy_kernel)
+
+    def __init__(self, buf, idx: np.ndarray, start, end, inner=None, wrapper_offset=None, wrapper_magic=None,
+                 wrapper_lat=None, wrapper_ts=None, hashing: bool = False) -> None:  # fmt: skip
+        n = len(idx)
+        zeros = np.zeros(n, dtype=np.int64)
+        args = (
+            np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(end, dtype=np.int64),
+            np.zeros(n, dtype=np.bool_) if inner is None else np.ascontiguousarray(inner, dtype=np.bool_),
+            zeros if wrapper_offset is None else np.ascontiguousarray(wrapper_offset, dtype=np.int64),
+            zeros if wrapper_magic is None else np.ascontiguousarray(wrapper_magic, dtype=np.int64),
+            np.zeros(n, dtype=np.bool_) if wrapper_lat is None else np.ascontiguousarray(wrapper_lat, dtype=np.bool_),
+            zeros if wrapper_ts is None else np.ascontiguousarray(wrapper_ts, dtype=np.int64),
+        )  # fmt: skip
+        self._setup(buf, idx, args, region_capacity(args[0], args[1], args[2]), hashing)
+
+
+def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None) -> None:
+    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6), of
+    batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
+    hi = len(batches.position) if hi is None else hi
+    actual = entry_crcs(file, batches.position[lo:hi], batches.size[lo:hi], batches.magic[lo:hi])
+    bad = np.flatnonzero(actual != batches.crc[lo:hi])
+    if len(bad):
+        i = lo + int(bad[0])
+        raise CrcMismatchError(f"magic v{int(batches.magic[i])} batch checksum mismatch", expected=int(batches.crc[i]),
+                               actual=int(actual[i - lo]), path=path, position=int(batches.position[i]),
+                               offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
+    # zstd (4) is illegal in legacy messages (spec §1.8); 5..7 are undefined everywhere.
+    bad = np.flatnonzero((codec > MAX_CODEC) | (~v2 & (codec > MAX_LEGACY_CODEC)))
+    if len(bad):
+        i = int(bad[0])
+        raise UnsupportedCodecError(f"unsupported compression codec id {int(codec[i])} "
+                                    f"in a magic v{int(batches.magic[i])} batch",
+                                    path=path, position=int(batches.position[i]),
+                                    offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+_NO_BYTES = np.empty(0, dtype=np.uint8)
+
+def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end) -> RecordColumns:
+    walk = _SubsetWalk(buf, batches, idx, rec_start, rec_end)
+    walk.advance(len(idx))
+    return walk.columns()
+
+
+def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
+                     hashing: bool = False) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+    """Compressed v2 batches: decompress each record stream into the side buffer, walking (and
+    with `hashing`, packing and hashing the keys of) ~CHUNK_BYTES of it at a time, right after
+    it is copied there, while it is in the CPU cache. Returns (columns, side, keys or None)."""
+    if not len(idx):
+        walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
+        return _empty_records(), _NO_BYTES, walk.keys()
+    from compaction.format.compression import decompress
+
+    side_chunks = []
+    mv = memoryview(file)
+    start = np.empty(len(idx), dtype=np.int64)
+    end = np.empty(len(idx), dtype=np.int64)
+    at = 0
+    for j, i in enumerate(idx.tolist()):
+        pos, size = int(batches.position[i]), int(batches.size[i])
+        codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
+        data = _decompress(decompress, codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size], 2, path, pos,
+                           int(batches.base_offset[i]))  # fmt: skip
+        side_chunks.append(data)
+        start[j] = at
+        at += len(data)
+        end[j] = at
+    # A large side buffer comes from the process's pool: a fresh multi-MiB array is fresh pages,
+    # faulted in and zeroed every segment.
+    side = POOL.take(at) if at >= POOLED_MIN_BYTES else np.empty(at, dtype=np.uint8)
+    walk = _SubsetWalk(side, batches, idx, start, end, hashing)
+    into, lo = memoryview(side), 0
+    for hi in _chunk_cuts(end):
+        for j, s, e in zip(range(lo, hi), start[lo:hi].tolist(), end[lo:hi].tolist()):
+            into[s:e] = side_chunks[j]
+            side_chunks[j] = None
+        walk.advance(hi)
+        lo = hi
+    side.flags.writeable = False
+    cols = walk.columns()
+    _raise_walk_error(cols, batches, path, in_side=True, side_start=start)
+    cols.key_pos += base
+    cols.value_pos += base
+    return cols, side, walk.keys()
+
+
+def _decompress(decompress, codec: int, data, magic: int, path: str, pos: int, offset: int) -> bytes:
+    try:
+        return bytes(decompress(codec, data, magic, path=path, position=pos))
+    except KafkaFormatError as e:  # already typed and placed; add the offset
+        e.offset = offset
+        raise
+    except Exception as e:  # anything a codec library raises that compression.py does not map
+        raise CorruptRecordError(f"cannot decompress codec {codec} records: {type(e).__name__}: {e}",
+                                 path=path, position=pos, offset=offset) from e  # fmt: skip
+
+
+def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, in_side: bool,
+                      side_start=None) -> None:  # fmt: skip
+    if cols.error_code == ERR_OK:
+        return
+    i = cols.error_batch
+    batch_pos = int(batches.position[i])
+    what = ERR_NAMES.get(cols.error_code, f"error {cols.error_code}")
+    if in_side:  # the position is inside a decompressed stream: report the batch, and where in it
+        j = int(np.searchsorted(side_start, cols.error_position, side="right") - 1)
+        inner = cols.error_position - int(side_start[j])
+        raise CorruptRecordError(f"{what} at byte {inner} of the decompressed records of the batch",
+                                 path=path, position=batch_pos, offset=int(batches.base_offset[i]))  # fmt: skip
+    raise CorruptRecordError(f"{what} (in the batch at byte {batch_pos})", path=path,
+                             position=cols.error_position, offset=int(batches.base_offset[i]))  # fmt: skip
+
+
+def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
+                   hashing: bool = False) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+    """Compressed v0/v1 wrappers `idx`: each one's value decompressed into the side buffer and its
+    inner messages walked there in one kernel call (and with `hashing`, their keys packed and
+    hashed). Sets each wrapper's `base_offset` (its first inner offset) and `records_count`.
+    Returns (columns, side, keys or None); errors raise in file order."""
+    if not len(idx):
+        return _empty_records(), _NO_BYTES, _LegacyWalk(_NO_BYTES, idx, idx, idx, hashing=hashing).keys()
+    from compaction.format.compression import decompress
+
+    outer = _LegacyWalk(file, idx, batches.position[idx], batches.position[idx] + batches.size[idx])
+    outer.advance(len(idx))
+    heads = outer.columns()
+    n_ok = len(heads)  # wrappers whose own message is well-formed
+    chunks, at = [], 0
+    start = np.zeros(len(idx), dtype=np.int64)
+    end = np.zeros(len(idx), dtype=np.int64)
+    mv = memoryview(file)
+    for j, i in enumerate(idx[:n_ok].tolist()):
+        vp, vl = int(heads.value_pos[j]), int(heads.value_len[j])
+        try:
+            if vl < 0:
+                _raise_legacy_error(file, batches, i, path, ERR_OK)  # a null value
+            codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
+            data = _decompress(decompress, codec, mv[vp : vp + vl], int(batches.magic[i]), path, vp,
+                               int(batches.last_offset[i]))  # fmt: skip
+        except KafkaFormatError:  # after the errors of the wrappers before it, if any (raised here)
+            _walk_inner(file, batches, idx[:j], _joined(chunks), start[:j], end[:j], path, base, False)
+            raise
+        chunks.append(np.frombuffer(data, dtype=np.uint8))
+        start[j], at = at, at + len(data)
+        end[j] = at
+    if n_ok < len(idx):  # the wrappers before it were read: their errors come first
+        _walk_inner(file, batches, idx[:n_ok], _joined(chunks), start[:n_ok], end[:n_ok], path, base, False)
+        _raise_legacy_error(file, batches, int(idx[n_ok]), path, heads.error_code)
+    side = _joined(chunks)
+    side.flags.writeable = False
+    cols, keys = _walk_inner(file, batches, idx, side, start, end, path, base, hashing)
+    return cols, side, keys
+
+
+def _joined(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0] if chunks else _NO_BYTES
+
+
+def _walk_inner(file, batches: BatchColumns, idx: np.ndarray, side, start, end, path: str, base: int,
+                hashing: bool) -> tuple[RecordColumns, tuple | None]:  # fmt: skip
+    """The inner messages of the wrappers `idx`, decompressed to side[start[j]:end[j]]; raises
+    the first malformed one's error; positions moved by `base` (the side's combined address)."""
+    magic = batches.magic[idx].astype(np.int64)
+    lat = (magic > MAGIC_V0) & ((batches.attributes[idx] & TIMESTAMP_TYPE_MASK) != 0)
+    inner = np.ones(len(idx), dtype=np.bool_)
+    walk = _LegacyWalk(side, idx, start, end, inner, batches.last_offset[idx], magic, lat,
+                       batches.max_timestamp[idx], hashing)  # fmt: skip
+    walk.advance(len(idx))
+    cols = walk.columns()
+    if cols.error_code != ERR_OK:
+        _raise_legacy_error(file, batches, cols.error_batch, path, cols.error_code)
+    first = np.searchsorted(cols.batch_index, idx, side="left")
+    batches.records_count[idx] = np.searchsorted(cols.batch_index, idx, side="right") - first
+    batches.base_offset[idx] = cols.offset[first]  # every wrapper holds a message (else an error)
+    cols.key_pos += base
+    cols.value_pos += base
+    return cols, walk.keys()
+
+
+def _raise_legacy_error(file, batches: BatchColumns, i: int, path: str, code: int) -> None:
+    """The typed error `legacy.LegacyBatch` raises for entry i (the reader Kafka's rules were
+    written down in), which the kernel found malformed; the kernel's own verdict otherwise."""
+    from compaction.format.legacy import LegacyBatch
+
+    pos, size = int(batches.position[i]), int(batches.size[i])
+    LegacyBatch(memoryview(file)[pos : pos + size], pos, path).records()
+    raise CorruptRecordError(LEGACY_ERR_NAMES.get(code, f"legacy error {code}"), path=path, position=pos,
+                             offset=int(batches.last_offset[i]))  # fmt: skip
+
+
+def _merge(parts: list[RecordColumns], keys: list | None = None) -> tuple[RecordColumns, tuple | None]:
+    """Concatenate the record columns of the three paths back into batch order, and with `keys`
+    (per part: `_SubsetWalk.keys()`) their hashed keys too: in the merged keys, packed_offs[r] is
+    where record r's key starts in the packed bytes, which are then no longer in record order."""
+    live = [j for j, p in enumerate(parts) if len(p)]
+    if len(live) <= 1:
+        j = live[0] if live else 0
+        return (parts[j] if live else _empty_records()), (keys[j] if keys is not None else None)
+    cols = [np.concatenate([getattr(parts[j], f) for j in live]) for f in RECORD_FIELDS]
+    order = np.argsort(cols[0], kind="stable")  # each part is already in order within itself
+    records = RecordColumns(*(c[order] for c in cols), error_code=ERR_OK, error_position=-1, error_batch=-1)
+    if keys is None:
+        return records, None
+    shift = np.cumsum([0] + [len(keys[j][1]) for j in live])
+    hashes = np.concatenate([keys[j][0] for j in live])[order]
+    packed = np.concatenate([keys[j][1] for j in live])
+    starts = np.concatenate([keys[j][2][:-1] + shift[n] for n, j in enumerate(live)])[order]
+    return records, (hashes, packed, np.append(starts, shift[-1]))
