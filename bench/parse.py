@@ -39,6 +39,7 @@ from compaction.format.layout import (  # noqa: E402
     CRC_OFFSET,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
 )
 
@@ -143,7 +144,7 @@ def measure(path: Path, label: str, repeat: int) -> None:
 
     def kernels():
         b = scan_batches(buf)
-        plain = b.magic == 2
+        plain = b.magic == MAGIC_V2
         walk_records(buf, b.position[plain] + RECORD_BATCH_OVERHEAD, b.position[plain] + b.size[plain], b.base_offset[plain],
                      b.base_timestamp[plain], b.timestamp_type[plain], b.max_timestamp[plain],
                      b.records_count[plain])  # fmt: skip

@@ -49,6 +49,7 @@ from compaction.format.layout import (
     DELETE_HORIZON_MASK,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    MAGIC_V0,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -149,7 +150,7 @@ class BatchHeader:
 
     @property
     def timestamp_type(self) -> int:
-        if self.magic == 0:  # v0 has no timestamps at all
+        if self.magic == MAGIC_V0:  # v0 has no timestamps at all
             return NO_TIMESTAMP_TYPE
         return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
 

@@ -46,7 +46,7 @@ import zstandard
 from isal import igzip, isal_zlib
 
 from compaction.errors import CorruptRecordError, UnsupportedCodecError
-from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, MAGIC_V2
+from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, MAGIC_V0, MAGIC_V2
 
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4",
                CODEC_ZSTD: "zstd"}
@@ -103,7 +103,7 @@ def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
         return igzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
     if codec == CODEC_SNAPPY:
         return _xerial_compress(data)
-    return _lz4_compress(data, broken_header_checksum=magic == 0)
+    return _lz4_compress(data, broken_header_checksum=magic == MAGIC_V0)
 
 
 def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *,
@@ -230,7 +230,7 @@ def _lz4_decompress(frame: bytes, magic: int) -> bytes:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
     if not frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT:
         raise CorruptRecordError("Dependent block stream is unsupported (lz4 FLG without block independence)")
-    if magic == 0:
+    if magic == MAGIC_V0:
         hc_index = _lz4_header_checksum_index(frame)
         correct = (xxh32(frame[LZ4_FLG_OFFSET:hc_index]) >> 8) & 0xFF
         frame = frame[:hc_index] + bytes([correct]) + frame[hc_index + 1:]

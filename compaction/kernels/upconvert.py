@@ -49,7 +49,7 @@ from compaction.format.layout import (
 )
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes, memcpy_at
-from compaction.kernels.rebuild import _varint32_size, _varint_size, _write_varint, _write_varlong
+from compaction.kernels.varints import _varint32_size, _varint_size, _write_varint, _write_varlong
 
 HEADER = RECORD_BATCH_OVERHEAD
 # a record's bytes beyond its key and value: length <= 5, attributes 1, timestampDelta <= 10,

@@ -178,7 +178,7 @@ class SegmentEpochs:
 
 
 def segment_epochs(path: str, base_offset: int, batches: Batches) -> SegmentEpochs:
-    keep = np.flatnonzero((batches.magic >= 2) & (batches.partition_leader_epoch >= 0))
+    keep = np.flatnonzero((batches.magic >= MAGIC_V2) & (batches.partition_leader_epoch >= 0))
     epoch = batches.partition_leader_epoch[keep].astype(np.int64)
     starts = np.flatnonzero(np.diff(epoch, prepend=-2) != 0)
     ends = np.append(starts[1:], len(keep)).astype(np.int64) - 1

@@ -215,7 +215,7 @@ def _write_partition(part_dir: str, plan: PartitionPlan, pool: np.ndarray, opts:
 def _chunk_bytes(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
                  scratch: _Scratch):
     """(batch row, bytes, index entries) in log order; v2 data batches come from the numba path."""
-    is_fast = ~plan.b_control[rows] & (opts.magic == 2)
+    is_fast = ~plan.b_control[rows] & (opts.magic == MAGIC_V2)
     encoded = iter(_encode_fast(plan, pool, opts, rows[is_fast], scratch))
     for b, fast in zip(rows.tolist(), is_fast.tolist(), strict=True):
         if fast:
@@ -300,7 +300,7 @@ def _build_slow(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, b:
 def _entries_of(data: bytes) -> list[tuple[int, int, int, int]]:
     # A legacy uncompressed message set is one append of several entries, each a "batch" for the
     # index rule; reading them back through segment.py keeps one definition of a batch.
-    return [(b.position, b.header.size, b.last_offset if b.magic < 2 else b.header.last_offset,
+    return [(b.position, b.header.size, b.last_offset if b.magic < MAGIC_V2 else b.header.last_offset,
              b.header.max_timestamp) for b in iter_batches(data, verify_crc=False)]
 
 

@@ -25,6 +25,7 @@ from compaction.format.layout import (
     CODEC_NONE,
     CODEC_SNAPPY,
     CODEC_ZSTD,
+    MAGIC_V0,
     MIN_ENTRY_SIZE,
 )
 
@@ -352,7 +353,7 @@ class _LogBuilder:
         return plan
 
     def _timestamps(self, offset: np.ndarray) -> np.ndarray:
-        if self.options.magic == 0:
+        if self.options.magic == MAGIC_V0:
             return np.full(len(offset), -1, dtype=np.int64)  # v0 has no timestamps
         return self.options.timestamp_start + offset * self.options.timestamp_step_ms
 

@@ -26,13 +26,13 @@ from compaction.kernels.rebuild import (
     SRC_FILE,
     SRC_SIDE,
     RebuildError,
-    _valid_utf8,
     header_for,
     rebuild_records,
     rebuild_records_py,
     record_regions,
     seal,
 )
+from compaction.kernels.rebuild_kernels import _valid_utf8
 from compaction.kernels.scan import scan_segment
 
 # --- random batches ------------------------------------------------------------------------------
