@@ -46,9 +46,7 @@ ERR_NAMES = {
     ERR_BAD_REGION: "record region outside the buffer",
 }
 
-# A region of n bytes holds at most n // MIN_RECORD_SIZE records: this bounds the output allocation
-# even when recordsCount is corrupt.
-NO_LIMIT = np.iinfo(np.int64).max
+NO_LIMIT = np.iinfo(np.int64).max  # the records count of a region read to its end
 
 
 @dataclass(slots=True)
@@ -159,6 +157,8 @@ def _walk_inputs(rec_start, rec_end, base_offset, base_timestamp, ts_type, max_t
 
 
 def _capacity(rec_start, rec_end, limit) -> int:
+    # A region of n bytes holds at most n // MIN_RECORD_SIZE records: this bounds the output
+    # allocation even when recordsCount is corrupt.
     by_bytes = np.maximum(rec_end - rec_start, 0) // MIN_RECORD_SIZE
     return int(np.minimum(np.maximum(limit, 0), by_bytes).sum())
 
