@@ -102,7 +102,7 @@ def test_the_zip_is_rewritten_only_when_a_source_changes(tmp_path, monkeypatch):
         names = zf.namelist()
     assert "compaction/round.py" in names and "compaction/kernels/scan.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
-    (pkg / "run.py").write_text((pkg / "run.py").read_text() + "\n# changed\n")
+    (pkg / "round.py").write_text((pkg / "round.py").read_text() + "\n# changed\n")
     launcher.ensure_zip(str(dist))
     assert os.stat(zip_path).st_ino != first.st_ino
     with zipfile.ZipFile(zip_path) as zf:
