@@ -1,6 +1,6 @@
 """Compiled fast path: a .log buffer -> columnar numpy arrays (one row per batch, one per record).
 
-Wire format (spec §1.1-1.7; all header integers big-endian):
+Wire format (docs/kafka-rules.md#batch-v2-header to #log-file-parsing; all header integers big-endian):
 
     log entry      = baseOffset int64 | size int32 | ... `size` more bytes      (LOG_OVERHEAD = 12)
     v2 batch       = baseOffset(0) int64 | batchLength(8) int32 | partitionLeaderEpoch(12) int32
@@ -12,14 +12,15 @@ Wire format (spec §1.1-1.7; all header integers big-endian):
                      | keyLength varint (-1 null) | key | valueLength varint (-1 tombstone) | value
                      | headersCount varint (>= 0) | headersCount x (keyLen varint >= 0 | key
                      | valueLen varint >= -1 | value)
-                     every varint is zig-zag LEB128: int <= 5 bytes, long <= 10 bytes (spec §1.4)
+                     every varint is zig-zag LEB128: int <= 5 bytes, long <= 10 bytes
+                     (docs/kafka-rules.md#varints)
     v0/v1 message  = offset int64 | size int32 | crc(12) uint32 (CRC-32 IEEE over [16, end))
                      | magic(16) int8 | attributes(17) int8 | timestamp(18) int64 (v1 only) | key/value
-                     with int32 lengths (spec §1.6)
+                     with int32 lengths (docs/kafka-rules.md#legacy-messages)
 
 Layers:
-  * `scan_batches` / `scan_batches_py`: walk the entries of a buffer (spec §1.7) and return their
-    header fields as `BatchColumns`. Legacy entries get the fields that exist.
+  * `scan_batches` / `scan_batches_py`: walk the entries of a buffer (docs/kafka-rules.md#log-file-parsing)
+    and return their header fields as `BatchColumns`. Legacy entries get the fields that exist.
   * `walk_records` / `walk_records_py`: decode the records of many v2 record regions in one call and
     return `RecordColumns` (positions of keys and values, not copies). Malformed input comes back as
     an error code and a byte position, never as an exception from inside the kernel.
@@ -55,14 +56,14 @@ from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
 from compaction.kernels.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
 from compaction.kernels.memops import copy_bytes
 
-# --- log entry framing (spec §1.7) -----------------------------------------------------------------
+# --- log entry framing (docs/kafka-rules.md#log-file-parsing) -------------------------------------
 LOG_OVERHEAD = 12  # offset int64 + size int32
 SIZE_OFFSET = 8
 MAGIC_OFFSET = 16
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = 14  # Kafka rejects a `size` below LegacyRecord.RECORD_OVERHEAD_V0
 
-# --- v2 batch header (spec §1.1) -------------------------------------------------------------------
+# --- v2 batch header (docs/kafka-rules.md#batch-v2-header) ----------------------------------------
 V2_PLE_OFFSET = 12
 V2_CRC_OFFSET = 17
 V2_ATTRIBUTES_OFFSET = 21
@@ -80,7 +81,7 @@ TIMESTAMP_TYPE_MASK = 0x08
 LOG_APPEND_TIME = 1
 MAX_CODEC = 4  # zstd; 5..7 are not defined by Kafka
 
-# --- legacy v0/v1 message (spec §1.6) --------------------------------------------------------------
+# --- legacy v0/v1 message (docs/kafka-rules.md#legacy-messages) -----------------------------------
 LEGACY_CRC_OFFSET = 12
 LEGACY_ATTRIBUTES_OFFSET = 17
 LEGACY_TIMESTAMP_OFFSET = 18
@@ -221,7 +222,8 @@ def _be_uint32(buf, pos):
 
 @_njit
 def _entry_at(buf, pos, end):
-    """(stop reason or _CONTINUE, entry size) for the entry at `pos` (spec §1.7, Kafka's order)."""
+    """(stop reason or _CONTINUE, entry size) for the entry at `pos` (docs/kafka-rules.md#log-file-parsing,
+    Kafka's order)."""
     remaining = end - pos
     if remaining == 0:
         return STOP_END, 0
@@ -1045,8 +1047,8 @@ class _LegacyWalk(_SubsetWalk):
 
 
 def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None) -> None:
-    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6), of
-    batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
+    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (docs/kafka-rules.md#crc,
+    #legacy-messages), of batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
     hi = len(batches.position) if hi is None else hi
     actual = entry_crcs(file, batches.position[lo:hi], batches.size[lo:hi], batches.magic[lo:hi])
     bad = np.flatnonzero(actual != batches.crc[lo:hi])
@@ -1058,7 +1060,7 @@ def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0
 
 
 def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
-    # zstd (4) is illegal in legacy messages (spec §1.8); 5..7 are undefined everywhere.
+    # zstd (4) is illegal in legacy messages (docs/kafka-rules.md#compression); 5..7 are undefined everywhere.
     bad = np.flatnonzero((codec > MAX_CODEC) | (~v2 & (codec > 3)))
     if len(bad):
         i = int(bad[0])
