@@ -18,8 +18,8 @@
    latest of its key (all keys), the tail from the bound up unchanged, a sample re-decoded; prints the
    verification's time and peak RSS.
 5. Prints the key-set size, the memory high-water marks, Spark's spill metrics, the time, and how
-   many rounds Kafka's cleaner would need with its default offset map (spec §5.1: 128 MiB dedupe
-   buffer, 24-byte entries, load factor 0.9 = 5,033,164 keys per round).
+   many rounds Kafka's cleaner would need with its default offset map (docs/kafka-rules.md#offset-map: 128 MiB
+   dedupe buffer, 24-byte entries, load factor 0.9 = 5,033,164 keys per round).
 
 Not a test. Exits non-zero when the job or the verification fails.
 """
@@ -48,8 +48,9 @@ sys.path.insert(0, str(REPO))
 
 MB, MIB = 1e6, 1 << 20
 NOW_MS = 1_795_305_600_000  # 2026-11-22T00:00:00Z
-# Kafka's default offset map (LogCleaner, spec §5.1): log.cleaner.dedupe.buffer.size 128 MiB, one
-# thread; SkimpyOffsetMap entries are a 16-byte MD5 + an 8-byte offset; log.cleaner.io.buffer.load.factor 0.9.
+# Kafka's default offset map (LogCleaner, docs/kafka-rules.md#offset-map): log.cleaner.dedupe.buffer.size 128
+# MiB, one thread; SkimpyOffsetMap entries are a 16-byte MD5 + an 8-byte offset;
+# log.cleaner.io.buffer.load.factor 0.9.
 KAFKA_MAP_KEYS = int(128 * MIB / 24 * 0.9)  # 5,033,164
 
 

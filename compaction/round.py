@@ -106,8 +106,8 @@ def _partition_state(
     ld: LogDirState, part: PartitionDir, config, first_unstable: int | None = None, *,
     now_ms: int | None = None, exact_lso: bool = True, index_sizes: bool = True,
 ) -> PartitionState:  # fmt: skip
-    """The partition as `plan_partition` sees it, reading only what its rules look at (issue 6
-    target 5; spec §5.2): segment sizes and mtimes come from the listing, and
+    """The partition as `plan_partition` sees it, reading only what its rules look at
+    (docs/kafka-rules.md#cleanable-range, #dirty-ratio): segment sizes and mtimes come from the listing, and
 
     * the log end offset (a read of the active segment's index and tail) only where it can change
       the plan: a checkpoint past the active base (Kafka resets a checkpoint beyond the LEO), an
@@ -140,7 +140,7 @@ def _partition_state(
         lso = hw  # min(HW, LEO) with LEO >= active base >= HW
     else:
         lso = min(hw, leo) if leo is not None else None  # >= the active base: bounds nothing
-    if first_unstable is not None:  # spec §2.3: LSO = min(HW, first offset of an open transaction)
+    if first_unstable is not None:  # LSO: docs/kafka-rules.md#last-stable-offset
         bound = lso if lso is not None else leo
         lso = first_unstable if bound is None else min(bound, first_unstable)  # None: LEO > it
     sized = _sized_segments(segs, checkpoint, start)
@@ -275,8 +275,9 @@ def _plan_one(
                     audit_structure(ld.storage, part)
                 validate_contents(ld.storage, part, index_bounds=opts.dry_run)
             if missing and not opts.recover_only:
-                # Rebuilt from the verified .log as a broker's LogLoader would (spec §3.8), only in
-                # a partition this run cleans (a skipped partition is left exactly as found).
+                # Rebuilt from the verified .log as a broker's LogLoader would
+                # (docs/kafka-rules.md#broker-load-checks), only in a partition this run cleans (a skipped
+                # partition is left exactly as found).
                 interval, write = config.index_interval_bytes, not opts.dry_run
                 for seg in missing:
                     action = rebuild_missing_index(ld.storage, part, seg, interval, write=write)
@@ -649,8 +650,8 @@ def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> Non
 def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id,
                               timings=None) -> list[Planned]:  # fmt: skip
     """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
-    spec §2.3): plan them again with that bound and run the stages once more for them. Returns
-    the new list of partitions to commit; `planned` and `results` are updated in place."""
+    docs/kafka-rules.md#last-stable-offset): plan them again with that bound and run the stages once more for
+    them. Returns the new list of partitions to commit; `planned` and `results` are updated in place."""
     again = []
     for i, first_unstable in replan.items():
         old = todo[i]
@@ -750,7 +751,8 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
             todo, results = _scan_and_rewrite(starter, todo, planned, opts, progress, timings)
             progress.phase("committing %d partitions", len(todo))
             t3 = time.monotonic()
-            # Partitions commit independently (each its own intent file and swap, spec §5.6), so
+            # Partitions commit independently (each its own intent file and swap,
+            # docs/kafka-rules.md#swap-protocol), so
             # their renames and fsyncs overlap on a thread pool; the checkpoint waits for all.
             map_threads(lambda p: _commit(p, results), todo)
             _advance_checkpoints(planned, dirs)

@@ -31,7 +31,7 @@ from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MO
 
 LONG_MAX = 2**63 - 1
 
-# (flag, Kafka config name, type, default) - defaults are Kafka's (spec §6).
+# (flag, Kafka config name, type, default) - defaults are Kafka's (docs/kafka-rules.md#configs).
 KAFKA_FLAGS = (
     ("--min-cleanable-dirty-ratio", "min.cleanable.dirty.ratio", float, 0.5),
     ("--segment-bytes", "segment.bytes", int, 1_073_741_824),

@@ -2,7 +2,8 @@
 
 Kafka sources: `clients/.../common/record/DefaultRecordBatch.java` (header layout, attributes,
 `writeHeader`, `writeEmptyHeader`), `DefaultRecord.java` (record layout), `MemoryRecordsBuilder.java`
-(building rules), `ControlRecordType.java`, `EndTransactionMarker.java`. Spec §1.1-1.5, §2.1, §5.11.
+(building rules), `ControlRecordType.java`, `EndTransactionMarker.java`. docs/kafka-rules.md#batch-v2-header
+to #derived-header-fields, #control-records, #writing-retained-batches.
 
 Batch header (all big-endian; 61 bytes = `RECORD_BATCH_OVERHEAD`):
 
@@ -84,8 +85,8 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
-# Control records (spec §2.1): key = int16 version + int16 type; COMMIT/ABORT value = int16
-# version + int32 coordinator epoch.
+# Control records (docs/kafka-rules.md#control-records): key = int16 version + int16 type; COMMIT/ABORT value
+# = int16 version + int32 coordinator epoch.
 CONTROL_ABORT, CONTROL_COMMIT = 0, 1
 CONTROL_KEY = struct.Struct(">hh")
 END_TXN_MARKER_VALUE = struct.Struct(">hi")
@@ -389,7 +390,7 @@ def build_batch(
     last_offset_delta: int | None = None,
     log_append_time: int | None = None,
 ) -> bytes:
-    """Encode a v2 batch the way `MemoryRecordsBuilder` does (spec §5.11 rebuild rules).
+    """Encode a v2 batch the way `MemoryRecordsBuilder` does (docs/kafka-rules.md#rebuilding-a-batch).
 
     * `base_offset` defaults to the first record's offset; records keep their absolute offsets
       (gaps allowed), so rebuilding with the original base offset preserves every offsetDelta.
@@ -433,7 +434,8 @@ def build_batch(
 
 
 def build_empty_batch(header: BatchHeader) -> bytes:
-    """The 61-byte header Kafka keeps when no record of a batch survives (spec §5.11, §10).
+    """The 61-byte header Kafka keeps when no record of a batch survives
+    (docs/kafka-rules.md#writing-retained-batches, #empty-batch).
 
     Keeps base offset, lastOffsetDelta, producer fields, leader epoch, timestamp type,
     transactional and control flags and maxTimestamp; codec none; delete-horizon flag cleared;

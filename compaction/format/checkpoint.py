@@ -1,4 +1,5 @@
-"""Checkpoint files (spec §4): `cleaner-offset-checkpoint` and its siblings, `leader-epoch-checkpoint`.
+"""Checkpoint files (docs/kafka-rules.md#checkpoints): `cleaner-offset-checkpoint` and its siblings,
+`leader-epoch-checkpoint`.
 
 Source: `server-common/.../CheckpointFile.java` (`CheckpointWriteBuffer`, `CheckpointReadBuffer`),
 `storage/.../checkpoint/OffsetCheckpointFile.java`, `LeaderEpochCheckpointFile.java`.

@@ -1,4 +1,4 @@
-"""The five compression codecs with the framing Kafka reads and writes (spec §1.8).
+"""The five compression codecs with the framing Kafka reads and writes (docs/kafka-rules.md#compression).
 
 A codec applies to the records region of a v2 batch (bytes 61..end) or to the value of a legacy
 wrapper message. Kafka sources: `clients/.../common/compress/{GzipCompression, SnappyCompression,

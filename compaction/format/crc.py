@@ -1,4 +1,4 @@
-"""Checksums of the three record formats (spec §1.3, §1.6).
+"""Checksums of the three record formats (docs/kafka-rules.md#crc, #legacy-messages).
 
 | format | algorithm                           | range covered                         | Kafka source                  |
 |--------|-------------------------------------|---------------------------------------|-------------------------------|

@@ -1,4 +1,5 @@
-"""Segment indexes: `.index`, `.timeindex`, `.txnindex` (spec §2.2, §3.2-§3.9).
+"""Segment indexes: `.index`, `.timeindex`, `.txnindex` (docs/kafka-rules.md#txnindex, #offset-index to
+#index-invariants).
 
 Sources: `storage/.../log/OffsetIndex.java`, `TimeIndex.java`, `AbstractIndex.java`,
 `TransactionIndex.java`, `AbortedTxn.java`, `LogSegment.java` (`append`, `recover`,
@@ -23,7 +24,8 @@ Wire formats (big-endian, no header, no checksum, no entry count: entries = file
      18  int64  lastOffset       offset of the ABORT marker
      26  int64  lastStableOffset LSO when the abort completed
 
-Entry rule (`build_indexes`), spec §3.5 KAFKA-806 (4.1+ per batch) == `LogSegment.recover` §3.6:
+Entry rule (`build_indexes`), the per-batch rule of Kafka 4.1+ (KAFKA-806), the same as `LogSegment.recover`'s
+(docs/kafka-rules.md#index-entries, #segment-recovery):
 
     maxSoFar, offsetOfMax = -1, base           # TimeIndex.lastEntry() of an empty index
     bytesSinceLastEntry = 0
@@ -34,11 +36,11 @@ Entry rule (`build_indexes`), spec §3.5 KAFKA-806 (4.1+ per batch) == `LogSegme
             time index maybeAppend(maxSoFar, offsetOfMax)   # only if maxSoFar > last entry's ts
             bytesSinceLastEntry = 0
         bytesSinceLastEntry += size
-    at close: time index maybeAppend(maxSoFar, offsetOfMax)  # spec §3.7
+    at close: time index maybeAppend(maxSoFar, offsetOfMax)  # docs/kafka-rules.md#closing-a-segment
 
 So the first batch never gets an entry, the timestamp -1 (v0 data) is never indexed, and the last
 time entry of a closed segment is its max timestamp. Files are written trimmed (length = entries x
-size): the broker counts trailing zero bytes as entries (§3.4).
+size): the broker counts trailing zero bytes as entries (docs/kafka-rules.md#index-file-size).
 
 The per-batch loop runs over millions of batches per run, so it is a numba kernel over numpy
 columns; `index_entries_py` is the plain-Python reference it is property-tested against.
@@ -194,8 +196,9 @@ def lookup_timestamp(entries: np.ndarray, target: int, base_offset: int) -> tupl
 
 
 # --- sanity checks ----------------------------------------------------------------------------
-# The broker-level checks are exactly OffsetIndex/TimeIndex/TransactionIndex.sanityCheck (spec
-# §3.8); `strict=True` adds the write-time invariants of §3.9 that a file we wrote must satisfy.
+# The broker-level checks are exactly OffsetIndex/TimeIndex/TransactionIndex.sanityCheck
+# (docs/kafka-rules.md#broker-load-checks); `strict=True` adds the write-time invariants
+# (docs/kafka-rules.md#index-invariants) that a file we wrote must satisfy.
 
 
 def sanity_check_offset_index(

@@ -1,4 +1,5 @@
-"""Legacy message sets, magic v0 and v1 (spec §1.6): read (incl. compressed wrappers) and write.
+"""Legacy message sets, magic v0 and v1 (docs/kafka-rules.md#legacy-messages): read (incl. compressed
+wrappers) and write.
 
 Kafka sources: `clients/.../common/record/LegacyRecord.java` (message layout, CRC),
 `AbstractLegacyRecordBatch.java` (log entry header, `DeepRecordsIterator`), `MemoryRecordsBuilder.java`

@@ -1,4 +1,4 @@
-"""File and directory names of a Kafka log dir (spec §3.1).
+"""File and directory names of a Kafka log dir (docs/kafka-rules.md#file-names).
 
 Source: `storage/.../log/LogFileUtils.java` (`filenamePrefixFromOffset`, `offsetFromFileName`),
 `UnifiedLog.parseTopicPartitionName` / `LocalLog` (deleted, future and stray dir names).

@@ -1,4 +1,5 @@
-"""Iterate the batches of a `.log` buffer: v2 batches and v0/v1 log entries (spec §1.7).
+"""Iterate the batches of a `.log` buffer: v2 batches and v0/v1 log entries
+(docs/kafka-rules.md#log-file-parsing).
 
 A `.log` file is a plain concatenation of entries with no file header. Every entry starts with
 the same 17 bytes, whatever the format (Kafka `ByteBufferLogInputStream.nextBatchSize`,
@@ -147,5 +148,6 @@ class SegmentReader:
 
 def iter_batches(buf, path: str = "<memory>", start: int = 0, end: int | None = None,
                  verify_crc: bool = True, allow_trailing: bool = True) -> Iterator[RecordBatch | LegacyBatch]:
-    """Yield the batches of `buf[start:end]` (spec §1.7). Use `SegmentReader` to see trailing bytes."""
+    """Yield the batches of `buf[start:end]` (docs/kafka-rules.md#log-file-parsing). Use `SegmentReader` to
+    see trailing bytes."""
     return iter(SegmentReader(buf, path, start, end, verify_crc, allow_trailing))

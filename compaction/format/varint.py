@@ -1,4 +1,4 @@
-"""Zig-zag varints of the v2 record format (spec §1.4).
+"""Zig-zag varints of the v2 record format (docs/kafka-rules.md#varints).
 
 Wire format (Kafka `clients/.../common/utils/ByteUtils.java`: `writeVarint`, `writeVarlong`,
 `readVarint`, `readVarlong`; used by `DefaultRecord`):

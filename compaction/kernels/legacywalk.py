@@ -1,4 +1,4 @@
-"""Walk v0/v1 message sets (spec §1.6) into record columns in one compiled call.
+"""Walk v0/v1 message sets (docs/kafka-rules.md#legacy-messages) into record columns in one compiled call.
 
 The compiled counterpart of `legacy.LegacyBatch.records()` for the scan: a region is a run of
 log entries, each one message,

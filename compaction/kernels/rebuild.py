@@ -1,11 +1,12 @@
-"""Re-encode the retained records of many v2 batches in one compiled call (spec §1.4, §5.11).
+"""Re-encode the retained records of many v2 batches in one compiled call (docs/kafka-rules.md#v2-records,
+#writing-retained-batches).
 
 `build_batch` is the reference for what a rebuilt batch looks like; this module produces the same
 bytes without decoding records into Python objects. Per rebuilt batch (all from the original batch
 unless said otherwise):
 
-* records: only the retained ones, each re-encoded from scratch (spec §1.4): length recomputed,
-  attributes 0, `timestampDelta = timestamp - newBaseTimestamp`, original `offsetDelta` (the base
+* records: only the retained ones, each re-encoded from scratch (docs/kafka-rules.md#v2-records): length
+  recomputed, attributes 0, `timestampDelta = timestamp - newBaseTimestamp`, original `offsetDelta` (the base
   offset is kept, so the delta does not change), key, value and headers byte for byte; every varint
   is written in its shortest form (as `DefaultRecord.writeTo` does), whatever the input used;
 * `newBaseTimestamp` = the delete horizon when one is set (>= 0), else the first retained record's

@@ -7,11 +7,12 @@ the v2 record is
     | keyLength varint (-1 null) | key | valueLength varint (-1 tombstone) | value
     | headersCount varint (>= 0) | headersCount x (keyLen varint >= 0 | key | valueLen varint >= -1 | value)
 
-every varint zig-zag LEB128: int <= 5 bytes, long <= 10 bytes (spec §1.4).
+every varint zig-zag LEB128: int <= 5 bytes, long <= 10 bytes (docs/kafka-rules.md#varints).
 
 The public entry of the scan, and where each layer lives:
-  * `scan_batches` / `scan_batches_py`: walk the entries of a buffer (spec §1.7) and return their
-    header fields as `BatchColumns` (`scan_columns`). Legacy entries get the fields that exist.
+  * `scan_batches` / `scan_batches_py`: walk the entries of a buffer (docs/kafka-rules.md#log-file-parsing)
+    and return their header fields as `BatchColumns` (`scan_columns`). Legacy entries get the fields that
+    exist.
   * `walk_records` / `walk_records_py`: decode the records of many v2 record regions in one call and
     return `RecordColumns` (positions of keys and values, not copies). Malformed input comes back as
     an error code and a byte position, never as an exception from inside the kernel.

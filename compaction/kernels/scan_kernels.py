@@ -84,7 +84,8 @@ def _be_uint32(buf, pos):
 
 @_njit
 def _entry_at(buf, pos, end):
-    """(stop reason or CONTINUE, entry size) for the entry at `pos` (spec §1.7, Kafka's order)."""
+    """(stop reason or CONTINUE, entry size) for the entry at `pos` (docs/kafka-rules.md#log-file-parsing,
+    Kafka's order)."""
     remaining = end - pos
     if remaining == 0:
         return STOP_END, 0

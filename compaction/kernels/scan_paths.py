@@ -170,8 +170,8 @@ class _LegacyWalk(_SubsetWalk):
 
 
 def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None) -> None:
-    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (spec §1.3, §1.6), of
-    batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
+    """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (docs/kafka-rules.md#crc,
+    #legacy-messages), of batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
     hi = len(batches.position) if hi is None else hi
     actual = entry_crcs(file, batches.position[lo:hi], batches.size[lo:hi], batches.magic[lo:hi])
     bad = np.flatnonzero(actual != batches.crc[lo:hi])
@@ -183,7 +183,7 @@ def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0
 
 
 def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
-    # zstd (4) is illegal in legacy messages (spec §1.8); 5..7 are undefined everywhere.
+    # zstd (4) is illegal in legacy messages (docs/kafka-rules.md#compression); 5..7 are undefined everywhere.
     bad = np.flatnonzero((codec > MAX_CODEC) | (~v2 & (codec > MAX_LEGACY_CODEC)))
     if len(bad):
         i = int(bad[0])

@@ -3,7 +3,8 @@
 Kafka 4.0's cleaner never copies a legacy batch (KIP-724: `filterTo` rebuilds it with
 `MemoryRecordsBuilder` at magic v2), and an uncompressed v0/v1 log entry is a batch of one message,
 so every kept message becomes a 61-byte v2 header and one record. `format.batch.build_batch` is the
-reference for those bytes; per message (spec §1.1, §1.4, §5.11):
+reference for those bytes; per message (docs/kafka-rules.md#batch-v2-header, #v2-records,
+#writing-retained-batches):
 
 | field          | value                                                                      |
 |----------------|----------------------------------------------------------------------------|

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from compaction.errors import CompactionError
 
-# Topic-level name -> its broker-level synonym (spec §6; ServerTopicConfigSynonyms), for the configs
-# the cleaner reads.
+# Topic-level name -> its broker-level synonym (docs/kafka-rules.md#configs; ServerTopicConfigSynonyms), for
+# the configs the cleaner reads.
 CLEANER_SYNONYMS = {
     "cleanup.policy": "log.cleanup.policy",
     "segment.bytes": "log.segment.bytes",

@@ -2,13 +2,13 @@
 eligible, and how its segments group into output segments.
 
 Every function mirrors one method of Kafka's ``LogCleanerManager`` / ``LogToClean`` / ``Cleaner``
-(spec §5.2, §5.3 step 1, §5.5, §6). No Spark, no files: the inputs are segment metadata that
-``discover.py`` reads from a partition directory.
+(docs/kafka-rules.md#choosing-the-log, #legacy-delete-horizon, #grouping, #configs). No Spark, no files: the
+inputs are segment metadata that ``discover.py`` reads from a partition directory.
 
 Offline difference: our offset map is exact and unbounded (DESIGN.md "Offset map"), so a round
 always maps the whole dirty range and Kafka's ``endOffset = map.latestOffset + 1`` equals the
-segment-aligned ``firstUncleanableOffset`` (spec §5.4, last segment rule). ``plan_partition``
-groups ``logSegments(0, firstUncleanableOffset)`` on that basis.
+segment-aligned ``firstUncleanableOffset`` (docs/kafka-rules.md#offset-map: the last segment ends at the
+bound). ``plan_partition`` groups ``logSegments(0, firstUncleanableOffset)`` on that basis.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ MAX_MESSAGE_BYTES = "max.message.bytes"
 POLICY_COMPACT = "compact"
 POLICY_DELETE = "delete"
 
-# --- Kafka defaults at the snapshot (spec §6) --------------------------------------------------
+# --- Kafka defaults at the snapshot (docs/kafka-rules.md#configs) ---------------------------------
 DEFAULT_CLEANUP_POLICY = (POLICY_DELETE,)
 DEFAULT_MIN_CLEANABLE_DIRTY_RATIO = 0.5
 DEFAULT_DELETE_RETENTION_MS = 86_400_000
@@ -48,7 +48,8 @@ DEFAULT_SEGMENT_INDEX_BYTES = 10_485_760
 DEFAULT_INDEX_INTERVAL_BYTES = 4_096
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
-# Lower bounds Kafka's ConfigDef enforces (spec §6); a value below is a config error, not a plan.
+# Lower bounds Kafka's ConfigDef enforces (docs/kafka-rules.md#configs); a value below is a config error, not
+# a plan.
 MIN_SEGMENT_BYTES = RECORD_OVERHEAD_V0
 MIN_SEGMENT_INDEX_BYTES = 4
 MIN_MAX_COMPACTION_LAG_MS = 1
@@ -93,7 +94,7 @@ class SegmentMeta:
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """The topic configs the cleaner reads (spec §6), already resolved and validated."""
+    """The topic configs the cleaner reads (docs/kafka-rules.md#configs), already resolved and validated."""
 
     cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
     min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
@@ -136,7 +137,8 @@ def _parse_ratio(value: object) -> float:
     return ratio
 
 
-# Kafka config name -> (TopicConfig field, parser). Integer minimums follow ConfigDef (spec §6).
+# Kafka config name -> (TopicConfig field, parser). Integer minimums follow ConfigDef
+# (docs/kafka-rules.md#configs).
 _INT_CONFIGS = {
     DELETE_RETENTION_MS: ("delete_retention_ms", 0),
     MIN_COMPACTION_LAG_MS: ("min_compaction_lag_ms", 0),
@@ -174,8 +176,9 @@ class PartitionState:
     """One partition as the cleaner manager sees it (``UnifiedLog`` + its checkpoint entry).
 
     ``segments`` are sorted by base offset; the last one is the active segment.
-    ``last_stable_offset`` None means "no bound beyond the active segment" (spec §2.3: the
-    caller computes min(HW, first unstable offset) when it has them).
+    ``last_stable_offset`` None means "no bound beyond the active segment"
+    (docs/kafka-rules.md#last-stable-offset: the caller computes min(HW, first unstable offset) when it has
+    them).
     """
 
     segments: tuple[SegmentMeta, ...]
@@ -248,7 +251,7 @@ def find_first_uncleanable_segment(
 
 
 def cleanable_offsets(state: PartitionState, config: TopicConfig, now_ms: int) -> OffsetsToClean:
-    """``LogCleanerManager.cleanableOffsets`` (spec §5.2 step 1)."""
+    """``LogCleanerManager.cleanableOffsets`` (docs/kafka-rules.md#cleanable-range)."""
     first_dirty, force_update = _first_dirty_offset(state)
     # Kafka always has an LSO; "None" means it does not bound below the active segment.
     candidates = [state.active_segment.base_offset]
@@ -265,7 +268,7 @@ def cleanable_offsets(state: PartitionState, config: TopicConfig, now_ms: int) -
 def max_compaction_delay(
     state: PartitionState, first_dirty_offset: int, now_ms: int, max_compaction_lag_ms: int
 ) -> int:
-    """``LogCleanerManager.maxCompactionDelay`` (spec §5.2 step 2): how long past
+    """``LogCleanerManager.maxCompactionDelay`` (docs/kafka-rules.md#max-compaction-lag): how long past
     ``max.compaction.lag.ms`` the oldest dirty non-active segment is; 0 when not overdue.
     First-batch timestamps <= 0 (none / unknown) are ignored."""
     stamps = [
@@ -284,7 +287,7 @@ def calculate_cleanable_bytes(
     """``LogCleanerManager.calculateCleanableBytes`` -> (firstUncleanableOffset, cleanableBytes).
 
     The upper bound is moved down to the base of the segment containing ``uncleanable_offset``
-    (or the active base), so a round never cleans part of a segment (spec §5.2 step 3)."""
+    (or the active base), so a round never cleans part of a segment (docs/kafka-rules.md#dirty-ratio)."""
     above = non_active_segments_from(state.segments, uncleanable_offset)
     first_uncleanable = (above[0] if above else state.active_segment).base_offset
     lower = min(first_dirty_offset, first_uncleanable)
@@ -294,7 +297,7 @@ def calculate_cleanable_bytes(
 
 @dataclass(frozen=True)
 class LogToClean:
-    """``LogToClean``: byte accounting of one candidate partition (spec §5.2 step 3)."""
+    """``LogToClean``: byte accounting of one candidate partition (docs/kafka-rules.md#dirty-ratio)."""
 
     first_dirty_offset: int
     first_uncleanable_offset: int  # segment-aligned upper bound of the round
@@ -327,7 +330,7 @@ def log_to_clean(
 
 
 def is_eligible(candidate: LogToClean, min_cleanable_dirty_ratio: float) -> bool:
-    """``grabFilthiestCompactedLog`` filters (spec §5.2 step 4): skip empty logs, then
+    """``grabFilthiestCompactedLog`` filters (docs/kafka-rules.md#choosing-the-log): skip empty logs, then
     ``(needCompactionNow && cleanableBytes > 0) || cleanableRatio > minCleanableRatio``."""
     if candidate.total_bytes <= 0:
         return False
@@ -339,8 +342,8 @@ def is_eligible(candidate: LogToClean, min_cleanable_dirty_ratio: float) -> bool
 def group_segments_by_size(
     segments: Sequence[SegmentMeta], max_size: int, max_index_size: int, first_uncleanable_offset: int
 ) -> list[list[SegmentMeta]]:
-    """``Cleaner.groupSegmentsBySize`` (spec §5.5): greedy, in order; a segment joins the open
-    group while the log bytes, each index's bytes and the offset range (<= Int.MaxValue from the
+    """``Cleaner.groupSegmentsBySize`` (docs/kafka-rules.md#grouping): greedy, in order; a segment joins the
+    open group while the log bytes, each index's bytes and the offset range (<= Int.MaxValue from the
     group's first base, skipped for empty segments) stay within bounds. Python ints are exact,
     which matches Kafka's 64-bit sums."""
     groups: list[list[SegmentMeta]] = []
@@ -391,7 +394,7 @@ def _estimated_last_offset(segments: Sequence[SegmentMeta], i: int, first_unclea
 
 
 def legacy_delete_horizon_ms(state: PartitionState, first_dirty_offset: int, delete_retention_ms: int) -> int:
-    """``Cleaner.doClean`` step 1 (spec §5.3): mtime of the last segment in
+    """``Cleaner.doClean`` step 1 (docs/kafka-rules.md#legacy-delete-horizon): mtime of the last segment in
     ``logSegments(0, firstDirtyOffset)`` minus ``delete.retention.ms``, or 0 if there is none.
     Only magic < 2 tombstones are judged by it."""
     below = log_segments(state.segments, 0, first_dirty_offset)

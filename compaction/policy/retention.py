@@ -3,7 +3,7 @@
 Mirrors Kafka's ``Cleaner.cleanInto`` record filter (``checkBatchRetention``,
 ``shouldRetainRecord``), ``CleanedTransactionMetadata``, the retention-relevant part of
 ``MemoryRecords.filterTo`` and, offline, the producer view ``UnifiedLog.lastRecordsOfActiveProducers``
-(spec §5.6 step 2, §5.8-§5.11). No bytes are parsed here.
+(docs/kafka-rules.md#producer-state to #writing-retained-batches). No bytes are parsed here.
 
 Batches are duck-typed: anything with ``base_offset, last_offset, next_offset, producer_id,
 producer_epoch, is_transactional, is_control, records_count, magic, delete_horizon_ms (None
@@ -26,7 +26,7 @@ NO_PRODUCER_EPOCH = -1  # RecordBatch.NO_PRODUCER_EPOCH
 NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
 MAGIC_V2 = 2  # RecordBatch.MAGIC_VALUE_V2
 ABSENT_OFFSET = -1  # OffsetMap.get for an absent key
-# ControlRecordType ids (spec §2.1); the same values format.batch exports.
+# ControlRecordType ids (docs/kafka-rules.md#control-records); the same values format.batch exports.
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
@@ -57,7 +57,7 @@ def has_producer_id(batch: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# Transaction bookkeeping (spec §5.8)
+# Transaction bookkeeping (docs/kafka-rules.md#transactions)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -142,7 +142,7 @@ class CleanedTransactionMetadata:
 
 
 # ----------------------------------------------------------------------------------------------
-# Producer state (spec §5.6 step 2, §5.15 item 3)
+# Producer state (docs/kafka-rules.md#producer-state)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -217,7 +217,7 @@ def last_records_of_active_producers(
 
 
 # ----------------------------------------------------------------------------------------------
-# Batch-level retention (spec §5.9)
+# Batch-level retention (docs/kafka-rules.md#batch-retention)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -315,7 +315,7 @@ def check_batch_retention(
 
 
 # ----------------------------------------------------------------------------------------------
-# Record-level retention (spec §5.10)
+# Record-level retention (docs/kafka-rules.md#record-retention)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -372,7 +372,7 @@ def should_retain_record(
 
 
 # ----------------------------------------------------------------------------------------------
-# What filterTo writes for a batch (spec §5.11)
+# What filterTo writes for a batch (docs/kafka-rules.md#writing-retained-batches)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -426,7 +426,8 @@ def filter_batch_output(
 
 def first_unstable_offset(batches) -> int | None:
     """First offset of the earliest transaction with data but no marker by the end of the log
-    (spec §2.3): the broker's LSO, which the planner could not know before the scan."""
+    (docs/kafka-rules.md#last-stable-offset): the broker's LSO, which the planner could not know before the
+    scan."""
     open_txns: dict[int, int] = {}
     for b in batches:
         if b.is_control:

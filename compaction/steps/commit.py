@@ -1,7 +1,8 @@
 """Crash-safe replacement of segments, and recovery of a partition dir at start.
 
-The swap follows Kafka's `LocalLog.replaceSegments` (spec §5.13) so that a broker started on a
-dir we left half-way recovers it with its own `LogLoader` rules (spec §3.8):
+The swap follows Kafka's `LocalLog.replaceSegments` (docs/kafka-rules.md#swap-protocol) so that a broker
+started on a dir we left half-way recovers it with its own `LogLoader` rules
+(docs/kafka-rules.md#broker-load-checks):
 
 1. `<new>.*.cleaned` -> `<new>.*.swap`, new segments in descending base offset;
 2. every file of every replaced segment -> `*.deleted`, ascending;
@@ -13,8 +14,8 @@ asynchronously (`file.delete.delay.ms` later): the cleaned data is durable and l
 and unlinking large files is slow on some filesystems (~14 ms per 64 MiB with ext4's `discard`).
 Before step 1 we also write a small intent file naming the old and new segments. Kafka's own recovery can only infer the replaced
 range from the `.swap` segment's next offset, which misses old segments past the last batch the
-cleaner kept (spec §5.13 caveat); with the intent file our recovery rolls forward or back exactly.
-A broker ignores the file (it is neither a segment nor an index).
+cleaner kept (docs/kafka-rules.md#swap-protocol); with the intent file our recovery rolls forward or back
+exactly. A broker ignores the file (it is neither a segment nor an index).
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ def _recover_with_intent(storage: Storage, part: str, names: set[str], report: R
 
 
 def _recover_like_log_loader(storage: Storage, part: str, names: set[str], report: RecoveryReport) -> None:
-    """Spec §3.8 step 1-2, for leftovers of a broker's own cleaner."""
+    """The first two load steps of docs/kafka-rules.md#broker-load-checks, for leftovers of a broker's own
+    cleaner."""
     for name in sorted(names):
         if name.endswith(DELETED):
             storage.delete(f"{part}/{name}")

@@ -51,8 +51,9 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 
-# Files a broker keeps in a partition dir beside its segments (spec §3.1, §4.4, §4.5), plus our
-# own commit intent. Anything else is reported: we do not guess what a stranger's file means.
+# Files a broker keeps in a partition dir beside its segments (docs/kafka-rules.md#file-names,
+# #leader-epoch-checkpoint, #other-partition-files), plus our own commit intent. Anything else is reported: we
+# do not guess what a stranger's file means.
 KNOWN_PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata", "compaction-commit.json"})
 KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.deleted", ".checkpoint.part")
 # KRaft's metadata log is trimmed by snapshots, never by the log cleaner.
@@ -381,10 +382,10 @@ def check_listing(part: PartitionDir) -> None:
 
 
 def validate_contents(storage: Storage, part: PartitionDir, index_bounds: bool = False) -> None:
-    """The index checks of one partition dir (spec §3.8, §3.9); raises on the first problem,
-    naming the file and byte position. Reads every non-empty `.index`, `.timeindex` and
-    `.txnindex` (never a `.log`: the executors' scan checks the batches, CRCs and sizes and names
-    the file and byte position of the first bad one). A missing `.index` is not a problem here:
+    """The index checks of one partition dir (docs/kafka-rules.md#broker-load-checks, #index-invariants);
+    raises on the first problem, naming the file and byte position. Reads every non-empty `.index`,
+    `.timeindex` and `.txnindex` (never a `.log`: the executors' scan checks the batches, CRCs and sizes and
+    names the file and byte position of the first bad one). A missing `.index` is not a problem here:
     `rebuild_missing_index` rebuilds it as a broker's `LogSegment.recover` would.
 
     Run for the partitions a round cleans only: a skipped partition is read no further than its
@@ -448,9 +449,10 @@ def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | No
 
 def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
                        next_base: int | None = None) -> bytes:  # fmt: skip
-    """Broker sanity checks (spec §3.8) plus: offsets and positions strictly increasing, no offset
-    below the base, no position at or past the end of the `.log` (spec §3.9), no offset at or past
-    `next_base` (the next segment's base: an index of another segment). Returns the bytes."""
+    """Broker sanity checks (docs/kafka-rules.md#broker-load-checks) plus: offsets and positions strictly
+    increasing, no offset below the base, no position at or past the end of the `.log`
+    (docs/kafka-rules.md#index-invariants), no offset at or past `next_base` (the next segment's base: an
+    index of another segment). Returns the bytes."""
     path = seg.index.path
     data = _read_checked(storage, path)
     sanity_check_offset_index(data, seg.base_offset, path)

@@ -1,7 +1,7 @@
 """The JSON run report and Kafka-style log lines.
 
 The report follows the shape of dbt's run_results.json (metadata, args, elapsed, one result
-per unit of work) with Kafka's own cleaner numbers per partition (spec §8).
+per unit of work) with Kafka's own cleaner numbers per partition (docs/kafka-rules.md#cleaner-stats).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ transactions' markers remain), durably, with the last source segment's mtime.
 
 A "unit" is the groups one task rewrites in log order with one `CleanedTransactionMetadata`:
 one group for partitions without transactions (groups run in parallel), all groups of the
-partition otherwise (transaction state crosses group boundaries, spec §5.8).
+partition otherwise (transaction state crosses group boundaries, docs/kafka-rules.md#transactions).
 """
 
 from __future__ import annotations
@@ -733,9 +733,10 @@ class _Stats:
 
 
 def _rebuild(scan: SegmentScan, i: int, view: _BatchView, kept_offsets: set[int], horizon: int | None) -> bytes:
-    """`MemoryRecordsBuilder` over the retained records via `build_batch` (spec §5.11) for the rare
-    v2 batch whose header keys are not valid UTF-8 (see format/rebuild.py); every other v2 batch
-    goes through `_rebuild_v2`, legacy wrappers through `_rebuild_wrappers`."""
+    """`MemoryRecordsBuilder` over the retained records via `build_batch`
+    (docs/kafka-rules.md#writing-retained-batches) for the rare v2 batch whose header keys are not valid UTF-8
+    (see format/rebuild.py); every other v2 batch goes through `_rebuild_v2`, legacy wrappers through
+    `_rebuild_wrappers`."""
     b = scan.batches
     pos, size = int(b.position[i]), int(b.size[i])
     attrs = int(b.attributes[i])
@@ -1117,7 +1118,7 @@ def _write_cleaned(spec: GroupSpec, out: _Output, txn_entries: list[AbortedTxn])
     for suffix, data in files.items():
         path = spec.segment_path(base, suffix) + CLEANED
         storage.write_durable(path, data)
-        if suffix != ".txnindex":  # Kafka's setLastModified skips the txn index (spec §5.6 step 5)
+        if suffix != ".txnindex":  # Kafka skips it: docs/kafka-rules.md#cleaned-file-times
             storage.set_mtime(path, mtime_ns)
 
 

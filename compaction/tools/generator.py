@@ -153,7 +153,7 @@ class _SegmentWriter:
         self.pending.clear()
 
     def add_aborted(self, txn: AbortedTxn) -> None:
-        self.aborted.append(txn)  # lands in the segment holding the ABORT marker (spec 2.2)
+        self.aborted.append(txn)  # in the ABORT marker's segment (docs/kafka-rules.md#txnindex)
 
     def _close(self) -> None:
         self.flush()

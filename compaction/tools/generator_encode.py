@@ -124,7 +124,7 @@ def _write_record(out, pos, ts_delta, off_delta, key_id, key_size, vpos, vlen, p
     body = 1 + _varint_size(ts_delta) + _varint_size(off_delta)
     body += _varint_size(key_size) + key_size + _varint_size(vlen) + max(vlen, 0) + hsize
     pos = _write_varint(out, pos, body)
-    out[pos] = 0  # record attributes: always 0 (spec 1.4)
+    out[pos] = 0  # record attributes: always 0 (docs/kafka-rules.md#v2-records)
     pos = _write_varint(out, pos + 1, ts_delta)
     pos = _write_varint(out, pos, off_delta)
     pos = _write_varint(out, pos, key_size)

@@ -31,7 +31,7 @@ from compaction.format.layout import (
 
 TXN_NONE, TXN_COMMITTED, TXN_ABORTED = 0, 1, 2
 KIND_PLAIN, KIND_IDEMPOTENT, KIND_TRANSACTIONAL = 0, 1, 2
-MARKER_ABORT, MARKER_COMMIT = 0, 1  # ControlRecordType ids (spec 2.1)
+MARKER_ABORT, MARKER_COMMIT = 0, 1  # ControlRecordType ids (docs/kafka-rules.md#control-records)
 CODEC_IDS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
 TXN_PRODUCER_BASE_ID = 1000
 IDEMPOTENT_PRODUCER_BASE_ID = 2000
@@ -96,7 +96,8 @@ class GenerateOptions:
         _check(self.transactions + self.idempotent <= 1.0, "--transactions + --idempotent must be <= 1")
         _check(self.leader_epochs >= 1 and self.txn_batches >= 1, "--leader-epochs/--txn-batches >= 1")
         if self.legacy is not None:
-            # v0/v1 have no producer ids, headers or zstd (spec 1.6): refuse instead of faking it.
+            # v0/v1 have no producer ids, headers or zstd (docs/kafka-rules.md#legacy-messages): refuse
+            # instead of faking it.
             _check(self.transactions == 0 and self.idempotent == 0, "--legacy cannot have producers ids")
             _check(self.headers == 0, "--legacy cannot carry headers")
             _check(self.codec != "zstd", "--legacy cannot use zstd")
@@ -302,7 +303,8 @@ class _LogBuilder:
         return _OpenTxn(len(self.txn_status) - 1, first, int(draws.txn_len[b]), bool(draws.abort[b]))
 
     def _end(self, index: int) -> None:
-        """Write the marker; an aborted transaction also gets its .txnindex entry (spec 2.2)."""
+        """Write the marker; an aborted transaction also gets its .txnindex entry
+        (docs/kafka-rules.md#txnindex)."""
         txn = self.open.pop(index)
         producer = self.txn_producers[index]
         marker = self.next_offset

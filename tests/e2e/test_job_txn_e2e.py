@@ -4,8 +4,8 @@ and tombstones, over three cleaning rounds, checked with kafka-python.
 Rounds mirror Kafka's `LogCleanerTest.runTwoPassClean` (every pass is `LogToClean(tp, log, 0,
 activeSegment.baseOffset)`): before each round the cleaner checkpoint is removed, so the whole
 log below the active segment is dirty again ("missing entry -> first dirty offset = log start",
-spec §4.2). Without that, a round after the first finds nothing: the dirty section would lie in
-the active segment (checked below with a dry run).
+docs/kafka-rules.md#cleaner-offset-checkpoint). Without that, a round after the first finds nothing: the dirty
+section would lie in the active segment (checked below with a dry run).
 
 * round 1 at NOW: aborted data goes, latest-per-key, tombstones get horizon NOW + R, markers stay;
 * round 2 at NOW + R - 1: one ms before the tombstones' horizon: they stay; markers whose
@@ -13,7 +13,8 @@ the active segment (checked below with a dry run).
 * round 3 at NOW + 2R - 1: tombstones are gone, and so are the markers whose horizon passed.
 
 The expected partition after every round is computed here, from kafka-python's decoding of that
-round's input and the raw `.txnindex` bytes, by a small independent model of spec §5.8-§5.11
+round's input and the raw `.txnindex` bytes, by a small independent model of the rules in
+docs/kafka-rules.md#transactions to #writing-retained-batches
 (`expected_round`): no code of ours decides what is kept.
 """
 
@@ -82,7 +83,7 @@ def decode_batches(path: str) -> list[KBatch]:
 
 
 def read_txn_entries(path: str) -> list[tuple[int, int, int, int]]:
-    """(producer id, first offset, last offset, LSO) of each 34-byte entry (spec §2.2)."""
+    """(producer id, first offset, last offset, LSO) of each 34-byte entry (docs/kafka-rules.md#txnindex)."""
     if not os.path.exists(path):
         return []
     data = open(path, "rb").read()
@@ -105,7 +106,7 @@ def snapshot(part_dir: str) -> PartitionSnapshot:
     return PartitionSnapshot([b for _, bs, _ in segs for b in bs], segs, segs[-1][0])
 
 
-# --- the independent model of one round (spec §5.6 step 2, §5.8-§5.11) --------------------------
+# --- the independent model of one round (docs/kafka-rules.md#producer-state to #writing-retained-batches) ---
 
 
 def producer_last(batches: list[KBatch]) -> dict[int, tuple[int, int | None]]:
@@ -383,7 +384,7 @@ def test_everything_decodes_with_our_reader_too(rounds):
         assert not [n for n in os.listdir(part_dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
 
 
-# --- an open transaction bounds the round (spec §2.3, §5.2 (a)) -------------------------------
+# --- an open transaction bounds the round (docs/kafka-rules.md#last-stable-offset, #cleanable-range) --------
 
 
 def _v2_batches(data: bytes) -> list[tuple[int, bytes]]:

@@ -1,4 +1,5 @@
-"""Checkpoint files (spec §4, CheckpointFile / OffsetCheckpointFile / LeaderEpochCheckpointFile)."""
+"""Checkpoint files (docs/kafka-rules.md#checkpoints, CheckpointFile / OffsetCheckpointFile /
+LeaderEpochCheckpointFile)."""
 
 import glob
 import os

@@ -1,4 +1,5 @@
-"""Crash safety of compaction/steps/commit.py (spec §5.13 swap protocol, §3.8 LogLoader recovery).
+"""Crash safety of compaction/steps/commit.py (the swap protocol and LogLoader's recovery:
+docs/kafka-rules.md#swap-protocol, #broker-load-checks).
 
 A "crash" is simulated by letting the protocol's filesystem mutations (Storage.rename / delete /
 write_durable) fail after N calls, at every N, then running `recover_partition`. The partition dir
@@ -317,9 +318,9 @@ def test_testRecoveryAfterCrash_async_delete_pending(tmp_path):
 
 
 def test_log_loader_caveat_old_segment_past_swap_next_offset_survives(tmp_path):
-    """Spec §5.13 caveat, mirrored on purpose: Kafka infers the replaced range from the swap's
-    readNextOffset, so an old segment starting after the cleaned segment's last batch (possible
-    with 3.9 brokers, where the round's last batch can vanish) is not deleted. Our own commits
+    """Kafka's recovery gap (docs/kafka-rules.md#swap-protocol), mirrored on purpose: Kafka infers the
+    replaced range from the swap's readNextOffset, so an old segment starting after the cleaned segment's last
+    batch (possible with 3.9 brokers, where the round's last batch can vanish) is not deleted. Our own commits
     never rely on this: they carry the intent file."""
     new_seg = {name(0): _batch([3]), name(0, ".index"): b"", name(0, ".timeindex"): b"e" * 12}
     part = _kafka_dir(tmp_path, "cav", {**K_OLD, **{n + ".swap": d for n, d in new_seg.items()}})

@@ -1,4 +1,5 @@
-"""Segment indexes (spec §2.2, §3.2-§3.9): formats, lookup, sanity checks, the entry rule."""
+"""Segment indexes (docs/kafka-rules.md#txnindex, #offset-index to #index-invariants): formats, lookup, sanity
+checks, the entry rule."""
 
 import glob
 import os
@@ -148,7 +149,7 @@ def test_lookup_offset_matches_a_sorted_model(offsets, target):
     )
 
 
-# --- sanity checks (spec §3.8 broker checks, strict = §3.9 invariants) ----------------------------
+# --- sanity checks (docs/kafka-rules.md#broker-load-checks; strict: #index-invariants) ------------
 
 
 def test_sanity_checks_accept_good_and_empty_files():
@@ -176,7 +177,8 @@ def test_offset_index_sanity_strict_catches_what_the_broker_does_not():
 
 
 def test_preallocated_zero_tail_is_read_as_entries():
-    # spec §3.4: an untrimmed index is wrong - its zero tail reads as (base, 0) entries.
+    # docs/kafka-rules.md#index-file-size: an untrimmed index is wrong - its zero tail reads as (base, 0)
+    # entries.
     data = write_offset_index([(3, 0)], 0) + bytes(16)
     assert read_offset_index(data, 0).tolist() == [[3, 0], [0, 0], [0, 0]]
     with pytest.raises(IndexCorruptError):
@@ -305,7 +307,7 @@ def test_relative_offset_overflow_is_refused():
         build_indexes(*batches, 0, 0)
 
 
-# --- compiled kernel == reference, and the §3.9 invariants ----------------------------------------
+# --- compiled kernel == reference, and the index invariants (docs/kafka-rules.md#index-invariants) ----------
 
 batch_lists = st.lists(
     st.tuples(
@@ -402,10 +404,10 @@ def test_kernel_is_fast_enough():
 #  2. The active segment's index files are preallocated (10 MiB of zeros) while the broker runs
 #     and trimmed on clean shutdown / roll; an untrimmed file reads trailing zeros as entries.
 #  3. 0.9 had no .timeindex (added in 0.10.1); for v0 data a modern broker's time index is empty.
-#  4. The active segment has no final time entry until it is rolled or closed (spec §3.7).
-# For the 0.9.0.1 data none of these changes anything: `plain-0` was produced one message per
-# request (so per-append == per-batch and first == last offset), the broker shut down cleanly
-# (indexes trimmed), and every `compacted-0` segment is smaller than interval + one batch (0-byte
+#  4. The active segment has no final time entry until it is rolled or closed
+# (docs/kafka-rules.md#closing-a-segment). For the 0.9.0.1 data none of these changes anything: `plain-0` was
+# produced one message per request (so per-append == per-batch and first == last offset), the broker shut down
+# cleanly (indexes trimmed), and every `compacted-0` segment is smaller than interval + one batch (0-byte
 # index). So every broker index here must equal ours byte for byte, and the test asserts that.
 
 
@@ -466,8 +468,9 @@ V2_LOGS = sorted(p for p in glob.glob(f"{FIXTURES}/*/*/*/*.log") if "kafka-0.9.0
 
 
 def test_rebuild_v2_fixture_segments_are_consistent():
-    # No broker index to compare with (not committed); check the §3.9 invariants instead, against
-    # an independent decode of the batch headers with kafka-python.
+    # No broker index to compare with (not committed); check the index invariants
+    # (docs/kafka-rules.md#index-invariants) instead, against an independent decode of the batch headers with
+    # kafka-python.
     from kafka.record.default_records import DefaultRecordBatch
 
     assert len(V2_LOGS) > 100  # most are empty segments of idle __consumer_offsets partitions

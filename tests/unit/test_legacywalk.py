@@ -143,7 +143,7 @@ def test_kernel_and_reference_agree_on_real_messages_and_wrapper_contents(log, d
 
 
 def test_golden_v0_and_v1_messages():
-    """Bytes written out by hand (spec §1.6): the columns point into them."""
+    """Bytes written out by hand (docs/kafka-rules.md#legacy-messages): the columns point into them."""
     v0 = (struct.pack(">qi", 7, 14 + 1 + 2) + b"\x00\x00\x00\x00" + b"\x00\x00" + struct.pack(">i", 1) + b"k"
           + struct.pack(">i", 2) + b"vv")  # fmt: skip
     v1 = (struct.pack(">qi", 9, 22 + 0) + b"\x00\x00\x00\x00" + b"\x01\x00" + struct.pack(">q", 1234)

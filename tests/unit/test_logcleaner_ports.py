@@ -1,11 +1,11 @@
 """Ports of Kafka's LogCleanerTest (and a few MemoryRecordsTest / integration tests) that concern
 tombstones, transactions, producer state, compaction lag, keyless and legacy records.
 
-Each test is named `test_<KafkaTestName>` after the Kafka test it mirrors (spec §7.1 / §7.3 item
-55). Inputs are written with our own writer (`build_batch`, `control_record`, legacy message
-sets, `write_txn_index`) into a real partition dir, the round runs our cleaning code, and the
-assertions read the DECODED files back: offsets, keys, batches, empty batches, markers, delete
-horizons and `.txnindex` entries. Expected values are worked out by hand from Kafka's rules
+Each test is named `test_<KafkaTestName>` after the Kafka test it mirrors (Kafka's LogCleanerTest,
+MemoryRecordsTest; see docs/kafka-rules.md#kafka-tests). Inputs are written with our own writer
+(`build_batch`, `control_record`, legacy message sets, `write_txn_index`) into a real partition dir, the round
+runs our cleaning code, and the assertions read the DECODED files back: offsets, keys, batches, empty batches,
+markers, delete horizons and `.txnindex` entries. Expected values are worked out by hand from Kafka's rules
 (comments in each test), never by calling `compaction.policy.retention`.
 
 `KafkaLog` plays `UnifiedLog.appendAsLeader` + `roll()`: it assigns offsets, rolls a segment when
@@ -913,8 +913,8 @@ def _legacy(offset, key, value, magic, ts=-1) -> bytes:
 
 def test_legacy_tombstones_judged_by_legacy_horizon(tmp_path):
     """Cleaner.doClean: v0/v1 tombstones are kept iff their segment's mtime is later than the mtime
-    of the last segment below firstDirty minus delete.retention.ms (spec §5.3, §5.10); the
-    converted v2 batch that keeps a tombstone gets a KIP-534 horizon (4.0+)."""
+    of the last segment below firstDirty minus delete.retention.ms (docs/kafka-rules.md#cleaning-round,
+    #record-retention); the converted v2 batch that keeps a tombstone gets a KIP-534 horizon (4.0+)."""
     log = KafkaLog(tmp_path)
     t0 = NOW - 10 * DAY
     log.append_raw(_legacy(0, "a", "a0", 0), 0)
@@ -1053,8 +1053,9 @@ def test_testLargeMessage(tmp_path):
 
 @pytest.mark.xfail(strict=True, raises=CorruptRecordError, reason=(
     "issue 5 makes a batch larger than max.message.bytes fail its partition (rewrite._read_segment); "
-    "Kafka's cleaner grows its buffers to the batch size and cleans it (spec §5.7 growBuffersOrFail, "
-    "§7.1 item 17)"))  # fmt: skip
+    "Kafka's cleaner grows its buffers to the batch size and cleans it "
+    "(LogCleanerTest.testMessageLargerThanMaxMessageSize, "
+    "docs/kafka-rules.md#buffers-and-large-batches)"))  # fmt: skip
 def test_testMessageLargerThanMaxMessageSize(tmp_path):
     big = 1024 * 1024
     log = KafkaLog(tmp_path, segment_bytes=16 * big, max_message_bytes=2 * big)

@@ -1,4 +1,5 @@
-"""Segment and partition-dir names (spec §3.1, LogFileUtils, UnifiedLog.parseTopicPartitionName)."""
+"""Segment and partition-dir names (docs/kafka-rules.md#file-names, LogFileUtils,
+UnifiedLog.parseTopicPartitionName)."""
 
 import pytest
 

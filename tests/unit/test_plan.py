@@ -1,4 +1,5 @@
-"""Tests for compaction.policy.plan, named after the Kafka tests they mirror (spec §7.1, §7.2).
+"""Tests for compaction.policy.plan, named after the Kafka tests they mirror (Kafka's LogCleanerTest,
+LogCleanerManagerTest).
 
 Every expected value is worked out by hand in the test (comments show the arithmetic)."""
 
@@ -53,7 +54,7 @@ def bases(groups):
 
 
 # ------------------------------------------------------------------------------------------
-# LogToClean (spec §7.1 item 27)
+# LogToClean (LogCleanerTest.testLogToClean*)
 # ------------------------------------------------------------------------------------------
 
 SIX = [seg(i, size=80 + i) for i in range(6)]  # sizes 80..85, the last one is active
@@ -99,7 +100,7 @@ def test_log_to_clean_empty_log_has_nan_ratio_and_is_not_eligible():
 
 
 # ------------------------------------------------------------------------------------------
-# cleanableOffsets (spec §7.2 items 44-48)
+# cleanableOffsets (LogCleanerManagerTest: testDirtyOffsetReset*, testCleanableOffsets*, ...)
 # ------------------------------------------------------------------------------------------
 
 EIGHT = [seg(10 * i) for i in range(8)]  # bases 0..70, active 70
@@ -205,7 +206,7 @@ def test_checkpoint_updated_for_invalid_offset_no_cleaning():
 
 
 # ------------------------------------------------------------------------------------------
-# maxCompactionDelay and eligibility (spec §5.2 steps 2 and 4)
+# maxCompactionDelay and eligibility (docs/kafka-rules.md#max-compaction-lag, #choosing-the-log)
 # ------------------------------------------------------------------------------------------
 
 
@@ -235,7 +236,7 @@ def test_is_eligible(clean, cleanable, need_now, min_ratio, expected):
 
 
 # ------------------------------------------------------------------------------------------
-# groupSegmentsBySize (spec §7.1 items 30-33)
+# groupSegmentsBySize (LogCleanerTest.testSegmentGrouping*)
 # ------------------------------------------------------------------------------------------
 
 TEN = [seg(i, size=100, idx=1, tidx=1) for i in range(10)]  # 8 and 12 index bytes each
@@ -340,7 +341,7 @@ def test_grouping_properties(segs_and_bound, max_size, max_index):
 
 
 # ------------------------------------------------------------------------------------------
-# Config resolution (spec §6)
+# Config resolution (docs/kafka-rules.md#configs)
 # ------------------------------------------------------------------------------------------
 
 
@@ -386,7 +387,8 @@ def test_config_rejects_out_of_range(name, value):
 
 
 # ------------------------------------------------------------------------------------------
-# plan_partition and grab_filthiest (spec §7.1 item 41, §7.2 items 42-43)
+# plan_partition and grab_filthiest (LogCleanerTest.testCleaningBeyondMissingOffsets,
+# LogCleanerManagerTest.testGrabFilthiest*)
 # ------------------------------------------------------------------------------------------
 
 FOUR = [seg(0, 100, mtime=1_000), seg(10, 100, mtime=2_000), seg(20, 100, mtime=3_000), seg(30, 10)]

@@ -1,4 +1,5 @@
-"""Tests for compaction.policy.retention, named after the Kafka tests they mirror (spec §7.1, §7.3 55).
+"""Tests for compaction.policy.retention, named after the Kafka tests they mirror (Kafka's LogCleanerTest,
+MemoryRecordsTest).
 
 Scenario tests feed batch descriptors through CleanedTransactionMetadata + check_batch_retention
 + should_retain_record + filter_batch_output (the `clean_round` helper below plays the role of
@@ -130,7 +131,7 @@ def batch_bases(log):
 
 
 # ------------------------------------------------------------------------------------------
-# CleanedTransactionMetadata (spec §5.8)
+# CleanedTransactionMetadata (docs/kafka-rules.md#transactions)
 # ------------------------------------------------------------------------------------------
 
 
@@ -183,7 +184,7 @@ def test_cleaned_transaction_metadata_heap_orders_by_first_offset():
 
 
 # ------------------------------------------------------------------------------------------
-# Producer view (spec §5.6 step 2)
+# Producer view (docs/kafka-rules.md#producer-state)
 # ------------------------------------------------------------------------------------------
 
 
@@ -224,7 +225,7 @@ def test_last_records_expiration():
 
 
 # ------------------------------------------------------------------------------------------
-# Batch and record decisions (spec §5.9-§5.11)
+# Batch and record decisions (docs/kafka-rules.md#batch-retention to #writing-retained-batches)
 # ------------------------------------------------------------------------------------------
 
 
@@ -306,7 +307,7 @@ def test_retain_legacy_deletes_and_horizon_values():
     assert needs_delete_horizon(V1, True, False)  # 4.0+: no magic condition
 
 
-# MemoryRecordsTest (spec §7.3 item 55), filterTo-level outcomes
+# MemoryRecordsTest, filterTo-level outcomes
 @pytest.mark.parametrize(
     "batch, retention, kept, need, expected",
     [
@@ -333,7 +334,7 @@ def test_filter_batch_output_legacy_copy_without_conversion_and_empty_legacy_err
 
 
 # ------------------------------------------------------------------------------------------
-# Cleaning rounds at the decision level (spec §7.1)
+# Cleaning rounds at the decision level (Kafka's LogCleanerTest)
 # ------------------------------------------------------------------------------------------
 
 
@@ -513,7 +514,8 @@ def test_multi_pass_segment_cleaning_with_aborted_transactions():
 
 
 def test_first_unstable_offset_is_the_earliest_transaction_without_a_marker():
-    """Spec §2.3: LSO = first offset of the earliest open transaction (hand-worked table)."""
+    """docs/kafka-rules.md#last-stable-offset: LSO = first offset of the earliest open transaction
+    (hand-worked table)."""
     from compaction.policy.retention import first_unstable_offset
 
     data = lambda base, pid: BatchInfo(base, base + 1, producer_id=pid, producer_epoch=0, is_transactional=True)  # noqa: E731

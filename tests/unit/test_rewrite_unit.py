@@ -372,7 +372,7 @@ def test_rewrite_empty_batch_only_at_upper_bound(tmp_path):
         spec = log.spec([seg], upper_bound=2, retain_last=retain_last)
         clean([spec], {b"a": HUGE, b"b": HUGE})
         assert len(cleaned_batches(log, spec)) == expected
-    # An empty output is a 0-byte segment with 0-byte indexes (spec §3.9).
+    # An empty output is a 0-byte segment with 0-byte indexes (docs/kafka-rules.md#index-invariants).
     assert log.read(0, ".cleaned") == b""
     assert os.path.getsize(log.file(0, ".index", ".cleaned")) == 0
     assert os.path.getsize(log.file(0, ".timeindex", ".cleaned")) == 0

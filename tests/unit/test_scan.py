@@ -98,7 +98,7 @@ def reseal(raw: bytearray, pos: int = 0) -> None:
 
 
 def empty_batch(base_offset: int, last_delta: int, max_ts: int) -> bytes:
-    """A 61-byte batch with no records, as the cleaner leaves behind (spec §1.1)."""
+    """A 61-byte batch with no records, as the cleaner leaves behind (docs/kafka-rules.md#batch-v2-header)."""
     raw = bytearray(struct.pack(">qiibIhiqqqhii", base_offset, 49, -1, 2, 0, 0, last_delta, -1, max_ts,
                                 -1, -1, -1, 0))  # fmt: skip
     reseal(raw)
@@ -443,7 +443,7 @@ def test_crc_mismatch_names_the_batch():
     assert e.value.position == len(ONE) and e.value.offset == 12 and e.value.path == "p/0.log"
     assert f"p/0.log: byte {len(ONE)}" in str(e.value)
     scan_segment(u8(raw), "p/0.log", verify_crc=False)  # the records themselves still parse
-    # the leader epoch is not covered by the CRC (spec §1.3)
+    # the leader epoch is not covered by the CRC (docs/kafka-rules.md#crc)
     raw = bytearray(ONE)
     struct.pack_into(">i", raw, 12, 77)
     assert scan_segment(u8(raw)).batches.partition_leader_epoch.tolist() == [77]

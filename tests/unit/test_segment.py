@@ -1,4 +1,5 @@
-"""Segment iteration per spec §1.7: mixed formats, positions, trailing bytes, corruption."""
+"""Segment iteration per docs/kafka-rules.md#log-file-parsing: mixed formats, positions, trailing bytes,
+corruption."""
 
 import struct
 

@@ -18,7 +18,7 @@ from compaction.format.varint import (
     size_of_varlong,
 )
 
-# (value, encoded bytes) pinned by hand from the zig-zag + LEB128 rules (spec §1.4).
+# (value, encoded bytes) pinned by hand from the zig-zag + LEB128 rules (docs/kafka-rules.md#varints).
 KNOWN = [
     (0, b"\x00"),
     (-1, b"\x01"),
