@@ -1,4 +1,4 @@
-"""Issue 6 target 1: the workload Kafka 0.9.0.1's LogCleaner was measured on (285 MiB/s, one
+"""The workload Kafka 0.9.0.1's LogCleaner was measured on (285 MiB/s, one
 thread), through ./spark-submit.sh on this machine.
 
     .venv/bin/python bench/kafka_workload.py [--gb 2] [--codec none] [--partitions 4]

@@ -1,4 +1,4 @@
-"""Issue 6 target 5: the driver's fixed cost (recovery, discovery, planning) at 10,000 partitions x
+"""The driver's fixed cost (recovery, discovery, planning) at 10,000 partitions x
 100 segments, measured without Spark.
 
 Builds (once; `--keep` reuses it) a log dir of N partitions x S tiny but valid segments: one v2

@@ -1,4 +1,4 @@
-"""Corruption suite (issue 5 point 3): many damaged partitions beside healthy ones in one log dir,
+"""Corruption suite: many damaged partitions beside healthy ones in one log dir,
 one spark-submit run. Each damaged partition must be reported `failed` with a reason naming the
 file (and the byte position where there is one), keep every byte of its files, and not stop the
 healthy partitions from being compacted (checked against kafka-python's decoding of the input).

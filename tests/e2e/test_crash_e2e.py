@@ -1,4 +1,4 @@
-"""Fault injection of whole runs (issue 5 acceptance): SIGKILL the spark-submit session at each step
+"""Fault injection of whole runs: SIGKILL the spark-submit session at each step
 of the commit (and mid-rewrite), and at random times; then check that recovery leaves every
 partition loadable and either as it was or compacted, and that a further run ends with exactly the
 records an uninterrupted run keeps (the latest per key below the active segment, from

@@ -1,4 +1,4 @@
-"""Crash safety of the commit on an object store without atomic rename (issue 5 point 2).
+"""Crash safety of the commit on an object store without atomic rename.
 
 The storage here is the real `Storage` code over an in-memory pyarrow `PyFileSystem` that behaves
 like S3/GCS as far as the commit can tell:

@@ -1,4 +1,4 @@
-"""Issue 6 target 5: planning reads only what its decision needs.
+"""Planning reads only what its decision needs.
 
 `run._plan_one` builds the partition state lazily (no file read under default configs beyond the
 listing; largest timestamps for min.compaction.lag.ms, first batch timestamps for
@@ -39,7 +39,7 @@ SEG1 = "00000000000000000010"
 
 
 def _eager_plan(ld, part, opts, first_unstable=None):
-    """The planner's inputs read in full, as before issue 6 target 5."""
+    """The planner's inputs read in full: what the lazy reads must agree with."""
     config = resolve_topic_config(opts.topic_config.get(part.topic), run._job_config(opts, part.topic))
     metas = tuple(segment_meta(ld.storage, s, largest_ts=True, first_batch_ts=True) for s in part.segments)
     leo = log_end_offset(ld.storage, part.segments[-1])

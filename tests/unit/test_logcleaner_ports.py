@@ -1052,7 +1052,7 @@ def test_testLargeMessage(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, raises=CorruptRecordError, reason=(
-    "issue 5 makes a batch larger than max.message.bytes fail its partition (rewrite._read_segment); "
+    "A batch larger than max.message.bytes fails its partition (rewrite._read_segment); "
     "Kafka's cleaner grows its buffers to the batch size and cleans it "
     "(LogCleanerTest.testMessageLargerThanMaxMessageSize, "
     "docs/kafka-rules.md#buffers-and-large-batches)"))  # fmt: skip

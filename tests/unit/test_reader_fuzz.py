@@ -1,4 +1,4 @@
-"""Bounded fuzz of the segment reader (issue 5): valid segments (v0/v1/v2, every codec) with bytes
+"""Bounded fuzz of the segment reader: valid segments (v0/v1/v2, every codec) with bytes
 flipped, cut, inserted or deleted, and raw byte soup. `iter_batches` + `records()` and
 `scan_segment` may only raise our typed `KafkaFormatError`s (with the path set); anything else
 (IndexError, struct.error, a codec library's own exception, a numba crash) fails the test.
