@@ -158,7 +158,7 @@ def _value(f: dataclasses.Field, spark_conf: Any, environ: Mapping[str, str]) ->
 
 def knobs() -> list[tuple[str, dataclasses.Field]]:
     """(name, field) of every tunable, `WorkerSettings`' included (the README's table lists them)."""
-    own = [(f.name, f) for f in dataclasses.fields(Settings) if "doc" in f.metadata]
+    own = [(f.name, f) for f in dataclasses.fields(Settings) if f.name not in ("worker", "environ")]
     return own + [(f.name, f) for f in dataclasses.fields(WorkerSettings)]
 
 
