@@ -25,10 +25,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from compaction.errors import UsageError
 from compaction.runtime.segment_io import DIRECT_MIN_BYTES
+
+if TYPE_CHECKING:
+    from compaction.cli.options import JobOptions
 
 CONF_PREFIX = "spark.kafka.compaction."
 EXECUTOR_ENV = "spark.executorEnv."
@@ -93,7 +96,7 @@ class WorkerSettings:
 class Settings:
     """The round's tunables (see the module docstring for where each comes from)."""
 
-    options: Any = _knob(None, None, "the parsed command line (`JobOptions`: every option of the Options "
+    options: JobOptions | None = _knob(None, None, "the parsed command line (`JobOptions`: every option of the Options "
                          "table)", option="every option")  # fmt: skip
     spark_master: str | None = _knob(
         None, str, "the master of a round not started by the launcher (which gives spark-submit its own "
@@ -116,7 +119,7 @@ class Settings:
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # its knobs' variables
 
     @classmethod
-    def resolve(cls, args: Any = None, spark_conf: Any = None, environ: Mapping[str, str] | None = None) -> Settings:
+    def resolve(cls, args: JobOptions | None = None, spark_conf: Any = None, environ: Mapping[str, str] | None = None) -> Settings:
         """The settings of a round: `args` the parsed options (`JobOptions`, or None), `spark_conf`
         the session's conf (anything with `.get(key, default)`; None before Spark is up: the conf
         knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
