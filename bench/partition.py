@@ -35,6 +35,8 @@ from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment  # noqa: 
 from compaction.runtime.segment_io import READ_MODES  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
+from compaction.runtime.worker import prepare_worker  # noqa: E402
+from compaction.settings import Settings  # noqa: E402
 
 NOW_MS = 1_795_305_600_000
 MiB = float(1 << 20)
@@ -98,7 +100,9 @@ def main() -> int:
     spec = dataclasses.replace(spec_for(part), read_mode=args.read_mode)
     size = sum(s.size for s in spec.segments)
     print(f"partition {part}: {len(spec.segments)} segments, {size / MiB:,.1f} MiB cleaned (+ active)")
-    compact_partition([spec])  # numba cache load, imports
+    worker = Settings.resolve().worker  # as a round's task gets them: this environment's knobs
+    prepare_worker(worker)
+    compact_partition([spec], worker.scan_reuse_max_bytes)  # numba cache load, imports
     clean_up(part)
     for _ in range(args.repeat):
         cold = drop_caches() if args.cold else False
@@ -107,7 +111,7 @@ def main() -> int:
         u0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         if prof:
             prof.enable()
-        row = compact_partition([spec])[0]
+        row = compact_partition([spec], worker.scan_reuse_max_bytes)[0]
         if prof:
             prof.disable()
         wall, u1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)

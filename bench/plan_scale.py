@@ -217,7 +217,10 @@ def _plan_as_round(root: str) -> tuple[int, dict]:
     nothing is written (every segment of the bench dir has its .index)."""
     from compaction.cli.options import parse_args
     from compaction.round import discover_and_plan
+    from compaction.settings import Settings
+    from compaction.steps.discover import use_threads
 
+    use_threads(Settings.resolve().threads)  # as `run` does
     timings: dict[str, float] = {}
     t = time.monotonic()
     planned, _ = discover_and_plan(parse_args(["--log-dir", root]), None, timings)

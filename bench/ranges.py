@@ -28,22 +28,24 @@ from test_ranges import cleaned, specs_for  # noqa: E402  (the specs as the test
 
 from compaction.runtime.exchange import Exchange  # noqa: E402
 from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
-from compaction.steps.rewrite import scan_reuse_bytes  # noqa: E402
+from compaction.runtime.worker import prepare_worker  # noqa: E402
+from compaction.settings import Settings  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
 
 
 def _task(args) -> tuple[float, dict]:
     t, plan, root = args
-    from compaction.runtime.buffers import keep_freed_heap
-
-    keep_freed_heap()
+    prepare_worker(WORKER)
     started = time.perf_counter()
-    rows = run_task(t, plan, Exchange(Storage.local(), root), scan_reuse_bytes())
+    rows = run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes)
     errors = [r["error"] for r in rows if r.get("error")]
     if errors:
         raise SystemExit(errors[0])
     return time.perf_counter() - started, next(r for r in rows if r["group_id"] == STATS_ROW)
+
+
+WORKER = Settings.resolve().worker  # as a round's tasks get them: this environment's knobs
 
 
 def stage(part: Path, n_ranges: int, tasks: int) -> None:
@@ -70,14 +72,15 @@ def main() -> int:
     specs = specs_for(args.part, args.ranges)
     sizes = [sum(s.size for s in spec.segments) / (1 << 20) for spec in specs]
     print(f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB, {args.tasks} tasks")
-    compact_partition(specs_for(args.part, 1))  # kernels loaded, imports done (before the fork)
+    prepare_worker(WORKER)  # the whole-partition task below runs in this process
+    compact_partition(specs_for(args.part, 1), WORKER.scan_reuse_max_bytes)  # kernels loaded, imports done (before the fork)
     cleaned(args.part)
     for run in range(args.repeat):
         print(f"run {run + 1}")
         stage(args.part, args.ranges, args.tasks)
         cleaned(args.part)
         wall, cpu = time.perf_counter(), time.process_time()
-        compact_partition(specs_for(args.part, 1))
+        compact_partition(specs_for(args.part, 1), WORKER.scan_reuse_max_bytes)
         print(f"  one whole-partition task: wall {time.perf_counter() - wall:.2f} s, "
               f"CPU {time.process_time() - cpu:.2f} s", flush=True)  # fmt: skip
         cleaned(args.part)

@@ -19,7 +19,6 @@ import numpy as np
 from compaction.cli import logs
 from compaction.steps import report as rpt
 from compaction.cli import report_html
-from compaction.runtime import throttle
 from compaction.steps.commit import Replacement, commit_partition, recover_partition, remove_replaced
 from compaction.steps.discover import (
     CLEANER_CHECKPOINT,
@@ -38,6 +37,7 @@ from compaction.steps.discover import (
     relist_partition,
     segment_meta,
     unfreeze_gc,
+    use_threads,
     validate_contents,
 )
 from compaction.steps.erase import EraseSet, key_count, load_erase_set, unpack_bits
@@ -59,6 +59,7 @@ from compaction.cli.progress import Reporter
 from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock, ensure_kafka_not_running
+from compaction.settings import Settings
 
 log = logging.getLogger("compaction")
 
@@ -354,14 +355,12 @@ def _lock_log_dirs(opts: JobOptions) -> list:
     return locks
 
 
-def _spark_session(opts: JobOptions):
+def _spark_session(settings: Settings):
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("kafka-offline-compaction")
-    if opts.io_max_bytes_per_second is not None:  # the executors' segment I/O throttle (throttle.py)
-        builder = builder.config(f"spark.executorEnv.{throttle.RATE_ENV}", repr(opts.io_max_bytes_per_second))
-    if "SPARK_MASTER" in os.environ and not os.environ.get("SPARK_HOME_SUBMITTED"):
-        builder = builder.master(os.environ["SPARK_MASTER"])
+    if settings.spark_master:
+        builder = builder.master(settings.spark_master)
     spark = builder.getOrCreate()
     # The rewrite's shuffle carries few bytes but each group is heavy: never merge groups into
     # one task (AQE coalescing would), and keep small runs from spawning 200 empty tasks.
@@ -373,14 +372,16 @@ class _SparkStarter:
     """The Spark session, and Python workers warmed up (compaction/spark/warmup.py), started on a thread
     at the beginning of the run so that both overlap recovery, discovery and planning. The
     warm-up waits for the plan (`planned`): none for a round with nothing to clean.
-    Spark conf `spark.kafka.compaction.warmup` (default true) turns the warm-up off."""
+    `Settings.warmup` (Spark conf `spark.kafka.compaction.warmup`) turns the warm-up off. Once the
+    session is up, `settings` are the round's with its Spark conf read."""
 
-    def __init__(self, opts: JobOptions) -> None:
+    def __init__(self, settings: Settings) -> None:
         self._t0 = time.monotonic()
         self._out: dict = {}
         self._plan: list[Planned] = []
         self._planned = threading.Event()
-        self._thread = threading.Thread(target=self._start, args=(opts,), name="spark-start", daemon=True)
+        self.settings = settings
+        self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         self._thread.start()
 
     def planned(self, todo: list[Planned]) -> None:
@@ -388,15 +389,16 @@ class _SparkStarter:
         self._plan = list(todo)
         self._planned.set()
 
-    def _start(self, opts: JobOptions) -> None:
+    def _start(self) -> None:
         try:
-            spark = _spark_session(opts)
+            spark = _spark_session(self.settings)
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
+            self.settings = settings = self.settings.with_spark_conf(spark.conf)
             self._planned.wait()
-            if self._plan and spark.conf.get("spark.kafka.compaction.warmup", "true").lower() != "false":
+            if self._plan and settings.warmup:
                 from compaction.spark.warmup import warm_executors
 
-                self._out["workerWarmupSeconds"] = warm_executors(spark)
+                self._out["workerWarmupSeconds"] = warm_executors(spark, settings.worker)
             self._out["spark"] = spark
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
@@ -418,20 +420,6 @@ class _SparkStarter:
         return self._out["spark"]
 
 
-# A partition is compacted whole in one task (scan, offset map, producer state and rewrite in one
-# process: spark_stages.compact_partition) unless it has more than one output group and is bigger
-# than this, or bigger than its share of the cores: then it is cut into ranges, one per group,
-# scanned and rewritten in parallel (compaction/steps/ranges.py). Spark conf
-# `spark.kafka.compaction.partitionTaskMaxBytes`; 1 GiB (one default segment group) bounds what a
-# whole-partition task holds by its keys.
-PARTITION_TASK_MAX_BYTES = 1 << 30
-
-
-def _conf_bytes(spark, name: str, default: int) -> int:
-    value = spark.conf.get(f"spark.kafka.compaction.{name}", None)
-    return default if value in (None, "") else int(value)
-
-
 def _partition_bytes(p: Planned) -> int:
     return sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))
 
@@ -450,20 +438,20 @@ def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int)
             for size, n in zip(sizes, groups)]  # fmt: skip
 
 
-def _cut(spark, todo: list[Planned]) -> list[bool]:
+def _cut(spark, todo: list[Planned], settings: Settings) -> list[bool]:
     sizes = [_partition_bytes(p) for p in todo]
     return cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
-                           _conf_bytes(spark, "partitionTaskMaxBytes", PARTITION_TASK_MAX_BYTES))  # fmt: skip
+                           settings.partition_task_max_bytes)  # fmt: skip
 
 
 def _run_stages(
-    spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float] | None = None
+    spark, todo: list[Planned], opts: JobOptions, settings: Settings, timings: dict[str, float] | None = None
 ) -> tuple[dict[int, dict], dict[int, int]]:
     """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
     whose scan found an open transaction below the planned bound: they are not rewritten.
     `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
     timings = {} if timings is None else timings
-    cut = _cut(spark, todo)
+    cut = _cut(spark, todo, settings)
     whole = [i for i, c in enumerate(cut) if not c]
     ranged = [i for i, c in enumerate(cut) if c]
     results: dict[int, dict] = {}
@@ -472,7 +460,7 @@ def _run_stages(
                             (ranged, _run_ranges, "rangesSeconds")):  # fmt: skip
         if idx:
             t = time.monotonic()
-            r, rp = stage(spark, [todo[i] for i in idx], opts, timings)
+            r, rp = stage(spark, [todo[i] for i in idx], opts, timings, settings)
             results.update(r)
             replan.update({idx[k]: v for k, v in rp.items()})
             timings[key] = timings.get(key, 0.0) + time.monotonic() - t
@@ -491,7 +479,8 @@ def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
     return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))
 
 
-def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
+def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float],
+                         settings: Settings):  # fmt: skip
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
@@ -502,10 +491,10 @@ def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: 
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
-    return _task_rows(st.fused(sc, len(bins), parts).collect(), todo, timings)
+    return _task_rows(st.fused(sc, len(bins), parts, settings.worker).collect(), todo, timings)
 
 
-def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float]):
+def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings):
     """Partitions cut into ranges: one barrier stage whose tasks scan their ranges, merge the key
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py)."""
     from compaction.spark import stages as st
@@ -515,9 +504,8 @@ def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str,
     sc = spark.sparkContext
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     sc.setJobGroup("ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite")
-    configured = spark.conf.get("spark.kafka.compaction.exchangeDir", None) or None
-    with Exchange.create(configured, sc.master.startswith("local"), todo[0].log_dir.uri) as ex:
-        rows = st.ranged(sc, sc.broadcast(plan), ex).collect()
+    with Exchange.create(settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri) as ex:
+        rows = st.ranged(sc, sc.broadcast(plan), ex, settings.worker).collect()
     return _task_rows(rows, todo, timings)
 
 
@@ -647,7 +635,7 @@ def _advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> Non
             write_checkpoint(ld.storage, path, {**read_checkpoint(ld.storage, path), **updates})
 
 
-def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id,
+def _replan_open_transactions(spark, todo, planned, replan, results, opts, settings, next_id,
                               timings=None) -> list[Planned]:  # fmt: skip
     """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
     docs/kafka-rules.md#last-stable-offset): plan them again with that bound and run the stages once more for
@@ -663,7 +651,7 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, next_
             new.specs = _specs(new, opts, config, next_id)
             next_id += len(new.specs)
             again.append(new)
-    more, still = _run_stages(spark, again, opts, timings) if again else ({}, {})
+    more, still = _run_stages(spark, again, opts, settings, timings) if again else ({}, {})
     results.update(more)
     for i in still:  # not expected: the new bound lies at or below every open transaction
         again[i].specs = []
@@ -706,9 +694,10 @@ def _scan_and_rewrite(starter: _SparkStarter, todo: list[Planned], planned: list
     progress.phase("Spark UI: %s", spark.sparkContext.uiWebUrl or "disabled (spark.ui.enabled=false)")
     t = time.monotonic()
     with progress.watch(spark.sparkContext, sum(map(_partition_bytes, todo)), len(todo)):
-        results, replan = _run_stages(spark, todo, opts, timings)
+        results, replan = _run_stages(spark, todo, opts, starter.settings, timings)
         if replan:
-            todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, next_id, timings)
+            todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, starter.settings,
+                                             next_id, timings)  # fmt: skip
     timings["stagesSeconds"] = time.monotonic() - t
     return todo, results
 
@@ -717,12 +706,14 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    progress = progress or Reporter()
+    settings = Settings.resolve(opts, None, os.environ)  # the Spark conf's knobs: once the session is up
+    use_threads(settings.threads)
+    progress = progress or Reporter(interval=settings.progress_seconds)
     check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
     _ERASE_SETS.clear()  # the key file as it is now (load_erase_set parses it again only if changed)
     locks = _lock_log_dirs(opts)
     # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
-    starter = None if opts.dry_run or opts.recover_only else _SparkStarter(opts)
+    starter = None if opts.dry_run or opts.recover_only else _SparkStarter(settings)
     try:
         listed: dict[str, LogDirState] = {}
         progress.phase("%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering", len(opts.log_dirs))
@@ -743,7 +734,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
                 what = "eligible" if p.plan.eligible and not opts.erase_only else "to erase"
                 p.result.reason = f"{what} (plan only)" if opts.plan_only else f"{what} (recover only)"
         elif todo and opts.dry_run:
-            starter = _SparkStarter(opts)
+            starter = _SparkStarter(settings)
             todo, results = _scan_and_rewrite(starter, todo, planned, opts, progress, timings)
             for p in todo:
                 _dry_outcome(p, results)

@@ -3,26 +3,23 @@ done out of the total (from `SparkContext.statusTracker()`), the bytes scanned (
 in proportion to the tasks done), the rate and an ETA.
 
 On a terminal a live bar on stderr, redrawn in place; elsewhere (Airflow's task log, cron) one
-plain log line every `interval` seconds (env KAFKA_COMPACTION_PROGRESS_SECONDS, default 5).
+plain log line every `interval` seconds (the round's `Settings.progress_seconds`, default 5).
 Spark's own console bar stays off (`spark.ui.showConsoleProgress=false`): it would draw over ours.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
+from compaction.settings import PROGRESS_SECONDS
+
 log = logging.getLogger("compaction.progress")
 
 MB = 1_048_576
-
-
-def interval_seconds() -> float:
-    return float(os.environ.get("KAFKA_COMPACTION_PROGRESS_SECONDS", "5"))
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,7 @@ class Reporter:
 
     def __init__(self, stream=None, interval: float | None = None, tty: bool | None = None) -> None:
         self._stream = stream or sys.stderr
-        self._interval = interval_seconds() if interval is None else interval
+        self._interval = PROGRESS_SECONDS if interval is None else interval
         self._tty = self._stream.isatty() if tty is None else tty
 
     def phase(self, message: str, *args) -> None:

@@ -5,7 +5,6 @@ segment after segment, so it takes its buffers from here instead and they stay m
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 
@@ -60,28 +59,3 @@ class BufferPool:
 
 POOL = BufferPool()
 
-
-# glibc's mallopt parameters (malloc.h) and the values set by `keep_freed_heap`.
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-HEAP_TRIM_BYTES = 1 << 30  # free heap kept by the process before it is given back to the kernel
-HEAP_MMAP_BYTES = 32 << 20  # allocations below this come from the heap, not from their own mmap
-_heap_kept = False
-
-
-def keep_freed_heap() -> bool:
-    """Have glibc's malloc keep freed memory for reuse (once per process; False where the C
-    library has no mallopt). A task allocates and frees the same sizes segment after segment:
-    decompressed batches, record columns, key hashes. By default glibc maps each allocation of
-    more than ~128 KiB (a threshold it raises as such blocks are freed) separately and unmaps it
-    when freed, and trims the heap's free top, so each segment faulted in fresh pages again (on
-    the mixed-codec bench, ~40% fewer page faults in a worker's first partition and ~90% fewer in
-    the next; BENCHMARKS.md, session 5)."""
-    global _heap_kept
-    if _heap_kept:
-        return True
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    _heap_kept = bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_BYTES))
-    return _heap_kept

@@ -47,14 +47,19 @@ from compaction.runtime.storage import Storage
 READ_MODES = ("direct", "mmap")
 WRITE_MODES = ("direct", "buffered")
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request (two per writer: one filled, one written)
-DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush; env override for tests
+DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush
 READ_CHUNK = 16 << 20  # bytes per pread: large sequential requests, bounded
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
-def direct_min_bytes() -> int:
-    return int(os.environ.get("KAFKA_COMPACTION_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES))
+direct_min_bytes = DIRECT_MIN_BYTES  # of this process: the round's `WorkerSettings.direct_min_bytes`
+
+
+def configure(min_bytes: int) -> None:
+    """Read local segments of `min_bytes` or more with O_DIRECT in this process (`prepare_worker`)."""
+    global direct_min_bytes
+    direct_min_bytes = min_bytes
 
 
 def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.ndarray:
@@ -64,7 +69,7 @@ def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.
         throttle.acquire(len(data))  # --io-max-bytes-per-second (throttle.py): told after the one request
         return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
-    if mode == "direct" and _O_DIRECT and size >= direct_min_bytes():
+    if mode == "direct" and _O_DIRECT and size >= direct_min_bytes:
         data = _read_direct(path, size)
         if data is not None:
             return data

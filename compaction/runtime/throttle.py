@@ -13,12 +13,13 @@ saved up (no burst after a pause), as Kafka's throttler does not let a quiet per
 later spike either.
 
 `Throttler` is the pure decision (clock, sleep and the shared state are injected, for tests);
-`acquire(n)` is what the I/O code calls: a no-op unless the job set a rate, which reaches the
-executors as the environment variable `KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND`
-(`spark.executorEnv`, set by the driver). The shared file (8 bytes, reused by every run) is per
-user in `/dev/shm`, else `/tmp`: host-wide paths on purpose, not `$TMPDIR`, which YARN points at
-each container's own dir. Where the executors of a host see no common dir (Kubernetes pods), point
-`KAFKA_COMPACTION_IO_THROTTLE_FILE` at a shared mount (a hostPath), or the budget is per pod.
+`acquire(n)` is what the I/O code calls: a no-op unless the round set a rate, which reaches the
+executors in the round's worker settings (`WorkerSettings.io_max_bytes_per_second`, applied by
+`configure` when a task starts: `runtime.worker.prepare_worker`). The shared file (8 bytes, reused
+by every run) is per user in `/dev/shm`, else `/tmp`: host-wide paths on purpose, not `$TMPDIR`,
+which YARN points at each container's own dir. Where the executors of a host see no common dir
+(Kubernetes pods), point `WorkerSettings.io_throttle_file` (`KAFKA_COMPACTION_IO_THROTTLE_FILE`)
+at a shared mount (a hostPath), or the budget is per pod.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import tempfile
 import time
 from collections.abc import Callable
 
-RATE_ENV = "KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND"
-FILE_ENV = "KAFKA_COMPACTION_IO_THROTTLE_FILE"
 _STATE = struct.Struct("<d")
 
 
@@ -93,17 +92,23 @@ class Throttler:
 _cached: tuple[tuple, Throttler | None] = ((None, None), None)
 
 
-def process_throttler() -> Throttler | None:
-    """The throttler of this process, as the job's environment sets it (None: unthrottled)."""
+def configure(rate: float | None, path: str | None = None) -> Throttler | None:
+    """Throttle this process's segment I/O to `rate` bytes/s (None: unthrottled), sharing the
+    budget through the file `path` (None: the host-wide default). A call with the same values keeps
+    the throttler it made before."""
     global _cached
-    setting = (os.environ.get(RATE_ENV) or None, os.environ.get(FILE_ENV) or None)
+    setting = (rate, path or None)
     if setting != _cached[0]:
-        rate, path = setting
         throttler = None
         if rate is not None:
             name = f"kafka-compaction-io-{os.getuid()}.throttle"
             throttler = Throttler(float(rate), FileClock(path or os.path.join(_host_dir(), name)))
         _cached = (setting, throttler)
+    return _cached[1]
+
+
+def process_throttler() -> Throttler | None:
+    """The throttler of this process (None: unthrottled)."""
     return _cached[1]
 
 

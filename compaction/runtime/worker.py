@@ -1,24 +1,82 @@
-"""What a reused Spark Python worker keeps from one task to the next.
+"""How a task's Python worker process is set up: every change a task makes to its process sits
+behind `prepare_worker()`, called where a task starts (the stages' task functions in
+compaction/spark/stages.py, the warm-up's in compaction/spark/warmup.py), never at import.
 
-PySpark's worker calls `importlib.invalidate_caches()` before every task (`worker_util.
-setup_spark_files`). On CPython 3.10 and 3.11 that makes every `zipimporter` on the path read
-its archive's whole directory again, in Python, at once (python/cpython#103200; later CPython
-reads it lazily, on the next import through it), and the worker's path always holds two
-archives: Spark's `pyspark.zip` and py4j's (1,300+ entries, one importer per package imported
-from them). Measured on the 2-core bench box: 0.10-0.15 s between the JVM starting a task and
-the task's function being called, in each of the two concurrent tasks, nearly all of it this
-(BENCHMARKS.md, session 6). Spark later stopped calling
-it for every task (SPARK-54744); the Spark this package runs on still does.
+- The round's worker settings (`WorkerSettings`, resolved on the driver and carried inside the
+  task function): the segment I/O throttle (runtime/throttle.py) and the size from which local
+  segments are read with O_DIRECT (runtime/segment_io.py).
+- glibc's malloc keeps the memory a task frees (`keep_freed_heap`).
+- The zip importers keep their archive's directory from task to task (`keep_zip_directories`).
 
-The archives of a worker do not change while it lives (Spark fetches an application's files once
-into a per-application directory and refuses a second file of the same name), so the importers
-that already exist may keep the directory they read.
+Each step is idempotent and cheap after the first call: a reused worker runs it before every task.
+
+The package's own extraction from its shipped zip runs earlier, in `compaction/__init__.py`: it
+must happen before the rest of the package is imported.
 """
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import zipimport
+
+from compaction.runtime import segment_io, throttle
+from compaction.settings import WorkerSettings
+
+
+def prepare_worker(settings: WorkerSettings | None = None) -> None:
+    """Set this process up for a task of the round whose worker settings are `settings` (None:
+    the defaults)."""
+    settings = WorkerSettings() if settings is None else settings
+    keep_freed_heap()
+    keep_zip_directories()
+    throttle.configure(settings.io_max_bytes_per_second, settings.io_throttle_file)
+    segment_io.configure(settings.direct_min_bytes)
+
+
+# --- malloc --------------------------------------------------------------------------------------
+
+# glibc's mallopt parameters (malloc.h) and the values set by `keep_freed_heap`.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_TRIM_BYTES = 1 << 30  # free heap kept by the process before it is given back to the kernel
+HEAP_MMAP_BYTES = 32 << 20  # allocations below this come from the heap, not from their own mmap
+_heap_kept = False
+
+
+def keep_freed_heap() -> bool:
+    """Have glibc's malloc keep freed memory for reuse (once per process; False where the C
+    library has no mallopt). A task allocates and frees the same sizes segment after segment:
+    decompressed batches, record columns, key hashes. By default glibc maps each allocation of
+    more than ~128 KiB (a threshold it raises as such blocks are freed) separately and unmaps it
+    when freed, and trims the heap's free top, so each segment faulted in fresh pages again (on
+    the mixed-codec bench, ~40% fewer page faults in a worker's first partition and ~90% fewer in
+    the next; BENCHMARKS.md)."""
+    global _heap_kept
+    if _heap_kept:
+        return True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    _heap_kept = bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_BYTES))
+    return _heap_kept
+
+
+# --- zip importers -------------------------------------------------------------------------------
+#
+# PySpark's worker calls `importlib.invalidate_caches()` before every task (`worker_util.
+# setup_spark_files`). On CPython 3.10 and 3.11 that makes every `zipimporter` on the path read
+# its archive's whole directory again, in Python, at once (python/cpython#103200; later CPython
+# reads it lazily, on the next import through it), and the worker's path always holds two
+# archives: Spark's `pyspark.zip` and py4j's (1,300+ entries, one importer per package imported
+# from them). Measured on the 2-core bench box: 0.10-0.15 s between the JVM starting a task and
+# the task's function being called, in each of the two concurrent tasks, nearly all of it this
+# (BENCHMARKS.md). Spark later stopped calling it for every task (SPARK-54744); the Spark this
+# package runs on still does.
+#
+# The archives of a worker do not change while it lives (Spark fetches an application's files once
+# into a per-application directory and refuses a second file of the same name), so the importers
+# that already exist may keep the directory they read.
 
 
 class _KeptDirectoryZipImporter(zipimport.zipimporter):

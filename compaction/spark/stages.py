@@ -10,6 +10,7 @@ damaged partition cannot stop the others.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Iterator
 
@@ -17,6 +18,7 @@ from pyspark.sql import types as T
 
 from compaction.steps import ranges
 from compaction.errors import CompactionError, error_text
+from compaction.settings import WorkerSettings
 from compaction.steps.rewrite import GroupSpec, rewrite_unit
 
 RESULT_FIELDS = (
@@ -49,21 +51,19 @@ def task_slots(sc) -> int:
     return max(1, n or sc.defaultParallelism)
 
 
-def ranged(sc, plan, ex):
+def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
     """The ranges stage (compaction/steps/range_task.py) as an RDD of result rows: one barrier task per
-    entry of `plan.tasks` (a broadcast `RangePlan`), all started together."""
+    entry of `plan.tasks` (a broadcast `RangePlan`), all started together, in workers set up for
+    `worker`."""
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.buffers import keep_freed_heap
-        from compaction.runtime.worker import keep_zip_directories
+        from compaction.runtime.worker import prepare_worker
         from compaction.steps.range_task import run_task
-        from compaction.steps.rewrite import scan_reuse_bytes
 
-        keep_freed_heap()
-        keep_zip_directories()
+        prepare_worker(worker)
         for t in task_ids:
-            yield from map(_typed, run_task(t, plan.value, ex, scan_reuse_bytes()))
+            yield from map(_typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
     return sc.parallelize(range(n_tasks), n_tasks).barrier().mapPartitions(run)
 
@@ -83,27 +83,23 @@ FUSED_FIELDS = (
 )
 
 
-def compact_partition(specs: list) -> list[dict]:
-    """The round for one partition (`specs`: all its groups, log order) in this process.
+def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_reuse_max_bytes) -> list[dict]:
+    """The round for one partition (`specs`: all its groups, log order) in this process, keeping
+    up to `scan_reuse_bytes` of its scans for the rewrite.
 
     Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
 
-    from compaction.runtime.buffers import keep_freed_heap
     from compaction.steps.discover import validate_partition_path
-    from compaction.runtime.worker import keep_zip_directories
-    from compaction.steps.rewrite import ScanCache, check_partition_epochs, scan_partition, scan_reuse_bytes
+    from compaction.steps.rewrite import ScanCache, check_partition_epochs, scan_partition
 
-    keep_freed_heap()
-    keep_zip_directories()
     started, cpu = time.monotonic(), time.process_time()
     try:  # the index checks the driver leaves to the task that reads the partition anyway
         validate_partition_path(specs[0].storage, specs[0].part_path)
     except CompactionError as exc:
         return [{"group_id": s.group_id, "error": str(exc)} for s in specs]
-    reuse = scan_reuse_bytes()
-    cache = ScanCache(reuse) if reuse > 0 else None
+    cache = ScanCache(scan_reuse_bytes) if scan_reuse_bytes > 0 else None
     epochs: list = []  # leader-epoch runs per segment: checked before anything is written
     pmap, producers = scan_partition(specs, cache, epochs=epochs)
     check_partition_epochs(specs, epochs)
@@ -119,16 +115,12 @@ def compact_partition(specs: list) -> list[dict]:
     return rows
 
 
-PROFILE_ENV = "KAFKA_COMPACTION_PROFILE_DIR"
-
-
-def _profiled(task, specs: list):
-    """`task(specs)`, under cProfile when $KAFKA_COMPACTION_PROFILE_DIR names a directory of the
-    executor host: one `<topic>-<partition>.pstats` per partition, timed in CPU seconds of the
-    task's thread (waits for I/O excluded), for `python -m pstats`."""
+def _profiled(task, specs: list, where: str | None):
+    """`task(specs)`, under cProfile when `where` (`WorkerSettings.profile_dir`) names a directory
+    of the executor host: one `<topic>-<partition>.pstats` per partition, timed in CPU seconds of
+    the task's thread (waits for I/O excluded), for `python -m pstats`."""
     import os
 
-    where = os.environ.get(PROFILE_ENV)
     if not where:
         return task(specs)
     import cProfile
@@ -140,19 +132,24 @@ def _profiled(task, specs: list):
     return rows
 
 
-def fused(sc, bins: int, partitions):
-    """One task per bin of partitions (see `compact_partition`), as an RDD of result rows (dicts
-    with every `FUSED_FIELDS` name). `partitions` is a broadcast of {bin id: [[GroupSpec, ...],
-    ...]} (the groups of each partition of the bin, in log order). A Python RDD rather than a
-    DataFrame: its job starts ~0.2 s sooner, with no query to analyse and compile, and its few
-    rows need no columnar transfer."""
+def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings()):
+    """One task per bin of partitions (see `compact_partition`), in workers set up for `worker`,
+    as an RDD of result rows (dicts with every `FUSED_FIELDS` name). `partitions` is a broadcast
+    of {bin id: [[GroupSpec, ...], ...]} (the groups of each partition of the bin, in log order).
+    A Python RDD rather than a DataFrame: its job starts ~0.2 s sooner, with no query to analyse
+    and compile, and its few rows need no columnar transfer."""
+
+    compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
+        from compaction.runtime.worker import prepare_worker
+
+        prepare_worker(worker)
         table = partitions.value
         for bin_id in bin_ids:
             for specs in table[bin_id]:
                 try:
-                    rows = _profiled(compact_partition, specs)
+                    rows = _profiled(compact, specs, worker.profile_dir)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
                 yield from map(_typed, rows)

@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from compaction.runtime import faults
+from compaction.settings import WorkerSettings
 from compaction.format import batch as fb
 from compaction.format import compression
 from compaction.format.naming import segment_file_name
@@ -44,8 +45,9 @@ def _legacy(n: int = 8) -> bytes:
             + build_legacy_message_set(records[half:], 1, compression.CODEC_GZIP))  # fmt: skip
 
 
-def warm() -> float:
-    """Compact a tiny partition in a temporary directory; returns the seconds it took."""
+def warm(worker: WorkerSettings = WorkerSettings()) -> float:
+    """Compact a tiny partition in a temporary directory as a task of a round with `worker`
+    settings would; returns the seconds it took."""
     from compaction.steps.rewrite import GroupSpec, SourceSegment
     from compaction.spark.stages import compact_partition
     from compaction.runtime.storage import Storage
@@ -71,7 +73,7 @@ def warm() -> float:
             segments=(seg(0),), first_dirty_offset=0, upper_bound=5014, now_ms=_NOW_MS,
             delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(5014),),
         )  # fmt: skip
-        rows = compact_partition([spec])
+        rows = compact_partition([spec], worker.scan_reuse_max_bytes)
         if rows[0].get("error"):
             raise RuntimeError(rows[0]["error"])
         for f in os.listdir(part):
@@ -98,21 +100,25 @@ def _warm_ranges(spec) -> None:
         raise RuntimeError(rows[0]["error"])
 
 
-def _safe_warm() -> float:
+def _safe_warm(worker: WorkerSettings) -> float:
     try:
-        return warm()
+        return warm(worker)
     except Exception:  # noqa: BLE001 - a best effort: it only costs the time it was meant to save
         return 0.0
 
 
-def warm_executors(spark) -> float:
+def warm_executors(spark, worker: WorkerSettings = WorkerSettings()) -> float:
     """One warm-up task per executor core (a best effort: a failure here only costs the time it
     was meant to save, the real tasks report real errors), in a plain RDD job: the kind of job
-    both stages are, whose pool of Python workers they reuse. Returns the seconds it took."""
+    both stages are, whose pool of Python workers they reuse, set up as theirs will be (`worker`).
+    Returns the seconds it took."""
 
     def run(cores):
+        from compaction.runtime.worker import prepare_worker
+
+        prepare_worker(worker)
         for _ in cores:
-            yield _safe_warm()
+            yield _safe_warm(worker)
 
     started = time.monotonic()
     sc = spark.sparkContext

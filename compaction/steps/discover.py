@@ -45,6 +45,7 @@ from compaction.kernels.scan import scan_batches, scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.policy.plan import SegmentMeta
 from compaction.runtime.storage import Storage
+from compaction.settings import default_discovery_threads
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
@@ -63,11 +64,15 @@ COMMIT_INTENT = "compaction-commit.json"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 
-def discovery_threads() -> int:
-    """Threads listing and planning partitions on the driver (I/O: os and pyarrow calls release the
-    GIL). Env KAFKA_COMPACTION_DISCOVERY_THREADS; 1 = serial."""
-    value = os.environ.get("KAFKA_COMPACTION_DISCOVERY_THREADS", "")
-    return max(1, int(value)) if value else min(16, 4 * (os.cpu_count() or 1))
+# Threads listing, planning and committing partitions on the driver: the round's
+# `Settings.threads`, set when it starts (`use_threads`).
+_threads = default_discovery_threads()
+
+
+def use_threads(n: int) -> None:
+    """The threads of `map_threads` from now on in this process (1: serial)."""
+    global _threads
+    _threads = max(1, n)
 
 
 @contextlib.contextmanager
@@ -96,7 +101,7 @@ def unfreeze_gc() -> None:
 
 def map_threads(fn, items: list, threads: int | None = None) -> list:
     """`[fn(x) for x in items]`, in order, on a thread pool when there is more than one item."""
-    threads = discovery_threads() if threads is None else threads
+    threads = _threads if threads is None else threads
     if threads <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="discover") as pool:

@@ -16,7 +16,6 @@ partition otherwise (transaction state crosses group boundaries, docs/kafka-rule
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -196,15 +195,6 @@ def aborted_batches(scan: SegmentScan, aborted: tuple[AbortedTxn, ...]) -> np.nd
                 out[i] = True
                 break
     return out
-
-
-SCAN_REUSE_MAX_BYTES = 1 << 30  # per task; env KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES (0: off)
-
-
-def scan_reuse_bytes() -> int:
-    """How many bytes of a task's scans (decompressed records + columns) are kept for its
-    rewrite, so each segment is decompressed and walked once; the rest is read again."""
-    return int(os.environ.get("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", SCAN_REUSE_MAX_BYTES))
 
 
 class ScanCache:

@@ -1,4 +1,4 @@
-"""buffers.keep_freed_heap: freed allocations are reused without new page faults (glibc)."""
+"""worker.keep_freed_heap: freed allocations are reused without new page faults (glibc)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 CHILD = r"""
 import resource, sys
 import numpy as np
-from compaction.runtime.buffers import keep_freed_heap
+from compaction.runtime.worker import keep_freed_heap
 if sys.argv[1] == "keep":
     assert keep_freed_heap() and keep_freed_heap()
 faults = []

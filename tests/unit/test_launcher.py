@@ -110,6 +110,41 @@ def test_the_zip_is_rewritten_only_when_a_source_changes(tmp_path, monkeypatch):
     assert sorted(os.listdir(dist)) == ["compaction.zip"]  # no temp file left
 
 
+IMPORT_FROM_ZIP = "import compaction; print(compaction.__path__[0])"
+
+
+def _imported_from(zip_path, cache) -> str:
+    """Where `compaction` is imported from by a Python whose path is only the zip (an executor's)."""
+    import subprocess
+
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(zip_path), "NUMBA_CACHE_DIR": str(cache)}
+    out = subprocess.run([sys.executable, "-S", "-c", IMPORT_FROM_ZIP], env=env, capture_output=True, text=True,
+                         check=True, cwd=str(cache))  # fmt: skip
+    return out.stdout.strip()
+
+
+def test_an_executor_imports_the_zips_sources_from_a_copy_named_by_their_digest(tmp_path):
+    """The copy's name comes from the digest `ensure_zip` writes into the zip's comment (read from
+    the end of the file), not from hashing the zip; a zip without that comment is hashed."""
+    import hashlib
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    zip_path = launcher.ensure_zip(str(tmp_path / "dist"))
+    with zipfile.ZipFile(zip_path) as zf:
+        digest = zf.comment.decode()
+    copy = _imported_from(zip_path, cache)
+    assert copy == str(cache / f"compaction-src-{digest[:16]}" / "compaction")
+    assert _imported_from(zip_path, cache) == copy  # the next worker: the same copy, nothing extracted
+    assert [p.name for p in cache.iterdir()] == [f"compaction-src-{digest[:16]}"]
+    bare = tmp_path / "bare.zip"
+    with zipfile.ZipFile(zip_path) as src, zipfile.ZipFile(bare, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item))
+    whole = hashlib.sha256(bare.read_bytes()).hexdigest()
+    assert _imported_from(bare, cache) == str(cache / f"compaction-src-{whole[:16]}" / "compaction")
+
+
 def test_help_lists_spark_options_exit_codes_and_environment():
     text = launcher.help_epilog()
     for needle in ("--driver-memory", "--conf", "--opt=value", "Exit codes", "52", "JAVA_HOME",

@@ -1,7 +1,8 @@
-"""pyworker.keep_zip_directories: after importlib.invalidate_caches() (PySpark calls it before
-every task) the directory of an archive already on the path is not read again, whether CPython
-re-reads it in the call (3.10-3.12) or at the next import through it (later), and imports from
-it still work. Run in a subprocess: it changes the process's import state."""
+"""runtime/worker.py: importing the package changes nothing in the process; `prepare_worker` does
+it all. `keep_zip_directories`: after importlib.invalidate_caches() (PySpark calls it before every
+task) the directory of an archive already on the path is not read again, whether CPython re-reads
+it in the call (3.10-3.12) or at the next import through it (later), and imports from it still
+work. Run in subprocesses: they change the process's import state."""
 
 from __future__ import annotations
 
@@ -41,3 +42,43 @@ def test_invalidate_caches_keeps_zip_directories(tmp_path):
     assert changed >= 2  # the importers of the archive and of zpkg inside it
     assert after == 0
     assert total == 6
+
+
+PREPARE = r"""
+import sys, zipimport
+sys.path.insert(0, sys.argv[1])
+import zpkg.first
+import compaction.round, compaction.spark.stages, compaction.spark.warmup
+from compaction.runtime import segment_io, throttle, worker
+from compaction.settings import DIRECT_MIN_BYTES, WorkerSettings
+
+kinds = lambda: sorted({type(i).__name__ for i in sys.path_importer_cache.values() if isinstance(i, zipimport.zipimporter)})
+# nothing at import: the process is as Python made it
+assert kinds() == ["zipimporter"], kinds()
+assert not worker._heap_kept and throttle.process_throttler() is None
+assert segment_io.direct_min_bytes == DIRECT_MIN_BYTES
+worker.prepare_worker(WorkerSettings(direct_min_bytes=0, io_max_bytes_per_second=1e9, io_throttle_file=sys.argv[2]))
+assert kinds() == ["_KeptDirectoryZipImporter"], kinds()
+assert segment_io.direct_min_bytes == 0
+t = throttle.process_throttler()
+assert t.rate == 1e9 and t.clock.path == sys.argv[2]
+print(worker._heap_kept)
+worker.prepare_worker()  # the next task, of a round with the defaults
+assert throttle.process_throttler() is None and segment_io.direct_min_bytes == DIRECT_MIN_BYTES
+"""
+
+
+def test_importing_changes_nothing_prepare_worker_does_it_all(tmp_path):
+    """Importing the package's task modules leaves the process alone; `prepare_worker` applies the
+    round's worker settings (throttle, O_DIRECT threshold), keeps the freed heap (glibc) and the
+    zip importers' directories."""
+    import ctypes
+
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("zpkg/__init__.py", "")
+        zf.writestr("zpkg/first.py", "VALUE = 1\n")
+    child = [sys.executable, "-c", PREPARE, str(archive), str(tmp_path / "io.throttle")]
+    out = subprocess.run(child, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == str(hasattr(ctypes.CDLL(None), "mallopt"))

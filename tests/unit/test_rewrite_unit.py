@@ -683,8 +683,7 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     assert len(specs) > 1 and sum(len(s.segments) for s in specs) > 5
     kept_ids = spark_stages.compact_partition(specs)
     with_ids = _cleaned_files(log_dir)
-    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")
-    looked_up = spark_stages.compact_partition(specs)
+    looked_up = spark_stages.compact_partition(specs, scan_reuse_bytes=0)
     without_cache = _cleaned_files(log_dir)
     real_rewrite = spark_stages.rewrite_unit
 
@@ -725,8 +724,7 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     rows = spark_stages.compact_partition(specs)
     with_packing = _cleaned_files(log_dir)
     assert sum(packed) >= 3, packed
-    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")
-    again = spark_stages.compact_partition(specs)
+    again = spark_stages.compact_partition(specs, scan_reuse_bytes=0)
     assert with_packing and with_packing == _cleaned_files(log_dir)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(again)

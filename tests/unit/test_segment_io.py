@@ -25,7 +25,7 @@ LOCAL = Storage.local()
 
 @pytest.fixture
 def direct_always(monkeypatch):
-    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", "0")
+    monkeypatch.setattr(segment_io, "direct_min_bytes", 0)
 
 
 def _file(path, n, seed=1) -> bytes:
@@ -135,11 +135,11 @@ def test_direct_read_sees_writes_not_yet_flushed(tmp_path, direct_always):
 
 
 def test_small_segments_are_mapped(tmp_path, monkeypatch):
-    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", str(1 << 20))
+    monkeypatch.setattr(segment_io, "direct_min_bytes", 1 << 20)
     path = tmp_path / "a.log"
     _file(path, 1000)
     assert segment_io.is_mapped(read_segment_bytes(LOCAL, str(path), "direct"))
-    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", "0")
+    monkeypatch.setattr(segment_io, "direct_min_bytes", 0)
     assert not segment_io.is_mapped(read_segment_bytes(LOCAL, str(path), "direct"))
 
 
@@ -339,8 +339,7 @@ def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, di
     pooled = _cleaned_files(log_dir)
     buffered_rows = spark_stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
     buffered = _cleaned_files(log_dir)
-    monkeypatch.setenv("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "0")  # every segment read and walked again
-    uncached_rows = spark_stages.compact_partition(specs)
+    uncached_rows = spark_stages.compact_partition(specs, scan_reuse_bytes=0)  # every segment read and walked again
     uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
     assert direct and direct == mapped == pooled == buffered == uncached

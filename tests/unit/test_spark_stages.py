@@ -77,18 +77,16 @@ def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, par
     cleaned(part)
 
 
-def test_profiled_writes_one_pstats_per_partition_only_when_asked(tmp_path, monkeypatch):
+def test_profiled_writes_one_pstats_per_partition_only_when_asked(tmp_path):
     import pstats
     from types import SimpleNamespace
 
-    from compaction.spark.stages import PROFILE_ENV, _profiled
+    from compaction.spark.stages import _profiled
 
     specs = [SimpleNamespace(topic="orders", partition=3)]
-    monkeypatch.delenv(PROFILE_ENV, raising=False)
-    assert _profiled(lambda s: [len(s)], specs) == [1]
+    assert _profiled(lambda s: [len(s)], specs, None) == [1]
     assert not list(tmp_path.iterdir())
-    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "prof"))
-    assert _profiled(lambda s: [sum(range(10_000))], specs) == [49_995_000]
+    assert _profiled(lambda s: [sum(range(10_000))], specs, str(tmp_path / "prof")) == [49_995_000]
     (out,) = (tmp_path / "prof").iterdir()
     assert out.name == "orders-3.pstats"
     assert pstats.Stats(str(out)).total_calls > 0

@@ -91,15 +91,19 @@ def test_processes_of_a_host_share_the_rate_through_the_file(tmp_path):
     assert os.path.getsize(path) == 8
 
 
-def test_process_throttler_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.delenv(throttle.RATE_ENV, raising=False)
-    assert throttle.process_throttler() is None
+@pytest.fixture
+def unthrottled_after():
+    yield
+    throttle.configure(None)
+
+
+def test_process_throttler_follows_the_worker_settings(tmp_path, unthrottled_after):
+    assert throttle.configure(None) is None and throttle.process_throttler() is None
     throttle.acquire(10**12)  # unthrottled: returns at once
-    monkeypatch.setenv(throttle.RATE_ENV, "5e6")
-    monkeypatch.setenv(throttle.FILE_ENV, str(tmp_path / "t"))
-    t = throttle.process_throttler()
+    t = throttle.configure(5e6, str(tmp_path / "t"))
     assert t is not None and t.rate == 5e6 and t.clock.path == str(tmp_path / "t")
     assert throttle.process_throttler() is t
+    assert throttle.configure(5e6, str(tmp_path / "t")) is t  # the next task of the same worker
 
 
 def test_rate_must_be_positive():
@@ -119,7 +123,7 @@ def test_segment_reads_and_writes_are_told_to_the_throttle(tmp_path, monkeypatch
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(data)
     monkeypatch.setattr(segment_io, "READ_CHUNK", 1 << 20)
-    monkeypatch.setenv("KAFKA_COMPACTION_DIRECT_MIN_BYTES", "0")
+    monkeypatch.setattr(segment_io, "direct_min_bytes", 0)
     for mode in ("direct", "mmap"):
         told.clear()
         assert bytes(segment_io.read_segment_bytes(Storage.local(), str(path), mode)) == data
@@ -131,10 +135,8 @@ def test_segment_reads_and_writes_are_told_to_the_throttle(tmp_path, monkeypatch
     assert sum(told) == len(data)
 
 
-def test_default_file_is_host_wide_not_the_containers_tmpdir(monkeypatch, tmp_path):
-    monkeypatch.setenv(throttle.RATE_ENV, "1e6")
-    monkeypatch.delenv(throttle.FILE_ENV, raising=False)
+def test_default_file_is_host_wide_not_the_containers_tmpdir(monkeypatch, tmp_path, unthrottled_after):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # YARN's per-container temp dir
-    path = throttle.process_throttler().clock.path
+    path = throttle.configure(1e6, None).clock.path
     assert os.path.dirname(path) in ("/dev/shm", "/tmp")
     assert path.endswith(f"kafka-compaction-io-{os.getuid()}.throttle")

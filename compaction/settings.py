@@ -1,0 +1,168 @@
+"""Every tunable of a round, resolved once on the driver.
+
+A tunable comes from up to three places, looked at in this order, the first one set winning:
+
+1. the command line (`compaction/cli/options.py`, named after Kafka's configs; held as parsed in
+   `Settings.options`);
+2. a Spark conf (`--conf spark.kafka.compaction.NAME=...`, or `spark.executorEnv.NAME` for the
+   knobs that describe the executors' hosts);
+3. the driver's environment (`NAME=...` exported before the launcher);
+
+else its default. An empty value counts as unset. `Settings.resolve(args, spark_conf, environ)`
+is the only place that reads them: the round resolves its settings from the options and the
+environment when it starts (the driver's own knobs: listing threads, progress interval, the
+master) and once more with the session's conf when Spark is up (`with_spark_conf`). Executors
+never read the environment for a tunable: what their tasks need (`WorkerSettings`) travels inside
+the stage's task function, and `runtime.worker.prepare_worker` applies it to the worker process.
+
+The launcher's own environment (`cli/launcher.py` `ENVIRONMENT`, and `KAFKA_COMPACTION_PYTHON` of
+the Airflow operator) configures the process that starts spark-submit, not the round: it stays in
+the environment and is listed with these in the README's "Settings" table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from compaction.errors import UsageError
+from compaction.runtime.segment_io import DIRECT_MIN_BYTES
+
+if TYPE_CHECKING:
+    from compaction.cli.options import JobOptions
+
+CONF_PREFIX = "spark.kafka.compaction."
+EXECUTOR_ENV = "spark.executorEnv."
+
+# Bytes of a task's scans (decompressed records + columns) kept for its rewrite, so that each
+# segment is decompressed and walked once; beyond it segments are scanned again. One default
+# segment group per task.
+SCAN_REUSE_MAX_BYTES = 1 << 30
+# A partition is compacted whole in one task (scan, offset map, producer state and rewrite in one
+# process: spark/stages.py `compact_partition`) unless it has more than one output group and is
+# bigger than this, or bigger than its share of the cores: then it is cut into ranges, one per
+# group, scanned and rewritten in parallel (steps/ranges.py). 1 GiB (one default segment group)
+# bounds what a whole-partition task holds by its keys.
+PARTITION_TASK_MAX_BYTES = 1 << 30
+PROGRESS_SECONDS = 5.0
+
+
+def default_discovery_threads() -> int:
+    """Listing and planning are I/O (os and pyarrow calls release the GIL): 4 threads a core, at most 16."""
+    return min(16, 4 * (os.cpu_count() or 1))
+
+
+def _knob(default: Any, parse, doc: str, *, option: str = "", conf: str = "", env: str = "") -> Any:
+    """A tunable: its default, how its text parses, its docstring line and its source names (the
+    option's flag, the Spark conf, the environment variable; "" where it has none)."""
+    return field(default=default, metadata={"doc": doc, "parse": parse, "option": option, "conf": conf, "env": env})
+
+
+def _threads(text: str) -> int:
+    return max(1, int(text))
+
+
+def _flag(text: str) -> bool:
+    return text.lower() != "false"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a task's Python worker runs with: carried inside the stage's task function, applied to
+    the process by `runtime.worker.prepare_worker` when the task starts."""
+
+    scan_reuse_max_bytes: int = _knob(
+        SCAN_REUSE_MAX_BYTES, int, "bytes of segment scans a task keeps for its rewrite instead of "
+        "scanning again (0: none)", env="KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES")  # fmt: skip
+    direct_min_bytes: int = _knob(
+        DIRECT_MIN_BYTES, int, "local segments from this size on are read with O_DIRECT (`--read-mode "
+        "direct`); smaller ones are mapped", env="KAFKA_COMPACTION_DIRECT_MIN_BYTES")  # fmt: skip
+    io_max_bytes_per_second: float | None = _knob(
+        None, float, "bytes read + written per second by the job's tasks on one host (None: unthrottled)",
+        option="--io-max-bytes-per-second", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND",
+        env="KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND")  # fmt: skip
+    io_throttle_file: str | None = _knob(
+        None, str, "the file through which the tasks of a host share their I/O budget (None: one per "
+        "user in /dev/shm, else /tmp)", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_THROTTLE_FILE",
+        env="KAFKA_COMPACTION_IO_THROTTLE_FILE")  # fmt: skip
+    profile_dir: str | None = _knob(
+        None, str, "a directory on the executor's host where each whole-partition task writes its "
+        "cProfile", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_PROFILE_DIR", env="KAFKA_COMPACTION_PROFILE_DIR")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The round's tunables (see the module docstring for where each comes from)."""
+
+    options: JobOptions | None = _knob(None, None, "the parsed command line (`JobOptions`: every option of the Options "
+                         "table)", option="every option")  # fmt: skip
+    spark_master: str | None = _knob(
+        None, str, "the master of a round not started by the launcher (which gives spark-submit its own "
+        "`--master`); when set, it replaces the master spark-submit was given", env="SPARK_MASTER")  # fmt: skip
+    discovery_threads: int | None = _knob(
+        None, _threads, "threads listing, planning and committing partitions on the driver (1: serial; "
+        "None: 4 a core, at most 16)", env="KAFKA_COMPACTION_DISCOVERY_THREADS")  # fmt: skip
+    progress_seconds: float = _knob(
+        PROGRESS_SECONDS, float, "seconds between progress lines when stderr is not a terminal",
+        env="KAFKA_COMPACTION_PROGRESS_SECONDS")  # fmt: skip
+    partition_task_max_bytes: int = _knob(
+        PARTITION_TASK_MAX_BYTES, int, "the largest partition compacted whole in one task; bigger ones "
+        "are cut into ranges", conf=CONF_PREFIX + "partitionTaskMaxBytes")  # fmt: skip
+    exchange_dir: str | None = _knob(
+        None, str, "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
+        "in local mode, else beside the first log dir)", conf=CONF_PREFIX + "exchangeDir")  # fmt: skip
+    warmup: bool = _knob(True, _flag, "warm the Python workers up while the driver plans (`false`: off)",
+                         conf=CONF_PREFIX + "warmup")  # fmt: skip
+    worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # its knobs' variables
+
+    @classmethod
+    def resolve(cls, args: JobOptions | None = None, spark_conf: Any = None, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings of a round: `args` the parsed options (`JobOptions`, or None), `spark_conf`
+        the session's conf (anything with `.get(key, default)`; None before Spark is up: the conf
+        knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
+        value that does not parse is a `UsageError` naming where it came from."""
+        environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k in _ENV_NAMES}
+        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None)}
+        if environ.get("SPARK_HOME_SUBMITTED"):  # the launcher's spark-submit got the master already
+            environ = {k: v for k, v in environ.items() if k != "SPARK_MASTER"}
+        values = {name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)
+                  for name, f in knobs() if name != "options"}  # fmt: skip
+        worker = WorkerSettings(**{f.name: values.pop(f.name) for f in dataclasses.fields(WorkerSettings)})
+        return cls(options=args, worker=worker, environ=environ, **values)
+
+    def with_spark_conf(self, spark_conf: Any) -> Settings:
+        """The same round's settings once its Spark session is up: its conf knobs read too."""
+        return Settings.resolve(self.options, spark_conf, self.environ)
+
+    @property
+    def threads(self) -> int:
+        """`discovery_threads`, or its default for this machine."""
+        return self.discovery_threads or default_discovery_threads()
+
+
+def _value(f: dataclasses.Field, spark_conf: Any, environ: Mapping[str, str]) -> Any:
+    """The field's Spark conf, else its environment variable, parsed; else its default."""
+    for kind, name in (("conf", f.metadata["conf"]), ("env", f.metadata["env"])):
+        if not name or (kind == "conf" and spark_conf is None):
+            continue
+        raw = spark_conf.get(name, None) if kind == "conf" else environ.get(name)
+        if raw is None or str(raw).strip() == "":
+            continue
+        try:
+            return f.metadata["parse"](str(raw).strip())
+        except ValueError:
+            where = f"--conf {name}" if kind == "conf" else f"environment variable {name}"
+            raise UsageError(f"{where}={raw!r}: not a valid value ({f.metadata['doc']})") from None
+    return f.default
+
+
+def knobs() -> list[tuple[str, dataclasses.Field]]:
+    """(name, field) of every tunable, `WorkerSettings`' included (the README's table lists them)."""
+    own = [(f.name, f) for f in dataclasses.fields(Settings) if f.name not in ("worker", "environ")]
+    return own + [(f.name, f) for f in dataclasses.fields(WorkerSettings)]
+
+
+_ENV_NAMES = frozenset({f.metadata["env"] for _, f in knobs() if f.metadata.get("env")} | {"SPARK_HOME_SUBMITTED"})
