@@ -200,5 +200,5 @@ class _Watch:
         self._thread.join()
         try:
             self._r.draw(self.snapshot(finished=exc_type is None), self._partitions, final=True)
-        except Exception as exc:
-            log.debug("progress poll failed: %s", exc)
+        except Exception as err:
+            log.debug("progress poll failed: %s", err)
