@@ -28,7 +28,7 @@ from test_ranges import cleaned, specs_for  # noqa: E402  (the specs as the test
 
 from compaction.runtime.exchange import Exchange  # noqa: E402
 from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
-from compaction.steps.rewrite import scan_reuse_bytes  # noqa: E402
+from compaction.steps.scan import scan_reuse_bytes  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
 

@@ -17,7 +17,8 @@ from pyspark.sql import types as T
 
 from compaction.steps import ranges
 from compaction.errors import CompactionError, error_text
-from compaction.steps.rewrite import GroupSpec, rewrite_unit
+from compaction.steps.group import GroupSpec
+from compaction.steps.rewrite import rewrite_unit
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -58,7 +59,7 @@ def ranged(sc, plan, ex):
         from compaction.runtime.buffers import keep_freed_heap
         from compaction.runtime.worker import keep_zip_directories
         from compaction.steps.range_task import run_task
-        from compaction.steps.rewrite import scan_reuse_bytes
+        from compaction.steps.scan import scan_reuse_bytes
 
         keep_freed_heap()
         keep_zip_directories()
@@ -93,7 +94,7 @@ def compact_partition(specs: list) -> list[dict]:
     from compaction.runtime.buffers import keep_freed_heap
     from compaction.steps.discover import validate_partition_path
     from compaction.runtime.worker import keep_zip_directories
-    from compaction.steps.rewrite import ScanCache, check_partition_epochs, scan_partition, scan_reuse_bytes
+    from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition, scan_reuse_bytes
 
     keep_freed_heap()
     keep_zip_directories()

@@ -46,7 +46,7 @@ def _legacy(n: int = 8) -> bytes:
 
 def warm() -> float:
     """Compact a tiny partition in a temporary directory; returns the seconds it took."""
-    from compaction.steps.rewrite import GroupSpec, SourceSegment
+    from compaction.steps.group import GroupSpec, SourceSegment
     from compaction.spark.stages import compact_partition
     from compaction.runtime.storage import Storage
 
