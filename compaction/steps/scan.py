@@ -176,10 +176,6 @@ class ScanCache:
             scan = SegmentScan(scan.path, data, scan.side, scan.batches, scan.records)
         return scan
 
-    def clear(self) -> None:
-        self._scans.clear()
-        self.held = 0
-
 
 class _Absent:
     """Stands for segment bytes a `ScanCache` did not keep: only their length."""
@@ -258,9 +254,8 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     return pmap, [p for spec in specs for p in tail_producers(spec, epochs)] + headers[::-1]
 
 
-def producer_batches(scan_batches_cols, start: int = 0, end: int | None = None) -> dict[str, np.ndarray]:
+def producer_batches(b) -> dict[str, np.ndarray]:
     """Header columns of the batches written by a producer (id >= 0): producer state input."""
-    b = scan_batches_cols
     sel = np.flatnonzero(b.producer_id >= 0)
     return {
         "producer_id": b.producer_id[sel].astype(np.int64),
