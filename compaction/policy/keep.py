@@ -26,7 +26,13 @@ import numpy as np
 
 from compaction.format import batch as fb
 from compaction.format.index import AbortedTxn
-from compaction.policy.retention import BatchDecision, BatchOutput, LastRecord, filter_batch_output, needs_delete_horizon
+from compaction.policy.retention import (
+    BatchDecision,
+    BatchOutput,
+    LastRecord,
+    filter_batch_output,
+    needs_delete_horizon,
+)
 
 # What becomes of each batch (an int8 per batch), emitted in log order once a segment's v2
 # rebuilds and legacy conversions are done.
@@ -155,7 +161,8 @@ def last_data_batches(last_records: dict[int, LastRecord], producer_id: np.ndarr
     """`is_last_of_producer` for data batches, vectorized: the batch holds its producer's last
     data offset."""
     out = np.zeros(len(producer_id), dtype=bool)
-    pairs = sorted((pid, r.last_data_offset) for pid, r in last_records.items() if r.last_data_offset is not None)
+    pairs = sorted((pid, r.last_data_offset) for pid, r in last_records.items()
+                   if r.last_data_offset is not None)  # fmt: skip
     if not pairs:
         return out
     pids = np.array([p for p, _ in pairs], dtype=np.int64)

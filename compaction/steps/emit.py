@@ -27,7 +27,7 @@ from compaction.steps.writer import Output, Runs
 
 
 def emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
-                  bounds: np.ndarray, out: Output) -> None:  # fmt: skip
+                 bounds: np.ndarray, out: Output) -> None:  # fmt: skip
     """Write the batches of one segment in log order (`Runs`): every v2 rebuild of the segment
     re-encoded by one kernel call (format/rebuild.py), every kept legacy message by another
     (format/upconvert.py), whose consecutive batches go out as one chunk."""

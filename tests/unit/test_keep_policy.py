@@ -41,6 +41,8 @@ from compaction.policy.retention import (
 NOW = 1_000_000
 RETENTION = 500  # delete.retention.ms
 KEYS = (None, b"", b"a", b"b", b"c")
+# What a segment's next batch is (transactions and their markers twice as likely: they need a pair).
+WHAT = ("plain", "idempotent", "txn", "txn", "commit", "commit", "abort", "abort", "message", "wrapper")
 MARKER_KEY = fb.control_record(CONTROL_COMMIT)[0]  # a data key may hold the same bytes as a marker's
 BOTH = 2**63 - 1  # an offset range holding every offset
 
@@ -80,8 +82,8 @@ class Segment:
             magic=col((i.magic for i in infos), np.int8),
             attributes=col(attrs, np.int16),
             # A v2 batch's delete horizon is its base timestamp; otherwise any time before now.
-            base_timestamp=col((NOW - 7 if i.delete_horizon_ms is None else i.delete_horizon_ms for i in infos),
-                               np.int64),  # fmt: skip
+            base_timestamp=col((NOW - 7 if i.delete_horizon_ms is None else i.delete_horizon_ms
+                                for i in infos), np.int64),  # fmt: skip
             max_timestamp=col((i.max_timestamp for i in infos), np.int64),
             producer_id=col((i.producer_id for i in infos), np.int64),
             producer_epoch=col((i.producer_epoch for i in infos), np.int16),
@@ -104,8 +106,7 @@ def segments(draw) -> Segment:
     open_txns: dict[int, int] = {}  # producer -> first offset of its open transaction
     batches, aborted = [], []
     for _ in range(draw(st.integers(0, 12))):
-        what = draw(st.sampled_from(["plain", "idempotent", "txn", "txn", "commit", "commit", "abort", "abort",
-                                     "message", "wrapper"]))  # fmt: skip
+        what = draw(st.sampled_from(WHAT))
         pid = draw(st.integers(0, 1))
         if what in ("commit", "abort") and pid not in open_txns or what == "idempotent" and pid in open_txns:
             what = "txn"
@@ -130,8 +131,9 @@ def segments(draw) -> Segment:
         if what == "txn":
             open_txns.setdefault(pid, offset)
         producer = pid if what in ("idempotent", "txn") else -1
-        info = BatchInfo(offset, last, producer, 0 if producer >= 0 else -1, what == "txn", False, n,
-                         draw(st.sampled_from([0, 1])) if legacy else 2, None if legacy else horizon, ts)  # fmt: skip
+        magic = draw(st.sampled_from([0, 1])) if legacy else 2
+        info = BatchInfo(offset, last, producer, 0 if producer >= 0 else -1, what == "txn", False, n, magic,
+                         None if legacy else horizon, ts)  # fmt: skip
         batches.append(Batch(info, records, codec=1 if what == "wrapper" else 0))
         offset = last + 1 + draw(st.integers(0, 1))
     return Segment(batches, tuple(aborted))
@@ -213,12 +215,12 @@ def test_map_masks_and_aborted_batches_match_build_offset_map(seg, data):
 # --- records: keep_records, retain_deletes, may_keep ------------------------------------------
 
 
-def retained(seg: Segment, omap: dict, map_latest: int, retain_legacy: bool, discard=()) -> list[tuple[bool, bool]]:
+def retained(seg: Segment, omap: dict, map_latest: int, retain_legacy: bool) -> list[tuple[bool, bool]]:
     """(keep, invalid) of `should_retain_record` for every record of the segment."""
     out = []
-    for i, batch in enumerate(seg.batches):
+    for batch in seg.batches:
         for offset, key, has_value in batch.records:
-            d = should_retain_record(batch.info, offset, key, has_value, discard_batch_records=i in discard,
+            d = should_retain_record(batch.info, offset, key, has_value, discard_batch_records=False,
                                      offset_map=omap, map_latest_offset=map_latest, current_time_ms=NOW,
                                      retain_legacy_deletes=retain_legacy)  # fmt: skip
             out.append((d.retain, d.invalid))
@@ -260,9 +262,10 @@ def test_may_keep_is_should_retain_record_with_every_delete_kept(case):
     want = []
     for batch in seg.batches:
         for offset, key, _ in batch.records:
-            want.append(should_retain_record(
-                batch.info, offset, key, True, discard_batch_records=False, offset_map=omap,
-                map_latest_offset=upper - 1, current_time_ms=NOW, retain_legacy_deletes=False).retain)  # fmt: skip
+            d = should_retain_record(batch.info, offset, key, True, discard_batch_records=False,
+                                     offset_map=omap, map_latest_offset=upper - 1, current_time_ms=NOW,
+                                     retain_legacy_deletes=False)  # fmt: skip
+            want.append(d.retain)
     data = [not seg.batches[i].info.is_control for i, _ in seg.records]
     assert [g for g, d in zip(got.tolist(), data) if d] == [w for w, d in zip(want, data) if d]
     for retain_legacy in (False, True):
@@ -345,9 +348,9 @@ def per_batch(seg: Segment, omap: dict, upper: int, lasts: dict, retain_last: bo
         if d.retention is BatchRetention.DELETE:
             out.append((BatchOutput.DROP, 0, False))
             continue
-        kept = [r for r in batch.records if should_retain_record(
-            batch.info, r[0], r[1], r[2], discard_batch_records=d.discard_batch_records, offset_map=omap,
-            map_latest_offset=upper - 1, current_time_ms=NOW, retain_legacy_deletes=retain_legacy).retain]  # fmt: skip
+        rules = dict(discard_batch_records=d.discard_batch_records, offset_map=omap,
+                     map_latest_offset=upper - 1, current_time_ms=NOW, retain_legacy_deletes=retain_legacy)
+        kept = [r for r in batch.records if should_retain_record(batch.info, *r, **rules).retain]
         tombstones = any(not has_value for _, _, has_value in kept)
         need = bool(kept) and needs_delete_horizon(batch.info, tombstones, d.contains_marker_for_empty_txn)
         try:
@@ -363,16 +366,18 @@ def kind_of(batch: Batch, output) -> int | str:
     if output == "raise":
         return output
     legacy = batch.info.magic < 2
+    rebuilt = pk.REBUILD_V2 if not legacy else pk.CONVERT if batch.codec == 0 else pk.REBUILD_WRAPPER
     return {
         BatchOutput.DROP: pk.DROP,
         BatchOutput.COPY_ORIGINAL: pk.COPY,
-        BatchOutput.REBUILD: (pk.CONVERT if batch.codec == 0 else pk.REBUILD_WRAPPER) if legacy else pk.REBUILD_V2,
+        BatchOutput.REBUILD: rebuilt,
         BatchOutput.EMPTY_HEADER: pk.EMPTY,
     }[output]
 
 
 @settings(max_examples=400, deadline=None)
-@given(segment_and_map().flatmap(lambda c: st.tuples(st.just(c), last_records(c[0]))), st.booleans(), st.booleans())
+@given(segment_and_map().flatmap(lambda c: st.tuples(st.just(c), last_records(c[0]))), st.booleans(),
+       st.booleans())  # fmt: skip
 def test_segment_decisions_match_the_per_batch_rules(case, retain_last, retain_legacy):
     """The rewrite's decision for a segment (`keep_records` over all records, `decide_fast` over
     all batches, `decide_batch` for those it leaves to the per-batch path, in log order) against
