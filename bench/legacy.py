@@ -23,14 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compaction.steps.rewrite import (  # noqa: E402
-    CLEANED,
-    GroupSpec,
-    ScanCache,
-    _read_segment,
-    rewrite_unit,
-    scan_partition,
-)
+from compaction.steps.group import CLEANED, GroupSpec  # noqa: E402
+from compaction.steps.rewrite import rewrite_unit  # noqa: E402
+from compaction.steps.scan import ScanCache, read_segment, scan_partition  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 from partition import spec_for  # noqa: E402  (all segments but the active one as one group)
@@ -49,7 +44,7 @@ def run(spec: GroupSpec) -> tuple[float, float, float, dict]:
     them (`scan_partition` keeping the scans in a ScanCache, `rewrite_unit` from it)."""
     t = cpu()
     for seg in spec.segments:
-        _read_segment(spec, seg)
+        read_segment(spec, seg)
     scan_s = cpu() - t
     t = cpu()
     cache = ScanCache(1 << 30)

@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "helpers"))  # the plain offset map the tests use
 
 from compaction.format import naming  # noqa: E402
-from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment, rewrite_unit  # noqa: E402
+from compaction.steps.group import CLEANED, GroupSpec, SourceSegment  # noqa: E402
+from compaction.steps.rewrite import rewrite_unit  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
 from reference_map import KeyLookup, scan_group  # noqa: E402
 

@@ -56,7 +56,7 @@ from compaction.policy.plan import (
 )
 from compaction.cli.preflight import check_round
 from compaction.cli.progress import Reporter
-from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock, ensure_kafka_not_running
 from compaction.settings import Settings

@@ -371,6 +371,13 @@ def should_retain_record(
     return KEEP if latest_for_key and keep_value else DROP
 
 
+def should_map_record(batch: Any, record_offset: int, key: bytes | None, aborted: bool, start_offset: int,
+                      end_offset: int) -> bool:  # fmt: skip
+    """``Cleaner.buildOffsetMap``'s record filter: a keyed record of a data batch that is not
+    aborted data (``aborted``: ``on_batch_read``), within [start_offset, end_offset)."""
+    return key is not None and not batch.is_control and not aborted and start_offset <= record_offset < end_offset
+
+
 # ----------------------------------------------------------------------------------------------
 # What filterTo writes for a batch (docs/kafka-rules.md#writing-retained-batches)
 # ----------------------------------------------------------------------------------------------

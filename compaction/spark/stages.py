@@ -19,7 +19,8 @@ from pyspark.sql import types as T
 from compaction.steps import ranges
 from compaction.errors import CompactionError, error_text
 from compaction.settings import WorkerSettings
-from compaction.steps.rewrite import GroupSpec, rewrite_unit
+from compaction.steps.group import GroupSpec
+from compaction.steps.rewrite import rewrite_unit
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -92,7 +93,7 @@ def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_r
     import dataclasses
 
     from compaction.steps.discover import validate_partition_path
-    from compaction.steps.rewrite import ScanCache, check_partition_epochs, scan_partition
+    from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
 
     started, cpu = time.monotonic(), time.process_time()
     try:  # the index checks the driver leaves to the task that reads the partition anyway

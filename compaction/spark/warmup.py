@@ -48,7 +48,7 @@ def _legacy(n: int = 8) -> bytes:
 def warm(worker: WorkerSettings = WorkerSettings()) -> float:
     """Compact a tiny partition in a temporary directory as a task of a round with `worker`
     settings would; returns the seconds it took."""
-    from compaction.steps.rewrite import GroupSpec, SourceSegment
+    from compaction.steps.group import GroupSpec, SourceSegment
     from compaction.spark.stages import compact_partition
     from compaction.runtime.storage import Storage
 

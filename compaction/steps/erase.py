@@ -2,7 +2,7 @@
 compact shipped form, and the map that makes the rewrite drop every record of a listed key.
 
 How erasing decides: a record whose key is listed gets the offset-map answer `ERASED` (no offset
-is >= it), so `rewrite.keep_records` drops it, tombstones included, and every batch rule that
+is >= it), so `keep.keep_records` drops it, tombstones included, and every batch rule that
 follows (empty batches kept for producer state, transactions, control batches, `.txnindex`)
 applies unchanged. `ErasingMap` wraps whatever `OffsetMap` the path uses (whole-partition or
 ranges), so both paths erase alike. Records of control batches are never erased (their key is

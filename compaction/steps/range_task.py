@@ -34,7 +34,9 @@ from compaction.steps import ranges
 from compaction.errors import error_text
 from compaction.runtime.exchange import Exchange
 from compaction.format import batch as fb
-from compaction.steps.rewrite import GroupSpec, ScanCache, check_partition_epochs, rewrite_unit
+from compaction.steps.group import GroupSpec
+from compaction.steps.rewrite import rewrite_unit
+from compaction.steps.scan import ScanCache, check_partition_epochs
 
 STATS_ROW = -1  # group_id of a task's timings row
 

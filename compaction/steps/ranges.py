@@ -6,7 +6,7 @@ A range is consecutive segments of one output group (log order): a group is one 
 cut into several, so that the ranges of a round spread evenly over the tasks.
 
 1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
-   whole-partition task scans, `rewrite.scan_partition`), which gives each record the dense id of
+   whole-partition task scans, `scan.scan_partition`), which gives each record the dense id of
    its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
    Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
    in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
@@ -23,9 +23,9 @@ Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`
               for a unit of several ranges, handed to the task that rewrites it (`held_blocks`)
     LATEST    latest int64 per key id (a slice: `seq` is its first id); likewise
     FOUND     id int32, latest int64
-    PRODUCERS the columns of `rewrite.producer_batches`
+    PRODUCERS the columns of `scan.producer_batches`
     EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
-              the check across the partition (`rewrite.check_partition_epochs`)
+              the check across the partition (`scan.check_partition_epochs`)
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from compaction.kernels.keyhash import key_hash
 from compaction.kernels.keymap import KeyTable
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.log_structure import epoch_columns
-from compaction.steps.rewrite import GroupSpec, SourceSegment, scan_partition
+from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.scan import scan_partition
 
 SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS = range(6)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
@@ -114,7 +115,7 @@ class Held(NamedTuple):
 def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
                buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:  # fmt: skip
     """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
-    `rewrite.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
+    `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
     it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
     numbers the range's partition in the round: keys of different partitions never merge."""
     epochs: list = []

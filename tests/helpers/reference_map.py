@@ -10,15 +10,9 @@ import pyarrow as pa
 
 from compaction.kernels.keymap import KeyIndex
 from compaction.kernels.scan import SegmentScan
-from compaction.steps.rewrite import (
-    GroupSpec,
-    ScanCache,
-    SourceSegment,
-    _read_segment,
-    map_masks,
-    producer_batches,
-    tail_producers,
-)
+from compaction.policy.keep import map_masks
+from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.scan import ScanCache, producer_batches, read_segment, tail_producers
 
 
 def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Table, pa.Table]:
@@ -27,12 +21,13 @@ def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Tabl
     segments' scans are offered to it for `rewrite_unit`."""
     tables, producers = [], tail_producers(spec)
     for seg in spec.segments:
-        scan = _read_segment(spec, seg)
+        scan = read_segment(spec, seg)
         if cache is not None:
             cache.offer(spec.group_id, seg.base_offset, scan)
         producers.append(producer_batches(scan.batches))
         rec = scan.records
-        _, usable, dirty = map_masks(spec, scan)
+        _, usable, dirty = map_masks(scan.batches, scan.records, spec.aborted_txns, spec.first_dirty_offset,
+                                     spec.upper_bound)  # fmt: skip
         keys = scan.keys_arrow().filter(pa.array(usable))
         tables.append(
             pa.table(

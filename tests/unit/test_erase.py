@@ -26,7 +26,6 @@ from compaction.steps.erase import (
 from compaction.cli.erase_keys import KeyFileError, parse_key_file, parse_line
 from compaction.errors import UsageError
 from compaction.cli.options import check_options, parse_unchecked
-from compaction.steps.rewrite import _COPY, _DROP, _EMPTY, _REBUILD_V2, _REBUILD_WRAPPER, _decide_erase_only
 
 # line -> (topic, key) or None (skipped)
 GOOD = [
@@ -127,34 +126,6 @@ def test_erased_records_match_the_reference(listed, records):
     assert (unpack_bits(pack_bits(met), n) == met).all()
 
 
-class _Batches:
-    def __init__(self, magic, attributes):
-        self.magic = np.array(magic, np.int8)
-        self.attributes = np.array(attributes, np.int16)
-
-
-def _decide_py(magic, control, count, n_keep, retain):
-    """The erasing-only batch rule, one batch at a time."""
-    if control or n_keep == count:
-        return _COPY
-    if n_keep > 0:
-        return _REBUILD_V2 if magic >= 2 else _REBUILD_WRAPPER
-    return _EMPTY if retain and magic >= 2 else _DROP
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0, 1, 2]), st.booleans(), st.integers(0, 5), st.integers(0, 5),
-                          st.booleans()), max_size=30))  # fmt: skip
-def test_erase_only_batch_rule_matches_the_reference(rows):
-    rows = [(m, c and m == 2, n, min(k, n), r) for m, c, n, k, r in rows]
-    b = _Batches([m for m, *_ in rows], [0x20 if c else 0 for _, c, *_ in rows])
-    count = np.array([n for _, _, n, _, _ in rows], np.int64)
-    n_keep = np.array([k for *_, k, _ in rows], np.int64)
-    retain = np.array([r for *_, r in rows], bool)
-    got = _decide_erase_only(b, count, n_keep, retain).tolist() if rows else []
-    assert got == [_decide_py(*row) for row in rows]
-
-
 def test_a_bad_key_file_stops_the_launcher_before_spark(tmp_path):
     """Exit 2, one line naming the file and line, nothing written (Spark never starts)."""
     import os
@@ -199,10 +170,10 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
 
     log = Log(tmp_path)
     pid = dict(producer_id=7, producer_epoch=0)
-    s0 = log.segment(0, [one(0, "x", base_sequence=0, **pid), one(1, "y", base_sequence=1, **pid),
-                         one(2, "x", base_sequence=2, **pid)])  # fmt: skip
-    s1 = log.segment(3, [one(3, "z")])
-    s2 = log.segment(4, [fb.build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
+    log.segment(0, [one(0, "x", base_sequence=0, **pid), one(1, "y", base_sequence=1, **pid),
+                      one(2, "x", base_sequence=2, **pid)])  # fmt: skip
+    log.segment(3, [one(3, "z")])
+    log.segment(4, [fb.build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
     erase = build_erase_set([(None, b"x")])
     specs = _erasing(log, log.segments, erase, {7: LastRecord(2, 0)})
     rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))

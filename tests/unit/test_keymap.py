@@ -149,7 +149,7 @@ def test_matches_the_dict_reference(segments, expected_keys):
     for seg in segments:
         keys = [r[0] for r in seg]
         usable = [r[1] for r in seg]
-        dirty = [r[1] and r[2] for r in seg]  # only usable records are dirty (rewrite.map_masks)
+        dirty = [r[1] and r[2] for r in seg]  # only usable records are dirty (keep.map_masks)
         offsets = list(range(offset, offset + len(seg)))
         offset += len(seg)
         calls.append((keys, usable, dirty, offsets))

@@ -60,7 +60,8 @@ from compaction.format import compression, legacy, naming
 from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, write_txn_index
 from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches
-from compaction.steps.rewrite import GroupSpec, SourceSegment, rewrite_unit
+from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.rewrite import rewrite_unit
 from compaction.runtime.storage import Storage
 
 NOW = 1_700_000_000_000  # MockTime's clock in the Kafka tests (time.milliseconds())
@@ -1052,7 +1053,7 @@ def test_testLargeMessage(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, raises=CorruptRecordError, reason=(
-    "A batch larger than max.message.bytes fails its partition (rewrite._read_segment); "
+    "A batch larger than max.message.bytes fails its partition (scan.read_segment); "
     "Kafka's cleaner grows its buffers to the batch size and cleans it "
     "(LogCleanerTest.testMessageLargerThanMaxMessageSize, "
     "docs/kafka-rules.md#buffers-and-large-batches)"))  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from cleaner_manager import grab_filthiest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ from compaction.policy.plan import (
     SegmentMeta,
     TopicConfig,
     cleanable_offsets,
-    grab_filthiest,
     group_segments_by_size,
     is_eligible,
     legacy_delete_horizon_ms,

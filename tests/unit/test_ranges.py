@@ -21,7 +21,7 @@ from compaction.runtime.exchange import Exchange
 from compaction.steps.range_task import STATS_ROW, RangePlan, run_task
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
-from compaction.steps.rewrite import CLEANED, GroupSpec, SourceSegment
+from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.spark.stages import compact_partition
 from compaction.runtime.storage import Storage
 

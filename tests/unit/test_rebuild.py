@@ -76,7 +76,8 @@ def batch_specs(draw):
 
 
 def expected_rebuild(raw: bytes, keep: list[bool], new_horizon: int | None) -> bytes | None:
-    """What rewrite._rebuild did before the kernel: build_batch over the decoded retained records."""
+    """What `emit._rebuild` does for a batch the kernel leaves out: build_batch over the decoded retained
+    records."""
     batch = fb.RecordBatch(raw)
     h = batch.header
     records = [r for r, k in zip(batch.records(), keep, strict=True) if k]

@@ -1,7 +1,7 @@
-"""Unit tests of compaction/steps/rewrite.py without Spark.
+"""Unit tests of the scan and the rewrite (compaction/steps/scan.py, rewrite.py) without Spark.
 
-The pure pieces (`keep_records`, `found_offsets`, `aborted_batches`) are checked against tables
-worked out by hand. `scan_group` / `rewrite_unit` run on tiny partition dirs written with
+`found_offsets` and `aborted_batches` are checked against tables worked out by hand (the
+vectorised rules themselves in test_keep_policy.py). `scan_group` / `rewrite_unit` run on tiny partition dirs written with
 `build_batch` + `build_indexes`; the offset map that Spark would compute (`offset_map` +
 `group_lookup`) is rebuilt here from `scan_group`'s rows by the same rule (max dirty offset per key,
 keys with no dirty record left out) or given by hand, as Kafka's `FakeOffsetMap` tests do.
@@ -26,13 +26,10 @@ from compaction.format import compression, naming
 from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, rebuild_indexes_from_log
 from compaction.kernels.scan import scan_batches
 from compaction.policy.retention import LastRecord
-from compaction.steps.rewrite import (
-    GroupSpec,
-    SourceSegment,
-    aborted_batches,
-    keep_records,
-    rewrite_unit,
-)
+from compaction.policy.keep import aborted_batches
+from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.rewrite import rewrite_unit
+from compaction.steps.scan import read_segment
 from compaction.runtime.storage import Storage
 
 NOW = 1_700_000_000_000
@@ -161,46 +158,6 @@ def keys_in_log(batches) -> list[bytes]:
     return [r.key for _, records, _ in batches for r in records if r.value is not None]
 
 
-# --- keep_records ------------------------------------------------------------------------------
-
-# (offset, key_len, value_len, found, map_latest_offset, retain_deletes) -> (keep, invalid)
-KEEP_TABLE = [
-    pytest.param(11, -1, 3, -1, 10, False, True, False, id="beyond-map-unkeyed-kept"),
-    pytest.param(11, 1, 1, 20, 10, False, True, False, id="beyond-map-older-than-found-kept"),
-    pytest.param(11, 1, -1, 11, 10, False, True, False, id="beyond-map-tombstone-kept"),
-    pytest.param(10, -1, 1, -1, 10, True, False, True, id="at-map-latest-null-key-invalid"),
-    pytest.param(3, -1, 1, -1, 10, True, False, True, id="null-key-invalid"),
-    pytest.param(5, 1, 1, 5, 10, False, True, False, id="offset-equals-found"),
-    pytest.param(4, 1, 1, 5, 10, True, False, False, id="offset-below-found"),
-    pytest.param(6, 1, 1, 5, 10, False, True, False, id="offset-above-found"),
-    pytest.param(0, 1, 1, -1, 10, False, True, False, id="absent-key"),
-    pytest.param(5, 1, -1, 5, 10, True, True, False, id="tombstone-retain-deletes"),
-    pytest.param(5, 1, -1, 5, 10, False, False, False, id="tombstone-deletes-expired"),
-    pytest.param(4, 1, -1, 5, 10, True, False, False, id="superseded-tombstone"),
-    pytest.param(5, 1, 0, 5, 10, False, True, False, id="empty-value-is-not-a-tombstone"),
-    pytest.param(5, 0, 1, 5, 10, False, True, False, id="empty-key-is-a-key"),
-]
-
-
-@pytest.mark.parametrize(
-    ("offset", "key_len", "value_len", "found", "latest", "retain", "keep", "invalid"), KEEP_TABLE
-)
-def test_keep_records_boundaries(offset, key_len, value_len, found, latest, retain, keep, invalid):
-    cols = (np.array([offset]), np.array([key_len]), np.array([value_len]), np.array([found]))
-    k, inv = keep_records(*cols, latest, retain)
-    assert (bool(k[0]), bool(inv[0])) == (keep, invalid)
-
-
-def test_keep_records_vectorized_matches_rows():
-    rows = [p.values for p in KEEP_TABLE if p.values[4] == 10]
-    for retain in (False, True):
-        sel = [r for r in rows if r[5] == retain]
-        cols = [np.array([r[i] for r in sel]) for i in range(4)]
-        keep, invalid = keep_records(*cols, 10, retain)
-        assert keep.tolist() == [r[6] for r in sel]
-        assert invalid.tolist() == [r[7] for r in sel]
-
-
 # --- found_offsets -----------------------------------------------------------------------------
 
 
@@ -253,13 +210,11 @@ def test_aborted_batches_flags_only_transactional_data_in_range(tmp_path):
         marker(4, fb.CONTROL_ABORT),                                   # control: never "aborted data"
         txn_batch([rec(5, "e", "x")], seq=6),                          # after the aborted txn ended
     ])  # fmt: skip
-    from compaction.steps.rewrite import _read_segment
-
-    scan = _read_segment(log.spec([seg]), seg)
-    assert aborted_batches(scan, (AbortedTxn(PID, 0, 4, 5),)).tolist() == [True, False, False, False, False]
-    assert aborted_batches(scan, ()).tolist() == [False] * 5
+    b = read_segment(log.spec([seg]), seg).batches
+    assert aborted_batches(b, (AbortedTxn(PID, 0, 4, 5),)).tolist() == [True, False, False, False, False]
+    assert aborted_batches(b, ()).tolist() == [False] * 5
     both = (AbortedTxn(PID, 0, 4, 5), AbortedTxn(8, 2, 6, 7))
-    assert aborted_batches(scan, both).tolist() == [True, True, False, False, False]
+    assert aborted_batches(b, both).tolist() == [True, True, False, False, False]
 
 
 def test_scan_group_keys_dirty_offsets_and_producers(tmp_path):
@@ -704,8 +659,8 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     """Newest-first scan with packed decompressed records (sidepack) against no kept scans at all
     (every segment read, decompressed and walked again by the rewrite): the same bytes, on mixed
     codecs without transactions (so segments are packed: checked), tombstones and headers."""
-    from compaction.steps import rewrite
     from compaction.spark import stages as spark_stages
+    from compaction.steps import scan as scan_step
     from compaction.__main__ import main as cli
 
     log_dir = tmp_path / "logs"
@@ -713,14 +668,14 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
          "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--headers", "2", "--seed", "11"])  # fmt: skip
     specs = _partition_specs(log_dir)
     packed = []
-    real_pack = rewrite.pack_side
+    real_pack = scan_step.pack_side
 
     def counting_pack(scan, may_keep):
         out = real_pack(scan, may_keep)
         packed.append(out is not None and len(out.side) < len(scan.side))
         return out
 
-    monkeypatch.setattr(rewrite, "pack_side", counting_pack)
+    monkeypatch.setattr(scan_step, "pack_side", counting_pack)
     rows = spark_stages.compact_partition(specs)
     with_packing = _cleaned_files(log_dir)
     assert sum(packed) >= 3, packed
@@ -728,85 +683,3 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     assert with_packing and with_packing == _cleaned_files(log_dir)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(again)
-
-
-@pytest.mark.parametrize(
-    "offset,key_len,found,expected",
-    [
-        (10, 3, 10, True),  # the latest record of its key
-        (9, 3, 10, False),  # an older one
-        (9, 3, -1, True),  # a key absent from the map (clean section, or not usable)
-        (9, -1, -1, False),  # no key: dropped, below the bound
-        (19, 3, 25, False),  # below the bound (upper bound 20), older
-        (20, 3, 25, True),  # at the bound: beyond the map, kept whatever its key
-        (21, -1, -1, True),  # beyond the bound even without a key
-    ],
-)
-def test_may_keep_is_a_superset_of_keep_records(offset, key_len, found, expected):
-    spec = SimpleNamespace(upper_bound=20)
-    for value_len in (5, -1):  # a value or a tombstone: may_keep does not look
-        rec = SimpleNamespace(offset=np.array([offset]), key_len=np.array([key_len], np.int32),
-                              value_len=np.array([value_len], np.int32))  # fmt: skip
-        got = bool(rw.may_keep(spec, SimpleNamespace(records=rec), np.array([found]))[0])
-        assert got == expected
-        for retain in (True, False):
-            keep, _ = rw.keep_records(rec.offset, rec.key_len, rec.value_len, np.array([found]), 19, retain)
-            assert not keep[0] or got  # whatever keep_records keeps, may_keep kept
-
-
-# --- the vectorized decision for plain v2 batches against the per-batch rules ------------------
-
-from types import SimpleNamespace  # noqa: E402
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as hst  # noqa: E402
-
-from compaction.steps import rewrite as rw  # noqa: E402
-from compaction.policy.retention import (  # noqa: E402
-    BatchOutput,
-    CleanedTransactionMetadata,
-    check_batch_retention,
-    filter_batch_output,
-    needs_delete_horizon,
-)
-
-_KIND = {BatchOutput.DROP: rw._DROP, BatchOutput.COPY_ORIGINAL: rw._COPY, BatchOutput.REBUILD: rw._REBUILD_V2,
-         BatchOutput.EMPTY_HEADER: rw._EMPTY}  # fmt: skip
-_batch = hst.tuples(
-    hst.integers(-1, 3),  # producer id (-1: none)
-    hst.integers(1, 4),  # records
-    hst.integers(0, 4),  # kept (clipped to records)
-    hst.integers(0, 4),  # kept tombstones (clipped to kept)
-    hst.booleans(),  # already has a delete horizon
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(hst.lists(_batch, min_size=1, max_size=12),
-       hst.dictionaries(hst.integers(0, 3), hst.tuples(hst.one_of(hst.none(), hst.integers(0, 60)), hst.integers(0, 2))),
-       hst.integers(0, 70), hst.booleans())  # fmt: skip
-def test_decide_plain_matches_the_per_batch_rules(batches, last, upper_bound, retain_last_of_round):
-    """`_decide_plain` (a whole segment at once) = check_batch_retention + filter_batch_output
-    batch by batch, for v2 data batches outside transactions."""
-    last_records = {pid: LastRecord(o, e) for pid, (o, e) in last.items()}
-    spec = SimpleNamespace(last_records=last_records, upper_bound=upper_bound,
-                           retain_last_batch_of_round=retain_last_of_round)  # fmt: skip
-    base, rows = 0, []
-    for pid, count, kept, tomb, horizon in batches:
-        kept = min(kept, count)
-        rows.append((pid, base, base + count - 1, count, kept, min(tomb, kept), horizon))
-        base += count
-    col = lambda i, dt=np.int64: np.array([r[i] for r in rows], dtype=dt)  # noqa: E731
-    b = SimpleNamespace(producer_id=col(0), last_offset=col(2))
-    kind, need = rw._decide_plain(spec, b, col(3), col(4), col(5), col(6, bool))
-    txn = CleanedTransactionMetadata()
-    for j, (pid, first, last_off, count, kept, tomb, horizon) in enumerate(rows):
-        view = rw._BatchView(base_offset=first, last_offset=last_off, producer_id=pid, producer_epoch=0,
-                             is_transactional=False, is_control=False, records_count=count, magic=2,
-                             delete_horizon_ms=5 if horizon else None, max_timestamp=0)  # fmt: skip
-        d = check_batch_retention(view, txn, control_type=None, last_records_of_active_producers=last_records,
-                                  upper_bound_offset=upper_bound, current_time_ms=0,
-                                  retain_last_batch_of_round=retain_last_of_round)  # fmt: skip
-        want_need = kept > 0 and needs_delete_horizon(view, tomb > 0, d.contains_marker_for_empty_txn)
-        assert bool(need[j]) == want_need
-        assert kind[j] == _KIND[filter_batch_output(view, d.retention, kept, want_need)], (j, rows[j])

@@ -352,7 +352,7 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
     """The rewrite reads them again; a segment whose size changed in between is an error naming it."""
     from compaction.errors import CorruptRecordError
     from compaction.kernels.scan import scan_segment
-    from compaction.steps.rewrite import ScanCache
+    from compaction.steps.scan import ScanCache
 
     path = tmp_path / "00000000000000000000.log"
     from compaction.format import batch as fb

@@ -17,7 +17,7 @@ from test_ranges import cleaned, generate, in_ranges, specs_for
 
 from compaction.runtime.exchange import Exchange
 from compaction.steps.range_task import STATS_ROW, RangePlan
-from compaction.steps.rewrite import CLEANED
+from compaction.steps.group import CLEANED
 from compaction.spark.stages import FUSED_FIELDS, ranged, task_slots
 from compaction.runtime.storage import Storage
 

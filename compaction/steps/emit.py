@@ -1,0 +1,207 @@
+"""Writing one segment's decided batches in log order: verbatim slices of the source, v2 batches
+re-encoded with their kept records (`kernels.rebuild`, one call per segment), legacy wrappers and
+messages re-encoded as v2 (`kernels.upconvert`), empty batches."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from compaction.errors import CorruptRecordError
+from compaction.format import batch as fb
+from compaction.kernels import rebuild, upconvert
+from compaction.kernels.scan import SegmentScan
+from compaction.policy.keep import (
+    CONVERT,
+    COPY,
+    DROP,
+    NO_NEW_HORIZON,
+    REBUILD_V2,
+    REBUILD_WRAPPER,
+    BatchView,
+    batch_view,
+)
+from compaction.steps.writer import Output, Runs
+
+
+def emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
+                 bounds: np.ndarray, out: Output) -> None:  # fmt: skip
+    """Write the batches of one segment in log order (`Runs`): every v2 rebuild of the segment
+    re-encoded by one kernel call (format/rebuild.py), every kept legacy message by another
+    (format/upconvert.py), whose consecutive batches go out as one chunk."""
+    b = scan.batches
+    rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == REBUILD_V2), kept, horizon, keep, bounds)
+    rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero(kind == REBUILD_WRAPPER), kept, horizon, keep, bounds))
+    converted = _convert(scan, np.flatnonzero(kind == CONVERT), horizon, bounds)
+    mv = memoryview(scan.file)
+    runs = Runs(out, mv)
+    emitted = np.flatnonzero(kind != DROP)
+    is_conv = kind[emitted] == CONVERT
+    cuts = [0, *(np.flatnonzero(is_conv[1:] != is_conv[:-1]) + 1).tolist(), len(emitted)]
+    for lo, hi in itertools.pairwise(cuts):
+        if lo < hi and is_conv[lo]:
+            runs.flush()
+            converted.emit(out, emitted[lo:hi], b.last_offset)
+        elif lo < hi:
+            _emit_batches(scan, emitted[lo:hi], kind, kept, horizon, keep, bounds, rebuilt, runs)
+    runs.flush()
+    out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,
+                  keep: np.ndarray, bounds: np.ndarray, rebuilt: dict, runs: Runs) -> None:  # fmt: skip
+    """The batches `batches` (none converted), one at a time."""
+    b = scan.batches
+    mv = runs.source
+    cols = [c[batches].tolist() for c in (kind, kept, b.position, b.size, b.last_offset, b.max_timestamp)]
+    for i, k, n_kept, pos, size, last_offset, max_ts in zip(batches.tolist(), *cols, strict=True):
+        if k == COPY:
+            runs.verbatim(pos, size, last_offset, max_ts, n_kept)
+        elif k == REBUILD_V2 and i in rebuilt:
+            chunks, new_max = rebuilt.pop(i)
+            runs.built_batch(chunks, last_offset, new_max, n_kept)
+        elif k == REBUILD_WRAPPER:  # a legacy wrapper's kept messages
+            chunks, new_last, new_max = rebuilt.pop(i)
+            runs.built_batch(chunks, new_last, new_max, n_kept)
+        elif k == REBUILD_V2:  # the kernel left it to build_batch
+            first, last = int(bounds[i]), int(bounds[i + 1])
+            view = batch_view(scan.batches, i, last - first)
+            offsets = set(scan.records.offset[first:last][keep[first:last]].tolist())
+            new = int(horizon[i])
+            data = _rebuild(scan, i, view, offsets, None if new == NO_NEW_HORIZON else new)
+            header = fb.BatchHeader.unpack_from(data)
+            runs.built_batch((data,), header.last_offset, header.max_timestamp, n_kept)
+        else:
+            header = fb.BatchHeader.unpack_from(mv[pos : pos + fb.RECORD_BATCH_OVERHEAD])
+            runs.built_batch((fb.build_empty_batch(header),), last_offset, max_ts, 0)
+
+
+@dataclass
+class _Converted:
+    """The v2 batches of a segment's kept legacy messages (`upconvert.convert_messages`), batch j
+    (of legacy entry idx[j]) at data[ends[j - 1]:ends[j]]."""
+
+    idx: np.ndarray
+    data: np.ndarray
+    ends: np.ndarray
+    max_ts: np.ndarray
+
+    def emit(self, out: Output, batches: np.ndarray, last_offset: np.ndarray) -> None:
+        """Write the consecutive converted batches `batches` (a run of `idx`) as one chunk."""
+        lo = int(np.searchsorted(self.idx, batches[0]))
+        hi = lo + len(batches)
+        start = int(self.ends[lo - 1]) if lo else 0
+        sizes = np.diff(self.ends[lo:hi], prepend=start)
+        out.append_columns(self.data[start : int(self.ends[hi - 1])], sizes, last_offset[batches],
+                           self.max_ts[lo:hi], len(batches))  # fmt: skip
+
+
+def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np.ndarray) -> _Converted:
+    """Every kept message of the uncompressed legacy entries `idx` re-encoded as a v2 batch, in
+    one kernel call: its one record is record bounds[i] of the scan."""
+    if not len(idx):
+        return _Converted(idx, np.empty(0, np.uint8), np.empty(0, np.int64), np.empty(0, np.int64))
+    b = scan.batches
+    log_append = (b.magic[idx] == 1) & ((b.attributes[idx] & fb.TIMESTAMP_TYPE_MASK) != 0)
+    data, ends, max_ts = upconvert.convert_messages(scan.file, scan.side, scan.split, bounds[idx], scan.records,
+                                                    log_append, horizon[idx])  # fmt: skip
+    return _Converted(idx, data, ends, max_ts)
+
+
+def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray, keep: np.ndarray,
+                bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
+    """{batch index: ([header, payload], max timestamp)} for the v2 REBUILD batches `idx` of a
+    segment, re-encoded in one `rebuild_records` call and sealed together; batches the kernel
+    flags are left out (they go through `build_batch`)."""
+    if not len(idx):
+        return {}
+    b, rec = scan.batches, scan.records
+    src, start, end = (a[idx] for a in rebuild.record_regions(scan))
+    first = bounds[idx]
+    count = bounds[idx + 1] - first
+    attrs = b.attributes[idx].astype(np.int64)
+    old = np.where((attrs & fb.DELETE_HORIZON_MASK) != 0, b.base_timestamp[idx], rebuild.NO_HORIZON)
+    horizons = np.where(new_horizon[idx] != NO_NEW_HORIZON, new_horizon[idx], old).astype(np.int64)
+    has_first = count > 0
+    expect = np.where(has_first, rec.key_pos[np.where(has_first, first, 0)] if len(rec.key_pos) else -1, -1)
+    expect = np.where(has_first & (src == rebuild.SRC_SIDE), expect - scan.split, expect)
+    payload, o_start, o_end, new_base, new_max, n_kept, flags = rebuild.rebuild_records(
+        scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx],
+        b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect, rec, scan.split, b.base_offset[idx],
+    )  # fmt: skip
+    wrong = np.flatnonzero(n_kept != kept[idx])
+    if len(wrong):  # the kernel walked other records than the scan: never expected
+        i = int(idx[wrong[0]])
+        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+    ok = flags == 0
+    sel = idx[ok]
+    headers = rebuild.headers_for(
+        base_offset=b.base_offset[sel], partition_leader_epoch=b.partition_leader_epoch[sel],
+        attributes=attrs[ok], last_offset_delta=b.last_offset[sel] - b.base_offset[sel],
+        base_timestamp=new_base[ok], max_timestamp=new_max[ok], producer_id=b.producer_id[sel],
+        producer_epoch=b.producer_epoch[sel], base_sequence=b.base_sequence[sel], records_count=n_kept[ok],
+        horizon=horizons[ok],
+    )  # fmt: skip
+    sealed = rebuild.seal_all(headers, payload, o_start[ok], o_end[ok], attrs[ok] & fb.COMPRESSION_CODEC_MASK)
+    return dict(zip(sel.tolist(), zip(sealed, new_max[ok].tolist())))
+
+
+def _rebuild_wrappers(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray,
+                      keep: np.ndarray, bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
+    """{batch index: ([header, payload], last offset, max timestamp)} for the compressed legacy
+    wrappers `idx` to rebuild: their kept messages as one v2 batch each with the wrapper's codec
+    (what `_rebuild` builds with `build_batch`), encoded in one `upconvert.encode_kept` call."""
+    if not len(idx):
+        return {}
+    b = scan.batches
+    attrs = b.attributes[idx].astype(np.int64)
+    log_append = (b.magic[idx] == 1) & ((attrs & fb.TIMESTAMP_TYPE_MASK) != 0)
+    payload, start, end, base, last, base_ts, max_ts, n_kept = upconvert.encode_kept(
+        scan.file, scan.side, scan.split, bounds[idx], bounds[idx + 1] - bounds[idx], keep, scan.records, log_append,
+        b.max_timestamp[idx], new_horizon[idx])  # fmt: skip
+    wrong = np.flatnonzero(n_kept != kept[idx])
+    if len(wrong):  # never expected: the decision counted other records
+        i = int(idx[wrong[0]])
+        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+    minus_one = np.full(len(idx), -1, dtype=np.int64)
+    codec = attrs & fb.COMPRESSION_CODEC_MASK
+    headers = rebuild.headers_for(
+        base_offset=base, partition_leader_epoch=minus_one, attributes=codec | np.where(log_append, fb.TIMESTAMP_TYPE_MASK, 0),
+        last_offset_delta=last - base, base_timestamp=base_ts, max_timestamp=max_ts, producer_id=minus_one,
+        producer_epoch=minus_one, base_sequence=minus_one, records_count=n_kept, horizon=new_horizon[idx],
+    )  # fmt: skip
+    sealed = rebuild.seal_all(headers, payload, start, end, codec)
+    return dict(zip(idx.tolist(), zip(sealed, last.tolist(), max_ts.tolist(), strict=True), strict=True))
+
+
+
+def _rebuild(scan: SegmentScan, i: int, view: BatchView, kept_offsets: set[int], horizon: int | None) -> bytes:
+    """`MemoryRecordsBuilder` over the retained records via `build_batch`
+    (docs/kafka-rules.md#writing-retained-batches) for the rare v2 batch whose header keys are not valid UTF-8
+    (see format/rebuild.py); every other v2 batch goes through `_rebuild_v2`, legacy wrappers through
+    `_rebuild_wrappers`."""
+    b = scan.batches
+    pos, size = int(b.position[i]), int(b.size[i])
+    attrs = int(b.attributes[i])
+    ts_type = (attrs & fb.TIMESTAMP_TYPE_MASK) >> 3
+    raw = scan.file[pos : pos + size].tobytes()
+    records = [r for r in fb.RecordBatch(raw, pos, scan.path).records() if r.offset in kept_offsets]
+    return fb.build_batch(
+        records,
+        base_offset=view.base_offset,
+        codec=attrs & fb.COMPRESSION_CODEC_MASK,
+        timestamp_type=ts_type,
+        producer_id=view.producer_id,
+        producer_epoch=view.producer_epoch,
+        base_sequence=int(b.base_sequence[i]),
+        is_transactional=view.is_transactional,
+        is_control=view.is_control,
+        partition_leader_epoch=int(b.partition_leader_epoch[i]),
+        delete_horizon_ms=horizon if horizon is not None else view.delete_horizon_ms,
+        last_offset_delta=view.last_offset - view.base_offset,
+        log_append_time=view.max_timestamp if ts_type == fb.LOG_APPEND_TIME else None,
+    )
