@@ -1,4 +1,4 @@
-"""Crash safety of compaction/steps/commit.py (spec §5.13 swap protocol, §3.8 LogLoader recovery).
+"""Crash safety of compaction/steps/commit.py and recover.py (spec §5.13 swap protocol, §3.8 LogLoader recovery).
 
 A "crash" is simulated by letting the protocol's filesystem mutations (Storage.rename / delete /
 write_durable) fail after N calls, at every N, then running `recover_partition`. The partition dir
@@ -19,7 +19,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, recover_partition, remove_replaced
+from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
+from compaction.steps.recover import recover_partition
 from compaction.format import batch as fb
 from compaction.format import naming
 from compaction.runtime.storage import Storage
