@@ -225,7 +225,9 @@ class OffsetsToClean(NamedTuple):
     force_update_checkpoint: bool
 
 
-def validated_checkpoint(checkpoint: int | None, log_start_offset: int, log_end_offset: int) -> tuple[int, bool]:
+def validated_checkpoint(
+    checkpoint: int | None, log_start_offset: int, log_end_offset: int
+) -> tuple[int, bool]:
     """Checkpoint validation of ``cleanableOffsets`` -> (first dirty offset, force update): absent
     -> log start (no forced update); below log start or beyond log end -> log start and the
     checkpoint is rewritten."""

@@ -126,7 +126,8 @@ def partition_state(
     metas = [segment_meta(storage, s, index_sizes=index_sizes, sizes=i in sized) for i, s in enumerate(segs)]
     first_dirty, _ = validated_checkpoint(checkpoint, start, end)
     _lag_timestamps(storage, part, metas, config, first_dirty, now_ms)
-    return PartitionState(tuple(metas), start, end, checkpoint, last_stable_offset(hw, first_unstable, leo, base))
+    lso = last_stable_offset(hw, first_unstable, leo, base)
+    return PartitionState(tuple(metas), start, end, checkpoint, lso)
 
 
 def _lag_timestamps(storage: Storage, part: PartitionDir, metas: list, config: TopicConfig, first_dirty: int,
@@ -147,8 +148,10 @@ def _lag_timestamps(storage: Storage, part: PartitionDir, metas: list, config: T
         if min_lag:
             metas[i] = dataclasses.replace(metas[i], largest_timestamp=last_time_entry_ts(storage, seg))
         if max_lag:
-            metas[i] = dataclasses.replace(metas[i], first_batch_timestamp=first_batch_timestamp(storage, seg))
-        if min_lag and now_ms is not None and too_recent_to_clean(metas[i], now_ms, config.min_compaction_lag_ms):
+            first_ts = first_batch_timestamp(storage, seg)
+            metas[i] = dataclasses.replace(metas[i], first_batch_timestamp=first_ts)
+        lag = config.min_compaction_lag_ms
+        if min_lag and now_ms is not None and too_recent_to_clean(metas[i], now_ms, lag):
             min_lag = False  # the first uncleanable segment: later ones are never looked at
             if not max_lag:
                 break
@@ -186,12 +189,13 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
     return [
         GroupSpec(
             group_id=next_id + n, topic=part.topic, partition=part.partition, storage=ld.storage,
-            part_path=part.path, segments=tuple(src(by_base[b]) for b in group), first_dirty_offset=first_dirty,
-            upper_bound=bound, now_ms=opts.now_ms, delete_retention_ms=config.delete_retention_ms,
-            legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
+            part_path=part.path, segments=tuple(src(by_base[b]) for b in group),
+            first_dirty_offset=first_dirty, upper_bound=bound, now_ms=opts.now_ms,
+            delete_retention_ms=config.delete_retention_ms, legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
             index_interval_bytes=config.index_interval_bytes, aborted_txns=aborted,
-            tail_segments=tail if n == len(groups) - 1 else (), max_message_bytes=config.max_message_bytes,
-            read_mode=opts.read_mode, write_mode=opts.write_mode, dry_run=opts.dry_run,
+            tail_segments=tail if n == len(groups) - 1 else (),
+            max_message_bytes=config.max_message_bytes, read_mode=opts.read_mode, write_mode=opts.write_mode,
+            dry_run=opts.dry_run,
             leader_epoch_checkpoint=part.leader_epoch_checkpoint, erase=erase, erase_only=erase_only,
         )  # fmt: skip
         for n, (group, erase_only) in enumerate(groups)
@@ -225,7 +229,9 @@ def erase_set_for(opts: JobOptions, topic: str) -> EraseSet | None:
     return erase if erase.applies_to(topic) else None
 
 
-def plan_one(ld: LogDirState, part: PartitionDir, opts: JobOptions, first_unstable: int | None = None) -> Planned:
+def plan_one(
+    ld: LogDirState, part: PartitionDir, opts: JobOptions, first_unstable: int | None = None
+) -> Planned:
     """Plan one partition from its listing; when the plan cleans it, rebuild a missing `.index`
     (after `validate_contents` has read its index files; otherwise those checks run in the
     partition's task, or on the driver for a dry run). A skipped partition is read no further than
@@ -310,7 +316,9 @@ def selected(p: Planned, opts: JobOptions) -> bool:
     return p.plan.eligible and not opts.erase_only
 
 
-def to_clean(planned: list[Planned], recovered: dict[tuple[str, str], list[str]], opts: JobOptions) -> list[Planned]:
+def to_clean(
+    planned: list[Planned], recovered: dict[tuple[str, str], list[str]], opts: JobOptions
+) -> list[Planned]:
     """The partitions the round's stages take, each partition's recovery actions put first in its
     report; with --plan-only or --recover-only none is taken further, and the report says why."""
     for p in planned:
