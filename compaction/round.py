@@ -36,6 +36,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
+    """One round over `opts.log_dirs`: (exit code, the run report)."""
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
