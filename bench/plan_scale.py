@@ -94,12 +94,11 @@ class _Counts:
         self.n = {"read_bytes": 0, "list_dir": 0, "exists": 0, "info": 0, "local_reads": 0, "local_lists": 0}
 
     def install(self):
-        from compaction.steps import discover
-        from compaction import round as run
         from compaction.runtime.storage import Storage
+        from compaction.steps import discover, plan_round
 
         saved = {name: getattr(Storage, name) for name in ("read_bytes", "list_dir", "exists", "info")}
-        local = {"_read": discover._read, "_list_local": discover._list_local, "read_small": run.read_small}
+        local = {"_read": discover._read, "_list_local": discover._list_local, "read_small": plan_round.read_small}
 
         def wrap(name, fn):
             def counted(*a, **k):
@@ -113,12 +112,12 @@ class _Counts:
             setattr(Storage, name, wrap(name, fn))
         discover._read = wrap("local_reads", local["_read"])  # local small reads (os.open/pread)
         discover._list_local = wrap("local_lists", local["_list_local"])  # local listings (os.scandir)
-        run.read_small = wrap("local_reads", local["read_small"])
+        plan_round.read_small = wrap("local_reads", local["read_small"])
 
         def restore():
             for name, fn in saved.items():
                 setattr(Storage, name, fn)
-            discover._read, discover._list_local, run.read_small = local.values()
+            discover._read, discover._list_local, plan_round.read_small = local.values()
 
         return restore
 
@@ -212,7 +211,7 @@ def main() -> int:
 
 
 def _plan_as_round(root: str) -> tuple[int, dict]:
-    """The driver's planning as a real round does it (run.discover_and_plan without --dry-run:
+    """The driver's planning as a real round does it (plan_round.discover_and_plan without --dry-run:
     the index checks of the partitions to clean are left to their tasks), stopped before Spark;
     nothing is written (every segment of the bench dir has its .index)."""
     from compaction.cli.options import parse_args

@@ -228,13 +228,46 @@ class OffsetsToClean(NamedTuple):
     force_update_checkpoint: bool
 
 
+def validated_checkpoint(
+    checkpoint: int | None, log_start_offset: int, log_end_offset: int
+) -> tuple[int, bool]:
+    """Checkpoint validation of ``cleanableOffsets`` -> (first dirty offset, force update): absent
+    -> log start (no forced update); below log start or beyond log end -> log start and the
+    checkpoint is rewritten."""
+    first_dirty = log_start_offset if checkpoint is None else checkpoint
+    if first_dirty < log_start_offset or first_dirty > log_end_offset:
+        return log_start_offset, True
+    return first_dirty, False
+
+
 def _first_dirty_offset(state: PartitionState) -> tuple[int, bool]:
-    """Checkpoint validation of ``cleanableOffsets``: absent -> log start (no forced update);
-    below log start or beyond log end -> log start and the checkpoint is rewritten."""
-    checkpoint = state.log_start_offset if state.checkpoint_offset is None else state.checkpoint_offset
-    if checkpoint < state.log_start_offset or checkpoint > state.log_end_offset:
-        return state.log_start_offset, True
-    return checkpoint, False
+    return validated_checkpoint(state.checkpoint_offset, state.log_start_offset, state.log_end_offset)
+
+
+def last_stable_offset(
+    high_watermark: int | None, first_unstable: int | None, log_end_offset: int | None, active_base: int
+) -> int | None:
+    """``UnifiedLog.lastStableOffset`` as far as the inputs know it: min(HW, LEO, first offset of
+    an open transaction), each term taken when known. ``log_end_offset`` None means unknown but
+    at least ``active_base``; the result is then exact below ``active_base`` and None (no bound
+    beyond the active segment) when it could only be at or past it, the only place the cleaner
+    reads it (``cleanableOffsets`` caps it at the active base)."""
+    if high_watermark is None:
+        lso = None
+    elif high_watermark <= active_base:
+        lso = high_watermark  # the LEO is at least the active base: the HW is the minimum
+    else:
+        lso = min(high_watermark, log_end_offset) if log_end_offset is not None else None
+    if first_unstable is not None:
+        bound = lso if lso is not None else log_end_offset
+        lso = first_unstable if bound is None else min(bound, first_unstable)
+    return lso
+
+
+def too_recent_to_clean(segment: SegmentMeta, now_ms: int, min_compaction_lag_ms: int) -> bool:
+    """A segment that ``findFirstUncleanableSegment`` stops at: its largest timestamp is newer
+    than ``now - min.compaction.lag.ms`` (strict >)."""
+    return segment.effective_largest_timestamp > now_ms - min_compaction_lag_ms
 
 
 def find_first_uncleanable_segment(
@@ -243,9 +276,8 @@ def find_first_uncleanable_segment(
     """``LogCleanerManager.findFirstUncleanableSegment``: base offset of the first non-active
     segment (from the one holding ``first_dirty_offset``) whose largest timestamp is newer than
     ``now - min.compaction.lag.ms`` (strict >)."""
-    horizon = now_ms - min_compaction_lag_ms
     for segment in non_active_segments_from(state.segments, first_dirty_offset):
-        if segment.effective_largest_timestamp > horizon:
+        if too_recent_to_clean(segment, now_ms, min_compaction_lag_ms):
             return segment.base_offset
     return None
 

@@ -165,7 +165,7 @@ def _read(storage: Storage, path: str, offset: int = 0, length: int | None = Non
         os.close(fd)
 
 
-read_small = _read  # for run.py: small whole files (a .txnindex)
+read_small = _read  # for plan_round.py: small whole files (a .txnindex)
 
 
 @dataclass

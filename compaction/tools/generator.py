@@ -56,7 +56,7 @@ from compaction.tools.generator_plan import (
     TXN_COMMITTED,
     TXN_NONE,
     GenerateOptions,
-    PartitionPlan,
+    GeneratedPartition,
     make_producers,
     make_value_pool,
     partition_rng,
@@ -197,7 +197,7 @@ class _Scratch:
         return self.buf
 
 
-def _write_partition(part_dir: str, plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions,
+def _write_partition(part_dir: str, plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions,
                      scratch: _Scratch) -> list[SegmentInfo]:
     writer = _SegmentWriter(part_dir, opts)
     aborted_by_marker = {a[2]: AbortedTxn(*a) for a in plan.aborted}
@@ -212,7 +212,7 @@ def _write_partition(part_dir: str, plan: PartitionPlan, pool: np.ndarray, opts:
     return writer.finish()
 
 
-def _chunk_bytes(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
+def _chunk_bytes(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
                  scratch: _Scratch):
     """(batch row, bytes, index entries) in log order; v2 data batches come from the numba path."""
     is_fast = ~plan.b_control[rows] & (opts.magic == MAGIC_V2)
@@ -226,7 +226,7 @@ def _chunk_bytes(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, r
             yield b, data, _entries_of(data)
 
 
-def _encode_fast(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
+def _encode_fast(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
                  scratch: _Scratch) -> list[tuple[memoryview, int, int]]:
     """(bytes, last offset, max timestamp) of each batch row, encoded into the scratch buffer."""
     # Imported here: the numba kernels compile on first use; the CLI's --help should not wait.
@@ -277,14 +277,14 @@ def _batch_max(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np
     return np.maximum.reduceat(np.append(values, 0), bounds)[::2]
 
 
-def _records_of(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, b: int) -> list[Record]:
+def _records_of(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, b: int) -> list[Record]:
     first, count = int(plan.b_first[b]), int(plan.b_count[b])
     manifest = PartitionManifest(plan.topic, plan.partition, plan, pool, opts.key_size, opts.headers)
     return [Record(o, int(plan.timestamp[o]), manifest.key(o), manifest.value(o), manifest.headers(o))
             for o in range(first, first + count)]
 
 
-def _build_slow(plan: PartitionPlan, pool: np.ndarray, opts: GenerateOptions, b: int) -> bytes:
+def _build_slow(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, b: int) -> bytes:
     """Markers and legacy message sets, through the format modules (also the reference the fast
     path is tested against)."""
     records = _records_of(plan, pool, opts, b)
@@ -317,7 +317,7 @@ def _topic_id(seed: int, topic: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")  # Kafka's Uuid.toString
 
 
-def _write_partition_files(part_dir: str, plan: PartitionPlan, topic_id: str) -> None:
+def _write_partition_files(part_dir: str, plan: GeneratedPartition, topic_id: str) -> None:
     _write_file(os.path.join(part_dir, ckpt.LEADER_EPOCH_CHECKPOINT),
                 ckpt.format_leader_epoch_checkpoint(plan.leader_epoch_entries()).encode())
     # PartitionMetadataFile writes no trailing newline (as in the real-kafka fixtures).

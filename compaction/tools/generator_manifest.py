@@ -21,7 +21,7 @@ from compaction.format.index import AbortedTxn
 from compaction.tools.generator_plan import (
     HEADER_VALUE_SIZE,
     GenerateOptions,
-    PartitionPlan,
+    GeneratedPartition,
     header_name,
     key_bytes,
 )
@@ -57,7 +57,7 @@ class PartitionManifest:
 
     topic: str
     partition: int
-    plan: PartitionPlan
+    plan: GeneratedPartition
     pool: np.ndarray
     key_size: int
     headers_per_record: int

@@ -1,6 +1,6 @@
 """What the generator writes, decided before any byte is encoded (pure numpy, deterministic).
 
-One `PartitionPlan` per partition holds two column tables in log order:
+One `GeneratedPartition` per partition holds two column tables in log order:
 * records (one row per offset; row index == offset, control markers included), and
 * batches (data batches and transaction markers), each pointing at its first record row.
 The writer (generator.py) turns batches into bytes; the manifest hands the record columns to
@@ -126,7 +126,9 @@ class Producer:
 
 
 @dataclass
-class PartitionPlan:
+class GeneratedPartition:
+    """One generated partition's log as column tables, every record and batch decided, none encoded."""
+
     topic: str
     partition: int
     # record columns, row index == offset
@@ -216,7 +218,7 @@ def draw_key_ids(rng: np.random.Generator, n: int, keys: int, skew: float) -> np
 
 
 def plan_partition(options: GenerateOptions, topic: str, partition: int,
-                   producers: tuple[list[Producer], list[Producer]], pool_size: int) -> PartitionPlan:
+                   producers: tuple[list[Producer], list[Producer]], pool_size: int) -> GeneratedPartition:
     """All batches and records of one partition, in log order, starting at offset 0."""
     rng = partition_rng(options.seed, topic, partition, 1)
     sizes = draw_batch_sizes(rng, options.records, *options.batch_records)
@@ -324,7 +326,7 @@ class _LogBuilder:
             self._end(index)
 
     def finish(self, topic: str, partition: int, sizes: np.ndarray,
-               data: dict[str, np.ndarray]) -> PartitionPlan:
+               data: dict[str, np.ndarray]) -> GeneratedPartition:
         rows = self.rows
         total = self.next_offset
         col = lambda i, dtype=np.int64: np.array([r[i] for r in rows], dtype=dtype)  # noqa: E731
@@ -335,7 +337,7 @@ class _LogBuilder:
         data_rows = ~b_control[batch]
         status = np.array(self.txn_status + [TXN_NONE], dtype=np.int8)  # txn id -1 -> TXN_NONE
         in_batch = offset - b_first[batch]
-        plan = PartitionPlan(
+        plan = GeneratedPartition(
             topic=topic, partition=partition,
             timestamp=self._timestamps(offset),
             key_id=_scatter(total, data_rows, data["key_id"], -1),

@@ -1,4 +1,4 @@
-"""Crash safety of compaction/steps/commit.py (the swap protocol and LogLoader's recovery:
+"""Crash safety of compaction/steps/commit.py and recover.py (the swap protocol and LogLoader's recovery:
 docs/kafka-rules.md#swap-protocol, #broker-load-checks).
 
 A "crash" is simulated by letting the protocol's filesystem mutations (Storage.rename / delete /
@@ -20,7 +20,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, recover_partition, remove_replaced
+from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
+from compaction.steps.recover import recover_partition
 from compaction.format import batch as fb
 from compaction.format import naming
 from compaction.runtime.storage import Storage

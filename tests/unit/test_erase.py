@@ -150,7 +150,7 @@ def test_a_bad_key_file_stops_the_launcher_before_spark(tmp_path):
 
 
 def _erasing(log, segs, erase, last_records=None):
-    """Erasing-only specs, one per segment, as run._specs makes them."""
+    """Erasing-only specs, one per segment, as plan_round.group_specs makes them."""
     import dataclasses
 
     after = {a.base_offset: b.base_offset for a, b in zip(segs, segs[1:])}

@@ -465,3 +465,53 @@ def test_grab_filthiest_compacted_log_returns_log_with_dirtiest_ratio():
     # testGrabFilthiestCompactedLogIgnoresUncleanablePartitions / ...InProgressPartitions
     assert grab_filthiest(plans, frozenset({("wishing-well", 2)})).partition == 1
     assert grab_filthiest(plans, frozenset({("wishing-well", 1), ("wishing-well", 2)})) is None
+
+
+# ------------------------------------------------------------------------------------------
+# The rules the driver applies to a partition read only in part (steps/plan_round.py)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "checkpoint, start, end, expected",
+    [
+        (None, 5, 20, (5, False)),  # no checkpoint: from the log start, nothing to rewrite
+        (12, 5, 20, (12, False)),
+        (20, 5, 20, (20, False)),  # at the log end: still valid
+        (4, 5, 20, (5, True)),  # below the log start: reset
+        (21, 5, 20, (5, True)),  # beyond the log end: reset
+    ],
+)
+def test_validated_checkpoint(checkpoint, start, end, expected):
+    from compaction.policy.plan import validated_checkpoint
+
+    assert validated_checkpoint(checkpoint, start, end) == expected
+
+
+def test_too_recent_to_clean_is_strictly_newer_than_the_lag_horizon():
+    from compaction.policy.plan import too_recent_to_clean
+
+    assert too_recent_to_clean(seg(0, largest=NOW - HOUR + 1), NOW, HOUR)
+    assert not too_recent_to_clean(seg(0, largest=NOW - HOUR), NOW, HOUR)
+    assert too_recent_to_clean(seg(0, mtime=NOW), NOW, HOUR)  # no timestamp known: the mtime
+
+
+@given(
+    st.integers(0, 1_000),
+    st.integers(0, 400),
+    st.one_of(st.none(), st.integers(0, 1_500)),
+    st.one_of(st.none(), st.integers(0, 1_500)),
+)
+def test_last_stable_offset_is_exact_below_the_active_base(base, beyond, hw, first_unstable):
+    """With the LEO known, min(HW, LEO, first unstable) of the known terms (None: no HW and no open
+    transaction); with it unknown, the same wherever the cleaner reads it: capped at the active base."""
+    from compaction.policy.plan import last_stable_offset
+
+    leo = base + beyond
+    hw = None if hw is None else min(hw, leo)  # a high watermark never passes the log end
+    known = [x for x in (hw, first_unstable) if x is not None]
+    exact = min([leo, *known]) if known else None
+    assert last_stable_offset(hw, first_unstable, leo, base) == exact
+    unknown = last_stable_offset(hw, first_unstable, None, base)
+    capped = base if unknown is None else min(base, unknown)
+    assert capped == (base if exact is None else min(base, exact))

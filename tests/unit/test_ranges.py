@@ -214,7 +214,7 @@ MiB = 1 << 20
     ],
 )
 def test_which_partitions_are_cut_into_ranges(sizes, groups, expect):
-    from compaction.round import cut_into_ranges
+    from compaction.steps.plan_round import cut_into_ranges
 
     assert cut_into_ranges(sizes, groups, 2, 1 << 30) == expect
 

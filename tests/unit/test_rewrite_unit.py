@@ -600,14 +600,14 @@ def test_last_batch_of_active_producer_kept_empty(tmp_path):
 
 
 def _partition_specs(log_dir):
-    from compaction import round as run
     from compaction.cli.options import parse_args
+    from compaction.steps import plan_round
 
     opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), "--segment-bytes", "120000"])
-    planned, _ = run.discover_and_plan(opts)
+    planned, _ = plan_round.discover_and_plan(opts)
     (p,) = planned
-    config = run.resolve_topic_config(None, run._job_config(opts, p.part.topic))
-    return run._specs(p, opts, config, 0)
+    config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, p.part.topic))
+    return plan_round.group_specs(p, opts, config, 0)
 
 
 def _cleaned_files(log_dir) -> dict[str, bytes]:

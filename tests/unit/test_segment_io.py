@@ -374,18 +374,18 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
 
 
 def test_read_and_write_mode_options_reach_every_group(tmp_path):
-    from compaction import round as run
     from compaction.__main__ import main as cli
     from compaction.cli.options import parse_args
+    from compaction.steps import plan_round
 
     log_dir = tmp_path / "logs"
     cli(["generate", str(log_dir), "--topics", "t:1", "--records", "800", "--keys", "100", "--segment-bytes", "20000"])
     for argv, modes in (([], ("direct", "direct")), (["--read-mode", "mmap"], ("mmap", "direct")),
                         (["--write-mode", "buffered"], ("direct", "buffered"))):  # fmt: skip
         opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
-        planned, _ = run.discover_and_plan(opts)
-        config = run.resolve_topic_config(None, run._job_config(opts, planned[0].part.topic))
-        specs = run._specs(planned[0], opts, config, 0)
+        planned, _ = plan_round.discover_and_plan(opts)
+        config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, planned[0].part.topic))
+        specs = plan_round.group_specs(planned[0], opts, config, 0)
         assert specs and {(s.read_mode, s.write_mode) for s in specs} == {modes}
     with pytest.raises(SystemExit):
         parse_args(["--log-dir", str(log_dir), "--read-mode", "buffered"])

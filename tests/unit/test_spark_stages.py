@@ -1,10 +1,11 @@
-"""The Spark stage of partitions cut into ranges (compaction/spark/stages.py `ranged`): a barrier
-stage whose tasks meet through the exchange directory.
+"""The Spark stages of a round (compaction/spark/stages.py): `ranged`, the barrier stage of
+partitions cut into ranges whose tasks meet through the exchange directory, and `fused`, whole
+partitions packed into tasks; and the rows both give back (`_typed`, `FUSED_FIELDS`).
 
-Few, fat Spark tests (the JVM start dominates). The stage is checked against its tasks run in this
-process on threads (tests/unit/test_ranges.py `in_ranges`): the same rows (compared as DataFrames with
-chispa) and the same bytes. The whole path is covered end to end by
-tests/e2e/test_job_e2e.py::test_partitions_cut_into_ranges_write_the_same_bytes.
+Few, fat Spark tests (the JVM start dominates). Each stage is checked against its tasks run in this
+process (`ranged`: on threads, tests/unit/test_ranges.py `in_ranges`; `fused`: `compact_partition`):
+the same rows (compared as DataFrames with chispa) and the same bytes. The whole path is covered
+end to end by tests/e2e/test_job_e2e.py::test_partitions_cut_into_ranges_write_the_same_bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from test_ranges import cleaned, generate, in_ranges, specs_for
 from compaction.runtime.exchange import Exchange
 from compaction.steps.range_task import STATS_ROW, RangePlan
 from compaction.steps.group import CLEANED
-from compaction.spark.stages import FUSED_FIELDS, ranged, task_slots
+from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, pack, ranged, task_slots
 from compaction.runtime.storage import Storage
 
 TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
@@ -75,6 +76,56 @@ def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, par
     assert not any(by_group[s.group_id]["error"] for s in other_specs)
     assert len(cleaned(other)) >= 3 * len(other_specs)
     cleaned(part)
+
+
+def test_fused_stage_writes_what_compact_partition_writes_in_process(spark, partition, tmp_path):
+    part, specs = partition
+    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
+    reference_rows = compact_partition(specs) + compact_partition(other_specs)
+    reference = cleaned(part), cleaned(other)
+    sc = spark.sparkContext
+    bins = pack([sum(g.size for s in p for g in (*s.segments, *s.tail_segments)) for p in (specs, other_specs)], 2)
+    table = {b: [(specs, other_specs)[i] for i in ids] for b, ids in enumerate(bins)}
+    rows = fused(sc, len(bins), sc.broadcast(table)).collect()
+    assert_df_equality(_frame(spark, rows), _frame(spark, reference_rows), ignore_row_order=True)
+    assert (cleaned(part), cleaned(other)) == reference
+
+
+def test_a_damaged_partition_fails_alone_in_the_fused_stage(spark, partition, tmp_path):
+    part, specs = partition
+    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
+    sc = spark.sparkContext
+    (part / "00000000000000000000.log").rename(part / "moved-away")
+    try:
+        rows = fused(sc, 1, sc.broadcast({0: [specs, other_specs]})).collect()
+    finally:
+        (part / "moved-away").rename(part / "00000000000000000000.log")
+    failed = [r["group_id"] for r in rows if r["error"]]
+    assert sorted(failed) == [s.group_id for s in specs]
+    assert len(cleaned(other)) >= 3 * len(other_specs)
+    cleaned(part)
+
+
+def test_task_rows_are_typed_as_the_stage_schema(spark):
+    """`_typed`: every `FUSED_FIELDS` name, numpy values as the schema's Python types, unknown names dropped."""
+    import numpy as np
+    from pyspark.sql import types as T
+
+    from compaction.spark.stages import _typed
+
+    raw = [{"group_id": np.int32(7), "bytes_read": np.int64(1 << 40), "seconds": np.float32(0.5), "junk": 1},
+           {"group_id": 8, "error": "damaged", "first_unstable": np.int64(12)}]  # fmt: skip
+    schema = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS])
+    typed = [_typed(r) for r in raw]
+    assert all(type(v) in (int, float, str, type(None)) for r in typed for v in r.values())
+    got = spark.createDataFrame([tuple(r[n] for n in schema.fieldNames()) for r in typed], schema)
+    want = [{n: None for n in schema.fieldNames()} for _ in raw]
+    want[0].update(group_id=7, bytes_read=1 << 40, seconds=0.5)
+    want[1].update(group_id=8, error="damaged", first_unstable=12)
+    expected = spark.createDataFrame([tuple(r[n] for n in schema.fieldNames()) for r in want], schema)
+    assert_df_equality(got, expected)
 
 
 def test_profiled_writes_one_pstats_per_partition_only_when_asked(tmp_path):

@@ -1,0 +1,74 @@
+"""The round's Spark session, started on a thread at the beginning of the run so that its
+start-up and the Python workers' warm-up overlap recovery, discovery and planning."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from compaction.settings import Settings
+
+
+def spark_session(settings: Settings):
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("kafka-offline-compaction")
+    if settings.spark_master:
+        builder = builder.master(settings.spark_master)
+    spark = builder.getOrCreate()
+    # The rewrite's shuffle carries few bytes but each group is heavy: never merge groups into
+    # one task (AQE coalescing would), and keep small runs from spawning 200 empty tasks.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    return spark
+
+
+class SparkStarter:
+    """The Spark session, and Python workers warmed up (compaction/spark/warmup.py), started on a thread
+    at the beginning of the run so that both overlap recovery, discovery and planning. The
+    warm-up waits for the plan (`planned`): none for a round with nothing to clean.
+    `Settings.warmup` (Spark conf `spark.kafka.compaction.warmup`) turns the warm-up off. Once the
+    session is up, `settings` are the round's with its Spark conf read."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._t0 = time.monotonic()
+        self._out: dict = {}
+        self._plan: list = []
+        self._planned = threading.Event()
+        self.settings = settings
+        self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
+        self._thread.start()
+
+    def planned(self, todo: list) -> None:
+        """The partitions the stages will run (their specs set); [] when none."""
+        self._plan = list(todo)
+        self._planned.set()
+
+    def _start(self) -> None:
+        try:
+            spark = spark_session(self.settings)
+            self._out["sparkStartSeconds"] = time.monotonic() - self._t0
+            self.settings = settings = self.settings.with_spark_conf(spark.conf)
+            self._planned.wait()
+            if self._plan and settings.warmup:
+                from compaction.spark.warmup import warm_executors
+
+                self._out["workerWarmupSeconds"] = warm_executors(spark, settings.worker)
+            self._out["spark"] = spark
+        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
+            self._out["error"] = exc
+
+    def join(self) -> None:
+        self._planned.set()
+        self._thread.join()
+
+    def get(self, timings: dict[str, float]):
+        """The session, once up. `sparkWaitSeconds`: how long the round waited for it after planning."""
+        t = time.monotonic()
+        self.join()
+        timings["sparkWaitSeconds"] = time.monotonic() - t
+        for key in ("sparkStartSeconds", "workerWarmupSeconds"):
+            if key in self._out:
+                timings[key] = self._out[key]
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["spark"]
