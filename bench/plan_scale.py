@@ -95,10 +95,11 @@ class _Counts:
 
     def install(self):
         from compaction.runtime.storage import Storage
-        from compaction.steps import discover, plan_round
+        from compaction.steps import discover, plan_round, validate
 
         saved = {name: getattr(Storage, name) for name in ("read_bytes", "list_dir", "exists", "info")}
-        local = {"_read": discover._read, "_list_local": discover._list_local, "read_small": plan_round.read_small}
+        readers = (discover, plan_round, validate)  # each holds the local small-file reader by name
+        local = {"read_small": discover.read_small, "_list_local": discover._list_local}
 
         def wrap(name, fn):
             def counted(*a, **k):
@@ -110,14 +111,16 @@ class _Counts:
 
         for name, fn in saved.items():
             setattr(Storage, name, wrap(name, fn))
-        discover._read = wrap("local_reads", local["_read"])  # local small reads (os.open/pread)
+        for module in readers:  # local small reads (os.open/pread)
+            module.read_small = wrap("local_reads", local["read_small"])
         discover._list_local = wrap("local_lists", local["_list_local"])  # local listings (os.scandir)
-        plan_round.read_small = wrap("local_reads", local["read_small"])
 
         def restore():
             for name, fn in saved.items():
                 setattr(Storage, name, fn)
-            discover._read, discover._list_local, plan_round.read_small = local.values()
+            for module in readers:
+                module.read_small = local["read_small"]
+            discover._list_local = local["_list_local"]
 
         return restore
 

@@ -27,12 +27,7 @@ from compaction.steps.commit import advance_checkpoints, commit, remove_replaced
 from compaction.steps.discover import map_threads, unfreeze_gc, use_threads
 from compaction.steps.outcome import dry_outcome
 from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, to_clean
-from compaction.steps.plan_round import job_config as _job_config, plan_one as _plan_one
-from compaction.steps.plan_round import sized_segments as _sized_segments
-from compaction.steps.recover import lock_log_dirs, recover as _recover
-
-# The round's steps, each reachable from here for the tests that drive one of them alone.
-__all__ = ["run", "main", "discover_and_plan", "_job_config", "_plan_one", "_recover", "_sized_segments"]
+from compaction.steps.recover import lock_log_dirs, recover
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -53,7 +48,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     try:
         listed: dict = {}
         progress.phase("%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering", len(opts.log_dirs))
-        recovered = {} if opts.dry_run else _recover(opts, listed, timings)
+        recovered = {} if opts.dry_run else recover(opts, listed, timings)
         timings["recoverySeconds"] = time.monotonic() - t0
         planned, dirs = discover_and_plan(opts, listed, timings)
         timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]

@@ -92,7 +92,7 @@ def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_r
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
 
-    from compaction.steps.discover import validate_partition_path
+    from compaction.steps.validate import validate_partition_path
     from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
 
     started, cpu = time.monotonic(), time.process_time()

@@ -33,8 +33,6 @@ from compaction.steps import report as rpt
 from compaction.steps.discover import (
     LogDirState,
     PartitionDir,
-    audit_structure,
-    check_listing,
     first_batch_timestamp,
     gc_paused,
     last_time_entry_ts,
@@ -42,12 +40,11 @@ from compaction.steps.discover import (
     map_threads,
     read_log_dir,
     read_small,
-    rebuild_missing_index,
     segment_meta,
-    validate_contents,
 )
 from compaction.steps.erase import EraseSet, load_erase_set
-from compaction.steps.rewrite import GroupSpec, SourceSegment
+from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.validate import audit_structure, check_listing, rebuild_missing_index, validate_contents
 
 
 @dataclasses.dataclass

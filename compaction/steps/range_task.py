@@ -128,7 +128,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
 
 
 def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
-    from compaction.steps.discover import validate_partition_path
+    from compaction.steps.validate import validate_partition_path
 
     spec, part, validate = plan.ranges[rid]
     try:

@@ -1,6 +1,6 @@
 """Planning reads only what its decision needs.
 
-`run._plan_one` builds the partition state lazily (no file read under default configs beyond the
+`plan_round.plan_one` builds the partition state lazily (no file read under default configs beyond the
 listing; largest timestamps for min.compaction.lag.ms, first batch timestamps for
 max.compaction.lag.ms, the log end offset where a checkpoint / HW / open transaction needs it).
 These tests check it against an eager reference that reads everything (what the planner did
@@ -20,9 +20,9 @@ from faultkit import small_partition
 
 from compaction.steps import discover
 
-from compaction import round as run
+from compaction.steps import plan_round, recover, validate
 from compaction.steps.discover import (
-    _list_partition,
+    list_partition,
     first_batch_timestamp,
     last_time_entry_ts,
     log_end_offset,
@@ -40,7 +40,7 @@ SEG1 = "00000000000000000010"
 
 def _eager_plan(ld, part, opts, first_unstable=None):
     """The planner's inputs read in full: what the lazy reads must agree with."""
-    config = resolve_topic_config(opts.topic_config.get(part.topic), run._job_config(opts, part.topic))
+    config = resolve_topic_config(opts.topic_config.get(part.topic), plan_round.job_config(opts, part.topic))
     metas = tuple(segment_meta(ld.storage, s, largest_ts=True, first_batch_ts=True) for s in part.segments)
     leo = log_end_offset(ld.storage, part.segments[-1])
     start = max(ld.log_start_offsets.get(part.key, 0), metas[0].base_offset)
@@ -90,7 +90,7 @@ def test_lazy_plan_equals_eager_plan(log_dir):
                 ld.cleaner_checkpoint[part.key] = ckpt
             if hw is not None:
                 ld.high_watermarks[part.key] = hw
-            lazy = run._plan_one(ld, part, opts, unstable)
+            lazy = plan_round.plan_one(ld, part, opts, unstable)
             assert lazy.result.status != "failed", lazy.result.reason
             want = _eager_plan(ld, part, opts, unstable)
             if ckpt == part.segments[-1].base_offset:
@@ -123,12 +123,12 @@ def test_lso_at_active_base_reason_needs_the_log_end_offset(tmp_path):
     ld.high_watermarks[part.key] = 100
     ratio = ["--min-cleanable-dirty-ratio", "1"]
     opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0", *ratio])
-    lazy = run._plan_one(ld, part, opts)
+    lazy = plan_round.plan_one(ld, part, opts)
     assert lazy.plan == _eager_plan(ld, part, opts)
 
 
 def _counting_reads(monkeypatch):
-    """Paths opened by discovery's local reads (`discover._read`, also behind `run.read_small`)."""
+    """Paths opened by discovery's local reads (`discover.read_small`)."""
     opened = []
     real_open = discover.os.open
 
@@ -151,12 +151,12 @@ def test_skipped_partition_is_not_read_and_a_damaged_index_there_is_not_seen(tmp
     opened = _counting_reads(monkeypatch)
     ld = read_log_dir(log_dir)
     opened.clear()
-    p = run._plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
+    p = plan_round.plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
     assert p.result.status == "skipped" and not p.plan.eligible, p.result
     assert opened == []
     # the same partition, dirty: it is read, and the damage is reported
     del ld.cleaner_checkpoint[("t", 0)]
-    p = run._plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
+    p = plan_round.plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
     assert p.result.status == "failed" and "goes backwards" in p.result.reason and index in p.result.reason
 
 
@@ -165,7 +165,7 @@ def test_default_config_plan_reads_no_file(log_dir, monkeypatch):
     part = ld.partitions[0]
     ld.cleaner_checkpoint[part.key] = part.segments[1].base_offset
     opened = _counting_reads(monkeypatch)
-    p = run._plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0",
+    p = plan_round.plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0",
                                             "--min-cleanable-dirty-ratio", "1"]))  # fmt: skip
     assert not p.plan.eligible and opened == []
 
@@ -182,7 +182,7 @@ def test_min_lag_reads_dirty_segments_up_to_the_first_too_recent(log_dir, monkey
     opened = _counting_reads(monkeypatch)
     opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", str(now), "--min-compaction-lag-ms",
                        str(lag), "--min-cleanable-dirty-ratio", "1"])  # fmt: skip
-    p = run._plan_one(ld, part, opts)
+    p = plan_round.plan_one(ld, part, opts)
     assert not p.plan.eligible
     assert sorted(os.path.basename(x) for x in opened) == [
         discover.naming.segment_file_name(s.base_offset, ".timeindex") for s in segs[2:6]
@@ -194,7 +194,7 @@ def test_local_listing_matches_pyarrow_listing(log_dir):
     remote = Storage(pafs.SubTreeFileSystem("/", pafs.LocalFileSystem()))
     assert not remote.is_local
     for part in ld.partitions:
-        other = _list_partition(remote, part.log_dir, part.path.lstrip("/"), part.topic, part.partition)
+        other = list_partition(remote, part.log_dir, part.path.lstrip("/"), part.topic, part.partition)
         assert len(other.segments) == len(part.segments)
         for a, b in zip(part.segments, other.segments, strict=True):
             for slot in ("log", "index", "timeindex", "txnindex"):
@@ -213,11 +213,11 @@ def test_recover_lists_once_and_relists_recovered_partitions(tmp_path):
     open(stray, "wb").write(b"partial")
     opts = parse_args(["--log-dir", log_dir, "--now-ms", "0"])
     listed: dict = {}
-    done = run._recover(opts, listed)
+    done = recover.recover(opts, listed)
     assert not os.path.exists(stray) and list(done) == [(log_dir, os.path.join(log_dir, "t-0"))]
     ld = listed[log_dir]
     assert [p.transient for p in ld.partitions] == [[], []]
-    planned, dirs = run.discover_and_plan(opts, listed)
+    planned, dirs = plan_round.discover_and_plan(opts, listed)
     assert dirs == [ld] and [p.result.status for p in planned] == ["skipped", "skipped"]
     assert all(p.plan is not None and p.plan.eligible for p in planned)  # "eligible (plan only)" in run()
 
@@ -229,7 +229,7 @@ def test_max_lag_default_reads_nothing_and_set_reads_first_batches(log_dir, monk
     opened = _counting_reads(monkeypatch)
     opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0", "--min-cleanable-dirty-ratio", "1",
                        "--max-compaction-lag-ms", str(LONG_MAX - 1)])  # fmt: skip
-    run._plan_one(ld, part, opts)
+    plan_round.plan_one(ld, part, opts)
     logs = {discover.naming.segment_file_name(s.base_offset, ".log") for s in part.segments[3:-1]}
     assert {os.path.basename(x) for x in opened} == logs
 
@@ -238,14 +238,14 @@ def test_validate_partition_path_for_an_executor(tmp_path):
     log_dir = str(tmp_path / "logs")
     small_partition(os.path.join(log_dir, "t-0"))
     part_dir = os.path.join(log_dir, "t-0")
-    discover.validate_partition_path(Storage.local(), part_dir)
+    validate.validate_partition_path(Storage.local(), part_dir)
     index = os.path.join(part_dir, SEG1 + ".index")
     n = os.path.getsize(index) // 8
     with open(index, "r+b") as fh:
         fh.seek((n - 1) * 8 + 4)
         fh.write((99_999).to_bytes(4, "big"))
     with pytest.raises(IndexCorruptError, match="past the end") as err:
-        discover.validate_partition_path(Storage.local(), part_dir)
+        validate.validate_partition_path(Storage.local(), part_dir)
     assert err.value.path == index and err.value.position == (n - 1) * 8
 
 
@@ -269,7 +269,7 @@ def test_settled_partition_stats_only_back_to_a_non_empty_segment(log_dir, monke
         return real(self)
 
     monkeypatch.setattr(discover.LocalFile, "_st", counting)
-    p = run._plan_one(ld, part, opts)
+    p = plan_round.plan_one(ld, part, opts)
     assert p.result.status == "skipped" and p.plan.cleanable_ratio == 0.0
     assert 1 <= len(stats) <= 2 < len(part.segments), stats
-    assert run._sized_segments(part.segments, base - 1, 0) == range(len(part.segments))
+    assert plan_round.sized_segments(part.segments, base - 1, 0) == range(len(part.segments))

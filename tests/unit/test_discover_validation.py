@@ -1,4 +1,4 @@
-"""discover.validate_partition / rebuild_missing_index and run._plan_one on hand-made partitions
+"""validate.validate_partition / rebuild_missing_index and plan_round.plan_one on hand-made partitions
 (fast; the e2e corruption suite runs the same cases through spark-submit)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from faultkit import small_partition
 
-from compaction import round as run
-from compaction.steps.discover import PartitionInvalid, read_log_dir, rebuild_missing_index, validate_partition
+from compaction.steps import plan_round
+from compaction.steps.discover import read_log_dir
+from compaction.steps.validate import PartitionInvalid, rebuild_missing_index, validate_partition
 from compaction.errors import CrcMismatchError, IndexCorruptError
 from compaction.format.index import rebuild_indexes_from_log
 from compaction.cli.options import parse_args
@@ -115,16 +116,16 @@ def test_plan_one_rebuilds_only_in_partitions_it_cleans(tmp_path):
     part_dir = os.path.join(log_dir, "t-0")
     os.remove(os.path.join(part_dir, SEG1 + ".index"))
     ld, part = _reload(log_dir)
-    dry = run._plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
+    dry = plan_round.plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
     assert any("would rebuild" in a for a in dry.result.recovery)
     assert not os.path.exists(os.path.join(part_dir, SEG1 + ".index"))
     # A partition with nothing dirty is skipped and left as found.
     checkpoint = os.path.join(log_dir, "cleaner-offset-checkpoint")
     open(checkpoint, "w").write("0\n1\nt 0 20\n")
-    skipped = run._plan_one(*_reload(log_dir), parse_args(["--log-dir", log_dir, "--now-ms", "0"]))
+    skipped = plan_round.plan_one(*_reload(log_dir), parse_args(["--log-dir", log_dir, "--now-ms", "0"]))
     assert not skipped.plan.eligible and skipped.result.recovery == []
     assert not os.path.exists(os.path.join(part_dir, SEG1 + ".index"))
     os.remove(checkpoint)
-    cleaned = run._plan_one(*_reload(log_dir), parse_args(["--log-dir", log_dir, "--now-ms", "0"]))
+    cleaned = plan_round.plan_one(*_reload(log_dir), parse_args(["--log-dir", log_dir, "--now-ms", "0"]))
     assert cleaned.plan.eligible and cleaned.result.status != "failed", cleaned.result.reason
     assert os.path.exists(os.path.join(part_dir, SEG1 + ".index"))

@@ -344,7 +344,7 @@ def _listed(tmp_path):
 def test_an_index_reaching_the_next_segment_fails_the_dry_run_checks(tmp_path):
     from structkit import bases, swap_indexes
 
-    from compaction.steps.discover import validate_contents
+    from compaction.steps.validate import validate_contents
 
     part = _partition(tmp_path)
     validate_contents(*_listed(tmp_path), index_bounds=True)
@@ -359,7 +359,7 @@ def test_an_index_reaching_the_next_segment_fails_the_dry_run_checks(tmp_path):
 def test_audit_structure_reads_first_batches_and_the_epoch_checkpoint(tmp_path):
     from structkit import bases, copy_segment, set_epochs
 
-    from compaction.steps.discover import audit_structure
+    from compaction.steps.validate import audit_structure
 
     part = _partition(tmp_path)
     audit_structure(*_listed(tmp_path))
