@@ -5,7 +5,8 @@ Every function mirrors one method of Kafka's ``LogCleanerManager`` / ``LogToClea
 (docs/kafka-rules.md#choosing-the-log, #legacy-delete-horizon, #grouping, #configs). No Spark, no files: the
 inputs are segment metadata that ``discover.py`` reads from a partition directory.
 
-Offline difference: our offset map is exact and unbounded (DESIGN.md "Offset map"), so a round
+Offline difference: our offset map is exact and unbounded (it holds every key of the dirty range, however
+many), so a round
 always maps the whole dirty range and Kafka's ``endOffset = map.latestOffset + 1`` equals the
 segment-aligned ``firstUncleanableOffset`` (docs/kafka-rules.md#offset-map: the last segment ends at the
 bound). ``plan_partition`` groups ``logSegments(0, firstUncleanableOffset)`` on that basis.
