@@ -15,7 +15,7 @@ the next batch would push it past `segment.bytes` (Kafka's size rule), writes `.
 for every ABORT marker that ends an open transaction.
 
 `KafkaLog.clean(now, ...)` is `Cleaner.doClean(LogToClean(log, firstDirty, upperBound), now)` on
-our code, without Spark: the groups come from `plan.group_segments_by_size`, the legacy horizon
+our code, without Spark: the groups come from `grouping.group_segments_by_size`, the legacy horizon
 from `plan.legacy_delete_horizon_ms`, the aborted transactions from the `.txnindex` files, the
 offset map is the one `spark_stages.offset_map` computes (max dirty offset per key of
 `scan_group`'s rows), producer state comes from `ranges.producer_state` and the units are cut as
@@ -50,7 +50,7 @@ import pyarrow as pa
 import pytest
 from reference_map import KeyLookup, scan_group
 
-from compaction.policy import plan
+from compaction.policy import grouping, plan, topic_config
 
 from compaction.steps import ranges
 from compaction.steps.commit import Replacement, commit_partition
@@ -208,7 +208,7 @@ class KafkaLog:
 
     def plan(self, now: int, **config) -> plan.PartitionPlan:
         """`LogCleanerManager` on this log: our planner with the given topic configs."""
-        cfg = plan.resolve_topic_config({"cleanup.policy": "compact", **config})
+        cfg = topic_config.resolve_topic_config({"cleanup.policy": "compact", **config})
         state = plan.PartitionState(tuple(self.metas()), 0, self.leo, self.checkpoint)
         return plan.plan_partition("t", 0, state, cfg, now)
 
@@ -221,7 +221,7 @@ class KafkaLog:
         upper = self.active_base if upper_bound is None else upper_bound
         metas = self.metas()
         to_group = plan.log_segments(metas, 0, upper)
-        groups = plan.group_segments_by_size(to_group, self.segment_bytes, self.segment_index_bytes, upper)
+        groups = grouping.group_segments_by_size(to_group, self.segment_bytes, self.segment_index_bytes, upper)
         legacy_horizon = plan.legacy_delete_horizon_ms(
             plan.PartitionState(tuple(metas), 0, self.leo), first_dirty, self.delete_retention_ms)
         src = {s.base_offset: s for s in self.segments()}
