@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compaction.format import batch as fb
-from compaction.format.index import AbortedTxn
+from compaction.format.txnindex import AbortedTxn
 from compaction.policy.retention import (
     BatchDecision,
     BatchOutput,

@@ -9,7 +9,7 @@ Batches are duck-typed: anything with ``base_offset, last_offset, next_offset, p
 producer_epoch, is_transactional, is_control, records_count, magic, delete_horizon_ms (None
 when unset), max_timestamp`` works - ``format.batch.BatchHeader`` or :class:`BatchInfo`.
 Aborted transactions are duck-typed too (``producer_id, first_offset, last_offset,
-last_stable_offset``, e.g. ``format.index.AbortedTxn``) and are passed through unchanged to the
+last_stable_offset``, e.g. ``format.txnindex.AbortedTxn``) and are passed through unchanged to the
 cleaned transaction index.
 """
 

@@ -12,7 +12,7 @@ import time
 
 from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
-from compaction.format.index import read_txn_index
+from compaction.format.txnindex import read_txn_index
 from compaction.policy.plan import (
     REASON_LAG_BOUND,
     REASON_NOTHING_CLEANABLE,

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from compaction.format import batch as fb
-from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
+from compaction.format.index_build import build_indexes
+from compaction.format.txnindex import AbortedTxn, write_txn_index
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import (
     COPY,

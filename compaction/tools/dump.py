@@ -37,11 +37,10 @@ from compaction.format.coordinator import format_offsets_record, format_txn_reco
 from compaction.format.index import (
     read_offset_index,
     read_time_index,
-    read_txn_index,
     sanity_check_offset_index,
     sanity_check_time_index,
-    sanity_check_txn_index,
 )
+from compaction.format.txnindex import read_txn_index, sanity_check_txn_index
 from compaction.format.layout import (
     ABORTED_TXN_SIZE,
     CREATE_TIME,

@@ -30,7 +30,8 @@ from compaction.format import checkpoint as ckpt
 from compaction.format.batch import BATCH_LENGTH_FIELD, CRC_FIELD, Record, build_batch
 from compaction.format.compression import compress
 from compaction.format.crc import crc32c
-from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
+from compaction.format.index_build import build_indexes
+from compaction.format.txnindex import AbortedTxn, write_txn_index
 from compaction.format.layout import (
     CRC_COVERED_FROM,
     CRC_OFFSET,

@@ -12,12 +12,8 @@ import numpy as np
 from e2ekit import REPO, SUBMIT, decode_partition, latest_per_key, segment_logs
 
 from compaction.format import batch as fb
-from compaction.format.index import (
-    build_indexes,
-    rebuild_indexes_from_log,
-    sanity_check_offset_index,
-    sanity_check_time_index,
-)
+from compaction.format.index import sanity_check_offset_index, sanity_check_time_index
+from compaction.format.index_build import build_indexes, rebuild_indexes_from_log
 from compaction.format.naming import segment_file_name
 from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compaction.format import batch as fb
-from compaction.format.index import AbortedTxn
+from compaction.format.txnindex import AbortedTxn
 from compaction.policy import keep as pk
 from compaction.policy.retention import (
     CONTROL_ABORT,

@@ -9,7 +9,7 @@ from kafka.record.default_records import DefaultRecordBase
 from kafka.record.legacy_records import LegacyRecordBase
 
 from compaction.format import batch as fb
-from compaction.format import compression, index, layout, legacy, segment
+from compaction.format import compression, index, layout, legacy, segment, txnindex
 from compaction.format.layout import (
     ATTRIBUTE_FLAGS_OFFSET,
     ATTRIBUTES_OFFSET,
@@ -125,7 +125,7 @@ def test_encoded_legacy_message_keys_start_after_their_length():
 def test_index_entry_structs_and_dtypes_match_the_layout():
     assert index.OFFSET_ENTRY.size == index.OFFSET_ENTRY_DTYPE.itemsize == layout.OFFSET_ENTRY_SIZE
     assert index.TIME_ENTRY.size == index.TIME_ENTRY_DTYPE.itemsize == layout.TIME_ENTRY_SIZE
-    assert index.ABORTED_TXN.size == layout.ABORTED_TXN_SIZE
+    assert txnindex.ABORTED_TXN.size == layout.ABORTED_TXN_SIZE
 
 
 def test_layout_agrees_with_kafka_python():

@@ -57,7 +57,8 @@ from compaction.steps.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import compression, legacy, naming
-from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, write_txn_index
+from compaction.format.index_build import build_indexes
+from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
 from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches
 from compaction.steps.group import GroupSpec, SourceSegment
