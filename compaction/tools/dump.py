@@ -8,8 +8,8 @@ error), the form tests and scripts consume.
 
 Like kafka-dump-log: `--offsets-decoder` prints the records of `__consumer_offsets` (offset
 commits and group metadata) and `--transaction-log-decoder` those of `__transaction_state` as
-Kafka's own parsers do (`format/coordinator.py`); either implies `--print-data-log`.
-`--max-bytes N` reads only the first N bytes of each `.log` (whole batches within them; no
+Kafka's own parsers do (`format/consumer_offsets.py`, `format/transaction_log.py`); either
+implies `--print-data-log`. `--max-bytes N` reads only the first N bytes of each `.log` (whole batches within them; no
 "invalid bytes" line then), `--skip-record-metadata` leaves out a record's offset, timestamp,
 sizes and headers and prints only its key and payload.
 
@@ -53,7 +53,7 @@ class DumpOptions:
     json: bool = False
     index_sanity_check: bool = False
     verify_index_only: bool = False
-    decoder: str | None = None  # "offsets" or "transaction-log": coordinator records (format/coordinator.py)
+    decoder: str | None = None  # "offsets" or "transaction-log": coordinator records (format/consumer_offsets.py, transaction_log.py)
     max_bytes: int | None = None  # read at most this many bytes of a .log
     skip_record_metadata: bool = False
 

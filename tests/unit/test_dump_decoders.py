@@ -24,7 +24,8 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 
 from compaction.tools import dump
 from compaction.format import batch as fb
-from compaction.format.coordinator import format_offsets_record, format_txn_record
+from compaction.format.consumer_offsets import format_offsets_record
+from compaction.format.transaction_log import format_txn_record
 
 T = 1_700_000_000_000
 
