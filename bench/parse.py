@@ -53,7 +53,8 @@ MB = 1e6
 
 def _template_batch():
     """One batch of 126-byte records; returns (bytes, key positions inside it, record count)."""
-    from compaction.format.batch import Record, build_batch
+    from compaction.format.batch import Record
+    from compaction.format.batch_build import build_batch
     from compaction.kernels.scan import scan_segment
 
     records, size = [], RECORD_BATCH_OVERHEAD
@@ -174,7 +175,8 @@ def measure(path: Path, label: str, repeat: int) -> None:
 def warm_up() -> float:
     t = time.perf_counter()
     from compaction.kernels import scan  # decorating is cheap; compilation is lazy
-    from compaction.format.batch import Record, build_batch
+    from compaction.format.batch import Record
+    from compaction.format.batch_build import build_batch
 
     raw = build_batch([Record(0, 0, b"k", b"v")])
     s = scan.scan_segment(np.frombuffer(raw, np.uint8))

@@ -27,7 +27,8 @@ import time
 import numpy as np
 
 from compaction.format import checkpoint as ckpt
-from compaction.format.batch import BATCH_LENGTH_FIELD, CRC_FIELD, Record, build_batch
+from compaction.format.batch import BATCH_LENGTH_FIELD, CRC_FIELD, Record
+from compaction.format.batch_build import build_batch
 from compaction.format.compression import compress
 from compaction.format.crc import crc32c
 from compaction.format.index_build import build_indexes

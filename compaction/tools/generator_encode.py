@@ -1,7 +1,7 @@
 """Fast encoder for the generator's uncompressed v2 batches (numba).
 
 The generator must write ~1 GB in well under a minute, and building `Record` objects for
-`format.batch.build_batch` costs several microseconds per record. So uncompressed data batches
+`format.batch_build.build_batch` costs several microseconds per record. So uncompressed data batches
 are laid out by one compiled loop straight from the generator's columnar plan. The bytes must be
 exactly what `build_batch` produces for the same records: tests/unit/test_generator.py checks that,
 so `build_batch` stays the reference and this is only a faster way to the same bytes.

@@ -56,6 +56,7 @@ from compaction.steps import ranges
 from compaction.steps.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.format import compression, legacy, naming
 from compaction.format.index_build import build_indexes
 from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
@@ -144,7 +145,7 @@ class KafkaLog:
         """One batch of (key, value) records at the next offsets; returns (first, last) offset."""
         first = self.leo
         records = [fb.Record(first + i, ts, _b(k), _b(v)) for i, (k, v) in enumerate(kvs)]
-        data = fb.build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+        data = build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                               is_transactional=txn, partition_leader_epoch=leader_epoch,
                               codec=codec)  # fmt: skip
         self.append_raw(data, records[-1].offset)
@@ -161,7 +162,7 @@ class KafkaLog:
         """An end-transaction marker (coordinator epoch 0), as `MemoryRecords.withEndTransactionMarker`."""
         offset = self.leo
         key, value = fb.control_record(control_type, 0)
-        data = fb.build_batch([fb.Record(offset, ts, key, value)], producer_id=pid, producer_epoch=epoch,
+        data = build_batch([fb.Record(offset, ts, key, value)], producer_id=pid, producer_epoch=epoch,
                               is_transactional=True, is_control=True,
                               partition_leader_epoch=leader_epoch)  # fmt: skip
         first = self.open_txns.pop(pid, None)
@@ -816,7 +817,7 @@ def _empty_header(pid=23, epoch=5, base=3, seq=10, ple=293, ts=NOW - 7, txn=Fals
                             attributes=fb.TRANSACTIONAL_MASK if txn else 0, last_offset_delta=0,
                             base_timestamp=-1, max_timestamp=ts, producer_id=pid, producer_epoch=epoch,
                             base_sequence=seq, records_count=0)  # fmt: skip
-    return fb.build_empty_batch(header)
+    return build_empty_batch(header)
 
 
 def test_MemoryRecordsTest_testEmptyBatchRetention(tmp_path):
@@ -879,7 +880,7 @@ def test_MemoryRecordsTest_testBaseTimestampToDeleteHorizonConversion(tmp_path, 
     horizon = (2**31 - 1) // 2
     log = KafkaLog(tmp_path, delete_retention_ms=1)
     records = [fb.Record(0, 5, b"0", b"0"), fb.Record(1, 10, b"1", None), fb.Record(2, 15, b"2", b"2")]
-    log.append_raw(fb.build_batch(records, codec=codec, partition_leader_epoch=998), 2)
+    log.append_raw(build_batch(records, codec=codec, partition_leader_epoch=998), 2)
     log.roll()
     log.clean(horizon - 1)  # currentTime + delete.retention.ms == horizon
     (b,) = log.batches()
