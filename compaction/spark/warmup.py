@@ -22,8 +22,8 @@ import time
 from compaction.runtime import faults
 from compaction.settings import WorkerSettings
 from compaction.format import batch as fb
-from compaction.format.batch_build import build_batch
 from compaction.format import compression
+from compaction.format.batch_build import build_batch
 from compaction.format.naming import segment_file_name
 
 _NOW_MS = 1_700_000_000_000

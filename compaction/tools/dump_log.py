@@ -11,9 +11,9 @@ from compaction.errors import KafkaFormatError
 from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT, parse_control_type, parse_end_txn_marker
 from compaction.format.compression import CODEC_NAMES
 from compaction.format.consumer_offsets import format_offsets_record
-from compaction.format.transaction_log import format_txn_record
 from compaction.format.layout import CREATE_TIME, LOG_APPEND_TIME, MAGIC_V2
 from compaction.format.segment import SegmentReader
+from compaction.format.transaction_log import format_txn_record
 
 if TYPE_CHECKING:
     from compaction.tools.dump import Output

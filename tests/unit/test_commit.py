@@ -23,8 +23,8 @@ import pytest
 from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
 from compaction.steps.recover import recover_partition
 from compaction.format import batch as fb
-from compaction.format.batch_build import build_batch
 from compaction.format import naming
+from compaction.format.batch_build import build_batch
 from compaction.runtime.storage import Storage
 
 T0 = 1_700_000_000_000

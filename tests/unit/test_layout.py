@@ -9,8 +9,8 @@ from kafka.record.default_records import DefaultRecordBase
 from kafka.record.legacy_records import LegacyRecordBase
 
 from compaction.format import batch as fb
-from compaction.format.batch_build import build_batch
 from compaction.format import compression, index, layout, legacy, segment, txnindex
+from compaction.format.batch_build import build_batch
 from compaction.format.layout import (
     ATTRIBUTE_FLAGS_OFFSET,
     ATTRIBUTES_OFFSET,

@@ -56,8 +56,8 @@ from compaction.steps import ranges
 from compaction.steps.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
-from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.format import compression, legacy, naming
+from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.format.index_build import build_indexes
 from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
 from compaction.kernels.scan import scan_batches

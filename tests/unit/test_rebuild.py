@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compaction.format import batch as fb
-from compaction.format.batch_build import _seal, build_batch
 from compaction.format import compression
+from compaction.format.batch_build import _seal, build_batch
 from compaction.kernels.rebuild import (
     NEEDS_FALLBACK,
     NO_HORIZON,
