@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from compaction.format import naming
 from compaction.format.txnindex import AbortedTxn
-from compaction.policy.retention import LastRecord
+from compaction.policy.txn_state import LastRecord
 from compaction.runtime.storage import Storage
 
 CLEANED = ".cleaned"

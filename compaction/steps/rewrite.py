@@ -38,11 +38,11 @@ from compaction.policy.keep import (
 )
 from compaction.policy.retention import (
     BatchRetention,
-    CleanedTransactionMetadata,
     check_batch_retention,
     delete_horizon_ms,
     retain_legacy_deletes,
 )
+from compaction.policy.txn_state import CleanedTransactionMetadata
 from compaction.steps.emit import emit_segment
 from compaction.steps.erase import ERASED, ErasingMap, EraseError
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment

@@ -165,7 +165,7 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     and another key is rebuilt; a segment without x is not written."""
 
     from compaction.format.batch_build import build_batch
-    from compaction.policy.retention import LastRecord
+    from compaction.policy.txn_state import LastRecord
     from compaction.steps.rewrite import rewrite_unit
 
     log = Log(tmp_path)
@@ -238,7 +238,7 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
 
 
     from compaction.format.batch_build import build_batch
-    from compaction.policy.retention import LastRecord
+    from compaction.policy.txn_state import LastRecord
     from compaction.steps.rewrite import rewrite_unit
 
     with tempfile.TemporaryDirectory() as tmp:

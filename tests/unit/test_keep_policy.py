@@ -27,8 +27,6 @@ from compaction.policy.retention import (
     BatchInfo,
     BatchOutput,
     BatchRetention,
-    CleanedTransactionMetadata,
-    LastRecord,
     check_batch_retention,
     filter_batch_output,
     is_last_of_producer,
@@ -37,6 +35,7 @@ from compaction.policy.retention import (
     should_retain_deletes,
     should_retain_record,
 )
+from compaction.policy.txn_state import CleanedTransactionMetadata, LastRecord
 
 NOW = 1_000_000
 RETENTION = 500  # delete.retention.ms

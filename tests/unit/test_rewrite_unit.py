@@ -27,8 +27,8 @@ from compaction.format.batch_build import build_batch
 from compaction.format.index_build import build_indexes, rebuild_indexes_from_log
 from compaction.format.txnindex import AbortedTxn, read_txn_index
 from compaction.kernels.scan import scan_batches
-from compaction.policy.retention import LastRecord
 from compaction.policy.keep import aborted_batches
+from compaction.policy.txn_state import LastRecord
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.rewrite import rewrite_unit
 from compaction.steps.scan import read_segment
