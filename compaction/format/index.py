@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from compaction.errors import IndexCorruptError
-from compaction.format.layout import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from compaction.format.batch import NO_TIMESTAMP
+from compaction.format.layout import INT32_MAX, OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -38,8 +39,6 @@ assert OFFSET_ENTRY_DTYPE.itemsize == OFFSET_ENTRY_SIZE and TIME_ENTRY_DTYPE.ite
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
-NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
-INT32_MAX = 2**31 - 1
 
 
 # --- read -------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ CREATE_TIME, LOG_APPEND_TIME = 0, 1  # the timestamp type bit's values (Timestam
 MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
 MAX_VARINT_BYTES = 5  # int32 zig-zag varint
 MAX_VARLONG_BYTES = 10  # int64 zig-zag varint
+INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets and positions in .index are int32
 
 # --- legacy v0/v1 message ---------------------------------------------------------------------------------
 LEGACY_CRC_OFFSET = 12

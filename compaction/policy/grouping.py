@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from compaction.format.layout import INT32_MAX
+
 if TYPE_CHECKING:
     from compaction.policy.plan import SegmentMeta
-
-INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets in .index are 4 bytes
 
 
 def group_segments_by_size(

@@ -20,17 +20,13 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+from compaction.format.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_TIMESTAMP
+from compaction.format.layout import MAGIC_V2
+
 if TYPE_CHECKING:
     from compaction.policy.txn_state import CleanedTransactionMetadata, LastRecord
 
-NO_PRODUCER_ID = -1  # RecordBatch.NO_PRODUCER_ID
-NO_PRODUCER_EPOCH = -1  # RecordBatch.NO_PRODUCER_EPOCH
-NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
-MAGIC_V2 = 2  # RecordBatch.MAGIC_VALUE_V2
 ABSENT_OFFSET = -1  # OffsetMap.get for an absent key
-# ControlRecordType ids (docs/kafka-rules.md#control-records); the same values format.batch exports.
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from compaction.format.index import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_MAX_INDEX_SIZE
 from compaction.format.layout import RECORD_OVERHEAD_V0
 
 LONG_MAX = 2**63 - 1  # Long.MAX_VALUE
@@ -31,8 +32,7 @@ DEFAULT_DELETE_RETENTION_MS = 86_400_000
 DEFAULT_MIN_COMPACTION_LAG_MS = 0
 DEFAULT_MAX_COMPACTION_LAG_MS = LONG_MAX
 DEFAULT_SEGMENT_BYTES = 1_073_741_824
-DEFAULT_SEGMENT_INDEX_BYTES = 10_485_760
-DEFAULT_INDEX_INTERVAL_BYTES = 4_096
+DEFAULT_SEGMENT_INDEX_BYTES = DEFAULT_MAX_INDEX_SIZE
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 # Lower bounds Kafka's ConfigDef enforces (docs/kafka-rules.md#configs); a value below is a config error, not

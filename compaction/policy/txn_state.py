@@ -12,13 +12,8 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from compaction.policy.retention import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    NO_PRODUCER_EPOCH,
-    NO_TIMESTAMP,
-    has_producer_id,
-)
+from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_TIMESTAMP
+from compaction.policy.retention import has_producer_id
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from compaction.errors import KafkaFormatError
 from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT, parse_control_type, parse_end_txn_marker
 from compaction.format.compression import CODEC_NAMES
 from compaction.format.consumer_offsets import format_offsets_record
-from compaction.format.layout import CREATE_TIME, LOG_APPEND_TIME, MAGIC_V2
+from compaction.format.layout import CREATE_TIME, INT32_MAX, LOG_APPEND_TIME, MAGIC_V2
 from compaction.format.segment import SegmentReader
 from compaction.format.transaction_log import format_txn_record
 
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 TIMESTAMP_TYPE_NAMES = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
 CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT", 2: "LEADER_CHANGE",
                       3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
-INT32_MAX = 2**31 - 1
 
 
 # --- .log ----------------------------------------------------------------------------------------

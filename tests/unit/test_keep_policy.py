@@ -19,11 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compaction.format import batch as fb
+from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT
 from compaction.format.txnindex import AbortedTxn
 from compaction.policy import keep as pk
 from compaction.policy.retention import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     BatchInfo,
     BatchOutput,
     BatchRetention,

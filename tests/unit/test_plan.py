@@ -12,7 +12,8 @@ from cleaner_manager import grab_filthiest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.policy.grouping import INT32_MAX, group_segments_by_size
+from compaction.format.layout import INT32_MAX
+from compaction.policy.grouping import group_segments_by_size
 from compaction.policy.plan import (
     REASON_ACTIVE_ONLY,
     REASON_BELOW_RATIO,

@@ -12,9 +12,8 @@ from typing import NamedTuple
 
 import pytest
 
+from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT
 from compaction.policy.retention import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     BatchInfo,
     BatchOutput,
     BatchRetention,
