@@ -183,7 +183,7 @@ def _encode_fast(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptio
     for i in range(len(rows)):
         s, e = bounds[i], bounds[i + 1]
         if codecs[i]:
-            data = _compressed(view[s:e], codecs[i])
+            data = compress_batch(view[s:e], codecs[i])
         else:
             data = view[s:e]
             CRC_FIELD.pack_into(data, CRC_OFFSET, crc32c(data[CRC_COVERED_FROM:]))
@@ -191,9 +191,10 @@ def _encode_fast(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptio
     return result
 
 
-def _compressed(plain: memoryview, codec: int) -> bytearray:
+def compress_batch(plain: memoryview, codec: int) -> bytearray:
     """The batch `plain` (records uncompressed, codec already in its attributes) with its record
-    stream compressed: what build_batch gives for the same records (tests check byte equality)."""
+    stream compressed, its length and CRC set: what build_batch gives for the same records (tests
+    check byte equality)."""
     out = bytearray(plain[:RECORD_BATCH_OVERHEAD])
     out += compress(codec, bytes(plain[RECORD_BATCH_OVERHEAD:]))
     BATCH_LENGTH_FIELD.pack_into(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
