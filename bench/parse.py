@@ -33,15 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e import drop_caches  # noqa: E402 - one cache-dropping helper for every bench
 
-from compaction.format.layout import (  # noqa: E402
-    ATTRIBUTES_OFFSET,
-    CRC_COVERED_FROM,
-    CRC_OFFSET,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_V2,
-    RECORD_BATCH_OVERHEAD,
-)
+from compaction.format.layout import ATTRIBUTES_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD  # noqa: E402
 
 RECORD_SIZE = 126  # bytes on the wire, length varint included
 KEY_SIZE = 16
@@ -53,7 +45,8 @@ MB = 1e6
 
 def _template_batch():
     """One batch of 126-byte records; returns (bytes, key positions inside it, record count)."""
-    from compaction.format.batch import Record, build_batch
+    from compaction.format.batch import Record
+    from compaction.format.batch_build import build_batch
     from compaction.kernels.scan import scan_segment
 
     records, size = [], RECORD_BATCH_OVERHEAD
@@ -95,23 +88,16 @@ def generate_plain(path: Path, mib: int, seed: int = 1) -> int:
 
 def generate_codec(src: Path, dst: Path, codec: int, mib: int) -> None:
     """Re-encode the first `mib` MiB of batches of `src` with `codec` (same records, new CRCs)."""
-    import crc32c
-
-    from compaction.format.compression import compress
     from compaction.kernels.scan import scan_batches
+    from compaction.tools.generator_segments import compress_batch
 
     data = np.fromfile(src, np.uint8, count=mib << 20)
     b = scan_batches(data)
     with open(dst, "wb") as out:
         for pos, size in zip(b.position.tolist(), b.size.tolist()):
-            header = bytearray(data[pos : pos + RECORD_BATCH_OVERHEAD].tobytes())
-            payload = compress(codec, data[pos + RECORD_BATCH_OVERHEAD : pos + size].tobytes())
-            struct.pack_into(">i", header, LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload))
-            struct.pack_into(">h", header, ATTRIBUTES_OFFSET, codec)
-            crc = crc32c.crc32c(bytes(header[CRC_COVERED_FROM:]) + payload)
-            struct.pack_into(">I", header, CRC_OFFSET, crc)
-            out.write(header)
-            out.write(payload)
+            plain = bytearray(data[pos : pos + size].tobytes())
+            struct.pack_into(">h", plain, ATTRIBUTES_OFFSET, codec)
+            out.write(compress_batch(memoryview(plain), codec))
 
 
 def read_speed(path: Path) -> tuple[float, bool]:
@@ -174,7 +160,8 @@ def measure(path: Path, label: str, repeat: int) -> None:
 def warm_up() -> float:
     t = time.perf_counter()
     from compaction.kernels import scan  # decorating is cheap; compilation is lazy
-    from compaction.format.batch import Record, build_batch
+    from compaction.format.batch import Record
+    from compaction.format.batch_build import build_batch
 
     raw = build_batch([Record(0, 0, b"k", b"v")])
     s = scan.scan_segment(np.frombuffer(raw, np.uint8))

@@ -32,7 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from compaction.format.batch import Record, build_batch  # noqa: E402
+from compaction.format.batch import Record  # noqa: E402
+from compaction.format.batch_build import build_batch  # noqa: E402
 from compaction.format.index import write_time_index  # noqa: E402
 from compaction.format.naming import segment_file_name  # noqa: E402
 

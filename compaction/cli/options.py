@@ -348,7 +348,7 @@ def parse_topic_properties(
 def _check_values(opts: JobOptions) -> None:
     """Resolve every configured topic (and the job-wide defaults) once, so a bad value is a usage
     error now, not a failure after Spark started."""
-    from compaction.policy.plan import resolve_topic_config
+    from compaction.policy.topic_config import resolve_topic_config
 
     for topic in [None, *opts.topic_config]:
         try:

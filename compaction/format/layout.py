@@ -1,61 +1,18 @@
 """Byte layout of the record formats: every offset, size and mask, declared once.
 
 Plain ints only: the numba kernels read module-level ints as compile-time constants, and the codec
-modules (`batch.py`, `legacy.py`, `segment.py`, `index.py`) keep one `struct.Struct` per header
-whose field offsets must agree with these (`tests/unit/test_layout.py` checks them on golden bytes).
+modules (`batch.py`, `legacy.py`, `segment.py`, `index.py`, `txnindex.py`) keep one `struct.Struct`
+per header whose field offsets must agree with these (`tests/unit/test_layout.py` checks them on golden bytes).
 All integers are big-endian. Offsets are from the start of the log entry.
 
-Log entry framing, common to every format (Kafka `Records`):
+The drawings of the formats are in the docstrings of the codec modules, each with its part:
+log entry framing (the 17 bytes every entry starts with) in `segment.py`, the RecordBatch v2
+header and record in `batch.py`, legacy messages (magic v0 and v1) in `legacy.py`, `.index` and
+`.timeindex` entries in `index.py`, `.txnindex` entries in `txnindex.py`.
 
-| offset | size | field  | meaning                                                          |
-|-------:|-----:|--------|------------------------------------------------------------------|
-| 0      | 8    | offset | v2: baseOffset; v0/v1: the message (or wrapper) offset           |
-| 8      | 4    | size   | bytes after this field; the entry is `size + 12` bytes           |
-| 12     | 4    | -      | v2: partitionLeaderEpoch; v0/v1: crc                             |
-| 16     | 1    | magic  | 0, 1 or 2                                                        |
-
-RecordBatch v2 header (61 bytes = `RECORD_BATCH_OVERHEAD`, also the size of an empty batch):
-
-| offset | size | field                | meaning                                                   |
-|-------:|-----:|----------------------|-----------------------------------------------------------|
-| 0      | 8    | baseOffset           | offset of the first offset slot                           |
-| 8      | 4    | batchLength          | bytes after this field (total size - 12)                  |
-| 12     | 4    | partitionLeaderEpoch | -1 = none; NOT covered by the CRC                         |
-| 16     | 1    | magic                | 2                                                         |
-| 17     | 4    | crc                  | CRC-32C of bytes [21, end)                                |
-| 21     | 2    | attributes           | flags in the low byte (byte 22), see the masks below      |
-| 23     | 4    | lastOffsetDelta      | lastOffset - baseOffset                                   |
-| 27     | 8    | baseTimestamp        | first record's timestamp, or the delete horizon (bit 6)   |
-| 35     | 8    | maxTimestamp         | max record timestamp, or the append time (LogAppendTime)  |
-| 43     | 8    | producerId           | -1 = none                                                 |
-| 51     | 2    | producerEpoch        | -1 = none                                                 |
-| 53     | 4    | baseSequence         | -1 = none                                                 |
-| 57     | 4    | recordsCount         | number of records (uncompressed count)                    |
-| 61     | ...  | records              | concatenated records, compressed as one stream if codec>0 |
-
-Attributes (low byte): bits 0-2 codec, bit 3 timestamp type (1 = LogAppendTime), bit 4
-transactional, bit 5 control, bit 6 delete horizon set (baseTimestamp holds it).
-
-v2 record: `length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
-keyLength varint | key | valueLength varint | value | headersCount varint | headers`; one byte per
-field at the least, so `MIN_RECORD_SIZE` = 7 (see `batch.py`).
-
-Legacy message, magic v0 and v1 (Kafka `LegacyRecord`):
-
-| offset | size | field       | meaning                                                            |
-|-------:|-----:|-------------|--------------------------------------------------------------------|
-| 0      | 8    | offset      | absolute offset (wrapper: the LAST inner offset)                   |
-| 8      | 4    | messageSize | bytes of the message that follows                                  |
-| 12     | 4    | crc         | CRC-32 (IEEE) of the message from `magic` to the end               |
-| 16     | 1    | magic       | 0 or 1                                                             |
-| 17     | 1    | attributes  | bits 0-2 codec (0..3; zstd illegal), bit 3 timestamp type (v1)     |
-| 18     | 8    | timestamp   | v1 only                                                            |
-| 18/26  | 4    | keyLength   | -1 = null                                                          |
-| ...    | 4    | valueLength | -1 = null, after the key                                           |
-
-Index entries (`index.py`): `.index` 8 bytes (relative offset int32, position int32), `.timeindex`
-12 bytes (timestamp int64, relative offset int32), `.txnindex` 34 bytes (version int16, producerId,
-firstOffset, lastOffset, lastStableOffset int64).
+Attributes of a v2 batch (low byte): bits 0-2 codec, bit 3 timestamp type (1 = LogAppendTime),
+bit 4 transactional, bit 5 control, bit 6 delete horizon set (baseTimestamp holds it). A v2
+record has one byte per field at the least, so `MIN_RECORD_SIZE` = 7.
 """
 
 from __future__ import annotations
@@ -106,6 +63,7 @@ CREATE_TIME, LOG_APPEND_TIME = 0, 1  # the timestamp type bit's values (Timestam
 MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
 MAX_VARINT_BYTES = 5  # int32 zig-zag varint
 MAX_VARLONG_BYTES = 10  # int64 zig-zag varint
+INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets and positions in .index are int32
 
 # --- legacy v0/v1 message ---------------------------------------------------------------------------------
 LEGACY_CRC_OFFSET = 12

@@ -20,12 +20,11 @@ that know the file path re-raise with it (see `batch.py`).
 from __future__ import annotations
 
 from compaction.errors import CorruptRecordError
+from compaction.format.layout import MAX_VARINT_BYTES, MAX_VARLONG_BYTES
 
 CONTINUATION_BIT = 0x80
 PAYLOAD_MASK = 0x7F
 PAYLOAD_BITS = 7
-MAX_VARINT_BYTES = 5
-MAX_VARLONG_BYTES = 10
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

@@ -6,7 +6,7 @@ LLVM does not vectorise (the arrays may overlap), ~1-1.6 GB/s on values of 100-1
 a loop of tens of iterations per record fills the CPU's out-of-order window, so the cache miss on
 the next record's bytes only starts when the current record is done: copying 24-byte keys from
 random positions of a segment waited for one memory latency each. With `memcpy_at` the value
-copies run at ~10 GB/s (figures in BENCHMARKS.md, session 4). It is an intrinsic rather than a
+copies run at ~10 GB/s (bench/rewrite.py measures the rewrite they sit in). It is an intrinsic rather than a
 ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
 
 `copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format import batch as fb
+from compaction.format.batch_build import encode_record
 from compaction.format.layout import LOG_APPEND_TIME
 from compaction.kernels.rebuild_kernels import ERR_LAYOUT, NEEDS_FALLBACK, SRC_FILE, RebuildError, _u8
 from compaction.kernels.scan_columns import ERR_RECORD_SIZE
@@ -51,7 +52,7 @@ def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, bas
         base = h if h >= 0 else (records[0].timestamp if records else h)
         out_start[i] = len(payload)
         for record in records:
-            fb.encode_record(payload, record, record.offset, record.timestamp - base)
+            encode_record(payload, record, record.offset, record.timestamp - base)
         out_end[i] = len(payload)
         new_base[i] = base
         new_max[i] = int(max_ts[i]) if log_append else max([-1, *(r.timestamp for r in records)])

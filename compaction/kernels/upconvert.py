@@ -2,7 +2,7 @@
 
 Kafka 4.0's cleaner never copies a legacy batch (KIP-724: `filterTo` rebuilds it with
 `MemoryRecordsBuilder` at magic v2), and an uncompressed v0/v1 log entry is a batch of one message,
-so every kept message becomes a 61-byte v2 header and one record. `format.batch.build_batch` is the
+so every kept message becomes a 61-byte v2 header and one record. `format.batch_build.build_batch` is the
 reference for those bytes; per message (docs/kafka-rules.md#batch-v2-header, #v2-records,
 #writing-retained-batches):
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch
 from compaction.format.crc import crc32c_at
 from compaction.format.layout import (
     ATTRIBUTE_FLAGS_OFFSET,
@@ -167,7 +168,7 @@ def convert_messages_py(file, side, split: int, rec: np.ndarray, records, log_ap
         h = int(horizon[j])
         record = fb.Record(int(records.offset[r]), ts, data(int(records.key_pos[r]), int(records.key_len[r])),
                            data(int(records.value_pos[r]), int(records.value_len[r])))  # fmt: skip
-        out += fb.build_batch([record], timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
+        out += build_batch([record], timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
                               delete_horizon_ms=h if h >= 0 else None,
                               log_append_time=ts if lat else None)  # fmt: skip
         ends.append(len(out))

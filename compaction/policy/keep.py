@@ -25,14 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from compaction.format import batch as fb
-from compaction.format.index import AbortedTxn
-from compaction.policy.retention import (
-    BatchDecision,
-    BatchOutput,
-    LastRecord,
-    filter_batch_output,
-    needs_delete_horizon,
-)
+from compaction.format.txnindex import AbortedTxn
+from compaction.policy.retention import BatchDecision, BatchOutput, filter_batch_output, needs_delete_horizon
+from compaction.policy.txn_state import LastRecord
 
 # What becomes of each batch (an int8 per batch), emitted in log order once a segment's v2
 # rebuilds and legacy conversions are done.

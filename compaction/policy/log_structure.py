@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from compaction.errors import LogStructureError
+from compaction.format.checkpoint import LEADER_EPOCH_CHECKPOINT
 from compaction.format.layout import (
     HEADER_SIZE_UP_TO_MAGIC,
     LAST_OFFSET_DELTA_OFFSET,
@@ -46,8 +47,6 @@ RULE_ORDER = "offsets increase from batch to batch"
 RULE_INDEX = "an index entry points at a batch of its own segment"
 RULE_EPOCH_ORDER = "leader epochs never decrease along the log"
 RULE_EPOCH_CHECKPOINT = "batches of leader epoch E lie within E's range in leader-epoch-checkpoint"
-
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 
 class Batches(Protocol):

@@ -1,58 +1,27 @@
-"""Pure planning: which offsets of a partition are cleanable, how dirty it is, whether it is
-eligible, and how its segments group into output segments.
+"""Pure planning of one partition: which offsets are cleanable, how dirty it is, whether it is
+eligible, its legacy delete horizon, and (through ``grouping``) how its segments group into output
+segments. Topic configs are resolved in ``topic_config``.
 
 Every function mirrors one method of Kafka's ``LogCleanerManager`` / ``LogToClean`` / ``Cleaner``
-(docs/kafka-rules.md#choosing-the-log, #legacy-delete-horizon, #grouping, #configs). No Spark, no files: the
-inputs are segment metadata that ``discover.py`` reads from a partition directory.
+(docs/kafka-rules.md#choosing-the-log, #legacy-delete-horizon). No Spark, no files: the inputs are
+segment metadata that ``discover.py`` reads from a partition directory.
 
-Offline difference: our offset map is exact and unbounded (DESIGN.md "Offset map"), so a round
-always maps the whole dirty range and Kafka's ``endOffset = map.latestOffset + 1`` equals the
-segment-aligned ``firstUncleanableOffset`` (docs/kafka-rules.md#offset-map: the last segment ends at the
-bound). ``plan_partition`` groups ``logSegments(0, firstUncleanableOffset)`` on that basis.
+Offline difference: our offset map is exact and unbounded (it holds every key of the dirty range,
+however many), so a round always maps the whole dirty range and Kafka's
+``endOffset = map.latestOffset + 1`` equals the segment-aligned ``firstUncleanableOffset``
+(docs/kafka-rules.md#offset-map: the last segment ends at the bound). ``plan_partition`` groups
+``logSegments(0, firstUncleanableOffset)`` on that basis.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
-from compaction.format.layout import OFFSET_ENTRY_SIZE, RECORD_OVERHEAD_V0, TIME_ENTRY_SIZE
-
-# --- Java limits and on-disk sizes -------------------------------------------------------------
-INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets in .index are 4 bytes
-LONG_MAX = 2**63 - 1  # Long.MAX_VALUE
-NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
-
-# --- Kafka topic config names (TopicConfig) -----------------------------------------------------
-CLEANUP_POLICY = "cleanup.policy"
-MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
-DELETE_RETENTION_MS = "delete.retention.ms"
-MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
-MAX_COMPACTION_LAG_MS = "max.compaction.lag.ms"
-SEGMENT_BYTES = "segment.bytes"
-SEGMENT_INDEX_BYTES = "segment.index.bytes"
-INDEX_INTERVAL_BYTES = "index.interval.bytes"
-MAX_MESSAGE_BYTES = "max.message.bytes"
-POLICY_COMPACT = "compact"
-POLICY_DELETE = "delete"
-
-# --- Kafka defaults at the snapshot (docs/kafka-rules.md#configs) ---------------------------------
-DEFAULT_CLEANUP_POLICY = (POLICY_DELETE,)
-DEFAULT_MIN_CLEANABLE_DIRTY_RATIO = 0.5
-DEFAULT_DELETE_RETENTION_MS = 86_400_000
-DEFAULT_MIN_COMPACTION_LAG_MS = 0
-DEFAULT_MAX_COMPACTION_LAG_MS = LONG_MAX
-DEFAULT_SEGMENT_BYTES = 1_073_741_824
-DEFAULT_SEGMENT_INDEX_BYTES = 10_485_760
-DEFAULT_INDEX_INTERVAL_BYTES = 4_096
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-
-# Lower bounds Kafka's ConfigDef enforces (docs/kafka-rules.md#configs); a value below is a config error, not
-# a plan.
-MIN_SEGMENT_BYTES = RECORD_OVERHEAD_V0
-MIN_SEGMENT_INDEX_BYTES = 4
-MIN_MAX_COMPACTION_LAG_MS = 1
+from compaction.format.layout import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from compaction.policy.grouping import group_segments_by_size
+from compaction.policy.topic_config import LONG_MAX, TopicConfig
 
 # --- Reasons reported for a partition that is not cleaned ---------------------------------------
 REASON_NOT_COMPACTED = "cleanup.policy is delete"
@@ -61,7 +30,6 @@ REASON_LSO_BOUND = "nothing cleanable: bounded by the last stable offset"
 REASON_LAG_BOUND = "nothing cleanable: within min.compaction.lag.ms"
 REASON_NOTHING_CLEANABLE = "nothing cleanable"
 REASON_BELOW_RATIO = "below min.cleanable.dirty.ratio"
-
 
 @dataclass(frozen=True)
 class SegmentMeta:
@@ -90,86 +58,6 @@ class SegmentMeta:
     def effective_largest_timestamp(self) -> int:
         """``LogSegment.largestTimestamp``: the max timestamp if known (>= 0), else the mtime."""
         return self.largest_timestamp if self.largest_timestamp >= 0 else self.mtime_ms
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    """The topic configs the cleaner reads (docs/kafka-rules.md#configs), already resolved and validated."""
-
-    cleanup_policy: tuple[str, ...] = DEFAULT_CLEANUP_POLICY
-    min_cleanable_dirty_ratio: float = DEFAULT_MIN_CLEANABLE_DIRTY_RATIO
-    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
-    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
-    max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
-    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-
-    @property
-    def compact(self) -> bool:
-        """``LogConfig.compact``: the (lower-cased) policy list contains ``compact``."""
-        return POLICY_COMPACT in self.cleanup_policy
-
-    @property
-    def delete(self) -> bool:
-        """``LogConfig.delete``: the policy list contains ``delete``."""
-        return POLICY_DELETE in self.cleanup_policy
-
-
-def _parse_policy(value: object) -> tuple[str, ...]:
-    # Kafka's LIST type: comma separated, trimmed; LogConfig lower-cases before matching.
-    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[arg-type]
-    return tuple(str(item).strip().lower() for item in items if str(item).strip())
-
-
-def _parse_int(name: str, value: object, minimum: int) -> int:
-    parsed = int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[arg-type]
-    if parsed < minimum:
-        raise ValueError(f"{name}={parsed} is below its minimum {minimum}")
-    return parsed
-
-
-def _parse_ratio(value: object) -> float:
-    ratio = float(str(value).strip()) if isinstance(value, str) else float(value)  # type: ignore[arg-type]
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"{MIN_CLEANABLE_DIRTY_RATIO}={ratio} is outside [0, 1]")
-    return ratio
-
-
-# Kafka config name -> (TopicConfig field, parser). Integer minimums follow ConfigDef
-# (docs/kafka-rules.md#configs).
-_INT_CONFIGS = {
-    DELETE_RETENTION_MS: ("delete_retention_ms", 0),
-    MIN_COMPACTION_LAG_MS: ("min_compaction_lag_ms", 0),
-    MAX_COMPACTION_LAG_MS: ("max_compaction_lag_ms", MIN_MAX_COMPACTION_LAG_MS),
-    SEGMENT_BYTES: ("segment_bytes", MIN_SEGMENT_BYTES),
-    SEGMENT_INDEX_BYTES: ("segment_index_bytes", MIN_SEGMENT_INDEX_BYTES),
-    INDEX_INTERVAL_BYTES: ("index_interval_bytes", 0),
-    MAX_MESSAGE_BYTES: ("max_message_bytes", 0),
-}
-
-
-def resolve_topic_config(
-    topic_overrides: Mapping[str, object] | None = None,
-    job_options: Mapping[str, object] | None = None,
-) -> TopicConfig:
-    """``LogConfig.fromProps``: per-topic override > job-wide option > Kafka default.
-
-    Both mappings use Kafka's topic config names; values may be strings (as read from a config
-    file) or numbers. Names the cleaner does not read are ignored.
-    """
-    merged: dict[str, object] = {**(job_options or {}), **(topic_overrides or {})}
-    values: dict[str, object] = {}
-    if CLEANUP_POLICY in merged:
-        values["cleanup_policy"] = _parse_policy(merged[CLEANUP_POLICY])
-    if MIN_CLEANABLE_DIRTY_RATIO in merged:
-        values["min_cleanable_dirty_ratio"] = _parse_ratio(merged[MIN_CLEANABLE_DIRTY_RATIO])
-    for name, (attr, minimum) in _INT_CONFIGS.items():
-        if name in merged:
-            values[attr] = _parse_int(name, merged[name], minimum)
-    return TopicConfig(**values)  # type: ignore[arg-type]
-
 
 @dataclass(frozen=True)
 class PartitionState:
@@ -369,60 +257,6 @@ def is_eligible(candidate: LogToClean, min_cleanable_dirty_ratio: float) -> bool
     if candidate.need_compaction_now and candidate.cleanable_bytes > 0:
         return True
     return candidate.cleanable_ratio > min_cleanable_dirty_ratio
-
-
-def group_segments_by_size(
-    segments: Sequence[SegmentMeta], max_size: int, max_index_size: int, first_uncleanable_offset: int
-) -> list[list[SegmentMeta]]:
-    """``Cleaner.groupSegmentsBySize`` (docs/kafka-rules.md#grouping): greedy, in order; a segment joins the
-    open group while the log bytes, each index's bytes and the offset range (<= Int.MaxValue from the
-    group's first base, skipped for empty segments) stay within bounds. Python ints are exact,
-    which matches Kafka's 64-bit sums."""
-    groups: list[list[SegmentMeta]] = []
-    i = 0
-    while i < len(segments):
-        group = [segments[i]]
-        log_bytes = segments[i].size
-        index_bytes = segments[i].offset_index_bytes
-        time_index_bytes = segments[i].time_index_bytes
-        i += 1
-        while i < len(segments) and _fits(
-            segments, i, group[0], log_bytes, index_bytes, time_index_bytes,
-            max_size, max_index_size, first_uncleanable_offset,
-        ):
-            log_bytes += segments[i].size
-            index_bytes += segments[i].offset_index_bytes
-            time_index_bytes += segments[i].time_index_bytes
-            group.append(segments[i])
-            i += 1
-        groups.append(group)
-    return groups
-
-
-def _fits(
-    segments: Sequence[SegmentMeta], i: int, first: SegmentMeta, log_bytes: int, index_bytes: int,
-    time_index_bytes: int, max_size: int, max_index_size: int, first_uncleanable_offset: int,
-) -> bool:
-    candidate = segments[i]
-    if log_bytes + candidate.size > max_size:
-        return False
-    if index_bytes + candidate.offset_index_bytes > max_index_size:
-        return False
-    if time_index_bytes + candidate.time_index_bytes > max_index_size:
-        return False
-    # An empty segment adds no offsets; skipping the check avoids leaving one behind every 2^31.
-    if candidate.size == 0:
-        return True
-    last = _estimated_last_offset(segments, i, first_uncleanable_offset)
-    return last - first.base_offset <= INT32_MAX
-
-
-def _estimated_last_offset(segments: Sequence[SegmentMeta], i: int, first_uncleanable_offset: int) -> int:
-    """``Cleaner.lastOffsetForFirstSegment``: next segment's base - 1, or, for the last segment of
-    the list, ``firstUncleanableOffset - 1`` (cheap upper bounds instead of reading the log)."""
-    if i + 1 < len(segments):
-        return segments[i + 1].base_offset - 1
-    return first_uncleanable_offset - 1
 
 
 def legacy_delete_horizon_ms(state: PartitionState, first_dirty_offset: int, delete_retention_ms: int) -> int:

@@ -50,7 +50,7 @@ def keep_freed_heap() -> bool:
     more than ~128 KiB (a threshold it raises as such blocks are freed) separately and unmaps it
     when freed, and trims the heap's free top, so each segment faulted in fresh pages again (on
     the mixed-codec bench, ~40% fewer page faults in a worker's first partition and ~90% fewer in
-    the next; BENCHMARKS.md)."""
+    the next; bench/e2e.py)."""
     global _heap_kept
     if _heap_kept:
         return True
@@ -71,7 +71,7 @@ def keep_freed_heap() -> bool:
 # archives: Spark's `pyspark.zip` and py4j's (1,300+ entries, one importer per package imported
 # from them). Measured on the 2-core bench box: 0.10-0.15 s between the JVM starting a task and
 # the task's function being called, in each of the two concurrent tasks, nearly all of it this
-# (BENCHMARKS.md). Spark later stopped calling it for every task (SPARK-54744); the Spark this
+# (bench/e2e.py). Spark later stopped calling it for every task (SPARK-54744); the Spark this
 # package runs on still does.
 #
 # The archives of a worker do not change while it lives (Spark fetches an application's files once

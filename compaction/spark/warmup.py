@@ -23,6 +23,7 @@ from compaction.runtime import faults
 from compaction.settings import WorkerSettings
 from compaction.format import batch as fb
 from compaction.format import compression
+from compaction.format.batch_build import build_batch
 from compaction.format.naming import segment_file_name
 
 _NOW_MS = 1_700_000_000_000
@@ -31,7 +32,7 @@ _NOW_MS = 1_700_000_000_000
 def _segment(base: int, codec: int, n: int = 6) -> bytes:
     records = [fb.Record(base + i, _NOW_MS + i, b"warm-up-key-%08d" % (i % (n // 2)), None if i == 4 else b"v%d" % i)
                for i in range(n)]  # fmt: skip
-    return fb.build_batch(records, base_offset=base, codec=codec)
+    return build_batch(records, base_offset=base, codec=codec)
 
 
 def _legacy(n: int = 8) -> bytes:

@@ -52,7 +52,6 @@ KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.
 INTERNAL_TOPICS_NOT_CLEANED = frozenset({"__cluster_metadata"})
 
 COMMIT_INTENT = "compaction-commit.json"
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 
 # Threads listing, planning and committing partitions on the driver: the round's
@@ -257,7 +256,7 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
                 continue
         if name == COMMIT_INTENT:
             part.has_commit_intent = True
-        elif name == LEADER_EPOCH_CHECKPOINT and not info.is_dir:
+        elif name == ckpt.LEADER_EPOCH_CHECKPOINT and not info.is_dir:
             part.leader_epoch_checkpoint = info.path
         if info.is_dir:
             # A broker never makes sub-directories in a partition dir; one named like a segment

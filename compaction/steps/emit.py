@@ -11,6 +11,7 @@ import numpy as np
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.kernels import rebuild, upconvert
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import (
@@ -75,7 +76,7 @@ def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept
             runs.built_batch((data,), header.last_offset, header.max_timestamp, n_kept)
         else:
             header = fb.BatchHeader.unpack_from(mv[pos : pos + fb.RECORD_BATCH_OVERHEAD])
-            runs.built_batch((fb.build_empty_batch(header),), last_offset, max_ts, 0)
+            runs.built_batch((build_empty_batch(header),), last_offset, max_ts, 0)
 
 
 @dataclass
@@ -190,7 +191,7 @@ def _rebuild(scan: SegmentScan, i: int, view: BatchView, kept_offsets: set[int],
     ts_type = (attrs & fb.TIMESTAMP_TYPE_MASK) >> 3
     raw = scan.file[pos : pos + size].tobytes()
     records = [r for r in fb.RecordBatch(raw, pos, scan.path).records() if r.offset in kept_offsets]
-    return fb.build_batch(
+    return build_batch(
         records,
         base_offset=view.base_offset,
         codec=attrs & fb.COMPRESSION_CODEC_MASK,

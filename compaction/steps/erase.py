@@ -22,7 +22,7 @@ import pyarrow as pa
 from compaction.cli.erase_keys import parse_key_file, read_key_file
 from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
-from compaction.kernels.keymap import KeyIndex, max_by_key
+from compaction.kernels.keyindex import KeyIndex, max_by_key
 
 ERASED = np.iinfo(np.int64).max  # the map's answer for a listed key: no record offset reaches it
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compaction.format import naming
-from compaction.format.index import AbortedTxn
-from compaction.policy.retention import LastRecord
+from compaction.format.txnindex import AbortedTxn
+from compaction.policy.txn_state import LastRecord
 from compaction.runtime.storage import Storage
 
 CLEANED = ".cleaned"

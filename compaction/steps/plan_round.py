@@ -12,21 +12,19 @@ import time
 
 from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
-from compaction.format.index import read_txn_index
+from compaction.format.txnindex import read_txn_index
 from compaction.policy.plan import (
-    LONG_MAX,
     REASON_LAG_BOUND,
     REASON_NOTHING_CLEANABLE,
     PartitionPlan,
     PartitionState,
-    TopicConfig,
     last_stable_offset,
     non_active_segments_from,
     plan_partition,
-    resolve_topic_config,
     too_recent_to_clean,
     validated_checkpoint,
 )
+from compaction.policy.topic_config import LONG_MAX, TopicConfig, resolve_topic_config
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
 from compaction.steps import report as rpt

@@ -263,7 +263,7 @@ class ShippedMap:
 
 
 class HeaderRow:
-    """A producer batch header as `retention.last_records_of_active_producers` and
+    """A producer batch header as `txn_state.last_records_of_active_producers` and
     `first_unstable_offset` read it."""
 
     __slots__ = ("producer_id", "producer_epoch", "base_offset", "last_offset", "is_transactional",
@@ -293,12 +293,12 @@ def header_rows(tables: list) -> list[HeaderRow]:
 
 class ProducerState(NamedTuple):
     first_unstable: int | None  # an open transaction's first offset (the broker's LSO), if any
-    last_records: dict  # retention.last_records_of_active_producers
+    last_records: dict  # txn_state.last_records_of_active_producers
     transactional: bool  # transaction state crosses groups: the partition is one rewrite unit
 
 
 def producer_state(tables: list) -> ProducerState:
-    from compaction.policy.retention import first_unstable_offset, last_records_of_active_producers
+    from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
 
     rows = header_rows(tables)
     return ProducerState(first_unstable_offset(rows), last_records_of_active_producers(rows),

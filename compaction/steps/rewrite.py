@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from compaction.format import batch as fb
-from compaction.format.index import AbortedTxn, build_indexes, write_txn_index
+from compaction.format.index_build import build_indexes
+from compaction.format.txnindex import AbortedTxn, write_txn_index
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import (
     COPY,
@@ -37,11 +38,11 @@ from compaction.policy.keep import (
 )
 from compaction.policy.retention import (
     BatchRetention,
-    CleanedTransactionMetadata,
     check_batch_retention,
     delete_horizon_ms,
     retain_legacy_deletes,
 )
+from compaction.policy.txn_state import CleanedTransactionMetadata
 from compaction.steps.emit import emit_segment
 from compaction.steps.erase import ERASED, ErasingMap, EraseError
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment

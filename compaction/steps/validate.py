@@ -14,18 +14,14 @@ import numpy as np
 from compaction.errors import CompactionError, IndexCorruptError, LogStructureError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
-from compaction.format.index import (
-    build_indexes,
-    read_offset_index,
-    sanity_check_offset_index,
-    sanity_check_time_index,
-    sanity_check_txn_index,
-)
+from compaction.format.index import read_offset_index, sanity_check_offset_index, sanity_check_time_index
+from compaction.format.index_build import build_indexes
 from compaction.format.layout import OFFSET_ENTRY_SIZE, RECORD_BATCH_OVERHEAD, TIME_ENTRY_SIZE
+from compaction.format.txnindex import sanity_check_txn_index
 from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.runtime.storage import Storage
-from compaction.steps.discover import LEADER_EPOCH_CHECKPOINT, PartitionDir, SegmentFiles, list_partition, read_small
+from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition, read_small
 
 
 class PartitionInvalid(CompactionError):
@@ -97,7 +93,7 @@ def audit_structure(storage: Storage, part: PartitionDir) -> None:
     path = part.leader_epoch_checkpoint
     entries = ckpt.parse_leader_epoch_checkpoint(_read_checked(storage, path), path) if path else None
     check_first_batches([s.log.path for s in segs], [s.base_offset for s in segs], heads, entries,
-                        path or LEADER_EPOCH_CHECKPOINT)  # fmt: skip
+                        path or ckpt.LEADER_EPOCH_CHECKPOINT)  # fmt: skip
 
 
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:

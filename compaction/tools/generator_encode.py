@@ -1,7 +1,7 @@
 """Fast encoder for the generator's uncompressed v2 batches (numba).
 
 The generator must write ~1 GB in well under a minute, and building `Record` objects for
-`format.batch.build_batch` costs several microseconds per record. So uncompressed data batches
+`format.batch_build.build_batch` costs several microseconds per record. So uncompressed data batches
 are laid out by one compiled loop straight from the generator's columnar plan. The bytes must be
 exactly what `build_batch` produces for the same records: tests/unit/test_generator.py checks that,
 so `build_batch` stays the reference and this is only a faster way to the same bytes.
@@ -34,33 +34,8 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
 )
+from compaction.kernels.varints import _varint_size, _write_varlong
 from compaction.tools.generator_plan import HEADER_VALUE_SIZE
-
-
-@njit(cache=True, inline="always")
-def _zigzag(v):
-    return (v << 1) ^ (v >> 63)
-
-
-@njit(cache=True, inline="always")
-def _varint_size(v):
-    z = np.uint64(_zigzag(np.int64(v)))
-    n = 1
-    while z >= np.uint64(0x80):
-        z >>= np.uint64(7)
-        n += 1
-    return n
-
-
-@njit(cache=True, inline="always")
-def _write_varint(out, pos, v):
-    z = np.uint64(_zigzag(np.int64(v)))
-    while z >= np.uint64(0x80):
-        out[pos] = np.uint8((z & np.uint64(0x7F)) | np.uint64(0x80))
-        z >>= np.uint64(7)
-        pos += 1
-    out[pos] = np.uint8(z)
-    return pos + 1
 
 
 @njit(cache=True, inline="always")
@@ -103,17 +78,17 @@ def _headers_size(n_headers):
 
 @njit(cache=True, inline="always")
 def _write_headers(out, pos, n_headers, pool, value_pos):
-    pos = _write_varint(out, pos, n_headers)
+    pos = _write_varlong(out, pos, n_headers)
     for j in range(n_headers):
         w = _decimal_width(j)
-        pos = _write_varint(out, pos, 1 + w)
+        pos = _write_varlong(out, pos, 1 + w)
         out[pos] = 104  # h
         v = j
         for i in range(w, 0, -1):
             out[pos + i] = np.uint8(48 + v % 10)
             v //= 10
         pos += 1 + w
-        pos = _write_varint(out, pos, 8)
+        pos = _write_varlong(out, pos, 8)
         out[pos : pos + 8] = pool[value_pos + j : value_pos + j + 8]
         pos += 8
     return pos
@@ -123,13 +98,13 @@ def _write_headers(out, pos, n_headers, pool, value_pos):
 def _write_record(out, pos, ts_delta, off_delta, key_id, key_size, vpos, vlen, pool, n_headers, hsize):
     body = 1 + _varint_size(ts_delta) + _varint_size(off_delta)
     body += _varint_size(key_size) + key_size + _varint_size(vlen) + max(vlen, 0) + hsize
-    pos = _write_varint(out, pos, body)
+    pos = _write_varlong(out, pos, body)
     out[pos] = 0  # record attributes: always 0 (docs/kafka-rules.md#v2-records)
-    pos = _write_varint(out, pos + 1, ts_delta)
-    pos = _write_varint(out, pos, off_delta)
-    pos = _write_varint(out, pos, key_size)
+    pos = _write_varlong(out, pos + 1, ts_delta)
+    pos = _write_varlong(out, pos, off_delta)
+    pos = _write_varlong(out, pos, key_size)
     pos = _write_key(out, pos, key_id, key_size)
-    pos = _write_varint(out, pos, vlen)
+    pos = _write_varlong(out, pos, vlen)
     if vlen > 0:
         out[pos : pos + vlen] = pool[vpos : vpos + vlen]
         pos += vlen

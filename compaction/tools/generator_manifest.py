@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from compaction.format.batch import control_record
-from compaction.format.index import AbortedTxn
+from compaction.format.txnindex import AbortedTxn
 from compaction.tools.generator_plan import (
     HEADER_VALUE_SIZE,
     GenerateOptions,

@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 
 import pytest
-from e2ekit import SHARED_FIXTURES, decode_log, decode_partition, latest_per_key, run_job, segment_logs, tree_hashes
+from e2ekit import (
+    SHARED_FIXTURES,
+    decode_log,
+    decode_partition,
+    latest_per_key,
+    run_job,
+    segment_logs,
+    tree_hashes,
+    v2_batches,
+)
 
 from compaction.format.batch import RecordBatch
 from compaction.format.checkpoint import parse_offset_checkpoint
@@ -52,23 +60,13 @@ def _read(path):
         return fh.read()
 
 
-def _v2_batches(data: bytes) -> list[tuple[int, bytes]]:
-    """(base offset, bytes) of each v2 batch, from the two leading header fields only."""
-    out, pos = [], 0
-    while pos + 12 <= len(data):
-        base, length = struct.unpack_from(">qi", data, pos)
-        out.append((base, data[pos : pos + 12 + length]))
-        pos += 12 + length
-    assert pos == len(data)
-    return out
-
 
 def _split_partition(part_dir: str, pieces: int = 3) -> None:
     """Re-cut a single-segment partition into `pieces` segments at batch boundaries, as a broker
     rolling its segment would have (no index files: the snapshots had none either)."""
     (log,) = segment_logs(part_dir)
     stat = os.stat(log)
-    batches = _v2_batches(_read(log))
+    batches = v2_batches(_read(log))
     assert len(batches) >= pieces
     os.remove(log)
     cuts = [len(batches) * i // pieces for i in range(pieces)] + [len(batches)]

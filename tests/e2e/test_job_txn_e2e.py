@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass, replace
 
 import pytest
-from e2ekit import REPO, run_job, segment_logs
+from e2ekit import REPO, run_job, segment_logs, v2_batches
 from kafka.record.memory_records import MemoryRecords
 
 from compaction.format.batch import RecordBatch
@@ -387,14 +387,6 @@ def test_everything_decodes_with_our_reader_too(rounds):
 # --- an open transaction bounds the round (docs/kafka-rules.md#last-stable-offset, #cleanable-range) --------
 
 
-def _v2_batches(data: bytes) -> list[tuple[int, bytes]]:
-    out, pos = [], 0
-    while pos + 12 <= len(data):
-        base, length = struct.unpack_from(">qi", data, pos)
-        out.append((base, data[pos : pos + 12 + length]))
-        pos += 12 + length
-    return out
-
 
 def _open_a_transaction(part_dir: str) -> int:
     """Make the transaction of the next-to-last segment's first transactional batch open (no marker
@@ -404,7 +396,7 @@ def _open_a_transaction(part_dir: str) -> int:
     seg = decode_batches(logs[-2])
     first = next(b for b in seg if b.txn and not b.control)
     for log in logs[-2:]:
-        kept = [raw for base, raw in _v2_batches(open(log, "rb").read())
+        kept = [raw for base, raw in v2_batches(open(log, "rb").read())
                 if not (decode_batches_raw(raw).pid == first.pid and base > first.base)]  # fmt: skip
         with open(log, "wb") as fh:
             fh.write(b"".join(kept))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -58,6 +59,18 @@ def decode_log(path: str) -> list[KRecord]:
         for r in batch:
             headers = tuple((k, v) for k, v in (getattr(r, "headers", None) or ()))
             out.append(KRecord(r.offset, r.timestamp, r.key, r.value, headers))
+    return out
+
+
+def v2_batches(data: bytes) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of each v2 batch of a whole `.log`, from the two leading header fields
+    only."""
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        out.append((base, data[pos : pos + 12 + length]))
+        pos += 12 + length
+    assert pos == len(data)
     return out
 
 

@@ -12,12 +12,9 @@ import numpy as np
 from e2ekit import REPO, SUBMIT, decode_partition, latest_per_key, segment_logs
 
 from compaction.format import batch as fb
-from compaction.format.index import (
-    build_indexes,
-    rebuild_indexes_from_log,
-    sanity_check_offset_index,
-    sanity_check_time_index,
-)
+from compaction.format.batch_build import build_batch
+from compaction.format.index import sanity_check_offset_index, sanity_check_time_index
+from compaction.format.index_build import build_indexes, rebuild_indexes_from_log
 from compaction.format.naming import segment_file_name
 from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches
@@ -29,7 +26,7 @@ TRANSIENT = (".cleaned", ".swap", ".deleted", ".tmp")
 def batch(offsets, value_bytes: int = 8) -> bytes:
     recs = [fb.Record(o, T0 + o, f"k{o % 5}".encode(), (f"v{o}-".encode() * value_bytes)[:value_bytes])
             for o in offsets]  # fmt: skip
-    return fb.build_batch(recs)
+    return build_batch(recs)
 
 
 def write_partition(part_dir: str, segments: list[list[bytes]], interval: int = 100) -> None:

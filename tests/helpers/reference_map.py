@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from compaction.kernels.keymap import KeyIndex
+from compaction.kernels.keyindex import KeyIndex
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import map_masks
 from compaction.steps.group import GroupSpec, SourceSegment

@@ -20,11 +20,10 @@ from compaction.format.batch import (
     BatchHeader,
     Record,
     RecordBatch,
-    build_batch,
-    build_empty_batch,
     control_record,
     parse_end_txn_marker,
 )
+from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.format.crc import crc32c
 
 kafka_python_shims.install()

@@ -7,7 +7,7 @@ import pytest
 
 from compaction.policy.broker_config import BROKER_TO_TOPIC, CLEANER_SYNONYMS
 from compaction.cli.options import parse_args
-from compaction.policy.plan import resolve_topic_config
+from compaction.policy.topic_config import resolve_topic_config
 
 SERVER_PROPERTIES = """\
 # a broker's own file, as shipped with Kafka plus a few cleaner settings

@@ -24,6 +24,7 @@ from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, 
 from compaction.steps.recover import recover_partition
 from compaction.format import batch as fb
 from compaction.format import naming
+from compaction.format.batch_build import build_batch
 from compaction.runtime.storage import Storage
 
 T0 = 1_700_000_000_000
@@ -31,7 +32,7 @@ OTHER_FILES = {"leader-epoch-checkpoint": b"0\n1\n0 0\n", "partition.metadata": 
 
 
 def _batch(offsets) -> bytes:
-    return fb.build_batch([fb.Record(o, T0 + o, f"k{o}".encode(), f"v{o}".encode()) for o in offsets])
+    return build_batch([fb.Record(o, T0 + o, f"k{o}".encode(), f"v{o}".encode()) for o in offsets])
 
 
 def name(base: int, suffix: str = ".log", transient: str = "") -> str:

@@ -32,7 +32,8 @@ from compaction.steps.discover import (
 from compaction.errors import IndexCorruptError
 from compaction.tools.generator import generate_log_dir
 from compaction.cli.options import LONG_MAX, parse_args
-from compaction.policy.plan import PartitionState, plan_partition, resolve_topic_config
+from compaction.policy.plan import PartitionState, plan_partition
+from compaction.policy.topic_config import resolve_topic_config
 from compaction.runtime.storage import Storage
 
 SEG1 = "00000000000000000010"

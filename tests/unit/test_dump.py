@@ -17,7 +17,8 @@ import pytest
 from kafka.record.memory_records import MemoryRecords
 
 from compaction.__main__ import main
-from compaction.format.index import read_offset_index, read_time_index, read_txn_index
+from compaction.format.index import read_offset_index, read_time_index
+from compaction.format.txnindex import read_txn_index
 from compaction.tools.generator import generate_log_dir
 from e2ekit import SHARED_FIXTURES  # noqa: E402
 

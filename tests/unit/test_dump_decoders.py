@@ -24,7 +24,9 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 
 from compaction.tools import dump
 from compaction.format import batch as fb
-from compaction.format.coordinator import format_offsets_record, format_txn_record
+from compaction.format.batch_build import build_batch
+from compaction.format.consumer_offsets import format_offsets_record
+from compaction.format.transaction_log import format_txn_record
 
 T = 1_700_000_000_000
 
@@ -402,7 +404,7 @@ def test_transaction_log_tombstone_unknown_key_version_and_garbage():
 def _segment(tmp_path, records, name="00000000000000000000.log"):
     """One record per batch (as the coordinators write them)."""
     data = b"".join(
-        fb.build_batch([fb.Record(i, T + i, k, v)], base_offset=i) for i, (k, v) in enumerate(records)
+        build_batch([fb.Record(i, T + i, k, v)], base_offset=i) for i, (k, v) in enumerate(records)
     )
     path = tmp_path / name
     path.write_bytes(data)

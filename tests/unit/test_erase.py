@@ -164,8 +164,8 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     log's last batch (then it stays empty, its offsets and producer fields kept); a batch with x
     and another key is rebuilt; a segment without x is not written."""
 
-    from compaction.format import batch as fb
-    from compaction.policy.retention import LastRecord
+    from compaction.format.batch_build import build_batch
+    from compaction.policy.txn_state import LastRecord
     from compaction.steps.rewrite import rewrite_unit
 
     log = Log(tmp_path)
@@ -173,7 +173,7 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     log.segment(0, [one(0, "x", base_sequence=0, **pid), one(1, "y", base_sequence=1, **pid),
                       one(2, "x", base_sequence=2, **pid)])  # fmt: skip
     log.segment(3, [one(3, "z")])
-    log.segment(4, [fb.build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
+    log.segment(4, [build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
     erase = build_erase_set([(None, b"x")])
     specs = _erasing(log, log.segments, erase, {7: LastRecord(2, 0)})
     rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
@@ -237,8 +237,8 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
     from pathlib import Path
 
 
-    from compaction.format import batch as fb
-    from compaction.policy.retention import LastRecord
+    from compaction.format.batch_build import build_batch
+    from compaction.policy.txn_state import LastRecord
     from compaction.steps.rewrite import rewrite_unit
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -249,7 +249,7 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
             for pid, codec, records in seg:
                 seq = seqs.get(pid, 0) if pid >= 0 else -1
                 recs = [(offset + k, key, value) for k, (key, value) in enumerate(records)]
-                raws.append(fb.build_batch([rec(o, k, v) for o, k, v in recs], codec=codec, producer_id=pid,
+                raws.append(build_batch([rec(o, k, v) for o, k, v in recs], codec=codec, producer_id=pid,
                                            producer_epoch=0 if pid >= 0 else -1, base_sequence=seq))  # fmt: skip
                 batches.append({"base": offset, "last": offset + len(recs) - 1, "pid": pid, "seq": seq, "records": recs,
                                 "raw": raws[-1]})  # fmt: skip

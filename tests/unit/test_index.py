@@ -12,23 +12,22 @@ from hypothesis import strategies as st
 
 from compaction.errors import CorruptRecordError, IndexCorruptError
 from compaction.format.index import (
-    AbortedTxn,
-    build_indexes,
-    index_entries,
-    index_entries_py,
     lookup_offset,
     lookup_timestamp,
     read_offset_index,
     read_time_index,
-    read_txn_index,
-    rebuild_indexes_from_log,
     sanity_check_offset_index,
     sanity_check_time_index,
-    sanity_check_txn_index,
     write_offset_index,
     write_time_index,
-    write_txn_index,
 )
+from compaction.format.index_build import (
+    build_indexes,
+    index_entries,
+    index_entries_py,
+    rebuild_indexes_from_log,
+)
+from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
 from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 FIXTURES = SHARED_FIXTURES

@@ -19,16 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compaction.format import batch as fb
-from compaction.format.index import AbortedTxn
+from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT
+from compaction.format.txnindex import AbortedTxn
 from compaction.policy import keep as pk
 from compaction.policy.retention import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     BatchInfo,
     BatchOutput,
     BatchRetention,
-    CleanedTransactionMetadata,
-    LastRecord,
     check_batch_retention,
     filter_batch_output,
     is_last_of_producer,
@@ -37,6 +34,7 @@ from compaction.policy.retention import (
     should_retain_deletes,
     should_retain_record,
 )
+from compaction.policy.txn_state import CleanedTransactionMetadata, LastRecord
 
 NOW = 1_000_000
 RETENTION = 500  # delete.retention.ms

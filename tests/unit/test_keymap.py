@@ -1,4 +1,4 @@
-"""format/keymap.py: the numba hash tables against plain-Python dict references.
+"""kernels/keymap.py and keyindex.py: the numba hash tables against plain-Python dict references.
 
 `KeyTable` is the whole-partition offset map: keys are read where they lie (a segment buffer or
 its `side` buffer, addressed by combined positions), every keyed record gets the id of its key
@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.kernels.keymap import KeyIndex, KeyTable, max_by_key
+from compaction.kernels.keyindex import KeyIndex, max_by_key
+from compaction.kernels.keymap import KeyTable
 
 
 def _layout(keys: list[bytes | None], in_side: list[bool]):

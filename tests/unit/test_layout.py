@@ -9,7 +9,8 @@ from kafka.record.default_records import DefaultRecordBase
 from kafka.record.legacy_records import LegacyRecordBase
 
 from compaction.format import batch as fb
-from compaction.format import compression, index, layout, legacy, segment
+from compaction.format import compression, index, layout, legacy, segment, txnindex
+from compaction.format.batch_build import build_batch
 from compaction.format.layout import (
     ATTRIBUTE_FLAGS_OFFSET,
     ATTRIBUTES_OFFSET,
@@ -81,7 +82,7 @@ def test_v2_header_numpy_view_matches_the_layout():
 
 
 def test_built_batch_reads_back_at_layout_offsets():
-    raw = fb.build_batch([fb.Record(100, 1000, b"k", b"v"), fb.Record(105, 900, None, None)], codec=1,
+    raw = build_batch([fb.Record(100, 1000, b"k", b"v"), fb.Record(105, 900, None, None)], codec=1,
                          producer_id=7, producer_epoch=3, base_sequence=11, is_transactional=True,
                          partition_leader_epoch=5, delete_horizon_ms=2000)  # fmt: skip
     h = fb.RecordBatch(raw).header
@@ -125,7 +126,7 @@ def test_encoded_legacy_message_keys_start_after_their_length():
 def test_index_entry_structs_and_dtypes_match_the_layout():
     assert index.OFFSET_ENTRY.size == index.OFFSET_ENTRY_DTYPE.itemsize == layout.OFFSET_ENTRY_SIZE
     assert index.TIME_ENTRY.size == index.TIME_ENTRY_DTYPE.itemsize == layout.TIME_ENTRY_SIZE
-    assert index.ABORTED_TXN.size == layout.ABORTED_TXN_SIZE
+    assert txnindex.ABORTED_TXN.size == layout.ABORTED_TXN_SIZE
 
 
 def test_layout_agrees_with_kafka_python():

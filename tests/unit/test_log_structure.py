@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from compaction.errors import LogStructureError
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch
 from compaction.format.legacy import build_legacy_message_set
 from compaction.format.naming import segment_file_name
 from compaction.policy.log_structure import (
@@ -295,7 +296,7 @@ def test_well_formed_logs_pass_and_damage_is_found(log, data):
 
 def v2(first, last, epoch=0):
     recs = [fb.Record(o, 1_700_000_000_000, b"k", b"v") for o in range(first, last + 1)]
-    return fb.build_batch(recs, partition_leader_epoch=epoch)
+    return build_batch(recs, partition_leader_epoch=epoch)
 
 
 def test_first_batch_of_v2_and_legacy_bytes():

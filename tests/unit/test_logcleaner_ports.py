@@ -15,7 +15,7 @@ the next batch would push it past `segment.bytes` (Kafka's size rule), writes `.
 for every ABORT marker that ends an open transaction.
 
 `KafkaLog.clean(now, ...)` is `Cleaner.doClean(LogToClean(log, firstDirty, upperBound), now)` on
-our code, without Spark: the groups come from `plan.group_segments_by_size`, the legacy horizon
+our code, without Spark: the groups come from `grouping.group_segments_by_size`, the legacy horizon
 from `plan.legacy_delete_horizon_ms`, the aborted transactions from the `.txnindex` files, the
 offset map is the one `spark_stages.offset_map` computes (max dirty offset per key of
 `scan_group`'s rows), producer state comes from `ranges.producer_state` and the units are cut as
@@ -50,14 +50,16 @@ import pyarrow as pa
 import pytest
 from reference_map import KeyLookup, scan_group
 
-from compaction.policy import plan
+from compaction.policy import grouping, plan, topic_config
 
 from compaction.steps import ranges
 from compaction.steps.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import compression, legacy, naming
-from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, write_txn_index
+from compaction.format.batch_build import build_batch, build_empty_batch
+from compaction.format.index_build import build_indexes
+from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
 from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches
 from compaction.steps.group import GroupSpec, SourceSegment
@@ -143,7 +145,7 @@ class KafkaLog:
         """One batch of (key, value) records at the next offsets; returns (first, last) offset."""
         first = self.leo
         records = [fb.Record(first + i, ts, _b(k), _b(v)) for i, (k, v) in enumerate(kvs)]
-        data = fb.build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+        data = build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                               is_transactional=txn, partition_leader_epoch=leader_epoch,
                               codec=codec)  # fmt: skip
         self.append_raw(data, records[-1].offset)
@@ -160,7 +162,7 @@ class KafkaLog:
         """An end-transaction marker (coordinator epoch 0), as `MemoryRecords.withEndTransactionMarker`."""
         offset = self.leo
         key, value = fb.control_record(control_type, 0)
-        data = fb.build_batch([fb.Record(offset, ts, key, value)], producer_id=pid, producer_epoch=epoch,
+        data = build_batch([fb.Record(offset, ts, key, value)], producer_id=pid, producer_epoch=epoch,
                               is_transactional=True, is_control=True,
                               partition_leader_epoch=leader_epoch)  # fmt: skip
         first = self.open_txns.pop(pid, None)
@@ -208,7 +210,7 @@ class KafkaLog:
 
     def plan(self, now: int, **config) -> plan.PartitionPlan:
         """`LogCleanerManager` on this log: our planner with the given topic configs."""
-        cfg = plan.resolve_topic_config({"cleanup.policy": "compact", **config})
+        cfg = topic_config.resolve_topic_config({"cleanup.policy": "compact", **config})
         state = plan.PartitionState(tuple(self.metas()), 0, self.leo, self.checkpoint)
         return plan.plan_partition("t", 0, state, cfg, now)
 
@@ -221,7 +223,7 @@ class KafkaLog:
         upper = self.active_base if upper_bound is None else upper_bound
         metas = self.metas()
         to_group = plan.log_segments(metas, 0, upper)
-        groups = plan.group_segments_by_size(to_group, self.segment_bytes, self.segment_index_bytes, upper)
+        groups = grouping.group_segments_by_size(to_group, self.segment_bytes, self.segment_index_bytes, upper)
         legacy_horizon = plan.legacy_delete_horizon_ms(
             plan.PartitionState(tuple(metas), 0, self.leo), first_dirty, self.delete_retention_ms)
         src = {s.base_offset: s for s in self.segments()}
@@ -815,7 +817,7 @@ def _empty_header(pid=23, epoch=5, base=3, seq=10, ple=293, ts=NOW - 7, txn=Fals
                             attributes=fb.TRANSACTIONAL_MASK if txn else 0, last_offset_delta=0,
                             base_timestamp=-1, max_timestamp=ts, producer_id=pid, producer_epoch=epoch,
                             base_sequence=seq, records_count=0)  # fmt: skip
-    return fb.build_empty_batch(header)
+    return build_empty_batch(header)
 
 
 def test_MemoryRecordsTest_testEmptyBatchRetention(tmp_path):
@@ -878,7 +880,7 @@ def test_MemoryRecordsTest_testBaseTimestampToDeleteHorizonConversion(tmp_path, 
     horizon = (2**31 - 1) // 2
     log = KafkaLog(tmp_path, delete_retention_ms=1)
     records = [fb.Record(0, 5, b"0", b"0"), fb.Record(1, 10, b"1", None), fb.Record(2, 15, b"2", b"2")]
-    log.append_raw(fb.build_batch(records, codec=codec, partition_leader_epoch=998), 2)
+    log.append_raw(build_batch(records, codec=codec, partition_leader_epoch=998), 2)
     log.roll()
     log.clean(horizon - 1)  # currentTime + delete.retention.ms == horizon
     (b,) = log.batches()

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from compaction.cli.options import parse_args, parse_topic_properties
-from compaction.policy.plan import resolve_topic_config
+from compaction.policy.topic_config import resolve_topic_config
 
 
 def test_flags_are_kafka_config_names_and_unset_flags_stay_unset():

@@ -12,9 +12,9 @@ from cleaner_manager import grab_filthiest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compaction.format.layout import INT32_MAX
+from compaction.policy.grouping import group_segments_by_size
 from compaction.policy.plan import (
-    INT32_MAX,
-    LONG_MAX,
     REASON_ACTIVE_ONLY,
     REASON_BELOW_RATIO,
     REASON_LAG_BOUND,
@@ -23,16 +23,14 @@ from compaction.policy.plan import (
     LogToClean,
     PartitionState,
     SegmentMeta,
-    TopicConfig,
     cleanable_offsets,
-    group_segments_by_size,
     is_eligible,
     legacy_delete_horizon_ms,
     log_to_clean,
     max_compaction_delay,
     plan_partition,
-    resolve_topic_config,
 )
+from compaction.policy.topic_config import LONG_MAX, TopicConfig, resolve_topic_config
 
 NOW = 1_400_000_000_000  # LogCleanerManagerTest's MockTime start
 HOUR = 3_600_000

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch
 from compaction.format.legacy import build_legacy_message_set
 from compaction.kernels.scan import scan_segment
 from compaction.format.segment import iter_batches
@@ -30,7 +31,7 @@ def _segment(codecs: list[int]) -> bytes:
             magic, legacy_codec = (codec - 5) % 2, (codec - 5) // 2
             out.append(build_legacy_message_set(recs, magic, codec=legacy_codec))
         else:
-            out.append(fb.build_batch(recs, codec=codec))
+            out.append(build_batch(recs, codec=codec))
         offset += 3
     return b"".join(out)
 

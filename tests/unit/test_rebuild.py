@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from compaction.format import batch as fb
 from compaction.format import compression
+from compaction.format.batch_build import _seal, build_batch
 from compaction.kernels.rebuild import (
     NEEDS_FALLBACK,
     NO_HORIZON,
@@ -83,7 +84,7 @@ def expected_rebuild(raw: bytes, keep: list[bool], new_horizon: int | None) -> b
     records = [r for r, k in zip(batch.records(), keep, strict=True) if k]
     if not records:
         return None
-    return fb.build_batch(
+    return build_batch(
         records, base_offset=h.base_offset, codec=h.codec, timestamp_type=h.timestamp_type,
         producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
         is_transactional=h.is_transactional, is_control=h.is_control,
@@ -142,7 +143,7 @@ def assert_same(fast, ref) -> None:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(batch_specs(), min_size=1, max_size=4))
 def test_kernel_and_reference_equal_build_batch(specs):
-    raws = [fb.build_batch(records, **kw) for records, kw, _, _ in specs]
+    raws = [build_batch(records, **kw) for records, kw, _, _ in specs]
     scan, fast, ref, eff = run_both(b"".join(raws), [s[2] for s in specs], [s[3] for s in specs])
     assert_same(fast, ref)
     assert not fast[6].any()  # every header key came from a str: valid UTF-8
@@ -185,7 +186,7 @@ def padded_record(rec: fb.Record, base_offset: int, base_ts: int, pads, raw_head
 def plain_batch(records: list[fb.Record], payload: bytes, base_offset: int, base_ts: int) -> bytes:
     header = fb.BatchHeader(base_offset, 0, -1, 2, 0, 0, records[-1].offset - base_offset, base_ts,
                             max(r.timestamp for r in records), -1, -1, -1, len(records))  # fmt: skip
-    return fb._seal(header, payload)
+    return _seal(header, payload)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,7 +201,7 @@ def test_non_canonical_varints_are_rewritten_shortest(spec, pads, codec):
     if codec:  # same records, compressed: the regions then live in the side buffer
         h = fb.BatchHeader.unpack_from(raw)
         h.attributes = codec
-        raw = fb._seal(h, compression.compress(codec, payload))
+        raw = _seal(h, compression.compress(codec, payload))
     scan, fast, ref, eff = run_both(raw, [keep], [horizon])
     assert_same(fast, ref)
     assert sealed(scan, fast, eff, 0) == expected_rebuild(raw, keep, horizon)
@@ -230,7 +231,7 @@ def test_valid_utf8_matches_python(data):
 
 
 def test_layout_mismatch_raises():
-    raw = fb.build_batch([fb.Record(0, 5, b"a", b"b"), fb.Record(1, 6, b"c", b"d")])
+    raw = build_batch([fb.Record(0, 5, b"a", b"b"), fb.Record(1, 6, b"c", b"d")])
     scan = scan_segment(np.frombuffer(raw, dtype=np.uint8))
     src, start, end = record_regions(scan)
     assert src.tolist() == [SRC_FILE] and start.tolist() == [61] and end.tolist() == [len(raw)]

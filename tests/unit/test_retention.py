@@ -12,23 +12,24 @@ from typing import NamedTuple
 
 import pytest
 
+from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT
 from compaction.policy.retention import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
     BatchInfo,
     BatchOutput,
     BatchRetention,
-    CleanedTransactionMetadata,
-    LastRecord,
     batch_retention,
     check_batch_retention,
     delete_horizon_ms,
     discard_batch_records,
     filter_batch_output,
-    last_records_of_active_producers,
     needs_delete_horizon,
     retain_legacy_deletes,
     should_retain_record,
+)
+from compaction.policy.txn_state import (
+    CleanedTransactionMetadata,
+    LastRecord,
+    last_records_of_active_producers,
 )
 
 T = 1_000_000
@@ -516,7 +517,7 @@ def test_multi_pass_segment_cleaning_with_aborted_transactions():
 def test_first_unstable_offset_is_the_earliest_transaction_without_a_marker():
     """docs/kafka-rules.md#last-stable-offset: LSO = first offset of the earliest open transaction
     (hand-worked table)."""
-    from compaction.policy.retention import first_unstable_offset
+    from compaction.policy.txn_state import first_unstable_offset
 
     data = lambda base, pid: BatchInfo(base, base + 1, producer_id=pid, producer_epoch=0, is_transactional=True)  # noqa: E731
     marker = lambda base, pid, n=1: BatchInfo(base, base, producer_id=pid, producer_epoch=0,  # noqa: E731

@@ -23,10 +23,12 @@ from reference_map import KeyLookup, found_offsets, scan_group
 from compaction.steps.commit import Replacement, commit_partition
 from compaction.format import batch as fb
 from compaction.format import compression, naming
-from compaction.format.index import AbortedTxn, build_indexes, read_txn_index, rebuild_indexes_from_log
+from compaction.format.batch_build import build_batch
+from compaction.format.index_build import build_indexes, rebuild_indexes_from_log
+from compaction.format.txnindex import AbortedTxn, read_txn_index
 from compaction.kernels.scan import scan_batches
-from compaction.policy.retention import LastRecord
 from compaction.policy.keep import aborted_batches
+from compaction.policy.txn_state import LastRecord
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.rewrite import rewrite_unit
 from compaction.steps.scan import read_segment
@@ -49,11 +51,11 @@ def rec(offset: int, key, value, ts: int | None = None, headers=()) -> fb.Record
 
 def one(offset: int, key, value=None, **kw) -> bytes:
     """A single-record batch, like LogCleanerTest's `record(key, value)` appends."""
-    return fb.build_batch([rec(offset, key, value if value is not None else key)], **kw)
+    return build_batch([rec(offset, key, value if value is not None else key)], **kw)
 
 
 def tombstone(offset: int, key, **kw) -> bytes:
-    return fb.build_batch([rec(offset, key, None)], **kw)
+    return build_batch([rec(offset, key, None)], **kw)
 
 
 class Log:
@@ -189,14 +191,14 @@ PID = 7
 
 
 def txn_batch(records, pid=PID, epoch=0, seq=0) -> bytes:
-    return fb.build_batch(
+    return build_batch(
         records, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True
     )
 
 
 def marker(offset: int, control_type: int, pid=PID, epoch=0) -> bytes:
     key, value = fb.control_record(control_type)
-    return fb.build_batch([fb.Record(offset, NOW - 5000, key, value)], producer_id=pid, producer_epoch=epoch,
+    return build_batch([fb.Record(offset, NOW - 5000, key, value)], producer_id=pid, producer_epoch=epoch,
                           is_transactional=True, is_control=True)  # fmt: skip
 
 
@@ -206,7 +208,7 @@ def test_aborted_batches_flags_only_transactional_data_in_range(tmp_path):
         txn_batch([rec(0, "a", "x"), rec(1, "b", "x")]),            # pid 7, aborted range 0..4
         txn_batch([rec(2, "c", "x")], pid=8),                          # other producer
         # idempotent, not transactional
-        fb.build_batch([rec(3, "d", "x")], producer_id=PID, producer_epoch=0, base_sequence=5),
+        build_batch([rec(3, "d", "x")], producer_id=PID, producer_epoch=0, base_sequence=5),
         marker(4, fb.CONTROL_ABORT),                                   # control: never "aborted data"
         txn_batch([rec(5, "e", "x")], seq=6),                          # after the aborted txn ended
     ])  # fmt: skip
@@ -220,8 +222,8 @@ def test_aborted_batches_flags_only_transactional_data_in_range(tmp_path):
 def test_scan_group_keys_dirty_offsets_and_producers(tmp_path):
     log = Log(tmp_path)
     s0 = log.segment(0, [
-        fb.build_batch([rec(0, "a", "a0"), rec(1, "b", "b0")]),
-        fb.build_batch([rec(2, None, "unkeyed")]),
+        build_batch([rec(0, "a", "a0"), rec(1, "b", "b0")]),
+        build_batch([rec(2, None, "unkeyed")]),
         txn_batch([rec(3, "a", "aborted"), rec(4, "c", "aborted")]),
         marker(5, fb.CONTROL_ABORT),
     ])  # fmt: skip
@@ -243,7 +245,7 @@ def test_scan_group_keys_dirty_offsets_and_producers(tmp_path):
 def test_scan_group_tail_segments_feed_producers_only(tmp_path):
     log = Log(tmp_path)
     s0 = log.segment(0, [one(0, "a")])
-    idem = fb.build_batch([rec(1, "a", "new")], producer_id=3, producer_epoch=1, base_sequence=0)
+    idem = build_batch([rec(1, "a", "new")], producer_id=3, producer_epoch=1, base_sequence=0)
     tail = log.segment(1, [idem])
     spec = log.spec([s0], upper_bound=1)
     spec = GroupSpec(**{**spec.__dict__, "tail_segments": (tail,)})
@@ -257,10 +259,10 @@ def test_scan_group_tail_segments_feed_producers_only(tmp_path):
 
 def test_rewrite_verbatim_copies_rebuilds_indexes_and_mtime(tmp_path):
     log = Log(tmp_path)
-    b0 = fb.build_batch([rec(0, "a", "a0"), rec(1, "b", "b0", headers=[("h", b"1"), ("n", None)])])
-    b1 = fb.build_batch([rec(2, "c", "c0", headers=[("x", b"y")])], partition_leader_epoch=3)
+    b0 = build_batch([rec(0, "a", "a0"), rec(1, "b", "b0", headers=[("h", b"1"), ("n", None)])])
+    b1 = build_batch([rec(2, "c", "c0", headers=[("x", b"y")])], partition_leader_epoch=3)
     b2 = one(3, "a", "a1")
-    b3 = fb.build_batch([rec(4, "d", "d0")], codec=compression.CODEC_GZIP)
+    b3 = build_batch([rec(4, "d", "d0")], codec=compression.CODEC_GZIP)
     s0 = log.segment(0, [b0, b1])
     s1 = log.segment(3, [b2, b3])
     spec = log.spec([s0, s1])
@@ -269,7 +271,7 @@ def test_rewrite_verbatim_copies_rebuilds_indexes_and_mtime(tmp_path):
     (res,) = clean([spec], m)
 
     # b0 loses a@0: rebuilt with the original base offset and lastOffsetDelta, header kept.
-    rebuilt = fb.build_batch(
+    rebuilt = build_batch(
         [rec(1, "b", "b0", headers=[("h", b"1"), ("n", None)])], base_offset=0, last_offset_delta=1
     )
     data = log.read(0, ".cleaned")
@@ -296,10 +298,10 @@ def test_rewrite_verbatim_copies_rebuilds_indexes_and_mtime(tmp_path):
 def test_rewrite_delete_horizon(tmp_path):
     log = Log(tmp_path)
     # tombstone, no horizon yet
-    fresh = fb.build_batch([rec(0, "a", "v"), rec(1, "b", None, ts=NOW - 99_000)])
+    fresh = build_batch([rec(0, "a", "v"), rec(1, "b", None, ts=NOW - 99_000)])
     # horizon passed
-    passed = fb.build_batch([rec(2, "c", "v"), rec(3, "d", None)], delete_horizon_ms=NOW - 1)
-    pending = fb.build_batch([rec(4, "e", None)], delete_horizon_ms=NOW + 5)  # horizon still ahead
+    passed = build_batch([rec(2, "c", "v"), rec(3, "d", None)], delete_horizon_ms=NOW - 1)
+    pending = build_batch([rec(4, "e", None)], delete_horizon_ms=NOW + 5)  # horizon still ahead
     plain = one(5, "f")
     seg = log.segment(0, [fresh, passed, pending, plain])
     spec = log.spec([seg])
@@ -417,13 +419,13 @@ def test_testCleaningWithDeletes(tmp_path):
 def test_testCleanTombstone(tmp_path):
     log = Log(tmp_path)
     # Round 1: a record with a large timestamp.
-    log.segment(0, [fb.build_batch([rec(0, "0", "0", ts=NOW + RETENTION + 10_000)])])
+    log.segment(0, [build_batch([rec(0, "0", "0", ts=NOW + RETENTION + 10_000)])])
     log.segment(1, [])  # the active segment after roll()
     spec = log.spec(log.segments[:1], upper_bound=1)
     clean([spec], offset_map([spec]))
     log.swap_in(spec)
     # Round 2: a tombstone with a small timestamp, rolled.
-    log.segment(1, [fb.build_batch([rec(1, "0", None, ts=NOW - RETENTION - 10_000)])])
+    log.segment(1, [build_batch([rec(1, "0", None, ts=NOW - RETENTION - 10_000)])])
     log.segment(2, [])
     spec = log.spec(log.segments[:2], first_dirty=1, upper_bound=2)
     clean([spec], offset_map([spec]))
@@ -432,7 +434,7 @@ def test_testCleanTombstone(tmp_path):
     assert first.last_offset == 1, "The tombstone should be retained."
     assert first.delete_horizon_ms == NOW + RETENTION  # horizon from the cleaning time, not the record's
     # Round 3: a new key, rolled; same clock: the tombstone is still within its horizon.
-    log.segment(2, [fb.build_batch([rec(2, "1", "1", ts=NOW)])])
+    log.segment(2, [build_batch([rec(2, "1", "1", ts=NOW)])])
     log.segment(3, [])
     spec = log.spec(log.segments[:2], first_dirty=2, upper_bound=3)
     clean([spec], offset_map([spec]))
@@ -446,7 +448,7 @@ def test_testCleanTombstone(tmp_path):
 
 def test_testCleaningWithUnkeyedMessages(tmp_path):
     log = Log(tmp_path)
-    unkeyed = [fb.build_batch([rec(o, None, o)]) for o in range(4)]
+    unkeyed = [build_batch([rec(o, None, o)]) for o in range(4)]
     s0 = log.segment(0, unkeyed)
     keyed = [one(o, o) for o in range(4, 8)]
     s1 = log.segment(4, keyed)
@@ -505,7 +507,7 @@ def test_testFilterToAlreadyCompactedLog(tmp_path, codec):
     log = Log(tmp_path)
     # A batch with offset gaps (already compacted): base 0, records at 5, 8, 10.
     records = [rec(5, None, "a", ts=10), rec(8, "1", "b", ts=11), rec(10, None, "c", ts=12)]
-    seg = log.segment(0, [fb.build_batch(records, base_offset=0, codec=codec)])
+    seg = log.segment(0, [build_batch(records, base_offset=0, codec=codec)])
     spec = log.spec([seg], upper_bound=100)  # RetainNonNullKeysFilter: only null keys go
     (res,) = clean([spec], {})
     ((header, kept, _),) = cleaned_batches(log, spec)
@@ -518,10 +520,10 @@ def test_testFilterToAlreadyCompactedLog(tmp_path, codec):
 
 def test_testFilterToPreservesProducerInfo(tmp_path):
     log = Log(tmp_path)
-    plain = fb.build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")])
-    idem = fb.build_batch([rec(3, None, "d"), rec(4, "4", "e"), rec(5, "5", "f")],
+    plain = build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")])
+    idem = build_batch([rec(3, None, "d"), rec(4, "4", "e"), rec(5, "5", "f")],
                           producer_id=23, producer_epoch=5, base_sequence=10)  # fmt: skip
-    txn = fb.build_batch(
+    txn = build_batch(
         [rec(6, "6", "g"), rec(7, "7", "h"), rec(8, None, "i")],
         producer_id=99384, producer_epoch=234, base_sequence=15, is_transactional=True,
     )  # fmt: skip
@@ -542,7 +544,7 @@ def test_testFilterToPreservesProducerInfo(tmp_path):
 
 def test_testFilterToPreservesPartitionLeaderEpoch(tmp_path):
     log = Log(tmp_path)
-    seg = log.segment(0, [fb.build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")],
+    seg = log.segment(0, [build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")],
                                          partition_leader_epoch=67)])  # fmt: skip
     spec = log.spec([seg], upper_bound=100)
     clean([spec], {})
@@ -558,9 +560,9 @@ def test_testFilterToPreservesLogAppendTime(tmp_path, codec):
     kw = dict(codec=codec, timestamp_type=fb.LOG_APPEND_TIME, log_append_time=append_time, producer_id=11,
               producer_epoch=0)  # fmt: skip
     seg = log.segment(0, [
-        fb.build_batch([rec(0, None, "a", ts=10)], base_sequence=0, **kw),
-        fb.build_batch([rec(1, "1", "b", ts=11), rec(2, None, "c", ts=12)], base_sequence=1, **kw),
-        fb.build_batch([rec(3, None, "d", ts=13), rec(4, "4", "e", ts=14), rec(5, "5", "f", ts=15)],
+        build_batch([rec(0, None, "a", ts=10)], base_sequence=0, **kw),
+        build_batch([rec(1, "1", "b", ts=11), rec(2, None, "c", ts=12)], base_sequence=1, **kw),
+        build_batch([rec(3, None, "d", ts=13), rec(4, "4", "e", ts=14), rec(5, "5", "f", ts=15)],
                        base_sequence=3, **kw),
     ])  # fmt: skip
     spec = log.spec([seg], upper_bound=100)
@@ -580,7 +582,7 @@ def test_last_batch_of_active_producer_kept_empty(tmp_path):
     an empty batch (its offsets and sequence survive) even when all its records are superseded."""
     log = Log(tmp_path)
     seg = log.segment(0, [
-        fb.build_batch([rec(0, "a", "1"), rec(1, "b", "1")], producer_id=1, producer_epoch=0,
+        build_batch([rec(0, "a", "1"), rec(1, "b", "1")], producer_id=1, producer_epoch=0,
                        base_sequence=0),
         one(2, "a", "2"),
         one(3, "b", "2"),

@@ -6,7 +6,8 @@ import struct
 import pytest
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
-from compaction.format.batch import Record, RecordBatch, build_batch, build_empty_batch
+from compaction.format.batch import Record, RecordBatch
+from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.format.legacy import LegacyBatch, build_legacy_message_set
 from compaction.format.segment import SegmentReader, iter_batches
 

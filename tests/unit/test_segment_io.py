@@ -356,8 +356,9 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
 
     path = tmp_path / "00000000000000000000.log"
     from compaction.format import batch as fb
+    from compaction.format.batch_build import build_batch
 
-    path.write_bytes(b"".join(fb.build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20)))
+    path.write_bytes(b"".join(build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20)))
     scan = scan_segment(read_segment_bytes(LOCAL, str(path), "direct"), str(path))
     cache = ScanCache(1 << 20)
     assert cache.offer(0, 0, scan, reread=True) and cache.offer(0, 1, scan, reread=False)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch
 from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, RebuildError, rebuild_records, record_regions
 from compaction.format.legacy import build_legacy_message_set
 from compaction.kernels.scan import scan_segment
@@ -32,7 +33,7 @@ def data_batch(draw, base_offset: int):
     n = draw(st.integers(1, 10))
     records = [fb.Record(base_offset + i, 1_000 + draw(st.integers(-50, 50)), draw(_bytes), draw(_bytes),
                          draw(_headers)) for i in range(n)]  # fmt: skip
-    return fb.build_batch(records, base_offset=base_offset, codec=draw(st.integers(0, 4))), n
+    return build_batch(records, base_offset=base_offset, codec=draw(st.integers(0, 4))), n
 
 
 @st.composite
@@ -93,9 +94,9 @@ def test_packed_scan_rebuilds_the_same_and_kernel_equals_reference(seg):
 
 def _mixed_segment() -> bytes:
     recs = [fb.Record(i, 100 + i, b"k%d" % (i % 3), b"v" * 50, (("h", b"x"),)) for i in range(12)]
-    return b"".join([fb.build_batch(recs[:6], base_offset=0, codec=4),
-                     fb.build_batch(recs[6:9], base_offset=6, codec=0),
-                     fb.build_batch(recs[9:], base_offset=9, codec=1)])  # fmt: skip
+    return b"".join([build_batch(recs[:6], base_offset=0, codec=4),
+                     build_batch(recs[6:9], base_offset=6, codec=0),
+                     build_batch(recs[9:], base_offset=9, codec=1)])  # fmt: skip
 
 
 def test_packing_drops_the_records_not_kept():
@@ -126,12 +127,12 @@ def test_a_record_left_out_cannot_be_rebuilt():
 
 def test_transactional_control_and_legacy_segments_are_not_packed():
     recs = [fb.Record(0, 1, b"k", b"v"), fb.Record(1, 2, b"k", b"w")]
-    txn = fb.build_batch(recs, codec=3, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
-    plain = fb.build_batch(recs, codec=0)
+    txn = build_batch(recs, codec=3, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    plain = build_batch(recs, codec=0)
     for raw in (txn, plain):
         scan = scan_segment(np.frombuffer(raw, dtype=np.uint8))
         assert packable(scan) is None and pack_side(scan, np.zeros(2, bool)) is None
-    legacy = build_legacy_message_set(recs, magic=1, codec=1) + fb.build_batch(
+    legacy = build_legacy_message_set(recs, magic=1, codec=1) + build_batch(
         [fb.Record(2, 3, b"k", b"x")], base_offset=2, codec=1)
     scan = scan_segment(np.frombuffer(legacy, dtype=np.uint8))
     assert len(scan.side) and packable(scan) is None

@@ -17,6 +17,7 @@ from test_legacywalk import message_sets
 from test_rewrite_unit import NOW, RETENTION, Log, clean
 
 from compaction.format import batch as fb
+from compaction.format.batch_build import build_batch
 from compaction.format.legacy import LegacyBatch, build_legacy_message_set
 from compaction.kernels.scan import scan_batches, scan_segment
 from compaction.kernels.upconvert import convert_messages, convert_messages_py
@@ -85,7 +86,7 @@ def test_golden_v2_batch_of_a_v0_message():
     )  # fmt: skip
     assert data.tobytes() == expected and ends.tolist() == [len(expected)] and max_ts.tolist() == [-1]
     assert fb.RecordBatch(expected).crc_valid()
-    assert expected == fb.build_batch([fb.Record(42, -1, b"k", None)], delete_horizon_ms=1000)
+    assert expected == build_batch([fb.Record(42, -1, b"k", None)], delete_horizon_ms=1000)
 
 
 # --- the rewrite of legacy segments ------------------------------------------------------------------
@@ -107,7 +108,7 @@ def expected_cleaned(log: bytes, latest: dict, upper_bound: int, retain_deletes:
         h = batch.header
         lat = h.magic == 1 and h.timestamp_type == fb.LOG_APPEND_TIME
         tomb = any(r.value is None for r in kept)
-        out += fb.build_batch(kept, codec=h.attributes & fb.COMPRESSION_CODEC_MASK,
+        out += build_batch(kept, codec=h.attributes & fb.COMPRESSION_CODEC_MASK,
                               timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
                               delete_horizon_ms=NOW + RETENTION if tomb else None,
                               log_append_time=h.max_timestamp if lat else None)  # fmt: skip
