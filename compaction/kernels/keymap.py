@@ -270,22 +270,37 @@ class KeyTable:
             have = self._work[name] = np.empty(max(n, 2 * len(have) if have is not None else n), dtype)
         return have[:n]
 
+    def reserve(self, keys: int) -> None:
+        """Room for `keys` keys in all, made in one step: a table that will hold many times its
+        first guess grows once, while it is small, instead of doubling (a copy of every region and
+        a rehash of every key) each time it fills."""
+        share = -(-keys // self.regions)
+        if share <= self.cap:
+            return
+        cap = share + share // 8
+        held = int(self.count.sum())
+        per_key = int(self.used.sum()) // held + 1 if held else self.ARENA_BYTES_PER_KEY
+        self._resize(cap, 1 << (2 * cap - 1).bit_length(), max(self.arena_cap, per_key * cap + per_key * cap // 4))
+
     def _grow(self, what: int, key_len: int) -> None:
+        cap = 2 * self.cap if what & _GROW_IDS else self.cap
+        n_slots = 2 * self.n_slots if what & _GROW_SLOTS else self.n_slots
+        arena_cap = max(2 * self.arena_cap, self.arena_cap + key_len) if what & _GROW_ARENA else self.arena_cap
+        self._resize(cap, n_slots, arena_cap)
+
+    def _resize(self, cap: int, n_slots: int, arena_cap: int) -> None:
         p = self.regions
-        if what & _GROW_ARENA:
-            cap = max(2 * self.arena_cap, self.arena_cap + key_len)
-            arena = np.empty(p * cap, np.uint8)
-            _copy_regions(self.arena, self.arena_cap, arena, cap, self.used)
-            self.arena, self.arena_cap = arena, cap
-        if what & _GROW_IDS:
-            cap = 2 * self.cap
+        if arena_cap > self.arena_cap:
+            arena = np.empty(p * arena_cap, np.uint8)
+            _copy_regions(self.arena, self.arena_cap, arena, arena_cap, self.used)
+            self.arena, self.arena_cap = arena, arena_cap
+        if cap > self.cap:
             offs = np.zeros(p * (cap + 1), np.int64)
             _copy_regions(self.offs, self.cap + 1, offs, cap + 1, self.count + 1)
             latest = np.full(p * cap, -1, np.int64)
             _copy_regions(self.latest, self.cap, latest, cap, self.count)
             self.offs, self.latest, self.cap = offs, latest, cap
-        if what & _GROW_SLOTS:
-            n_slots = 2 * self.n_slots
+        if n_slots > self.n_slots:
             slots = np.zeros(p * n_slots, np.uint64)
             _reinsert(self.log_p, self.arena, self.arena_cap, self.offs, self.cap, self.count, slots, n_slots)
             self.slots, self.n_slots = slots, n_slots

@@ -100,13 +100,14 @@ class Exchange:
 
     # --- files of blocks -----------------------------------------------------------------
 
-    def _path(self, name: str) -> str:
+    def path(self, name: str) -> str:
+        """Where the stage's file `name` goes."""
         return f"{self.root}/{name}"
 
     @contextmanager
     def _create(self, name: str):
         """An output stream whose file appears, whole, when it closes."""
-        path = self._path(name)
+        path = self.path(name)
         if not self.storage.is_local:  # an object appears whole when its upload completes
             with self.storage.fs.open_output_stream(path, compression=None) as out:
                 yield out
@@ -137,7 +138,7 @@ class Exchange:
         return at + len(tail) + INDEX_LENGTH.size
 
     def read_index(self, name: str) -> dict[str, np.ndarray]:
-        path = self._path(name)
+        path = self.path(name)
         try:
             with self.storage.open_input(path) as f:
                 size = f.size()
@@ -157,7 +158,7 @@ class Exchange:
         rows = np.flatnonzero(select(index)) if select is not None else np.arange(len(index["offset"]))
         if not len(rows):
             return
-        with self.storage.open_input(self._path(name)) as f:
+        with self.storage.open_input(self.path(name)) as f:
             for i in rows.tolist():
                 data = f.read_at(int(index["length"][i]), int(index["offset"][i]))
                 yield Block(int(index["range_id"][i]), int(index["kind"][i]), int(index["bucket"][i]),
@@ -172,17 +173,17 @@ class Exchange:
 
     def gather(self, phase: str, tasks: int) -> list[dict]:
         """Every task's status of `phase`, once all are posted (waits)."""
-        poll = POLL_LOCAL_SECONDS if self.storage.is_local else POLL_REMOTE_SECONDS
-        paths = [self._path(f"done-{phase}-{t}.json") for t in range(tasks)]
-        deadline = time.monotonic() + self.timeout
-        waiting = list(range(tasks))
-        while waiting:
-            waiting = [t for t in waiting if not self.storage.exists(paths[t])]
-            if waiting:
-                if time.monotonic() > deadline:
-                    raise ExchangeError(f"tasks {waiting} did not finish phase {phase} within {self.timeout:.0f} s")
-                time.sleep(poll)
-        return [json.loads(self.storage.read_bytes(p)) for p in paths]
+        return [self.status(phase, t) for t in range(tasks)]
 
+    def status(self, phase: str, task: int) -> dict:
+        """The task's status of `phase`, once posted (waits)."""
+        poll = POLL_LOCAL_SECONDS if self.storage.is_local else POLL_REMOTE_SECONDS
+        path = self.path(f"done-{phase}-{task}.json")
+        deadline = time.monotonic() + self.timeout
+        while not self.storage.exists(path):
+            if time.monotonic() > deadline:
+                raise ExchangeError(f"task {task} did not finish phase {phase} within {self.timeout:.0f} s")
+            time.sleep(poll)
+        return json.loads(self.storage.read_bytes(path))
 
 __all__ = ["Exchange", "ExchangeError", "PREFIX"]

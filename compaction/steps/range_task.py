@@ -16,7 +16,11 @@ rewritten by the task that holds most of its bytes. Each task goes through three
    task rewrites is handed over as `ids-<range>`.
 3. **rewrite** its ranges (or units) with their held ids, their latest offsets and the FOUND
    entries of every merge task, after checking the partition's leader epochs and deriving its
-   producer state from every range's PRODUCERS, exactly as a whole-partition task does.
+   producer state from every range's PRODUCERS, exactly as a whole-partition task does. A group
+   of a partition without transactions that is cut between tasks is rewritten by the task of its
+   first range; each later range is cleaned by the task that holds it, into `part-<range>.log`
+   (first, before the task's own groups, so no task waits on one that waits on it), and appended
+   to the group's `.cleaned` file by the rewriting task: no segment is read twice.
 
 A damaged range fails its partition in every task that owns a part of it; the other partitions
 go on. The rows it returns are those of a whole-partition task (`spark_stages.FUSED_FIELDS`), plus
@@ -30,13 +34,17 @@ import time
 
 import numpy as np
 
-from compaction.steps import ranges
-from compaction.errors import error_text
-from compaction.runtime.exchange import Exchange
+from compaction.errors import CompactionError, error_text
 from compaction.format import batch as fb
+from compaction.runtime.exchange import Exchange
+from compaction.steps import ranges
 from compaction.steps.group import GroupSpec
-from compaction.steps.rewrite import rewrite_unit
+from compaction.steps.rewrite import rewrite_part, rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs
+from compaction.steps.writer import Discard, LogWriter, Output
+
+# A part is appended to its group's `.cleaned` file this many bytes at a time (whole batches).
+PART_CHUNK_BYTES = 32 << 20
 
 STATS_ROW = -1  # group_id of a task's timings row
 
@@ -96,7 +104,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     status = {str(r): _scan(r, plan, ex, cache, held) for r in plan.tasks[t]}
     ex.post("scan", t, status)
     scans = {int(r): s for posted in ex.gather("scan", n_tasks) for r, s in posted.items()}
-    dead, units = {}, {}  # units: {first group id: its groups} of the sound partitions
+    dead, units, split = {}, {}, set()  # units: {first group id: its groups} of the sound partitions
     for p, gids in plan.parts.items():
         rids = [r for g in gids for r in plan.groups[g][1]]
         errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
@@ -106,13 +114,20 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
             units[gids[0]] = gids
         else:
             units.update({g: [g] for g in gids})
+            split.update(g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None)
+    holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
     task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
+    task_of.update({g: holder[plan.groups[g][1][0]] for g in split})
     scanned = time.monotonic()
-    error = _hand_over(t, plan, ex, held, task_of) or _merge(t, plan, ex, dead)
+    error = _hand_over(t, plan, ex, held, task_of, split) or _merge(t, plan, ex, dead)
     ex.post("merge", t, {"error": error})
     merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
     merged = time.monotonic()
     rows = []
+    for r in plan.tasks[t]:
+        g = plan.ranges[r][0].group_id
+        if g in split and task_of[g] != t:
+            _write_part(t, r, plan, ex, held, cache, merge_errors)
     for p, gids in plan.parts.items():
         if p in dead:  # reported by the task that would have rewritten each group
             rows += [{"group_id": g, "error": dead[p]} for g in gids if plan.rewriter[g] == t]
@@ -121,7 +136,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
         if mine and merge_errors:
             rows += [{"group_id": g, "error": merge_errors[0]} for unit in mine for g in unit]
         elif mine:
-            rows += _rewrite(p, mine, plan, ex, held, cache)
+            rows += _rewrite(p, mine, plan, ex, held, cache, {g: holder for unit in mine for g in unit if g in split})
     rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": merged - scanned,
                  "cpu_seconds": time.process_time() - cpu})  # fmt: skip
     return rows
@@ -147,12 +162,13 @@ def _transactional(block: ranges.Block) -> bool:
     return bool(np.any(attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))
 
 
-def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, task_of: dict) -> str | None:
-    """Write the ids of the ranges this task holds whose group another task rewrites."""
+def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, task_of: dict, split: set) -> str | None:
+    """Write the ids of the ranges this task holds whose group another task rewrites from them
+    (a part of a cut group is cleaned here instead: `_write_part`)."""
     try:
         for r in plan.tasks[t]:
             g = plan.ranges[r][0].group_id
-            if r in held and task_of.get(g, t) != t:
+            if r in held and task_of.get(g, t) != t and g not in split:
                 ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, held[r]))
     except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
         return error_text(exc)
@@ -189,40 +205,125 @@ def _of_kind(*kinds: int):
     return lambda ix: np.isin(ix["kind"], kinds)
 
 
-def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
+def _partition_state(part: int, plan: RangePlan, ex: Exchange) -> ranges.ProducerState:
+    """The partition's producer state from every range's blocks, once its leader epochs check."""
+    specs = [plan.groups[g][0] for g in plan.parts[part]]
+    side = [b for g in plan.parts[part] for r in plan.groups[g][1]
+            for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
+    _check_epochs(specs, [b for b in side if b.kind == ranges.EPOCHS])
+    return ranges.producer_state([ranges.from_block(b.data) for b in side if b.kind == ranges.PRODUCERS])
+
+
+def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,
+             parts: dict[int, dict[int, int]]) -> list[dict]:  # fmt: skip
     """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
-    leader epochs are checked and its producer state derived, once, from every range's blocks."""
+    leader epochs are checked and its producer state derived, once, from every range's blocks.
+    `parts` {group id: the holder of each range}: the cut groups whose later ranges come as parts."""
     try:
-        specs = [plan.groups[g][0] for g in plan.parts[part]]
-        side = [b for g in plan.parts[part] for r in plan.groups[g][1]
-                for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
-        _check_epochs(specs, [b for b in side if b.kind == ranges.EPOCHS])
-        state = ranges.producer_state([ranges.from_block(b.data) for b in side if b.kind == ranges.PRODUCERS])
+        state = _partition_state(part, plan, ex)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
-    if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
+    if state.first_unstable is not None and state.first_unstable < plan.groups[plan.parts[part][0]][0].upper_bound:
         return [{"group_id": g, "first_unstable": state.first_unstable} for unit in units for g in unit]
-    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache)]
+    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache, parts)]
 
 
-def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache) -> list[dict]:
-    """Rewrite the groups `unit` from their ranges: held here, or handed over as their ids."""
+def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache,
+                  parts: dict[int, dict[int, int]]) -> list[dict]:  # fmt: skip
+    """Rewrite the groups `unit` from their ranges: held here, handed over as their ids, or
+    (the later ranges of a cut group) cleaned by their holders as parts."""
     try:
-        rids = [r for g in unit for r in plan.groups[g][1]]
-        shipped = ranges.ShippedMap()
-        for r in rids:
-            scan_spec = plan.ranges[r][0]
-            if r in held:
-                shipped.hold(r, scan_spec, held.pop(r))
-            else:
-                shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
-        for k in range(len(plan.tasks)):
-            for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], rids)):
-                shipped.apply_found(b.range_id, b)
+        rids = [r for g in unit for r in (plan.groups[g][1][:1] if g in parts else plan.groups[g][1])]
+        shipped = _shipped(rids, plan, ex, held)
         unit_specs = [dataclasses.replace(plan.groups[g][0], last_records=state.last_records) for g in unit]
-        return rewrite_unit(unit_specs, shipped, cache)
+        appended = {g: (len(plan.ranges[plan.groups[g][1][0]][0].segments), _appender(plan.groups[g][1][1:], parts[g], ex))
+                    for g in unit if g in parts}  # fmt: skip
+        return rewrite_unit(unit_specs, shipped, cache, appended)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for g in unit]
+
+
+def _shipped(rids: list[int], plan: RangePlan, ex: Exchange, held: dict) -> ranges.ShippedMap:
+    """The offset map of ranges `rids`: their ids (held here, or handed over), FOUND applied."""
+    shipped = ranges.ShippedMap()
+    for r in rids:
+        scan_spec = plan.ranges[r][0]
+        if r in held:
+            shipped.hold(r, scan_spec, held.pop(r))
+        else:
+            shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
+    for k in range(len(plan.tasks)):
+        for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], rids)):
+            shipped.apply_found(b.range_id, b)
+    return shipped
+
+
+# --- parts of cut groups ---------------------------------------------------------------------
+
+_PART_STATS = ("bytes_read", "records_read", "batches_read", "invalid_records")
+_PART_COLUMNS = ("position", "size", "last_offset", "max_timestamp")
+
+
+def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache, merge_errors: list) -> None:
+    """Clean range `r` (held here) into `part-<r>.log` for the task that rewrites its group, and
+    post its status: the stats, or the error. Nothing is cleaned when the group will not be
+    rewritten (a merge failed): its rewriter never waits for the part."""
+    spec, part, _ = plan.ranges[r]
+    status: dict = {"error": None}
+    try:
+        if merge_errors:
+            raise CompactionError(merge_errors[0])
+        state = _partition_state(part, plan, ex)
+        shipped = _shipped([r], plan, ex, held)
+        path = ex.path(f"part-{r}.log")
+        writer = Discard(path) if spec.dry_run else LogWriter(ex.storage, path, spec.write_mode)
+        out, stats = rewrite_part(dataclasses.replace(spec, last_records=state.last_records), shipped, writer, cache)
+        cols = dict(zip(_PART_COLUMNS, out.columns()))
+        ex.write_blocks(f"part-{r}", (ranges.Block(r, ranges.PART, -1, at, ranges.to_block(
+            **{n: c[at : at + ranges.BLOCK_ROWS] for n, c in cols.items()}))
+            for at in range(0, len(cols["size"]), ranges.BLOCK_ROWS)))  # fmt: skip
+        status.update({n: getattr(stats, n) for n in _PART_STATS}, records=out.records)
+    except Exception as exc:  # noqa: BLE001 - reported by the group's rewriter, never fatal
+        status["error"] = error_text(exc)
+    ex.post(f"part-{r}", t, status)
+
+
+def _appender(rids: list[int], holder: dict[int, int], ex: Exchange):
+    """`append(out, stats)` for `rewrite_unit`: the parts of ranges `rids`, in log order, added to
+    the group's output as their holders post them."""
+
+    def append(out: Output, stats) -> None:
+        for r in rids:
+            status = ex.status(f"part-{r}", holder[r])
+            if status["error"]:
+                raise CompactionError(status["error"])
+            for n in _PART_STATS:
+                setattr(stats, n, getattr(stats, n) + status[n])
+            blocks = [ranges.from_block(b.data) for b in ex.read_blocks(f"part-{r}")]
+            if blocks:
+                cols = [np.concatenate([ranges.column(b, n, np.int64) for b in blocks]) for n in _PART_COLUMNS]
+                _append_part(out, ex, ex.path(f"part-{r}.log"), *cols, status["records"])
+
+    return append
+
+
+def _append_part(out: Output, ex: Exchange, path: str, position, size, last_offset, max_timestamp,
+                 records: int) -> None:  # fmt: skip
+    """The part's bytes added to `out` whole batches at a time, at most PART_CHUNK_BYTES each
+    (a dry run's part has no bytes: its sizes are counted)."""
+    ends = position + size
+    dry = isinstance(out.writer, Discard)
+    f = None if dry else ex.storage.open_input(path)
+    try:
+        i = 0
+        while i < len(size):
+            j = max(i + 1, int(np.searchsorted(ends, position[i] + PART_CHUNK_BYTES, side="right")))
+            chunk = b"" if dry else memoryview(f.read_at(int(ends[j - 1] - position[i]), int(position[i])))
+            out.append_columns(chunk, size[i:j], last_offset[i:j], max_timestamp[i:j], records if i == 0 else 0)
+            i = j
+    finally:
+        if f is not None:
+            f.close()
 
 
 def _check_epochs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> None:

@@ -20,12 +20,16 @@ cut into several, so that the ranges of a round spread evenly over the tasks.
 Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`):
     SUMMARY   key binary, latest int64 (-1: no dirty record in the range), id int32, part int32
     IDS       id int32 per record of one segment (-1: null key, or a key not in the table); only
-              for a unit of several ranges, handed to the task that rewrites it (`held_blocks`)
+              for a unit of a partition with transactions, handed to the task that rewrites it
+              (`held_blocks`)
     LATEST    latest int64 per key id (a slice: `seq` is its first id); likewise
     FOUND     id int32, latest int64
     PRODUCERS the columns of `scan.producer_batches`
     EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
               the check across the partition (`scan.check_partition_epochs`)
+    PART      position, size, last_offset, max_timestamp int64 per batch of a
+              range's cleaned bytes (`part-<range>.log`), made by the task that holds the range
+              for the task that rewrites its group (`rewrite.rewrite_part`)
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from compaction.policy.log_structure import epoch_columns
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.scan import scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS = range(6)
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PART = range(7)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
 # never means holding a range's whole key set.
 BLOCK_ROWS = 1 << 20
@@ -78,7 +82,7 @@ def from_block(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
-def _column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
+def column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
     return batch.column(name).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
@@ -144,7 +148,8 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
 
 def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
     bucket = bucket_of(data, offs, buckets)
-    order = np.argsort(bucket, kind="stable")
+    # A stable sort of small integers is a radix sort in numpy: one pass, not n log n compares.
+    order = np.argsort(bucket.astype(np.uint8) if buckets <= 256 else bucket, kind="stable")
     keys = _binary(data, offs).take(pa.array(order))
     ids = order.astype(np.int32)
     ends = np.searchsorted(bucket[order], np.arange(buckets + 1))
@@ -166,9 +171,9 @@ def merge_bucket(blocks: list[tuple[int, bytes]]) -> Iterator[Block]:
     batches = [from_block(b) for _, b in blocks]
     ranges = np.concatenate([np.full(b.num_rows, r, np.int64) for (r, _), b in zip(blocks, batches)])
     keys = pa.concat_arrays([b.column("key").cast(pa.large_binary()) for b in batches])
-    latest = np.concatenate([_column(b, "latest", np.int64) for b in batches])
-    ids = np.concatenate([_column(b, "id", np.int32) for b in batches])
-    part = np.concatenate([_column(b, "part", np.int32) for b in batches])
+    latest = np.concatenate([column(b, "latest", np.int64) for b in batches])
+    ids = np.concatenate([column(b, "id", np.int32) for b in batches])
+    part = np.concatenate([column(b, "part", np.int32) for b in batches])
     final = _latest_by_key(keys, part, latest)
     changed = final > latest
     for r in np.unique(ranges[changed]).tolist():
@@ -237,18 +242,18 @@ class ShippedMap:
         by_kind: dict[int, list[Block]] = {}
         for b in sorted(blocks, key=lambda b: b.seq):
             by_kind.setdefault(b.kind, []).append(b)
-        latest = np.concatenate([_column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
+        latest = np.concatenate([column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
                                 or [np.empty(0, np.int64)])  # fmt: skip
         parts: dict[int, list[np.ndarray]] = {}
         for b in by_kind.get(IDS, []):
-            parts.setdefault(b.seq >> 20, []).append(_column(from_block(b.data), "id", np.int32))
+            parts.setdefault(b.seq >> 20, []).append(column(from_block(b.data), "id", np.int32))
         ids = [np.concatenate(parts.get(i, [np.empty(0, np.int32)])) for i in range(len(spec.segments))]
         self.hold(rid, spec, Held(ids, latest))
 
     def apply_found(self, rid: int, block: Block) -> None:
         """The merge's FOUND entries for the range: ids whose key a later range holds."""
         f = from_block(block.data)
-        self._latest[rid][_column(f, "id", np.int64)] = _column(f, "latest", np.int64)
+        self._latest[rid][column(f, "id", np.int64)] = column(f, "latest", np.int64)
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         rid, ids = self._ids.pop((spec.group_id, seg.base_offset))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -196,18 +197,24 @@ def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn]) 
             storage.set_mtime(path, mtime_ns)
 
 
-def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache | None = None) -> list[dict]:
+def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache | None = None,
+                 parts: dict[int, tuple[int, Callable[[Output, _Stats], None]]] | None = None) -> list[dict]:  # fmt: skip
     """Clean the groups of one unit in log order; one stats dict per group. `offset_map` answers
     map.get(key) per record (see `OffsetMap`). Segments whose scan `cache` holds (from
     `scan_partition` in the same task) are not walked again; the segment bytes it did not keep
-    are read again, one segment ahead."""
+    are read again, one segment ahead. `parts` {group id: (n, append)}: a group whose first n
+    segments are cleaned here and whose later ones other tasks cleaned (`rewrite_part`), which
+    `append(out, stats)` adds after them."""
+    parts = parts or {}
     txn = CleanedTransactionMetadata()
     if specs:
         txn.add_aborted(specs[0].aborted_txns)
     if specs and specs[0].erase is not None:  # both paths' maps (PartitionMap, ShippedMap) erase alike
         offset_map = ErasingMap(offset_map, specs[0].erase, specs[0].topic)
     results = []
-    todo = [(spec, seg) for spec in specs for seg in spec.segments]
+    own = {spec.group_id: spec.segments[: parts[spec.group_id][0]] if spec.group_id in parts else spec.segments
+           for spec in specs}  # fmt: skip
+    todo = [(spec, seg) for spec in specs for seg in own[spec.group_id]]
     reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
     needs_read, next_read = iter(reading), itertools.count()
     with read_ahead(specs, [t for t, r in zip(todo, reading) if r]) as ahead:
@@ -215,13 +222,16 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
             started = time.monotonic()
             out, stats, entries = Output(), _Stats(), []
             txn.set_cleaned_index(entries)
-            for seg in spec.segments:
+            for seg in own[spec.group_id]:
                 data = ahead.get(next(next_read)) if next(needs_read) else None
                 scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
                 if spec.erase_only:
                     entries.extend(_erase_only_txn_entries(spec, seg))
                 del scan, data
+            if spec.group_id in parts:
+                out.open(spec)
+                parts[spec.group_id][1](out, stats)
             unchanged = spec.erase_only and not offset_map.erased_in(spec.group_id)
             if not unchanged:
                 _write_cleaned(spec, out, entries)
@@ -246,3 +256,25 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     if isinstance(offset_map, ErasingMap) and results:
         results[0]["erase_found"] = offset_map.found_bits()
     return results
+
+
+def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCache | None = None) -> tuple[Output, _Stats]:
+    """The segments of `spec` (a stretch of a group that another task rewrites, of a partition
+    without transactions: no transaction state crosses into it) cleaned into `writer` exactly as
+    `rewrite_unit` would clean them in the group; the output's columns (positions from the part's
+    start) and the stats, for that task's `rewrite_unit(parts=...)`."""
+    out, stats = Output(writer=writer), _Stats()
+    txn = CleanedTransactionMetadata()
+    txn.set_cleaned_index([])
+    todo = [(spec, seg) for seg in spec.segments]
+    reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for _, seg in todo]
+    with read_ahead([spec], [t for t, r in zip(todo, reading) if r]) as ahead:
+        at = 0
+        for (_, seg), read in zip(todo, reading):
+            data = ahead.get(at) if read else None
+            at += read
+            scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
+            _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+            del scan, data
+    writer.close()
+    return out, stats

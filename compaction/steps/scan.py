@@ -204,6 +204,10 @@ def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment
                      [spec.segment_path(seg.base_offset) for spec, seg in todo])  # fmt: skip
 
 
+# A segment below this says too little of its neighbours to size the map from it.
+PROJECT_MIN_BYTES = 1 << 20
+
+
 def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
                    keep_ids: bool = False, epochs: list[SegmentEpochs] | None = None,
                    ) -> tuple[PartitionMap | Unmapped, list[dict]]:  # fmt: skip
@@ -229,6 +233,10 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
             scan = read_segment(spec, seg, ahead.get(i), pmap.hashes_keys, epochs=epochs)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
+            if i == 0 and not unmapped and seg.size >= PROJECT_MIN_BYTES:
+                # The newest segment's keys at the same rate in every segment: an upper bound of the
+                # key count for most logs, and one growth of the map instead of a doubling per fill.
+                pmap.table.reserve(len(pmap.table) * size // seg.size)
             if keep_ids:
                 pmap.keep_ids(spec, seg, ids)
             if cache is not None:

@@ -66,7 +66,7 @@ class LogWriter:
         self._file.close()
 
 
-class _Discard:
+class Discard:
     """The writer of a dry run: the batches are built and counted (`Output.size`), not written."""
 
     def __init__(self, path: str) -> None:
@@ -103,7 +103,7 @@ class Output:
         if self.writer is None:
             path = spec.segment_path(spec.new_base, ".log") + CLEANED
             discard = discard or spec.dry_run
-            self.writer = _Discard(path) if discard else LogWriter(spec.storage, path, spec.write_mode)
+            self.writer = Discard(path) if discard else LogWriter(spec.storage, path, spec.write_mode)
 
     def append_run(self, chunks, batches: list[tuple[int, int, int, int]]) -> None:
         """Consecutive batches, in order, as byte chunks that are not copied (slices of the source

@@ -139,6 +139,26 @@ def test_growth_keeps_ids_and_latest(monkeypatch, expected_keys, region_keys, gr
     _check(table, outs, calls)
 
 
+@pytest.mark.parametrize("reserve", [0, 5_000, 20_000, 100_000])
+def test_reserve_between_segments_keeps_ids_and_latest(reserve):
+    # The scan sizes the map from its first segment (`reserve`) once it has keys in it: the
+    # ids given before stay valid, later segments find the keys, and a big enough reserve means
+    # no further growth.
+    n = 20_000
+    keys = [b"k%d" % (i * 7919 % n) + b"y" * (i % 23) for i in range(n)]
+    calls = [(keys[i : i + 4000], [1] * 4000, [i % 3 != 0] * 4000, list(range(i, i + 4000))) for i in range(0, n, 4000)]
+    table, outs = _run(calls[:1], [[0] * 4000])
+    table.reserve(reserve)
+    assert table.cap * table.regions >= reserve and table.n_slots >= 2 * table.cap
+    sized = (table.cap, table.n_slots, table.arena_cap)
+    for keys_, usable, dirty, offsets in calls[1:]:
+        file, side, split, pos, lens = _layout(keys_, [0] * len(keys_))
+        outs.append(table.assign(file, side, split, pos, lens, np.array(usable, bool), np.array(dirty, bool),
+                                 np.array(offsets, np.int64)).tolist())  # fmt: skip
+    assert ((table.cap, table.n_slots, table.arena_cap) == sized) == (reserve >= n)
+    _check(table, outs, calls)
+
+
 _key = st.one_of(st.none(), st.binary(max_size=6))
 _record = st.tuples(_key, st.booleans(), st.booleans(), st.booleans())
 

@@ -102,6 +102,14 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
     logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
     assert logs(many) == logs(one)
     assert sum(r["records_written"] for r in rows) == whole[0]["records_written"]
+    if n_ranges == 1:  # one group, its indexes too: a cut group's parts land at the right positions
+        assert many == one
+    # A cut group of a partition without transactions: its later ranges come as parts, cleaned
+    # by the tasks that hold them; no range's ids are handed over.
+    names = [p.name for p in (tmp_path / "exchange").iterdir()]
+    cut = any(len(rids) > 1 for _, rids in plan.groups.values())
+    assert any(n.startswith("part-") for n in names) == (cut and "transactions" not in case)
+    assert not any(n.startswith("ids-") for n in names) or "transactions" in case
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
@@ -163,11 +171,12 @@ def test_key_table_export_is_dense_and_complete():
         assert latest[i] == max((o for o in range(r % 3000, 10_000, 3000) if o % 2 == 0), default=-1)
 
 
+@pytest.mark.parametrize("case", ["transactions, aborts", "mixed codecs, tombstones"])
 @pytest.mark.parametrize("n_ranges", [1, 3])
-def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges):
+def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges, case):
     """A dry run decides and builds everything a round would (its report's sizes are exact) and
     leaves the partition as it found it."""
-    part = generate(tmp_path / "logs", *CASES["transactions, aborts"], "--tombstone-ratio", "0.1")
+    part = generate(tmp_path / "logs", *CASES[case], "--tombstone-ratio", "0.1")
     before = {f.name: f.read_bytes() for f in part.iterdir()}
     dry = [dataclasses.replace(s, dry_run=True) for s in specs_for(part, n_ranges)]
     rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 2, tmp_path / "dry")
