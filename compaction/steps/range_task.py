@@ -136,7 +136,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
         if mine and merge_errors:
             rows += [{"group_id": g, "error": merge_errors[0]} for unit in mine for g in unit]
         elif mine:
-            rows += _rewrite(p, mine, plan, ex, held, cache, {g: holder for unit in mine for g in unit if g in split})
+            rows += _rewrite(p, mine, plan, ex, held, cache, split, holder)
     rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": merged - scanned,
                  "cpu_seconds": time.process_time() - cpu})  # fmt: skip
     return rows
@@ -215,29 +215,29 @@ def _partition_state(part: int, plan: RangePlan, ex: Exchange) -> ranges.Produce
 
 
 def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,
-             parts: dict[int, dict[int, int]]) -> list[dict]:  # fmt: skip
+             split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
     """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
     leader epochs are checked and its producer state derived, once, from every range's blocks.
-    `parts` {group id: the holder of each range}: the cut groups whose later ranges come as parts."""
+    `split`: the cut groups whose later ranges come as parts, from the task `holder[range]`."""
     try:
         state = _partition_state(part, plan, ex)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
     if state.first_unstable is not None and state.first_unstable < plan.groups[plan.parts[part][0]][0].upper_bound:
         return [{"group_id": g, "first_unstable": state.first_unstable} for unit in units for g in unit]
-    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache, parts)]
+    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache, split, holder)]
 
 
 def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache,
-                  parts: dict[int, dict[int, int]]) -> list[dict]:  # fmt: skip
+                  split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
     """Rewrite the groups `unit` from their ranges: held here, handed over as their ids, or
     (the later ranges of a cut group) cleaned by their holders as parts."""
     try:
-        rids = [r for g in unit for r in (plan.groups[g][1][:1] if g in parts else plan.groups[g][1])]
+        rids = [r for g in unit for r in (plan.groups[g][1][:1] if g in split else plan.groups[g][1])]
         shipped = _shipped(rids, plan, ex, held)
         unit_specs = [dataclasses.replace(plan.groups[g][0], last_records=state.last_records) for g in unit]
-        appended = {g: (len(plan.ranges[plan.groups[g][1][0]][0].segments), _appender(plan.groups[g][1][1:], parts[g], ex))
-                    for g in unit if g in parts}  # fmt: skip
+        appended = {g: (len(plan.ranges[plan.groups[g][1][0]][0].segments), _appender(plan.groups[g][1][1:], holder, ex))
+                    for g in unit if g in split}  # fmt: skip
         return rewrite_unit(unit_specs, shipped, cache, appended)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for g in unit]
@@ -269,10 +269,10 @@ def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache
     post its status: the stats, or the error. Nothing is cleaned when the group will not be
     rewritten (a merge failed): its rewriter never waits for the part."""
     spec, part, _ = plan.ranges[r]
-    status: dict = {"error": None}
+    status: dict = {"error": merge_errors[0] if merge_errors else None}
     try:
-        if merge_errors:
-            raise CompactionError(merge_errors[0])
+        if merge_errors:  # its rewriter reports the merge's error and waits for no part
+            return
         state = _partition_state(part, plan, ex)
         shipped = _shipped([r], plan, ex, held)
         path = ex.path(f"part-{r}.log")
@@ -285,7 +285,8 @@ def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache
         status.update({n: getattr(stats, n) for n in _PART_STATS}, records=out.records)
     except Exception as exc:  # noqa: BLE001 - reported by the group's rewriter, never fatal
         status["error"] = error_text(exc)
-    ex.post(f"part-{r}", t, status)
+    finally:
+        ex.post(f"part-{r}", t, status)
 
 
 def _appender(rids: list[int], holder: dict[int, int], ex: Exchange):

@@ -15,8 +15,8 @@ partition otherwise (transaction state crosses group boundaries, docs/kafka-rule
 
 from __future__ import annotations
 
-import itertools
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -215,16 +215,13 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     own = {spec.group_id: spec.segments[: parts[spec.group_id][0]] if spec.group_id in parts else spec.segments
            for spec in specs}  # fmt: skip
     todo = [(spec, seg) for spec in specs for seg in own[spec.group_id]]
-    reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
-    needs_read, next_read = iter(reading), itertools.count()
-    with read_ahead(specs, [t for t, r in zip(todo, reading) if r]) as ahead:
+    with _segment_inputs(specs, todo, cache) as inputs:
         for spec in specs:
             started = time.monotonic()
             out, stats, entries = Output(), _Stats(), []
             txn.set_cleaned_index(entries)
             for seg in own[spec.group_id]:
-                data = ahead.get(next(next_read)) if next(needs_read) else None
-                scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
+                scan, data = next(inputs)
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
                 if spec.erase_only:
                     entries.extend(_erase_only_txn_entries(spec, seg))
@@ -266,15 +263,29 @@ def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCach
     out, stats = Output(writer=writer), _Stats()
     txn = CleanedTransactionMetadata()
     txn.set_cleaned_index([])
-    todo = [(spec, seg) for seg in spec.segments]
-    reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for _, seg in todo]
-    with read_ahead([spec], [t for t, r in zip(todo, reading) if r]) as ahead:
-        at = 0
-        for (_, seg), read in zip(todo, reading):
-            data = ahead.get(at) if read else None
-            at += read
-            scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
+    with _segment_inputs([spec], [(spec, seg) for seg in spec.segments], cache) as inputs:
+        for seg in spec.segments:
+            scan, data = next(inputs)
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
             del scan, data
     writer.close()
     return out, stats
+
+
+@contextmanager
+def _segment_inputs(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]], cache: ScanCache | None):
+    """(kept scan or None, bytes or None) of each (spec, segment) of `todo`, in order: the scan
+    `cache` kept, else the segment's bytes, read one segment ahead."""
+    reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
+    with read_ahead(specs, [t for t, r in zip(todo, reading) if r]) as ahead:
+
+        def inputs():
+            at = 0
+            for (spec, seg), read in zip(todo, reading):
+                data = ahead.get(at) if read else None
+                at += read
+                scan = cache.take(spec.group_id, seg.base_offset, data) if cache is not None else None
+                yield scan, data
+                del scan, data  # the caller's turn is over: its buffer is free for the read after next
+
+        yield inputs()
