@@ -60,7 +60,7 @@ class JobOptions:
     kafka_config: dict[str, object] = field(default_factory=dict)
     topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
     tasks_per_core: int = 2
-    read_mode: str = "direct"
+    read_mode: str = "buffered"
     write_mode: str = "direct"
     # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
     # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
@@ -125,7 +125,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                    help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
                         "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
-    p.add_argument("--read-mode", choices=READ_MODES, default="direct",
+    p.add_argument("--read-mode", choices=READ_MODES, default="buffered",
                    help=f"how executors read local segments of {DIRECT_MIN_BYTES >> 20} MiB or more: direct (O_DIRECT into reused "
                         "buffers, bypassing the page cache; the default) or mmap (through the page cache, "
                         "best when the segments are cached already)")  # fmt: skip

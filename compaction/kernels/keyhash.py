@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes
 
@@ -30,6 +31,7 @@ def hash_keys(file, side, split, key_pos, key_len, first, last, packed, packed_o
     """Records [first, last): each key (key_len >= 0) copied to packed[o:] from its combined
     position (>= split: in `side`) and hashed; packed_offs[r] = where record r's key starts (null
     keys: zero bytes, hash 0). Returns the end of the packed bytes."""
+    file, side, packed = borrow(file), borrow(side), borrow(packed)
     for r in range(first, last):
         packed_offs[r] = o
         kl = key_len[r]

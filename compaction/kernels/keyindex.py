@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import key_hash as _hash
 from compaction.kernels.keymap import equal_bytes as _equal
@@ -24,6 +25,7 @@ from compaction.kernels.keymap import equal_bytes as _equal
 @_njit
 def _build(data, offs, valid, slots, first):
     """Insert every valid key; returns per row the index of its key's first row (-1 for null)."""
+    data = borrow(data)
     mask = np.uint64(len(slots) - 1)
     n = len(offs) - 1
     out = np.empty(n, np.int64)
@@ -49,6 +51,7 @@ def _build(data, offs, valid, slots, first):
 
 @_njit
 def _probe(tdata, toffs, slots, qdata, qoffs, qvalid):
+    tdata, qdata = borrow(tdata), borrow(qdata)
     mask = np.uint64(len(slots) - 1)
     n = len(qoffs) - 1
     out = np.full(n, -1, np.int64)

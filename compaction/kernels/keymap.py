@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.keyhash import key_hash as _hash
@@ -133,6 +134,9 @@ def _probe_regions(order, counts, h_ord, stage, stage_offs, flags_ord, off_ord, 
                    arena_cap, offs, cap, latest, count, used, out, first):  # fmt: skip
     """Probe (and insert into) each region for the ordered records from position `first` on.
     Returns (position reached, what must grow): the caller grows the regions and resumes."""
+    h_ord, stage, slots, arena, offs, latest = (
+        borrow(h_ord), borrow(stage), borrow(slots), borrow(arena), borrow(offs), borrow(latest)
+    )
     p = 1 << log_p
     mask = np.int64(n_slots - 1)  # int64 indexes throughout: uint64 + int64 is float64 in numba
     keyed = counts[p]
@@ -365,6 +369,7 @@ def _copy_regions(src, src_cap, dst, dst_cap, lengths):
 
 @_njit
 def _reinsert(log_p, arena, arena_cap, offs, cap, count, slots, n_slots):
+    arena = borrow(arena)
     mask = np.int64(n_slots - 1)
     for t in range(1 << log_p):
         for k in range(count[t]):

@@ -49,6 +49,7 @@ from compaction.format.layout import (
     RECORD_OVERHEAD_V1,
     SIZE_OFFSET,
 )
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 
 ERR_OK = 0
@@ -120,6 +121,7 @@ def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wr
                        value_len):  # fmt: skip
     """Messages of the regions buf[start[j]:end[j]] -> columns (batch_index = j). Returns
     (records written, error code, error position, error region)."""
+    buf = borrow(buf)
     k = 0
     n_buf = len(buf)
     for j in range(len(start)):
@@ -165,6 +167,7 @@ def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wr
 
 @_njit
 def _entry_crcs_kernel(buf, position, size, magic, out):
+    buf = borrow(buf)
     for i in range(len(position)):
         if magic[i] >= MAGIC_V2:
             out[i] = crc32c_at(buf, position[i] + CRC_COVERED_FROM, size[i] - CRC_COVERED_FROM)

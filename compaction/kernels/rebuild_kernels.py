@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.layout import LOG_APPEND_TIME
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
 from compaction.kernels.scan_columns import ERR_OK
@@ -195,6 +196,9 @@ def _rebuild_one(buf, shift, start, stop, first, count, keep, log_append, max_ts
 def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
                     expect_key_pos, split, base_offset, r_off, r_ts, r_kp, r_kl, r_vp, r_vl, out, out_start, out_end,
                     out_base_ts, out_max_ts, out_count, flags):  # fmt: skip
+    file, side, keep, out = borrow(file), borrow(side), borrow(keep), borrow(out)
+    r_off, r_ts, r_kp, r_kl = borrow(r_off), borrow(r_ts), borrow(r_kp), borrow(r_kl)
+    r_vp, r_vl = borrow(r_vp), borrow(r_vl)
     o = 0
     for i in range(len(src)):
         side_src = src[i] != SRC_FILE
@@ -224,6 +228,7 @@ def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_t
 def _region_ends(side, first_rec, last_rec, value_pos, value_len, split, starts, ends):
     """Chain the side regions of compressed batches: each starts where the previous one ended; a
     region ends after the headers of its last record (value end + headers)."""
+    side = borrow(side)
     at = np.int64(0)
     for j in range(len(first_rec)):
         starts[j] = at

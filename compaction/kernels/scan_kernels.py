@@ -41,6 +41,7 @@ from compaction.format.layout import (
     RECORDS_COUNT_OFFSET,
     SIZE_OFFSET,
 )
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes
 from compaction.kernels.scan_columns import (
@@ -112,6 +113,7 @@ def _entry_at(buf, pos, end):
 
 @_njit
 def _count_entries(buf, start, end):
+    buf = borrow(buf)
     pos = start
     n = 0
     while True:
@@ -125,6 +127,7 @@ def _count_entries(buf, start, end):
 @_njit
 def _fill_entries(buf, start, n, position, size, base_offset, last_offset, magic, attributes, ple,
                   base_ts, max_ts, producer_id, producer_epoch, base_sequence, records_count, crc):  # fmt: skip
+    buf = borrow(buf)
     pos = start
     for i in range(n):
         total = _be_int(buf, pos + SIZE_OFFSET, 4) + LOG_OVERHEAD
@@ -302,6 +305,7 @@ def _read_record(buf, pos, end):
 def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, count,
                  capacity, batch_index, offset, timestamp, key_pos, key_len, value_pos, value_len):  # fmt: skip
     """Returns (records written, error code, error position, error batch)."""
+    buf = borrow(buf)
     k = 0
     n_buf = len(buf)
     for i in range(len(rec_start)):
@@ -339,6 +343,7 @@ def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
 @_njit
 def _gather_kernel(file, side, split, key_pos, key_len, offsets, out):
     """Copy each key into `out` at offsets[i]; positions >= split address `side` (at pos - split)."""
+    file, side, out = borrow(file), borrow(side), borrow(out)
     for i in range(len(key_pos)):
         if key_len[i] > 0:
             copy_bytes(file, side, split, key_pos[i], key_len[i], out, offsets[i])

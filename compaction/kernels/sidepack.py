@@ -39,6 +39,7 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
 )
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
 from compaction.kernels.scan import RecordColumns, SegmentScan
@@ -55,6 +56,7 @@ def pack_records(side, split, first, last, keep, key_pos, key_len, value_pos, va
     last) from `side` into `out`, back to back; rewrites their `key_pos`/`value_pos` (combined
     positions: side starts at `split`) and sets FAR for the others. Returns (err, region, bytes
     used)."""
+    side, out = borrow(side), borrow(out)
     o = np.int64(0)
     n_side = len(side)
     for j in range(len(first)):

@@ -49,6 +49,7 @@ from compaction.format.layout import (
     RECORDS_COUNT_OFFSET,
     TIMESTAMP_TYPE_MASK,
 )
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes, memcpy_at
 from compaction.kernels.varints import _varint32_size, _varint_size, _write_varint, _write_varlong
@@ -85,6 +86,7 @@ def _put_be32(out, o, v):
 @_njit
 def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len, value_pos, value_len,
                     log_append, horizon, template, out, out_end, out_max_ts):  # fmt: skip
+    file, side, template, out = borrow(file), borrow(side), borrow(template), borrow(out)
     o = np.int64(0)
     for j in range(len(rec)):
         r = rec[j]
@@ -191,6 +193,7 @@ def convert_messages_py(file, side, split: int, rec: np.ndarray, records, log_ap
 def _encode_kept_kernel(file, side, split, first, count, keep, offset, timestamp, key_pos, key_len, value_pos,
                         value_len, log_append, wrapper_ts, horizon, out, out_start, out_end, out_base,
                         out_last, out_base_ts, out_max_ts, out_kept):  # fmt: skip
+    file, side, out = borrow(file), borrow(side), borrow(out)
     o = np.int64(0)
     for j in range(len(first)):
         out_start[j] = o

@@ -1,21 +1,29 @@
-"""Reading source segments into memory (direct I/O into reused buffers, or a memory map), and
-writing cleaned segments through reused staging buffers (direct I/O where the disk allows).
+"""Reading source segments into memory (through the page cache or with direct I/O, into reused
+buffers, or as a memory map), and writing cleaned segments through reused staging buffers (direct
+I/O where the disk allows).
 
-A segment is read whole (its batches are walked, CRC-checked and partly copied to the output).
-Two ways on a local disk, chosen per job by `--read-mode`:
+A segment is read whole (its batches are walked, CRC-checked and partly copied to the output),
+twice in a run: by the scan, then by the rewrite. Three ways on a local disk, chosen per job by
+`--read-mode`:
 
-- `direct` (default) for segments of `DIRECT_MIN_BYTES` or more: `O_DIRECT` reads into a
-  page-aligned buffer taken from a per-process `BufferPool`. The data does not pass through the
-  page cache: no page-cache pages are allocated and first touched per run (on the 2-vCPU VM of
-  bench/ that first touch cost as much CPU as the compaction itself; BENCHMARKS.md), the read is
-  one large sequential request, and a job over terabytes of archived segments does not evict
-  everything else from the page cache. The buffers are reused by the next segment and the next
-  task of the same Python worker. Filesystems without O_DIRECT (tmpfs, some FUSE) fall back to
+- `buffered` (default): `pread` through the page cache into a page-aligned buffer taken from a
+  per-process `BufferPool`, with a sequential hint so that the kernel reads far ahead. The scan's
+  read leaves the segment in the page cache and the rewrite's read, the last one
+  (`read_segment_bytes(..., last=True)`), finds it there and drops it (`POSIX_FADV_DONTNEED`):
+  the disk is read once, and a job over terabytes of archived segments holds in the cache only
+  the segments between their scan and their rewrite. Where memory is short the kernel evicts
+  them first and the rewrite reads them from the disk again: slower, never wrong. On the 2-vCPU
+  VM of bench/, reading the disk twice cost more than the ranges stage's compute (two tasks
+  reading 2 GiB each at once ran at half the rate of one), and the page cache's readahead read
+  a cold segment at twice the rate of one `O_DIRECT` request at a time.
+- `direct` for segments of `DIRECT_MIN_BYTES` or more: `O_DIRECT` reads into a pooled buffer, the
+  page cache left alone (nothing allocated in it, nothing evicted), at the price of reading each
+  segment from the disk twice. Filesystems without O_DIRECT (tmpfs, some FUSE) fall back to
   `mmap`.
-- `mmap`: `MAP_SHARED | MAP_POPULATE`, read through the page cache (best when the segments are
-  already cached, e.g. just written by a broker).
+- `mmap`: `MAP_SHARED | MAP_POPULATE`, read through the page cache without a copy (best when
+  the segments are already cached, e.g. just written by a broker).
 
-Both give a read-only uint8 array (the same numba type, so each kernel is compiled once).
+All give a read-only uint8 array (the same numba type, so each kernel is compiled once).
 Linux kernels flush dirty page-cache pages of the range before an O_DIRECT read, so a file
 written through the page cache just before is read correctly. Object stores are read whole with
 one request (`Storage.read_bytes`).
@@ -23,11 +31,11 @@ one request (`Storage.read_bytes`).
 Writes (`SegmentWriter`, `--write-mode`): batches are copied into a page-aligned staging buffer of
 `WRITE_BUFFER` bytes from the same pool; each full buffer is written by a background thread
 (one large request, overlapping the next buffer's work) while the caller fills the other one. With
-`direct` (default) the file is opened with `O_DIRECT`: like the reads, no page-cache pages are
-allocated per run (writev into the page cache cost ~0.35 s per 512 MiB partition in the job on the
-bench VM, against ~0.03 s in a warm process). The last, partial buffer is written padded to the
-block size and the file truncated to its length. `close` fsyncs the file and its directory either
-way; O_DIRECT is not durability. `buffered` writes the same buffers through the page cache.
+`direct` (default) the file is opened with `O_DIRECT`: no page-cache pages are allocated per run
+(writev into the page cache cost ~0.35 s per 512 MiB partition in the job on the bench VM, against
+~0.03 s in a warm process). The last, partial buffer is written padded to the block size and the
+file truncated to its length. `close` fsyncs the file and its directory either way; O_DIRECT is
+not durability. `buffered` writes the same buffers through the page cache.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from compaction.runtime import throttle
 from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
 
-READ_MODES = ("direct", "mmap")
+READ_MODES = ("buffered", "direct", "mmap")
 WRITE_MODES = ("direct", "buffered")
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request (two per writer: one filled, one written)
 DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush
@@ -62,13 +70,16 @@ def configure(min_bytes: int) -> None:
     direct_min_bytes = min_bytes
 
 
-def read_segment_bytes(storage: Storage, path: str, mode: str = "direct") -> np.ndarray:
-    """The whole file as a read-only uint8 array (see the module docstring for `mode`)."""
+def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last: bool = False) -> np.ndarray:
+    """The whole file as a read-only uint8 array (see the module docstring for `mode`). `last`:
+    no later read of this run needs the file, so `buffered` lets the page cache drop it."""
     if not storage.is_local:
         data = storage.read_bytes(path)
         throttle.acquire(len(data))  # --io-max-bytes-per-second (throttle.py): told after the one request
         return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
+    if mode == "buffered":
+        return _read_buffered(path, size, last)
     if mode == "direct" and _O_DIRECT and size >= direct_min_bytes:
         data = _read_direct(path, size)
         if data is not None:
@@ -110,22 +121,40 @@ def _read_direct(path: str, size: int) -> np.ndarray | None:
             return None
         raise
     try:
-        buf = POOL.take(-(-size // ALIGN) * ALIGN)
-        view, got = memoryview(buf), 0
-        while got < size:
-            want = min(-(-(size - got) // ALIGN) * ALIGN, READ_CHUNK)  # the last request may pass EOF
-            try:
-                n = os.preadv(fd, [view[got : got + want]], got)
-            except OSError as exc:
-                if exc.errno == errno.EINVAL and got == 0:
-                    return None
-                raise
-            if n <= 0:
-                break
-            throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
-            got += n
+        return _read_into_buffer(fd, size, ALIGN)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # refused at the first request: no O_DIRECT here after all
+            return None
+        raise
     finally:
         os.close(fd)
+
+
+def _read_buffered(path: str, size: int, last: bool) -> np.ndarray:
+    """`size` bytes read through the page cache, which reads ahead of the requests; dropped from
+    it after the `last` read (the bytes are in the buffer by then)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        data = _read_into_buffer(fd, size, 1)
+        if last:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return data
+    finally:
+        os.close(fd)
+
+
+def _read_into_buffer(fd: int, size: int, block: int) -> np.ndarray:
+    """`size` bytes of `fd` into a pooled buffer, in requests of READ_CHUNK (multiples of
+    `block`: O_DIRECT requests are whole blocks, the last one may pass the end of the file)."""
+    buf = POOL.take(-(-size // ALIGN) * ALIGN)
+    view, got = memoryview(buf), 0
+    while got < size:
+        n = os.preadv(fd, [view[got : got + min(-(-(size - got) // block) * block, READ_CHUNK)]], got)
+        if n <= 0:
+            break
+        throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
+        got += n
     out = buf[:got]
     out.flags.writeable = False
     return out

@@ -45,7 +45,7 @@ class GroupSpec:
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
-    read_mode: str = "direct"  # segment_io.READ_MODES: how source segments are read (--read-mode)
+    read_mode: str = "buffered"  # segment_io.READ_MODES: how source segments are read (--read-mode)
     write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
     dry_run: bool = False  # --dry-run: everything decided and sized as in a round, nothing written
     leader_epoch_checkpoint: str | None = None  # its path, when the partition dir holds one

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
+from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import key_hash
 from compaction.kernels.keymap import KeyTable
@@ -88,6 +89,7 @@ def column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
 
 @_njit
 def _hashes(data, offs, out):
+    data = borrow(data)
     for i in range(len(out)):
         out[i] = key_hash(data, offs[i], offs[i + 1])
 

@@ -277,7 +277,7 @@ def _segment_inputs(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSe
     """(kept scan or None, bytes or None) of each (spec, segment) of `todo`, in order: the scan
     `cache` kept, else the segment's bytes, read one segment ahead."""
     reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]
-    with read_ahead(specs, [t for t, r in zip(todo, reading) if r]) as ahead:
+    with read_ahead(specs, [t for t, r in zip(todo, reading) if r], last=True) as ahead:
 
         def inputs():
             at = 0

@@ -197,10 +197,12 @@ def tail_producers(spec: GroupSpec, epochs: list[SegmentEpochs] | None = None) -
     return [segment_producers(spec, seg.base_offset, epochs) for seg in spec.tail_segments]
 
 
-def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]]) -> ReadAhead:
-    """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked on."""
+def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]],
+               last: bool = False) -> ReadAhead:
+    """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked
+    on; `last`: the run's last read of them (`read_segment_bytes`)."""
     storage, mode = specs[0].storage, specs[0].read_mode
-    return ReadAhead(lambda path: read_segment_bytes(storage, path, mode),
+    return ReadAhead(lambda path: read_segment_bytes(storage, path, mode, last),
                      [spec.segment_path(seg.base_offset) for spec, seg in todo])  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""segment_io: direct reads into reused buffers give the bytes a memory map gives; a buffer is
+"""segment_io: buffered and direct reads into reused buffers give the bytes a memory map gives;
+the last read of a file leaves it out of the page cache; a buffer is
 never handed out while any view of it lives; unsupported filesystems fall back; read-ahead keeps
 order and errors; staged (direct) writes give the bytes written, at every size around the buffer
 and block boundaries; the job writes the same files in every read and write mode, with and
@@ -114,14 +115,30 @@ def test_pool_keeps_at_most_its_bound():
 # --- reading ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, 3 * ALIGN + 17, (9 << 20) + 123])
-def test_direct_read_equals_the_file(tmp_path, direct_always, n):
+SIZES = [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, 3 * ALIGN + 17, (9 << 20) + 123, (segment_io.READ_CHUNK << 1) + 5]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_every_read_mode_equals_the_file(tmp_path, direct_always, n):
     path = tmp_path / "00000000000000000000.log"
     data = _file(path, n)
-    got = read_segment_bytes(LOCAL, str(path), "direct")
-    mapped = read_segment_bytes(LOCAL, str(path), "mmap")
-    assert got.tobytes() == data == mapped.tobytes()
-    assert not got.flags.writeable and not mapped.flags.writeable  # one numba type for both
+    got = {mode: read_segment_bytes(LOCAL, str(path), mode) for mode in segment_io.READ_MODES}
+    got["buffered, last"] = read_segment_bytes(LOCAL, str(path), "buffered", last=True)
+    assert all(a.tobytes() == data for a in got.values())
+    assert not any(a.flags.writeable for a in got.values())  # one numba type for all
+
+
+def test_the_last_buffered_read_leaves_the_file_out_of_the_page_cache(tmp_path, monkeypatch):
+    advised = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(segment_io.os, "posix_fadvise", lambda fd, o, n, a: (advised.append(a), real(fd, o, n, a)))
+    path = tmp_path / "a.log"
+    _file(path, 3 * ALIGN)
+    read_segment_bytes(LOCAL, str(path), "buffered")
+    assert advised == [os.POSIX_FADV_SEQUENTIAL]  # the rewrite reads it again, from the cache
+    advised.clear()
+    read_segment_bytes(LOCAL, str(path), "buffered", last=True)
+    assert advised == [os.POSIX_FADV_SEQUENTIAL, os.POSIX_FADV_DONTNEED]
 
 
 def test_direct_read_sees_writes_not_yet_flushed(tmp_path, direct_always):
@@ -315,7 +332,7 @@ def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
 # --- the job's task in every mode -------------------------------------------------------------
 
 
-def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, direct_always, monkeypatch):
+def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, direct_always, monkeypatch):
     from compaction.spark import stages as spark_stages
     from compaction.__main__ import main as cli
 
@@ -324,7 +341,10 @@ def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, di
          "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--transactions", "0.2", "--abort-ratio", "0.3",
          "--seed", "11"])  # fmt: skip
     specs = _partition_specs(log_dir)
-    assert NOW and all(s.read_mode == "direct" for s in specs)
+    assert NOW and all(s.read_mode == "buffered" for s in specs)
+    buffered_rows = spark_stages.compact_partition(specs)
+    read_buffered = _cleaned_files(log_dir)
+    specs = [dataclasses.replace(s, read_mode="direct") for s in specs]
     direct_rows = spark_stages.compact_partition(specs)
     direct = _cleaned_files(log_dir)
     mapped_rows = spark_stages.compact_partition([dataclasses.replace(s, read_mode="mmap") for s in specs])
@@ -337,15 +357,15 @@ def test_compact_partition_writes_the_same_files_in_both_read_modes(tmp_path, di
     monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
     pooled_rows = spark_stages.compact_partition(specs)
     pooled = _cleaned_files(log_dir)
-    buffered_rows = spark_stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
-    buffered = _cleaned_files(log_dir)
+    written_rows = spark_stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
+    written = _cleaned_files(log_dir)
     uncached_rows = spark_stages.compact_partition(specs, scan_reuse_bytes=0)  # every segment read and walked again
     uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
-    assert direct and direct == mapped == pooled == buffered == uncached
+    assert direct and read_buffered == direct == mapped == pooled == written == uncached
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
-    assert strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows) == strip(buffered_rows)
-    assert strip(direct_rows) == strip(uncached_rows)
+    assert strip(buffered_rows) == strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows)
+    assert strip(direct_rows) == strip(written_rows) == strip(uncached_rows)
 
 
 def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_always):
@@ -381,14 +401,15 @@ def test_read_and_write_mode_options_reach_every_group(tmp_path):
 
     log_dir = tmp_path / "logs"
     cli(["generate", str(log_dir), "--topics", "t:1", "--records", "800", "--keys", "100", "--segment-bytes", "20000"])
-    for argv, modes in (([], ("direct", "direct")), (["--read-mode", "mmap"], ("mmap", "direct")),
-                        (["--write-mode", "buffered"], ("direct", "buffered"))):  # fmt: skip
+    for argv, modes in (([], ("buffered", "direct")), (["--read-mode", "mmap"], ("mmap", "direct")),
+                        (["--read-mode", "direct"], ("direct", "direct")),
+                        (["--write-mode", "buffered"], ("buffered", "buffered"))):  # fmt: skip
         opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
         planned, _ = plan_round.discover_and_plan(opts)
         config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, planned[0].part.topic))
         specs = plan_round.group_specs(planned[0], opts, config, 0)
         assert specs and {(s.read_mode, s.write_mode) for s in specs} == {modes}
     with pytest.raises(SystemExit):
-        parse_args(["--log-dir", str(log_dir), "--read-mode", "buffered"])
+        parse_args(["--log-dir", str(log_dir), "--read-mode", "cached"])
     with pytest.raises(SystemExit):
         parse_args(["--log-dir", str(log_dir), "--write-mode", "mmap"])
