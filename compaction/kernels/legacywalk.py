@@ -51,6 +51,7 @@ from compaction.format.layout import (
 )
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
+from compaction.kernels.memops import prefetch_ahead
 
 ERR_OK = 0
 ERR_MESSAGE = 1  # framing, magic, size or a key/value length that does not fit the message
@@ -124,12 +125,14 @@ def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wr
     buf = borrow(buf)
     k = 0
     n_buf = len(buf)
+    ahead = 0
     for j in range(len(start)):
         pos, stop = start[j], end[j]
         if pos < 0 or stop > n_buf or pos > stop:
             return k, ERR_MESSAGE, pos, j
         first = k
         while pos < stop:
+            ahead = prefetch_ahead(buf, ahead, pos, n_buf)
             if stop - pos < MIN_ENTRY:
                 return k, ERR_MESSAGE, pos, j
             size = _be32(buf, pos + SIZE_OFFSET)
@@ -168,7 +171,9 @@ def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wr
 @_njit
 def _entry_crcs_kernel(buf, position, size, magic, out):
     buf = borrow(buf)
+    ahead = 0
     for i in range(len(position)):
+        ahead = prefetch_ahead(buf, ahead, position[i], len(buf))
         if magic[i] >= MAGIC_V2:
             out[i] = crc32c_at(buf, position[i] + CRC_COVERED_FROM, size[i] - CRC_COVERED_FROM)
         else:

@@ -43,7 +43,7 @@ from compaction.format.layout import (
 )
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
-from compaction.kernels.memops import copy_bytes
+from compaction.kernels.memops import copy_bytes, prefetch_ahead
 from compaction.kernels.scan_columns import (
     CONTINUE,
     ERR_BAD_COUNT,
@@ -116,7 +116,9 @@ def _count_entries(buf, start, end):
     buf = borrow(buf)
     pos = start
     n = 0
+    ahead = pos
     while True:
+        ahead = prefetch_ahead(buf, ahead, pos, end)
         reason, total = _entry_at(buf, pos, end)
         if reason != CONTINUE:
             return n, pos, reason
@@ -129,7 +131,9 @@ def _fill_entries(buf, start, n, position, size, base_offset, last_offset, magic
                   base_ts, max_ts, producer_id, producer_epoch, base_sequence, records_count, crc):  # fmt: skip
     buf = borrow(buf)
     pos = start
+    ahead = pos
     for i in range(n):
+        ahead = prefetch_ahead(buf, ahead, pos, len(buf))
         total = _be_int(buf, pos + SIZE_OFFSET, 4) + LOG_OVERHEAD
         m = buf[pos + MAGIC_OFFSET]
         off = _be_int(buf, pos, 8)

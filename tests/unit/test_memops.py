@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from compaction.kernels.memops import memcpy_at, prefetch
+from compaction.kernels.memops import PREFETCH_BYTES, memcpy_at, prefetch, prefetch_ahead
 
 
 @numba.njit(cache=True)
@@ -70,3 +70,22 @@ def test_prefetch_refuses_other_types():
 
     with pytest.raises(numba.TypingError):
         bad(np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize(
+    "ahead, pos, end, reached",
+    [
+        (0, 0, 0, 0),  # nothing left: no hint
+        (0, 0, 1, 64),  # one line for one byte
+        (0, 0, 64, 64),
+        (0, 0, 65, 128),
+        (0, 0, 1 << 20, PREFETCH_BYTES),  # never more than PREFETCH_BYTES ahead
+        (PREFETCH_BYTES, 100, 1 << 20, PREFETCH_BYTES + 128),  # only the lines not hinted yet
+        (5000, 10, 1 << 20, 5000),  # already far enough ahead
+        (0, 9000, 9010, 9064),  # a walk that jumped past its hints starts again where it is
+    ],
+)
+def test_prefetch_ahead_hints_each_line_once(ahead, pos, end, reached):
+    buf = np.zeros(max(end, 1), dtype=np.uint8)
+    assert prefetch_ahead(buf, ahead, pos, end) == reached
+    assert not buf.any()
