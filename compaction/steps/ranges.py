@@ -45,6 +45,7 @@ from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import key_hash
 from compaction.kernels.keymap import KeyTable
+from compaction.kernels.memops import memcpy_at
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.log_structure import epoch_columns
 from compaction.steps.group import GroupSpec, SourceSegment
@@ -150,16 +151,44 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
 
 def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
     bucket = bucket_of(data, offs, buckets)
-    # A stable sort of small integers is a radix sort in numpy: one pass, not n log n compares.
-    order = np.argsort(bucket.astype(np.uint8) if buckets <= 256 else bucket, kind="stable")
-    keys = _binary(data, offs).take(pa.array(order))
-    ids = order.astype(np.int32)
-    ends = np.searchsorted(bucket[order], np.arange(buckets + 1))
+    n = len(bucket)
+    order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
+    keys, key_offs, key_latest = np.empty(len(data), np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
+    _by_bucket(data, offs, latest, bucket, order, ends, keys, key_offs, key_latest)
+    keys, ids = _binary(keys, key_offs), order.astype(np.int32)
     for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
             to = min(at + BLOCK_ROWS, int(ends[b + 1]))
-            yield Block(rid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=latest[order[at:to]],
+            yield Block(rid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=key_latest[at:to],
                                                       id=ids[at:to], part=np.full(to - at, part, np.int32)))  # fmt: skip
+
+
+@_njit
+def _by_bucket(data, offs, latest, bucket, order, ends, keys, key_offs, key_latest):
+    """The keys (bytes data[offs[i]:offs[i + 1]], latest offset latest[i]) laid out bucket by
+    bucket, each bucket's in their order (a counting sort: the keys are read in order and written
+    in one stream per bucket, where a permutation of them read a random key at every step):
+    position j holds key order[j], its bytes keys[key_offs[j]:key_offs[j + 1]] and its latest
+    offset key_latest[j]; bucket b holds positions ends[b] to ends[b + 1]."""
+    data, keys = borrow(data), borrow(keys)
+    n, buckets = len(bucket), len(ends) - 1
+    starts = np.zeros(buckets + 1, np.int64)  # byte starts of the buckets
+    for i in range(n):
+        ends[bucket[i] + 1] += 1
+        starts[bucket[i] + 1] += offs[i + 1] - offs[i]
+    for b in range(buckets):
+        ends[b + 1] += ends[b]
+        starts[b + 1] += starts[b]
+    at, byte_at = ends[:buckets].copy(), starts[:buckets].copy()
+    for i in range(n):
+        b = bucket[i]
+        j, o, k = at[b], byte_at[b], offs[i + 1] - offs[i]
+        order[j] = i
+        key_offs[j] = o
+        key_latest[j] = latest[i]
+        memcpy_at(keys, o, data, offs[i], k)
+        at[b], byte_at[b] = j + 1, o + k
+    key_offs[n] = starts[buckets]
 
 
 # --- 2. merge -------------------------------------------------------------------------------
@@ -209,13 +238,13 @@ def _prefixed(data: np.ndarray, offs: np.ndarray, part: np.ndarray) -> tuple[np.
 
 @_njit
 def _prefix(data, offs, part, out, new_offs):
+    data, out = borrow(data), borrow(out)
     for i in range(len(offs) - 1):
         o = new_offs[i]
         p = part[i]
         for k in range(4):
             out[o + k] = (p >> (8 * k)) & 0xFF
-        n = offs[i + 1] - offs[i]
-        out[o + 4 : o + 4 + n] = data[offs[i] : offs[i + 1]]
+        memcpy_at(out, o + 4, data, offs[i], offs[i + 1] - offs[i])
 
 
 # --- 3. rewrite -----------------------------------------------------------------------------

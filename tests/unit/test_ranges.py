@@ -153,6 +153,25 @@ def test_merge_gives_each_range_the_max_over_its_partition(rows, buckets):
         assert got.get(r, {}) == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=9), st.integers(-1, 10**12)), max_size=80), st.sampled_from([1, 2, 64]))
+def test_summaries_lay_the_keys_out_by_bucket_as_a_stable_sort_would(keys, buckets):
+    """`_by_bucket` (compiled) against its plain twin: numpy's stable argsort by bucket and a gather."""
+    data = np.frombuffer(b"".join(k for k, _ in keys), np.uint8)
+    offs = np.concatenate([[0], np.cumsum([len(k) for k, _ in keys])]).astype(np.int64)
+    latest = np.array([v for _, v in keys], np.int64)
+    bucket = ranges.bucket_of(data, offs, buckets)
+    n = len(keys)
+    order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
+    out, out_offs, out_latest = np.empty(len(data), np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
+    ranges._by_bucket(data, offs, latest, bucket, order, ends, out, out_offs, out_latest)
+    want = np.argsort(bucket, kind="stable")
+    assert order.tolist() == want.tolist()
+    assert ends.tolist() == np.searchsorted(bucket[want], np.arange(buckets + 1)).tolist()
+    assert [out[out_offs[j] : out_offs[j + 1]].tobytes() for j in range(n)] == [keys[i][0] for i in want]
+    assert out_latest.tolist() == latest[want].tolist() and out_offs[n] == len(data)
+
+
 def test_key_table_export_is_dense_and_complete():
     table = KeyTable(50_000)
     keys = [f"k{i % 3000}".encode() for i in range(10_000)]
