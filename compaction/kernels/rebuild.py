@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.layout import MAGIC_V2, RECORD_BATCH_OVERHEAD
-from compaction.kernels.rebuild_headers import HEADER_DTYPE, header_for, headers_for, seal, seal_all
+from compaction.kernels.rebuild_headers import HEADER_DTYPE, header_for, headers_for, seal, seal_all, seal_plain
 from compaction.kernels.rebuild_kernels import (
     ERR_LAYOUT,
     ERR_NAMES,
@@ -63,7 +63,7 @@ from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 __all__ = [
     "ERR_LAYOUT", "ERR_NAMES", "HEADER_DTYPE", "NEEDS_FALLBACK", "NO_HORIZON", "SRC_FILE", "SRC_NONE",
     "SRC_SIDE", "RebuildError", "header_for", "headers_for", "rebuild_records", "rebuild_records_py",
-    "record_regions", "seal", "seal_all",
+    "record_regions", "seal", "seal_all", "seal_plain",
 ]  # fmt: skip
 
 MAX_GROWTH_PER_RECORD = 14  # timestampDelta may grow from 1 to 10 bytes, the length varint by <= 5
@@ -108,7 +108,7 @@ def _capacity(start, end, count) -> int:
 
 
 def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                    expect_key_pos, records, split, base_offset):  # fmt: skip
+                    expect_key_pos, records, split, base_offset, room=0):  # fmt: skip
     """Re-encode the kept records of `len(src)` regions (numba).
 
     Per region i: records in `file` (src 0) or `side` (src 1) at [start[i], end[i]), exactly
@@ -123,7 +123,9 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
 
     Returns (payload uint8 array, out_start, out_end, new_base_ts, new_max_ts, kept, flags): region
     i's new records are payload[out_start[i]:out_end[i]]; flags[i] = NEEDS_FALLBACK when a header key
-    is not valid UTF-8 (then use build_batch for that batch). Raises RebuildError on malformed input.
+    is not valid UTF-8 (then use build_batch for that batch). `room` bytes are left free before each
+    region's records (`seal_plain` writes the batch header there). Raises RebuildError on
+    malformed input.
     """
     n = len(src)
     args = _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
@@ -131,10 +133,10 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
     i64 = np.int64
     cols = (np.int64(split), np.asarray(base_offset, dtype=i64),
             *(np.asarray(getattr(records, f), dtype=i64) for f in _RECORD_COLUMNS))  # fmt: skip
-    cap = _capacity(args[3], args[4], args[5])
+    cap = _capacity(args[3], args[4], args[5]) + room * n
     out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
     res = [np.empty(n, dtype=np.int64) for _ in range(5)] + [np.empty(n, dtype=np.int8)]
-    err, index, position = _rebuild_kernel(*args, *cols, out, *res)
+    err, index, position = _rebuild_kernel(*args, *cols, out, *res, np.int64(room))
     if err != ERR_OK:
         raise RebuildError(int(err), int(index), int(position))
     used = int(res[1][-1]) if n else 0

@@ -1,6 +1,11 @@
 """The headers of rebuilt v2 batches, one at a time (`header_for`, `seal`) or all of a segment's
 at once as a numpy array (`headers_for`, `seal_all`): kept fields, delete-horizon bit, new
-recordsCount, batchLength and the CRC-32C over the compressed-as-before payload."""
+recordsCount, batchLength and the CRC-32C over the compressed-as-before payload.
+
+`seal_plain` seals a segment's uncompressed rebuilt batches in one compiled call, each header
+written into the room the rebuild left before its records, so that a run of them is one
+contiguous chunk for the writer: `seal_all` and the writer's per-batch calls cost ~7 us a batch
+in Python, 0.25 s per GiB of Kafka's workload (~36k batches)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,18 @@ import numpy as np
 
 from compaction.format import batch as fb
 from compaction.format import compression, layout
-from compaction.format.layout import MAGIC_V2, RECORD_BATCH_OVERHEAD
+from compaction.format.crc import crc32c_at
+from compaction.format.layout import (
+    CRC_COVERED_FROM,
+    CRC_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+)
+from compaction.kernels.jit import borrow
+from compaction.kernels.jit import njit as _njit
+from compaction.kernels.memops import memcpy_at
 
 
 def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int, last_offset_delta: int,
@@ -79,6 +95,31 @@ def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
         fb.CRC_FIELD.pack_into(head, layout.CRC_OFFSET, crc)
         out.append([head.tobytes(), body])
     return out
+
+
+def seal_plain(headers: np.ndarray, out: np.ndarray, starts, ends) -> None:
+    """`seal_all` for uncompressed batches whose records are out[starts[j]:ends[j]], each with
+    RECORD_BATCH_OVERHEAD free bytes before it (`rebuild_records(..., room=...)`): the headers
+    are written there with their batch length and CRC-32C, so batch j is the contiguous bytes
+    out[starts[j] - RECORD_BATCH_OVERHEAD:ends[j]], the same bytes as `seal_all`'s pair."""
+    raw = np.ascontiguousarray(headers).view(np.uint8).reshape(-1)
+    _seal_plain(out, raw, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+
+
+@_njit
+def _put_be32(buf, pos, value):
+    for k in range(4):
+        buf[pos + k] = (value >> (8 * (3 - k))) & 0xFF
+
+
+@_njit
+def _seal_plain(out, raw, starts, ends):
+    out, raw = borrow(out), borrow(raw)
+    for j in range(len(starts)):
+        h = starts[j] - RECORD_BATCH_OVERHEAD
+        memcpy_at(out, h, raw, j * RECORD_BATCH_OVERHEAD, RECORD_BATCH_OVERHEAD)
+        _put_be32(out, h + LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + ends[j] - starts[j])
+        _put_be32(out, h + CRC_OFFSET, crc32c_at(out, h + CRC_COVERED_FROM, ends[j] - h - CRC_COVERED_FROM))
 
 
 def seal(header: fb.BatchHeader, records, codec: int) -> list:

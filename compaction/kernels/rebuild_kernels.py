@@ -195,7 +195,7 @@ def _rebuild_one(buf, shift, start, stop, first, count, keep, log_append, max_ts
 @_njit
 def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
                     expect_key_pos, split, base_offset, r_off, r_ts, r_kp, r_kl, r_vp, r_vl, out, out_start, out_end,
-                    out_base_ts, out_max_ts, out_count, flags):  # fmt: skip
+                    out_base_ts, out_max_ts, out_count, flags, room):  # fmt: skip
     file, side, keep, out = borrow(file), borrow(side), borrow(keep), borrow(out)
     r_off, r_ts, r_kp, r_kl = borrow(r_off), borrow(r_ts), borrow(r_kp), borrow(r_kl)
     r_vp, r_vl = borrow(r_vp), borrow(r_vl)
@@ -210,6 +210,7 @@ def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_t
         first = keep_start[i]
         if not _batch_layout_ok(buf, shift, pos, stop, first, count[i], expect_key_pos[i], r_kp, r_vp, r_vl):
             return ERR_LAYOUT, i, pos
+        o += room
         out_start[i] = o
         err, err_pos, o, nb, nm, kept, fallback = _rebuild_one(
             buf, shift, pos, stop, first, count[i], keep, ts_type[i] == LOG_APPEND_TIME, max_ts[i], horizon[i],

@@ -13,7 +13,8 @@ from compaction.kernels.scan_columns import ERR_RECORD_SIZE
 
 
 def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts,
-                       horizon, expect_key_pos, records=None, split=None, base_offset=None):  # fmt: skip
+                       horizon, expect_key_pos, records=None, split=None, base_offset=None,
+                       room=0):  # fmt: skip
     """Plain-Python reference of `rebuild_records` (same signature, same results): it walks each
     region record by record, decoding every record into a `format.batch.Record`, and encodes the
     kept ones with `encode_record`, i.e. exactly what `build_batch` does with them. It does not
@@ -50,6 +51,7 @@ def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, bas
             raise RebuildError(ERR_LAYOUT, i, pos)
         h = int(horizon[i])
         base = h if h >= 0 else (records[0].timestamp if records else h)
+        payload += bytes(room)
         out_start[i] = len(payload)
         for record in records:
             encode_record(payload, record, record.offset, record.timestamp - base)

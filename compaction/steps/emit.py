@@ -1,6 +1,8 @@
 """Writing one segment's decided batches in log order: verbatim slices of the source, v2 batches
 re-encoded with their kept records (`kernels.rebuild`, one call per segment), legacy wrappers and
-messages re-encoded as v2 (`kernels.upconvert`), empty batches."""
+messages re-encoded as v2 (`kernels.upconvert`), empty batches. The batches the kernels build
+whole into one buffer (converted legacy messages, uncompressed rebuilt v2 batches) go to the
+writer a run at a time, the others one at a time."""
 
 from __future__ import annotations
 
@@ -31,20 +33,22 @@ def emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon:
                  bounds: np.ndarray, out: Output) -> None:  # fmt: skip
     """Write the batches of one segment in log order (`Runs`): every v2 rebuild of the segment
     re-encoded by one kernel call (format/rebuild.py), every kept legacy message by another
-    (format/upconvert.py), whose consecutive batches go out as one chunk."""
-    b = scan.batches
-    rebuilt = _rebuild_v2(scan, np.flatnonzero(kind == REBUILD_V2), kept, horizon, keep, bounds)
+    (format/upconvert.py); a run of consecutive batches built whole in one buffer goes out as one
+    chunk."""
+    rebuilt, plain = _rebuild_v2(scan, np.flatnonzero(kind == REBUILD_V2), kept, horizon, keep, bounds)
     rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero(kind == REBUILD_WRAPPER), kept, horizon, keep, bounds))
-    converted = _convert(scan, np.flatnonzero(kind == CONVERT), horizon, bounds)
-    mv = memoryview(scan.file)
-    runs = Runs(out, mv)
+    chunked = (_convert(scan, np.flatnonzero(kind == CONVERT), horizon, bounds), plain)
+    runs = Runs(out, memoryview(scan.file))
     emitted = np.flatnonzero(kind != DROP)
-    is_conv = kind[emitted] == CONVERT
-    cuts = [0, *(np.flatnonzero(is_conv[1:] != is_conv[:-1]) + 1).tolist(), len(emitted)]
+    which = np.zeros(len(kind), np.int8)  # 0: one at a time; 1 + k: in chunked[k]
+    for k, c in enumerate(chunked):
+        which[c.idx] = 1 + k
+    which = which[emitted]
+    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(emitted)]
     for lo, hi in itertools.pairwise(cuts):
-        if lo < hi and is_conv[lo]:
+        if lo < hi and which[lo]:
             runs.flush()
-            converted.emit(out, emitted[lo:hi], b.last_offset)
+            chunked[which[lo] - 1].emit(out, emitted[lo:hi], scan.batches.last_offset)
         elif lo < hi:
             _emit_batches(scan, emitted[lo:hi], kind, kept, horizon, keep, bounds, rebuilt, runs)
     runs.flush()
@@ -80,44 +84,53 @@ def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept
 
 
 @dataclass
-class _Converted:
-    """The v2 batches of a segment's kept legacy messages (`upconvert.convert_messages`), batch j
-    (of legacy entry idx[j]) at data[ends[j - 1]:ends[j]]."""
+class _Chunked:
+    """Batches of a segment built whole by one kernel call into one buffer, in log order: batch
+    idx[j] is data[starts[j]:ends[j]], each starting where the one before it ends when their
+    batches are consecutive in the segment."""
 
     idx: np.ndarray
     data: np.ndarray
+    starts: np.ndarray
     ends: np.ndarray
     max_ts: np.ndarray
+    records: np.ndarray
+
+    @classmethod
+    def empty(cls) -> _Chunked:
+        none = np.empty(0, np.int64)
+        return cls(none, np.empty(0, np.uint8), none, none, none, none)
 
     def emit(self, out: Output, batches: np.ndarray, last_offset: np.ndarray) -> None:
-        """Write the consecutive converted batches `batches` (a run of `idx`) as one chunk."""
+        """Write the consecutive batches `batches` (a run of `idx`) as one chunk."""
         lo = int(np.searchsorted(self.idx, batches[0]))
         hi = lo + len(batches)
-        start = int(self.ends[lo - 1]) if lo else 0
-        sizes = np.diff(self.ends[lo:hi], prepend=start)
-        out.append_columns(self.data[start : int(self.ends[hi - 1])], sizes, last_offset[batches],
-                           self.max_ts[lo:hi], len(batches))  # fmt: skip
+        sizes = self.ends[lo:hi] - self.starts[lo:hi]
+        out.append_columns(self.data[int(self.starts[lo]) : int(self.ends[hi - 1])], sizes, last_offset[batches],
+                           self.max_ts[lo:hi], int(self.records[lo:hi].sum()))  # fmt: skip
 
 
-def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np.ndarray) -> _Converted:
+def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np.ndarray) -> _Chunked:
     """Every kept message of the uncompressed legacy entries `idx` re-encoded as a v2 batch, in
     one kernel call: its one record is record bounds[i] of the scan."""
     if not len(idx):
-        return _Converted(idx, np.empty(0, np.uint8), np.empty(0, np.int64), np.empty(0, np.int64))
+        return _Chunked.empty()
     b = scan.batches
     log_append = (b.magic[idx] == 1) & ((b.attributes[idx] & fb.TIMESTAMP_TYPE_MASK) != 0)
     data, ends, max_ts = upconvert.convert_messages(scan.file, scan.side, scan.split, bounds[idx], scan.records,
                                                     log_append, horizon[idx])  # fmt: skip
-    return _Converted(idx, data, ends, max_ts)
+    return _Chunked(idx, data, np.concatenate([[0], ends[:-1]]).astype(np.int64), ends, max_ts,
+                    np.ones(len(idx), np.int64))
 
 
 def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray, keep: np.ndarray,
-                bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
-    """{batch index: ([header, payload], max timestamp)} for the v2 REBUILD batches `idx` of a
-    segment, re-encoded in one `rebuild_records` call and sealed together; batches the kernel
+                bounds: np.ndarray) -> tuple[dict[int, tuple], _Chunked]:  # fmt: skip
+    """The v2 REBUILD batches `idx` of a segment, re-encoded in one `rebuild_records` call and
+    sealed together: the uncompressed ones whole in the kernel's buffer (`seal_plain`), the
+    compressed ones as {batch index: ([header, payload], max timestamp)}; batches the kernel
     flags are left out (they go through `build_batch`)."""
     if not len(idx):
-        return {}
+        return {}, _Chunked.empty()
     b, rec = scan.batches, scan.records
     src, start, end = (a[idx] for a in rebuild.record_regions(scan))
     first = bounds[idx]
@@ -131,6 +144,7 @@ def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizo
     payload, o_start, o_end, new_base, new_max, n_kept, flags = rebuild.rebuild_records(
         scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx],
         b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect, rec, scan.split, b.base_offset[idx],
+        room=fb.RECORD_BATCH_OVERHEAD,
     )  # fmt: skip
     wrong = np.flatnonzero(n_kept != kept[idx])
     if len(wrong):  # the kernel walked other records than the scan: never expected
@@ -146,8 +160,14 @@ def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizo
         producer_epoch=b.producer_epoch[sel], base_sequence=b.base_sequence[sel], records_count=n_kept[ok],
         horizon=horizons[ok],
     )  # fmt: skip
-    sealed = rebuild.seal_all(headers, payload, o_start[ok], o_end[ok], attrs[ok] & fb.COMPRESSION_CODEC_MASK)
-    return dict(zip(sel.tolist(), zip(sealed, new_max[ok].tolist())))
+    codec = attrs[ok] & fb.COMPRESSION_CODEC_MASK
+    plain = codec == 0
+    rebuild.seal_plain(headers[plain], payload, o_start[ok][plain], o_end[ok][plain])
+    whole = _Chunked(sel[plain], payload, o_start[ok][plain] - fb.RECORD_BATCH_OVERHEAD, o_end[ok][plain],
+                     new_max[ok][plain], n_kept[ok][plain])  # fmt: skip
+    packed = ~plain
+    sealed = rebuild.seal_all(headers[packed], payload, o_start[ok][packed], o_end[ok][packed], codec[packed])
+    return dict(zip(sel[packed].tolist(), zip(sealed, new_max[ok][packed].tolist()))), whole
 
 
 def _rebuild_wrappers(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray,

@@ -28,10 +28,12 @@ from compaction.kernels.rebuild import (
     SRC_SIDE,
     RebuildError,
     header_for,
+    headers_for,
     rebuild_records,
     rebuild_records_py,
     record_regions,
     seal,
+    seal_plain,
 )
 from compaction.kernels.rebuild_kernels import _valid_utf8
 from compaction.kernels.scan import scan_segment
@@ -95,7 +97,7 @@ def expected_rebuild(raw: bytes, keep: list[bool], new_horizon: int | None) -> b
     )  # fmt: skip
 
 
-def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None]):
+def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None], room: int = 0):
     """Scan the segment, rebuild every batch in one call with the kernel and the reference."""
     scan = scan_segment(np.frombuffer(segment, dtype=np.uint8))
     b, r = scan.batches, scan.records
@@ -112,8 +114,8 @@ def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None]
     args = (scan.file, scan.side, src, start, end, count, keep, bounds[:-1], b.base_timestamp,
             b.timestamp_type, b.max_timestamp, np.asarray(eff, dtype=np.int64), first_key, r, scan.split,
             b.base_offset)  # fmt: skip
-    fast = rebuild_records(*args)
-    ref = rebuild_records_py(*args)
+    fast = rebuild_records(*args, room=room)
+    ref = rebuild_records_py(*args, room=room)
     return scan, fast, ref, eff
 
 
@@ -149,6 +151,35 @@ def test_kernel_and_reference_equal_build_batch(specs):
     assert not fast[6].any()  # every header key came from a str: valid UTF-8
     for i, (raw, (_, _, keep, horizon)) in enumerate(zip(raws, specs, strict=True)):
         assert sealed(scan, fast, eff, i) == expected_rebuild(raw, keep, horizon)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(batch_specs(), min_size=1, max_size=4))
+def test_batches_sealed_in_the_room_before_their_records_equal_build_batch(specs):
+    """rebuild_records(room=61) + seal_plain: each uncompressed kept batch is whole in the buffer."""
+    raws = [build_batch(records, **kw) for records, kw, _, _ in specs]
+    room = fb.RECORD_BATCH_OVERHEAD
+    scan, fast, ref, eff = run_both(b"".join(raws), [s[2] for s in specs], [s[3] for s in specs], room)
+    assert_same(fast[1:], ref[1:])  # the room's bytes are the kernel's to leave as they are
+    payload, o_start, o_end, new_base, new_max, kept, _ = fast
+    assert all(payload[a:e].tobytes() == ref[0][a:e].tobytes() for a, e in zip(o_start, o_end, strict=True))
+    assert list(o_start) == list(np.concatenate([[0], o_end[:-1]]) + room)
+    b = scan.batches
+    plain = np.array([i for i in range(len(raws)) if kept[i] and not b.attributes[i] & fb.COMPRESSION_CODEC_MASK],
+                     dtype=np.int64)  # fmt: skip
+    headers = headers_for(
+        base_offset=b.base_offset[plain], partition_leader_epoch=b.partition_leader_epoch[plain],
+        attributes=b.attributes[plain].astype(np.int64), last_offset_delta=(b.last_offset - b.base_offset)[plain],
+        base_timestamp=new_base[plain], max_timestamp=new_max[plain], producer_id=b.producer_id[plain],
+        producer_epoch=b.producer_epoch[plain], base_sequence=b.base_sequence[plain], records_count=kept[plain],
+        horizon=np.asarray(eff, np.int64)[plain],
+    )  # fmt: skip
+    data = payload.copy()
+    seal_plain(headers, data, o_start[plain], o_end[plain])
+    for i in plain.tolist():
+        whole = data[o_start[i] - room : o_end[i]].tobytes()
+        assert whole == sealed(scan, fast, eff, i) == expected_rebuild(raws[i], specs[i][2], specs[i][3])
 
 
 # --- input written with over-long varints --------------------------------------------------------
