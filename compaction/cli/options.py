@@ -126,9 +126,11 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                         "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
     p.add_argument("--read-mode", choices=READ_MODES, default="buffered",
-                   help=f"how executors read local segments of {DIRECT_MIN_BYTES >> 20} MiB or more: direct (O_DIRECT into reused "
-                        "buffers, bypassing the page cache; the default) or mmap (through the page cache, "
-                        "best when the segments are cached already)")  # fmt: skip
+                   help="how executors read local segments: buffered (through the page cache with "
+                        "read-ahead; the rewrite finds what the scan read and drops it from the cache; "
+                        f"the default), direct (O_DIRECT for segments of {DIRECT_MIN_BYTES >> 20} MiB or more, "
+                        "bypassing the page cache: each segment read from the disk twice) or mmap "
+                        "(through the page cache without a copy, best when the segments are cached already)")  # fmt: skip
     p.add_argument("--write-mode", choices=WRITE_MODES, default="direct",
                    help="how executors write cleaned segments on a local disk: direct (O_DIRECT from reused "
                         "staging buffers, bypassing the page cache; the default, falls back where refused) or "
