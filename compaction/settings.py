@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from compaction.errors import UsageError
-from compaction.runtime.segment_io import DIRECT_MIN_BYTES
+from compaction.runtime.segment_io import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
 
 if TYPE_CHECKING:
     from compaction.cli.options import JobOptions
@@ -76,6 +76,10 @@ class WorkerSettings:
     scan_reuse_max_bytes: int = _knob(
         SCAN_REUSE_MAX_BYTES, int, "bytes of segment scans a task keeps for its rewrite instead of "
         "scanning again (0: none)", env="KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES")  # fmt: skip
+    cache_max_bytes: int = _knob(
+        CACHE_MAX_BYTES, int, "bytes of segments a task keeps in the page cache from their scan to their "
+        "rewrite (`--read-mode buffered`); the others are read from the disk twice, with O_DIRECT",
+        env="KAFKA_COMPACTION_CACHE_MAX_BYTES")  # fmt: skip
     direct_min_bytes: int = _knob(
         DIRECT_MIN_BYTES, int, "local segments from this size on are read with O_DIRECT (`--read-mode "
         "direct`); smaller ones are mapped", env="KAFKA_COMPACTION_DIRECT_MIN_BYTES")  # fmt: skip

@@ -10,12 +10,17 @@ twice in a run: by the scan, then by the rewrite. Three ways on a local disk, ch
   per-process `BufferPool`, with a sequential hint so that the kernel reads far ahead. The scan's
   read leaves the segment in the page cache and the rewrite's read, the last one
   (`read_segment_bytes(..., last=True)`), finds it there and drops it (`POSIX_FADV_DONTNEED`):
-  the disk is read once, and a job over terabytes of archived segments holds in the cache only
-  the segments between their scan and their rewrite. Where memory is short the kernel evicts
-  them first and the rewrite reads them from the disk again: slower, never wrong. On the 2-vCPU
-  VM of bench/, reading the disk twice cost more than the ranges stage's compute (two tasks
-  reading 2 GiB each at once ran at half the rate of one), and the page cache's readahead read
-  a cold segment at twice the rate of one `O_DIRECT` request at a time.
+  the disk is read once. A task keeps at most `cache_max_bytes` of segments in the cache this
+  way (`configure`; the newest segments, which the scan reads first); the others are read with
+  O_DIRECT, twice, as under `direct`. So what a task leaves in the cache is bounded by a setting
+  whatever the partition's size, and a job over terabytes of archived segments does not evict
+  the host's cache. Where memory is short the kernel evicts them first and the rewrite reads them
+  from the disk again: slower, never wrong. Why both: on the 2-vCPU VM of bench/, reading the
+  disk twice cost more than the ranges stage's compute (two tasks reading 1 GiB each at once ran
+  at half the rate of one), and the page cache's read-ahead read a cold segment at twice the
+  rate of one O_DIRECT request at a time; but filling the cache with fresh memory costs CPU too
+  (the first touch of each page, ~0.3 CPU-s per GiB and far more once a run's cached bytes pass
+  the memory the VM has touched before: 8 GiB all through the cache ran at 0.6x of O_DIRECT).
 - `direct` for segments of `DIRECT_MIN_BYTES` or more: `O_DIRECT` reads into a pooled buffer, the
   page cache left alone (nothing allocated in it, nothing evicted), at the price of reading each
   segment from the disk twice. Filesystems without O_DIRECT (tmpfs, some FUSE) fall back to
@@ -61,13 +66,20 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
+CACHE_MAX_BYTES = 1 << 30  # segments a task keeps in the page cache from scan to rewrite (`buffered`)
+
 direct_min_bytes = DIRECT_MIN_BYTES  # of this process: the round's `WorkerSettings.direct_min_bytes`
+cache_max_bytes = CACHE_MAX_BYTES  # of this process: the round's `WorkerSettings.cache_max_bytes`
+_cached: dict[str, int] = {}  # the files this task's reads left in the page cache, and their sizes
 
 
-def configure(min_bytes: int) -> None:
-    """Read local segments of `min_bytes` or more with O_DIRECT in this process (`prepare_worker`)."""
-    global direct_min_bytes
-    direct_min_bytes = min_bytes
+def configure(min_bytes: int, cache_bytes: int = CACHE_MAX_BYTES) -> None:
+    """For the task starting in this process (`prepare_worker`): read local segments of
+    `min_bytes` or more with O_DIRECT; under `buffered`, keep at most `cache_bytes` of them in
+    the page cache between their reads. What an earlier task left cached is forgotten."""
+    global direct_min_bytes, cache_max_bytes
+    direct_min_bytes, cache_max_bytes = min_bytes, cache_bytes
+    _cached.clear()
 
 
 def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last: bool = False) -> np.ndarray:
@@ -79,7 +91,12 @@ def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last
         return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
     if mode == "buffered":
-        return _read_buffered(path, size, last)
+        if path in _cached or (not last and sum(_cached.values()) + size <= cache_max_bytes):
+            _cached[path] = size
+            if last:
+                del _cached[path]
+            return _read_buffered(path, size, last)
+        mode = "direct"  # beyond the task's share of the cache: read from the disk each time
     if mode == "direct" and _O_DIRECT and size >= direct_min_bytes:
         data = _read_direct(path, size)
         if data is not None:

@@ -35,7 +35,7 @@ def prepare_worker(settings: WorkerSettings | None = None) -> None:
     keep_zip_directories()
     freeze_imported_objects()
     throttle.configure(settings.io_max_bytes_per_second, settings.io_throttle_file)
-    segment_io.configure(settings.direct_min_bytes)
+    segment_io.configure(settings.direct_min_bytes, settings.cache_max_bytes)
 
 
 # --- garbage collection --------------------------------------------------------------------------

@@ -128,6 +128,41 @@ def test_every_read_mode_equals_the_file(tmp_path, direct_always, n):
     assert not any(a.flags.writeable for a in got.values())  # one numba type for all
 
 
+@pytest.fixture
+def advice(monkeypatch):
+    """The posix_fadvise advice given per file name, in order."""
+    advised: dict[str, list[int]] = {}
+    real = os.posix_fadvise
+
+    def record(fd, offset, n, a):
+        advised.setdefault(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")), []).append(a)
+        return real(fd, offset, n, a)
+
+    monkeypatch.setattr(segment_io.os, "posix_fadvise", record)
+    yield advised
+    segment_io.configure(segment_io.DIRECT_MIN_BYTES)
+
+
+def test_a_task_keeps_at_most_its_budget_in_the_page_cache(tmp_path, advice):
+    """The first files read within the budget stay cached until their last read drops them;
+    the others are read with O_DIRECT both times, the cache left alone."""
+    segment_io.configure(0, cache_bytes=2 * ALIGN)
+    names = ["a.log", "b.log", "c.log"]
+    data = {n: _file(tmp_path / n, ALIGN, seed=i) for i, n in enumerate(names)}
+    seq, drop = os.POSIX_FADV_SEQUENTIAL, os.POSIX_FADV_DONTNEED
+    for n in names:  # the scan
+        assert read_segment_bytes(LOCAL, str(tmp_path / n), "buffered").tobytes() == data[n]
+    assert advice == {"a.log": [seq], "b.log": [seq]}
+    for n in names:  # the rewrite
+        assert read_segment_bytes(LOCAL, str(tmp_path / n), "buffered", last=True).tobytes() == data[n]
+    assert advice == {"a.log": [seq, seq, drop], "b.log": [seq, seq, drop]}
+    read_segment_bytes(LOCAL, str(tmp_path / "c.log"), "buffered")  # the budget is free again
+    assert advice["c.log"] == [seq]
+    segment_io.configure(0, cache_bytes=ALIGN)  # a new task: what the last one left is forgotten
+    read_segment_bytes(LOCAL, str(tmp_path / "a.log"), "buffered")
+    assert advice["a.log"][-1] == seq and len(advice["a.log"]) == 4
+
+
 def test_the_last_buffered_read_leaves_the_file_out_of_the_page_cache(tmp_path, monkeypatch):
     advised = []
     real = os.posix_fadvise

@@ -12,6 +12,7 @@ import pytest
 from compaction.cli import launcher
 from compaction.errors import UsageError
 from compaction.settings import (
+    CACHE_MAX_BYTES,
     DIRECT_MIN_BYTES,
     PARTITION_TASK_MAX_BYTES,
     SCAN_REUSE_MAX_BYTES,
@@ -30,7 +31,7 @@ TASK_BYTES = "spark.kafka.compaction.partitionTaskMaxBytes"
 def test_defaults_without_options_conf_or_environment():
     s = Settings.resolve(None, None, {})
     assert s == Settings()
-    assert s.worker == WorkerSettings(SCAN_REUSE_MAX_BYTES, DIRECT_MIN_BYTES, None, None, None)
+    assert s.worker == WorkerSettings(SCAN_REUSE_MAX_BYTES, CACHE_MAX_BYTES, DIRECT_MIN_BYTES, None, None, None)
     assert (s.partition_task_max_bytes, s.exchange_dir, s.warmup) == (PARTITION_TASK_MAX_BYTES, None, True)
     assert (s.progress_seconds, s.discovery_threads, s.spark_master) == (5.0, None, None)
     assert s.threads == default_discovery_threads()
