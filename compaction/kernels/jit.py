@@ -5,7 +5,7 @@ Why `borrow`: an array that comes in from Python carries a reference count (numb
 and each call from one kernel to another that takes the array increments and decrements it with
 atomic instructions wherever numba's reference-count pruning cannot pair them up (any helper with
 a loop or a branch, such as `key_hash` or `copy_bytes`). In a loop over millions of records those
-atomics cost more than the work: hashing the keys of a segment ran at half speed. The caller (the
+atomics cost more than the work they guard. The caller (the
 Python code that passed the array) holds the array for the whole call, so inside the kernel a view
 without a meminfo is safe, and its counting compiles to nothing. It must not outlive the call:
 never return a borrowed array or store it anywhere.

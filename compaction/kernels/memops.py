@@ -13,9 +13,8 @@ ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
 `prefetch` asks the CPU to bring an array element's cache line in (LLVM's `llvm.prefetch`): for
 kernels whose loads depend on one another, which out-of-order execution cannot overlap.
 `prefetch_ahead` does so for the next `PREFETCH_BYTES` of a walk over a log from start to end:
-each entry's (or record's) length gives the next one's position, so without it every entry of a
-segment just read from the disk waited for its own memory access (v0 messages of ~600 bytes:
-counting the entries of a segment ran 9x slower than with the hint).
+each entry's (or message's) length gives the next one's position, so without it every entry of
+a segment just read from the disk waits for its own memory access (v0 messages of ~600 bytes).
 
 No bounds checks, as with numba's own indexing: callers pass ranges they have checked.
 """

@@ -16,11 +16,9 @@ twice in a run: by the scan, then by the rewrite. Three ways on a local disk, ch
   whatever the partition's size, and a job over terabytes of archived segments does not evict
   the host's cache. Where memory is short the kernel evicts them first and the rewrite reads them
   from the disk again: slower, never wrong. Why both: on the 2-vCPU VM of bench/, reading the
-  disk twice cost more than the ranges stage's compute (two tasks reading 1 GiB each at once ran
-  at half the rate of one), and the page cache's read-ahead read a cold segment at twice the
-  rate of one O_DIRECT request at a time; but filling the cache with fresh memory costs CPU too
-  (the first touch of each page, ~0.3 CPU-s per GiB and far more once a run's cached bytes pass
-  the memory the VM has touched before: 8 GiB all through the cache ran at 0.6x of O_DIRECT).
+  disk twice held the ranges stage's two tasks back more than the CPU the cache costs them; but
+  filling the cache costs CPU (the first touch of each page), far more once a run caches more
+  than the memory the VM has touched before (BENCHMARKS.md: 8 GiB all through the cache).
 - `direct` for segments of `DIRECT_MIN_BYTES` or more: `O_DIRECT` reads into a pooled buffer, the
   page cache left alone (nothing allocated in it, nothing evicted), at the price of reading each
   segment from the disk twice. Filesystems without O_DIRECT (tmpfs, some FUSE) fall back to

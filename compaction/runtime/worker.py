@@ -46,8 +46,8 @@ _frozen = False
 def freeze_imported_objects() -> None:
     """Move every object alive now (what numba, numpy, pyarrow and pyspark built at import: ~180k
     objects) out of the collector's reach, once per process. A task allocates enough objects to
-    trigger a full collection now and then, and each one walked them all: ~0.1 s of a 2 GiB
-    partition's task. They live as long as the process anyway."""
+    trigger a full collection now and then, and each one walked them all. They live as long as
+    the process anyway."""
     global _frozen
     if not _frozen:
         gc.freeze()
