@@ -9,6 +9,7 @@ random positions of a segment waited for one memory latency each. With `memcpy_a
 copies run at ~10 GB/s (bench/rewrite.py measures the rewrite they sit in). It is an intrinsic rather than a
 ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
 
+`put_be32` / `put_be64` write big-endian integers, as Kafka's headers hold them.
 `copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).
 `prefetch` asks the CPU to bring an array element's cache line in (LLVM's `llvm.prefetch`): for
 kernels whose loads depend on one another, which out-of-order execution cannot overlap.
@@ -21,6 +22,7 @@ No bounds checks, as with numba's own indexing: callers pass ranges they have ch
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -86,6 +88,22 @@ def prefetch_ahead(buf, ahead, pos, end):
         prefetch(buf, a)
         a += _LINE
     return a
+
+
+@njit
+def put_be32(out, pos, value):
+    """out[pos:pos + 4] = `value` as a big-endian 32-bit integer (its low 32 bits)."""
+    v = np.int64(value)
+    for i in range(4):
+        out[pos + i] = np.uint8((v >> (24 - 8 * i)) & 0xFF)
+
+
+@njit
+def put_be64(out, pos, value):
+    """out[pos:pos + 8] = `value` as a big-endian 64-bit integer."""
+    v = np.int64(value)
+    for i in range(8):
+        out[pos + i] = np.uint8((v >> (56 - 8 * i)) & 0xFF)
 
 
 @njit

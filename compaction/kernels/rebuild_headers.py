@@ -25,7 +25,7 @@ from compaction.format.layout import (
 )
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
-from compaction.kernels.memops import memcpy_at
+from compaction.kernels.memops import memcpy_at, put_be32
 
 
 def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int, last_offset_delta: int,
@@ -107,19 +107,13 @@ def seal_plain(headers: np.ndarray, out: np.ndarray, starts, ends) -> None:
 
 
 @_njit
-def _put_be32(buf, pos, value):
-    for k in range(4):
-        buf[pos + k] = (value >> (8 * (3 - k))) & 0xFF
-
-
-@_njit
 def _seal_plain(out, raw, starts, ends):
     out, raw = borrow(out), borrow(raw)
     for j in range(len(starts)):
         h = starts[j] - RECORD_BATCH_OVERHEAD
         memcpy_at(out, h, raw, j * RECORD_BATCH_OVERHEAD, RECORD_BATCH_OVERHEAD)
-        _put_be32(out, h + LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + ends[j] - starts[j])
-        _put_be32(out, h + CRC_OFFSET, crc32c_at(out, h + CRC_COVERED_FROM, ends[j] - h - CRC_COVERED_FROM))
+        put_be32(out, h + LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + ends[j] - starts[j])
+        put_be32(out, h + CRC_OFFSET, crc32c_at(out, h + CRC_COVERED_FROM, ends[j] - h - CRC_COVERED_FROM))
 
 
 def seal(header: fb.BatchHeader, records, codec: int) -> list:

@@ -51,7 +51,7 @@ from compaction.format.layout import (
 )
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
-from compaction.kernels.memops import copy_bytes, memcpy_at
+from compaction.kernels.memops import copy_bytes, memcpy_at, put_be32, put_be64
 from compaction.kernels.varints import _varint32_size, _varint_size, _write_varint, _write_varlong
 
 HEADER = RECORD_BATCH_OVERHEAD
@@ -70,20 +70,6 @@ _TEMPLATE[HEADER - 1] = 1  # the low byte of recordsCount
 
 
 @_njit
-def _put_be64(out, o, v):
-    v = np.int64(v)
-    for i in range(8):
-        out[o + i] = np.uint8((v >> (56 - 8 * i)) & 0xFF)
-
-
-@_njit
-def _put_be32(out, o, v):
-    v = np.int64(v)
-    for i in range(4):
-        out[o + i] = np.uint8((v >> (24 - 8 * i)) & 0xFF)
-
-
-@_njit
 def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len, value_pos, value_len,
                     log_append, horizon, template, out, out_end, out_max_ts):  # fmt: skip
     file, side, template, out = borrow(file), borrow(side), borrow(template), borrow(out)
@@ -99,14 +85,14 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
                 + 1)  # fmt: skip
         size = HEADER + _varint32_size(body) + body
         memcpy_at(out, o, template, 0, HEADER)
-        _put_be64(out, o, offset[r])
-        _put_be32(out, o + LENGTH_OFFSET, size - LOG_OVERHEAD)
+        put_be64(out, o, offset[r])
+        put_be32(out, o + LENGTH_OFFSET, size - LOG_OVERHEAD)
         attrs = TIMESTAMP_TYPE_MASK if log_append[j] else 0
         if horizon[j] >= 0:
             attrs |= DELETE_HORIZON_MASK
         out[o + ATTRIBUTE_FLAGS_OFFSET] = attrs
-        _put_be64(out, o + BASE_TIMESTAMP_OFFSET, base_ts)
-        _put_be64(out, o + MAX_TIMESTAMP_OFFSET, max_ts)
+        put_be64(out, o + BASE_TIMESTAMP_OFFSET, base_ts)
+        put_be64(out, o + MAX_TIMESTAMP_OFFSET, max_ts)
         p = _write_varint(out, o + HEADER, body)
         out[p] = 0  # record attributes
         p = _write_varlong(out, p + 1, tsd)
@@ -120,7 +106,7 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
             copy_bytes(file, side, split, value_pos[r], vl, out, p)
             p += vl
         out[p] = 0  # headers count
-        _put_be32(out, o + CRC_OFFSET, crc32c_at(out, o + CRC_COVERED_FROM, size - CRC_COVERED_FROM))
+        put_be32(out, o + CRC_OFFSET, crc32c_at(out, o + CRC_COVERED_FROM, size - CRC_COVERED_FROM))
         o += size
         out_end[j] = o
         out_max_ts[j] = max_ts

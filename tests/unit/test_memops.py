@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from compaction.kernels.memops import PREFETCH_BYTES, memcpy_at, prefetch, prefetch_ahead
+from compaction.kernels.memops import PREFETCH_BYTES, memcpy_at, prefetch, prefetch_ahead, put_be32, put_be64
 
 
 @numba.njit(cache=True)
@@ -89,3 +89,15 @@ def test_prefetch_ahead_hints_each_line_once(ahead, pos, end, reached):
     buf = np.zeros(max(end, 1), dtype=np.uint8)
     assert prefetch_ahead(buf, ahead, pos, end) == reached
     assert not buf.any()
+
+
+@pytest.mark.parametrize("value", [0, 1, 255, 256, 2**31 - 1, -1, -(2**31), 0x0102030405060708, -(2**63), 2**63 - 1])
+def test_big_endian_writes_are_structs(value):
+    import struct
+
+    out = np.full(12, 0xAA, dtype=np.uint8)
+    put_be64(out, 2, value)
+    assert out.tobytes() == b"\xaa\xaa" + struct.pack(">q", value) + b"\xaa\xaa"
+    out[:] = 0xAA
+    put_be32(out, 3, value)
+    assert out.tobytes() == b"\xaa" * 3 + struct.pack(">I", value & 0xFFFFFFFF) + b"\xaa" * 5
