@@ -62,6 +62,7 @@ DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing 
 READ_CHUNK = 16 << 20  # bytes per pread: large sequential requests, bounded
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
+_FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS: reads work the same, the cache unadvised
 
 
 CACHE_MAX_BYTES = 1 << 30  # segments a task keeps in the page cache from scan to rewrite (`buffered`)
@@ -150,10 +151,11 @@ def _read_buffered(path: str, size: int, last: bool) -> np.ndarray:
     it after the `last` read (the bytes are in the buffer by then)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        if _FADVISE is not None:
+            _FADVISE(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         data = _read_into_buffer(fd, size, 1)
-        if last:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if last and _FADVISE is not None:
+            _FADVISE(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return data
     finally:
         os.close(fd)
@@ -165,7 +167,7 @@ def _read_into_buffer(fd: int, size: int, block: int) -> np.ndarray:
     buf = POOL.take(-(-size // ALIGN) * ALIGN)
     view, got = memoryview(buf), 0
     while got < size:
-        n = os.preadv(fd, [view[got : got + min(-(-(size - got) // block) * block, READ_CHUNK)]], got)
+        n = os.readv(fd, [view[got : got + min(-(-(size - got) // block) * block, READ_CHUNK)]])  # from offset 0 on
         if n <= 0:
             break
         throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
