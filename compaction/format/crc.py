@@ -70,7 +70,6 @@ _CRC32_TABLE = _table(0xEDB88320)
 _CRC32C_TABLE = _table(0x82F63B78)
 
 
-@_cfunc(_RAW_SIG, cache=False)
 def _crc32_table_raw(prev, ptr, n):  # pragma: no cover - only where ISA-L exports no symbol
     data = _carray(ptr, (n,), dtype=np.uint8)
     c = ~np.uint32(prev)
@@ -79,13 +78,18 @@ def _crc32_table_raw(prev, ptr, n):  # pragma: no cover - only where ISA-L expor
     return ~c
 
 
-@_cfunc(_RAW_SIG, cache=False)
 def _crc32c_table_raw(prev, ptr, n):  # pragma: no cover - only where crc32c exports no symbol
     data = _carray(ptr, (n,), dtype=np.uint8)
     c = np.uint32(prev)
     for i in range(n):
         c = _CRC32C_TABLE[(c ^ data[i]) & 0xFF] ^ (c >> np.uint32(8))
     return c
+
+
+def _compiled(table_raw):
+    """A table function as a C function. Compiled only where a library lacks its symbol: compiling
+    both at import took ~0.2 s of every process's start (the driver's and each Python worker's)."""
+    return _cfunc(_RAW_SIG, cache=False)(table_raw)
 
 
 def _exported(module, names: tuple[str, ...]) -> tuple[int, str] | tuple[None, str]:
@@ -106,12 +110,12 @@ def _register_symbols() -> dict[str, str]:
     from isal import isal_zlib
 
     crc32_fn, crc32_name = _exported(isal_zlib, ("crc32_gzip_refl",))
-    _llvm.add_symbol(_CRC32_SYMBOL, crc32_fn or _crc32_table_raw.address)
+    _llvm.add_symbol(_CRC32_SYMBOL, crc32_fn or _compiled(_crc32_table_raw).address)
     # the SSE4.2 kernel where the package uses it (it set up its tables on import), else its software one
     hw = getattr(_crc32c, "hardware_based", False)
     names = ("_crc32c_hw_adler", "_crc32c_sw_slicing_by_8") if hw else ("_crc32c_sw_slicing_by_8",)
     crc32c_fn, crc32c_name = _exported(getattr(_crc32c, "_crc32c", None), names)
-    _llvm.add_symbol(_CRC32C_SYMBOL, crc32c_fn or _crc32c_table_raw.address)
+    _llvm.add_symbol(_CRC32C_SYMBOL, crc32c_fn or _compiled(_crc32c_table_raw).address)
     return {"crc32": crc32_name, "crc32c": crc32c_name}
 
 
