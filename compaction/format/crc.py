@@ -88,7 +88,7 @@ def _crc32c_table_raw(prev, ptr, n):  # pragma: no cover - only where crc32c exp
 
 def _compiled(table_raw):
     """A table function as a C function. Compiled only where a library lacks its symbol: compiling
-    both at import took ~0.2 s of every process's start (the driver's and each Python worker's)."""
+    both at import was a good part of every process's start (the driver's and each worker's)."""
     return _cfunc(_RAW_SIG, cache=False)(table_raw)
 
 

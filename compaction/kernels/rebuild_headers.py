@@ -5,7 +5,7 @@ recordsCount, batchLength and the CRC-32C over the compressed-as-before payload.
 `seal_plain` seals a segment's uncompressed rebuilt batches in one compiled call, each header
 written into the room the rebuild left before its records, so that a run of them is one
 contiguous chunk for the writer, without `seal_all`'s and the writer's Python work per batch
-(~36k batches per GiB of Kafka's workload)."""
+(tens of thousands of batches per GiB of Kafka's workload)."""
 
 from __future__ import annotations
 

@@ -44,10 +44,10 @@ _frozen = False
 
 
 def freeze_imported_objects() -> None:
-    """Move every object alive now (what numba, numpy, pyarrow and pyspark built at import: ~180k
-    objects) out of the collector's reach, once per process. A task allocates enough objects to
-    trigger a full collection now and then, and each one walked them all. They live as long as
-    the process anyway."""
+    """Move every object alive now (what numba, numpy, pyarrow and pyspark built at import, a few
+    hundred thousand objects) out of the collector's reach, once per process. A task allocates
+    enough objects to trigger a full collection now and then, and each one walked them all. They
+    live as long as the process anyway."""
     global _frozen
     if not _frozen:
         gc.freeze()
