@@ -81,7 +81,12 @@ _LINE = 64  # bytes per cache line
 @njit
 def prefetch_ahead(buf, ahead, pos, end):
     """Hint the cache lines of buf[max(ahead, pos):min(pos + PREFETCH_BYTES, end)] (a walk at `pos`
-    whose hints reached `ahead`); returns where the hints now reach."""
+    whose hints reached `ahead`); returns where the hints now reach. A walk that stepped farther
+    than PREFETCH_BYTES past its hints gets none (its entries are bigger than the window: v2
+    batches, whose bytes between headers the walk does not read); it gets them again once its
+    steps are small."""
+    if pos - ahead > PREFETCH_BYTES:
+        return pos
     a = max(ahead, pos)
     limit = min(pos + PREFETCH_BYTES, end)
     while a < limit:

@@ -82,7 +82,9 @@ def test_prefetch_refuses_other_types():
         (0, 0, 1 << 20, PREFETCH_BYTES),  # never more than PREFETCH_BYTES ahead
         (PREFETCH_BYTES, 100, 1 << 20, PREFETCH_BYTES + 128),  # only the lines not hinted yet
         (5000, 10, 1 << 20, 5000),  # already far enough ahead
-        (0, 9000, 9010, 9064),  # a walk that jumped past its hints starts again where it is
+        (0, 9000, 9010, 9000),  # a step bigger than the window: no hint
+        (9000, 9500, 1 << 20, 9500 + PREFETCH_BYTES),  # a small step after it: hints again
+        (100, 100 + PREFETCH_BYTES, 1 << 20, 100 + 2 * PREFETCH_BYTES),  # a step of exactly the window
     ],
 )
 def test_prefetch_ahead_hints_each_line_once(ahead, pos, end, reached):
