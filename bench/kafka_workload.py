@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from tree_memory import TreeMemory  # noqa: E402
 from e2e import NOW_MS, drop_caches, excluding_start_up, finish, run_generator, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
@@ -75,6 +76,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "kafka_workload")
     ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
     ap.add_argument("--spark-conf", action="append", default=[], help="extra --conf K=V for the job")
+    ap.add_argument("--read-mode", help="the job's --read-mode (default: the job's default)")
     ap.add_argument("--driver-memory", help="spark-submit --driver-memory (local mode: the executors' JVM too)")
     args = ap.parse_args()
 
@@ -111,15 +113,19 @@ def main() -> int:
     if args.driver_memory:
         cmd += ["--driver-memory", args.driver_memory]
     cmd += ["--log-dir", str(log_dir), "--report", str(report_path), "--now-ms", str(NOW_MS)]
+    if args.read_mode:
+        cmd += ["--read-mode", args.read_mode]
     print("job:", shlex.join(cmd))
     drop_caches()
     load_start = os.getloadavg()
     t = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(child.pid, 0)  # the job's process tree only (largest process's peak RSS)
+        mem = TreeMemory(child.pid, interval=0.1).start()
+        child.wait()
+        mem.stop()
         err.seek(0)
-        proc = subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), "", err.read().decode(errors="replace"))
+        proc = subprocess.CompletedProcess(cmd, child.returncode, "", err.read().decode(errors="replace"))
     wall = time.perf_counter() - t
     load_end = os.getloadavg()
     if proc.returncode != 0 or not report_path.exists():
@@ -142,9 +148,9 @@ def main() -> int:
           f"{tot['recordsWritten']:,} records; {removed:.1%} of the cleaned bytes removed")  # fmt: skip
     print(f"cold sequential read:                {speed / MiB:,.0f} MiB/s{'' if cold else ' (WARM)'}")
     print(f"end to end (spark-submit wall {wall:.1f} s): {size / MiB / wall:,.1f} MiB/s")
-    peak = usage.ru_maxrss / 1024  # KiB -> MiB
-    print(f"largest process's peak RSS (JVM or a Python worker): {peak:,.0f} MiB"
-          f"{f' with --driver-memory {args.driver_memory}' if args.driver_memory else ''}")
+    print(f"peak RSS (VmHWM, sampled every 0.1 s): largest Python worker {mem.max_worker_hwm() / MiB:,.0f} MiB, "
+          f"largest Python process {mem.max_hwm('python') / MiB:,.0f} MiB, largest JVM {mem.max_hwm('java') / MiB:,.0f} MiB"
+          f"{f' with --driver-memory {args.driver_memory}' if args.driver_memory else ''}")  # fmt: skip
     print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MiB / no_start:,.1f} MiB/s "
           f"= {size / no_start / speed:.3f}x cold read speed; target 570 MiB/s "
           f"({size / MiB / no_start / 570:.2f}x of it)")  # fmt: skip

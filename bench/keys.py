@@ -37,7 +37,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -45,6 +44,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from tree_memory import TreeMemory, kb  # noqa: E402
 
 MB, MIB = 1e6, 1 << 20
 NOW_MS = 1_795_305_600_000  # 2026-11-22T00:00:00Z
@@ -99,104 +101,6 @@ def generate(out: Path, args) -> float:
     return time.perf_counter() - t
 
 
-# ----------------------------------------------------------------------------------------------------
-# Memory of the spark-submit process tree
-# ----------------------------------------------------------------------------------------------------
-
-
-def _kb(status: str, field: str) -> int:
-    for line in status.splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-class TreeMemory:
-    """Samples VmHWM/VmRSS of every descendant of `root_pid` until stopped."""
-
-    def __init__(self, root_pid: int, interval: float = 0.2) -> None:
-        self.root, self.interval = root_pid, interval
-        self.hwm: dict[int, tuple[str, int]] = {}  # pid -> (kind, VmHWM bytes)
-        # pid -> peak sampled RssAnon: VmHWM also counts mapped file pages (the segments the
-        # scan and the rewrite memory-map: page cache, not the process's own memory)
-        self.anon: dict[int, int] = {}
-        self.peak_sum = {"java": 0, "python": 0, "all": 0}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def _kind(pid: int) -> str:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return "?"
-        exe = os.path.basename(cmd[0].decode(errors="replace")) if cmd and cmd[0] else "?"
-        if exe == "java":
-            return "java"
-        if exe.startswith("python"):
-            return "python"
-        return exe
-
-    def _descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-        out, todo = [], [self.root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo.extend(children.get(pid, ()))
-        return out
-
-    def sample(self) -> None:
-        sums = {"java": 0, "python": 0, "all": 0}
-        for pid in self._descendants():
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            # every time (spark-submit.sh execs its way to the driver JVM), but a zombie's empty
-            # cmdline must not overwrite what the process was
-            kind = self._kind(pid)
-            if kind == "?" and pid in self.hwm:
-                kind = self.hwm[pid][0]
-            self.hwm[pid] = (kind, max(_kb(status, "VmHWM"), self.hwm.get(pid, ("", 0))[1]))
-            rss = _kb(status, "VmRSS")
-            self.anon[pid] = max(self.anon.get(pid, 0), _kb(status, "RssAnon"))
-            sums["all"] += rss
-            if kind in sums:
-                sums[kind] += rss
-        for k, v in sums.items():
-            self.peak_sum[k] = max(self.peak_sum[k], v)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def start(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def max_hwm(self, kind: str) -> int:
-        return max((h for k, h in self.hwm.values() if k == kind), default=0)
-
-    def max_anon(self, kind: str) -> int:
-        return max((self.anon.get(pid, 0) for pid, (k, _) in self.hwm.items() if k == kind), default=0)
-
-    def count(self, kind: str) -> int:
-        return sum(1 for k, _ in self.hwm.values() if k == kind)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -251,7 +155,7 @@ def _reset_peak_rss() -> int:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
-    return _kb(Path("/proc/self/status").read_text(), "VmRSS")
+    return kb(Path("/proc/self/status").read_text(), "VmRSS")
 
 
 def key_ids(scan, key_size: int, keys: int) -> np.ndarray:

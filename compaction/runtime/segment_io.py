@@ -90,10 +90,10 @@ def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last
         return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
     if mode == "buffered":
-        if path in _cached or (not last and sum(_cached.values()) + size <= cache_max_bytes):
+        if last and _cached.pop(path, None) is not None:
+            return _read_buffered(path, size, last)  # where the scan's read left it
+        if not last and (path in _cached or sum(_cached.values()) + size <= cache_max_bytes):
             _cached[path] = size
-            if last:
-                del _cached[path]
             return _read_buffered(path, size, last)
         mode = "direct"  # beyond the task's share of the cache: read from the disk each time
     if mode == "direct" and _O_DIRECT and size >= direct_min_bytes:
@@ -139,7 +139,7 @@ def _read_direct(path: str, size: int) -> np.ndarray | None:
     try:
         return _read_into_buffer(fd, size, ALIGN)
     except OSError as exc:
-        if exc.errno == errno.EINVAL:  # refused at the first request: no O_DIRECT here after all
+        if exc.errno == errno.EINVAL:  # the filesystem refuses O_DIRECT requests after all: map it
             return None
         raise
     finally:

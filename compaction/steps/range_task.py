@@ -4,7 +4,8 @@ tasks that run at the same time and meet through the exchange (compaction/runtim
 The plan (`RangePlan.cut`) lays every segment of the ranged partitions, in log order, into as many
 contiguous shares of equal bytes as the stage has tasks; a range is the part of one output group
 that falls into one share, so a group is one range or is cut between two tasks. Each group is
-rewritten by the task that holds most of its bytes. Each task goes through three phases:
+rewritten by the task that holds most of its bytes (on a tie the later task: the newer range keeps
+more of its records). Each task goes through three phases:
 
 1. **scan** its ranges (compaction/steps/ranges.py `scan_range`): it keeps each range's key ids and
    latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
@@ -17,10 +18,11 @@ rewritten by the task that holds most of its bytes. Each task goes through three
 3. **rewrite** its ranges (or units) with their held ids, their latest offsets and the FOUND
    entries of every merge task, after checking the partition's leader epochs and deriving its
    producer state from every range's PRODUCERS, exactly as a whole-partition task does. A group
-   of a partition without transactions that is cut between tasks is rewritten by the task of its
-   first range; each later range is cleaned by the task that holds it, into `part-<range>.log`
-   (first, before the task's own groups, so no task waits on one that waits on it), and appended
-   to the group's `.cleaned` file by the rewriting task: no segment is read twice.
+   of a partition without transactions that is cut between tasks is rewritten by its rewriter
+   from the range it holds; each other range is cleaned by the task that holds it, into
+   `part-<range>.log` (first, before the task's own groups, so no task waits on one that waits on
+   it), and copied into the group's `.cleaned` file by the rewriter, before or after its own
+   range's records: no segment is read twice, and the range that keeps most is not copied.
 
 A damaged range fails its partition in every task that owns a part of it; the other partitions
 go on. The rows it returns are those of a whole-partition task (`spark_stages.FUSED_FIELDS`), plus
@@ -88,7 +90,8 @@ class RangePlan:
             tail = spec.tail_segments if seg is spec.segments[-1] else ()
             ranges[rid] = (dataclasses.replace(scan, segments=(*scan.segments, seg), tail_segments=tail), *ranges[rid][1:])
             held.setdefault(spec.group_id, {})[t] = held.get(spec.group_id, {}).get(t, 0) + seg.size
-        rewriter = {g: max(by_task, key=lambda t: (by_task[t], -t)) for g, by_task in held.items()}
+        # A tie goes to the later task: its range is the newer, which keeps more of its records.
+        rewriter = {g: max(by_task, key=lambda t: (by_task[t], t)) for g, by_task in held.items()}
         parts = {n: [s.group_id for s in specs if s.group_id in groups] for n, specs in enumerate(partitions)}
         # A task may hold no segment (one far bigger than the others' shares): it still takes its
         # part in the merge, and the task numbers the rewriters refer to stay as they are.
@@ -117,7 +120,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
             split.update(g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None)
     holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
     task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
-    task_of.update({g: holder[plan.groups[g][1][0]] for g in split})
+    task_of.update({g: plan.rewriter[g] for g in split})
     scanned = time.monotonic()
     error = _hand_over(t, plan, ex, held, task_of, split) or _merge(t, plan, ex, dead)
     ex.post("merge", t, {"error": error})
@@ -233,12 +236,11 @@ def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: d
     """Rewrite the groups `unit` from their ranges: held here, handed over as their ids, or
     (the later ranges of a cut group) cleaned by their holders as parts."""
     try:
-        rids = [r for g in unit for r in (plan.groups[g][1][:1] if g in split else plan.groups[g][1])]
+        own = {g: _own_range(g, plan, holder) for g in unit if g in split}
+        rids = [r for g in unit for r in ([own[g]] if g in split else plan.groups[g][1])]
         shipped = _shipped(rids, plan, ex, held)
         unit_specs = [dataclasses.replace(plan.groups[g][0], last_records=state.last_records) for g in unit]
-        appended = {g: (len(plan.ranges[plan.groups[g][1][0]][0].segments), _appender(plan.groups[g][1][1:], holder, ex))
-                    for g in unit if g in split}  # fmt: skip
-        return rewrite_unit(unit_specs, shipped, cache, appended)
+        return rewrite_unit(unit_specs, shipped, cache, {g: _parts(g, own[g], plan, holder, ex) for g in own})
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for g in unit]
 
@@ -287,6 +289,22 @@ def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache
         status["error"] = error_text(exc)
     finally:
         ex.post(f"part-{r}", t, status)
+
+
+def _own_range(g: int, plan: RangePlan, holder: dict[int, int]) -> int:
+    """The range of cut group `g` its rewriter holds (a task holds at most one range of a group:
+    both are contiguous)."""
+    return next(r for r in plan.groups[g][1] if holder[r] == plan.rewriter[g])
+
+
+def _parts(g: int, own: int, plan: RangePlan, holder: dict[int, int], ex: Exchange):
+    """`rewrite_unit`'s `parts` entry of cut group `g` rewritten from its range `own`: where that
+    range's segments lie in the group, and the parts of the ranges before and after it."""
+    rids = plan.groups[g][1]
+    at = rids.index(own)
+    lo = sum(len(plan.ranges[r][0].segments) for r in rids[:at])
+    return (lo, lo + len(plan.ranges[own][0].segments), _appender(rids[:at], holder, ex),
+            _appender(rids[at + 1 :], holder, ex))  # fmt: skip
 
 
 def _appender(rids: list[int], holder: dict[int, int], ex: Exchange):

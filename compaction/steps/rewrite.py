@@ -198,13 +198,14 @@ def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn]) 
 
 
 def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache | None = None,
-                 parts: dict[int, tuple[int, Callable[[Output, _Stats], None]]] | None = None) -> list[dict]:  # fmt: skip
+                 parts: dict[int, tuple[int, int, Callable[[Output, _Stats], None], Callable[[Output, _Stats], None]]]
+                 | None = None) -> list[dict]:  # fmt: skip
     """Clean the groups of one unit in log order; one stats dict per group. `offset_map` answers
     map.get(key) per record (see `OffsetMap`). Segments whose scan `cache` holds (from
     `scan_partition` in the same task) are not walked again; the segment bytes it did not keep
-    are read again, one segment ahead. `parts` {group id: (n, append)}: a group whose first n
-    segments are cleaned here and whose later ones other tasks cleaned (`rewrite_part`), which
-    `append(out, stats)` adds after them."""
+    are read again, one segment ahead. `parts` {group id: (lo, hi, before, after)}: a group whose
+    segments lo to hi are cleaned here, and the others by other tasks (`rewrite_part`): the
+    earlier ones added by `before(out, stats)`, the later ones by `after(out, stats)`."""
     parts = parts or {}
     txn = CleanedTransactionMetadata()
     if specs:
@@ -212,7 +213,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     if specs and specs[0].erase is not None:  # both paths' maps (PartitionMap, ShippedMap) erase alike
         offset_map = ErasingMap(offset_map, specs[0].erase, specs[0].topic)
     results = []
-    own = {spec.group_id: spec.segments[: parts[spec.group_id][0]] if spec.group_id in parts else spec.segments
+    own = {spec.group_id: spec.segments[slice(*parts[spec.group_id][:2])] if spec.group_id in parts else spec.segments
            for spec in specs}  # fmt: skip
     todo = [(spec, seg) for spec in specs for seg in own[spec.group_id]]
     with _segment_inputs(specs, todo, cache) as inputs:
@@ -220,6 +221,9 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
             started = time.monotonic()
             out, stats, entries = Output(), _Stats(), []
             txn.set_cleaned_index(entries)
+            if spec.group_id in parts:
+                out.open(spec)
+                parts[spec.group_id][2](out, stats)
             for seg in own[spec.group_id]:
                 scan, data = next(inputs)
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
@@ -227,8 +231,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                     entries.extend(_erase_only_txn_entries(spec, seg))
                 del scan, data
             if spec.group_id in parts:
-                out.open(spec)
-                parts[spec.group_id][1](out, stats)
+                parts[spec.group_id][3](out, stats)
             unchanged = spec.erase_only and not offset_map.erased_in(spec.group_id)
             if not unchanged:
                 _write_cleaned(spec, out, entries)

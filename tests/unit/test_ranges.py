@@ -225,6 +225,9 @@ def test_plan_cuts_the_segments_into_equal_contiguous_shares():
     cut = RangePlan.cut([specs[:1]], 2)  # one group of three segments: two ranges, two tasks
     assert [[s.base_offset for s in cut.ranges[r][0].segments] for r in sorted(cut.ranges)] == [[0], [1, 2]]
     assert cut.groups[7][1] == [0, 1] and cut.rewriter == {7: 1} and cut.tasks == [[0], [1]]
+    # A tie goes to the later task, whose newer range keeps more: the earlier range is the part.
+    tie = RangePlan.cut([[dataclasses.replace(specs[0], segments=specs[0].segments[:2])]], 2)
+    assert tie.groups[7][1] == [0, 1] and tie.rewriter == {7: 1}
 
 
 MiB = 1 << 20
