@@ -138,7 +138,7 @@ class Settings:
         return cls(options=args, worker=worker, environ=environ, **values)
 
     def with_spark_conf(self, spark_conf: Any) -> Settings:
-        """The same round's settings once its Spark session is up: its conf knobs read too."""
+        """The same round's settings once its SparkContext is up: its conf knobs read too."""
         return Settings.resolve(self.options, spark_conf, self.environ)
 
     @property

@@ -140,10 +140,11 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
                    deploy_mode: str | None = None,
                    driver_python: str | None = None) -> SparkSettings:  # fmt: skip
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
-    executors, the kernel cache, Arrow, Spark's console progress off, our log4j configuration (unless
+    executors, the kernel cache, Spark's console progress off, our log4j configuration (unless
     `user_conf` sets the driver's Java options), and how executors import the package: from its
     directory with a local master (numba's cache of compiled kernels is then hit across workers
-    and runs), else from a zip shipped with --py-files (built only when the sources changed).
+    and runs; the workers are forked from the package's daemon), else from a zip shipped with
+    --py-files (built only when the sources changed).
     The driver runs on this launcher's Python (client mode): `python` may be a path inside an
     archive only the executors unpack (`./environment/bin/python`)."""
     env = dict(os.environ if env is None else env)
@@ -156,7 +157,6 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
         "spark.executorEnv.NUMBA_CACHE_DIR": numba_cache,
         # numpy's transparent-huge-page advice: see README ("Environment").
         "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": hugepage,
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Progress is the job's own (compaction/cli/progress.py): Spark's bar would garble it.
         "spark.ui.showConsoleProgress": "false",
     }
@@ -176,6 +176,10 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
         run_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
     ship = not is_local(master) or env.get("KAFKA_COMPACTION_SHIP_ZIP", "0") == "1"
     py_files = (ensure_zip(dist_dir or default_dist_dir(env)),) if ship else ()
+    if not ship:
+        # The kernels loaded once, before the workers are forked (compaction/spark/daemon.py). Only
+        # where the daemon can import the package: a shipped zip reaches the workers, not it.
+        conf["spark.python.daemon.module"] = "compaction.spark.daemon"
     return SparkSettings(master, APPLICATION, env.get("SPARK_APP_NAME") or APP_NAME, conf, run_env, py_files)
 
 

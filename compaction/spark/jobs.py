@@ -32,19 +32,19 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
     next_id = set_specs(todo, opts)
     starter.planned(todo)
     with progress.waiting("waiting for Spark (start-up and worker warm-up)"):
-        spark = starter.get(timings)
-    progress.phase("Spark UI: %s", spark.sparkContext.uiWebUrl or "disabled (spark.ui.enabled=false)")
+        sc = starter.get(timings)
+    progress.phase("Spark UI: %s", sc.uiWebUrl or "disabled (spark.ui.enabled=false)")
     t = time.monotonic()
-    with progress.watch(spark.sparkContext, sum(map(partition_bytes, todo)), len(todo)):
-        results, replan = run_stages(spark, todo, opts, starter.settings, timings)
+    with progress.watch(sc, sum(map(partition_bytes, todo)), len(todo)):
+        results, replan = run_stages(sc, todo, opts, starter.settings, timings)
         if replan:
-            todo = _replan_open_transactions(spark, todo, planned, replan, results, opts, starter.settings,
+            todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
                                              next_id, timings)  # fmt: skip
     timings["stagesSeconds"] = time.monotonic() - t
     return todo, results
 
 
-def _replan_open_transactions(spark, todo, planned, replan, results, opts, settings, next_id,
+def _replan_open_transactions(sc, todo, planned, replan, results, opts, settings, next_id,
                               timings=None) -> list[Planned]:  # fmt: skip
     """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
     docs/kafka-rules.md#last-stable-offset): plan them again with that bound and run the stages once more for
@@ -58,7 +58,7 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, setti
         if new.plan is not None and selected(new, opts):
             next_id = set_specs([new], opts, next_id)
             again.append(new)
-    more, still = run_stages(spark, again, opts, settings, timings) if again else ({}, {})
+    more, still = run_stages(sc, again, opts, settings, timings) if again else ({}, {})
     results.update(more)
     for i in still:  # not expected: the new bound lies at or below every open transaction
         again[i].specs = []
@@ -67,20 +67,20 @@ def _replan_open_transactions(spark, todo, planned, replan, results, opts, setti
     return [p for p in todo if p.specs]
 
 
-def _cut(spark, todo: list[Planned], settings: Settings) -> list[bool]:
+def _cut(sc, todo: list[Planned], settings: Settings) -> list[bool]:
     sizes = [partition_bytes(p) for p in todo]
-    return cut_into_ranges(sizes, [len(p.specs) for p in todo], spark.sparkContext.defaultParallelism,
+    return cut_into_ranges(sizes, [len(p.specs) for p in todo], sc.defaultParallelism,
                            settings.partition_task_max_bytes)  # fmt: skip
 
 
 def run_stages(
-    spark, todo: list[Planned], opts: JobOptions, settings: Settings, timings: dict[str, float] | None = None
+    sc, todo: list[Planned], opts: JobOptions, settings: Settings, timings: dict[str, float] | None = None
 ) -> tuple[dict[int, dict], dict[int, int]]:
     """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
     whose scan found an open transaction below the planned bound: they are not rewritten.
     `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
     timings = {} if timings is None else timings
-    cut = _cut(spark, todo, settings)
+    cut = _cut(sc, todo, settings)
     whole = [i for i, c in enumerate(cut) if not c]
     ranged = [i for i, c in enumerate(cut) if c]
     results: dict[int, dict] = {}
@@ -89,21 +89,20 @@ def run_stages(
                             (ranged, _run_ranges, "rangesSeconds")):  # fmt: skip
         if idx:
             t = time.monotonic()
-            r, rp = stage(spark, [todo[i] for i in idx], opts, timings, settings)
+            r, rp = stage(sc, [todo[i] for i in idx], opts, timings, settings)
             results.update(r)
             replan.update({idx[k]: v for k, v in rp.items()})
             timings[key] = timings.get(key, 0.0) + time.monotonic() - t
     return results, replan
 
 
-def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float],
+def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float],
                          settings: Settings):  # fmt: skip
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
     from compaction.spark import stages as st
 
-    sc = spark.sparkContext
     sizes = [partition_bytes(p) for p in todo]
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
@@ -111,14 +110,13 @@ def _run_partition_tasks(spark, todo: list[Planned], opts: JobOptions, timings: 
     return task_rows(st.fused(sc, len(bins), parts, settings.worker).collect(), todo, timings)
 
 
-def _run_ranges(spark, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings):
+def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings):
     """Partitions cut into ranges: one barrier stage whose tasks scan their ranges, merge the key
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py)."""
     from compaction.spark import stages as st
     from compaction.runtime.exchange import Exchange
     from compaction.steps.range_task import RangePlan
 
-    sc = spark.sparkContext
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     sc.setJobGroup("ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite")
     with Exchange.create(settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri) as ex:

@@ -1,4 +1,4 @@
-"""The round's Spark session, started on a thread at the beginning of the run so that its
+"""The round's SparkContext, started on a thread at the beginning of the run so that its
 start-up and the Python workers' warm-up overlap recovery, discovery and planning."""
 
 from __future__ import annotations
@@ -9,25 +9,23 @@ import time
 from compaction.settings import Settings
 
 
-def spark_session(settings: Settings):
-    from pyspark.sql import SparkSession
+def spark_context(settings: Settings):
+    """The round's SparkContext. The stages are plain RDD jobs: no SparkSession, whose SQL state
+    (catalyst, the session catalog) costs the JVM seconds to set up and the round nothing."""
+    from pyspark import SparkConf, SparkContext
 
-    builder = SparkSession.builder.appName("kafka-offline-compaction")
+    conf = SparkConf().setAppName("kafka-offline-compaction")  # spark-submit's --name wins
     if settings.spark_master:
-        builder = builder.master(settings.spark_master)
-    spark = builder.getOrCreate()
-    # The rewrite's shuffle carries few bytes but each group is heavy: never merge groups into
-    # one task (AQE coalescing would), and keep small runs from spawning 200 empty tasks.
-    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
-    return spark
+        conf.setMaster(settings.spark_master)
+    return SparkContext.getOrCreate(conf)
 
 
 class SparkStarter:
-    """The Spark session, and Python workers warmed up (compaction/spark/warmup.py), started on a thread
+    """The SparkContext, and Python workers warmed up (compaction/spark/warmup.py), started on a thread
     at the beginning of the run so that both overlap recovery, discovery and planning. The
     warm-up waits for the plan (`planned`): none for a round with nothing to clean.
     `Settings.warmup` (Spark conf `spark.kafka.compaction.warmup`) turns the warm-up off. Once the
-    session is up, `settings` are the round's with its Spark conf read."""
+    context is up, `settings` are the round's with its Spark conf read."""
 
     def __init__(self, settings: Settings) -> None:
         self._t0 = time.monotonic()
@@ -45,15 +43,15 @@ class SparkStarter:
 
     def _start(self) -> None:
         try:
-            spark = spark_session(self.settings)
+            sc = spark_context(self.settings)
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
-            self.settings = settings = self.settings.with_spark_conf(spark.conf)
+            self.settings = settings = self.settings.with_spark_conf(sc.getConf())
             self._planned.wait()
             if self._plan and settings.warmup:
                 from compaction.spark.warmup import warm_executors
 
-                self._out["workerWarmupSeconds"] = warm_executors(spark, settings.worker)
-            self._out["spark"] = spark
+                self._out["workerWarmupSeconds"] = warm_executors(sc, settings.worker)
+            self._out["sc"] = sc
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
 
@@ -62,7 +60,7 @@ class SparkStarter:
         self._thread.join()
 
     def get(self, timings: dict[str, float]):
-        """The session, once up. `sparkWaitSeconds`: how long the round waited for it after planning."""
+        """The SparkContext, once up. `sparkWaitSeconds`: how long the round waited for it after planning."""
         t = time.monotonic()
         self.join()
         timings["sparkWaitSeconds"] = time.monotonic() - t
@@ -71,4 +69,4 @@ class SparkStarter:
                 timings[key] = self._out[key]
         if "error" in self._out:
             raise self._out["error"]
-        return self._out["spark"]
+        return self._out["sc"]

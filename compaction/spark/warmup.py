@@ -101,14 +101,14 @@ def _warm_ranges(spec) -> None:
         raise RuntimeError(rows[0]["error"])
 
 
-def _safe_warm(worker: WorkerSettings) -> float:
+def warm_best_effort(worker: WorkerSettings) -> float:
     try:
         return warm(worker)
     except Exception:  # noqa: BLE001 - a best effort: it only costs the time it was meant to save
         return 0.0
 
 
-def warm_executors(spark, worker: WorkerSettings = WorkerSettings()) -> float:
+def warm_executors(sc, worker: WorkerSettings = WorkerSettings()) -> float:
     """One warm-up task per executor core (a best effort: a failure here only costs the time it
     was meant to save, the real tasks report real errors), in a plain RDD job: the kind of job
     both stages are, whose pool of Python workers they reuse, set up as theirs will be (`worker`).
@@ -119,10 +119,9 @@ def warm_executors(spark, worker: WorkerSettings = WorkerSettings()) -> float:
 
         prepare_worker(worker)
         for _ in cores:
-            yield _safe_warm(worker)
+            yield warm_best_effort(worker)
 
     started = time.monotonic()
-    sc = spark.sparkContext
     n = max(1, sc.defaultParallelism)
     sc.setJobGroup("warm-up", "load the Python workers' imports and compiled kernels")
     sc.parallelize(range(n), n).mapPartitions(run).collect()

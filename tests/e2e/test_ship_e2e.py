@@ -121,6 +121,8 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
             [str(venv / "bin" / "kafka-compaction"), "compact", "--master", cluster.url,
              f"--archives={archive}#environment", "--conf", "spark.ui.enabled=false",
              "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+             # the package is installed in the executors' Python: their daemon can preload it (README)
+             "--conf", "spark.python.daemon.module=compaction.spark.daemon",
              "--log-dir", str(log_dir), "--report", str(report), "--now-ms", str(NOW)],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
         )  # fmt: skip

@@ -133,13 +133,17 @@ def _damage(log_dir: str, rng: random.Random, operations=OPERATIONS) -> dict[str
 
 
 @pytest.fixture(scope="module")
-def session(spark):
-    spark.conf.set("spark.kafka.compaction.warmup", "false")  # one warm-up per round is not the point here
-    return spark
+def conf(spark):
+    """The SparkContext's conf, which the round reads its knobs from (as spark-submit's --conf
+    sets them): no warm-up here, one per round is not the point."""
+    conf = spark.sparkContext._conf
+    conf.set("spark.kafka.compaction.warmup", "false")
+    yield conf
+    conf._jconf.remove("spark.kafka.compaction.warmup")
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_structural_damage_fails_or_cleans_exactly(session, tmp_path, seed):
+def test_structural_damage_fails_or_cleans_exactly(conf, tmp_path, seed):
     from compaction.cli.options import parse_args
     from compaction.round import run
 
@@ -155,11 +159,11 @@ def test_structural_damage_fails_or_cleans_exactly(session, tmp_path, seed):
     before = {p: tree_hashes(os.path.join(log_dir, p)) for p in parts}
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in parts}
     ranged = seed % 3 == 2
-    session.conf.set("spark.kafka.compaction.partitionTaskMaxBytes", "1" if ranged else str(1 << 30))
+    conf.set("spark.kafka.compaction.partitionTaskMaxBytes", "1" if ranged else str(1 << 30))
     try:
         code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(NOW)]))
     finally:
-        session.conf.unset("spark.kafka.compaction.partitionTaskMaxBytes")
+        conf._jconf.remove("spark.kafka.compaction.partitionTaskMaxBytes")
     assert ("rangesSeconds" in report["timings"]) == ranged  # the ranges path ran
     got = {f"{r['topic']}-{r['partition']}": r for r in report["partitions"]}
     for p in parts:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import zipfile
 
@@ -81,6 +82,28 @@ def test_cluster_master_ships_the_zip_and_user_py_files_join_it(tmp_path):
     assert cmd.count("--py-files") == 1
     assert cmd[-3:] == [launcher.APPLICATION, "--log-dir", "d"]
     assert run_env["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_local_executors_fork_their_workers_from_our_daemon_unless_the_user_names_another(tmp_path):
+    env = {**os.environ, "KAFKA_COMPACTION_DIST_DIR": str(tmp_path)}
+    assert launcher.spark_settings("local[1]", env=env).conf["spark.python.daemon.module"] == "compaction.spark.daemon"
+    # A cluster's daemon cannot import the package from the shipped zip (it reaches the workers only).
+    assert "spark.python.daemon.module" not in launcher.spark_settings("spark://h:7077", env=env).conf
+    cl = launcher.split_argv(["--conf", "spark.python.daemon.module=pyspark.daemon", "--log-dir", "d"])
+    cmd, _ = launcher.submit_command(cl, env)
+    given = [c for c in cmd if c.startswith("spark.python.daemon.module=")]
+    assert given[-1] == "spark.python.daemon.module=pyspark.daemon"  # spark-submit keeps the last
+
+
+def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
+    # Its stdout carries the daemon's port to the JVM: one stray byte and no worker starts.
+    code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
+            "from compaction.kernels.rebuild import _rebuild_kernel as k; "
+            "sys.stderr.write('%.3f %d' % (s, len(k.overloads)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": launcher.package_root()})  # fmt: skip
+    seconds, loaded = done.stderr.split()[-2:]
+    assert done.stdout == "" and float(seconds) > 0 and int(loaded) >= 1
 
 
 def test_a_user_log4j_setting_replaces_ours():

@@ -1,0 +1,51 @@
+"""PySpark's worker daemon, with this package's imports and compiled kernels loaded before it
+forks the first worker.
+
+An executor runs one daemon (`python -m <spark.python.daemon.module> <worker module>`) that forks a
+Python worker for each task slot. Each worker then imported numpy, pyarrow, numba and this package
+and loaded every compiled kernel from numba's cache itself: the same work once per core, all at
+the same time, while the executor's JVM is busy starting. The launcher names this module as the
+daemon instead (`spark.python.daemon.module`): it does that work once, here (a tiny round in a
+temporary directory, `warmup.warm`), then runs PySpark's own daemon, whose forked workers find it
+done. The job's warm-up tasks (compaction/spark/warmup.py) still run in every worker: they only
+set the worker up and find nothing left to load.
+
+A best effort: if the preload fails, the daemon starts as PySpark's would and the workers load
+what they need themselves. Nothing of it may reach the daemon's stdout, which carries its port
+to the JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def preload() -> float:
+    """The warm-up's tiny round in this process, with fd 1 pointed at stderr meanwhile; the
+    seconds it took (0.0 when it failed)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        from compaction.spark.warmup import warm_best_effort
+        from compaction.settings import WorkerSettings
+
+        return warm_best_effort(WorkerSettings())
+    except Exception:  # noqa: BLE001 - an import failed: the workers will say why, in a task
+        return 0.0
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def main() -> None:
+    from pyspark import daemon  # reads the worker module from argv, as under `python -m pyspark.daemon`
+
+    preload()
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()
