@@ -10,6 +10,10 @@ import threading
 from pathlib import Path
 
 
+# The command lines of PySpark's worker daemons (`spark.python.daemon.module`): its own, ours.
+DAEMONS = (b"pyspark.daemon", b"pyspark/daemon.py", b"compaction.spark.daemon")
+
+
 def kb(status: str, field: str) -> int:
     """`field` of a /proc status text, in bytes."""
     for line in status.splitlines():
@@ -28,7 +32,7 @@ class TreeMemory:
         # scan and the rewrite memory-map: page cache, not the process's own memory)
         self.anon: dict[int, int] = {}
         self.peak_sum = {"java": 0, "python": 0, "all": 0}
-        self.workers: set[int] = set()  # PySpark's daemon and the workers it forks (same command line)
+        self.workers: set[int] = set()  # the workers' daemon and the workers it forks (same command line)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -80,7 +84,7 @@ class TreeMemory:
             # every time (spark-submit.sh execs its way to the driver JVM), but a zombie's empty
             # cmdline must not overwrite what the process was
             kind = self._kind(pid)
-            if b"pyspark.daemon" in self._cmdline(pid) or b"pyspark/daemon.py" in self._cmdline(pid):
+            if any(m in self._cmdline(pid) for m in DAEMONS):
                 self.workers.add(pid)
             if kind == "?" and pid in self.hwm:
                 kind = self.hwm[pid][0]
