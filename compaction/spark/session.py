@@ -14,7 +14,9 @@ def spark_context(settings: Settings):
     (catalyst, the session catalog) costs the JVM seconds to set up and the round nothing."""
     from pyspark import SparkConf, SparkContext
 
-    conf = SparkConf().setAppName("kafka-offline-compaction")  # spark-submit's --name wins
+    # The JVM first, so that the conf starts from spark-submit's (its --name wins over our default).
+    SparkContext._ensure_initialized()
+    conf = SparkConf().setIfMissing("spark.app.name", "kafka-offline-compaction")
     if settings.spark_master:
         conf.setMaster(settings.spark_master)
     return SparkContext.getOrCreate(conf)

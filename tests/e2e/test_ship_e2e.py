@@ -114,7 +114,7 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "PYTHON"))}
     env.update(PYSPARK_PYTHON="./environment/bin/python", SPARK_LOCAL_IP="127.0.0.1",
-               KAFKA_COMPACTION_DIST_DIR=str(tmp_path / "dist"))  # fmt: skip
+               KAFKA_COMPACTION_DIST_DIR=str(tmp_path / "dist"), SPARK_APP_NAME="compaction-ship-check")  # fmt: skip
     with standalone.StandaloneCluster(tmp_path / "spark", timeout=120) as cluster:
         cluster.add_worker(2)
         proc = subprocess.run(
@@ -130,7 +130,7 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
         apps = cluster.state().get("completedapps", [])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert {p.parts[-6] for p in unpacked} == {"worker-1", "worker-2"}, unpacked  # both used the archive
-    assert [a["state"] for a in apps] == ["FINISHED"]
+    assert [(a["state"], a["name"]) for a in apps] == [("FINISHED", "compaction-ship-check")]  # the launcher's --name
     data = json.loads(report.read_text())
     assert [p["status"] for p in data["partitions"]] == ["cleaned", "cleaned"]
     for p in data["partitions"]:
