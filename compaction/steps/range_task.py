@@ -221,7 +221,7 @@ def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, h
              split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
     """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
     leader epochs are checked and its producer state derived, once, from every range's blocks.
-    `split`: the cut groups whose later ranges come as parts, from the task `holder[range]`."""
+    `split`: the cut groups whose other ranges come as parts, from the task `holder[range]`."""
     try:
         state = _partition_state(part, plan, ex)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
@@ -234,7 +234,7 @@ def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, h
 def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache,
                   split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
     """Rewrite the groups `unit` from their ranges: held here, handed over as their ids, or
-    (the later ranges of a cut group) cleaned by their holders as parts."""
+    (the other ranges of a cut group) cleaned by their holders as parts."""
     try:
         own = {g: _own_range(g, plan, holder) for g in unit if g in split}
         rids = [r for g in unit for r in ([own[g]] if g in split else plan.groups[g][1])]
