@@ -8,7 +8,7 @@ the same time, while the executor's JVM is busy starting. The launcher names thi
 daemon instead (`spark.python.daemon.module`): it does that work once, here (a tiny round in a
 temporary directory, `warmup.warm`), then runs PySpark's own daemon, whose forked workers find it
 done. The job's warm-up tasks (compaction/spark/warmup.py) still run in every worker: they only
-set the worker up and find nothing left to load.
+set the worker up and find the tiny round run already.
 
 A best effort: if the preload fails, the daemon starts as PySpark's would and the workers load
 what they need themselves. Nothing of it may reach the daemon's stdout, which carries its port

@@ -101,11 +101,21 @@ def _warm_ranges(spec) -> None:
         raise RuntimeError(rows[0]["error"])
 
 
+_warmed = False  # this process (or the daemon it was forked from) has run the tiny round
+
+
 def warm_best_effort(worker: WorkerSettings) -> float:
-    try:
-        return warm(worker)
-    except Exception:  # noqa: BLE001 - a best effort: it only costs the time it was meant to save
+    """`warm`, once per process: a worker forked from the package's daemon (compaction/spark/daemon.py)
+    finds it done there. A failure only costs the time it was meant to save."""
+    global _warmed
+    if _warmed:
         return 0.0
+    try:
+        seconds = warm(worker)
+    except Exception:  # noqa: BLE001 - a best effort
+        return 0.0
+    _warmed = True
+    return seconds
 
 
 def warm_executors(sc, worker: WorkerSettings = WorkerSettings()) -> float:

@@ -119,8 +119,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
             units.update({g: [g] for g in gids})
             split.update(g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None)
     holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
-    task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
-    task_of.update({g: plan.rewriter[g] for g in split})
+    task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}  # a cut group is its own unit
     scanned = time.monotonic()
     error = _hand_over(t, plan, ex, held, task_of, split) or _merge(t, plan, ex, dead)
     ex.post("merge", t, {"error": error})

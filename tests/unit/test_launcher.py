@@ -99,11 +99,13 @@ def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
     # Its stdout carries the daemon's port to the JVM: one stray byte and no worker starts.
     code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
             "from compaction.kernels.rebuild import _rebuild_kernel as k; "
-            "sys.stderr.write('%.3f %d' % (s, len(k.overloads)))")
+            "from compaction.spark.warmup import warm_best_effort; from compaction.settings import WorkerSettings; "
+            "sys.stderr.write('%.3f %d %.3f' % (s, len(k.overloads), warm_best_effort(WorkerSettings())))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": launcher.package_root()})  # fmt: skip
-    seconds, loaded = done.stderr.split()[-2:]
+    seconds, loaded, again = done.stderr.split()[-3:]
     assert done.stdout == "" and float(seconds) > 0 and int(loaded) >= 1
+    assert float(again) == 0.0  # a worker forked from the daemon does not run the tiny round again
 
 
 def test_a_user_log4j_setting_replaces_ours():
