@@ -58,6 +58,8 @@ ENVIRONMENT = (
     ("KAFKA_COMPACTION_DIST_DIR", "where the executors' zip of the package is built (default: the "
                                   "checkout's dist/, or ~/.cache/kafka-compaction)"),
     ("KAFKA_COMPACTION_SHIP_ZIP", "1: ship the zip to executors with a local master too"),
+    ("KAFKA_COMPACTION_CDS_DIR", "where the driver JVM's class-data archive is kept (default "
+                                 "~/.cache/kafka-compaction/jvm); off: none"),
 )  # fmt: skip
 
 
@@ -268,11 +270,16 @@ def _pyspark_dir_of(python: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def submit_command(cl: CommandLine, env: dict | None = None) -> tuple[list[str], dict[str, str]]:
-    """The spark-submit command line and environment for `cl` (its job options already checked)."""
+def submit_command(cl: CommandLine, env: dict | None = None, java: str | None = None,
+                   pid: int | None = None) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """The spark-submit command line and environment for `cl` (its job options already checked),
+    run by process `pid` (this one, which execs it) on `java`."""
     env = dict(os.environ if env is None else env)
     settings = spark_settings(cl.master, env=env, user_conf=cl.conf, deploy_mode=cl.deploy_mode)
     submit = find_spark_submit(settings.conf["spark.pyspark.python"], env)
+    if java and cl.deploy_mode != "cluster" and "spark.driver.extraJavaOptions" in settings.conf:
+        settings.conf["spark.driver.extraJavaOptions"] += "".join(
+            " " + o for o in driver_archive_options(env, java, submit, os.getpid() if pid is None else pid))
     cmd = [submit, "--master", settings.master, "--name", settings.name]
     if cl.deploy_mode:
         cmd += ["--deploy-mode", cl.deploy_mode]
@@ -288,6 +295,18 @@ def submit_command(cl: CommandLine, env: dict | None = None) -> tuple[list[str],
         cmd += ["--conf", f"{key}={value}"]
     cmd += [*args, settings.application, *cl.job_args]
     return cmd, {**env, **settings.env}
+
+
+def driver_archive_options(env: dict, java: str, submit: str, pid: int) -> list[str]:
+    """The driver JVM's class-data archive options (compaction/cli/class_archive.py), unless
+    KAFKA_COMPACTION_CDS_DIR turns it off or names a dir Spark's option string cannot carry."""
+    from compaction.cli import class_archive
+
+    cache_dir = env.get("KAFKA_COMPACTION_CDS_DIR", class_archive.default_dir(env))
+    if cache_dir.strip().lower() in class_archive.DISABLED or any(c in cache_dir for c in " \t\n'\"\\"):
+        return []
+    spark_home = os.path.dirname(os.path.dirname(os.path.realpath(submit)))
+    return class_archive.java_options(cache_dir, class_archive.archive_key(java, spark_home), pid)
 
 
 def operator_settings(master: str, python: str | None = None, env: dict | None = None,
@@ -366,8 +385,7 @@ def main(argv: list[str] | None = None, prog: str = "kafka-compaction compact") 
             check_round(opts)
         from compaction.cli.preflight import find_java
 
-        find_java(env)
-        cmd, run_env = submit_command(cl, env)
+        cmd, run_env = submit_command(cl, env, java=find_java(env))
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

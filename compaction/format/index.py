@@ -37,8 +37,6 @@ OFFSET_ENTRY_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
 TIME_ENTRY_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 assert OFFSET_ENTRY_DTYPE.itemsize == OFFSET_ENTRY_SIZE and TIME_ENTRY_DTYPE.itemsize == TIME_ENTRY_SIZE
 
-DEFAULT_INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes
-DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 
 
 # --- read -------------------------------------------------------------------------------------

@@ -31,11 +31,11 @@ import numpy as np
 
 from compaction.errors import CorruptRecordError, IndexCorruptError
 from compaction.format.index import (
-    DEFAULT_INDEX_INTERVAL_BYTES,
     NO_TIMESTAMP,
     encode_offset_index,
     encode_time_index,
 )
+from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES
 from compaction.kernels.jit import njit as _njit
 
 

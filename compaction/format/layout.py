@@ -83,4 +83,6 @@ MIN_ENTRY_SIZE = RECORD_OVERHEAD_V0
 # --- index entries ----------------------------------------------------------------------------------------
 OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
+DEFAULT_INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 ABORTED_TXN_SIZE = 34

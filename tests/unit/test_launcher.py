@@ -108,6 +108,15 @@ def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
     assert float(again) == 0.0  # a worker forked from the daemon does not run the tiny round again
 
 
+def test_the_launcher_imports_neither_pyspark_nor_numba():
+    # It runs before every round, in front of two JVM starts: numba alone cost it 0.2 s.
+    code = ("import sys; from compaction.cli import launcher, options, preflight, class_archive; "
+            "print(sorted(m for m in ('numba', 'pyspark') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": launcher.package_root()})  # fmt: skip
+    assert done.stdout.strip() == "[]"
+
+
 def test_a_user_log4j_setting_replaces_ours():
     s = launcher.spark_settings("local[1]", env=dict(os.environ),
                                 user_conf=["spark.driver.extraJavaOptions=-Dx=1"])  # fmt: skip

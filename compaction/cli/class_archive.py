@@ -1,0 +1,136 @@
+"""The driver JVM's class-data-sharing archive: Spark's classes mapped from one file at start,
+instead of found, parsed and verified one by one in every run.
+
+A round's spark-submit JVM loads some 9,000 classes from Spark's jars, before the driver's Python
+starts and again while the SparkContext starts. Java's dynamic CDS archive (JDK 13+) keeps them
+ready-made: one run's JVM writes the classes it loaded at its exit (`-XX:ArchiveClassesAtExit`,
+a few seconds more at the end of that run, once per Java and Spark install), and later runs map
+that file (`-XX:SharedArchiveFile`). On a 2-core machine a 2 GiB round's whole spark-submit took
+~1.5 s less (BENCHMARKS.md).
+
+Files, in the cache dir (`KAFKA_COMPACTION_CDS_DIR`):
+- `<key>.jsa`: an archive ready to map. `key` digests the Java and Spark installs (`archive_key`):
+  an upgrade of either starts a new archive rather than one the JVM would refuse.
+- `<key>.<pid>.partial`: being written by the JVM of process `pid` (the launcher execs
+  spark-submit, and spark-submit execs that JVM: one process id throughout).
+
+A partial archive is never mapped: the JVM maps a file's regions as its header describes them, and
+a truncated file crashes it (SIGBUS), not refused. Java writes the header last, after every
+region, so a later launcher promotes a partial file to `<key>.jsa` only once its writer is gone
+and its header is there (`promote`); a writer killed mid-write leaves a headerless file, which is
+deleted.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import struct
+
+DISABLED = ("", "0", "off", "false", "no")
+# CDS_DYNAMIC_ARCHIVE_MAGIC, the header's first field (native order): a file whose header was
+# never written starts with zeros.
+DYNAMIC_MAGIC = 0xF00BABA8
+MAGIC = struct.Struct("=I")
+# A dump writes ~60-110 MB; below this much free space the run makes none (a failed write is an
+# error at the JVM's exit, after the round).
+MIN_FREE_BYTES = 512 << 20
+# The JVM's CDS messages go to stdout by default: the dump warns of every class it leaves out.
+QUIET = "-Xlog:cds*=off"
+
+
+def default_dir(env: dict) -> str:
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "kafka-compaction", "jvm")
+
+
+def archive_key(java: str, spark_home: str) -> str:
+    """A digest of what an archive depends on: the Java install (its launcher, VM and base
+    archive) and Spark's jars (names, sizes, times)."""
+    java_home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
+    h = hashlib.sha256()
+    for path in (os.path.realpath(java), *sorted(glob.glob(os.path.join(java_home, "lib", "server", "*")))):
+        _add_stat(h, path)
+    for path in sorted(glob.glob(os.path.join(spark_home, "jars", "*.jar"))):
+        _add_stat(h, path)
+    return h.hexdigest()[:24]
+
+
+def _add_stat(h, path: str) -> None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    h.update(f"{os.path.basename(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+
+
+def java_options(cache_dir: str, key: str, pid: int) -> list[str]:
+    """The driver JVM's options for the archive of `key`: map it if it is ready, else have this
+    run (process `pid`) write it; none when the dir cannot take it."""
+    final = os.path.join(cache_dir, f"{key}.jsa")
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        promote(cache_dir, key)
+        if os.path.exists(final):
+            return [f"-XX:SharedArchiveFile={final}", QUIET]
+        st = os.statvfs(cache_dir)
+        if not os.access(cache_dir, os.W_OK) or st.f_bavail * st.f_frsize < MIN_FREE_BYTES:
+            return []
+    except OSError:
+        return []
+    return [f"-XX:ArchiveClassesAtExit={partial_path(cache_dir, key, pid)}", QUIET]
+
+
+def partial_path(cache_dir: str, key: str, pid: int) -> str:
+    return os.path.join(cache_dir, f"{key}.{pid}.partial")
+
+
+def promote(cache_dir: str, key: str) -> None:
+    """Every finished partial archive of `key` made `<key>.jsa` (durably); unfinished ones of
+    gone writers deleted; ones still being written left alone."""
+    final = os.path.join(cache_dir, f"{key}.jsa")
+    for path in glob.glob(partial_path(glob.escape(cache_dir), glob.escape(key), "*")):
+        pid = os.path.basename(path)[len(key) + 1:-len(".partial")]
+        if not pid.isdigit() or writer_alive(int(pid), path):
+            continue
+        try:
+            if has_header(path):
+                _fsync(path)
+                os.replace(path, final)
+                _fsync(cache_dir)
+            else:
+                os.unlink(path)
+        except OSError:  # another launcher promoted or deleted it first
+            continue
+
+
+def has_header(path: str) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(MAGIC.size)
+    return len(head) == MAGIC.size and MAGIC.unpack(head)[0] == DYNAMIC_MAGIC
+
+
+def writer_alive(pid: int, path: str) -> bool:
+    """Whether process `pid` is still the JVM writing `path` (a reused pid is not)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return f"-XX:ArchiveClassesAtExit={path}".encode() in fh.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: the pid alone
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
