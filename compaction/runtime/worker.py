@@ -9,6 +9,7 @@ compaction/spark/stages.py, the warm-up's in compaction/spark/warmup.py), never 
 - The zip importers keep their archive's directory from task to task (`keep_zip_directories`).
 - The objects the imports made are left out of Python's cyclic garbage collection
   (`freeze_imported_objects`).
+- pyarrow takes pandas as absent (`pyarrow_without_pandas`).
 
 Each step is idempotent and cheap after the first call: a reused worker runs it before every task.
 
@@ -31,11 +32,42 @@ def prepare_worker(settings: WorkerSettings | None = None) -> None:
     """Set this process up for a task of the round whose worker settings are `settings` (None:
     the defaults)."""
     settings = WorkerSettings() if settings is None else settings
+    pyarrow_without_pandas()
     keep_freed_heap()
     keep_zip_directories()
     freeze_imported_objects()
     throttle.configure(settings.io_max_bytes_per_second, settings.io_throttle_file)
     segment_io.configure(settings.direct_min_bytes, settings.cache_max_bytes)
+
+
+# --- pyarrow -------------------------------------------------------------------------------------
+
+
+class _NoPandas:
+    """A meta path finder for which pandas does not exist."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas":
+            raise ImportError("pandas is left out of this worker (compaction/runtime/worker.py)")
+        return None
+
+
+def pyarrow_without_pandas() -> None:
+    """Where pandas is installed, pyarrow imports it (0.2-0.5 s, more than pyarrow itself) at the
+    first array it builds from Python objects or a numpy array, to check whether they are pandas
+    objects; a task never hands it one. pyarrow tries that import once per process and remembers
+    a failure: here it fails, pandas' own import stays possible. Nothing done where pandas was
+    imported already."""
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)
 
 
 # --- garbage collection --------------------------------------------------------------------------

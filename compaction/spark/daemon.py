@@ -28,9 +28,11 @@ def preload() -> float:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
+        from compaction.runtime.worker import pyarrow_without_pandas
         from compaction.spark.warmup import warm_best_effort
         from compaction.settings import WorkerSettings
 
+        pyarrow_without_pandas()
         return warm_best_effort(WorkerSettings())
     except Exception:  # noqa: BLE001 - an import failed: the workers will say why, in a task
         return 0.0

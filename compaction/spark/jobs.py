@@ -41,6 +41,7 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
             todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
                                              next_id, timings)  # fmt: skip
     timings["stagesSeconds"] = time.monotonic() - t
+    starter.stop_when_done()
     return todo, results
 
 

@@ -100,12 +100,14 @@ def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
     code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
             "from compaction.kernels.rebuild import _rebuild_kernel as k; "
             "from compaction.spark.warmup import warm_best_effort; from compaction.settings import WorkerSettings; "
-            "sys.stderr.write('%.3f %d %.3f' % (s, len(k.overloads), warm_best_effort(WorkerSettings())))")
+            "sys.stderr.write('%.3f %d %.3f %d' % (s, len(k.overloads), warm_best_effort(WorkerSettings()), "
+            "'pandas' in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": launcher.package_root()})  # fmt: skip
-    seconds, loaded, again = done.stderr.split()[-3:]
+    seconds, loaded, again, pandas = done.stderr.split()[-4:]
     assert done.stdout == "" and float(seconds) > 0 and int(loaded) >= 1
     assert float(again) == 0.0  # a worker forked from the daemon does not run the tiny round again
+    assert pandas == "0"  # nor the import of pandas that pyarrow would make (runtime/worker.py)
 
 
 def test_the_launcher_imports_neither_pyspark_nor_numba():

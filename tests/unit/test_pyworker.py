@@ -82,3 +82,22 @@ def test_importing_changes_nothing_prepare_worker_does_it_all(tmp_path):
     out = subprocess.run(child, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == str(hasattr(ctypes.CDLL(None), "mallopt"))
+
+
+PANDAS = r"""
+import sys
+import numpy as np
+import pyarrow as pa
+from compaction.runtime.worker import prepare_worker
+prepare_worker()
+# What a task builds: arrays from numpy and from lists, tables from dicts.
+t = pa.table({"a": np.arange(3), "b": pa.array([b"x", b"y", None])})
+left_out = "pandas" not in sys.modules
+import pandas  # still importable, and pyarrow still converts when asked
+print(left_out, len(t), len(t.to_pandas()), "pandas" in sys.modules)
+"""
+
+
+def test_a_worker_builds_arrow_data_without_importing_pandas():
+    out = subprocess.run([sys.executable, "-c", PANDAS], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "3", "3", "True"]
