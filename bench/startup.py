@@ -1,0 +1,92 @@
+"""The whole run, start-up included: one round through a checkout's ./spark-submit.sh against
+another's (or the same with other environment variables), alternated pair by pair on fresh copies
+of one log dir with the page cache dropped before each run.
+
+    .venv/bin/python bench/startup.py LOG_DIR [--pairs 3] [--warmup 1] [--b-checkout DIR] [--b-env K=V ...] [--a-env K=V ...]
+
+A is this checkout's ./spark-submit.sh, B the one of `--b-checkout` (default this one too), each
+with its `--*-env` variables (e.g. `--b-env KAFKA_COMPACTION_CDS_DIR=off`: B without the driver
+JVM's class-data archive). LOG_DIR is copied before each run and not changed (e.g. the 2 GiB
+single partition bench/vs_kafka.py keeps in bench/out/vs_kafka/v2-2g-1p). Per run: the
+spark-submit wall, the report's round (`totalSeconds`: Spark's start-up and warm-up, the plan,
+the stages, the commit and the deletion of the replaced files) and the rest, outside the report
+(the launcher, the JVMs' start and stop, the driver's imports). Prints the medians and the ratio
+B/A of the walls, pair by pair. Each run must clean every partition. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+from e2e import drop_caches  # noqa: E402
+
+FIGURES = ("wall", "round", "outside", "sparkStartSeconds", "workerWarmupSeconds", "stagesSeconds")
+
+
+def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns(".lock"))
+    report = work.parent / f"{work.name}.report.json"
+    drop_caches()
+    env = {**os.environ, **dict(kv.split("=", 1) for kv in env_pairs)}
+    env.pop("PYSPARK_PYTHON", None)  # each checkout runs on its own .venv
+    cmd = [str(checkout / "spark-submit.sh"), "--conf", "spark.ui.enabled=false", "--log-dir", str(work),
+           "--report", str(report)]  # fmt: skip
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    data = json.loads(report.read_text()) if report.exists() else {}
+    statuses = {p["status"] for p in data.get("partitions", [])}
+    if proc.returncode != 0 or statuses != {"cleaned"}:
+        raise SystemExit(f"{checkout}: exit {proc.returncode}, partitions {statuses}:\n{proc.stderr[-3000:]}")
+    tm = data["timings"]
+    return {"wall": wall, "round": tm["totalSeconds"], "outside": wall - tm["totalSeconds"],
+            **{k: tm.get(k, 0.0) for k in FIGURES[3:]}}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("log_dir", type=Path)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="runs of each side first, not counted (numba's cache, the JVM's archive)")
+    ap.add_argument("--b-checkout", type=Path, default=REPO)
+    ap.add_argument("--a-env", action="append", default=[])
+    ap.add_argument("--b-env", action="append", default=[])
+    ap.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "startup")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    sides = {"A": (REPO, args.a_env), "B": (args.b_checkout.resolve(), args.b_env)}
+    for name, (checkout, env) in sides.items():
+        print(f"{name}: {checkout}/spark-submit.sh {' '.join(env)}".rstrip(), flush=True)
+    for _ in range(args.warmup):
+        for checkout, env in sides.values():
+            run(checkout, env, args.log_dir, args.work / "logs")
+    runs: dict[str, list[dict]] = {"A": [], "B": []}
+    for i in range(1, args.pairs + 1):
+        for name, (checkout, env) in sides.items():
+            r = run(checkout, env, args.log_dir, args.work / "logs")
+            runs[name].append(r)
+            print(f"pair {i} {name}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES), flush=True)
+    for name, rs in runs.items():
+        print(f"median {name}: " + ", ".join(f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f} s"
+                                             for k in FIGURES))  # fmt: skip
+    ratios = [b["wall"] / a["wall"] for a, b in zip(runs["A"], runs["B"])]
+    print(f"wall B/A pair by pair: median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
+    shutil.rmtree(args.work / "logs", ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
