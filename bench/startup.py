@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from e2e import drop_caches  # noqa: E402
 
-FIGURES = ("wall", "round", "outside", "sparkStartSeconds", "workerWarmupSeconds", "stagesSeconds")
+FIGURES = ("wall", "round", "outside", "sparkStartSeconds", "workerWarmupSeconds", "stagesSeconds", "deleteSeconds")
 
 
 def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
