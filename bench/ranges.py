@@ -3,12 +3,13 @@ machine, meeting through an exchange directory exactly as the barrier stage's ta
 whole-partition task on the same segments. Per task: wall and CPU seconds of its scan, merge (the
 wait for the others included) and rewrite phases. What the Spark stage costs at the least.
 
-    .venv/bin/python bench/ranges.py PARTITION_DIR [--ranges 2] [--tasks 2] [--repeat 2]
+    .venv/bin/python bench/ranges.py PARTITION_DIR [--ranges 2] [--tasks 2] [--repeat 2] [--drop-caches]
 
 PARTITION_DIR: a partition dir whose last segment is the active one (e.g. one written by
 `python -m compaction generate` with bench/kafka_workload.py's options); the others are cut into
 `--ranges` ranges of consecutive segments. Cleaned files are removed after each run; the input is
-not changed. Not a test.
+not changed. `--drop-caches`: the page cache dropped before the stage and before the whole-partition
+task (their files read from the disk, as in a round). Not a test.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path[:0] = [str(REPO / "tests" / "unit"), str(REPO / "tests" / "helpers")]
+sys.path[:0] = [str(REPO / "tests" / "unit"), str(REPO / "tests" / "helpers"), str(REPO / "bench")]
 
 from test_ranges import cleaned, specs_for  # noqa: E402  (the specs as the tests cut them)
+
+from e2e import drop_caches  # noqa: E402
 
 from compaction.runtime.exchange import Exchange  # noqa: E402
 from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
@@ -68,7 +71,9 @@ def main() -> int:
     ap.add_argument("--ranges", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--drop-caches", action="store_true")
     args = ap.parse_args()
+    cold = (lambda: drop_caches()) if args.drop_caches else (lambda: None)
     specs = specs_for(args.part, args.ranges)
     sizes = [sum(s.size for s in spec.segments) / (1 << 20) for spec in specs]
     print(f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB, {args.tasks} tasks")
@@ -77,8 +82,10 @@ def main() -> int:
     cleaned(args.part)
     for run in range(args.repeat):
         print(f"run {run + 1}")
+        cold()
         stage(args.part, args.ranges, args.tasks)
         cleaned(args.part)
+        cold()
         wall, cpu = time.perf_counter(), time.process_time()
         compact_partition(specs_for(args.part, 1), WORKER.scan_reuse_max_bytes)
         print(f"  one whole-partition task: wall {time.perf_counter() - wall:.2f} s, "

@@ -176,6 +176,38 @@ def test_the_last_buffered_read_leaves_the_file_out_of_the_page_cache(tmp_path, 
     assert advised == [os.POSIX_FADV_SEQUENTIAL, os.POSIX_FADV_DONTNEED]
 
 
+def test_prefetch_advises_each_file_that_exists_and_changes_none(tmp_path, monkeypatch):
+    advised = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(segment_io, "_FADVISE", lambda fd, o, n, a: (advised.append(a), real(fd, o, n, a)))
+    _file(tmp_path / "a.index", 4096)
+    before = (tmp_path / "a.index").read_bytes()
+    segment_io.prefetch([str(tmp_path / "a.index"), str(tmp_path / "missing.timeindex")])
+    assert advised == [os.POSIX_FADV_WILLNEED]
+    assert (tmp_path / "a.index").read_bytes() == before
+
+
+def test_the_scan_starts_reading_each_segments_indexes_before_its_bytes(tmp_path, monkeypatch):
+    from compaction.__main__ import main as cli
+    from compaction.steps import scan
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "3000", "--keys", "300",
+         "--segment-bytes", "40000", "--seed", "5"])  # fmt: skip
+    specs = _partition_specs(log_dir)
+    events = []
+    monkeypatch.setattr(scan, "prefetch", lambda paths: events.extend(os.path.basename(p) for p in paths))
+    real = scan.read_segment_bytes
+    monkeypatch.setattr(scan, "read_segment_bytes",
+                        lambda storage, path, *a: (events.append(os.path.basename(path)), real(storage, path, *a))[1])
+    scan.scan_partition(specs)
+    bases = [s.base_offset for spec in specs for s in spec.segments]
+    assert sorted(events) == sorted(f"{b:020d}{x}" for b in bases for x in (".index", ".timeindex", ".log"))
+    for b in bases:  # the read-ahead thread reads the next segment meanwhile: segments interleave
+        assert events.index(f"{b:020d}.timeindex") < events.index(f"{b:020d}.log")
+        assert events.index(f"{b:020d}.index") < events.index(f"{b:020d}.log")
+
+
 def test_direct_read_sees_writes_not_yet_flushed(tmp_path, direct_always):
     path = tmp_path / "a.log"
     _file(path, 3 * ALIGN)
