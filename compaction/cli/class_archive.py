@@ -1,12 +1,12 @@
 """The driver JVM's class-data-sharing archive: Spark's classes mapped from one file at start,
 instead of found, parsed and verified one by one in every run.
 
-A round's spark-submit JVM loads some 9,000 classes from Spark's jars, before the driver's Python
+A round's spark-submit JVM loads thousands of classes from Spark's jars, before the driver's Python
 starts and again while the SparkContext starts. Java's dynamic CDS archive (JDK 13+) keeps them
 ready-made: one run's JVM writes the classes it loaded at its exit (`-XX:ArchiveClassesAtExit`,
 a few seconds more at the end of that run, once per Java and Spark install), and later runs map
-that file (`-XX:SharedArchiveFile`). On a 2-core machine a 2 GiB round's whole spark-submit took
-~1.5 s less (BENCHMARKS.md).
+that file (`-XX:SharedArchiveFile`): the whole spark-submit of a round is seconds shorter
+(BENCHMARKS.md).
 
 Files, in the cache dir (`KAFKA_COMPACTION_CDS_DIR`):
 - `<key>.jsa`: an archive ready to map. `key` digests the Java and Spark installs (`archive_key`):

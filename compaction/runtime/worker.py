@@ -53,7 +53,7 @@ class _NoPandas:
 
 
 def pyarrow_without_pandas() -> None:
-    """Where pandas is installed, pyarrow imports it (0.2-0.5 s, more than pyarrow itself) at the
+    """Where pandas is installed, pyarrow imports it (a larger import than pyarrow's own) at the
     first array it builds from Python objects or a numpy array, to check whether they are pandas
     objects; a task never hands it one. pyarrow tries that import once per process and remembers
     a failure: here it fails, pandas' own import stays possible. Nothing done where pandas was

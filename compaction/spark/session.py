@@ -89,8 +89,8 @@ class SparkStarter:
 
 def _stop(sc) -> None:
     # The JVM's context only: PySpark's `stop()` then shuts its accumulator server down, which
-    # waits out the server's 0.5 s poll (~1 s in all, against 0.1-0.2 s for the JVM's part);
-    # that server is a daemon thread, gone with the process.
+    # waits out the server's 0.5 s poll, longer than the JVM's part; that server is a daemon
+    # thread, gone with the process.
     try:
         sc._jsc.stop()
     except Exception:  # noqa: BLE001 - the JVM stops it at exit anyway

@@ -203,7 +203,7 @@ def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment
     """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked
     on; `last`: the run's last read of them (`read_segment_bytes`). `indexes`: the reads of a
     local segment's `.index` and `.timeindex` are started first (`check_structure` reads them):
-    read by the task itself from a cold disk, they cost it ~8 ms a segment of waiting."""
+    read on the task's own thread from a cold disk, each kept it waiting (BENCHMARKS.md)."""
     storage, mode = specs[0].storage, specs[0].read_mode
     warm = indexes and storage.is_local
 
