@@ -38,7 +38,6 @@ TIME_ENTRY_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 assert OFFSET_ENTRY_DTYPE.itemsize == OFFSET_ENTRY_SIZE and TIME_ENTRY_DTYPE.itemsize == TIME_ENTRY_SIZE
 
 
-
 # --- read -------------------------------------------------------------------------------------
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_MAX_INDEX_SIZE
-from compaction.format.layout import RECORD_OVERHEAD_V0
+from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_MAX_INDEX_SIZE, RECORD_OVERHEAD_V0
 
 LONG_MAX = 2**63 - 1  # Long.MAX_VALUE
 
