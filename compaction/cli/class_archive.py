@@ -18,7 +18,8 @@ A partial archive is never mapped: the JVM maps a file's regions as its header d
 a truncated file crashes it (SIGBUS), not refused. Java writes the header last, after every
 region, so a later launcher promotes a partial file to `<key>.jsa` only once its writer is gone
 and its header is there (`promote`); a writer killed mid-write leaves a headerless file, which is
-deleted.
+deleted. An archive no run has used for `STALE_SECONDS` (that of a Java or Spark since replaced)
+is deleted by the next launcher (`prune`): each run touches the one it maps.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import glob
 import hashlib
 import os
 import struct
+import time
 
 DISABLED = ("", "0", "off", "false", "no")
 # CDS_DYNAMIC_ARCHIVE_MAGIC, the header's first field (native order): a file whose header was
@@ -36,6 +38,7 @@ MAGIC = struct.Struct("=I")
 # A dump writes ~60-110 MB; below this much free space the run makes none (a failed write is an
 # error at the JVM's exit, after the round).
 MIN_FREE_BYTES = 512 << 20
+STALE_SECONDS = 30 * 86400
 # The JVM's CDS messages go to stdout by default: the dump warns of every class it leaves out.
 QUIET = "-Xlog:cds*=off"
 
@@ -72,7 +75,9 @@ def java_options(cache_dir: str, key: str, pid: int) -> list[str]:
     try:
         os.makedirs(cache_dir, exist_ok=True)
         promote(cache_dir, key)
+        prune(cache_dir, key)
         if os.path.exists(final):
+            _touch(final)
             return [f"-XX:SharedArchiveFile={final}", QUIET]
         st = os.statvfs(cache_dir)
         if not os.access(cache_dir, os.W_OK) or st.f_bavail * st.f_frsize < MIN_FREE_BYTES:
@@ -103,6 +108,34 @@ def promote(cache_dir: str, key: str) -> None:
                 os.unlink(path)
         except OSError:  # another launcher promoted or deleted it first
             continue
+
+
+def prune(cache_dir: str, key: str, now: float | None = None) -> None:
+    """Delete the archives of other keys no run has used for `STALE_SECONDS`, and finished or
+    abandoned partial ones of theirs as old."""
+    now = time.time() if now is None else now
+    for path in glob.glob(os.path.join(glob.escape(cache_dir), "*")):
+        name = os.path.basename(path)
+        other = not name.startswith(key + ".")
+        stale_kind = name.endswith(".jsa") or (name.endswith(".partial") and not _being_written(path))
+        try:
+            if other and stale_kind and now - os.stat(path).st_mtime > STALE_SECONDS:
+                os.unlink(path)
+        except OSError:  # another launcher pruned it first
+            continue
+
+
+def _touch(path: str) -> None:
+    """In use: not stale (`prune`). Another user's archive in a shared dir keeps its time."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _being_written(path: str) -> bool:
+    pid = os.path.basename(path).split(".")[1]
+    return pid.isdigit() and writer_alive(int(pid), path)
 
 
 def has_header(path: str) -> bool:

@@ -86,6 +86,25 @@ def test_an_archive_is_left_alone_while_its_writer_runs(tmp_path, writing, promo
         proc.wait()
 
 
+def test_archives_no_run_used_for_a_month_are_deleted(tmp_path):
+    old = 1_700_000_000
+    now = old + ca.STALE_SECONDS + 1
+    other, dead = "o" * 24, _dead_pid()
+    files = {
+        f"{other}.jsa": (old, False),  # a replaced install's: deleted
+        f"{other}.{dead}.partial": (old, False),  # its abandoned write: deleted
+        f"{other}x.jsa": (now - 60, True),  # used a minute ago: kept
+        f"{KEY}.jsa": (old, True),  # the key of this run: it is about to be used
+    }
+    for name, (mtime, _) in files.items():
+        _write(tmp_path / name, HEADER)
+        os.utime(tmp_path / name, (mtime, mtime))
+    ca.prune(str(tmp_path), KEY, now=now)
+    assert sorted(os.listdir(tmp_path)) == sorted(n for n, (_, kept) in files.items() if kept)
+    ca.java_options(str(tmp_path), KEY, 1)  # maps it, and makes it fresh
+    assert time.time() - os.stat(tmp_path / f"{KEY}.jsa").st_mtime < 60
+
+
 def test_no_archive_where_the_dir_cannot_take_one(tmp_path, monkeypatch):
     blocked = tmp_path / "file"
     blocked.write_text("")
