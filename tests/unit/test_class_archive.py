@@ -33,9 +33,9 @@ def _write(path, data: bytes) -> str:
 def test_a_run_writes_the_archive_when_none_is_ready_then_later_runs_map_it(tmp_path):
     pid = _dead_pid()
     assert ca.java_options(str(tmp_path), KEY, pid) == [
-        f"-XX:ArchiveClassesAtExit={tmp_path}/{KEY}.{pid}.partial", ca.QUIET]
+        f"-XX:ArchiveClassesAtExit={tmp_path}/{KEY}.{pid}.partial", *ca.COMMON]
     _write(tmp_path / f"{KEY}.{pid}.partial", HEADER + b"\0" * 4096)  # its JVM wrote it and exited
-    assert ca.java_options(str(tmp_path), KEY, 1) == [f"-XX:SharedArchiveFile={tmp_path}/{KEY}.jsa", ca.QUIET]
+    assert ca.java_options(str(tmp_path), KEY, 1) == [f"-XX:SharedArchiveFile={tmp_path}/{KEY}.jsa", *ca.COMMON]
     assert os.listdir(tmp_path) == [f"{KEY}.jsa"]
 
 
@@ -135,7 +135,7 @@ def test_the_launcher_adds_the_archive_to_the_client_drivers_java_options(tmp_pa
         return [c for c in cmd if c.startswith("spark.driver.extraJavaOptions=")]
 
     (opts,) = driver_options([])
-    assert f"-XX:ArchiveClassesAtExit={tmp_path}/jvm/" in opts and opts.endswith(f".7.partial {ca.QUIET}")
+    assert f"-XX:ArchiveClassesAtExit={tmp_path}/jvm/" in opts and opts.endswith(f".7.partial {' '.join(ca.COMMON)}")
     assert "-Dlog4j2.configurationFile=" in opts
     # The driver runs on the cluster: this host's archive is not its.
     assert "ArchiveClasses" not in " ".join(driver_options(["--master", "spark://h:7077", "--deploy-mode", "cluster"]))
@@ -146,14 +146,22 @@ def test_the_launcher_adds_the_archive_to_the_client_drivers_java_options(tmp_pa
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs a JVM")
-def test_an_archive_java_wrote_is_promoted_and_mapped(tmp_path):
-    """The real JVM: the header check recognises what Java writes, and the promoted file maps
-    (`-Xshare:on` fails the JVM when it cannot)."""
+def test_an_archive_java_wrote_is_promoted_and_mapped_and_a_damaged_one_refused(tmp_path):
+    """The real JVM: the header check recognises what Java writes, the promoted file maps
+    (`-Xshare:on` fails the JVM when it cannot), and one with a damaged region is refused by its
+    checksums: under `-Xshare:on` the JVM stops, under the default it runs without it."""
     cache = tmp_path / "jvm"
-    pid = _dead_pid()
-    (write_opt, quiet) = ca.java_options(str(cache), KEY, pid)
-    subprocess.run(["java", write_opt, quiet, "-version"], check=True, capture_output=True)
+    write = ca.java_options(str(cache), KEY, _dead_pid())
+    subprocess.run(["java", *write, "-version"], check=True, capture_output=True)
     ca.promote(str(cache), KEY)
-    (map_opt, quiet) = ca.java_options(str(cache), KEY, 1)
-    done = subprocess.run(["java", "-Xshare:on", map_opt, "-Xlog:cds=info", "-version"], capture_output=True, text=True)
+    mapping = ca.java_options(str(cache), KEY, 1)
+    assert mapping[0] == f"-XX:SharedArchiveFile={cache}/{KEY}.jsa"
+    done = subprocess.run(["java", "-Xshare:on", *mapping, "-version"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    archive = cache / f"{KEY}.jsa"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a byte of a region, past the header
+    os.chmod(archive, 0o644)
+    archive.write_bytes(bytes(data))
+    assert subprocess.run(["java", "-Xshare:on", *mapping, "-version"], capture_output=True).returncode != 0
+    assert subprocess.run(["java", *mapping, "-version"], capture_output=True).returncode == 0
