@@ -43,7 +43,7 @@ MIN_FREE_BYTES = 512 << 20
 STALE_SECONDS = 30 * 86400
 # Both with each archive option. The JVM's CDS messages go to stdout by default (the dump warns of
 # every class it leaves out). The checksums of the archive's regions are written with it and
-# checked before it is mapped (~20 ms for 60 MB): a damaged archive is refused, not run.
+# checked before it is mapped: a damaged archive is refused, not run.
 COMMON = ("-XX:+VerifySharedSpaces", "-Xlog:cds*=off")
 FORMAT = b"regions checksummed\n"  # in the key: archives written without checksums are not mapped
 
