@@ -32,6 +32,8 @@ import os
 import struct
 import time
 
+from compaction.runtime.storage import Storage
+
 DISABLED = ("", "0", "off", "false", "no")
 # CDS_DYNAMIC_ARCHIVE_MAGIC, the header's first field (native order): a file whose header was
 # never written starts with zeros.
@@ -101,14 +103,14 @@ def promote(cache_dir: str, key: str) -> None:
     gone writers deleted; ones still being written left alone."""
     final = os.path.join(cache_dir, f"{key}.jsa")
     for path in glob.glob(partial_path(glob.escape(cache_dir), glob.escape(key), "*")):
-        pid = os.path.basename(path)[len(key) + 1:-len(".partial")]
-        if not pid.isdigit() or writer_alive(int(pid), path):
+        pid = _writer_pid(path)
+        if pid is None or writer_alive(pid, path):
             continue
         try:
             if has_header(path):
                 _fsync(path)
                 os.replace(path, final)
-                _fsync(cache_dir)
+                Storage.local().fsync_dir(cache_dir)
             else:
                 os.unlink(path)
         except OSError:  # another launcher promoted or deleted it first
@@ -121,10 +123,10 @@ def prune(cache_dir: str, key: str, now: float | None = None) -> None:
     now = time.time() if now is None else now
     for path in glob.glob(os.path.join(glob.escape(cache_dir), "*")):
         name = os.path.basename(path)
-        other = not name.startswith(key + ".")
-        stale_kind = name.endswith(".jsa") or (name.endswith(".partial") and not _being_written(path))
+        if name.startswith(key + ".") or not name.endswith((".jsa", ".partial")):
+            continue
         try:
-            if other and stale_kind and now - os.stat(path).st_mtime > STALE_SECONDS:
+            if now - os.stat(path).st_mtime > STALE_SECONDS and not _being_written(path):
                 os.unlink(path)
         except OSError:  # another launcher pruned it first
             continue
@@ -138,9 +140,15 @@ def _touch(path: str) -> None:
         pass
 
 
+def _writer_pid(path: str) -> int | None:
+    """The pid in a `<key>.<pid>.partial` name (None: not such a name)."""
+    parts = os.path.basename(path).split(".")
+    return int(parts[1]) if len(parts) == 3 and parts[2] == "partial" and parts[1].isdigit() else None
+
+
 def _being_written(path: str) -> bool:
-    pid = os.path.basename(path).split(".")[1]
-    return pid.isdigit() and writer_alive(int(pid), path)
+    pid = _writer_pid(path)
+    return pid is not None and writer_alive(pid, path)
 
 
 def has_header(path: str) -> bool:
