@@ -198,8 +198,8 @@ def prefetch(paths) -> None:
 
 class ReadAhead:
     """Reads the next file on one background thread while the caller works on the current one
-    (reads release the GIL; so do the numba kernels). `get(i)` returns file i of `paths` in
-    order, starting the read of i + 1 first."""
+    (reads release the GIL; so do the numba kernels). `get(i)` returns `read(paths[i])` (a path,
+    or whatever names a file to `read`) in order, starting the read of i + 1 first."""
 
     def __init__(self, read, paths: list[str]) -> None:
         self._read, self._paths = read, paths

@@ -207,13 +207,14 @@ def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment
     storage, mode = specs[0].storage, specs[0].read_mode
     warm = indexes and storage.is_local
 
-    def read(path: str):
+    def read(item: tuple[GroupSpec, SourceSegment]):
+        spec, seg = item
         if warm:
-            base = path[: -len(naming.LOG_SUFFIX)]
-            prefetch((base + naming.INDEX_SUFFIX, base + naming.TIME_INDEX_SUFFIX))
-        return read_segment_bytes(storage, path, mode, last)
+            suffixes = (naming.INDEX_SUFFIX, naming.TIME_INDEX_SUFFIX)
+            prefetch(spec.segment_path(seg.base_offset, suffix) for suffix in suffixes)
+        return read_segment_bytes(storage, spec.segment_path(seg.base_offset), mode, last)
 
-    return ReadAhead(read, [spec.segment_path(seg.base_offset) for spec, seg in todo])
+    return ReadAhead(read, todo)
 
 
 # A segment below this says too little of its neighbours to size the map from it.
