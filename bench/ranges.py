@@ -4,17 +4,22 @@ whole-partition task on the same segments. Per task: wall and CPU seconds of its
 wait for the others included) and rewrite phases. What the Spark stage costs at the least.
 
     .venv/bin/python bench/ranges.py PARTITION_DIR [--ranges 2] [--tasks 2] [--repeat 2] [--drop-caches]
+                                    [--profile DIR]
 
 PARTITION_DIR: a partition dir whose last segment is the active one (e.g. one written by
 `python -m compaction generate` with bench/kafka_workload.py's options); the others are cut into
 `--ranges` ranges of consecutive segments. Cleaned files are removed after each run; the input is
 not changed. `--drop-caches`: the page cache dropped before the stage and before the whole-partition
-task (their files read from the disk, as in a round). Not a test.
+task (their files read from the disk, as in a round). `--profile DIR`: each task's cProfile of the
+last run in DIR/task-<t>.prof. The tasks and the whole-partition task each run in a process forked
+from this one, which loaded the kernels on the first segment only. Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import dataclasses
 import multiprocessing
 import sys
 import tempfile
@@ -38,25 +43,37 @@ from compaction.runtime.storage import Storage  # noqa: E402
 
 
 def _task(args) -> tuple[float, dict]:
-    t, plan, root = args
+    t, plan, root, profile = args
     prepare_worker(WORKER)
+    prof = cProfile.Profile() if profile else None
     started = time.perf_counter()
+    if prof:
+        prof.enable()
     rows = run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes)
+    if prof:
+        prof.disable()
+        prof.dump_stats(profile / f"task-{t}.prof")
     errors = [r["error"] for r in rows if r.get("error")]
     if errors:
         raise SystemExit(errors[0])
     return time.perf_counter() - started, next(r for r in rows if r["group_id"] == STATS_ROW)
 
 
+def _whole(part: Path) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    compact_partition(specs_for(part, 1), WORKER.scan_reuse_max_bytes)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 WORKER = Settings.resolve().worker  # as a round's tasks get them: this environment's knobs
 
 
-def stage(part: Path, n_ranges: int, tasks: int) -> None:
+def stage(part: Path, n_ranges: int, tasks: int, profile: Path | None = None) -> None:
     plan = RangePlan.cut([specs_for(part, n_ranges)], tasks)
     with tempfile.TemporaryDirectory(prefix="bench-exchange-") as root:
         started = time.perf_counter()
         with multiprocessing.get_context("fork").Pool(len(plan.tasks)) as pool:
-            outs = pool.map(_task, [(t, plan, root) for t in range(len(plan.tasks))])
+            outs = pool.map(_task, [(t, plan, root, profile) for t in range(len(plan.tasks))])
         wall = time.perf_counter() - started
     for t, (seconds, st) in enumerate(outs):
         print(f"  task {t} ({len(plan.tasks[t])} ranges): {seconds:.2f} s; scan {st['scan_seconds']:.2f}, "
@@ -72,24 +89,31 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--drop-caches", action="store_true")
+    ap.add_argument("--profile", type=Path, help="a directory for each task's cProfile (`task-<t>.prof`)")
     args = ap.parse_args()
     cold = (lambda: drop_caches()) if args.drop_caches else (lambda: None)
     specs = specs_for(args.part, args.ranges)
     sizes = [sum(s.size for s in spec.segments) / (1 << 20) for spec in specs]
     print(f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB, {args.tasks} tasks")
-    prepare_worker(WORKER)  # the whole-partition task below runs in this process
-    compact_partition(specs_for(args.part, 1), WORKER.scan_reuse_max_bytes)  # kernels loaded, imports done (before the fork)
+    prepare_worker(WORKER)
+    # Kernels loaded and imports done before the fork, on the first segment only: a child forked
+    # from a process whose heap a whole partition's run grew pays for it (its first task's CPU
+    # was ~1.5x that of the same task in the parent).
+    whole = specs_for(args.part, 1)[0]
+    compact_partition([dataclasses.replace(whole, segments=whole.segments[:1], tail_segments=(),
+                                           upper_bound=whole.segments[1].base_offset)], WORKER.scan_reuse_max_bytes)  # fmt: skip
     cleaned(args.part)
     for run in range(args.repeat):
         print(f"run {run + 1}")
         cold()
-        stage(args.part, args.ranges, args.tasks)
+        if args.profile:
+            args.profile.mkdir(parents=True, exist_ok=True)
+        stage(args.part, args.ranges, args.tasks, args.profile)
         cleaned(args.part)
         cold()
-        wall, cpu = time.perf_counter(), time.process_time()
-        compact_partition(specs_for(args.part, 1), WORKER.scan_reuse_max_bytes)
-        print(f"  one whole-partition task: wall {time.perf_counter() - wall:.2f} s, "
-              f"CPU {time.process_time() - cpu:.2f} s", flush=True)  # fmt: skip
+        with multiprocessing.get_context("fork").Pool(1) as pool:  # forked as the stage's tasks are
+            wall, cpu = pool.apply(_whole, (args.part,))
+        print(f"  one whole-partition task: wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
         cleaned(args.part)
     return 0
 
