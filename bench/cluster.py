@@ -1,16 +1,19 @@
 """The job on a real Spark standalone cluster on 127.0.0.1, and its speed-up from one worker to two.
 
-    .venv/bin/python bench/cluster.py [--mb 200] [--partitions 4] [--codec mixed] [--repeat 1]
+    .venv/bin/python bench/cluster.py [--mb 200] [--partitions 4] [--codec mixed] [--repeat 1] [--cache cold|warm]
 
 1. Generates a log dir (~`--mb` MB of .log, ~30% of the records survive) and scans it for the check.
 2. Starts a standalone master and one worker (1 core, 2g) from the pyspark package's own
    `bin/spark-class` (the pip package has no sbin/start-master.sh), on free ports chosen at run time.
-3. Runs `./spark-submit.sh --master spark://127.0.0.1:P` on a fresh copy of the log dir (synced, the
-   page cache dropped when we may), `--repeat`
+3. Runs `./spark-submit.sh --master spark://127.0.0.1:P` on a fresh copy of the log dir (synced; the
+   page cache dropped when we may, unless `--cache warm`), `--repeat`
    times, verifies each output (latest-per-key below the bound for all keys, untouched tail, checkpoint
    at the bound, exit code 0), then adds a second worker and does the same.
 4. Prints the wall time of spark-submit, the time excluding Spark start-up (plan + stages + commit from
-   the report) and the speed-up of two workers over one for both.
+   the report) and the speed-up of two workers over one for both; beside it, the disk's own: its
+   cold read of the input by 1 `cat`, then by as many at once as there are workers, each over a
+   contiguous share (as the tasks of one partition cut into ranges read it), alternated 3 times
+   before the cluster starts.
 
 The executors run a Python that has the job's dependencies but NOT this repo's editable install (a
 venv whose only site-packages entry is a plain path to .venv's site-packages, so the editable
@@ -317,6 +320,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="measure 1..N workers (1 core, 2g each)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per worker count (median reported)")
     ap.add_argument("--sample-batches", type=int, default=50)
+    ap.add_argument("--cache", choices=["cold", "warm"], default="cold",
+                    help="each run's input read from the disk (cold) or from the page cache (warm)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "cluster")
     ap.add_argument(
         "--repo",
@@ -343,6 +348,10 @@ def main() -> int:
 
     python = executor_python(args.out)
     print(f"executor python: {python} (has numba/pyarrow/pyspark; `import compaction` fails without the zip)")
+    # The disk's own speed-up, alternated 3 times: this VM's cold reads vary from one call to the next.
+    reads = [(n, e2e.read_speed(e2e.log_files(source), n)[0]) for _ in range(3) for n in range(1, args.workers + 1)]
+    disk = {n: statistics.median(v for k, v in reads if k == n) for n in range(1, args.workers + 1)}
+    print("cold read of the input, medians of 3: " + ", ".join(f"{n} cat(s) at once {v / MB:,.0f} MB/s" for n, v in disk.items()))
     results: dict[int, list[tuple[float, float, dict]]] = {}
     failed = False
     with StandaloneCluster(args.out / "cluster") as cluster:
@@ -353,9 +362,11 @@ def main() -> int:
             for i in range(args.repeat):
                 run = args.out / f"run-w{n}-{i}"
                 shutil.copytree(source, run / "kafka-logs")
-                # The copy's 2 GiB of dirty pages would be written back during the job, on the cores
-                # the workers run on: a user's log dir is on disk, read cold.
-                cold = e2e.drop_caches()
+                # The copy's dirty pages would be written back during the job, on the cores the
+                # workers run on. A user's log dir is on disk, read cold; `--cache warm` leaves the
+                # copy in the page cache (written back first), to tell the disk's part from the CPU's.
+                os.sync()
+                cold = e2e.drop_caches() if args.cache == "cold" else True
                 report_path = run / "report.json"
                 code, wall, err = submit(cluster, python, run / "kafka-logs", report_path, repo=args.repo)
                 if code != 0 or not report_path.exists():
@@ -372,7 +383,7 @@ def main() -> int:
                 no_start = tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0)
                 results.setdefault(n, []).append((wall, no_start, tm))
                 print(
-                    f"  {n} worker(s), run {i + 1}{'' if cold else ' (page cache not dropped: not root)'}: "
+                    f"  {n} worker(s), run {i + 1}{'' if cold else ' (page cache not dropped: not root)'}, {args.cache}: "
                     f"exit {code}, wall {wall:.1f} s, "
                     f"excl. start-up {no_start:.1f} s; "
                     + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f}" for k, v in tm.items()),
@@ -400,7 +411,8 @@ def main() -> int:
         print(
             f"{n} worker(s): wall {wall:6.1f} s ({size / MB / wall:5.1f} MB/s), excl. start-up {ns:6.1f} s "
             f"({size / MB / ns:5.1f} MB/s); speed-up vs 1 worker: wall {base_wall / wall:.2f}x, "
-            f"excl. start-up {base_ns / ns:.2f}x"
+            f"excl. start-up {base_ns / ns:.2f}x; the disk's cold read by {n} stream(s): "
+            f"{disk[n] / MB:,.0f} MB/s, {disk[n] / disk[1]:.2f}x"
         )
     print("verification: OK")
     return 0
