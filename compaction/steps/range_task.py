@@ -10,12 +10,16 @@ more of its records). Each task goes through three phases:
 1. **scan** its ranges (compaction/steps/ranges.py `scan_range`): it keeps each range's key ids and
    latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
    others need into `scan-<range>`: SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each
-   range's error, if any, and whether it holds transactional batches.
-2. **merge** the fine buckets dealt to it (bucket mod tasks) over every range of every sound
-   partition (`merge_bucket`), into `found-<task>`: the ids each range must raise to a later
-   range's offset. A range of a unit of several ranges (a transactional partition) that another
-   task rewrites is handed over as `ids-<range>`.
-3. **rewrite** its ranges (or units) with their held ids, their latest offsets and the FOUND
+   range's error, if any, whether it holds transactional batches, and its bytes, records and keys.
+2. **merge** the fine buckets dealt to it over every range of every sound partition
+   (`merge_bucket`), into `found-<task>`: the ids each range must raise to a later range's
+   offset. The buckets go to the tasks with the least rewrite ahead of them, estimated from the
+   ranges' counts (compaction/steps/deal.py). A range of a unit of several ranges (a
+   transactional partition) that another task rewrites is handed over as `ids-<range>`. Then,
+   without waiting for the others' merge, the task rewrites the units that need nothing from it:
+   groups of one range that is the last of its partition (no later range holds a key of it).
+3. **rewrite** its other ranges (or units), once every merge is done, with their held ids, their
+   latest offsets and the FOUND
    entries of every merge task, after checking the partition's leader epochs and deriving its
    producer state from every range's PRODUCERS, exactly as a whole-partition task does. A group
    of a partition without transactions that is cut between tasks is rewritten by its rewriter
@@ -39,7 +43,7 @@ import numpy as np
 from compaction.errors import CompactionError, error_text
 from compaction.format import batch as fb
 from compaction.runtime.exchange import Exchange
-from compaction.steps import ranges
+from compaction.steps import deal, ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_part, rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs
@@ -121,11 +125,20 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
     task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}  # a cut group is its own unit
     scanned = time.monotonic()
-    error = _hand_over(t, plan, ex, held, task_of, split) or _merge(t, plan, ex, dead)
+    buckets = _deal(plan, scans, dead, units, task_of, holder)[t]
+    error = _hand_over(t, plan, ex, held, task_of, split) or _merge(t, plan, ex, dead, buckets)
     ex.post("merge", t, {"error": error})
+    posted = time.monotonic()
+    # The units whose rewrite needs nothing from the merge go first, without waiting for it.
+    early = {g for g, unit in units.items() if task_of[g] == t and _needs_no_merge(unit, plan, split)}
+    rows = []
+    for p, gids in plan.parts.items():
+        mine = [units[g] for g in gids if g in early]
+        if mine and p not in dead:
+            rows += _rewrite(p, mine, plan, ex, held, cache, split, holder)
+    rewritten = time.monotonic()
     merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
     merged = time.monotonic()
-    rows = []
     for r in plan.tasks[t]:
         g = plan.ranges[r][0].group_id
         if g in split and task_of[g] != t:
@@ -134,12 +147,13 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
         if p in dead:  # reported by the task that would have rewritten each group
             rows += [{"group_id": g, "error": dead[p]} for g in gids if plan.rewriter[g] == t]
             continue
-        mine = [units[g] for g in gids if g in units and task_of[g] == t]
+        mine = [units[g] for g in gids if g in units and task_of[g] == t and g not in early]
         if mine and merge_errors:
             rows += [{"group_id": g, "error": merge_errors[0]} for unit in mine for g in unit]
         elif mine:
             rows += _rewrite(p, mine, plan, ex, held, cache, split, holder)
-    rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": merged - scanned,
+    rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started,
+                 "map_seconds": posted - scanned + merged - rewritten,
                  "cpu_seconds": time.process_time() - cpu})  # fmt: skip
     return rows
 
@@ -156,7 +170,9 @@ def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         held.pop(rid, None)
         return {"error": error_text(exc), "txn": False}
-    return {"error": None, "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS)}
+    stats = [sum(seg.size for seg in spec.segments), sum(len(ids) for ids in held[rid].ids), len(held[rid].latest)]
+    return {"error": None, "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS),
+            "stats": stats}  # fmt: skip
 
 
 def _transactional(block: ranges.Block) -> bool:
@@ -177,10 +193,10 @@ def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, task_of: dict,
     return None
 
 
-def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict) -> str | None:
-    """The fine buckets t, t + tasks, ... of every range of the sound partitions cut into more
-    than one range, one bucket at a time (what a merge holds is a fine bucket's share of the
-    keys), into `found-<t>`. A partition of one range has nothing to merge."""
+def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]) -> str | None:
+    """The fine `buckets` dealt to this task (`_deal`) of every range of the sound partitions cut
+    into more than one range, one bucket at a time (what a merge holds is a fine bucket's share of
+    the keys), into `found-<t>`. A partition of one range has nothing to merge."""
     try:
         live = []
         for p, gids in plan.parts.items():
@@ -189,7 +205,7 @@ def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict) -> str | None:
                 live += rids
         index = {r: ex.read_index(f"scan-{r}") for r in live}
         found = []
-        for bucket in range(t, ranges.FINE_BUCKETS, len(plan.tasks)):
+        for bucket in buckets:
             rows = [(b.range_id, b.data) for r in live
                     for b in ex.read_blocks(f"scan-{r}", _summary_of(bucket), index[r])]  # fmt: skip
             found.extend(ranges.merge_bucket(rows))
@@ -197,6 +213,36 @@ def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict) -> str | None:
     except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
         return error_text(exc)
     return None
+
+
+def _deal(plan: RangePlan, scans: dict, dead: dict, units: dict, task_of: dict, holder: dict) -> list[list[int]]:
+    """Each task's merge buckets (compaction/steps/deal.py), the same in every task: from the
+    ranges' counts, each range's rewrite estimated for the task that will rewrite it."""
+    rewrite, rows = [0.0] * len(plan.tasks), 0
+    for p, gids in plan.parts.items():
+        if p in dead:
+            continue
+        rids = [r for g in gids for r in plan.groups[g][1]]
+        stats = [deal.RangeStats(*scans[r]["stats"]) for r in rids]
+        whole = len(units.get(gids[0], ())) > 1  # a partition with transactions: one unit, one task
+        for r, seconds in zip(rids, deal.rewrite_seconds(stats)):
+            rewrite[task_of[gids[0]] if whole else holder[r]] += seconds
+        if len(rids) > 1:
+            rows += sum(s.keys for s in stats)
+    return deal.deal(rewrite, rows, ranges.FINE_BUCKETS)
+
+
+def _needs_no_merge(unit: list[int], plan: RangePlan, split: set) -> bool:
+    """Whether the unit's rewrite reads nothing the merge writes: each of its groups one range,
+    the last of its partition (no later range holds a key of it, so no FOUND entry is for it),
+    and no part of another task to wait for."""
+    return all(g not in split and len(plan.groups[g][1]) == 1 and _is_last(plan.groups[g][1][0], plan)
+               for g in unit)  # fmt: skip
+
+
+def _is_last(r: int, plan: RangePlan) -> bool:
+    part = plan.ranges[r][1]
+    return plan.groups[plan.parts[part][-1]][1][-1] == r
 
 
 def _summary_of(bucket: int):
@@ -253,8 +299,9 @@ def _shipped(rids: list[int], plan: RangePlan, ex: Exchange, held: dict) -> rang
             shipped.hold(r, scan_spec, held.pop(r))
         else:
             shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
-    for k in range(len(plan.tasks)):
-        for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], rids)):
+    merged = [r for r in rids if not _is_last(r, plan)]  # the merge finds nothing for the others
+    for k in range(len(plan.tasks)) if merged else ():
+        for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], merged)):
             shipped.apply_found(b.range_id, b)
     return shipped
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from compaction.steps import ranges
 from compaction.runtime.exchange import Exchange
+from compaction.steps import range_task
 from compaction.steps.range_task import STATS_ROW, RangePlan, run_task
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
@@ -110,6 +112,34 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
     cut = any(len(rids) > 1 for _, rids in plan.groups.values())
     assert any(n.startswith("part-") for n in names) == (cut and "transactions" not in case)
     assert not any(n.startswith("ids-") for n in names) or "transactions" in case
+
+
+def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatch):
+    """The group of the partition's newest range needs nothing from the merge: its task rewrites
+    it before the merge is done (here the merge does not end before that group's file is written,
+    which would never happen if the rewrite waited for it), and the bytes are those of one task."""
+    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    compact_partition(specs_for(part, 1))
+    one = cleaned(part)
+    specs = specs_for(part, 2)
+    newest = Path(specs[-1].segment_path(specs[-1].new_base)).with_suffix(".log" + CLEANED)
+    merge, waited = range_task._merge, []
+
+    def merge_after_the_newest_group(t, *args):
+        deadline = time.monotonic() + 10
+        while t == 0 and not newest.exists():
+            if time.monotonic() > deadline:  # the rewrite waits for this merge: go on, and fail below
+                waited.append(t)
+                break
+            time.sleep(0.01)
+        return merge(t, *args)
+
+    monkeypatch.setattr(range_task, "_merge", merge_after_the_newest_group)
+    rows = in_ranges(specs, 2, tmp_path / "exchange")
+    assert not waited, "the newest range's rewrite waited for the merge"
+    assert not any(r.get("error") for r in rows), rows
+    logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
+    assert logs(cleaned(part)) == logs(one)
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
