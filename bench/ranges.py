@@ -11,8 +11,9 @@ PARTITION_DIR: a partition dir whose last segment is the active one (e.g. one wr
 `--ranges` ranges of consecutive segments. Cleaned files are removed after each run; the input is
 not changed. `--drop-caches`: the page cache dropped before the stage and before the whole-partition
 task (their files read from the disk, as in a round). `--profile DIR`: each task's cProfile of the
-last run in DIR/task-<t>.prof. The tasks and the whole-partition task each run in a process forked
-from this one, which loaded the kernels on the first segment only. Not a test.
+last run in DIR/task-<t>.prof, the whole-partition task's in DIR/whole.prof. The tasks and the
+whole-partition task each run in a process forked from this one, which loaded the kernels on the
+first segment only. Not a test.
 """
 
 from __future__ import annotations
@@ -59,9 +60,15 @@ def _task(args) -> tuple[float, dict]:
     return time.perf_counter() - started, next(r for r in rows if r["group_id"] == STATS_ROW)
 
 
-def _whole(part: Path) -> tuple[float, float]:
+def _whole(part: Path, profile: Path | None) -> tuple[float, float]:
+    prof = cProfile.Profile() if profile else None
     wall, cpu = time.perf_counter(), time.process_time()
+    if prof:
+        prof.enable()
     compact_partition(specs_for(part, 1), WORKER.scan_reuse_max_bytes)
+    if prof:
+        prof.disable()
+        prof.dump_stats(profile / "whole.prof")
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -112,7 +119,7 @@ def main() -> int:
         cleaned(args.part)
         cold()
         with multiprocessing.get_context("fork").Pool(1) as pool:  # forked as the stage's tasks are
-            wall, cpu = pool.apply(_whole, (args.part,))
+            wall, cpu = pool.apply(_whole, (args.part, args.profile))
         print(f"  one whole-partition task: wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
         cleaned(args.part)
     return 0
