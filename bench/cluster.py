@@ -365,8 +365,11 @@ def main() -> int:
                 # The copy's dirty pages would be written back during the job, on the cores the
                 # workers run on. A user's log dir is on disk, read cold; `--cache warm` leaves the
                 # copy in the page cache (written back first), to tell the disk's part from the CPU's.
-                os.sync()
-                cold = e2e.drop_caches() if args.cache == "cold" else True
+                if args.cache == "cold":
+                    cold = e2e.drop_caches()  # synced first
+                else:
+                    os.sync()
+                    cold = True
                 report_path = run / "report.json"
                 code, wall, err = submit(cluster, python, run / "kafka-logs", report_path, repo=args.repo)
                 if code != 0 or not report_path.exists():

@@ -19,6 +19,7 @@ first segment only. Not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import dataclasses
 import multiprocessing
@@ -46,14 +47,9 @@ from compaction.runtime.storage import Storage  # noqa: E402
 def _task(args) -> tuple[float, dict]:
     t, plan, root, profile = args
     prepare_worker(WORKER)
-    prof = cProfile.Profile() if profile else None
     started = time.perf_counter()
-    if prof:
-        prof.enable()
-    rows = run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes)
-    if prof:
-        prof.disable()
-        prof.dump_stats(profile / f"task-{t}.prof")
+    with _profiled(profile / f"task-{t}.prof" if profile else None):
+        rows = run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes)
     errors = [r["error"] for r in rows if r.get("error")]
     if errors:
         raise SystemExit(errors[0])
@@ -61,15 +57,25 @@ def _task(args) -> tuple[float, dict]:
 
 
 def _whole(part: Path, profile: Path | None) -> tuple[float, float]:
-    prof = cProfile.Profile() if profile else None
     wall, cpu = time.perf_counter(), time.process_time()
-    if prof:
-        prof.enable()
-    compact_partition(specs_for(part, 1), WORKER.scan_reuse_max_bytes)
-    if prof:
-        prof.disable()
-        prof.dump_stats(profile / "whole.prof")
+    with _profiled(profile / "whole.prof" if profile else None):
+        compact_partition(specs_for(part, 1), WORKER.scan_reuse_max_bytes)
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+@contextlib.contextmanager
+def _profiled(path: Path | None):
+    """A cProfile of the block written to `path` (nothing when None)."""
+    if path is None:
+        yield
+        return
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        prof.dump_stats(path)
 
 
 WORKER = Settings.resolve().worker  # as a round's tasks get them: this environment's knobs

@@ -19,8 +19,7 @@ more of its records). Each task goes through three phases:
    without waiting for the others' merge, the task rewrites the units that need nothing from it:
    groups of one range that is the last of its partition (no later range holds a key of it).
 3. **rewrite** its other ranges (or units), once every merge is done, with their held ids, their
-   latest offsets and the FOUND
-   entries of every merge task, after checking the partition's leader epochs and deriving its
+   latest offsets and the FOUND entries of every merge task, after checking the partition's leader epochs and deriving its
    producer state from every range's PRODUCERS, exactly as a whole-partition task does. A group
    of a partition without transactions that is cut between tasks is rewritten by its rewriter
    from the range it holds; each other range is cleaned by the task that holds it, into
@@ -130,7 +129,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     ex.post("merge", t, {"error": error})
     posted = time.monotonic()
     # The units whose rewrite needs nothing from the merge go first, without waiting for it.
-    early = {g for g, unit in units.items() if task_of[g] == t and _needs_no_merge(unit, plan, split)}
+    early = {g for g, unit in units.items() if task_of[g] == t and _needs_no_merge(unit, plan)}
     rows = []
     for p, gids in plan.parts.items():
         mine = [units[g] for g in gids if g in early]
@@ -232,12 +231,11 @@ def _deal(plan: RangePlan, scans: dict, dead: dict, units: dict, task_of: dict, 
     return deal.deal(rewrite, rows, ranges.FINE_BUCKETS)
 
 
-def _needs_no_merge(unit: list[int], plan: RangePlan, split: set) -> bool:
-    """Whether the unit's rewrite reads nothing the merge writes: each of its groups one range,
-    the last of its partition (no later range holds a key of it, so no FOUND entry is for it),
-    and no part of another task to wait for."""
-    return all(g not in split and len(plan.groups[g][1]) == 1 and _is_last(plan.groups[g][1][0], plan)
-               for g in unit)  # fmt: skip
+def _needs_no_merge(unit: list[int], plan: RangePlan) -> bool:
+    """Whether the unit's rewrite reads nothing the merge writes: each of its groups one range
+    (not cut, so no part of another task to wait for), the last of its partition (no later range
+    holds a key of it, so no FOUND entry is for it)."""
+    return all(len(plan.groups[g][1]) == 1 and _is_last(plan.groups[g][1][0], plan) for g in unit)
 
 
 def _is_last(r: int, plan: RangePlan) -> bool:
