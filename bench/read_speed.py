@@ -3,7 +3,7 @@ from the disk, by request size, beside `cat`: one reader over all segments, then
 over a contiguous share (as the tasks of a partition cut into ranges read them). The page cache is
 dropped before each measurement; each reader reads one segment ahead on a thread as a task does.
 
-    .venv/bin/python bench/read_speed.py PARTITION_DIR [--readers 2] [--chunks 16M,128K]
+    .venv/bin/python bench/read_speed.py PARTITION_DIR [--readers 2] [--chunks 16M,1M,128K]
                                          [--mode buffered|direct] [--repeat 2]
 
 Prints MB/s of wall time and each reader's CPU seconds. Needs root for the cache drop (without it
@@ -55,7 +55,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("part", type=Path)
     ap.add_argument("--readers", type=int, default=2)
-    ap.add_argument("--chunks", default="16M,128K", help="request sizes to compare, comma-separated")
+    ap.add_argument("--chunks", default="16M,1M,128K", help="request sizes to compare, comma-separated")
     ap.add_argument("--mode", choices=("buffered", "direct"), default="buffered")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()

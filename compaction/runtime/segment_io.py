@@ -60,12 +60,12 @@ WRITE_MODES = ("direct", "buffered")
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request (two per writer: one filled, one written)
 DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush
 READ_CHUNK = 16 << 20  # bytes per O_DIRECT read: large sequential requests, bounded
-# Bytes per read through the page cache: small, so that the kernel's own read-ahead (which starts
-# the next window when the reader reaches a marked page) keeps the disk busy. A read of many MB
-# is issued and waited for whole, leaving the disk idle between requests: on the bench VM two
-# tasks read cold segments at ~1.5 GB/s with 16 MiB reads against ~2.7 GB/s with 128 KiB ones
-# (bench/read_speed.py).
-BUFFERED_CHUNK = 128 << 10
+# Bytes per read through the page cache: moderate, so that the kernel's own read-ahead (which
+# starts the next window when the reader reaches a marked page) keeps the disk busy while the
+# reader copies; a read of many MB is issued and waited for whole. On the bench VM
+# (bench/read_speed.py, cold, two readers) 1 MiB read 2.5-2.9 GB/s against 2.1-2.9 for 16 MiB,
+# at about two thirds of its CPU; 128 KiB was best for 8 MiB segments, worst for 64 MiB ones.
+BUFFERED_CHUNK = 1 << 20
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS: reads work the same, the cache unadvised
