@@ -215,8 +215,9 @@ class Storage:
         self.rename(tmp, path)
         return written
 
-    def rename(self, src: str, dst: str) -> None:
-        """Rename, replacing `dst`. Atomic locally (os.replace) and durable (dir fsync).
+    def rename(self, src: str, dst: str, *, durable: bool = True) -> None:
+        """Rename, replacing `dst`. Atomic locally (os.replace) and durable (dir fsync), unless
+        `durable=False`: the caller fsyncs the directory itself once a batch of renames is done.
 
         Non-local filesystems: pyarrow `move`; where the backend refuses to overwrite (HDFS) the
         destination is deleted first, leaving a short window without `dst`.
@@ -224,6 +225,8 @@ class Storage:
         """
         if self.is_local:
             os.replace(src, dst)
+            if not durable:
+                return
             self.fsync_dir(posixpath.dirname(dst) or ".")
             if posixpath.dirname(src) != posixpath.dirname(dst):
                 self.fsync_dir(posixpath.dirname(src) or ".")

@@ -96,10 +96,16 @@ def finish_swap(storage: Storage, part: str, intent: dict, remove_old: bool = Tr
     """Steps 2-3, and 4 with `remove_old`. Idempotent: safe to re-run after a crash."""
     names = file_names(storage, part)
     new_files = set(intent["new_files"])
+    # Step 2 renames every file of every replaced segment (thousands in a partition of small
+    # segments), so they are made durable together by the one fsync after them: any subset of
+    # them surviving a crash is recovered alike, by the intent file or by the LogLoader's rule
+    # (every `.swap` is in place, so the old segments in its range go). Steps 1 and 3 rename a
+    # few new files and keep a fsync per rename: the LogLoader's reading of a half-done step 3
+    # relies on their order.
     for name in intent["old_files"]:
         # A live name that a new file already took over (step 3 ran for it) is not old any more.
         if name in names and (name not in new_files or name + SWAP in names):
-            storage.rename(f"{part}/{name}", f"{part}/{name}{DELETED}")
+            storage.rename(f"{part}/{name}", f"{part}/{name}{DELETED}", durable=False)
     storage.fsync_dir(part)
     crash_point("deleted")
     for name in intent["new_files"]:

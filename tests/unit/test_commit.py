@@ -19,6 +19,8 @@ import sys
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
 from compaction.steps.recover import recover_partition
@@ -187,6 +189,21 @@ def test_crash_at_every_step_recovers_to_old_or_new(tmp_path):
     assert outcomes[0] == "old" and outcomes[-1] == "new"
     switch = outcomes.index("new")
     assert outcomes[switch:] == ["new"] * (len(outcomes) - switch)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_any_subset_of_the_old_files_renames_surviving_a_crash_recovers_to_the_new_set(tmp_path_factory, data):
+    """Step 2's renames (old files -> `.deleted`) share one directory fsync, so a crash before it
+    may leave any subset of them done. Each such state rolls forward to exactly the new set."""
+    part = setup_dir(tmp_path_factory.mktemp("subset"))
+    with crash_after(len(CLEANED)), pytest.raises(Crash):  # step 1 done, step 2 not begun
+        commit_partition(Storage.local(), part, REPLACEMENTS)
+    old_files = json.loads(open(os.path.join(part, INTENT_FILE)).read())["old_files"]
+    for n in data.draw(st.lists(st.sampled_from(old_files), unique=True)):
+        os.replace(os.path.join(part, n), os.path.join(part, n + ".deleted"))
+    recover_partition(Storage.local(), part)
+    assert snapshot(part) == NEW_STATE
 
 
 def test_crash_during_recovery_then_recover_again(tmp_path):
