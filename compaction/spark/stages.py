@@ -17,7 +17,7 @@ from typing import Iterator
 from pyspark.sql import types as T
 
 from compaction.steps import ranges
-from compaction.errors import CompactionError, error_text
+from compaction.errors import error_text
 from compaction.settings import WorkerSettings
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_unit
@@ -92,17 +92,16 @@ def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_r
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
 
-    from compaction.steps.validate import validate_partition_path
+    from compaction.steps.validate import checked_alongside
     from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
 
     started, cpu = time.monotonic(), time.process_time()
-    try:  # the index checks the driver leaves to the task that reads the partition anyway
-        validate_partition_path(specs[0].storage, specs[0].part_path)
-    except CompactionError as exc:
-        return [{"group_id": s.group_id, "error": str(exc)} for s in specs]
     cache = ScanCache(scan_reuse_bytes) if scan_reuse_bytes > 0 else None
     epochs: list = []  # leader-epoch runs per segment: checked before anything is written
-    pmap, producers = scan_partition(specs, cache, epochs=epochs)
+    # The index checks the driver leaves to the task that reads the partition anyway; their
+    # error, like the scan's, becomes the partition's rows in `fused`.
+    pmap, producers = checked_alongside(specs[0].storage, specs[0].part_path,
+                                        lambda: scan_partition(specs, cache, epochs=epochs))  # fmt: skip
     check_partition_epochs(specs, epochs)
     state = ranges.producer_state(producers)
     scanned = time.monotonic()

@@ -158,13 +158,13 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
 
 
 def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
-    from compaction.steps.validate import validate_partition_path
+    from compaction.steps.validate import checked_alongside
 
     spec, part, validate = plan.ranges[rid]
     try:
-        if validate:  # the index checks the driver leaves to the task that reads the partition anyway
-            validate_partition_path(spec.storage, spec.part_path)
-        held[rid], blocks = ranges.scan_range(rid, spec, part, cache)
+        scan = lambda: ranges.scan_range(rid, spec, part, cache)  # noqa: E731
+        # the index checks the driver leaves to the task that reads the partition anyway
+        held[rid], blocks = checked_alongside(spec.storage, spec.part_path, scan) if validate else scan()
         ex.write_blocks(f"scan-{rid}", blocks)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         held.pop(rid, None)

@@ -9,6 +9,9 @@ would (`rebuild_missing_index`).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
 import numpy as np
 
 from compaction.errors import CompactionError, IndexCorruptError, LogStructureError
@@ -22,6 +25,9 @@ from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition, read_small
+
+
+T = TypeVar("T")
 
 
 class PartitionInvalid(CompactionError):
@@ -80,6 +86,21 @@ def validate_partition_path(storage: Storage, part_path: str) -> None:
     anyway can run the index checks there instead of the driver. Raises `PartitionInvalid` or an
     `IndexCorruptError` naming the file (and byte position); reads index files only."""
     validate_partition(storage, list_partition(storage, "", part_path, "", -1))
+
+
+def checked_alongside(storage: Storage, part_path: str, work: Callable[[], T]) -> T:
+    """`work()` (the scan of the partition) with `validate_partition_path` running beside it on a
+    thread: the checks' reads wait for the disk while the scan uses the CPU. Errors as if the
+    checks had run first: theirs is raised before any of the work's."""
+    with ThreadPoolExecutor(1, thread_name_prefix="index-checks") as pool:
+        checks = pool.submit(validate_partition_path, storage, part_path)
+        try:
+            done = work()
+        except BaseException:
+            checks.result()
+            raise
+        checks.result()
+        return done
 
 
 def audit_structure(storage: Storage, part: PartitionDir) -> None:

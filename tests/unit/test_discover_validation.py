@@ -129,3 +129,50 @@ def test_plan_one_rebuilds_only_in_partitions_it_cleans(tmp_path):
     cleaned = plan_round.plan_one(*_reload(log_dir), parse_args(["--log-dir", log_dir, "--now-ms", "0"]))
     assert cleaned.plan.eligible and cleaned.result.status != "failed", cleaned.result.reason
     assert os.path.exists(os.path.join(part_dir, SEG1 + ".index"))
+
+
+def _broken_index(tmp_path) -> tuple:
+    log_dir, ld, part, _ = _part(tmp_path)
+    index = os.path.join(log_dir, "t-0", SEG1 + ".index")
+    with open(index, "r+b") as fh:
+        fh.seek(4)
+        fh.write((99_999).to_bytes(4, "big"))
+    return ld.storage, part.path
+
+
+def test_the_checks_run_beside_the_scan_and_their_error_comes_first(tmp_path):
+    """`checked_alongside`: the index checks on a thread while the work runs (the work here waits
+    for them to have started, which would hang were they run before or after it); the work's
+    result when they pass; their error, not the work's, when both fail."""
+    import threading
+
+    from compaction.errors import CorruptRecordError
+    from compaction.steps import validate
+
+    _, ld, part, _ = _part(tmp_path)
+    storage, path = ld.storage, part.path
+    started = threading.Event()
+    real = validate.validate_partition_path
+
+    def checks(*args):
+        started.set()
+        return real(*args)
+
+    def scan():
+        assert started.wait(10), "the checks did not run beside the work"
+        return "scanned"
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate, "validate_partition_path", checks)
+        assert validate.checked_alongside(storage, path, scan) == "scanned"
+    broken = _broken_index(tmp_path / "broken")
+    with pytest.raises(IndexCorruptError):
+        validate.checked_alongside(*broken, lambda: "scanned")
+
+    def bad_scan():
+        raise CorruptRecordError("bad batch", path="x.log")
+
+    with pytest.raises(IndexCorruptError):
+        validate.checked_alongside(*broken, bad_scan)
+    with pytest.raises(CorruptRecordError):
+        validate.checked_alongside(storage, path, bad_scan)
