@@ -335,7 +335,7 @@ class KeyTable:
     def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(key bytes uint8, key offsets int64 [len + 1], latest int64 [len]) of every key, in
         dense id order: the table as an Arrow-ready binary column, without a copy per key."""
-        data, offs, at = [], [np.zeros(1, np.int64)], 0
+        data, offs, latest, at = [], [np.zeros(1, np.int64)], [], 0
         for t in range(self.regions):
             n = int(self.count[t])
             if not n:
@@ -343,13 +343,11 @@ class KeyTable:
             o = self.offs[t * (self.cap + 1) : t * (self.cap + 1) + n + 1]
             data.append(self.arena[t * self.arena_cap : t * self.arena_cap + int(o[n])])
             offs.append(o[1:] + at)
+            latest.append(self.latest[t * self.cap : t * self.cap + n])
             at += int(o[n])
-        return np.concatenate(data) if data else np.empty(0, np.uint8), np.concatenate(offs), self.dense_latest()
-
-    def dense_latest(self) -> np.ndarray:
-        """The latest dirty offset of every key, in dense id order (`dense_ids`)."""
-        parts = [self.latest[t * self.cap : t * self.cap + int(self.count[t])] for t in range(self.regions)]
-        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+        empty = np.empty(0, np.uint8)
+        return (np.concatenate(data) if data else empty, np.concatenate(offs),
+                np.concatenate(latest) if latest else np.empty(0, np.int64))  # fmt: skip
 
     def items(self) -> tuple[list[bytes], np.ndarray]:
         """(keys, latest offsets), region by region, each in order of first sight."""

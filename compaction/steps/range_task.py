@@ -46,7 +46,6 @@ from compaction.errors import CompactionError, error_text
 from compaction.format import batch as fb
 from compaction.runtime.exchange import Exchange
 from compaction.steps import deal, ranges
-from compaction.kernels.keymap import KeyTable
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_part, rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs
@@ -110,7 +109,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     started, cpu = time.monotonic(), time.process_time()
     cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
     held: dict[int, ranges.Held] = {}
-    keys: dict[int, KeyTable] = {}
+    keys: dict[int, ranges.Keys] = {}
     status = {str(r): _scan(r, plan, ex, cache, held, keys) for r in plan.tasks[t]}
     ex.post("scan", t, status)
     # The summaries serve the merge only: written on a thread while the task goes on (the task of

@@ -121,28 +121,37 @@ class Held(NamedTuple):
     latest: np.ndarray
 
 
-def scan_range(rid: int, spec: GroupSpec, part: int, cache=None) -> tuple[Held, list[Block], KeyTable]:
+class Keys(NamedTuple):
+    """A scanned range's distinct keys (`KeyTable.export`), for its SUMMARY blocks."""
+
+    data: np.ndarray
+    offs: np.ndarray
+    latest: np.ndarray
+
+
+def scan_range(rid: int, spec: GroupSpec, part: int, cache=None) -> tuple[Held, list[Block], Keys]:
     """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
     `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
-    it, the blocks the others need before they can rewrite (EPOCHS, PRODUCERS), and its key
-    table, which `summary_blocks` makes the blocks of the merge."""
+    it, the blocks the others need before they can rewrite (EPOCHS, PRODUCERS), and its keys,
+    which `summary_blocks` makes the blocks of the merge."""
     epochs: list = []
     pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
-    del pmap
+    keys = Keys(*table.export())
+    del pmap, table  # the key bytes live on in `keys` until the summaries are built
     blocks = [Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs)))]
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
         cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
         blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
-    return Held(ids, table.dense_latest()), blocks, table
+    return Held(ids, keys.latest), blocks, keys
 
 
-def summary_blocks(rid: int, part: int, table: KeyTable, buckets: int = FINE_BUCKETS) -> Iterator[Block]:
-    """Range `rid`'s SUMMARY blocks from its key table, one or more per fine bucket. `part`
-    numbers the range's partition in the round: keys of different partitions never merge."""
-    return _summaries(rid, part, *table.export(), buckets)
+def summary_blocks(rid: int, part: int, keys: Keys, buckets: int = FINE_BUCKETS) -> Iterator[Block]:
+    """Range `rid`'s SUMMARY blocks, one or more per fine bucket. `part` numbers the range's
+    partition in the round: keys of different partitions never merge."""
+    return _summaries(rid, part, keys.data, keys.offs, keys.latest, buckets)
 
 
 def held_blocks(rid: int, held: Held) -> Iterator[Block]:
