@@ -8,11 +8,9 @@ rewritten by the task that holds most of its bytes (on a tie the later task: the
 more of its records). Each task goes through three phases:
 
 1. **scan** its ranges (compaction/steps/ranges.py `scan_range`): it keeps each range's key ids and
-   latest offsets (and, within the cache budget, the scans themselves) and writes the blocks every
-   rewrite needs into `scan-<range>`: EPOCHS, PRODUCERS. Posts each range's error, if any,
-   whether it holds transactional batches, and its bytes, records and keys. Then, on a thread
-   while the task goes on, the blocks of the merge: SUMMARY per fine bucket into
-   `summary-<range>` (ranges of partitions cut into several), and the `summary` marker.
+   latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
+   others need into `scan-<range>`: SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each
+   range's error, if any, whether it holds transactional batches, and its bytes, records and keys.
 2. **merge** the fine buckets dealt to it over every range of every sound partition
    (`merge_bucket`), into `found-<task>`: the ids each range must raise to a later range's
    offset. The buckets go to the tasks with the least rewrite ahead of them, estimated from the
@@ -37,7 +35,6 @@ one row of timings (`group_id` -1).
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 import numpy as np
@@ -107,23 +104,11 @@ class RangePlan:
 def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:
     """Task `t` of the stage: its rows (see the module docstring)."""
     started, cpu = time.monotonic(), time.process_time()
+    n_tasks = len(plan.tasks)
     cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
     held: dict[int, ranges.Held] = {}
-    keys: dict[int, ranges.Keys] = {}
-    status = {str(r): _scan(r, plan, ex, cache, held, keys) for r in plan.tasks[t]}
+    status = {str(r): _scan(r, plan, ex, cache, held) for r in plan.tasks[t]}
     ex.post("scan", t, status)
-    # The summaries serve the merge only: written on a thread while the task goes on (the task of
-    # a partition's newest range starts its rewrite meanwhile; a merging task waits for them).
-    summaries = threading.Thread(target=_post_summaries, args=(t, plan, ex, keys), name="summaries", daemon=True)
-    summaries.start()
-    try:
-        return _after_scan(t, plan, ex, cache, held, started, cpu)
-    finally:
-        summaries.join()
-
-
-def _after_scan(t: int, plan: RangePlan, ex: Exchange, cache, held: dict, started: float, cpu: float) -> list[dict]:
-    n_tasks = len(plan.tasks)
     scans = {int(r): s for posted in ex.gather("scan", n_tasks) for r, s in posted.items()}
     dead, units, split = {}, {}, set()  # units: {first group id: its groups} of the sound partitions
     for p, gids in plan.parts.items():
@@ -172,40 +157,21 @@ def _after_scan(t: int, plan: RangePlan, ex: Exchange, cache, held: dict, starte
     return rows
 
 
-def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict, keys: dict) -> dict:
+def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
     from compaction.steps.validate import checked_alongside
 
     spec, part, validate = plan.ranges[rid]
     try:
         scan = lambda: ranges.scan_range(rid, spec, part, cache)  # noqa: E731
         # the index checks the driver leaves to the task that reads the partition anyway
-        held[rid], blocks, keys[rid] = checked_alongside(spec.storage, spec.part_path, scan) if validate else scan()
+        held[rid], blocks = checked_alongside(spec.storage, spec.part_path, scan) if validate else scan()
         ex.write_blocks(f"scan-{rid}", blocks)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         held.pop(rid, None)
-        keys.pop(rid, None)
         return {"error": error_text(exc), "txn": False}
     stats = [sum(seg.size for seg in spec.segments), sum(len(ids) for ids in held[rid].ids), len(held[rid].latest)]
     return {"error": None, "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS),
             "stats": stats}  # fmt: skip
-
-
-def _post_summaries(t: int, plan: RangePlan, ex: Exchange, keys: dict) -> None:
-    """The SUMMARY blocks of the task's scanned ranges whose partition has more than one range, as
-    `summary-<range>`; then the `summary` marker, with the error that stopped them, if any."""
-    error = None
-    try:
-        for r, k in keys.items():
-            if len(_ranges_of(plan.ranges[r][1], plan)) > 1:
-                ex.write_blocks(f"summary-{r}", ranges.summary_blocks(r, plan.ranges[r][1], k))
-    except Exception as exc:  # noqa: BLE001 - fails the merge, so every partition it serves
-        error = error_text(exc)
-    keys.clear()
-    ex.post("summary", t, {"error": error})
-
-
-def _ranges_of(part: int, plan: RangePlan) -> list[int]:
-    return [r for g in plan.parts[part] for r in plan.groups[g][1]]
 
 
 def _transactional(block: ranges.Block) -> bool:
@@ -232,20 +198,16 @@ def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]
     the keys), into `found-<t>`. A partition of one range has nothing to merge."""
     try:
         live = []
-        for p in plan.parts:
-            rids = _ranges_of(p, plan)
+        for p, gids in plan.parts.items():
+            rids = [r for g in gids for r in plan.groups[g][1]]
             if p not in dead and len(rids) > 1:
                 live += rids
+        index = {r: ex.read_index(f"scan-{r}") for r in live}
         found = []
-        if live and buckets:
-            errors = [s["error"] for s in ex.gather("summary", len(plan.tasks)) if s["error"]]
-            if errors:
-                return errors[0]
-            index = {r: ex.read_index(f"summary-{r}") for r in live}
-            for bucket in buckets:
-                rows = [(b.range_id, b.data) for r in live
-                        for b in ex.read_blocks(f"summary-{r}", _summary_of(bucket), index[r])]  # fmt: skip
-                found.extend(ranges.merge_bucket(rows))
+        for bucket in buckets:
+            rows = [(b.range_id, b.data) for r in live
+                    for b in ex.read_blocks(f"scan-{r}", _summary_of(bucket), index[r])]  # fmt: skip
+            found.extend(ranges.merge_bucket(rows))
         ex.write_blocks(f"found-{t}", found)
     except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
         return error_text(exc)

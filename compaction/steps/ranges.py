@@ -8,9 +8,8 @@ cut into several, so that the ranges of a round spread evenly over the tasks.
 1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
    whole-partition task scans, `scan.scan_partition`), which gives each record the dense id of
    its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
-   Handed to the others: EPOCHS and PRODUCERS, and (`summary_blocks`) SUMMARY blocks, one per
-   fine bucket: the range's keys whose hash falls in it, with their latest dirty offset in the
-   range.
+   Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
+   in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
 2. `merge_bucket`: one fine bucket's SUMMARY blocks of every range of every partition, merged by
    (partition, key) in a table over the blocks' own bytes: the partition-wide latest dirty
    offset of each key.
@@ -121,37 +120,25 @@ class Held(NamedTuple):
     latest: np.ndarray
 
 
-class Keys(NamedTuple):
-    """A scanned range's distinct keys (`KeyTable.export`), for its SUMMARY blocks."""
-
-    data: np.ndarray
-    offs: np.ndarray
-    latest: np.ndarray
-
-
-def scan_range(rid: int, spec: GroupSpec, part: int, cache=None) -> tuple[Held, list[Block], Keys]:
+def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
+               buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:  # fmt: skip
     """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
     `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
-    it, the blocks the others need before they can rewrite (EPOCHS, PRODUCERS), and its keys,
-    which `summary_blocks` makes the blocks of the merge."""
+    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
+    numbers the range's partition in the round: keys of different partitions never merge."""
     epochs: list = []
     pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
-    keys = Keys(*table.export())
-    del pmap, table  # the key bytes live on in `keys` until the summaries are built
-    blocks = [Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs)))]
+    data, offs, latest = table.export()
+    del pmap, table  # the key bytes live on in `data` until the summaries are built
+    blocks = list(_summaries(rid, part, data, offs, latest, buckets))
+    blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
         cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
         blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
-    return Held(ids, keys.latest), blocks, keys
-
-
-def summary_blocks(rid: int, part: int, keys: Keys, buckets: int = FINE_BUCKETS) -> Iterator[Block]:
-    """Range `rid`'s SUMMARY blocks, one or more per fine bucket. `part` numbers the range's
-    partition in the round: keys of different partitions never merge."""
-    return _summaries(rid, part, keys.data, keys.offs, keys.latest, buckets)
+    return Held(ids, latest), blocks
 
 
 def held_blocks(rid: int, held: Held) -> Iterator[Block]:

@@ -142,51 +142,6 @@ def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatc
     assert logs(cleaned(part)) == logs(one)
 
 
-def test_the_summaries_are_written_while_the_newest_range_is_rewritten(tmp_path, monkeypatch):
-    """The merge's summaries are written on a thread: the newest range's task, merging nothing
-    (every bucket dealt to the other, as on a big partition), has its group rewritten before its
-    own summaries are out (here they wait for that file), and the bytes are those of one task."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
-    compact_partition(specs_for(part, 1))
-    one = cleaned(part)
-    specs = specs_for(part, 2)
-    newest = Path(specs[-1].segment_path(specs[-1].new_base)).with_suffix(".log" + CLEANED)
-    summaries, waited = ranges.summary_blocks, []
-
-    def after_the_newest_group(rid, *args):
-        deadline = time.monotonic() + 10
-        while rid == max(RangePlan.cut([specs], 2).ranges) and not newest.exists():
-            if time.monotonic() > deadline:
-                waited.append(rid)
-                break
-            time.sleep(0.01)
-        return summaries(rid, *args)
-
-    monkeypatch.setattr(ranges, "summary_blocks", after_the_newest_group)
-    monkeypatch.setattr(range_task, "_deal", lambda plan, *args: [list(range(ranges.FINE_BUCKETS)), []])
-    rows = in_ranges(specs, 2, tmp_path / "exchange")
-    assert not waited, "the newest range's rewrite waited for its summaries"
-    assert not any(r.get("error") for r in rows), rows
-    logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
-    assert logs(cleaned(part)) == logs(one)
-
-
-def test_summaries_that_cannot_be_written_fail_the_partition_not_the_stage(tmp_path, monkeypatch):
-    """A task whose summaries fail posts the error: the merge fails with it, so does every group
-    that needs the merge, and no task waits for summaries that never come."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
-    specs = specs_for(part, 3)
-
-    def broken(rid, *args):
-        raise OSError("no space left on the exchange")
-
-    monkeypatch.setattr(ranges, "summary_blocks", broken)
-    rows = in_ranges(specs, 2, tmp_path / "exchange")
-    failed = [r for r in rows if r.get("error")]
-    assert failed and all("no space left on the exchange" in r["error"] for r in failed)
-    assert {r["group_id"] for r in failed} >= {s.group_id for s in specs[:-1]}
-
-
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
     part = generate(tmp_path / "logs", "--records", "4000", "--keys", "2000", "--segment-bytes", "30000")
     bases = sorted(naming.parse_segment_file_name(f.name).base_offset for f in part.glob("*.log"))
