@@ -97,12 +97,11 @@ def _hashes(data, offs, out):
 
 
 def bucket_of(data: np.ndarray, offs: np.ndarray, buckets: int) -> np.ndarray:
-    """The merge bucket of each key (bytes `data[offs[i]:offs[i+1]]`), the same in every range so
-    that every range sends a key to the same bucket: the top 32 bits of its hash scaled to
-    `buckets`, so that a bucket is a run of the `KeyTable`'s regions (which the top bits pick)."""
+    """The merge bucket of each key (bytes `data[offs[i]:offs[i+1]]`): its hash mod `buckets`,
+    the same in every range, so that every range sends a key to the same bucket."""
     h = np.empty(len(offs) - 1, np.uint64)
     _hashes(data, offs, h)
-    return ((h >> np.uint64(32)) * np.uint64(max(1, buckets)) >> np.uint64(32)).astype(np.int64)
+    return (h % np.uint64(max(1, buckets))).astype(np.int64)
 
 
 def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
@@ -132,9 +131,8 @@ def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
     data, offs, latest = table.export()
-    starts = table.dense_starts()
     del pmap, table  # the key bytes live on in `data` until the summaries are built
-    blocks = list(_summaries(rid, part, data, offs, latest, buckets, starts))
+    blocks = list(_summaries(rid, part, data, offs, latest, buckets))
     blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
@@ -152,27 +150,14 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(rid: int, part: int, data, offs, latest, buckets: int, starts=None) -> Iterator[Block]:
-    """SUMMARY blocks of keys in dense id order; `starts`: where each of the key table's regions
-    starts in it (`KeyTable.dense_starts`), when they came from one. With at least as many regions
-    as buckets (both powers of two) a bucket is a run of regions: the keys are in bucket order
-    already, and are neither hashed again nor moved."""
-    regions = len(starts) - 1 if starts is not None else 0
-    if regions and regions % buckets == 0:
-        order = np.arange(len(latest), dtype=np.int32)
-        return _bucket_blocks(rid, part, _binary(data, offs), latest, order, starts[:: regions // buckets])
+def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
     bucket = bucket_of(data, offs, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
     keys, key_offs, key_latest = np.empty(len(data), np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
     _by_bucket(data, offs, latest, bucket, order, ends, keys, key_offs, key_latest)
-    return _bucket_blocks(rid, part, _binary(keys, key_offs), key_latest, order.astype(np.int32), ends)
-
-
-def _bucket_blocks(rid: int, part: int, keys: pa.Array, key_latest, ids, ends) -> Iterator[Block]:
-    """SUMMARY blocks of keys laid out bucket by bucket (bucket b: rows ends[b] to ends[b + 1]);
-    `ids`: each row's dense key id."""
-    for b in range(len(ends) - 1):
+    keys, ids = _binary(keys, key_offs), order.astype(np.int32)
+    for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
             to = min(at + BLOCK_ROWS, int(ends[b + 1]))
             yield Block(rid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=key_latest[at:to],

@@ -202,34 +202,6 @@ def test_summaries_lay_the_keys_out_by_bucket_as_a_stable_sort_would(keys, bucke
     assert out_latest.tolist() == latest[want].tolist() and out_offs[n] == len(data)
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.binary(max_size=12), max_size=3000), st.sampled_from([1, 2, 64]))
-def test_a_key_tables_summaries_are_those_of_its_keys_bucketed_by_hash(keys, buckets):
-    """A table of at least as many regions as buckets gives its keys in bucket order already:
-    the blocks are the same as the keys hashed into buckets and laid out by a counting sort."""
-    table = KeyTable(64 * KeyTable.REGION_KEYS)  # 64 regions
-    data = np.frombuffer(b"".join(keys), np.uint8)
-    lens = np.array([len(k) for k in keys], np.int64)
-    pos = np.cumsum(lens) - lens
-    offsets = np.arange(len(keys), dtype=np.int64)
-    table.assign(data, np.empty(0, np.uint8), len(data), pos, lens, np.ones(len(keys), bool), offsets % 3 > 0, offsets)
-    kdata, koffs, latest = table.export()
-    assert table.regions == 64
-
-    def rows(blocks):
-        out = []
-        for b in blocks:
-            f = ranges.from_block(b.data)
-            out += [(b.bucket, k, v, i) for k, v, i in zip(f.column("key").to_pylist(), f.column("latest").to_pylist(),
-                                                          f.column("id").to_pylist())]  # fmt: skip
-        return out
-
-    laid = rows(ranges._summaries(7, 0, kdata, koffs, latest, buckets, table.dense_starts()))
-    hashed = rows(ranges._summaries(7, 0, kdata, koffs, latest, buckets))
-    assert laid == hashed
-    assert [b for b, *_ in laid] == sorted(b for b, *_ in laid)
-
-
 def test_key_table_export_is_dense_and_complete():
     table = KeyTable(50_000)
     keys = [f"k{i % 3000}".encode() for i in range(10_000)]
