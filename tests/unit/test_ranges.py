@@ -156,9 +156,16 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
-       st.integers(1, 5))
-def test_merge_gives_each_range_the_max_over_its_partition(rows, buckets):
-    """merge_bucket against a dict: (partition, key) -> max latest; FOUND only where it beats the range's."""
+       st.integers(1, 5), st.sampled_from([1 << 19, 0]))
+def test_merge_gives_each_range_the_max_over_its_partition(rows, buckets, cached_rows):
+    """merge_bucket against a dict: (partition, key) -> max latest; FOUND only where it beats the
+    range's. Both ways of merging a bucket: the table over the rows' bytes, the key table."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ranges, "CACHED_MERGE_ROWS", cached_rows)
+        _check_merge(rows)
+
+
+def _check_merge(rows):
     by_range: dict[int, dict[bytes, int]] = {}
     for r, key, latest in rows:
         by_range.setdefault(r, {})
