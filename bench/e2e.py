@@ -76,10 +76,11 @@ def read_speed(files: list[Path], streams: int = 1) -> tuple[float, bool]:
     tasks of a partition cut into ranges read them)."""
     dropped = drop_caches()
     sizes = [f.stat().st_size for f in files]
+    total = max(sum(sizes), 1)
     shares: list[list[str]] = [[] for _ in range(streams)]
     at = 0
     for f, n in zip(files, sizes):
-        shares[min(streams - 1, int((at + n / 2) * streams / max(sum(sizes), 1)))].append(str(f))
+        shares[min(streams - 1, int((at + n / 2) * streams / total))].append(str(f))
         at += n
     t = time.perf_counter()
     procs = [subprocess.Popen(["cat", *share], stdout=subprocess.DEVNULL) for share in shares if share]

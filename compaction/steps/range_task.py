@@ -112,7 +112,7 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     scans = {int(r): s for posted in ex.gather("scan", n_tasks) for r, s in posted.items()}
     dead, units, split = {}, {}, set()  # units: {first group id: its groups} of the sound partitions
     for p, gids in plan.parts.items():
-        rids = [r for g in gids for r in plan.groups[g][1]]
+        rids = _ranges_of(gids, plan)
         errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
         if errors:
             dead[p] = errors[0]
@@ -199,7 +199,7 @@ def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]
     try:
         live = []
         for p, gids in plan.parts.items():
-            rids = [r for g in gids for r in plan.groups[g][1]]
+            rids = _ranges_of(gids, plan)
             if p not in dead and len(rids) > 1:
                 live += rids
         index = {r: ex.read_index(f"scan-{r}") for r in live}
@@ -221,7 +221,7 @@ def _deal(plan: RangePlan, scans: dict, dead: dict, units: dict, task_of: dict, 
     for p, gids in plan.parts.items():
         if p in dead:
             continue
-        rids = [r for g in gids for r in plan.groups[g][1]]
+        rids = _ranges_of(gids, plan)
         stats = [deal.RangeStats(*scans[r]["stats"]) for r in rids]
         whole = len(units.get(gids[0], ())) > 1  # a partition with transactions: one unit, one task
         for r, seconds in zip(rids, deal.rewrite_seconds(stats)):
@@ -229,6 +229,11 @@ def _deal(plan: RangePlan, scans: dict, dead: dict, units: dict, task_of: dict, 
         if len(rids) > 1:
             rows += sum(s.keys for s in stats)
     return deal.deal(rewrite, rows, ranges.FINE_BUCKETS)
+
+
+def _ranges_of(gids: list[int], plan: RangePlan) -> list[int]:
+    """The ranges of groups `gids` (a partition's, in log order), in log order."""
+    return [r for g in gids for r in plan.groups[g][1]]
 
 
 def _needs_no_merge(unit: list[int], plan: RangePlan) -> bool:

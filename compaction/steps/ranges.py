@@ -264,7 +264,7 @@ def _flat(keys: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
         width = np.int64 if pa.types.is_large_binary(k.type) else np.int32
         _, offs_buf, data_buf = k.buffers()
         o = np.frombuffer(offs_buf, width, count=len(k) + 1, offset=k.offset * np.dtype(width).itemsize)
-        o = o.astype(np.int64)
+        o = o.astype(np.int64, copy=False)
         if data_buf is not None:
             datas.append(np.frombuffer(data_buf, np.uint8)[o[0] : o[-1]])
         offsets.append(o[1:] - o[0] + at)
