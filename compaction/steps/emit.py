@@ -1,5 +1,5 @@
 """Writing one segment's decided batches in log order: verbatim slices of the source, v2 batches
-re-encoded with their kept records (`kernels.rebuild`, one call per segment), legacy wrappers and
+re-encoded with their kept records (`kernels.rebuild`, one call per slice of the segment), legacy wrappers and
 messages re-encoded as v2 (`kernels.upconvert`), empty batches. The batches the kernels build
 whole into one buffer (converted legacy messages, uncompressed rebuilt v2 batches) go to the
 writer a run at a time, the others one at a time."""
@@ -29,30 +29,56 @@ from compaction.policy.keep import (
 from compaction.steps.writer import Output, Runs
 
 
+# Source bytes of a segment whose batches are re-encoded and written together. The writer's
+# thread writes one slice while the next is rebuilt (segment_io.WRITE_AHEAD queues the output of
+# one slice whole); a segment-sized step would leave the disk idle through each rebuild and the
+# rebuild waiting through each write.
+SLICE_BYTES = 16 << 20
+
+
 def emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
                  bounds: np.ndarray, out: Output) -> None:  # fmt: skip
-    """Write the batches of one segment in log order (`Runs`): every v2 rebuild of the segment
-    re-encoded by one kernel call (format/rebuild.py), every kept legacy message by another
-    (format/upconvert.py); a run of consecutive batches built whole in one buffer goes out as one
-    chunk."""
-    rebuilt, plain = _rebuild_v2(scan, np.flatnonzero(kind == REBUILD_V2), kept, horizon, keep, bounds)
-    rebuilt.update(_rebuild_wrappers(scan, np.flatnonzero(kind == REBUILD_WRAPPER), kept, horizon, keep, bounds))
-    chunked = (_convert(scan, np.flatnonzero(kind == CONVERT), horizon, bounds), plain)
+    """Write the batches of one segment in log order (`Runs`), SLICE_BYTES of the source at a
+    time: every v2 rebuild of a slice re-encoded by one kernel call (format/rebuild.py), every
+    kept legacy message by another (format/upconvert.py); a run of consecutive batches built
+    whole in one buffer goes out as one chunk."""
     runs = Runs(out, memoryview(scan.file))
-    emitted = np.flatnonzero(kind != DROP)
-    which = np.zeros(len(kind), np.int8)  # 0: one at a time; 1 + k: in chunked[k]
-    for k, c in enumerate(chunked):
-        which[c.idx] = 1 + k
-    which = which[emitted]
-    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(emitted)]
-    for lo, hi in itertools.pairwise(cuts):
-        if lo < hi and which[lo]:
-            runs.flush()
-            chunked[which[lo] - 1].emit(out, emitted[lo:hi], scan.batches.last_offset)
-        elif lo < hi:
-            _emit_batches(scan, emitted[lo:hi], kind, kept, horizon, keep, bounds, rebuilt, runs)
+    for lo, hi in itertools.pairwise(slices(scan.batches.position, SLICE_BYTES)):
+        _emit_slice(scan, lo, hi, kind, kept, horizon, keep, bounds, runs)
     runs.flush()
     out.writer.flush()  # nothing of this segment's buffers stays referenced after it
+
+
+def slices(position: np.ndarray, step: int) -> list[int]:
+    """Batch indices cutting batches at byte `position`s into runs of about `step` bytes: the
+    first batch at or past each multiple of `step`, with 0 and the batch count at the ends."""
+    n = len(position)
+    if not n:
+        return [0, 0]
+    marks = np.arange(int(position[0]) + step, int(position[-1]) + 1, step)
+    cuts = np.unique(np.searchsorted(position, marks))
+    return [0, *cuts[(cuts > 0) & (cuts < n)].tolist(), n]
+
+
+def _emit_slice(scan: SegmentScan, lo: int, hi: int, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,
+                keep: np.ndarray, bounds: np.ndarray, runs: Runs) -> None:  # fmt: skip
+    """Batches lo to hi of the segment."""
+    of = lambda k: np.flatnonzero(kind[lo:hi] == k) + lo  # noqa: E731
+    rebuilt, plain = _rebuild_v2(scan, of(REBUILD_V2), kept, horizon, keep, bounds)
+    rebuilt.update(_rebuild_wrappers(scan, of(REBUILD_WRAPPER), kept, horizon, keep, bounds))
+    chunked = (_convert(scan, of(CONVERT), horizon, bounds), plain)
+    emitted = np.flatnonzero(kind[lo:hi] != DROP) + lo
+    which = np.zeros(hi - lo, np.int8)  # 0: one at a time; 1 + k: in chunked[k]
+    for k, c in enumerate(chunked):
+        which[c.idx - lo] = 1 + k
+    which = which[emitted - lo]
+    cuts = [0, *(np.flatnonzero(which[1:] != which[:-1]) + 1).tolist(), len(emitted)]
+    for a, b in itertools.pairwise(cuts):
+        if a < b and which[a]:
+            runs.flush()
+            chunked[which[a] - 1].emit(runs.out, emitted[a:b], scan.batches.last_offset)
+        elif a < b:
+            _emit_batches(scan, emitted[a:b], kind, kept, horizon, keep, bounds, rebuilt, runs)
 
 
 def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,

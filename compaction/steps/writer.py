@@ -7,8 +7,9 @@ output group: the segment itself (a pooled buffer read with O_DIRECT, or memory-
 `--read-mode mmap` or below 8 MiB; a bytes copy on object stores), `SegmentScan.side` (the
 decompressed records of its compressed batches), ~45 B of record columns + ~10 B of keep/found
 arrays per record of the segment, the re-encoded records of its rebuilt batches (<= their
-uncompressed size + 14 B per record) plus their compressed copies, and the writer's two 8 MiB
-staging buffers (on object stores up to `LogWriter.FLUSH_BYTES` of pending slices instead);
+uncompressed size + 14 B per record) plus their compressed copies, and the writer's 8 MiB
+staging buffers, at most `segment_io.WRITE_AHEAD` + 1 (on object stores up to
+`LogWriter.FLUSH_BYTES` of pending slices instead);
 plus 32 B per output batch of the group for the index columns. Roughly: segment size + 2 x its
 decompressed size + 60 B x its records, whatever the group size.
 """

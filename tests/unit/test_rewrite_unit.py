@@ -685,3 +685,40 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     assert with_packing and with_packing == _cleaned_files(log_dir)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(again)
+
+
+# --- a segment emitted a slice at a time ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("position", "step", "cuts"),
+    [([], 10, [0, 0]), ([0], 10, [0, 1]), ([0, 5], 10, [0, 2]), ([0, 10], 10, [0, 1, 2]),
+     ([0, 9, 10, 11, 25], 10, [0, 2, 4, 5]), ([0, 30], 10, [0, 1, 2]), ([100, 104, 111], 10, [0, 2, 3]),
+     ([0, 1, 2, 3], 1, [0, 1, 2, 3, 4])],
+)  # fmt: skip
+def test_slices_cut_at_the_first_batch_past_each_step(position, step, cuts):
+    from compaction.steps.emit import slices
+
+    assert slices(np.array(position, np.int64), step) == cuts
+
+
+@pytest.mark.parametrize("legacy", [None, "v0", "v1"])
+def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, legacy):
+    """Whatever the slice size (one batch per slice up to the whole segment), the same bytes and
+    rows: rebuilt, converted and verbatim batches of several slices meet in the runs of one file."""
+    from compaction.spark import stages as spark_stages
+    from compaction.steps import emit
+    from compaction.__main__ import main as cli
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "6000", "--keys", "700", "--codec", "mixed",
+         "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--seed", "5",
+         *(["--legacy", legacy] if legacy else ["--transactions", "0.2", "--abort-ratio", "0.3"])])  # fmt: skip
+    specs = _partition_specs(log_dir)
+    outputs, rows = [], []
+    for step in (1 << 30, 1, 700, 5000):
+        monkeypatch.setattr(emit, "SLICE_BYTES", step)
+        rows.append([{k: v for k, v in r.items() if "seconds" not in k} for r in spark_stages.compact_partition(specs)])
+        outputs.append(_cleaned_files(log_dir))
+    assert outputs[0] and all(o == outputs[0] for o in outputs) and all(r == rows[0] for r in rows)
+    assert sum(r["records_written"] for r in rows[0]) < sum(r["records_read"] for r in rows[0])
