@@ -330,6 +330,29 @@ def test_staged_write_copies_at_once(tmp_path):
     assert path.read_bytes() == b"\x07" * 100 + b"\x09" * 100
 
 
+def test_staged_write_queues_full_buffers_while_the_disk_is_busy(tmp_path, monkeypatch):
+    """The caller hands WRITE_AHEAD full buffers to the writer thread without waiting for any write
+    (a rebuild's burst of output); the next full buffer waits for the oldest write to finish."""
+    import threading
+
+    disk_free, real_pwrite = threading.Event(), os.pwrite
+    monkeypatch.setattr(segment_io.os, "pwrite", lambda fd, data, at: disk_free.wait(10) and real_pwrite(fd, data, at))
+    w = SegmentWriter(str(tmp_path / "a"), "buffered", buffer_bytes=BUF)
+
+    def writing(data: bytes) -> threading.Event:
+        done = threading.Event()
+        threading.Thread(target=lambda: (w.write(data), done.set()), daemon=True).start()
+        return done
+
+    assert writing(b"x" * (BUF * segment_io.WRITE_AHEAD)).wait(5)  # queued while no write has finished
+    one_more = writing(b"y" * BUF + b"z")
+    assert not one_more.wait(0.3)
+    disk_free.set()
+    assert one_more.wait(5)
+    w.close()
+    assert (tmp_path / "a").read_bytes() == b"x" * (BUF * segment_io.WRITE_AHEAD) + b"y" * BUF + b"z"
+
+
 def test_staged_write_falls_back_where_open_refuses_direct(tmp_path, open_refuses_direct):
     (c,) = _chunks([2 * BUF + 3])
     w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
