@@ -60,10 +60,10 @@ from compaction.runtime.storage import Storage
 READ_MODES = ("buffered", "direct", "mmap")
 WRITE_MODES = ("direct", "buffered")
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
-# Full staging buffers a writer may have queued for its thread. The rewrite makes a segment's
-# output in bursts (every rebuilt batch of the segment in one kernel call, then all of its
-# batches at once): with a single buffer in flight the caller waits through each burst and the
-# disk idles through each rebuild.
+# Full staging buffers a writer may have queued for its thread. The rewrite makes its output in
+# bursts (a slice of a segment re-encoded in one kernel call, then all of its batches written at
+# once, steps/emit.py): with a single buffer in flight the caller waits through each burst and
+# the disk idles through each rebuild.
 WRITE_AHEAD = 6
 DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush
 READ_CHUNK = 16 << 20  # bytes per O_DIRECT read: large sequential requests, bounded

@@ -1,8 +1,8 @@
 """Writing one segment's decided batches in log order: verbatim slices of the source, v2 batches
-re-encoded with their kept records (`kernels.rebuild`, one call per slice of the segment), legacy wrappers and
-messages re-encoded as v2 (`kernels.upconvert`), empty batches. The batches the kernels build
-whole into one buffer (converted legacy messages, uncompressed rebuilt v2 batches) go to the
-writer a run at a time, the others one at a time."""
+re-encoded with their kept records (`kernels.rebuild`, one call per `SLICE_BYTES` of the
+segment), legacy wrappers and messages re-encoded as v2 (`kernels.upconvert`), empty batches.
+The batches the kernels build whole into one buffer (converted legacy messages, uncompressed
+rebuilt v2 batches) go to the writer a run at a time, the others one at a time."""
 
 from __future__ import annotations
 

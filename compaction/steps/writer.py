@@ -6,12 +6,12 @@ batches are produced, so what a task holds at once is bounded by ONE source segm
 output group: the segment itself (a pooled buffer read with O_DIRECT, or memory-mapped with
 `--read-mode mmap` or below 8 MiB; a bytes copy on object stores), `SegmentScan.side` (the
 decompressed records of its compressed batches), ~45 B of record columns + ~10 B of keep/found
-arrays per record of the segment, the re-encoded records of its rebuilt batches (<= their
-uncompressed size + 14 B per record) plus their compressed copies, and the writer's 8 MiB
-staging buffers, at most `segment_io.WRITE_AHEAD` + 1 (on object stores up to
-`LogWriter.FLUSH_BYTES` of pending slices instead);
-plus 32 B per output batch of the group for the index columns. Roughly: segment size + 2 x its
-decompressed size + 60 B x its records, whatever the group size.
+arrays per record of the segment, the re-encoded records of its rebuilt batches, one
+`emit.SLICE_BYTES` slice at a time (<= their uncompressed size + 14 B per record) plus their
+compressed copies, and the writer's 8 MiB staging buffers, at most `segment_io.WRITE_AHEAD` + 1 (on
+object stores up to `LogWriter.FLUSH_BYTES` of pending slices instead); plus 32 B per output batch
+of the group for the index columns. Roughly: segment size + 2 x its decompressed size + 60 B x its
+records, whatever the group size.
 """
 
 from __future__ import annotations
