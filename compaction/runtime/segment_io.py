@@ -242,9 +242,10 @@ class ReadAhead:
 
 
 class SegmentWriter:
-    """A new local file written sequentially through two pooled staging buffers (see the module
-    docstring); `close` makes it durable (fsync of the file and of its directory). Chunks are
-    copied at `write`, so the caller's buffers are free again as soon as it returns."""
+    """A new local file written sequentially through pooled staging buffers, up to WRITE_AHEAD of
+    them queued for its writer thread (see the module docstring); `close` makes it durable (fsync
+    of the file and of its directory). Chunks are copied at `write`, so the caller's buffers are
+    free again as soon as it returns."""
 
     def __init__(self, path: str, mode: str = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
         self.path = path

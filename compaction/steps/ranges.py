@@ -46,7 +46,7 @@ from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import key_hash
 from compaction.kernels.keymap import KeyTable, equal_bytes
-from compaction.kernels.memops import memcpy_at
+from compaction.kernels.memops import memcpy_at, put_be32
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.log_structure import epoch_columns
 from compaction.steps.group import GroupSpec, SourceSegment
@@ -250,9 +250,7 @@ def _prefix(data, offs, part, out, new_offs):
     data, out = borrow(data), borrow(out)
     for i in range(len(offs) - 1):
         o = new_offs[i]
-        p = part[i]
-        for k in range(4):
-            out[o + k] = (p >> (8 * k)) & 0xFF
+        put_be32(out, o, part[i])
         memcpy_at(out, o + 4, data, offs[i], offs[i + 1] - offs[i])
 
 
