@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from compaction.steps import ranges
@@ -157,6 +157,9 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
        st.integers(1, 5), st.sampled_from([1 << 19, 0]))
+# A key in both partitions, its later offset in the other one: it must not reach range 2.
+@example(rows=[(0, b"k", 9), (2, b"k", 1)], buckets=1, cached_rows=1 << 19)
+@example(rows=[(0, b"k", 9), (2, b"k", 1)], buckets=1, cached_rows=0)
 def test_merge_gives_each_range_the_max_over_its_partition(rows, buckets, cached_rows):
     """merge_bucket against a dict: (partition, key) -> max latest; FOUND only where it beats the
     range's. Both ways of merging a bucket: the table over the rows' bytes, the key table."""
