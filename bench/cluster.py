@@ -1,10 +1,15 @@
 """The job on a real Spark standalone cluster on 127.0.0.1, and its speed-up from one worker to two.
 
     .venv/bin/python bench/cluster.py [--mb 200] [--partitions 4] [--codec mixed] [--repeat 1] [--cache cold|warm]
+                                      [--cores pinned|shared]
 
 1. Generates a log dir (~`--mb` MB of .log, ~30% of the records survive) and scans it for the check.
 2. Starts a standalone master and one worker (1 core, 2g) from the pyspark package's own
    `bin/spark-class` (the pip package has no sbin/start-master.sh), on free ports chosen at run time.
+   With `--cores pinned` (the default) each worker, and the executor and Python workers it starts,
+   runs on a CPU of its own (`taskset`): a single-core machine. `--cores 1` alone only makes one
+   task slot; with `--cores shared` that worker's other threads (read-ahead, writers, its JVM's)
+   run on the host's other core, so one worker already uses most of this 2-core host.
 3. Runs `./spark-submit.sh --master spark://127.0.0.1:P` on a fresh copy of the log dir (synced; the
    page cache dropped when we may, unless `--cache warm`), `--repeat`
    times, verifies each output (latest-per-key below the bound for all keys, untouched tail, checkpoint
@@ -109,9 +114,15 @@ class StandaloneCluster:
     that always kills them (and the executors they started) on exit."""
 
     def __init__(
-        self, root: Path, worker_cores: int = 1, worker_memory: str = "2g", timeout: float = 180
+        self,
+        root: Path,
+        worker_cores: int = 1,
+        worker_memory: str = "2g",
+        timeout: float = 180,
+        pin: bool = False,
     ) -> None:
         self.root = root
+        self.pin = pin
         self.root.mkdir(parents=True, exist_ok=True)
         self.spark_class = spark_home() / "bin" / "spark-class"
         self.worker_cores, self.worker_memory, self.timeout = worker_cores, worker_memory, timeout
@@ -132,13 +143,15 @@ class StandaloneCluster:
         env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"
         return env
 
-    def _start(self, name: str, args: list[str]) -> None:
+    def _start(self, name: str, args: list[str], cpus: str | None = None) -> None:
         log = self.root / f"{name}.log"
         self.logs.append(log)
+        # taskset's affinity is inherited by the worker's executors and their Python workers.
+        prefix = ["taskset", "-c", cpus] if cpus is not None else []
         with open(log, "wb") as out:
             self.procs.append(
                 subprocess.Popen(
-                    [str(self.spark_class), *args],
+                    [*prefix, str(self.spark_class), *args],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
@@ -204,9 +217,20 @@ class StandaloneCluster:
                     "--webui-port",
                     str(free_port()),
                 ],
+                cpus=self._worker_cpus(),
             )
         n = self.workers
         self._wait(f"{n} worker(s) registered", lambda s: s.get("aliveworkers", 0) >= n)
+
+    def _worker_cpus(self) -> str | None:
+        """With `pin`, worker k (and everything it starts) runs on its own `worker_cores` CPUs, as
+        on a machine of that many cores; unpinned, a 1-core worker's threads beyond its task's
+        (read-ahead, writers, the JVM's) run on whatever cores the host has free."""
+        if not self.pin:
+            return None
+        ncpu = os.cpu_count() or 1
+        first = (self.workers - 1) * self.worker_cores
+        return ",".join(str((first + i) % ncpu) for i in range(self.worker_cores))
 
     def stop(self) -> None:
         for p in reversed(self.procs):
@@ -322,6 +346,14 @@ def main() -> int:
     ap.add_argument("--sample-batches", type=int, default=50)
     ap.add_argument("--cache", choices=["cold", "warm"], default="cold",
                     help="each run's input read from the disk (cold) or from the page cache (warm)")
+    ap.add_argument(
+        "--cores",
+        choices=["pinned", "shared"],
+        default="pinned",
+        help="pinned: each worker and its executors on a core of its own (taskset), as single-core "
+        "machines, where a worker's read-ahead and writer threads share its one core; shared: every "
+        "worker free to run on any of the host's cores (the driver and master are never pinned)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "cluster")
     ap.add_argument(
         "--repo",
@@ -354,7 +386,7 @@ def main() -> int:
     print("cold read of the input, medians of 3: " + ", ".join(f"{n} cat(s) at once {v / MB:,.0f} MB/s" for n, v in disk.items()))
     results: dict[int, list[tuple[float, float, dict]]] = {}
     failed = False
-    with StandaloneCluster(args.out / "cluster") as cluster:
+    with StandaloneCluster(args.out / "cluster", pin=args.cores == "pinned") as cluster:
         print(f"master {cluster.url} (web UI :{cluster.webui_port})")
         for n in range(1, args.workers + 1):
             cluster.add_worker()
@@ -404,7 +436,7 @@ def main() -> int:
     print()
     print(
         f"input: {size / MB:,.1f} MB, {args.partitions} partitions, codec {args.codec}; "
-        "workers of 1 core / 2g"
+        f"workers of 1 core / 2g, cores {args.cores}"
     )
     base_wall = statistics.median(r[0] for r in results[1])
     base_ns = statistics.median(r[1] for r in results[1])
