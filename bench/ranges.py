@@ -23,6 +23,7 @@ import contextlib
 import cProfile
 import dataclasses
 import multiprocessing
+import resource
 import sys
 import tempfile
 import time
@@ -44,23 +45,30 @@ from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
 
 
-def _task(args) -> tuple[float, dict]:
+def _task(args) -> tuple[float, dict, int]:
     t, plan, root, profile = args
     prepare_worker(WORKER)
-    started = time.perf_counter()
+    started, faults = time.perf_counter(), _minor_faults()
     with _profiled(profile / f"task-{t}.prof" if profile else None):
         rows = run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes)
     errors = [r["error"] for r in rows if r.get("error")]
     if errors:
         raise SystemExit(errors[0])
-    return time.perf_counter() - started, next(r for r in rows if r["group_id"] == STATS_ROW)
+    stats = next(r for r in rows if r["group_id"] == STATS_ROW)
+    return time.perf_counter() - started, stats, _minor_faults() - faults
 
 
-def _whole(part: Path, profile: Path | None) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
+def _minor_faults() -> int:
+    """Page faults of this process so far that read nothing from the disk: mostly first touches
+    of fresh memory."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _whole(part: Path, profile: Path | None) -> tuple[float, float, int]:
+    wall, cpu, faults = time.perf_counter(), time.process_time(), _minor_faults()
     with _profiled(profile / "whole.prof" if profile else None):
         compact_partition(specs_for(part, 1), WORKER.scan_reuse_max_bytes)
-    return time.perf_counter() - wall, time.process_time() - cpu
+    return time.perf_counter() - wall, time.process_time() - cpu, _minor_faults() - faults
 
 
 @contextlib.contextmanager
@@ -88,10 +96,10 @@ def stage(part: Path, n_ranges: int, tasks: int, profile: Path | None = None) ->
         with multiprocessing.get_context("fork").Pool(len(plan.tasks)) as pool:
             outs = pool.map(_task, [(t, plan, root, profile) for t in range(len(plan.tasks))])
         wall = time.perf_counter() - started
-    for t, (seconds, st) in enumerate(outs):
+    for t, (seconds, st, faults) in enumerate(outs):
         print(f"  task {t} ({len(plan.tasks[t])} ranges): {seconds:.2f} s; scan {st['scan_seconds']:.2f}, "
               f"merge {st['map_seconds']:.2f}, rewrite {seconds - st['scan_seconds'] - st['map_seconds']:.2f}; "
-              f"CPU {st['cpu_seconds']:.2f} s", flush=True)  # fmt: skip
+              f"CPU {st['cpu_seconds']:.2f} s; {faults:,} minor page faults", flush=True)  # fmt: skip
     print(f"  stage: wall {wall:.2f} s (processes started in it)", flush=True)
 
 
@@ -125,8 +133,9 @@ def main() -> int:
         cleaned(args.part)
         cold()
         with multiprocessing.get_context("fork").Pool(1) as pool:  # forked as the stage's tasks are
-            wall, cpu = pool.apply(_whole, (args.part, args.profile))
-        print(f"  one whole-partition task: wall {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
+            wall, cpu, faults = pool.apply(_whole, (args.part, args.profile))
+        print(f"  one whole-partition task: wall {wall:.2f} s, CPU {cpu:.2f} s; {faults:,} minor page faults",
+              flush=True)  # fmt: skip
         cleaned(args.part)
     return 0
 
