@@ -1,15 +1,16 @@
 """The job on a real Spark standalone cluster on 127.0.0.1, and its speed-up from one worker to two.
 
     .venv/bin/python bench/cluster.py [--mb 200] [--partitions 4] [--codec mixed] [--repeat 1] [--cache cold|warm]
-                                      [--cores pinned|shared]
+                                      [--affinity pinned|shared]
 
 1. Generates a log dir (~`--mb` MB of .log, ~30% of the records survive) and scans it for the check.
 2. Starts a standalone master and one worker (1 core, 2g) from the pyspark package's own
    `bin/spark-class` (the pip package has no sbin/start-master.sh), on free ports chosen at run time.
-   With `--cores pinned` (the default) each worker, and the executor and Python workers it starts,
-   runs on a CPU of its own (`taskset`): a single-core machine. `--cores 1` alone only makes one
-   task slot; with `--cores shared` that worker's other threads (read-ahead, writers, its JVM's)
-   run on the host's other core, so one worker already uses most of this 2-core host.
+   With `--affinity pinned` (the default) each worker, and the executor and Python workers it
+   starts, runs on a CPU of its own (`taskset`): a single-core machine. The worker's own
+   `--cores 1` only makes one task slot; with `--affinity shared` that worker's other threads
+   (read-ahead, writers, its JVM's) run on the host's other core, so one worker already uses most
+   of this 2-core host.
 3. Runs `./spark-submit.sh --master spark://127.0.0.1:P` on a fresh copy of the log dir (synced; the
    page cache dropped when we may, unless `--cache warm`), `--repeat`
    times, verifies each output (latest-per-key below the bound for all keys, untouched tail, checkpoint
@@ -347,7 +348,7 @@ def main() -> int:
     ap.add_argument("--cache", choices=["cold", "warm"], default="cold",
                     help="each run's input read from the disk (cold) or from the page cache (warm)")
     ap.add_argument(
-        "--cores",
+        "--affinity",
         choices=["pinned", "shared"],
         default="pinned",
         help="pinned: each worker and its executors on a core of its own (taskset), as single-core "
@@ -363,6 +364,8 @@ def main() -> int:
         "to measure a commit rather than a working tree others are editing)",
     )
     args = ap.parse_args()
+    if args.affinity == "pinned" and shutil.which("taskset") is None:
+        ap.error("--affinity pinned needs taskset (util-linux); use --affinity shared")
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
@@ -386,7 +389,7 @@ def main() -> int:
     print("cold read of the input, medians of 3: " + ", ".join(f"{n} cat(s) at once {v / MB:,.0f} MB/s" for n, v in disk.items()))
     results: dict[int, list[tuple[float, float, dict]]] = {}
     failed = False
-    with StandaloneCluster(args.out / "cluster", pin=args.cores == "pinned") as cluster:
+    with StandaloneCluster(args.out / "cluster", pin=args.affinity == "pinned") as cluster:
         print(f"master {cluster.url} (web UI :{cluster.webui_port})")
         for n in range(1, args.workers + 1):
             cluster.add_worker()
@@ -436,7 +439,7 @@ def main() -> int:
     print()
     print(
         f"input: {size / MB:,.1f} MB, {args.partitions} partitions, codec {args.codec}; "
-        f"workers of 1 core / 2g, cores {args.cores}"
+        f"workers of 1 core / 2g, affinity {args.affinity}"
     )
     base_wall = statistics.median(r[0] for r in results[1])
     base_ns = statistics.median(r[1] for r in results[1])
