@@ -332,22 +332,21 @@ class KeyTable:
         dense = starts[ids & (self.regions - 1)] + (ids >> self.log_p)
         return np.where(ids >= 0, dense, -1)
 
-    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(key bytes uint8, key offsets int64 [len + 1], latest int64 [len]) of every key, in
-        dense id order: the table as an Arrow-ready binary column, without a copy per key."""
-        data, offs, latest, at = [], [np.zeros(1, np.int64)], [], 0
+    def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(arena, starts, stops, latest): every key in dense id order, key i the bytes
+        arena[starts[i]:stops[i]] of the table's own arena (not copied: a fresh copy of a range's
+        keys cost more than all the work done on them), its latest dirty offset latest[i]."""
+        starts, stops, latest = [], [], []
         for t in range(self.regions):
             n = int(self.count[t])
             if not n:
                 continue
-            o = self.offs[t * (self.cap + 1) : t * (self.cap + 1) + n + 1]
-            data.append(self.arena[t * self.arena_cap : t * self.arena_cap + int(o[n])])
-            offs.append(o[1:] + at)
+            o = self.offs[t * (self.cap + 1) : t * (self.cap + 1) + n + 1] + t * self.arena_cap
+            starts.append(o[:-1])
+            stops.append(o[1:])
             latest.append(self.latest[t * self.cap : t * self.cap + n])
-            at += int(o[n])
-        empty = np.empty(0, np.uint8)
-        return (np.concatenate(data) if data else empty, np.concatenate(offs),
-                np.concatenate(latest) if latest else np.empty(0, np.int64))  # fmt: skip
+        none = np.empty(0, np.int64)
+        return (self.arena, *(np.concatenate(c) if c else none for c in (starts, stops, latest)))
 
     def items(self) -> tuple[list[bytes], np.ndarray]:
         """(keys, latest offsets), region by region, each in order of first sight."""

@@ -64,24 +64,27 @@ FINE_BUCKETS = 64
 class Block(NamedTuple):
     """One unit of the exchange: `range_id` is the range's id (`range_task.RangePlan`); `bucket` the merge bucket
     (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
-    id for LATEST)."""
+    id for LATEST); `data` the block's bytes (an Arrow buffer as `to_block` makes it, bytes as
+    the exchange reads it back)."""
 
     range_id: int
     kind: int
     bucket: int
     seq: int
-    data: bytes
+    data: pa.Buffer | bytes
 
 
-def to_block(**columns) -> bytes:
+def to_block(**columns) -> pa.Buffer:
+    """The columns as one record batch in an Arrow IPC stream, in Arrow's buffer (not copied into
+    Python bytes: a range's summaries are tens of MB, written to the exchange once)."""
     batch = pa.RecordBatch.from_pydict(columns)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
-def from_block(data: bytes) -> pa.RecordBatch:
+def from_block(data: pa.Buffer | bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
@@ -90,17 +93,17 @@ def column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
 
 
 @_njit
-def _hashes(data, offs, out):
+def _hashes(data, starts, stops, out):
     data = borrow(data)
     for i in range(len(out)):
-        out[i] = key_hash(data, offs[i], offs[i + 1])
+        out[i] = key_hash(data, starts[i], stops[i])
 
 
-def bucket_of(data: np.ndarray, offs: np.ndarray, buckets: int) -> np.ndarray:
-    """The merge bucket of each key (bytes `data[offs[i]:offs[i+1]]`): its hash mod `buckets`,
+def bucket_of(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, buckets: int) -> np.ndarray:
+    """The merge bucket of each key (bytes `data[starts[i]:stops[i]]`): its hash mod `buckets`,
     the same in every range, so that every range sends a key to the same bucket."""
-    h = np.empty(len(offs) - 1, np.uint64)
-    _hashes(data, offs, h)
+    h = np.empty(len(starts), np.uint64)
+    _hashes(data, starts, stops, h)
     return (h % np.uint64(max(1, buckets))).astype(np.int64)
 
 
@@ -130,9 +133,9 @@ def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
     pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
-    data, offs, latest = table.export()
-    del pmap, table  # the key bytes live on in `data` until the summaries are built
-    blocks = list(_summaries(rid, part, data, offs, latest, buckets))
+    arena, starts, stops, latest = table.export()
+    del pmap, table  # the key bytes live on in `arena` until the summaries are built
+    blocks = list(_summaries(rid, part, arena, starts, stops, latest, buckets))
     blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
@@ -150,12 +153,13 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterator[Block]:
-    bucket = bucket_of(data, offs, buckets)
+def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
+    bucket = bucket_of(data, starts, stops, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
-    keys, key_offs, key_latest = np.empty(len(data), np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
-    _by_bucket(data, offs, latest, bucket, order, ends, keys, key_offs, key_latest)
+    size = int((stops - starts).sum())
+    keys, key_offs, key_latest = np.empty(size, np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
+    _by_bucket(data, starts, stops, latest, bucket, order, ends, keys, key_offs, key_latest)
     keys, ids = _binary(keys, key_offs), order.astype(np.int32)
     for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
@@ -165,31 +169,31 @@ def _summaries(rid: int, part: int, data, offs, latest, buckets: int) -> Iterato
 
 
 @_njit
-def _by_bucket(data, offs, latest, bucket, order, ends, keys, key_offs, key_latest):
-    """The keys (bytes data[offs[i]:offs[i + 1]], latest offset latest[i]) laid out bucket by
+def _by_bucket(data, starts, stops, latest, bucket, order, ends, keys, key_offs, key_latest):
+    """The keys (bytes data[starts[i]:stops[i]], latest offset latest[i]) laid out bucket by
     bucket, each bucket's in their order (a counting sort: the keys are read in order and written
     in one stream per bucket, where a permutation of them read a random key at every step):
     position j holds key order[j], its bytes keys[key_offs[j]:key_offs[j + 1]] and its latest
     offset key_latest[j]; bucket b holds positions ends[b] to ends[b + 1]."""
     data, keys = borrow(data), borrow(keys)
     n, buckets = len(bucket), len(ends) - 1
-    starts = np.zeros(buckets + 1, np.int64)  # byte starts of the buckets
+    firsts = np.zeros(buckets + 1, np.int64)  # byte starts of the buckets
     for i in range(n):
         ends[bucket[i] + 1] += 1
-        starts[bucket[i] + 1] += offs[i + 1] - offs[i]
+        firsts[bucket[i] + 1] += stops[i] - starts[i]
     for b in range(buckets):
         ends[b + 1] += ends[b]
-        starts[b + 1] += starts[b]
-    at, byte_at = ends[:buckets].copy(), starts[:buckets].copy()
+        firsts[b + 1] += firsts[b]
+    at, byte_at = ends[:buckets].copy(), firsts[:buckets].copy()
     for i in range(n):
         b = bucket[i]
-        j, o, k = at[b], byte_at[b], offs[i + 1] - offs[i]
+        j, o, k = at[b], byte_at[b], stops[i] - starts[i]
         order[j] = i
         key_offs[j] = o
         key_latest[j] = latest[i]
-        memcpy_at(keys, o, data, offs[i], k)
+        memcpy_at(keys, o, data, starts[i], k)
         at[b], byte_at[b] = j + 1, o + k
-    key_offs[n] = starts[buckets]
+    key_offs[n] = firsts[buckets]
 
 
 # --- 2. merge -------------------------------------------------------------------------------

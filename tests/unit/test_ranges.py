@@ -197,19 +197,22 @@ def _check_merge(rows):
 @given(st.lists(st.tuples(st.binary(max_size=9), st.integers(-1, 10**12)), max_size=80), st.sampled_from([1, 2, 64]))
 def test_summaries_lay_the_keys_out_by_bucket_as_a_stable_sort_would(keys, buckets):
     """`_by_bucket` (compiled) against its plain twin: numpy's stable argsort by bucket and a gather."""
-    data = np.frombuffer(b"".join(k for k, _ in keys), np.uint8)
-    offs = np.concatenate([[0], np.cumsum([len(k) for k, _ in keys])]).astype(np.int64)
+    # the keys apart in their buffer, with bytes between them, as in a key table's regions
+    data = np.frombuffer(b"".join(b"#" * (i % 3) + k for i, (k, _) in enumerate(keys)), np.uint8)
+    stops = np.cumsum([i % 3 + len(k) for i, (k, _) in enumerate(keys)]).astype(np.int64)
+    starts = stops - np.array([len(k) for k, _ in keys], np.int64)
     latest = np.array([v for _, v in keys], np.int64)
-    bucket = ranges.bucket_of(data, offs, buckets)
+    bucket = ranges.bucket_of(data, starts, stops, buckets)
     n = len(keys)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
-    out, out_offs, out_latest = np.empty(len(data), np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
-    ranges._by_bucket(data, offs, latest, bucket, order, ends, out, out_offs, out_latest)
+    size = sum(len(k) for k, _ in keys)
+    out, out_offs, out_latest = np.empty(size, np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
+    ranges._by_bucket(data, starts, stops, latest, bucket, order, ends, out, out_offs, out_latest)
     want = np.argsort(bucket, kind="stable")
     assert order.tolist() == want.tolist()
     assert ends.tolist() == np.searchsorted(bucket[want], np.arange(buckets + 1)).tolist()
     assert [out[out_offs[j] : out_offs[j + 1]].tobytes() for j in range(n)] == [keys[i][0] for i in want]
-    assert out_latest.tolist() == latest[want].tolist() and out_offs[n] == len(data)
+    assert out_latest.tolist() == latest[want].tolist() and out_offs[n] == size
 
 
 def test_key_table_export_is_dense_and_complete():
@@ -221,12 +224,12 @@ def test_key_table_export_is_dense_and_complete():
     offsets = np.arange(10_000, dtype=np.int64)
     ids = table.assign(data, np.empty(0, np.uint8), len(data), pos, lens, np.ones(10_000, bool),
                        offsets % 2 == 0, offsets)  # fmt: skip
-    kdata, koffs, latest = table.export()
+    arena, starts, stops, latest = table.export()
     dense = table.dense_ids(ids)
-    assert sorted(set(dense.tolist())) == list(range(3000))
+    assert sorted(set(dense.tolist())) == list(range(3000)) and len(starts) == len(stops) == len(latest) == 3000
     for r in (0, 1, 2999, 5000, 9999):
         i = int(dense[r])
-        assert kdata[koffs[i] : koffs[i + 1]].tobytes() == keys[r]
+        assert arena[starts[i] : stops[i]].tobytes() == keys[r]
         assert latest[i] == max((o for o in range(r % 3000, 10_000, 3000) if o % 2 == 0), default=-1)
 
 
