@@ -92,7 +92,7 @@ def freeze_imported_objects() -> None:
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 HEAP_TRIM_BYTES = 1 << 30  # free heap kept by the process before it is given back to the kernel
 HEAP_MMAP_BYTES = 32 << 20  # allocations below this come from the heap, not from their own mmap
-HEAP_PAD_BYTES = 256 << 20  # extra room taken each time a heap grows, and kept when it is trimmed
+HEAP_PAD_BYTES = 64 << 20  # free room a heap keeps: a thread's heap is at most 64 MiB (glibc, 64-bit)
 _heap_kept = False
 
 
@@ -106,9 +106,10 @@ def keep_freed_heap() -> bool:
     the next; bench/e2e.py). The pad does the same for the heaps of threads other than the main
     one (the read-ahead and writer threads): glibc frees such a heap, or the free end of it,
     once more than the pad is free, whatever the trim threshold; with the default pad each round
-    of allocations there faulted its pages in again. Stages of the 2 GiB
-    single partition: 1.52 s against 1.58 s, median of 6 pairs (`bench/startup.py
-    bench/out/vs_kafka/v2-2g-1p --pairs 6 --b-checkout <a checkout without the pad>`)."""
+    of allocations there faulted its pages in again. Stages of the 2 GiB single partition: 1.58 s
+    against 1.70 s and 1.61 s against 1.69 s without the pad, medians of 6 pairs each
+    (`bench/startup.py bench/out/vs_kafka/v2-2g-1p --pairs 6 --b-checkout <a checkout without
+    it>`)."""
     global _heap_kept
     if _heap_kept:
         return True
