@@ -334,8 +334,9 @@ class KeyTable:
 
     def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(arena, starts, stops, latest): every key in dense id order, key i the bytes
-        arena[starts[i]:stops[i]] of the table's own arena (not copied: a fresh copy of a range's
-        keys cost more than all the work done on them), its latest dirty offset latest[i]."""
+        arena[starts[i]:stops[i]] of the table's own arena (not copied: in a ranges task a fresh
+        copy of the range's keys cost more than hashing them and laying them out by bucket), its
+        latest dirty offset latest[i]."""
         starts, stops, latest = [], [], []
         for t in range(self.regions):
             n = int(self.count[t])

@@ -157,7 +157,7 @@ def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -
     bucket = bucket_of(data, starts, stops, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
-    size = int((stops - starts).sum())
+    size = int(stops.sum() - starts.sum())  # no array of lengths: fresh memory costs more than the sums
     keys, key_offs, key_latest = np.empty(size, np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
     _by_bucket(data, starts, stops, latest, bucket, order, ends, keys, key_offs, key_latest)
     keys, ids = _binary(keys, key_offs), order.astype(np.int32)
