@@ -71,6 +71,16 @@ class UnsupportedCodecError(KafkaFormatError):
     """A compression codec id Kafka does not define (or zstd in a legacy message)."""
 
 
+class InflateLimitError(KafkaFormatError):
+    """A compressed batch whose records inflate past the round's bound on one batch
+    (`settings.MAX_INFLATED_BATCH_BYTES`): `codec` its codec's name, `limit` the bound."""
+
+    def __init__(self, message: str, *, codec: str, limit: int, **where) -> None:
+        self.codec = codec
+        self.limit = limit
+        super().__init__(message, **where)
+
+
 class IndexCorruptError(KafkaFormatError):
     """An .index/.timeindex/.txnindex that fails the broker's sanity checks."""
 

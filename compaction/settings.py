@@ -47,6 +47,13 @@ SCAN_REUSE_MAX_BYTES = 1 << 30
 # bounds what a whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
 PROGRESS_SECONDS = 5.0
+# The most bytes one compressed batch's records may inflate to (`--max-inflated-batch-bytes`);
+# a batch beyond it fails its partition. Kafka's readers stream a batch's records and never hold
+# them; the scan holds a batch inflated, so what a batch may claim is bounded here. 1 GiB is
+# 1024 times the default `max.message.bytes` (a batch's compressed size): more than deflate can
+# reach at all (1032:1 at best, and only on a run of one byte), ~50 times what zstd makes of
+# JSON or logs, and 50 times a 20 MiB `max.message.bytes` at that ratio.
+MAX_INFLATED_BATCH_BYTES = 1 << 30
 
 
 def default_discovery_threads() -> int:
@@ -117,6 +124,9 @@ class Settings:
     exchange_dir: str | None = _knob(
         None, str, "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
         "in local mode, else beside the first log dir)", conf=CONF_PREFIX + "exchangeDir")  # fmt: skip
+    max_inflated_batch_bytes: int = _knob(
+        MAX_INFLATED_BATCH_BYTES, int, "the most bytes one compressed batch's records may inflate to; a "
+        "batch beyond it fails its partition", option="--max-inflated-batch-bytes")  # fmt: skip
     warmup: bool = _knob(True, _flag, "warm the Python workers up while the driver plans (`false`: off)",
                          conf=CONF_PREFIX + "warmup")  # fmt: skip
     worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with
@@ -129,7 +139,8 @@ class Settings:
         knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
         value that does not parse is a `UsageError` naming where it came from."""
         environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k in _ENV_NAMES}
-        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None)}
+        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None),
+                 "max_inflated_batch_bytes": getattr(args, "max_inflated_batch_bytes", None)}
         if environ.get("SPARK_HOME_SUBMITTED"):  # the launcher's spark-submit got the master already
             environ = {k: v for k, v in environ.items() if k != "SPARK_MASTER"}
         values = {name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)

@@ -28,6 +28,7 @@ from compaction.policy.broker_config import (
 from compaction.cli.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
 from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 LONG_MAX = 2**63 - 1
 
@@ -70,6 +71,7 @@ class JobOptions:
     metrics_file: str | None = None
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
+    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -124,6 +126,9 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--io-max-bytes-per-second", type=float, default=None,
                    help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
                         "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
+    p.add_argument("--max-inflated-batch-bytes", type=int, default=MAX_INFLATED_BATCH_BYTES, metavar="N",
+                   help="the most bytes one compressed batch's records may inflate to; a batch beyond it "
+                        f"fails its partition (default {MAX_INFLATED_BATCH_BYTES}: 1 GiB)")  # fmt: skip
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
     p.add_argument("--read-mode", choices=READ_MODES, default="buffered",
                    help="how executors read local segments: buffered (through the page cache with "
@@ -244,6 +249,8 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
                              "number") from None  # fmt: skip
     if io_max is not None and io_max <= 0:
         raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
+    if args.max_inflated_batch_bytes <= 0:
+        raise UsageError(f"--max-inflated-batch-bytes must be positive, not {args.max_inflated_batch_bytes}")
     return JobOptions(
         log_dirs=args.log_dirs,
         topics=args.topics,
@@ -265,6 +272,7 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         metrics_file=args.metrics_file,
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
+        max_inflated_batch_bytes=args.max_inflated_batch_bytes,
     )
 
 

@@ -189,7 +189,8 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
             delete_retention_ms=config.delete_retention_ms, legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
             index_interval_bytes=config.index_interval_bytes, aborted_txns=aborted,
             tail_segments=tail if n == len(groups) - 1 else (),
-            max_message_bytes=config.max_message_bytes, read_mode=opts.read_mode, write_mode=opts.write_mode,
+            max_message_bytes=config.max_message_bytes, max_inflated_batch_bytes=opts.max_inflated_batch_bytes,
+            read_mode=opts.read_mode, write_mode=opts.write_mode,
             dry_run=opts.dry_run,
             leader_epoch_checkpoint=part.leader_epoch_checkpoint, erase=erase, erase_only=erase_only,
         )  # fmt: skip
