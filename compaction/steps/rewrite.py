@@ -182,8 +182,9 @@ def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn]) 
     out.writer.close()
     if spec.dry_run:
         return
+    # An offset that does not fit the index names the group's first segment (its base is the new one's).
     offset_index, time_index = build_indexes(
-        *out.columns(), base, spec.index_interval_bytes,
+        *out.columns(), base, spec.index_interval_bytes, spec.segment_path(base),
     )  # fmt: skip
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
