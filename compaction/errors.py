@@ -106,6 +106,16 @@ class CheckpointError(KafkaFormatError):
         super().__init__(text, **where)
 
 
+class DiskFullError(CompactionError):
+    """The disk (or quota) filled while a partition's cleaned segments were written: `path` the
+    file being written, `needed` the bytes the partition's cleaned segments may need (the segments
+    they replace), `free` the bytes free on its filesystem then (None where unknown)."""
+
+    def __init__(self, message: str, path: str = "", needed: int = 0, free: int | None = None) -> None:
+        self.path, self.needed, self.free = path, needed, free
+        super().__init__(message)
+
+
 class UsageError(CompactionError):
     """The command line or the environment cannot run a round: a missing or non-Kafka dir, a bad
     option value, no Java. Found before anything is written; the message says how to fix it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -201,7 +202,18 @@ def test_disk_full_mid_rewrite_leaves_input_untouched(outcome):
     if outcome["full_dir"] is None:
         pytest.skip("cannot mount a tmpfs here (needs root): disk full not simulated")
     entry = _by_name(outcome["report"])["full-0"]
-    assert entry["status"] == "failed" and "No space left" in entry["reason"], entry
+    assert entry["status"] == "failed", entry
+    # One line naming the file being written, the bytes the cleaned segments need and the free space.
+    reason = entry["reason"]
+    match = re.fullmatch(rf"{re.escape(outcome['full_dir'])}/full-0/\d{{20}}\.(log|index|timeindex)\.cleaned: "
+                         r"No space left on device while writing the partition's cleaned segments, which need "
+                         r"up to (\d+) bytes \(the \d+ segments they replace\); \d+ bytes of its group written, "
+                         r"(\d+) bytes free there", reason)  # fmt: skip
+    assert match, reason
+    logs = sum(os.path.getsize(os.path.join(outcome["full_dir"], "full-0", n))
+               for n in os.listdir(os.path.join(outcome["full_dir"], "full-0")) if n.endswith(".log"))  # fmt: skip
+    needed, free = int(match[2]), int(match[3])
+    assert free < 40_000 < needed <= logs, reason
     after = tree_hashes(outcome["full_dir"])
     after.pop(".compaction.lock", None)
     assert after == outcome["full_hashes"]  # input unchanged, no .cleaned leftovers
