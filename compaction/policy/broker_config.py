@@ -16,7 +16,7 @@ configs (`broker.id`, `listeners`, `num.io.threads`, ...) are read past: a user'
 from __future__ import annotations
 
 from compaction.errors import CompactionError
-from compaction.policy.topic_config import excerpt, parse_config_value
+from compaction.policy.topic_config import excerpt, parse_config_value, parse_double
 
 # Topic-level name -> its broker-level synonym (docs/kafka-rules.md#configs; ServerTopicConfigSynonyms), for
 # the configs the cleaner reads.
@@ -115,11 +115,9 @@ def checked_value(name: str, value: object, at: str, key: str) -> object:
 def _check_rate(value: object, at: str) -> object:
     """`log.cleaner.io.max.bytes.per.second`: Kafka's DOUBLE, and a rate is positive."""
     try:
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ValueError
-        rate = float(value.strip()) if isinstance(value, str) else float(value)
-    except (ValueError, OverflowError):
-        raise ConfigError(f"{at}: {IO_MAX_BYTES_PER_SECOND}={excerpt(value)} is not a number") from None
+        rate = parse_double(value, IO_MAX_BYTES_PER_SECOND)
+    except ValueError as exc:
+        raise ConfigError(f"{at}: {exc}") from None
     if not rate > 0:  # NaN too
         raise ConfigError(f"{at}: {IO_MAX_BYTES_PER_SECOND}={excerpt(value)} is not a positive rate")
     return value

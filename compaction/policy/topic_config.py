@@ -116,14 +116,19 @@ def _parse_int(name: str, value: object, minimum: int, maximum: int) -> int:
     return parsed
 
 
-def _parse_ratio(value: object, label: str = MIN_CLEANABLE_DIRTY_RATIO) -> float:
-    """Kafka's DOUBLE type, in [0, 1] (NaN and infinities are not)."""
+def parse_double(value: object, label: str) -> float:
+    """Kafka's DOUBLE type: a JSON number or a decimal string of one (ValueError naming `label`)."""
     try:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ValueError
-        ratio = float(value.strip()) if isinstance(value, str) else float(value)
+        return float(value.strip()) if isinstance(value, str) else float(value)
     except (ValueError, OverflowError):
         raise ValueError(f"{label}={excerpt(value)} is not a number") from None
+
+
+def _parse_ratio(value: object, label: str = MIN_CLEANABLE_DIRTY_RATIO) -> float:
+    """Kafka's DOUBLE type, in [0, 1] (NaN and infinities are not)."""
+    ratio = parse_double(value, label)
     if not 0.0 <= ratio <= 1.0:  # False for NaN too
         raise ValueError(f"{label}={excerpt(value)} is outside [0, 1]")
     return ratio

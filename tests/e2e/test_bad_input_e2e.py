@@ -16,9 +16,10 @@ import subprocess
 import time
 
 import pytest
-from e2ekit import decode_partition, tree_hashes
+from e2ekit import tree_hashes
 from faultkit import (
-    assert_loads,
+    assert_compacted,
+    healthy_log_dir,
     expected_after,
     lock_held_by_other,
     run_driver_only,
@@ -114,8 +115,7 @@ def _tmpfs(path: str, size: int) -> bool:
 def outcome(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("bad_input"))
     log_dir = os.path.join(root, "logs")
-    generate_log_dir(log_dir, topics=(("good", 2),), records=1500, keys=60, codec="mixed",
-                     segment_bytes=20_000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    healthy_log_dir(log_dir)
     want = _make_damaged(log_dir)
     small_partition(os.path.join(log_dir, "noindex-0"))
     os.remove(_seg1(log_dir, "noindex-0", ".index"))
@@ -186,11 +186,8 @@ def test_damaged_partition_failed_with_file_and_position_and_untouched(outcome, 
 
 @pytest.mark.parametrize("name", ["good-0", "good-1", "noindex-0"])
 def test_healthy_partitions_compacted(outcome, name):
-    entry = _by_name(outcome["report"])[name]
-    assert entry["status"] == "cleaned", entry
-    part_dir = os.path.join(outcome["log_dir"], name)
-    assert decode_partition(part_dir) == outcome["expected"][name]
-    assert_loads(part_dir)
+    assert_compacted(_by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name),
+                     outcome["expected"][name])
 
 
 def test_missing_index_rebuilt_and_reported_in_recovery(outcome):

@@ -17,8 +17,16 @@ import time
 
 import pytest
 from bombkit import MiB, bomb_batch
-from e2ekit import REPO, decode_partition, tree_hashes
-from faultkit import assert_loads, batch, expected_after, small_partition, submit_cmd, write_partition
+from e2ekit import REPO, tree_hashes
+from faultkit import (
+    assert_compacted,
+    batch,
+    expected_after,
+    healthy_log_dir,
+    small_partition,
+    submit_cmd,
+    write_partition,
+)
 
 from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD
 from compaction.tools.generator import generate_log_dir
@@ -92,8 +100,7 @@ def _bomb_partition(part_dir: str, codec: int, inflated: int) -> int:
 def outcome(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("hostile"))
     log_dir = os.path.join(root, "logs")
-    generate_log_dir(log_dir, topics=(("good", 2),), records=1500, keys=60, codec="mixed",
-                     segment_bytes=20_000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    healthy_log_dir(log_dir)
     want, topic_config = {}, {}
     for name, codec, inflated, max_message_bytes in BOMBS:
         pos = _bomb_partition(os.path.join(log_dir, name), codec, inflated)
@@ -194,11 +201,8 @@ def test_a_symlinked_partition_dir_is_followed_and_said_at_info(outcome):
 
 @pytest.mark.parametrize("name", ["good-0", "good-1", "linked-0"])
 def test_healthy_partitions_compacted(outcome, name):
-    entry = _by_name(outcome["report"])[name]
-    assert entry["status"] == "cleaned", entry
-    part_dir = os.path.join(outcome["log_dir"], name)
-    assert decode_partition(part_dir) == outcome["expected"][name]
-    assert_loads(part_dir)
+    assert_compacted(_by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name),
+                     outcome["expected"][name])
 
 
 def test_workers_peak_memory_is_bounded_by_the_setting_not_the_bombs(outcome, record_property):
