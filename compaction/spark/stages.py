@@ -43,8 +43,9 @@ RESULT_FIELDS = (
 
 
 def task_slots(sc) -> int:
-    """Tasks the cluster runs at once (a barrier stage must not ask for more); the default
-    parallelism where Spark does not say."""
+    """Tasks the cluster runs at once (the ranges stage's tasks wait for each other: more than this
+    would leave the later ones to the follow-up stages); the default parallelism where Spark does
+    not say (no executor yet, as under dynamic allocation)."""
     try:
         jsc = sc._jsc.sc()
         n = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
