@@ -104,7 +104,7 @@ def _kill(target: str, cluster) -> str:
         pid = random.choice(_executors(procs))
         os.kill(pid, signal.SIGKILL)
         return f"executor {pid}"
-    worker = cluster.procs[-1 - random.randrange(2)]  # the last two started: the workers
+    worker = random.choice([p for p in cluster.procs[1:] if p.poll() is None])  # procs[0]: the master
     os.killpg(worker.pid, signal.SIGKILL)  # the worker's JVM and the executors it launched
     return f"worker {worker.pid}"
 
@@ -124,34 +124,42 @@ def _watch(exchange_parent: Path, phase: str, target: str, cluster, done: thread
         time.sleep(0.003)
 
 
-def _round(source, python, tmp: Path, *extra: str, phase: str | None = None, target: str | None = None):
+@pytest.fixture(scope="module")
+def cluster(source):
+    """One cluster for the module's rounds; each round starts with two workers alive."""
+    with standalone.StandaloneCluster(source[0] / "spark", timeout=120) as c:
+        c.add_worker(2)
+        yield c
+
+
+def _round(source, python, cluster, tmp: Path, *extra: str, phase: str | None = None, target: str | None = None):
     _, log_dir, _ = source
+    cluster.replace_lost_workers(2)  # a worker killed by the round before
     work = tmp / "logs"
     shutil.copytree(log_dir, work / "kafka-logs")
     report = work / "report.json"
     killed: list[str] = []
-    with standalone.StandaloneCluster(tmp / "spark", timeout=120) as cluster:
-        cluster.add_worker(2)
-        done = threading.Event()
-        watcher = None
-        if phase:
-            watcher = threading.Thread(target=_watch, args=(work, phase, target, cluster, done, killed), daemon=True)
-            watcher.start()
-        try:
-            code, _, out = standalone.submit(cluster, python, work / "kafka-logs", report, *RANGES, *extra, timeout=600)
-        finally:
-            done.set()
-            if watcher:
-                watcher.join()
+    done = threading.Event()
+    watcher = None
+    if phase:
+        watcher = threading.Thread(target=_watch, args=(work, phase, target, cluster, done, killed), daemon=True)
+        watcher.start()
+    try:
+        code, _, out = standalone.submit(cluster, python, work / "kafka-logs", report, *RANGES, *extra, timeout=600)
+    finally:
+        done.set()
+        if watcher:
+            watcher.join()
     return code, out, (json.loads(report.read_text()) if report.exists() else None), work / "kafka-logs", killed
 
 
 @pytest.mark.parametrize("target", ["python worker", "executor", "worker"])
 @pytest.mark.parametrize("phase", ["scan", "merge", "rewrite"])
-def test_a_round_that_loses_a_process_completes_with_the_same_bytes(source, cluster_python, tmp_path, phase, target):
+def test_a_round_that_loses_a_process_completes_with_the_same_bytes(source, cluster_python, cluster, tmp_path, phase,
+                                                                   target):  # fmt: skip
     if (phase, target) not in _CHOSEN:
         pytest.skip("a sample of the phase x target matrix runs (CI time); KAFKA_COMPACTION_FAULT_MATRIX=all runs it all")
-    code, out, report, logs, killed = _round(source, cluster_python, tmp_path, phase=phase, target=target)
+    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, phase=phase, target=target)
     assert killed, f"nothing was killed during the {phase} phase: the round ended first?\n{out}"
     assert code == 0, f"killed {killed}:\n{out}"
     assert all(p["status"] == "cleaned" for p in report["partitions"]), report["partitions"]
@@ -165,8 +173,8 @@ _CHOSEN = ({(p, t) for p in ("scan", "merge", "rewrite") for t in ("python worke
            else {("scan", "python worker"), ("merge", "executor"), ("rewrite", "worker")})  # fmt: skip
 
 
-def test_a_round_under_dynamic_allocation_completes_with_the_same_bytes(source, cluster_python, tmp_path):
-    code, out, report, logs, _ = _round(source, cluster_python, tmp_path, "--conf", "spark.dynamicAllocation.enabled=true",
+def test_a_round_under_dynamic_allocation_completes_with_the_same_bytes(source, cluster_python, cluster, tmp_path):
+    code, out, report, logs, _ = _round(source, cluster_python, cluster, tmp_path, "--conf", "spark.dynamicAllocation.enabled=true",
                                         "--conf", "spark.dynamicAllocation.shuffleTracking.enabled=true",
                                         "--conf", "spark.dynamicAllocation.executorIdleTimeout=2s")  # fmt: skip
     assert code == 0, out
