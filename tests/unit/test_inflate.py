@@ -47,12 +47,12 @@ def test_a_bomb_stops_at_the_bound_with_codec_bound_file_and_position(codec):
 
 
 @pytest.mark.parametrize("codec", sorted(BOMBS), ids=lambda c: CODEC_NAMES[c])
-@pytest.mark.parametrize("size", [PIECE_BYTES, 3 * PIECE_BYTES])
+@pytest.mark.parametrize("size", [PIECE_BYTES, PIECE_BYTES + (64 << 10)])
 def test_at_the_bound_a_big_batch_inflates_exactly_in_pieces(codec, size):
     pieces = inflate(codec, BOMBS[codec](size), limit=size)
     assert sum(len(p) for p in pieces) == size
     assert all(len(p) <= PIECE_BYTES for p in pieces)
-    assert all(not any(np.frombuffer(p, np.uint8)) for p in pieces)
+    assert not any(np.frombuffer(p, np.uint8).any() for p in pieces)
     with pytest.raises(InflateLimitError):
         inflate(codec, BOMBS[codec](size), limit=size - 1)
 
@@ -60,7 +60,7 @@ def test_at_the_bound_a_big_batch_inflates_exactly_in_pieces(codec, size):
 @pytest.mark.parametrize("codec", [CODEC_ZSTD, CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY], ids=lambda c: CODEC_NAMES[c])
 def test_big_batches_of_real_data_inflate_the_same_through_pieces(codec):
     rng = np.random.default_rng(5)
-    data = rng.integers(0, 16, 80 * MiB, dtype=np.uint8).tobytes()  # ~2:1, several pieces
+    data = rng.integers(0, 16, 40 * MiB, dtype=np.uint8).tobytes()  # ~2:1, two pieces
     assert decompress(codec, compress(codec, data)) == data
 
 
