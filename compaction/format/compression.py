@@ -106,6 +106,7 @@ ZSTD_BLOCK_MAX = 128 << 10
 ZSTD_MAGIC = 0xFD2FB528
 ZSTD_SKIPPABLE_MAGIC = 0x184D2A50  # low 4 bits free
 GZIP_WBITS = 31  # zlib's window bits for a gzip member
+GZIP_FEED_BYTES = 8 << 10
 
 
 class _OverLimit(Exception):
@@ -144,7 +145,7 @@ def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, p
     """Inverse of `compress`; also reads the variants real producers write (see module doc).
     One buffer: `inflate`'s pieces joined."""
     pieces = inflate(codec, data, magic, path=path, position=position, limit=limit)
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
 
 
 def inflate(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, path: str = "<memory>",
@@ -200,22 +201,32 @@ def _read_pieces(read, limit: int) -> list:
 def _gzip_inflate(data, limit: int) -> list:
     if len(data) * DEFLATE_MAX_RATIO <= min(PIECE_BYTES, limit):
         return [igzip.decompress(data)]
-    # Members one after the other, zero padding between them skipped (GZIPInputStream, gzip.decompress).
-    pieces, total, rest = [], 0, memoryview(data)
-    while len(rest):
-        member = isal_zlib.decompressobj(wbits=GZIP_WBITS)
-        tail = rest
+    # Members one after the other, zero padding between them skipped (GZIPInputStream,
+    # gzip.decompress). Input goes to a member GZIP_FEED_BYTES at a time: what a member leaves
+    # unused is copied when it ends, which must not cost a copy of the rest per member.
+    view, pos, pieces, total = memoryview(data), 0, [], 0
+    while pos < len(view):
+        window = bytes(view[pos : pos + GZIP_FEED_BYTES])
+        padding = len(window) - len(window.lstrip(b"\0"))
+        pos += padding
+        if padding:
+            continue
+        member, tail = isal_zlib.decompressobj(wbits=GZIP_WBITS), b""
         while not member.eof:
-            piece = member.decompress(tail, min(PIECE_BYTES, limit + 1 - total))
+            if not tail:
+                tail = view[pos : pos + GZIP_FEED_BYTES]
+                pos += len(tail)
+            fed = tail
+            piece = member.decompress(fed, min(PIECE_BYTES, limit + 1 - total))
             tail = member.unconsumed_tail
-            if not piece and not tail:
+            if not piece and not fed and not member.eof:
                 raise CorruptRecordError("gzip data ends before its end-of-stream marker")
             total += len(piece)
             if total > limit:
                 raise _OverLimit
             if piece:
                 pieces.append(piece)
-        rest = member.unused_data.lstrip(b"\0")
+        pos -= len(member.unused_data)  # handed to the member, past its end
     return pieces
 
 

@@ -134,3 +134,15 @@ def test_scan_segment_refuses_a_bomb_naming_the_batch():
         scan_segment(np.frombuffer(segment, np.uint8), "t-0/x.log", inflate_limit=3 * PIECE_BYTES)
     first = len(bomb_batch(CODEC_LZ4, 2 * PIECE_BYTES))
     assert (err.value.path, err.value.position, err.value.codec, err.value.offset) == ("t-0/x.log", first, "zstd", 1)
+
+
+def test_many_small_gzip_members_with_padding_inflate_in_linear_time():
+    """A big batch of 60,000 tiny members, zero padding between them: each is read once (the
+    input is handed to a member a few KiB at a time, not the rest of the batch each time)."""
+    from isal import igzip
+
+    member = igzip.compress(b"abc" * 10)
+    data = (member + b"\0" * 5) * 60_000 + member
+    assert len(data) * compression.DEFLATE_MAX_RATIO > PIECE_BYTES  # the piecewise path
+    assert decompress(CODEC_GZIP, data) == b"abc" * 10 * 60_001
+    assert decompress(CODEC_GZIP, igzip.compress(b"") * 40_000) == b""
