@@ -136,6 +136,7 @@ def test_scan_segment_refuses_a_bomb_naming_the_batch():
     assert (err.value.path, err.value.position, err.value.codec, err.value.offset) == ("t-0/x.log", first, "zstd", 1)
 
 
+@pytest.mark.timeout(60)  # ~1 s; a copy of the rest of the batch per member takes hours
 def test_many_small_gzip_members_with_padding_inflate_in_linear_time():
     """A big batch of 60,000 tiny members, zero padding between them: each is read once (the
     input is handed to a member a few KiB at a time, not the rest of the batch each time)."""
