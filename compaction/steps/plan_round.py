@@ -18,6 +18,7 @@ from compaction.policy.plan import (
     REASON_NOTHING_CLEANABLE,
     PartitionPlan,
     PartitionState,
+    high_watermark_in_reach,
     last_stable_offset,
     non_active_segments_from,
     plan_partition,
@@ -122,7 +123,7 @@ def partition_state(
     first_dirty, _ = validated_checkpoint(checkpoint, start, end)
     _lag_timestamps(storage, part, metas, config, first_dirty, now_ms)
     lso = last_stable_offset(hw, first_unstable, leo, base)
-    return PartitionState(tuple(metas), start, end, checkpoint, lso)
+    return PartitionState(tuple(metas), start, end, checkpoint, lso, high_watermark_in_reach(hw, leo, base))
 
 
 def _lag_timestamps(storage: Storage, part: PartitionDir, metas: list, config: TopicConfig, first_dirty: int,
@@ -188,6 +189,7 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
             first_dirty_offset=first_dirty, upper_bound=bound, now_ms=opts.now_ms,
             delete_retention_ms=config.delete_retention_ms, legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
             index_interval_bytes=config.index_interval_bytes, aborted_txns=aborted,
+            retain_empty_offset=plan.high_watermark if p.compacting else None,
             tail_segments=tail if n == len(groups) - 1 else (),
             max_message_bytes=config.max_message_bytes, read_mode=opts.read_mode, write_mode=opts.write_mode,
             dry_run=opts.dry_run,
