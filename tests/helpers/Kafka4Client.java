@@ -13,7 +13,8 @@
 //   send NAME TOPIC PARTITION KEY VALUE TIMESTAMP [HKEY=HVALUE]...   (TIMESTAMP "-": the clock)
 //   consume TOPIC                                read_committed from offset 0 of every partition
 //                                                to the end offsets; prints one line a record:
-//                                                "record P OFFSET TIMESTAMP KEY VALUE [HKEY=HVALUE]..."
+//                                                "record TOPIC P OFFSET TIMESTAMP KEY VALUE [HKEY=HVALUE]...",
+//                                                then "end TOPIC P END_OFFSET" per partition
 // A failed send fails the next flush/commit/close; any error exits 1 with the exception.
 import java.io.BufferedReader;
 import java.io.FileReader;
@@ -143,7 +144,7 @@ public final class Kafka4Client {
                 if (System.currentTimeMillis() > deadline) throw new IllegalStateException("consume timed out");
                 for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
                     out.setLength(0);
-                    out.append("record\t").append(r.partition()).append('\t').append(r.offset()).append('\t')
+                    out.append("record\t").append(topic).append('\t').append(r.partition()).append('\t').append(r.offset()).append('\t')
                        .append(r.timestamp()).append('\t').append(hex(r.key())).append('\t').append(hex(r.value()));
                     for (Header h : r.headers()) {
                         out.append('\t').append(hex(h.key().getBytes(StandardCharsets.UTF_8))).append('=').append(hex(h.value()));
@@ -151,7 +152,7 @@ public final class Kafka4Client {
                     System.out.println(out);
                 }
             }
-            for (TopicPartition tp : tps) System.out.println("end\t" + tp.partition() + "\t" + end.get(tp));
+            for (TopicPartition tp : tps) System.out.println("end\t" + topic + "\t" + tp.partition() + "\t" + end.get(tp));
         }
     }
 }

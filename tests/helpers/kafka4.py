@@ -278,17 +278,21 @@ class Broker:
             raise KafkaHarnessError(f"Kafka4Client failed ({proc.returncode}) on {path}:\n{proc.stderr[-4000:]}")
         return proc.stdout.splitlines()
 
-    def consume(self, topic: str) -> dict[int, list[tuple]]:
-        """Every record a read_committed consumer reads from offset 0, per partition:
+    def consume(self, *topics: str) -> dict[tuple[str, int], list[tuple]]:
+        """Every record a read_committed consumer reads from offset 0, per (topic, partition):
         (offset, timestamp, key, value, headers)."""
-        out: dict[int, list[tuple]] = {}
-        for line in self.run_client(Script().consume(topic)):
+        script = Script()
+        for topic in topics:
+            script.consume(topic)
+        out: dict[tuple[str, int], list[tuple]] = {}
+        for line in self.run_client(script):
             f = line.split("\t")
             if f[0] == "record":
-                headers = tuple(_header(h) for h in f[6:])
-                out.setdefault(int(f[1]), []).append((int(f[2]), int(f[3]), _bytes(f[4]), _bytes(f[5]), headers))
+                headers = tuple(_header(h) for h in f[7:])
+                record = (int(f[3]), int(f[4]), _bytes(f[5]), _bytes(f[6]), headers)
+                out.setdefault((f[1], int(f[2])), []).append(record)
             elif f[0] == "end":
-                out.setdefault(int(f[1]), [])
+                out.setdefault((f[1], int(f[2])), [])
         return out
 
     def wait_cleaned(self, partitions: list[tuple[str, int]], timeout: float = 180) -> None:
