@@ -11,6 +11,11 @@
 //   producer NAME CONFIG=VALUE...                a KafkaProducer (acks=all unless given)
 //   init NAME | begin NAME | commit NAME | abort NAME | flush NAME | close NAME
 //   send NAME TOPIC PARTITION KEY VALUE TIMESTAMP [HKEY=HVALUE]...   (TIMESTAMP "-": the clock)
+//   alter TOPIC CONFIG=VALUE...                  set topic configs (incrementalAlterConfigs)
+//   workload NAME TOPIC PARTITION BYTES KEYS KEYMIN KEYMAX VALMIN VALMAX SEED TOMBSTONES random|text
+//                                                keyed records until BYTES of keys and values were
+//                                                sent (the benches' workloads, see workload());
+//                                                prints "workload RECORDS BYTES"
 //   consume TOPIC                                read_committed from offset 0 of every partition
 //                                                to the end offsets; prints one line a record:
 //                                                "record TOPIC P OFFSET TIMESTAMP KEY VALUE [HKEY=HVALUE]...",
@@ -26,9 +31,13 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.SplittableRandom;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.Future;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -36,6 +45,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -113,12 +123,88 @@ public final class Kafka4Client {
                         break;
                     }
                     case "consume": consume(bootstrap, f[1], admin); break;
+                    case "alter": {
+                        List<AlterConfigOp> ops = new ArrayList<>();
+                        configs(f, 2).forEach((k, v) -> ops.add(new AlterConfigOp(new ConfigEntry(k, (String) v),
+                                AlterConfigOp.OpType.SET)));
+                        admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.TOPIC, f[1]), ops))
+                             .all().get();
+                        break;
+                    }
+                    case "workload": workload(producers.get(f[1]), f); break;
                     default: throw new IllegalArgumentException("unknown command: " + line);
                 }
             }
         }
         for (KafkaProducer<byte[], byte[]> p : producers.values()) p.close();
         System.out.flush();
+    }
+
+    static final String[] WORDS = {"order", "shipped", "customer", "amount", "currency", "EUR", "status",
+        "pending", "address", "street", "city", "total", "discount", "item", "quantity", "warehouse"};
+
+    static long mix64(long z) {
+        z = (z ^ (z >>> 33)) * 0xff51afd7ed558ccdL;
+        z = (z ^ (z >>> 33)) * 0xc4ceb9fe1a85ec53L;
+        return z ^ (z >>> 33);
+    }
+
+    // Key id uniform in [0, keys); the key is "k" + the zero-padded id, padded with hex of a hash
+    // of the id to a length in [keyMin, keyMax] fixed per id. The value's length is uniform in
+    // [valMin, valMax]: random bytes, or JSON-like text that compresses as real payloads do; with
+    // probability `tombstones` the value is null. One SplittableRandom(seed): a seed is a workload.
+    static void workload(KafkaProducer<byte[], byte[]> producer, String[] f) throws Exception {
+        String topic = f[2];
+        int partition = Integer.parseInt(f[3]);
+        long target = Long.parseLong(f[4]);
+        int keys = Integer.parseInt(f[5]), keyMin = Integer.parseInt(f[6]), keyMax = Integer.parseInt(f[7]);
+        int valMin = Integer.parseInt(f[8]), valMax = Integer.parseInt(f[9]);
+        SplittableRandom rng = new SplittableRandom(Long.parseLong(f[10]));
+        double tombstones = Double.parseDouble(f[11]);
+        boolean text = f[12].equals("text");
+        int digits = Integer.toString(Math.max(keys - 1, 0)).length();
+        AtomicReference<Exception> failed = new AtomicReference<>();
+        long sent = 0, records = 0;
+        StringBuilder sb = new StringBuilder();
+        while (sent < target && failed.get() == null) {
+            int id = rng.nextInt(keys);
+            long h = mix64(id * 0x9E3779B97F4A7C15L + 0x1234567L);
+            int len = Math.max(keyMin + (int) Long.remainderUnsigned(h, keyMax - keyMin + 1), digits + 2);
+            sb.setLength(0);
+            String digitsOfId = Integer.toString(id);
+            sb.append('k');
+            for (int i = digitsOfId.length(); i < digits; i++) sb.append('0');
+            sb.append(digitsOfId).append('-');
+            for (long filler = mix64(h); sb.length() < len; filler = (filler >>> 4) | (filler << 60)) {
+                sb.append(Character.forDigit((int) (filler & 0xF), 16));
+            }
+            byte[] key = sb.toString().getBytes(StandardCharsets.US_ASCII);
+            byte[] value = null;
+            if (rng.nextDouble() >= tombstones) {
+                int n = valMin + rng.nextInt(valMax - valMin + 1);
+                if (text) {
+                    sb.setLength(0);
+                    sb.append("{\"seq\":").append(records);
+                    while (sb.length() < n) {
+                        sb.append(",\"").append(WORDS[rng.nextInt(WORDS.length)]).append("\":\"")
+                          .append(WORDS[rng.nextInt(WORDS.length)]).append(rng.nextInt(1000)).append('"');
+                    }
+                    sb.setLength(n - 1);
+                    value = sb.append('}').toString().getBytes(StandardCharsets.US_ASCII);
+                } else {
+                    value = new byte[n];
+                    rng.nextBytes(value);
+                }
+            }
+            producer.send(new ProducerRecord<>(topic, partition, key, value), (md, e) -> {
+                if (e != null) failed.compareAndSet(null, e);
+            });
+            sent += key.length + (value == null ? 0 : value.length);
+            records++;
+        }
+        producer.flush();
+        if (failed.get() != null) throw failed.get();
+        System.out.println("workload\t" + records + "\t" + sent);
     }
 
     static void settle(List<Future<RecordMetadata>> futures) throws Exception {

@@ -349,6 +349,15 @@ class Script:
     def consume(self, topic: str) -> Script:
         return self._add("consume", topic)
 
+    def alter(self, topic: str, **configs) -> Script:
+        return self._add("alter", topic, *(f"{k.replace('_', '.')}={v}" for k, v in configs.items()))
+
+    def workload(self, name: str, topic: str, partition: int, nbytes: int, keys: int, key_size: tuple[int, int],
+                 value_size: tuple[int, int], seed: int, tombstones: float = 0.0, text: bool = False) -> Script:  # fmt: skip
+        """Keyed records until `nbytes` of keys and values were sent (Kafka4Client.workload)."""
+        return self._add("workload", name, topic, partition, nbytes, keys, *key_size, *value_size, seed, tombstones,
+                         "text" if text else "random")  # fmt: skip
+
     def __getattr__(self, command: str):
         if command in ("init", "begin", "commit", "abort", "flush", "close"):
             return lambda name: self._add(command, name)
