@@ -67,12 +67,12 @@ def cleaner_rounds(log: str, partition: str) -> list[dict]:
         m = STAMP.match(line)
         if m:
             stamp = m.group(1)
-        if f"Beginning cleaning of log {partition} " in line or line.endswith(f"Beginning cleaning of log {partition}"):
+        if re.search(f"Beginning cleaning of log {re.escape(partition)}( |$)", line):
             begin = stamp
         s = STATS.search(line)
         if s and s.group(1) == partition and begin is not None:
             block = "\n".join(lines[i : i + 8])
-            rounds.append({"seconds": (_ms(stamp) - _ms(begin)) / 1000, "dirty": [int(s.group(2)), int(s.group(3))],
+            rounds.append({"seconds": (_ms(stamp) - _ms(begin)) / 1000, "dirty": [int(s[2]), int(s[3])],
                            "start_messages": _count(START_SIZE.search(block).group(2)),
                            "end_messages": _count(END_SIZE.search(block).group(2))})  # fmt: skip
             begin = None

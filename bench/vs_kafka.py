@@ -136,7 +136,10 @@ def main() -> int:
     rows = []
     for i in range(args.pairs):
         o = ours(source, args.out / "run" / "kafka-logs", spark_args)
-        k = kafka4(args.name, args.dedupe_buffer) if args.kafka == "4" else kafka(args.name, "vs-ours", args.dedupe_buffer)
+        if args.kafka == "4":
+            k = kafka4(args.name, args.dedupe_buffer)
+        else:
+            k = kafka(args.name, "vs-ours", args.dedupe_buffer)
         ratio = k["seconds"] / o["seconds"]
         same = args.input != "kafka" or o["kept"] == k["kept"]
         rows.append((o, k, ratio))

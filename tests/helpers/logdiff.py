@@ -153,21 +153,24 @@ def compare_partition(kafka_dir: Path, ours_dir: Path, stamped: dict[int, tuple[
             diffs.append(f"{name}: mtime Kafka {mtime_ms(kpath)} vs ours {mtime_ms(opath)}")
         kb, ob = read_batches(kpath), read_batches(opath)
         if len(kb) != len(ob):
-            diffs.append(f"{name}: {len(kb)} batches (Kafka) vs {len(ob)} (ours); Kafka's base offsets "
-                         f"{[b.header()['base_offset'] for b in kb][:40]}, ours {[b.header()['base_offset'] for b in ob][:40]}")  # fmt: skip
+            kbases, obases = ([b.header()["base_offset"] for b in bs][:40] for bs in (kb, ob))
+            diffs.append(f"{name}: {len(kb)} batches (Kafka) vs {len(ob)} (ours); base offsets: Kafka {kbases}, "
+                         f"ours {obases}")  # fmt: skip
             continue
         for k, o in zip(kb, ob):
-            diffs += [f"{name} @{k.header()['base_offset']}: {d}" for d in compare_batch(k, o, stamped, delete_retention_ms)]
+            at = k.header()["base_offset"]
+            diffs += [f"{name} @{at}: {d}" for d in compare_batch(k, o, stamped, delete_retention_ms)]
         base = int(name.split(".")[0])
         stem = name[: -len(".log")]
         for which, kind_rule in (("index", 0), ("timeindex", 1)):
             kidx, oidx = kafka_dir / f"{stem}.{which}", ours_dir / f"{stem}.{which}"
             reader = read_offset_index if which == "index" else read_time_index
             kentries, oentries = reader(kidx), reader(oidx)
-            if kentries != index_entries(kb, base, interval)[kind_rule]:
-                diffs.append(f"{stem}.{which}: Kafka's entries do not follow the rule this test applies: {kentries}")
-            if oentries != index_entries(ob, base, interval)[kind_rule]:
-                diffs.append(f"{stem}.{which}: ours {oentries} vs the rule {index_entries(ob, base, interval)[kind_rule]}")
+            kafka_rule, ours_rule = (index_entries(bs, base, interval)[kind_rule] for bs in (kb, ob))
+            if kentries != kafka_rule:
+                diffs.append(f"{stem}.{which}: Kafka's entries {kentries} do not follow the rule here: {kafka_rule}")
+            if oentries != ours_rule:
+                diffs.append(f"{stem}.{which}: ours {oentries} vs the rule {ours_rule}")
             if all(b.codec == 0 for b in kb) and kentries != oentries:
                 diffs.append(f"{stem}.{which}: Kafka {kentries} vs ours {oentries}")
         ktxn, otxn = kafka_dir / f"{stem}.txnindex", ours_dir / f"{stem}.txnindex"
@@ -189,7 +192,8 @@ def compare_batch(k: Batch, o: Batch, stamped: dict[int, tuple[int, int]], reten
     if k.codec == 0 and o.codec == 0:
         expect = rebase(k, o.horizon) if o.horizon is not None else k.raw
         if expect != o.raw:
-            return [f"bytes differ: Kafka {_fields(kh)} vs ours {_fields(oh)}; records equal: {k.records() == o.records()}"]
+            same = k.records() == o.records()
+            return [f"bytes differ: Kafka {_fields(kh)} vs ours {_fields(oh)}; records equal: {same}"]
         return []
     out = []
     ignore = {"length", "crc", "base_timestamp"}
