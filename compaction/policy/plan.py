@@ -300,7 +300,8 @@ class PartitionPlan:
     reason: str | None  # why not eligible; None when eligible
     legacy_delete_horizon_ms: int
     groups: tuple[tuple[int, ...], ...] = field(default=())  # base offsets per output group
-    # A batch ending here is kept, empty if need be (docs/kafka-rules.md#batch-retention).
+    # A batch ending here is kept, empty if need be (docs/kafka-rules.md#batch-retention); None
+    # for a partition the round does not clean.
     high_watermark: int | None = None
 
     @property
@@ -367,5 +368,5 @@ def plan_partition(
             state, offsets.first_dirty_offset, config.delete_retention_ms
         ),
         groups=groups,
-        high_watermark=state.high_watermark,
+        high_watermark=state.high_watermark if eligible else None,  # read for a round only
     )
