@@ -3,7 +3,8 @@ the oracle, and it loads and serves the job's output.
 
 1. Kafka's Java producers write a matrix of topics: every codec x (idempotent | transactional
    with commits and aborts), partition 0 with tombstones, partition 1 without, small segments; and
-   a `mixed` topic where producers of every codec, with and without idempotence, share partitions.
+   a gzip transactional topic with LogAppendTime; and a `mixed` topic where producers of every
+   codec, with and without idempotence, share partitions.
    The broker is stopped cleanly and its log dir copied twice.
 2. Three cleaning rounds on each copy, the whole log dirty each time (the checkpoint removed, as
    Kafka's `LogCleanerTest.runTwoPassClean`): Kafka's cleaner (the broker restarted with the
@@ -49,6 +50,8 @@ JOB_ARGS = ("--segment-bytes", str(SEGMENT_BYTES), "--delete-retention-ms", str(
 TRANSACTIONAL = 0x10
 CLEANER_ON = {"log.cleaner.enable": "true", "log.cleaner.backoff.ms": 100, "log.segment.delete.delay.ms": 0}
 MATRIX = [f"{c}-{m}" for c in CODECS for m in MODES]
+LOG_APPEND = "gzip-txn-logappend"  # a cell more: the broker stamps LogAppendTime on every batch
+MATRIX.append(LOG_APPEND)
 MIXED = "mixed"
 WORDS = ("order", "shipped", "customer", "amount", "currency", "EUR", "status", "pending", "address",
          "street", "city", "total", "discount", "item", "quantity", "warehouse")  # fmt: skip
@@ -62,8 +65,9 @@ def _value(rng: random.Random, i: int) -> bytes:
 
 def _matrix_script(s: Script, rng: random.Random) -> None:
     for topic in MATRIX:
-        codec, mode = topic.split("-")
-        s.topic(topic, 2, **TOPIC_CONFIGS)
+        codec, mode = topic.split("-")[:2]
+        timestamps = {"message.timestamp.type": "LogAppendTime"} if topic == LOG_APPEND else {}
+        s.topic(topic, 2, **TOPIC_CONFIGS, **timestamps)
         s.producer("p", compression_type=codec, linger_ms=2, batch_size=2048)
         if mode == "txn":
             s.producer("t", compression_type=codec, linger_ms=2, batch_size=2048,
