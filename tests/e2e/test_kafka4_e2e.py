@@ -225,7 +225,7 @@ def _more_script(rng: random.Random) -> tuple[Script, dict]:
             if name == "tx":
                 s.begin("tx")
             sent = []
-            for i in range(40):
+            for i in range(80):  # enough for every partition to roll a segment: its cleaner has work
                 part, key = rng.randrange(parts), b"more-%02d" % rng.randint(0, 30)
                 value = None if rng.random() < 0.1 else _value(rng, 10_000 + block * 100 + i)
                 headers = (("more", b"%d" % block),)
