@@ -99,7 +99,7 @@ def _mixed_script(s: Script, rng: random.Random) -> None:
         s.producer(f"idem-{codec}", compression_type=codec, linger_ms=2, batch_size=4096)
         s.producer(f"plain-{codec}", compression_type=codec, linger_ms=2, batch_size=4096, acks=1,
                    enable_idempotence="false")  # fmt: skip
-    s.producer("tx", compression_type="lz4", transactional_id="tx-mixed", linger_ms=2).init("tx")
+    s.producer("tx", compression_type="lz4", transactional_id="tx-mixed", linger_ms=2, batch_size=4096).init("tx")
     for block in range(40):
         name = rng.choice([f"{kind}-{codec}" for kind in ("idem", "plain") for codec in CODECS] + ["tx"])
         if name == "tx":
@@ -219,7 +219,8 @@ def _more_script(rng: random.Random) -> tuple[Script, dict]:
         parts = 3 if topic == MIXED else 2
         codec = "lz4" if topic == MIXED else topic.split("-")[0]
         s.producer("more", compression_type=codec, linger_ms=2, batch_size=2048)
-        s.producer("tx", compression_type=codec, transactional_id=f"tx-{topic}", linger_ms=2).init("tx")
+        s.producer("tx", compression_type=codec, transactional_id=f"tx-{topic}", linger_ms=2,
+                   batch_size=2048).init("tx")  # fmt: skip
         for block in range(12):
             name = "tx" if block % 3 else "more"
             if name == "tx":
