@@ -181,3 +181,22 @@ def test_a_round_under_dynamic_allocation_completes_with_the_same_bytes(source, 
     assert report["timings"].get("rangesSeconds"), report["timings"]
     assert all(p["status"] == "cleaned" for p in report["partitions"]), report["partitions"]
     assert _files(logs) == source[2]
+
+
+def test_a_round_whose_job_aborts_reports_it_and_a_rerun_completes(source, cluster_python, cluster, tmp_path):
+    """No retry left (`spark.task.maxFailures=1`: the first lost task aborts the job): the round
+    fails as a whole, exit 75, with its report; every input file is as it was; a rerun completes
+    with the bytes of an uninterrupted round."""
+    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, "--conf",
+                                             "spark.task.maxFailures=1", phase="merge", target="python worker")  # fmt: skip
+    assert killed, out
+    assert code == 75, out
+    assert report["failure"], report
+    assert report["partitions"] and all(p["status"] == "failed" and p["reason"] for p in report["partitions"])
+    assert all("\n" not in p["reason"] for p in report["partitions"])
+    left = {k: v for k, v in _files(logs).items() if not k.endswith(".cleaned")}
+    assert left == _files(source[1]), "an input file changed in a round that failed"
+    rerun = logs.parent / "rerun.json"
+    code, _, out = standalone.submit(cluster, cluster_python, logs, rerun, *RANGES, timeout=600)
+    assert code == 0, out
+    assert _files(logs) == source[2]
