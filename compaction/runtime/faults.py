@@ -57,4 +57,5 @@ def crash_point(step: str) -> None:
             fh.write(f"{step} {os.getpid()}\n")
     # To this thread, not the process: a signal sent to the process is taken by whichever thread
     # the kernel picks, and this one could run on past the step before the stop reaches it.
-    signal.pthread_kill(threading.get_ident(), signal.SIGKILL if os.environ.get(HOW_ENV) == "kill" else signal.SIGSTOP)
+    how = signal.SIGKILL if os.environ.get(HOW_ENV) == "kill" else signal.SIGSTOP
+    signal.pthread_kill(threading.get_ident(), how)
