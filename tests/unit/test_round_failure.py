@@ -157,8 +157,8 @@ def test_a_failure_while_planning_is_reported(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(rnd, "discover_and_plan", unreachable)
     code, report, records = _round(log_dir, tmp_path, caplog, "--recover-only")
     assert code == rnd.EXIT_ROUND_FAILED
-    assert report["failure"] == {
-        "phase": "planning", "reason": "recovery or planning failed: TimeoutError: [Errno 110] Connection timed out"}
+    reason = "recovery or planning failed: TimeoutError: [Errno 110] Connection timed out"
+    assert report["failure"] == {"phase": "planning", "reason": reason}
     assert report["partitions"] == [] and report["totals"]["partitions"] == 0
     assert "nothing was compacted" in _one_round_failed_line(records, "planning")
 
