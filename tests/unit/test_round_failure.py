@@ -172,3 +172,10 @@ def test_a_failure_while_planning_is_reported(tmp_path, caplog, monkeypatch):
 ])  # fmt: skip
 def test_one_line(exc, line):
     assert one_line(exc) == line
+
+
+def test_the_launchers_help_lists_the_round_failed_code():
+    from compaction.cli import launcher
+
+    assert rnd.EXIT_ROUND_FAILED in dict(launcher.EXIT_CODES)
+    assert f"  {rnd.EXIT_ROUND_FAILED:<6} the round itself failed" in launcher.help_epilog()
