@@ -124,8 +124,9 @@ def _clean(starter: SparkStarter, todo: list[Planned], planned: list[Planned], d
 
 
 def _failure(phase: str, what: str, exc: BaseException) -> rpt.RoundFailure:
-    if getattr(exc, "java_exception", None) is None and not isinstance(exc, (OSError, CompactionError)):
-        # Not Spark's nor the storage's: most likely a bug, whose traceback a report needs.
+    spark = type(exc).__module__.startswith(("py4j", "pyspark"))
+    if not spark and not isinstance(exc, (OSError, CompactionError)):
+        # Not Spark's, the storage's nor ours: most likely a bug, whose traceback a report needs.
         log.warning("the round failed on an unexpected error", exc_info=exc)
     return rpt.RoundFailure(phase, f"{what}: {one_line(exc)}")
 
