@@ -62,7 +62,7 @@ def run(tmp_path_factory):
     report_path = root / "report.json"
     with standalone.StandaloneCluster(root / "spark", timeout=120) as cluster:
         cluster.add_worker(2)
-        # every partition cut into ranges: the ranges stage's barrier tasks, one per worker, meet
+        # every partition cut into ranges: the ranges stage's tasks, one per worker, meet
         # through an exchange directory beside the log dir (not local mode: no shared temp dir)
         code, _, stderr = standalone.submit(cluster, python, log_dir, report_path, "--conf",
                                             "spark.kafka.compaction.partitionTaskMaxBytes=0", timeout=400)  # fmt: skip
