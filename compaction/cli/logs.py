@@ -136,8 +136,8 @@ _AFTER_FAILURE = {
     "planning": "nothing was compacted; rerun the round once the cause is fixed",
     "stages": ("nothing was committed: the {failed} partition(s) it was cleaning are reported failed and "
                "their segments are unchanged; rerun the round (it first removes the .cleaned files left "
-               "behind); if it fails alike again, the task Spark names holds the partition at fault: "
-               "--topics narrows the round to find it"),
+               "behind); if it fails alike again, the partition at fault is among those the failed task "
+               "held (named in the cause): --topics leaves it out"),
     "commit": ("{cleaned} partition(s) were committed (cleaned), {failed} failed; rerun the round: its "
                "recovery first completes or rolls back each interrupted swap (--recover-only does only "
                "that, without cleaning; a broker loading the dir recovers it too)"),

@@ -193,6 +193,7 @@ def test_a_round_whose_job_aborts_reports_it_and_a_rerun_completes(source, clust
     assert code == 75, out
     assert report["failure"], report
     assert report["partitions"] and all(p["status"] == "failed" and p["reason"] for p in report["partitions"])
+    assert f"a task holding {TOPIC}-" in report["failure"]["reason"]  # the partitions to look at
     assert all("\n" not in p["reason"] for p in report["partitions"])
     left = {k: v for k, v in _files(logs).items() if not k.endswith(".cleaned")}
     assert left == _files(source[1]), "an input file changed in a round that failed"

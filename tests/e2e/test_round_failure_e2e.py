@@ -44,7 +44,8 @@ def test_an_aborted_spark_job_exits_75_with_the_report_written(tmp_path, stage):
     data = json.load(open(report))
     reason = data["failure"]["reason"]
     assert data["failure"]["phase"] == "stages"
-    assert reason.startswith("the round's Spark job failed: SparkException: Job aborted due to stage failure")
+    assert reason.startswith("the round's Spark job failed: TaskFailed: a task holding t-")
+    assert "failed every attempt: SparkException: Job aborted due to stage failure" in reason
     assert "\n" not in reason and "Traceback" not in reason
     assert [(e["partition"], e["status"], e["reason"]) for e in data["partitions"]] == \
         [(i, "failed", reason) for i in range(3)]  # fmt: skip
