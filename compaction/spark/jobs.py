@@ -14,6 +14,7 @@ import time
 from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
 from compaction.spark.failure import one_line
+from compaction.spark.watchdog import NoExecutorWatch
 from compaction.settings import Settings
 from compaction.steps import report as rpt
 from compaction.steps.outcome import task_rows
@@ -41,11 +42,18 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
         sc = starter.get(timings)
     progress.phase("Spark UI: %s", sc.uiWebUrl or "disabled (spark.ui.enabled=false)")
     t = time.monotonic()
-    with progress.watch(sc, sum(map(partition_bytes, todo)), len(todo)):
-        results, replan = run_stages(sc, todo, opts, starter.settings, timings)
-        if replan:
-            todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
-                                             next_id, timings)  # fmt: skip
+    watch = NoExecutorWatch(sc, starter.settings.no_executor_seconds)
+    with progress.watch(sc, sum(map(partition_bytes, todo)), len(todo)), watch:
+        try:
+            results, replan = run_stages(sc, todo, opts, starter.settings, timings)
+            if replan:
+                todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
+                                                 next_id, timings)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the cause of a cancelled job, named
+            if watch.fired:
+                raise NoExecutors(f"no executor was alive for {watch.seconds:.0f} s (spark.kafka.compaction."
+                                  "noExecutorSeconds): the round's Spark jobs were cancelled") from exc  # fmt: skip
+            raise
     timings["stagesSeconds"] = time.monotonic() - t
     starter.stop_when_done()
     return todo, results
@@ -148,6 +156,10 @@ def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, fl
 
         rows = finish(plan, ex, rows, run)
     return task_rows(rows, todo, timings)
+
+
+class NoExecutors(CompactionError):
+    """The cluster had no executor for the round's jobs (`spark/watchdog.py`)."""
 
 
 class TaskFailed(CompactionError):
