@@ -49,6 +49,11 @@ class SparkStarter:
             from pyspark import SparkContext
 
             self._ours = SparkContext._active_spark_context is None
+            # The compiled kernels from the job's store, before the driver or (in local mode, the
+            # same host) the Python workers need one (runtime/kernel_store.py).
+            from compaction.runtime import kernel_store
+
+            kernel_store.fetch(self.settings.worker.kernel_cache_dir)
             sc = spark_context(self.settings)
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
             self.settings = settings = self.settings.with_spark_conf(sc.getConf())
@@ -56,7 +61,8 @@ class SparkStarter:
             if self._plan and settings.warmup:
                 from compaction.spark.warmup import warm_executors
 
-                self._out["workerWarmupSeconds"] = warm_executors(sc, settings.worker)
+                seconds, compiled = warm_executors(sc, settings.worker)
+                self._out["workerWarmupSeconds"], self._out["workerKernelCompiles"] = seconds, compiled
             self._out["sc"] = sc
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
@@ -70,7 +76,7 @@ class SparkStarter:
         t = time.monotonic()
         self.join()
         timings["sparkWaitSeconds"] = time.monotonic() - t
-        for key in ("sparkStartSeconds", "workerWarmupSeconds"):
+        for key in ("sparkStartSeconds", "workerWarmupSeconds", "workerKernelCompiles"):
             if key in self._out:
                 timings[key] = self._out[key]
         if "error" in self._out:
