@@ -12,10 +12,11 @@ executors of different CPUs, or of an older release, each have their own and nev
   yet, the key's archive is read from the store, checked (`kernels/cache.py` `unpack`: its key
   part by part, every file's sha256) and put in place whole, by rename. A missing, damaged or
   foreign archive is not used: the kernels are compiled, as with no store at all.
-- `publish` (the warm-up task, after its tiny round has loaded or compiled every kernel): where
-  the store has no archive of this key yet, or this process had to compile, this host's cache is
-  written there as one archive that appears whole (a rename on a filesystem, a single upload on an
-  object store): executors writing at once, or a retried task, leave one whole archive.
+- `publish` (the warm-up task, after its tiny round has loaded or compiled every kernel; and at
+  a task's start where the process compiled since, `publish_new`): where the store has no archive
+  of this key yet, or this process had to compile, this host's cache is written there as one
+  archive that appears whole (a rename on a filesystem, a single upload on an object store):
+  executors writing at once, or a retried task, leave one whole archive.
 
 Both are best efforts: a store that cannot be read or written costs the compile it was meant to
 save, never the round.
@@ -72,12 +73,28 @@ def fetch(uri: str | None) -> str:
         return f"rejected: {type(exc).__name__}: {exc}"
 
 
+def publish_new(uri: str | None) -> str:
+    """`publish` where this process compiled kernels since it last published (at a task's start:
+    a kernel first needed by a stage, after the warm-up published, reaches the store too)."""
+    if not enabled(uri) or _compiled() <= _published[0]:
+        return "none new"
+    return publish(uri, compiled=True)
+
+
+def _compiled() -> int:
+    return sum(cache.compiles().values())
+
+
+_published = [0]  # compiles counted in this process when it last published
+
+
 def publish(uri: str | None, compiled: bool) -> str:
     """Write this host's cache of this key to the store at `uri` where the store has none yet, or
     where this process `compiled` kernels (the store's archive lacked them, or was unusable).
     Returns "off", "present", "empty" (nothing cached here), "written" or "failed: why"."""
     if not enabled(uri):
         return "off"
+    _published[0] = _compiled()
     try:
         key = cache.current_key()
         storage, path = _archive(uri, key)
@@ -100,6 +117,7 @@ def _write_whole(storage: Storage, path: str, data: bytes) -> None:
         os.makedirs(parent, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=parent)
         try:
+            os.fchmod(fd, 0o644)  # as any file the job writes (mkstemp's are the owner's only)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, path)

@@ -44,6 +44,7 @@ def prepare_worker(settings: WorkerSettings | None = None) -> None:
     segment_io.configure(settings.direct_min_bytes, settings.cache_max_bytes)
     count_compiles()
     kernel_store.fetch(settings.kernel_cache_dir)
+    kernel_store.publish_new(settings.kernel_cache_dir)
 
 
 # --- pyarrow -------------------------------------------------------------------------------------
