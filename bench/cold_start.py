@@ -10,20 +10,24 @@ or `sample`: the quick start's sample log dir, generated here), one round throug
 - warm: the temp dir of the runs before (numba's cache of the compiled kernels in it) and the
   driver JVM's class-data archive of the runs before;
 - fresh-temp: an empty temp dir (TMPDIR), as a new executor's: the kernels come from the job's
-  store (`.kafka-compaction-kernels` beside the log dir, filled by the first, uncounted run);
+  store (`.kafka-compaction-kernels` beside the log dir, filled by the first run, which starts
+  with an empty temp dir and an empty store, compiles, and is printed but not counted);
 - fresh-host: an empty temp dir and no class-data archive yet (an empty KAFKA_COMPACTION_CDS_DIR):
   the driver JVM writes its archive at exit, as on the first run in a new container.
 
 Prints per run the spark-submit wall, the report's round, Spark's start, the Python workers'
 warm-up, the kernels they compiled (numba's compile events) and the stages; then the medians and
-each side's extra wall over the warm run of its pair. Also the time to build the executors' zip
-of the package from scratch (what a cluster master's first run adds; a local master ships none).
+each side's extra wall over the warm run of its pair. Also, in this process: the time to build
+the executors' zip of the package from scratch (what a cluster master's first run adds; a local
+master ships none), and the time a worker on an empty host takes to bring the kernels from the
+store (read, check, unpack).
 Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -37,6 +41,8 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 from startup import FIGURES, run  # noqa: E402
+
+from compaction.settings import KERNEL_CACHE_NAME  # noqa: E402
 
 SIDES = ("warm", "fresh-temp", "fresh-host")
 SAMPLE = ["--records", "50000", "--keys", "2000", "--codec", "mixed", "--segment-bytes", "1000000"]  # README's quick start
@@ -74,12 +80,36 @@ def zip_build_seconds(n: int = 5) -> float:
     return statistics.median(times)
 
 
+def fetch_seconds(store: Path, n: int = 5) -> tuple[float, int]:
+    """What a fresh host's worker spends bringing the kernels from the store (read, check, unpack
+    into an empty NUMBA_CACHE_DIR), in this process: median seconds, archive bytes."""
+    from compaction.kernels import cache
+    from compaction.runtime import kernel_store
+
+    times = []
+    for _ in range(n):
+        with tempfile.TemporaryDirectory() as d:
+            os.environ["NUMBA_CACHE_DIR"] = d
+            kernel_store._fetched.clear()
+            t = time.perf_counter()
+            outcome = kernel_store.fetch(str(store))
+            times.append(time.perf_counter() - t)
+            if outcome != "fetched":
+                raise SystemExit(f"fetch from {store}: {outcome}")
+    os.environ.pop("NUMBA_CACHE_DIR")
+    return statistics.median(times), (store / cache.current_key().archive_name).stat().st_size
+
+
 def bench(source: Path, pairs: int, work: Path) -> None:
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "tmp-warm").mkdir(exist_ok=True)
     logs = work / "run" / "kafka-logs"  # its store: work/run/.kafka-compaction-kernels, kept across runs
+    for d in (work / "tmp-warm", logs.parent / KERNEL_CACHE_NAME):
+        shutil.rmtree(d, ignore_errors=True)
+    (work / "tmp-warm").mkdir(parents=True)
     print(f"== {source}", flush=True)
-    run(REPO, side_env("warm", work, 0), source, logs)  # fills the store and the warm temp dir; not counted
+    # The first run of a release: an empty temp dir and an empty store. It compiles, fills the
+    # store and the warm temp dir; not counted.
+    r = run(REPO, side_env("warm", work, 0), source, logs)
+    print("first run, nothing cached: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES), flush=True)
     runs: dict[str, list[dict]] = {s: [] for s in SIDES}
     for i in range(1, pairs + 1):
         for side in SIDES:
@@ -91,6 +121,8 @@ def bench(source: Path, pairs: int, work: Path) -> None:
     for side, rs in runs.items():
         print(f"median {side:<10}: " + ", ".join(f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f}"
                                                 for k in FIGURES))  # fmt: skip
+    seconds, size = fetch_seconds(logs.parent / KERNEL_CACHE_NAME)
+    print(f"the kernels fetched from the store onto an empty host: {seconds:.3f} s ({size} bytes, median of 5)")
     for side in SIDES[1:]:
         extra = [f["wall"] - w["wall"] for w, f in zip(runs["warm"], runs[side])]
         print(f"{side} - warm, wall, pair by pair: {', '.join(f'{x:+.2f}' for x in extra)} s "

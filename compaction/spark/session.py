@@ -36,6 +36,10 @@ class SparkStarter:
         self._planned = threading.Event()
         self.settings = settings
         self._ours = False  # the context started here, not one the caller's process had running
+        # The compiled kernels from the job's store while the JVM starts: in local mode the Python
+        # workers' daemon, started by the warm-up, finds them on this host (runtime/kernel_store.py).
+        self._kernels = threading.Thread(target=_fetch_kernels, args=(settings,), name="kernel-fetch", daemon=True)
+        self._kernels.start()
         self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         self._thread.start()
 
@@ -49,17 +53,14 @@ class SparkStarter:
             from pyspark import SparkContext
 
             self._ours = SparkContext._active_spark_context is None
-            # The compiled kernels from the job's store, before the driver or (in local mode, the
-            # same host) the Python workers need one (runtime/kernel_store.py).
-            from compaction.runtime import kernel_store
-
-            kernel_store.fetch(self.settings.worker.kernel_cache_dir)
             sc = spark_context(self.settings)
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
             self.settings = settings = self.settings.with_spark_conf(sc.getConf())
             self._planned.wait()
             if self._plan and settings.warmup:
                 from compaction.spark.warmup import warm_executors
+
+                self._kernels.join()
 
                 seconds, compiled = warm_executors(sc, settings.worker)
                 self._out["workerWarmupSeconds"], self._out["workerKernelCompiles"] = seconds, compiled
@@ -91,6 +92,12 @@ class SparkStarter:
         sc = self._out.get("sc")
         if self._ours and sc is not None:
             threading.Thread(target=_stop, args=(sc,), name="spark-stop").start()
+
+
+def _fetch_kernels(settings: Settings) -> None:
+    from compaction.runtime import kernel_store
+
+    kernel_store.fetch(settings.worker.kernel_cache_dir)
 
 
 def _stop(sc) -> None:
