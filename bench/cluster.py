@@ -201,7 +201,9 @@ class StandaloneCluster:
         self._wait("master ALIVE", lambda s: s.get("status") == "ALIVE")
 
     def add_worker(self, count: int = 1) -> None:
-        """Start `count` workers at once (their JVMs start in parallel), then wait for all to register."""
+        """Start `count` workers at once (their JVMs start in parallel), then wait for all to register
+        (beside the workers alive before: a killed one does not count)."""
+        alive = self.state().get("aliveworkers", 0) if self.workers else 0
         for _ in range(count):
             self.workers += 1
             work = self.root / f"worker-{self.workers}"
@@ -230,7 +232,7 @@ class StandaloneCluster:
                 cpus=self._worker_cpus(),
                 env=env,
             )
-        n = self.workers
+        n = alive + count
         self._wait(f"{n} worker(s) registered", lambda s: s.get("aliveworkers", 0) >= n)
 
     def _worker_cpus(self) -> str | None:
@@ -242,6 +244,16 @@ class StandaloneCluster:
         ncpu = os.cpu_count() or 1
         first = (self.workers - 1) * self.worker_cores
         return ",".join(str((first + i) % ncpu) for i in range(self.worker_cores))
+
+    def replace_lost_workers(self, want: int) -> None:
+        """After a worker was killed: forget its process, wait until the master has seen it go,
+        then start workers until `want` are alive."""
+        kept = [(p, log) for p, log in zip(self.procs, self.logs, strict=True) if p.poll() is None]
+        self.procs, self.logs = [p for p, _ in kept], [log for _, log in kept]
+        live = len(self.procs) - 1  # the master is the first
+        self._wait(f"{live} worker(s) alive", lambda s: s.get("aliveworkers", 0) == live)
+        if live < want:
+            self.add_worker(want - live)
 
     def stop(self) -> None:
         for p in reversed(self.procs):

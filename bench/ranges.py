@@ -1,5 +1,5 @@
 """The ranges stage without Spark: its tasks (compaction/steps/range_task.py) as processes of this
-machine, meeting through an exchange directory exactly as the barrier stage's tasks do, beside one
+machine, meeting through an exchange directory exactly as the Spark stage's tasks do, beside one
 whole-partition task on the same segments. Per task: wall and CPU seconds of its scan, merge (the
 wait for the others included) and rewrite phases. What the Spark stage costs at the least.
 

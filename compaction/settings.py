@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from compaction.errors import UsageError
+from compaction.runtime.exchange import PEER_WAIT_SECONDS
 from compaction.runtime.segment_io import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ class Settings:
     exchange_dir: str | None = _knob(
         None, str, "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
         "in local mode, else beside the first log dir)", conf=CONF_PREFIX + "exchangeDir")  # fmt: skip
+    peer_wait_seconds: float = _knob(
+        PEER_WAIT_SECONDS, float, "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
+        "or not started) before it leaves its work to the follow-up stages", conf=CONF_PREFIX + "peerWaitSeconds")  # fmt: skip
     warmup: bool = _knob(True, _flag, "warm the Python workers up while the driver plans (`false`: off)",
                          conf=CONF_PREFIX + "warmup")  # fmt: skip
     worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with

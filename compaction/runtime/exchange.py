@@ -1,10 +1,17 @@
 """The files through which the tasks of one ranges stage hand each other their blocks.
 
-The tasks of that stage run at the same time (a Spark barrier stage: all or none), so a task can
-wait for the others. Each writes its blocks (`ranges.Block`) into files of a directory that every
-task can reach, posts a marker when a phase is done, and waits for every task's marker before it
-reads what the others wrote. The blocks never pass through the JVM: a file is written once by one
-task and read, slice by slice, by the tasks that need it.
+The tasks of that stage are ordinary Spark tasks: each writes its blocks (`ranges.Block`) into
+files of a directory that every task can reach, posts a marker when a phase is done, and waits for
+every task's marker before it reads what the others wrote. The blocks never pass through the JVM:
+a file is written once by one task and read, slice by slice, by the tasks that need it.
+
+Nothing guarantees that the stage's tasks run at the same time (a lost executor, dynamic
+allocation, fewer slots than the plan expected), so a wait never outlasts its peer: every task
+beats a heart (`alive-<task>`, rewritten every HEARTBEAT_SECONDS) while it runs, and says
+`gone-<task>` when it stops before its last phase. A waiting task gives up (`PeerGone`) when the
+peer it waits for is gone, or its heart has not beaten for `peer_wait` seconds (dead, or not
+started yet: its slot may be the one the waiter holds). What the stage's tasks leave undone, the
+driver then runs as further stages that wait for nothing (compaction/steps/range_task.py).
 
 Layout of the directory:
 
@@ -12,6 +19,7 @@ Layout of the directory:
                     [data 0][data 1]...[index: Arrow IPC stream (range_id int32, kind int32,
                     bucket int32, seq int64, offset int64, length int64)][index length: u64 LE]
     done-<phase>-<task>.json   the task's status of that phase (written last, after its files)
+    alive-<task>, gone-<task>  the task's heartbeat, and its word that it stopped early
 
 Where: `spark.kafka.compaction.exchangeDir` when set; otherwise a temporary directory on the
 driver's host when Spark runs in local mode (every task on this host), else a directory beside the
@@ -30,6 +38,7 @@ import os
 import shutil
 import struct
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -50,34 +59,57 @@ PREFIX = ".kafka-compaction-exchange-"
 # How often a waiting task looks for the others' markers: a local directory costs a stat, an
 # object store a request.
 POLL_LOCAL_SECONDS, POLL_REMOTE_SECONDS = 0.002, 0.05
+# How often a running task rewrites its heartbeat file, and how often a waiting task looks at
+# its peer's (an object store answers one request each).
+HEARTBEAT_SECONDS = 1.0
+# A task that waits gives up on a peer whose heart has not beaten for this long: long enough for a
+# kernel call that holds the GIL (the heartbeat thread needs it) and for a retried task's new
+# executor to start; short against a round that would otherwise never end.
+PEER_WAIT_SECONDS = 60.0
 
 
 class ExchangeError(CompactionError):
     """A peer's file or marker is missing or unreadable."""
 
 
+class PeerGone(BaseException):  # noqa: N818 - not an error: the task stops early, the driver finishes
+    """The peer a task waits for is gone or not running: the task stops where it is and leaves the
+    rest to the driver's follow-up stages. A BaseException, so that the handlers that turn a
+    partition's error into its failed rows (`except Exception`) let it through: nothing failed."""
+
+    def __init__(self, task: int, phase: str) -> None:
+        super().__init__(f"task {task} did not finish phase {phase}")
+        self.task, self.phase = task, phase
+
+
 class Exchange:
     """The exchange directory of one stage (picklable: tasks receive it in their closure)."""
 
-    def __init__(self, storage: Storage, root: str, local_temp: bool = False) -> None:
+    def __init__(self, storage: Storage, root: str, local_temp: bool = False,
+                 peer_wait: float = PEER_WAIT_SECONDS) -> None:  # fmt: skip
         self.storage, self.root, self._local_temp = storage, root, local_temp
-        self.timeout = 24 * 3600.0  # a dead peer fails the barrier stage well before this
+        self.peer_wait = peer_wait  # 0: never wait (the driver's follow-up stages: all is there)
 
     @classmethod
-    def create(cls, configured: str | None, local_master: bool, log_dir: str) -> Exchange:
+    def create(cls, configured: str | None, local_master: bool, log_dir: str,
+               peer_wait: float = PEER_WAIT_SECONDS) -> Exchange:  # fmt: skip
         """The stage's directory (see the module docstring), created empty."""
         if configured:
             storage, base = Storage.for_uri(configured)
             root = f"{base.rstrip('/')}/{PREFIX}{uuid.uuid4().hex[:12]}"
         elif local_master:
             storage, root = Storage.local(), tempfile.mkdtemp(prefix=PREFIX)
-            return cls(storage, root, local_temp=True)
+            return cls(storage, root, local_temp=True, peer_wait=peer_wait)
         else:
             storage, base = Storage.for_uri(log_dir)
             root = f"{os.path.dirname(base.rstrip('/'))}/{PREFIX}{uuid.uuid4().hex[:12]}"
         if storage.is_local:
             os.makedirs(root, exist_ok=True)
-        return cls(storage, root)
+        return cls(storage, root, peer_wait=peer_wait)
+
+    def no_wait(self) -> Exchange:
+        """The same directory for tasks that must find every marker they read already there."""
+        return Exchange(self.storage, self.root, self._local_temp, peer_wait=0)
 
     def remove(self) -> None:
         if self.storage.is_local:
@@ -175,15 +207,76 @@ class Exchange:
         """Every task's status of `phase`, once all are posted (waits)."""
         return [self.status(phase, t) for t in range(tasks)]
 
+    def posted(self, phase: str, task: int) -> bool:
+        return self.storage.exists(self.path(f"done-{phase}-{task}.json"))
+
     def status(self, phase: str, task: int) -> dict:
-        """The task's status of `phase`, once posted (waits)."""
+        """The task's status of `phase`, once posted: waits while the task is alive (see the
+        module docstring), else raises `PeerGone` (at once when `peer_wait` is 0)."""
         poll = POLL_LOCAL_SECONDS if self.storage.is_local else POLL_REMOTE_SECONDS
         path = self.path(f"done-{phase}-{task}.json")
-        deadline = time.monotonic() + self.timeout
+        pulse = _Pulse(self, task)
         while not self.storage.exists(path):
-            if time.monotonic() > deadline:
-                raise ExchangeError(f"task {task} did not finish phase {phase} within {self.timeout:.0f} s")
+            if not pulse.alive():
+                raise PeerGone(task, phase)
             time.sleep(poll)
         return json.loads(self.storage.read_bytes(path))
 
-__all__ = ["Exchange", "ExchangeError", "PREFIX"]
+    # --- liveness --------------------------------------------------------------------------
+
+    @contextmanager
+    def heartbeat(self, task: int):
+        """Beat the task's heart while the block runs; a block left by `PeerGone` says `gone`."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            n = 0
+            while True:
+                try:
+                    with self._create(f"alive-{task}") as out:  # a new file: its mtime and size change
+                        out.write(str(n).encode())
+                except OSError:
+                    pass  # a missed beat: the next one may land
+                n += 1
+                if stop.wait(HEARTBEAT_SECONDS):
+                    return
+
+        thread = threading.Thread(target=beat, name=f"exchange-heartbeat-{task}", daemon=True)
+        thread.start()
+        try:
+            yield
+        except PeerGone:
+            with self._create(f"gone-{task}") as out:
+                out.write(b"")
+            raise
+        finally:
+            stop.set()
+            thread.join()
+
+class _Pulse:
+    """Whether a peer is worth waiting for: not gone, and its heartbeat file changed within the
+    last `peer_wait` seconds of this host's clock (the file's own mtime comes from the peer's host
+    or the store, whose clocks may differ: only its changes are compared)."""
+
+    def __init__(self, ex: Exchange, task: int) -> None:
+        self.ex, self.task = ex, task
+        self.seen, self.since, self.checked = None, time.monotonic(), 0.0
+
+    def alive(self) -> bool:
+        if self.ex.peer_wait <= 0:
+            return False
+        now = time.monotonic()
+        # A local directory answers a stat at once; an object store is asked once a beat.
+        if now - self.checked < HEARTBEAT_SECONDS / (4 if self.ex.storage.is_local else 1):
+            return True
+        self.checked = now
+        if self.ex.storage.exists(self.ex.path(f"gone-{self.task}")):
+            return False
+        info = self.ex.storage.fs.get_file_info(self.ex.path(f"alive-{self.task}"))
+        beat = None if info.type == pafs.FileType.NotFound else (info.mtime_ns, info.size)
+        if beat != self.seen:
+            self.seen, self.since = beat, now
+        return now - self.since < self.ex.peer_wait
+
+
+__all__ = ["Exchange", "ExchangeError", "PREFIX", "PeerGone"]

@@ -112,14 +112,26 @@ def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dic
 
 
 def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings):
-    """Partitions cut into ranges: one barrier stage whose tasks scan their ranges, merge the key
-    summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py)."""
+    """Partitions cut into ranges: one stage whose tasks scan their ranges, merge the key
+    summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py),
+    then, when one of its tasks stopped early (a lost executor, a slot that never came), stages
+    for what it left undone."""
     from compaction.spark import stages as st
     from compaction.runtime.exchange import Exchange
-    from compaction.steps.range_task import RangePlan
+    from compaction.steps.range_task import RangePlan, finish
 
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
+    bplan = sc.broadcast(plan)
     sc.setJobGroup("ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite")
-    with Exchange.create(settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri) as ex:
-        rows = st.ranged(sc, sc.broadcast(plan), ex, settings.worker).collect()
+    with Exchange.create(settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri,
+                         settings.peer_wait_seconds) as ex:  # fmt: skip
+        rows = st.ranged(sc, bplan, ex, settings.worker).collect()
+
+        def run(kind: str, items: list) -> list[dict]:
+            if not items:
+                return []
+            sc.setJobGroup("ranges", f"ranges left undone: {kind}, {len(items)} tasks")
+            return st.resumed(sc, bplan, ex, kind, items, settings.worker).collect()
+
+        rows = finish(plan, ex, rows, run)
     return task_rows(rows, todo, timings)

@@ -17,6 +17,11 @@ def spark_context(settings: Settings):
     # The JVM first, so that the conf starts from spark-submit's (its --name wins over our default).
     SparkContext._ensure_initialized()
     conf = SparkConf().setIfMissing("spark.app.name", "kafka-offline-compaction")
+    # A task writes its groups' `.cleaned` files in place: two live attempts of one task (a
+    # speculative copy) would write the same file at once. A retry after a lost task is safe (the
+    # lost attempt's process is gone with its executor or its worker daemon), a speculative one
+    # is not, so speculation stays off whatever the cluster's defaults say.
+    conf.set("spark.speculation", "false")
     if settings.spark_master:
         conf.setMaster(settings.spark_master)
     return SparkContext.getOrCreate(conf)

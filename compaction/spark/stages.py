@@ -1,8 +1,9 @@
 """The Spark stages of one round.
 
 - `fused`: partitions compacted whole, one task per bin of partitions (`compact_partition`).
-- `ranged`: partitions cut into ranges, as one barrier stage whose tasks run at once and meet
-  through the exchange (compaction/steps/range_task.py, compaction/runtime/exchange.py).
+- `ranged`: partitions cut into ranges, as one stage whose tasks meet through the exchange
+  (compaction/steps/range_task.py, compaction/runtime/exchange.py), and `resumed`: what its tasks
+  left undone when one of them stopped early, as stages that wait for nothing.
 
 Errors inside a task never fail the Spark job: they come back as rows with `error`, so one
 damaged partition cannot stop the others.
@@ -42,8 +43,9 @@ RESULT_FIELDS = (
 
 
 def task_slots(sc) -> int:
-    """Tasks the cluster runs at once (a barrier stage must not ask for more); the default
-    parallelism where Spark does not say."""
+    """Tasks the cluster runs at once (the ranges stage's tasks wait for each other: more than this
+    would leave the later ones to the follow-up stages); the default parallelism where Spark does
+    not say (no executor yet, as under dynamic allocation)."""
     try:
         jsc = sc._jsc.sc()
         n = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
@@ -53,9 +55,11 @@ def task_slots(sc) -> int:
 
 
 def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
-    """The ranges stage (compaction/steps/range_task.py) as an RDD of result rows: one barrier task per
-    entry of `plan.tasks` (a broadcast `RangePlan`), all started together, in workers set up for
-    `worker`."""
+    """The ranges stage (compaction/steps/range_task.py) as an RDD of result rows: one task per
+    entry of `plan.tasks` (a broadcast `RangePlan`), in workers set up for `worker`. An ordinary
+    stage: Spark retries a lost task (a retried task writes what the first attempt wrote), and it
+    runs under dynamic allocation. Its tasks wait for each other only while the awaited one is
+    alive; what is left when one stops early, `resumed` finishes."""
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
@@ -66,7 +70,22 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
         for t in task_ids:
             yield from map(_typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
-    return sc.parallelize(range(n_tasks), n_tasks).barrier().mapPartitions(run)
+    return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
+
+
+def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = WorkerSettings()):
+    """What the ranges stage left undone, of one `kind` (`range_task.finish`): one task per item,
+    as an RDD of result rows."""
+
+    def run(part: Iterator) -> Iterator[dict]:
+        from compaction.runtime.worker import prepare_worker
+        from compaction.steps.range_task import resume
+
+        prepare_worker(worker)
+        for item in part:
+            yield from map(_typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
+
+    return sc.parallelize(items, max(1, len(items))).mapPartitions(run)
 
 
 # --- one task per partition ----------------------------------------------------------------
@@ -179,4 +198,4 @@ def _typed(row: dict) -> dict:
     return {n: None if row.get(n) is None else kind(row[n]) for n, kind in _KINDS.items()}
 
 
-__all__ = ["FUSED_FIELDS", "GroupSpec", "compact_partition", "fused", "pack", "ranged", "task_slots"]
+__all__ = ["FUSED_FIELDS", "GroupSpec", "compact_partition", "fused", "pack", "ranged", "resumed", "task_slots"]

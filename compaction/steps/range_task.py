@@ -41,7 +41,7 @@ import numpy as np
 
 from compaction.errors import CompactionError, error_text
 from compaction.format import batch as fb
-from compaction.runtime.exchange import Exchange
+from compaction.runtime.exchange import Exchange, PeerGone
 from compaction.steps import deal, ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_part, rewrite_unit
@@ -101,60 +101,165 @@ class RangePlan:
         return cls(ranges, groups, parts, tasks, rewriter)
 
 
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """Who does what once every range is scanned, the same in every task and on the driver (a
+    function of the plan and of the ranges' scan statuses): `dead` {partition: the error of a
+    damaged range}; `units` {first group id: its groups} of the sound partitions (a partition with
+    transactions is one unit); `split` the cut groups rewritten from parts; `task_of` {group id:
+    the task that rewrites it}; `holder` {range id: the task that scanned it}; `buckets` each
+    task's merge buckets; `early` the units that need nothing from the merge."""
+
+    scans: dict[int, dict]
+    dead: dict[int, str]
+    units: dict[int, list[int]]
+    split: frozenset[int]
+    task_of: dict[int, int]
+    holder: dict[int, int]
+    buckets: list[list[int]]
+    early: frozenset[int]
+
+    @classmethod
+    def of(cls, plan: RangePlan, posted: list[dict]) -> Work:
+        scans = {int(r): s for status in posted for r, s in status.items()}
+        dead, units, split = {}, {}, set()
+        for p, gids in plan.parts.items():
+            rids = _ranges_of(gids, plan)
+            errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
+            if errors:
+                dead[p] = errors[0]
+            elif any(scans[r]["txn"] for r in rids):
+                units[gids[0]] = gids
+            else:
+                units.update({g: [g] for g in gids})
+                split.update(g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None)
+        holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
+        task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}  # a cut group is its own unit
+        buckets = _deal(plan, scans, dead, units, task_of, holder)
+        early = frozenset(g for g, unit in units.items() if _needs_no_merge(unit, plan))
+        return cls(scans, dead, units, frozenset(split), task_of, holder, buckets, early)
+
+    def rewrites(self, t: int, plan: RangePlan, early: bool) -> dict[int, list[list[int]]]:
+        """{partition: its units} that task `t` rewrites, those that need no merge or the others."""
+        out: dict[int, list[list[int]]] = {}
+        for p, gids in plan.parts.items():
+            mine = [self.units[g] for g in gids if g in self.units and self.task_of[g] == t and (g in self.early) == early]
+            if mine:
+                out[p] = mine
+        return out
+
+    def parts_of(self, t: int, plan: RangePlan) -> list[int]:
+        """The ranges task `t` cleans as parts of cut groups another task rewrites."""
+        return [r for r in plan.tasks[t] if plan.ranges[r][0].group_id in self.split
+                and self.task_of[plan.ranges[r][0].group_id] != t]  # fmt: skip
+
+
 def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:
-    """Task `t` of the stage: its rows (see the module docstring)."""
+    """Task `t` of the stage: its rows (see the module docstring). A task whose peer is gone
+    (`PeerGone`) stops at that wait and returns what it did: `finish` completes the rest."""
     started, cpu = time.monotonic(), time.process_time()
-    n_tasks = len(plan.tasks)
     cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
+    rows: list[dict] = []
+    marks = {"started": started}
+    try:
+        with ex.heartbeat(t):
+            _run(t, plan, ex, cache, rows, marks)
+    except PeerGone:
+        pass
+    ended = time.monotonic()
+    scanned = marks.get("scanned", ended)
+    # The merge, and the wait for the others' merges: what a whole-partition task spends on its map.
+    map_seconds = (marks.get("posted", scanned) - scanned) + (marks.get("merged", ended) - marks.get("rewritten", ended))
+    rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": map_seconds,
+                 "cpu_seconds": time.process_time() - cpu})  # fmt: skip
+    return rows
+
+
+def _run(t: int, plan: RangePlan, ex: Exchange, cache, rows: list[dict], marks: dict) -> None:
+    n_tasks = len(plan.tasks)
     held: dict[int, ranges.Held] = {}
     status = {str(r): _scan(r, plan, ex, cache, held) for r in plan.tasks[t]}
     ex.post("scan", t, status)
-    scans = {int(r): s for posted in ex.gather("scan", n_tasks) for r, s in posted.items()}
-    dead, units, split = {}, {}, set()  # units: {first group id: its groups} of the sound partitions
-    for p, gids in plan.parts.items():
-        rids = _ranges_of(gids, plan)
-        errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
-        if errors:
-            dead[p] = errors[0]
-        elif any(scans[r]["txn"] for r in rids):
-            units[gids[0]] = gids
-        else:
-            units.update({g: [g] for g in gids})
-            split.update(g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None)
-    holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
-    task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}  # a cut group is its own unit
-    scanned = time.monotonic()
-    buckets = _deal(plan, scans, dead, units, task_of, holder)[t]
-    error = _hand_over(t, plan, ex, held, task_of, split) or _merge(t, plan, ex, dead, buckets)
-    ex.post("merge", t, {"error": error})
-    posted = time.monotonic()
-    # The units whose rewrite needs nothing from the merge go first, without waiting for it.
-    early = {g for g, unit in units.items() if task_of[g] == t and _needs_no_merge(unit, plan)}
-    rows = []
-    for p, gids in plan.parts.items():
-        mine = [units[g] for g in gids if g in early]
-        if mine and p not in dead:
-            rows += _rewrite(p, mine, plan, ex, held, cache, split, holder)
-    rewritten = time.monotonic()
-    merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
-    merged = time.monotonic()
+    # Every range's ids, whoever rewrites it: a task that stops early leaves its ranges to others.
     for r in plan.tasks[t]:
-        g = plan.ranges[r][0].group_id
-        if g in split and task_of[g] != t:
-            _write_part(t, r, plan, ex, held, cache, merge_errors)
+        if r in held and not ex.storage.exists(ex.path(f"ids-{r}")):
+            ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, held[r]))
+    work = Work.of(plan, ex.gather("scan", n_tasks))
+    marks["scanned"] = time.monotonic()
+    if not ex.posted("merge", t):  # a retried task finds its merge done by the attempt before
+        ex.post("merge", t, {"error": _merge(t, plan, ex, work.dead, work.buckets[t])})
+    marks["posted"] = time.monotonic()
+    # The units whose rewrite needs nothing from the merge go first, without waiting for it.
+    for p, units in work.rewrites(t, plan, early=True).items():
+        if p not in work.dead:
+            rows += _rewrite(p, units, plan, ex, held, cache, work)
+    marks["rewritten"] = time.monotonic()
+    merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
+    marks["merged"] = time.monotonic()
+    for r in work.parts_of(t, plan):
+        _write_part(t, r, plan, ex, held, cache, merge_errors)
+    for p, units in work.rewrites(t, plan, early=False).items():
+        if p not in work.dead:
+            rows += _rewrite_after_merge(p, units, plan, ex, held, cache, work, merge_errors)
+
+
+def _rewrite_after_merge(p: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,
+                         work: Work, merge_errors: list[str]) -> list[dict]:  # fmt: skip
+    if merge_errors:
+        return [{"group_id": g, "error": merge_errors[0]} for unit in units for g in unit]
+    return _rewrite(p, units, plan, ex, held, cache, work)
+
+
+# --- what the stage's tasks left undone ------------------------------------------------------
+
+MERGE, PART, REWRITE = "merge", "part", "rewrite"
+
+
+def finish(plan: RangePlan, ex: Exchange, rows: list[dict], run) -> list[dict]:
+    """The stage completed: every unit rewritten, or its error reported. `rows` are the stage's;
+    what its tasks left undone (a task that stopped early: its peer was lost, or never started)
+    runs through `run(kind, items)` (rows of `resume(kind, item)` for each item, one Spark task
+    each on the driver), kind by kind, each finding all it reads already in the exchange. The
+    rows of the damaged partitions come from here. Returns every row."""
+    ex = ex.no_wait()
+    work = Work.of(plan, ex.gather("scan", len(plan.tasks)))
+    rows = list(rows)
+    done = {r["group_id"] for r in rows}
+    todo = {g: unit for g, unit in work.units.items() if not done.issuperset(unit)}
+    if any(g not in work.early for g in todo):
+        rows += run(MERGE, [k for k in range(len(plan.tasks)) if not ex.posted("merge", k)])
+        failed = any(s["error"] for s in ex.gather("merge", len(plan.tasks)))
+        parts = [] if failed else [r for g in todo if g in work.split for r in plan.groups[g][1]
+                                   if r != _own_range(g, plan, work.holder) and not ex.posted(f"part-{r}", work.holder[r])]  # fmt: skip
+        rows += run(PART, parts)
+    by_task: dict[tuple[int, int], list[int]] = {}  # (rewriter, partition) -> first group ids of its units
+    for g in sorted(todo):
+        by_task.setdefault((work.task_of[g], plan.ranges[plan.groups[g][1][0]][1]), []).append(g)
+    rows += run(REWRITE, [(t, p, gids) for (t, p), gids in sorted(by_task.items())])
     for p, gids in plan.parts.items():
-        if p in dead:  # reported by the task that would have rewritten each group
-            rows += [{"group_id": g, "error": dead[p]} for g in gids if plan.rewriter[g] == t]
-            continue
-        mine = [units[g] for g in gids if g in units and task_of[g] == t and g not in early]
-        if mine and merge_errors:
-            rows += [{"group_id": g, "error": merge_errors[0]} for unit in mine for g in unit]
-        elif mine:
-            rows += _rewrite(p, mine, plan, ex, held, cache, split, holder)
-    rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started,
-                 "map_seconds": posted - scanned + merged - rewritten,
-                 "cpu_seconds": time.process_time() - cpu})  # fmt: skip
+        if p in work.dead:
+            rows += [{"group_id": g, "error": work.dead[p]} for g in gids if g not in done]
     return rows
+
+
+def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:
+    """One piece of what the stage's tasks left undone (`finish`), with nothing held from their
+    scans: the ranges' ids come from the exchange, their segments are read and walked again."""
+    ex = ex.no_wait()
+    work = Work.of(plan, ex.gather("scan", len(plan.tasks)))
+    cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
+    if kind == MERGE:
+        ex.post("merge", item, {"error": _merge(item, plan, ex, work.dead, work.buckets[item])})
+        return []
+    t, p, gids = item if kind == REWRITE else (work.holder[item], None, [])
+    later = [work.units[g] for g in gids if g not in work.early]
+    # Every merge is posted before a part or a unit that needs one is resumed (`finish`).
+    merge_errors = [s["error"] for s in ex.gather("merge", len(plan.tasks)) if s["error"]] if kind == PART or later else []
+    if kind == PART:
+        _write_part(t, item, plan, ex, {}, cache, merge_errors)
+        return []
+    rows = _rewrite(p, [work.units[g] for g in gids if g in work.early], plan, ex, {}, cache, work)
+    return rows + (_rewrite_after_merge(p, later, plan, ex, {}, cache, work, merge_errors) if later else [])
 
 
 def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
@@ -177,19 +282,6 @@ def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
 def _transactional(block: ranges.Block) -> bool:
     attrs = ranges.from_block(block.data).column("attributes").to_numpy()
     return bool(np.any(attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))
-
-
-def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, task_of: dict, split: set) -> str | None:
-    """Write the ids of the ranges this task holds whose group another task rewrites from them
-    (a part of a cut group is cleaned here instead: `_write_part`)."""
-    try:
-        for r in plan.tasks[t]:
-            g = plan.ranges[r][0].group_id
-            if r in held and task_of.get(g, t) != t and g not in split:
-                ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, held[r]))
-    except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
-        return error_text(exc)
-    return None
 
 
 def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]) -> str | None:
@@ -266,17 +358,20 @@ def _partition_state(part: int, plan: RangePlan, ex: Exchange) -> ranges.Produce
 
 
 def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,
-             split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
+             work: Work) -> list[dict]:  # fmt: skip
     """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
     leader epochs are checked and its producer state derived, once, from every range's blocks.
-    `split`: the cut groups whose other ranges come as parts, from the task `holder[range]`."""
+    `work.split`: the cut groups whose other ranges come as parts, from the task `work.holder[range]`."""
+    if not units:
+        return []
     try:
         state = _partition_state(part, plan, ex)
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
     if state.first_unstable is not None and state.first_unstable < plan.groups[plan.parts[part][0]][0].upper_bound:
         return [{"group_id": g, "first_unstable": state.first_unstable} for unit in units for g in unit]
-    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache, split, holder)]
+    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache, work.split,
+                                                            work.holder)]  # fmt: skip
 
 
 def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache,
@@ -320,6 +415,8 @@ def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache
     post its status: the stats, or the error. Nothing is cleaned when the group will not be
     rewritten (a merge failed): its rewriter never waits for the part."""
     spec, part, _ = plan.ranges[r]
+    if ex.posted(f"part-{r}", t):  # by the attempt before a retry: its reader may be reading it
+        return
     status: dict = {"error": merge_errors[0] if merge_errors else None}
     try:
         if merge_errors:  # its rewriter reports the merge's error and waits for no part
@@ -406,4 +503,4 @@ def _check_epochs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> None:
     check_partition_epochs(specs, runs)
 
 
-__all__ = ["RangePlan", "STATS_ROW", "run_task"]
+__all__ = ["MERGE", "PART", "REWRITE", "STATS_ROW", "RangePlan", "Work", "finish", "resume", "run_task"]

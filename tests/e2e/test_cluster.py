@@ -76,7 +76,7 @@ def run(tmp_path_factory):
     compile_log = root / "compiles.log"
     with standalone.StandaloneCluster(root / "spark", timeout=120, fresh_temp=True) as cluster:
         cluster.add_worker(2)
-        # every partition cut into ranges: the ranges stage's barrier tasks, one per worker, meet
+        # every partition cut into ranges: the ranges stage's tasks, one per worker, meet
         # through an exchange directory beside the log dir (not local mode: no shared temp dir)
         code, _, stderr = standalone.submit(cluster, python, log_dir, report_path, "--conf",
                                             "spark.kafka.compaction.partitionTaskMaxBytes=0", "--conf",

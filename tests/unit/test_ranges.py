@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from compaction.steps import ranges
 from compaction.runtime.exchange import Exchange
 from compaction.steps import range_task
-from compaction.steps.range_task import STATS_ROW, RangePlan, run_task
+from compaction.steps.range_task import STATS_ROW, RangePlan, finish, resume, run_task
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
@@ -62,15 +63,19 @@ def cleaned(part: Path) -> dict[str, bytes]:
     return out
 
 
-def in_ranges(specs: list[GroupSpec], tasks: int, where: Path, reuse: int = 1 << 30) -> list[dict]:
+def in_ranges(specs: list[GroupSpec], tasks: int, where: Path, reuse: int = 1 << 30, partitions=None,
+              peer_wait: float = 60.0) -> list[dict]:  # fmt: skip
     """The ranges stage in this process: its `tasks` tasks on threads, meeting through an
-    exchange directory in `where`, as the barrier stage's tasks do."""
-    plan = RangePlan.cut([specs], tasks)
+    exchange directory in `where`, as the stage's tasks do, then what they left undone
+    (`finish`, its pieces run here in turn)."""
+    plan = RangePlan.cut(partitions or [specs], tasks)
     where.mkdir(parents=True, exist_ok=True)
-    ex = Exchange(Storage.local(), str(where))
+    ex = Exchange(Storage.local(), str(where), peer_wait=peer_wait)
     with ThreadPoolExecutor(len(plan.tasks)) as pool:
         outs = list(pool.map(lambda t: run_task(t, plan, ex, reuse), range(len(plan.tasks))))
-    return sorted((r for out in outs for r in out if r["group_id"] != STATS_ROW), key=lambda r: r["group_id"])
+    run = lambda kind, items: [r for item in items for r in resume(kind, item, plan, ex, reuse)]  # noqa: E731
+    rows = finish(plan, ex, [r for out in outs for r in out], run)
+    return sorted((r for r in rows if r["group_id"] != STATS_ROW), key=lambda r: r["group_id"])
 
 
 CASES = {
@@ -107,11 +112,11 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
     if n_ranges == 1:  # one group, its indexes too: a cut group's parts land at the right positions
         assert many == one
     # A cut group of a partition without transactions: its later ranges come as parts, cleaned
-    # by the tasks that hold them; no range's ids are handed over.
+    # by the tasks that hold them. Every range's ids are in the exchange, for a task that stops early.
     names = [p.name for p in (tmp_path / "exchange").iterdir()]
     cut = any(len(rids) > 1 for _, rids in plan.groups.values())
     assert any(n.startswith("part-") for n in names) == (cut and "transactions" not in case)
-    assert not any(n.startswith("ids-") for n in names) or "transactions" in case
+    assert sorted(n for n in names if n.startswith("ids-")) == sorted(f"ids-{r}" for r in plan.ranges)
 
 
 def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatch):
@@ -140,6 +145,124 @@ def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatc
     assert not any(r.get("error") for r in rows), rows
     logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
     assert logs(cleaned(part)) == logs(one)
+
+
+# --- tasks that do not run together ----------------------------------------------------------
+
+# (output groups, tasks): one group cut between three tasks (parts); three groups over two tasks.
+SHAPES = [(1, 3), (3, 2)]
+
+
+def _whole(part: Path) -> dict[str, bytes]:
+    rows = compact_partition(specs_for(part, 1))
+    assert not any(r.get("error") or r.get("first_unstable") for r in rows), rows
+    return cleaned(part)
+
+
+def _logs(files: dict[str, bytes]) -> bytes:
+    return b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))
+
+
+def _check(part: Path, rows: list[dict], one: dict[str, bytes], specs: list[GroupSpec]) -> None:
+    assert not any(r.get("error") for r in rows), rows
+    many = cleaned(part)
+    assert _logs(many) == _logs(one)
+    assert sorted(r["group_id"] for r in rows) == sorted(s.group_id for s in specs)
+    if len(specs) == 1:
+        assert many == one
+
+
+@pytest.mark.parametrize("case", ["mixed codecs, tombstones", "transactions, aborts"])
+@pytest.mark.parametrize("n_groups, tasks", SHAPES)
+def test_tasks_run_one_after_another_leave_the_rest_to_finish(tmp_path, case, n_groups, tasks):
+    """One slot for the stage's tasks (dynamic allocation with one executor, or the others lost):
+    each task runs alone, gives up on the peers that never ran, and `finish` does the merge, the
+    parts and the rewrites they left: the bytes of one whole-partition task."""
+    part = generate(tmp_path / "logs", *CASES[case])
+    one = _whole(part)
+    specs = specs_for(part, n_groups)
+    plan = RangePlan.cut([specs], tasks)
+    ex = Exchange(Storage.local(), str(tmp_path / "exchange"), peer_wait=0.3)
+    (tmp_path / "exchange").mkdir()
+    started = time.monotonic()
+    outs = [r for t in range(tasks) for r in run_task(t, plan, ex, 1 << 30)]
+    assert time.monotonic() - started < 10  # each gave up after peer_wait, not a day
+    names = {p.name for p in (tmp_path / "exchange").iterdir()}
+    assert {f"gone-{t}" for t in range(tasks)} <= names  # every task stopped early: none had all its peers
+    kinds = []
+
+    def run(kind, items):
+        kinds.append((kind, len(items)))
+        return [r for item in items for r in resume(kind, item, plan, ex, 1 << 30)]
+
+    rows = finish(plan, ex, outs, run)
+    cut = any(len(rids) > 1 for _, rids in plan.groups.values()) and "transactions" not in case
+    assert [k for k, n in kinds if n] == (["merge", "part", "rewrite"] if cut else ["merge", "rewrite"])
+    _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
+
+
+class _Killed(BaseException):
+    """An attempt that dies where it stands (its process killed): nothing of it returns."""
+
+
+@pytest.mark.parametrize("phase", ["_merge", "_write_part", "_rewrite"])
+@pytest.mark.parametrize("n_groups, tasks", SHAPES)
+def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(tmp_path, monkeypatch, phase, n_groups,
+                                                                      tasks):  # fmt: skip
+    """The last task's first attempt dies in `phase` (or, where it has none there, goes on); Spark
+    runs it again: its peers wait for the retry's markers (its heart beats again), and the retry
+    writes what the first attempt would have. The bytes are those of one whole-partition task."""
+    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    one = _whole(part)
+    specs = specs_for(part, n_groups)
+    plan = RangePlan.cut([specs], tasks)
+    ex = Exchange(Storage.local(), str(tmp_path / "exchange"), peer_wait=30)
+    (tmp_path / "exchange").mkdir()
+    victim, died, real = tasks - 1, [], getattr(range_task, phase)
+
+    def dies_once(*args, **kwargs):
+        if threading.current_thread().name == "victim" and not died:
+            died.append(phase)
+            raise _Killed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(range_task, phase, dies_once)
+
+    def attempt(t):
+        threading.current_thread().name = "victim" if t == victim else f"task-{t}"
+        try:
+            return run_task(t, plan, ex, 1 << 30)
+        except _Killed:
+            time.sleep(1.5)  # the retry starts later, on another executor
+            threading.current_thread().name = "retry"
+            return run_task(t, plan, ex, 1 << 30)
+
+    with ThreadPoolExecutor(tasks) as pool:
+        outs = [r for out in pool.map(attempt, range(tasks)) for r in out]
+    left = []
+    rows = finish(plan, ex, outs, lambda kind, items: left.extend(items) or [])
+    assert not left, f"the peers gave up on the retried task: {left}"
+    assert not any(n.startswith("gone-") for n in (p.name for p in (tmp_path / "exchange").iterdir()))
+    _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
+
+
+def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_path):
+    a = generate(tmp_path / "a", *CASES["mixed codecs, tombstones"])
+    b = generate(tmp_path / "b", *CASES["mixed codecs, tombstones"])
+    one = _whole(b)
+    specs_a = specs_for(a, 2)
+    specs_b = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(b, 2)]
+    seg = sorted(a.glob("*.log"))[1]
+    data = bytearray(seg.read_bytes())
+    data[200] ^= 0xFF  # a CRC no longer matches
+    seg.write_bytes(bytes(data))
+    rows = in_ranges([], 2, tmp_path / "exchange", partitions=[specs_a, specs_b])
+    by_group = {r["group_id"]: r for r in rows}
+    assert sorted(by_group) == sorted(s.group_id for s in specs_a + specs_b)
+    assert all(seg.name in by_group[s.group_id]["error"] for s in specs_a), rows
+    assert not any(by_group[s.group_id].get("error") for s in specs_b)
+    assert _logs(cleaned(b)) == _logs(one)
+    assert not cleaned(a)
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):

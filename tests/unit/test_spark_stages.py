@@ -1,5 +1,6 @@
-"""The Spark stages of a round (compaction/spark/stages.py): `ranged`, the barrier stage of
-partitions cut into ranges whose tasks meet through the exchange directory, and `fused`, whole
+"""The Spark stages of a round (compaction/spark/stages.py): `ranged`, the stage of partitions
+cut into ranges whose tasks meet through the exchange directory (and `resumed`, what it left
+undone), and `fused`, whole
 partitions packed into tasks; and the rows both give back (`_typed`, `FUSED_FIELDS`).
 
 Few, fat Spark tests (the JVM start dominates). Each stage is checked against its tasks run in this
@@ -17,9 +18,9 @@ from chispa import assert_df_equality
 from test_ranges import cleaned, generate, in_ranges, specs_for
 
 from compaction.runtime.exchange import Exchange
-from compaction.steps.range_task import STATS_ROW, RangePlan
+from compaction.steps.range_task import STATS_ROW, RangePlan, finish
 from compaction.steps.group import CLEANED
-from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, pack, ranged, task_slots
+from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, pack, ranged, resumed, task_slots
 from compaction.runtime.storage import Storage
 
 TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
@@ -32,11 +33,14 @@ def partition(tmp_path_factory):
     return part, specs_for(part, 3)
 
 
-def _stage(spark, partitions, where) -> list[dict]:
+def _stage(spark, partitions, where, tasks=None, peer_wait=60.0) -> list[dict]:
+    """The stage and what it left undone, as the driver runs them (spark/jobs.py `_run_ranges`)."""
     sc = spark.sparkContext
-    plan = RangePlan.cut(partitions, task_slots(sc))
+    plan = RangePlan.cut(partitions, tasks or task_slots(sc))
     where.mkdir(parents=True, exist_ok=True)
-    rows = ranged(sc, sc.broadcast(plan), Exchange(Storage.local(), str(where))).collect()
+    ex, bplan = Exchange(Storage.local(), str(where), peer_wait=peer_wait), sc.broadcast(plan)
+    rows = ranged(sc, bplan, ex).collect()
+    rows = finish(plan, ex, rows, lambda kind, items: resumed(sc, bplan, ex, kind, items).collect() if items else [])
     return [r for r in rows if r["group_id"] != STATS_ROW]
 
 
@@ -59,6 +63,20 @@ def test_ranged_stage_writes_what_its_tasks_write_in_process(spark, partition, t
     assert_df_equality(_frame(spark, rows), _frame(spark, reference_rows), ignore_row_order=True)
     assert cleaned(part) == reference
     assert not list(part.glob("*" + CLEANED))
+
+
+def test_more_tasks_than_slots_finish_through_the_follow_up_stages(spark, partition, tmp_path):
+    """Four tasks on two slots (as under dynamic allocation before the executors come): the
+    first two give up on the peers that cannot start, and the follow-up stages finish the round
+    with the bytes of the tasks run together."""
+    part, specs = partition
+    in_ranges(specs, 4, tmp_path / "threads")
+    reference = cleaned(part)
+    rows = _stage(spark, [specs], tmp_path / "stage", tasks=4, peer_wait=1.0)
+    assert not any(r.get("error") for r in rows), rows
+    assert sorted(r["group_id"] for r in rows) == sorted(s.group_id for s in specs)
+    assert cleaned(part) == reference
+    assert any(p.name.startswith("gone-") for p in (tmp_path / "stage").iterdir())
 
 
 def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, partition, tmp_path):
