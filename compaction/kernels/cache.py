@@ -41,6 +41,7 @@ import io
 import json
 import os
 import posixpath
+import shutil
 import socket
 import sys
 import tempfile
@@ -209,14 +210,15 @@ class LazyKernelCache(_Cache):
     def __init__(self, py_func) -> None:
         self._py_func = py_func
         self._cache: _Cache | None = None
+        self._tried = False
 
     def _get(self) -> _Cache | None:
-        if self._cache is None:
+        if not self._tried:
+            self._tried = True
             try:
                 self._cache = _KernelCache(self._py_func)
             except Exception:  # noqa: BLE001 - "no locator available": not cached
                 self._cache = None
-                return None
         return self._cache
 
     @property
@@ -296,8 +298,6 @@ def unpack(data: bytes, key: CacheKey, directory: str) -> int:
         return len(files)
     finally:
         if os.path.exists(tmp):
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
 
 
