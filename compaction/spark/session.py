@@ -41,8 +41,9 @@ class SparkStarter:
         self._planned = threading.Event()
         self.settings = settings
         self._ours = False  # the context started here, not one the caller's process had running
-        # The compiled kernels from the job's store while the JVM starts: in local mode the Python
-        # workers' daemon, started by the warm-up, finds them on this host (runtime/kernel_store.py).
+        # The compiled kernels from the job's store (as the options and the environment name it)
+        # while the JVM starts: in local mode the Python workers' daemon, started by the warm-up,
+        # finds them on this host (runtime/kernel_store.py).
         self._kernels = threading.Thread(target=_fetch_kernels, args=(settings,), name="kernel-fetch", daemon=True)
         self._kernels.start()
         self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
@@ -59,13 +60,14 @@ class SparkStarter:
 
             self._ours = SparkContext._active_spark_context is None
             sc = spark_context(self.settings)
+            self._kernels.join()  # before any Python worker starts
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
             self.settings = settings = self.settings.with_spark_conf(sc.getConf())
+            # Done already, unless the Spark conf names another store than the environment did.
+            _fetch_kernels(settings)
             self._planned.wait()
             if self._plan and settings.warmup:
                 from compaction.spark.warmup import warm_executors
-
-                self._kernels.join()
 
                 seconds, compiled = warm_executors(sc, settings.worker)
                 self._out["workerWarmupSeconds"], self._out["workerKernelCompiles"] = seconds, compiled
