@@ -130,6 +130,9 @@ class Settings:
     peer_wait_seconds: float = _knob(
         PEER_WAIT_SECONDS, float, "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
         "or not started) before it leaves its work to the follow-up stages", conf=CONF_PREFIX + "peerWaitSeconds")  # fmt: skip
+    no_executor_seconds: float = _knob(
+        600.0, float, "how long the round's Spark jobs wait with no executor alive before they are "
+        "cancelled and the round fails (0: forever)", conf=CONF_PREFIX + "noExecutorSeconds")  # fmt: skip
     warmup: bool = _knob(True, _flag, "warm the Python workers up while the driver plans (`false`: off)",
                          conf=CONF_PREFIX + "warmup")  # fmt: skip
     worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with

@@ -45,6 +45,8 @@ EXIT_CODES = (
     (0, "every partition was cleaned or skipped by policy (or nothing was eligible)"),
     (1, "at least one partition failed (named in the log and the report); the others were cleaned"),
     (2, "usage error, held lock or malformed checkpoint: nothing was written"),
+    (75, "the round itself failed (a Spark job aborted, Spark did not start, a commit failed): the "
+         "report says why and names every partition not committed as failed; rerun the round"),
     ("other", "from Spark itself (e.g. 52: the driver ran out of memory); the next run recovers"),
 )
 ENVIRONMENT = (

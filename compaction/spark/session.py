@@ -41,6 +41,7 @@ class SparkStarter:
         self._planned = threading.Event()
         self.settings = settings
         self._ours = False  # the context started here, not one the caller's process had running
+        self._stopped = False
         # The compiled kernels from the job's store (as the options and the environment name it)
         # while the JVM starts: in local mode the Python workers' daemon, started by the warm-up,
         # finds them on this host (runtime/kernel_store.py).
@@ -91,13 +92,19 @@ class SparkStarter:
             raise self._out["error"]
         return self._out["sc"]
 
+    @property
+    def up(self) -> bool:
+        """Whether the context came up (a failed start raises from `get`)."""
+        return "sc" in self._out
+
     def stop_when_done(self) -> None:
-        """The stages are done: a context started here is stopped on a thread, so that its stop
-        (executors, Python workers, shuffle and temp dirs) overlaps the commit rather than
-        following the report at the process's exit. The thread is not a daemon: the process
-        exits once it is done."""
+        """The stages are done (or failed): a context started here is stopped on a thread, so that
+        its stop (executors, Python workers, shuffle and temp dirs) overlaps the commit rather
+        than following the report at the process's exit. The thread is not a daemon: the process
+        exits once it is done. Once only."""
         sc = self._out.get("sc")
-        if self._ours and sc is not None:
+        if self._ours and sc is not None and not self._stopped:
+            self._stopped = True
             threading.Thread(target=_stop, args=(sc,), name="spark-stop").start()
 
 
