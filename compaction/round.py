@@ -8,6 +8,7 @@ and byte position, its files untouched, while the others are cleaned.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import time
@@ -20,20 +21,27 @@ from compaction.errors import CheckpointError, CompactionError
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
 from compaction.settings import Settings
+from compaction.spark.failure import one_line
 from compaction.spark.jobs import scan_and_rewrite
 from compaction.spark.session import SparkStarter
 from compaction.steps import report as rpt
 from compaction.steps.commit import advance_checkpoints, commit, remove_replaced_segments
 from compaction.steps.discover import map_threads, unfreeze_gc, use_threads
 from compaction.steps.outcome import dry_outcome
-from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, to_clean
+from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, selected, to_clean
 from compaction.steps.recover import lock_log_dirs, recover
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# 75 (sysexits' EX_TEMPFAIL, "try again later"): the round itself failed. Not one of Spark's
+# own exit codes (0-3, 10-17, 50-58, 101, 124, 127), nor Python's (1) or a signal's (128+).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ROUND_FAILED = 0, 1, 2, 75
+
+log = logging.getLogger("compaction")
 
 
 def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
-    """One round over `opts.log_dirs`: (exit code, the run report)."""
+    """One round over `opts.log_dirs`: (exit code, the run report). Whatever fails once the log
+    dirs are locked (a Spark job aborted, Spark not starting, an error while committing) still
+    gives a report: the round's `failure`, and every partition it did not commit `failed`."""
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     timings: dict[str, float] = {}
@@ -45,53 +53,125 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     locks = lock_log_dirs(opts)
     # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
     starter = None if opts.dry_run or opts.recover_only else SparkStarter(settings)
+    planned: list[Planned] = []
+    failure = None
     try:
-        listed: dict = {}
-        progress.phase("%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering", len(opts.log_dirs))
-        recovered = {} if opts.dry_run else recover(opts, listed, timings)
-        timings["recoverySeconds"] = time.monotonic() - t0
-        planned, dirs = discover_and_plan(opts, listed, timings)
-        timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
-        todo = to_clean(planned, recovered, opts)
-        _say_planned(progress, planned, todo, timings)
-        if opts.recover_only or opts.plan_only:
-            pass  # the report says what a round would take (`to_clean`)
-        elif todo and opts.dry_run:
-            starter = SparkStarter(settings)
-            todo, results = scan_and_rewrite(starter, todo, planned, opts, progress, timings)
-            for p in todo:
-                dry_outcome(p, results)
-        elif todo:
-            todo, results = scan_and_rewrite(starter, todo, planned, opts, progress, timings)
-            _commit(todo, planned, dirs, results, progress, timings)
-        elif not opts.dry_run:
-            advance_checkpoints(planned, dirs)
+        try:
+            planned, dirs, todo = _recover_and_plan(opts, progress, timings, t0)
+        except CompactionError:
+            raise  # a malformed checkpoint: main() stops the run, nothing written
+        except Exception as exc:  # noqa: BLE001 - the report says why the round stopped
+            failure = _failure("planning", "recovery or planning failed", exc)
+        else:
+            if opts.recover_only or opts.plan_only:
+                pass  # the report says what a round would take (`to_clean`)
+            elif todo:
+                starter = starter or SparkStarter(settings)
+                failure = _clean(starter, todo, planned, dirs, opts, progress, timings)
+            elif not opts.dry_run:
+                failure = _advance_checkpoints(planned, dirs)
     finally:
         if starter is not None:
             starter.join()  # a round with nothing to clean still lets the session come up whole
+            if failure is not None:
+                starter.stop_when_done()
         for lock in locks:
             lock.release()
     timings["totalSeconds"] = time.monotonic() - t0
     results = [p.result for p in planned]
-    report = rpt.build_report(results, _args_echo(opts), timings, started_ms)
+    report = rpt.build_report(results, _args_echo(opts), timings, started_ms, failure)
     unfreeze_gc()
+    if failure is not None:
+        return EXIT_ROUND_FAILED, report
     code = EXIT_FAILED if any(r.status == rpt.FAILED for r in results) else EXIT_OK
     return code, report
 
 
+def _recover_and_plan(opts: JobOptions, progress: Reporter, timings: dict[str, float], t0: float):
+    """Recovery, listing and the plan: (every partition, the log dirs' states, those to clean)."""
+    listed: dict = {}
+    progress.phase("%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering",
+                   len(opts.log_dirs))  # fmt: skip
+    recovered = {} if opts.dry_run else recover(opts, listed, timings)
+    timings["recoverySeconds"] = time.monotonic() - t0
+    planned, dirs = discover_and_plan(opts, listed, timings)
+    timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
+    todo = to_clean(planned, recovered, opts)
+    _say_planned(progress, planned, todo, timings)
+    return planned, dirs, todo
+
+
+def _clean(starter: SparkStarter, todo: list[Planned], planned: list[Planned], dirs: list, opts: JobOptions,
+           progress: Reporter, timings: dict[str, float]) -> rpt.RoundFailure | None:  # fmt: skip
+    """The Spark stages, then the commit (a dry run: each partition's verdict). Stages that fail
+    (a job Spark aborted, Spark not starting) fail every partition the round took: the commit
+    comes after the stages, so none of them was committed, and their segments are unchanged."""
+    try:
+        todo, results = scan_and_rewrite(starter, todo, planned, opts, progress, timings)
+    except Exception as exc:  # noqa: BLE001 - Py4JJavaError, Py4JError, OSError, ...
+        starter.join()
+        what = "the round's Spark job failed" if starter.up else "Spark did not start"
+        failure = _failure("stages", what, exc)
+        for p in planned:  # as re-planned, if an open transaction had the stages run again
+            if selected(p, opts):  # (not one already failed: it keeps its own reason)
+                p.result.status, p.result.reason = rpt.FAILED, failure.reason
+        return failure
+    if opts.dry_run:
+        for p in todo:
+            dry_outcome(p, results)
+        return None
+    return _commit(todo, planned, dirs, results, progress, timings)
+
+
+def _failure(phase: str, what: str, exc: BaseException) -> rpt.RoundFailure:
+    spark = type(exc).__module__.startswith(("py4j", "pyspark"))
+    if not spark and not isinstance(exc, (OSError, CompactionError)):
+        # Not Spark's, the storage's nor ours: most likely a bug, whose traceback a report needs.
+        log.warning("the round failed on an unexpected error", exc_info=exc)
+    return rpt.RoundFailure(phase, f"{what}: {one_line(exc)}")
+
+
 def _commit(todo: list[Planned], planned: list[Planned], dirs: list, results: dict[int, dict], progress,
-            timings: dict[str, float]) -> None:  # fmt: skip
+            timings: dict[str, float]) -> rpt.RoundFailure | None:  # fmt: skip
+    """Each partition's swap, then the checkpoints, then the replaced files' removal. A partition
+    whose commit fails is `failed` (the next run's recovery completes or rolls back its swap) and
+    fails the round; the others are committed and their checkpoints advanced all the same."""
     progress.phase("committing %d partitions", len(todo))
     t = time.monotonic()
     # Partitions commit independently (each its own intent file and swap,
-            # docs/kafka-rules.md#swap-protocol), so their
+    # docs/kafka-rules.md#swap-protocol), so their
     # renames and fsyncs overlap on a thread pool; the checkpoint waits for all.
-    map_threads(lambda p: commit(p, results), todo)
-    advance_checkpoints(planned, dirs)
+    errors = [(p, exc) for p, exc in zip(todo, map_threads(lambda p: _commit_one(p, results), todo)) if exc]
+    failure = None
+    if errors:
+        failure = _failure("commit", f"the commit of {errors[0][0].result.name} failed", errors[0][1])
+    checkpoint_failure = _advance_checkpoints(planned, dirs)
+    failure = failure or checkpoint_failure
     timings["commitSeconds"] = time.monotonic() - t
     t = time.monotonic()
     map_threads(remove_replaced_segments, [p for p in todo if p.result.status == rpt.CLEANED])
     timings["deleteSeconds"] = time.monotonic() - t
+    return failure
+
+
+def _commit_one(p: Planned, results: dict[int, dict]) -> Exception | None:
+    before = dataclasses.replace(p.result)
+    try:
+        commit(p, results)
+    except Exception as exc:  # noqa: BLE001 - reported; the other partitions go on
+        # As a partition whose rewrite failed: no sizes (the round reclaimed nothing of it).
+        p.result = dataclasses.replace(before, status=rpt.FAILED, reason=(
+            f"its commit failed: {one_line(exc)} (the next run's recovery completes or rolls back its swap)"))
+        return exc
+    return None
+
+
+def _advance_checkpoints(planned: list[Planned], dirs: list) -> rpt.RoundFailure | None:
+    try:
+        advance_checkpoints(planned, dirs)
+    except Exception as exc:  # noqa: BLE001 - the swaps stand; the next round finds them dirty again
+        return _failure("commit", "cleaner-offset-checkpoint was not written", exc)
+    return None
 
 
 def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict) -> None:
@@ -148,3 +228,5 @@ def _write_outputs(opts: JobOptions, report: dict, code: int) -> None:
         from compaction.cli import metrics
 
         metrics.write(opts.metrics_file, report, code, time.time())
+    if report["failure"]:
+        logs.log_round_failure(report["failure"], report["totals"])

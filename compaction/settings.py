@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -48,6 +50,9 @@ SCAN_REUSE_MAX_BYTES = 1 << 30
 # bounds what a whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
 PROGRESS_SECONDS = 5.0
+# The compiled kernels' store by default: beside the first log dir, on the store every executor
+# reads and writes already, and that outlives the executors (runtime/kernel_store.py).
+KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
 # The most bytes one compressed batch's records may inflate to (`--max-inflated-batch-bytes`);
 # a batch beyond it fails its partition. Kafka's readers stream a batch's records and never hold
 # them; the scan holds a batch inflated, so what a batch may claim is bounded here. 1 GiB is
@@ -99,6 +104,10 @@ class WorkerSettings:
         None, str, "the file through which the tasks of a host share their I/O budget (None: one per "
         "user in /dev/shm, else /tmp)", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_THROTTLE_FILE",
         env="KAFKA_COMPACTION_IO_THROTTLE_FILE")  # fmt: skip
+    kernel_cache_dir: str | None = _knob(
+        None, str, "where the compiled kernels are kept between runs for executors that start with an "
+        "empty temp dir (a directory URI; None: `.kafka-compaction-kernels` beside the first log dir; "
+        "`off`: none)", conf=CONF_PREFIX + "kernelCacheDir", env="KAFKA_COMPACTION_KERNEL_CACHE_DIR")  # fmt: skip
     profile_dir: str | None = _knob(
         None, str, "a directory on the executor's host where each whole-partition task writes its "
         "cProfile", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_PROFILE_DIR", env="KAFKA_COMPACTION_PROFILE_DIR")  # fmt: skip
@@ -131,6 +140,9 @@ class Settings:
     peer_wait_seconds: float = _knob(
         PEER_WAIT_SECONDS, float, "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
         "or not started) before it leaves its work to the follow-up stages", conf=CONF_PREFIX + "peerWaitSeconds")  # fmt: skip
+    no_executor_seconds: float = _knob(
+        600.0, float, "how long the round's Spark jobs wait with no executor alive before they are "
+        "cancelled and the round fails (0: forever)", conf=CONF_PREFIX + "noExecutorSeconds")  # fmt: skip
     warmup: bool = _knob(True, _flag, "warm the Python workers up while the driver plans (`false`: off)",
                          conf=CONF_PREFIX + "warmup")  # fmt: skip
     worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with
@@ -150,6 +162,8 @@ class Settings:
         values = {name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)
                   for name, f in knobs() if name != "options"}  # fmt: skip
         worker = WorkerSettings(**{f.name: values.pop(f.name) for f in dataclasses.fields(WorkerSettings)})
+        if worker.kernel_cache_dir is None and getattr(args, "log_dirs", None):
+            worker = dataclasses.replace(worker, kernel_cache_dir=beside(args.log_dirs[0], KERNEL_CACHE_NAME))
         return cls(options=args, worker=worker, environ=environ, **values)
 
     def with_spark_conf(self, spark_conf: Any) -> Settings:
@@ -176,6 +190,16 @@ def _value(f: dataclasses.Field, spark_conf: Any, environ: Mapping[str, str]) ->
             where = f"--conf {name}" if kind == "conf" else f"environment variable {name}"
             raise UsageError(f"{where}={raw!r}: not a valid value ({f.metadata['doc']})") from None
     return f.default
+
+
+def beside(log_dir: str, name: str) -> str:
+    """The URI of `name` in the directory that holds `log_dir` (a path or a URI, whose scheme and
+    query are kept: `s3://bucket/logs?region=r` -> `s3://bucket/NAME?region=r`)."""
+    if "://" not in log_dir:
+        return os.path.join(os.path.dirname(os.path.abspath(log_dir)), name)
+    parts = urllib.parse.urlsplit(log_dir)
+    parent = posixpath.dirname(parts.path.rstrip("/")) or "/"
+    return urllib.parse.urlunsplit(parts._replace(path=posixpath.join(parent, name)))
 
 
 def knobs() -> list[tuple[str, dataclasses.Field]]:

@@ -45,6 +45,8 @@ EXIT_CODES = (
     (0, "every partition was cleaned or skipped by policy (or nothing was eligible)"),
     (1, "at least one partition failed (named in the log and the report); the others were cleaned"),
     (2, "usage error, held lock or malformed checkpoint: nothing was written"),
+    (75, "the round itself failed (a Spark job aborted, Spark did not start, a commit failed): the "
+         "report says why and names every partition not committed as failed; rerun the round"),
     ("other", "from Spark itself (e.g. 52: the driver ran out of memory); the next run recovers"),
 )
 ENVIRONMENT = (
@@ -52,7 +54,8 @@ ENVIRONMENT = (
     ("SPARK_HOME", "the Spark whose bin/spark-submit runs (default: the pyspark package's own)"),
     ("JAVA_HOME", "the Java 17+ Spark runs on (default: java on the PATH)"),
     ("PYSPARK_PYTHON", "the executors' Python (default: the Python running this launcher)"),
-    ("NUMBA_CACHE_DIR", "where compiled kernels are cached (default $TMPDIR/kafka-compaction-numba)"),
+    ("NUMBA_CACHE_DIR", "where compiled kernels are cached on a host (default $TMPDIR/kafka-compaction-numba; "
+                        "passed to the executors when set, or with a local master)"),
     ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see README)"),
     ("SPARK_APP_NAME", f"the Spark application name (default {APP_NAME})"),
     ("KAFKA_COMPACTION_DIST_DIR", "where the executors' zip of the package is built (default: the "
@@ -156,12 +159,15 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
     hugepage = env.get("NUMPY_MADVISE_HUGEPAGE", "0")
     conf = {
         "spark.pyspark.python": python,
-        "spark.executorEnv.NUMBA_CACHE_DIR": numba_cache,
         # numpy's transparent-huge-page advice: see README ("Environment").
         "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": hugepage,
         # Progress is the job's own (compaction/cli/progress.py): Spark's bar would garble it.
         "spark.ui.showConsoleProgress": "false",
     }
+    if is_local(master) or env.get("NUMBA_CACHE_DIR"):
+        # A cluster's executors keep their kernels in their own temp dir (kernels/cache.py), not
+        # in a path of the driver's host.
+        conf["spark.executorEnv.NUMBA_CACHE_DIR"] = numba_cache
     if not any(c.startswith("spark.driver.extraJavaOptions=") for c in user_conf):
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
     driver_python = driver_python or env.get("PYSPARK_DRIVER_PYTHON") or sys.executable

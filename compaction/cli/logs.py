@@ -129,3 +129,23 @@ def log_totals(totals: dict, seconds: float | None) -> None:
         f"{totals.get('reclaimableBytes', 0) / MB:,.1f}",
         extra={"fields": {"event": "totals", **totals}},
     )  # fmt: skip
+
+
+# What an operator does after a failed round, by the phase it failed in.
+_AFTER_FAILURE = {
+    "planning": "nothing was compacted; rerun the round once the cause is fixed",
+    "stages": ("nothing was committed: the {failed} partition(s) it was cleaning are reported failed and "
+               "their segments are unchanged; rerun the round (it first removes the .cleaned files left "
+               "behind); if it fails alike again, the partition at fault is among those the failed task "
+               "held (named in the cause): --topics leaves it out"),
+    "commit": ("{cleaned} partition(s) were committed (cleaned), {failed} failed; rerun the round: its "
+               "recovery first completes or rolls back each interrupted swap (--recover-only does only "
+               "that, without cleaning; a broker loading the dir recovers it too)"),
+}  # fmt: skip
+
+
+def log_round_failure(failure: dict, totals: dict) -> None:
+    """The one line that says the round failed as a whole, why, and what to do."""
+    then = _AFTER_FAILURE[failure["phase"]].format(**totals)
+    log.error("round failed (%s): %s; %s", failure["phase"], failure["reason"], then,
+              extra={"fields": {"event": "round_failed", **failure}})  # fmt: skip

@@ -35,7 +35,8 @@ def render(report: dict, exit_code: int, finished_s: float, previous_success_s: 
 
     metric("info", "The tool's version.", [(f'{{version="{__version__}"}}', 1)])
     metric("last_run_timestamp_seconds", "When the last round finished (Unix time).", [("", finished_s)])
-    metric("last_run_exit_code", "The last round's exit code (0 ok, 1 a partition failed).",
+    metric("last_run_exit_code",
+           "The last round's exit code (0 ok, 1 a partition failed, 75 the round itself failed).",
            [("", exit_code)])  # fmt: skip
     metric("last_run_dry_run", "1 if the last round was a dry run.", [("", 1 if dry == "true" else 0)])
     success = finished_s if exit_code == 0 else previous_success_s

@@ -102,7 +102,10 @@ def _header(report: dict, words: Wording) -> str:
     meta = " &middot; ".join(escape(f) for f in facts)
     dirs = "".join(f"<li><code>{escape(str(d))}</code></li>" for d in args.get("log_dirs") or [])
     dir_list = f'<ul class="dirs" aria-label="log dirs">{dirs}</ul>\n' if dirs else ""
-    return f'<header>\n<h1>{escape(words.title)}</h1>\n<p class="meta">{meta}</p>\n{dir_list}</header>'
+    failure = report.get("failure")
+    alert = (f'<p class="failure" role="alert">The round failed ({escape(str(failure.get("phase")))}): '
+             f'{escape(str(failure.get("reason")))}</p>\n') if failure else ""  # fmt: skip
+    return f'<header>\n<h1>{escape(words.title)}</h1>\n<p class="meta">{meta}</p>\n{dir_list}{alert}</header>'
 
 
 def _card(label: str, value: str, detail: str) -> str:
@@ -232,6 +235,7 @@ main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 40px; }
 h1 { font-size: 22px; margin: 0 0 4px; font-weight: 650; }
 h2 { font-size: 16px; margin: 28px 0 10px; font-weight: 620; }
 .meta { color: var(--muted); margin: 0; }
+.failure { margin: 12px 0 0; padding: 10px 14px; border-radius: 8px; background: #fde7e7; color: #a01c1c; }
 .dirs { margin: 6px 0 0; padding: 0; list-style: none; color: var(--muted); }
 .dirs code { font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--ink); }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(200px, 1fr)); gap: 12px;

@@ -7,9 +7,14 @@ The stages themselves (what runs in the executors) are in compaction/spark/stage
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 
 from compaction.cli.options import JobOptions
+from compaction.errors import CompactionError
+from compaction.spark.failure import one_line
+from compaction.spark.watchdog import NoExecutorWatch
 from compaction.settings import Settings
 from compaction.steps import report as rpt
 from compaction.steps.outcome import task_rows
@@ -24,6 +29,8 @@ from compaction.steps.plan_round import (
 )
 
 
+log = logging.getLogger("compaction")
+
 def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts: JobOptions, progress,
                      timings: dict[str, float]) -> tuple[list[Planned], dict[int, dict]]:  # fmt: skip
     """The Spark stages of the round over `todo` (`starter`: a `SparkStarter`); returns the
@@ -35,11 +42,18 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
         sc = starter.get(timings)
     progress.phase("Spark UI: %s", sc.uiWebUrl or "disabled (spark.ui.enabled=false)")
     t = time.monotonic()
-    with progress.watch(sc, sum(map(partition_bytes, todo)), len(todo)):
-        results, replan = run_stages(sc, todo, opts, starter.settings, timings)
-        if replan:
-            todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
-                                             next_id, timings)  # fmt: skip
+    watch = NoExecutorWatch(sc, starter.settings.no_executor_seconds)
+    with progress.watch(sc, sum(map(partition_bytes, todo)), len(todo)), watch:
+        try:
+            results, replan = run_stages(sc, todo, opts, starter.settings, timings)
+            if replan:
+                todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
+                                                 next_id, timings)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the cause of a cancelled job, named
+            if watch.fired:
+                raise NoExecutors(f"no executor was alive for {watch.seconds:.0f} s (spark.kafka.compaction."
+                                  "noExecutorSeconds): the round's Spark jobs were cancelled") from exc  # fmt: skip
+            raise
     timings["stagesSeconds"] = time.monotonic() - t
     starter.stop_when_done()
     return todo, results
@@ -108,7 +122,8 @@ def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dic
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
-    return task_rows(st.fused(sc, len(bins), parts, settings.worker).collect(), todo, timings)
+    holds = [[todo[i].result.name for i in ids] for ids in bins]
+    return task_rows(collected(st.fused(sc, len(bins), parts, settings.worker), holds), todo, timings)
 
 
 def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings):
@@ -118,20 +133,48 @@ def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, fl
     for what it left undone."""
     from compaction.spark import stages as st
     from compaction.runtime.exchange import Exchange
-    from compaction.steps.range_task import RangePlan, finish
+    from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
 
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     bplan = sc.broadcast(plan)
     sc.setJobGroup("ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite")
     with Exchange.create(settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri,
                          settings.peer_wait_seconds) as ex:  # fmt: skip
-        rows = st.ranged(sc, bplan, ex, settings.worker).collect()
+        names = [p.result.name for p in todo]
+        holds = [sorted({names[plan.ranges[r][1]] for r in rids}) for rids in plan.tasks]
+        rows = collected(st.ranged(sc, bplan, ex, settings.worker), holds)
 
         def run(kind: str, items: list) -> list[dict]:
             if not items:
                 return []
+            # Not an error: a task's peer was lost, or never got a slot; the bytes are the same.
+            log.warning("ranges: a task stopped early (a peer lost or not started); running what it left: "
+                        "%d %s task(s)", len(items), kind)  # fmt: skip
             sc.setJobGroup("ranges", f"ranges left undone: {kind}, {len(items)} tasks")
-            return st.resumed(sc, bplan, ex, kind, items, settings.worker).collect()
+            held = {MERGE: lambda k: names, PART: lambda r: [names[plan.ranges[r][1]]], REWRITE: lambda i: [names[i[1]]]}
+            return collected(st.resumed(sc, bplan, ex, kind, items, settings.worker), [held[kind](i) for i in items])
 
         rows = finish(plan, ex, rows, run)
     return task_rows(rows, todo, timings)
+
+
+class NoExecutors(CompactionError):
+    """The cluster had no executor for the round's jobs (`spark/watchdog.py`)."""
+
+
+class TaskFailed(CompactionError):
+    """A Spark job aborted by a task that failed every attempt, with the partitions that task held:
+    the one to look at (or leave out with `--topics`) when a rerun fails the same way."""
+
+
+def collected(rdd, holds: list[list[str]]) -> list:
+    """`rdd.collect()`; a job aborted by one task's failures is raised as `TaskFailed` naming the
+    partitions `holds[task]` (Spark's own message names the task by its index in the stage)."""
+    try:
+        return rdd.collect()
+    except Exception as exc:  # noqa: BLE001 - Py4JJavaError; anything else is raised as it is
+        found = re.search(r"Task (\d+) in stage [\d.]+ failed", one_line(exc))
+        if found is None or int(found.group(1)) >= len(holds):
+            raise
+        names = ", ".join(holds[int(found.group(1))])
+        raise TaskFailed(f"a task holding {names} failed every attempt: {one_line(exc)}") from exc

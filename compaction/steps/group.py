@@ -42,7 +42,9 @@ class GroupSpec:
     index_interval_bytes: int
     aborted_txns: tuple[AbortedTxn, ...] = ()
     last_records: dict[int, LastRecord] = field(default_factory=dict)
-    retain_last_batch_of_round: bool = True
+    # A batch whose next offset is this is kept, empty if need be: the log's high watermark
+    # (docs/kafka-rules.md#batch-retention); None when no batch of the round can end there.
+    retain_empty_offset: int | None = None
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition

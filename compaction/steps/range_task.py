@@ -161,9 +161,14 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     cache = ScanCache(reuse_bytes) if reuse_bytes > 0 else None
     rows: list[dict] = []
     marks = {"started": started}
+    held: dict[int, ranges.Held] = {}
     try:
         with ex.heartbeat(t):
-            _run(t, plan, ex, cache, rows, marks)
+            try:
+                _run(t, plan, ex, cache, held, rows, marks)
+            except PeerGone:
+                _leave(ex, held)  # the ranges it still holds, for whichever follow-up rewrites them
+                raise
     except PeerGone:
         pass
     ended = time.monotonic()
@@ -175,19 +180,15 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     return rows
 
 
-def _run(t: int, plan: RangePlan, ex: Exchange, cache, rows: list[dict], marks: dict) -> None:
+def _run(t: int, plan: RangePlan, ex: Exchange, cache, held: dict, rows: list[dict], marks: dict) -> None:
     n_tasks = len(plan.tasks)
-    held: dict[int, ranges.Held] = {}
     status = {str(r): _scan(r, plan, ex, cache, held) for r in plan.tasks[t]}
     ex.post("scan", t, status)
-    # Every range's ids, whoever rewrites it: a task that stops early leaves its ranges to others.
-    for r in plan.tasks[t]:
-        if r in held and not ex.storage.exists(ex.path(f"ids-{r}")):
-            ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, held[r]))
     work = Work.of(plan, ex.gather("scan", n_tasks))
     marks["scanned"] = time.monotonic()
     if not ex.posted("merge", t):  # a retried task finds its merge done by the attempt before
-        ex.post("merge", t, {"error": _merge(t, plan, ex, work.dead, work.buckets[t])})
+        error = _hand_over(t, plan, ex, held, work) or _merge(t, plan, ex, work.dead, work.buckets[t])
+        ex.post("merge", t, {"error": error})
     marks["posted"] = time.monotonic()
     # The units whose rewrite needs nothing from the merge go first, without waiting for it.
     for p, units in work.rewrites(t, plan, early=True).items():
@@ -284,6 +285,27 @@ def _transactional(block: ranges.Block) -> bool:
     return bool(np.any(attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))
 
 
+def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, work: Work) -> str | None:
+    """Write the ids of the ranges this task holds whose group another task rewrites from them
+    (a part of a cut group is cleaned here instead: `_write_part`)."""
+    try:
+        for r in plan.tasks[t]:
+            g = plan.ranges[r][0].group_id
+            if r in held and work.task_of.get(g, t) != t and g not in work.split:
+                _leave(ex, {r: held[r]})
+    except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
+        return error_text(exc)
+    return None
+
+
+def _leave(ex: Exchange, held: dict) -> None:
+    """The ids of ranges `held` here, written for a task in another process to rewrite them from
+    (`ids-<range>`, unless an attempt before wrote it: the same bytes)."""
+    for r, h in held.items():
+        if not ex.storage.exists(ex.path(f"ids-{r}")):
+            ex.write_blocks(f"ids-{r}", ranges.held_blocks(r, h))
+
+
 def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]) -> str | None:
     """The fine `buckets` dealt to this task (`_deal`) of every range of the sound partitions cut
     into more than one range, one bucket at a time (what a merge holds is a fine bucket's share of
@@ -378,12 +400,16 @@ def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: d
                   split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
     """Rewrite the groups `unit` from their ranges: held here, handed over as their ids, or
     (the other ranges of a cut group) cleaned by their holders as parts."""
+    own = {g: _own_range(g, plan, holder) for g in unit if g in split}
+    rids = [r for g in unit for r in ([own[g]] if g in split else plan.groups[g][1])]
+    mine = {r: held[r] for r in rids if r in held}  # `_shipped` takes them from `held`
     try:
-        own = {g: _own_range(g, plan, holder) for g in unit if g in split}
-        rids = [r for g in unit for r in ([own[g]] if g in split else plan.groups[g][1])]
         shipped = _shipped(rids, plan, ex, held)
         unit_specs = [dataclasses.replace(plan.groups[g][0], last_records=state.last_records) for g in unit]
         return rewrite_unit(unit_specs, shipped, cache, {g: _parts(g, own[g], plan, holder, ex) for g in own})
+    except PeerGone:  # waiting for a part: the unit is left to a follow-up, from these ids
+        _leave(ex, mine)
+        raise
     except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
         return [{"group_id": g, "error": error_text(exc)} for g in unit]
 

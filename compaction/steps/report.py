@@ -54,7 +54,17 @@ class PartitionResult:
         return f"{self.topic}-{self.partition}"
 
 
-def build_report(results: list[PartitionResult], args: dict, timings: dict, started_ms: int) -> dict:
+@dataclass(frozen=True)
+class RoundFailure:
+    """The round failed as a whole: in which phase (`planning`, `stages`, `commit`) and why (one
+    line). The partitions it was working on are reported `failed` with the same reason."""
+
+    phase: str
+    reason: str
+
+
+def build_report(results: list[PartitionResult], args: dict, timings: dict, started_ms: int,
+                 failure: RoundFailure | None = None) -> dict:  # fmt: skip
     totals = {
         "partitions": len(results),
         "cleaned": sum(r.status == CLEANED for r in results),
@@ -76,6 +86,7 @@ def build_report(results: list[PartitionResult], args: dict, timings: dict, star
         "metadata": {"tool": "kafka-offline-compaction", "toolVersion": __version__, "startedAtMs": started_ms},
         "args": args,
         "timings": timings,
+        "failure": failure and {"phase": failure.phase, "reason": failure.reason},
         "totals": totals,
         "topics": topic_totals(results),
         "partitions": [_entry(r) for r in results],

@@ -104,7 +104,7 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     n_invalid = np.bincount(bi[invalid], minlength=nb)
     n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb)
     kind, need_horizon, fast = decide_fast(b, count, n_keep, n_tomb, has_horizon, spec.last_records,
-                                           spec.upper_bound, spec.retain_last_batch_of_round)  # fmt: skip
+                                           spec.retain_empty_offset)  # fmt: skip
     kept = np.where(fast, n_keep, 0)
     stats.records_read += int(count[fast].sum())
     stats.invalid_records += int(n_invalid[fast].sum())
@@ -164,9 +164,8 @@ def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: in
         view, txn,
         control_type=_control_type(scan, first, last) if view.is_control else None,
         last_records_of_active_producers=spec.last_records,
-        upper_bound_offset=spec.upper_bound,
+        retain_empty_offset=spec.retain_empty_offset,
         current_time_ms=spec.now_ms,
-        retain_last_batch_of_round=spec.retain_last_batch_of_round,
     )  # fmt: skip
     if decision.retention is BatchRetention.DELETE:
         return  # dropped unread: its records are not counted (CleanerStats.messagesRead)

@@ -104,7 +104,12 @@ def _kill(target: str, cluster) -> str:
         pid = random.choice(_executors(procs))
         os.kill(pid, signal.SIGKILL)
         return f"executor {pid}"
-    worker = random.choice([p for p in cluster.procs[1:] if p.poll() is None])  # procs[0]: the master
+    workers = [p for p in cluster.procs[1:] if p.poll() is None]  # procs[0]: the master
+    if target == "every worker":
+        for w in workers:
+            os.killpg(w.pid, signal.SIGKILL)
+        return f"workers {[w.pid for w in workers]}"
+    worker = random.choice(workers)
     os.killpg(worker.pid, signal.SIGKILL)  # the worker's JVM and the executors it launched
     return f"worker {worker.pid}"
 
@@ -180,4 +185,44 @@ def test_a_round_under_dynamic_allocation_completes_with_the_same_bytes(source, 
     assert code == 0, out
     assert report["timings"].get("rangesSeconds"), report["timings"]
     assert all(p["status"] == "cleaned" for p in report["partitions"]), report["partitions"]
+    assert _files(logs) == source[2]
+
+
+def test_a_round_whose_job_aborts_reports_it_and_a_rerun_completes(source, cluster_python, cluster, tmp_path):
+    """No retry left (`spark.task.maxFailures=1`: the first lost task aborts the job): the round
+    fails as a whole, exit 75, with its report; every input file is as it was; a rerun completes
+    with the bytes of an uninterrupted round."""
+    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, "--conf",
+                                             "spark.task.maxFailures=1", phase="merge", target="python worker")  # fmt: skip
+    assert killed, out
+    assert code == 75, out
+    assert report["failure"], report
+    assert report["partitions"] and all(p["status"] == "failed" and p["reason"] for p in report["partitions"])
+    assert f"a task holding {TOPIC}-" in report["failure"]["reason"]  # the partitions to look at
+    assert all("\n" not in p["reason"] for p in report["partitions"])
+    left = {k: v for k, v in _files(logs).items() if not k.endswith(".cleaned")}
+    assert left == _files(source[1]), "an input file changed in a round that failed"
+    rerun = logs.parent / "rerun.json"
+    code, _, out = standalone.submit(cluster, cluster_python, logs, rerun, *RANGES, timeout=600)
+    assert code == 0, out
+    assert _files(logs) == source[2]
+
+
+def test_a_round_left_with_no_executor_fails_with_its_report_and_a_rerun_completes(source, cluster_python, cluster,
+                                                                                  tmp_path):  # fmt: skip
+    """Every worker lost during the rewrite, none coming back: Spark would wait forever; the round
+    gives up after `noExecutorSeconds`, exit 75 with its report, every input file as it was. Once
+    workers are back, a rerun completes with the bytes of an uninterrupted round."""
+    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, "--conf",
+                                             "spark.kafka.compaction.noExecutorSeconds=5", phase="rewrite",
+                                             target="every worker")  # fmt: skip
+    assert killed, out
+    assert code == 75, out
+    assert "no executor was alive for 5 s" in report["failure"]["reason"], report["failure"]
+    assert all(p["status"] == "failed" for p in report["partitions"]), report["partitions"]
+    left = {k: v for k, v in _files(logs).items() if not k.endswith(".cleaned")}
+    assert left == _files(source[1]), "an input file changed in a round that failed"
+    cluster.replace_lost_workers(2)
+    code, _, out = standalone.submit(cluster, cluster_python, logs, logs.parent / "rerun.json", *RANGES, timeout=600)
+    assert code == 0, out
     assert _files(logs) == source[2]

@@ -27,7 +27,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 NOW = 1_800_000_000_000
 # A step with ":2" crashes in the second partition's commit (the first one is then committed).
-STEPS = ["rewrite", "cleaned", "intent", "swap:2", "deleted", "renamed:2", "checkpoint", "checkpointed"]
+STEPS = ["rewrite", "cleaned", "intent", "swap", "swap:2", "deleted", "renamed:2", "checkpoint",
+         "checkpointed"]
+# The commit's steps in order (compaction/steps/commit.py), as a partition's files show them.
+COMMIT_STEPS = ("cleaned", "intent", "swap", "deleted", "renamed")
 # The same steps with every partition cut into ranges (the ranges stage: scan, merge, rewrite).
 RANGES = ("--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0")
 RANGE_STEPS = ["rewrite", "cleaned:2"]
@@ -58,6 +61,29 @@ def _crash_run(log_dir: str, env: dict | None, kill_after: float | None = None, 
     proc.wait(timeout=60)
     return {"killed": killed, "code": proc.returncode, "seconds": time.monotonic() - started,
             "marked": os.path.exists(mark)}  # fmt: skip
+
+
+def _commit_step(part_dir: str) -> int:
+    """How far a partition's commit got, as an index in COMMIT_STEPS, from its files alone."""
+    names = os.listdir(part_dir)
+    has = lambda suffix: any(n.endswith(suffix) for n in names)  # noqa: E731
+    if "compaction-commit.json" not in names:
+        return 0  # not started (the intent file goes only once the round's checkpoints are written)
+    if has(".deleted"):
+        return 3 if has(".swap") else 4
+    if has(".cleaned"):
+        return 1  # also half-way through the renames to `.swap`: not yet at the swap's crash point
+    return 2 if has(".swap") else 4
+
+
+def _check_stopped_at(log_dir: str, step: str) -> None:
+    """Killed at the n-th arrival at a commit step, with the partitions committing on threads: the
+    first n-1 arrivals may have gone past it, no other partition may have, and one is at it."""
+    name, _, nth = step.partition(":")
+    at = COMMIT_STEPS.index(name)
+    reached = {p: _commit_step(os.path.join(log_dir, p)) for p in parts(log_dir)}
+    assert sum(r > at for r in reached.values()) <= int(nth or 1) - 1, (step, reached)
+    assert at in reached.values(), (step, reached)
 
 
 def _check_after_recovery(log_dir: str, info: dict) -> None:
@@ -103,6 +129,8 @@ def test_sigkill_at_every_commit_step_then_rerun(tmp_path):
         log_dir, info = _make(root, f"s{i}", seed=100 + i)
         runs[step] = _crash_run(log_dir, {"COMPACTION_CRASH_AT": step})
         assert runs[step]["marked"] and runs[step]["killed"], (step, runs[step])
+        if step.partition(":")[0] in COMMIT_STEPS:
+            _check_stopped_at(log_dir, step)
         _check_after_recovery(log_dir, info)
         dirs[log_dir] = info
     for i, step in enumerate(RANGE_STEPS):
