@@ -1,11 +1,18 @@
-"""Our job beside Kafka 0.9.0.1's own LogCleaner, interleaved in one window (the machine's speed
-drifts 20-50% between windows, so only ratios measured pair by pair are quoted).
+"""Our job beside Kafka's own LogCleaner, interleaved in one window (the machine's speed drifts
+20-50% between windows, so only ratios measured pair by pair are quoted).
 
-    .venv/bin/python bench/vs_kafka.py --name w2g [--input kafka|v2] [--pairs 3] [--gb 2 --partitions 1]
-    .venv/bin/python bench/vs_kafka.py --name mk --dedupe-buffer 134217728 [--pairs 3]
+    .venv/bin/python bench/vs_kafka.py --kafka 4 --name w2g|lz4|zstd|mk [--dedupe-buffer N] [--pairs 3]
+    .venv/bin/python bench/vs_kafka.py --kafka 0.9 --name w2g [--input kafka|v2] [--pairs 3] [--gb 2 --partitions 1]
+    .venv/bin/python bench/vs_kafka.py --kafka 0.9 --name mk --dedupe-buffer 134217728 [--pairs 3]
 
-Kafka's side is the harness in ../shared/anchors/kafka09 (`anchor.py`): its workload NAME must have
-been produced first (`python3 anchor.py --name w2g produce --bytes 2G --keys 1000000`; `mk`:
+`--kafka 4` (the default): Apache Kafka 4.4.0's broker and cleaner from bench/kafka4_anchor.py, on
+the bytes its own Java producer wrote (`bench/kafka4_anchor.py produce --name NAME` first; the
+workloads are in its WORKLOADS). One cleaner thread, `--dedupe-buffer` (Kafka's default 128 MiB)
+for its offset map; the job runs with the topic's 64 MiB `segment.bytes`. Kafka's time is its
+cleaner's own rounds, from its log.
+
+`--kafka 0.9`: the legacy v0 input of Kafka 0.9.0.1, from the harness in ../shared/anchors/kafka09
+(`anchor.py`): its workload NAME must have been produced first (`python3 anchor.py --name w2g produce --bytes 2G --keys 1000000`; `mk`:
 `--dedupe-buffer 134217728 produce --bytes 1G --keys 30000000 --key-min 16 --key-max 16
 --val-min 8 --val-max 8`). Each pair runs, caches dropped before each:
 - ours: `./spark-submit.sh` on a fresh copy of the input (`--input kafka`: the broker-written
@@ -35,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import kafka4_anchor  # noqa: E402
 from e2e import drop_caches, excluding_start_up, run_generator, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
@@ -92,30 +100,46 @@ def kafka(name: str, label: str, dedupe_buffer: int | None = None) -> dict:
     return {"seconds": t["elapsed_s"], "kept": kept, "rounds": t["rounds"]}
 
 
+def kafka4(name: str, dedupe_buffer: int | None) -> dict:
+    res = kafka4_anchor.measure(name, dedupe_buffer or kafka4_anchor.DEFAULT_DEDUPE, cold=True)
+    return {"seconds": res["seconds"], "kept": res["kept"], "rounds": len(res["rounds"])}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kafka", choices=["4", "0.9"], default="4", help="Kafka 4.4.0 (default) or 0.9.0.1")
     ap.add_argument("--name", default="w2g", help="the harness's workload (produced beforehand)")
     ap.add_argument("--input", choices=["kafka", "v2"], default="kafka")
     ap.add_argument("--gb", type=float, default=2.0, help="--input v2: GiB of records")
     ap.add_argument("--partitions", type=int, default=1, help="--input v2: partitions")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--dedupe-buffer", type=int, default=None,
-                    help="Kafka's log.cleaner.dedupe.buffer.size (the harness's default: 512 MiB; "
-                         "mk: 134217728, Kafka's own default)")  # fmt: skip
+                    help="Kafka's log.cleaner.dedupe.buffer.size (Kafka 4: its default 128 MiB; the 0.9 "
+                         "harness's default: 512 MiB; mk: 134217728, Kafka's own default)")  # fmt: skip
     ap.add_argument("--spark-arg", action="append", default=[], help="extra spark-submit argument (repeatable)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "vs_kafka")
     args = ap.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
-    source = ANCHOR_DATA / args.name / "before" / "kafka-logs" if args.input == "kafka" else v2_input(args, args.out)
+    spark_args = [a for arg in args.spark_arg for a in arg.split(" ", 1)]
+    if args.kafka == "4":
+        source = kafka4_anchor.OUT / args.name / "before" / "kafka-logs"
+        spark_args += ["--segment-bytes", str(kafka4_anchor.SEGMENT_BYTES), "--topics", kafka4_anchor.TOPIC]
+    elif args.input == "kafka":
+        source = ANCHOR_DATA / args.name / "before" / "kafka-logs"
+    else:
+        source = v2_input(args, args.out)
     if not source.exists():
         raise SystemExit(f"{source} is missing: produce the harness's workload first (see --help)")
-    spark_args = [a for arg in args.spark_arg for a in arg.split(" ", 1)]
-    print(f"ours on {source} ({args.input}); Kafka 0.9.0.1 on the harness's {args.name}; {args.pairs} pairs")
+    version = "4.4.0" if args.kafka == "4" else "0.9.0.1"
+    print(f"ours on {source} ({args.input}); Kafka {version} on the harness's {args.name}; {args.pairs} pairs")
     rows = []
     for i in range(args.pairs):
         o = ours(source, args.out / "run" / "kafka-logs", spark_args)
-        k = kafka(args.name, "vs-ours", args.dedupe_buffer)
+        if args.kafka == "4":
+            k = kafka4(args.name, args.dedupe_buffer)
+        else:
+            k = kafka(args.name, "vs-ours", args.dedupe_buffer)
         ratio = k["seconds"] / o["seconds"]
         same = args.input != "kafka" or o["kept"] == k["kept"]
         rows.append((o, k, ratio))

@@ -53,6 +53,13 @@ PROGRESS_SECONDS = 5.0
 # The compiled kernels' store by default: beside the first log dir, on the store every executor
 # reads and writes already, and that outlives the executors (runtime/kernel_store.py).
 KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
+# The most bytes one compressed batch's records may inflate to (`--max-inflated-batch-bytes`);
+# a batch beyond it fails its partition. Kafka's readers stream a batch's records and never hold
+# them; the scan holds a batch inflated, so what a batch may claim is bounded here. 1 GiB is
+# 1024 times the default `max.message.bytes` (a batch's compressed size): more than deflate can
+# reach at all (1032:1 at best, and only on a run of one byte), ~50 times what zstd makes of
+# JSON or logs, and 50 times a 20 MiB `max.message.bytes` at that ratio.
+MAX_INFLATED_BATCH_BYTES = 1 << 30
 
 
 def default_discovery_threads() -> int:
@@ -127,6 +134,9 @@ class Settings:
     exchange_dir: str | None = _knob(
         None, str, "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
         "in local mode, else beside the first log dir)", conf=CONF_PREFIX + "exchangeDir")  # fmt: skip
+    max_inflated_batch_bytes: int = _knob(
+        MAX_INFLATED_BATCH_BYTES, int, "the most bytes one compressed batch's records may inflate to; a "
+        "batch beyond it fails its partition", option="--max-inflated-batch-bytes")  # fmt: skip
     peer_wait_seconds: float = _knob(
         PEER_WAIT_SECONDS, float, "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
         "or not started) before it leaves its work to the follow-up stages", conf=CONF_PREFIX + "peerWaitSeconds")  # fmt: skip
@@ -145,7 +155,8 @@ class Settings:
         knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
         value that does not parse is a `UsageError` naming where it came from."""
         environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k in _ENV_NAMES}
-        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None)}
+        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None),
+                 "max_inflated_batch_bytes": getattr(args, "max_inflated_batch_bytes", None)}
         if environ.get("SPARK_HOME_SUBMITTED"):  # the launcher's spark-submit got the master already
             environ = {k: v for k, v in environ.items() if k != "SPARK_MASTER"}
         values = {name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)

@@ -167,8 +167,8 @@ def last_data_batches(last_records: dict[int, LastRecord], producer_id: np.ndarr
 
 
 def decide_plain(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, has_horizon: np.ndarray,
-                 last_records: dict[int, LastRecord], upper_bound: int,
-                 retain_last_batch_of_round: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                 last_records: dict[int, LastRecord],
+                 retain_empty_offset: int | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """`checkBatchRetention` + `filterTo`'s branch for every v2 data batch outside transactions
     at once: (kind, needs a new delete horizon). Such a batch is never discarded (it is not
     aborted data) and never changes the transaction state, so it need not go through the
@@ -176,8 +176,8 @@ def decide_plain(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, h
     retain_empty = np.zeros(len(count), dtype=bool)
     if last_records:
         retain_empty |= (b.producer_id >= 0) & last_data_batches(last_records, b.producer_id, b.last_offset)
-    if retain_last_batch_of_round:
-        retain_empty |= b.last_offset + 1 == upper_bound
+    if retain_empty_offset is not None:
+        retain_empty |= b.last_offset + 1 == retain_empty_offset
     need_horizon = (n_keep > 0) & (n_tomb > 0) & ~has_horizon
     original = (n_keep == count) & ~need_horizon
     kept_kind = np.where(original, COPY, REBUILD_V2)
@@ -186,8 +186,8 @@ def decide_plain(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, h
 
 
 def decide_fast(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, has_horizon: np.ndarray,
-                last_records: dict[int, LastRecord], upper_bound: int,
-                retain_last_batch_of_round: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+                last_records: dict[int, LastRecord],
+                retain_empty_offset: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """(kind, needs a new delete horizon, fast) for every batch of a segment: `fast` marks the
     batches decided here, the v2 data batches outside transactions (`decide_plain`) and the
     uncompressed v0/v1 entries, batches of one message outside transactions: the same branch,
@@ -197,8 +197,7 @@ def decide_fast(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, ha
     attrs = b.attributes.astype(np.int64)
     v2 = b.magic >= 2
     plain = v2 & ((attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)) == 0)
-    kind, need_horizon = decide_plain(b, count, n_keep, n_tomb, has_horizon, last_records, upper_bound,
-                                      retain_last_batch_of_round)  # fmt: skip
+    kind, need_horizon = decide_plain(b, count, n_keep, n_tomb, has_horizon, last_records, retain_empty_offset)
     messages = ~v2 & ((attrs & fb.COMPRESSION_CODEC_MASK) == 0)
     kind[messages & (n_keep > 0)] = CONVERT
     fast = plain | (messages & (kind != EMPTY))

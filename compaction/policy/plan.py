@@ -74,6 +74,8 @@ class PartitionState:
     log_end_offset: int
     checkpoint_offset: int | None = None
     last_stable_offset: int | None = None
+    # The high watermark where a cleaned batch can end at it (`high_watermark_in_reach`).
+    high_watermark: int | None = None
 
     def __post_init__(self) -> None:
         if not self.segments:
@@ -150,6 +152,19 @@ def last_stable_offset(
         bound = lso if lso is not None else log_end_offset
         lso = first_unstable if bound is None else min(bound, first_unstable)
     return lso
+
+
+def high_watermark_in_reach(high_watermark: int | None, log_end_offset: int | None, active_base: int) -> int | None:
+    """The log's high watermark (``UnifiedLog.highWatermark``) if a batch below the active segment
+    can end at it, else None. Offline it is the checkpointed one capped at the log end offset, or
+    the log end offset without a checkpoint entry (a leader's high watermark catches up with it).
+    It is at most the active base only when the checkpoint holds such a value or the active
+    segment is empty; ``log_end_offset`` None means unknown but past the active base."""
+    if high_watermark is not None and high_watermark <= active_base:
+        return high_watermark
+    if log_end_offset is not None and log_end_offset <= active_base:
+        return log_end_offset
+    return None
 
 
 def too_recent_to_clean(segment: SegmentMeta, now_ms: int, min_compaction_lag_ms: int) -> bool:
@@ -285,6 +300,9 @@ class PartitionPlan:
     reason: str | None  # why not eligible; None when eligible
     legacy_delete_horizon_ms: int
     groups: tuple[tuple[int, ...], ...] = field(default=())  # base offsets per output group
+    # A batch ending here is kept, empty if need be (docs/kafka-rules.md#batch-retention); None
+    # for a partition the round does not clean.
+    high_watermark: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -350,4 +368,5 @@ def plan_partition(
             state, offsets.first_dirty_offset, config.delete_retention_ms
         ),
         groups=groups,
+        high_watermark=state.high_watermark if eligible else None,  # read for a round only
     )

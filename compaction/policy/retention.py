@@ -92,16 +92,16 @@ def batch_retention(
     *,
     discard_batch_records: bool,
     last_records_of_active_producers: Mapping[int, LastRecord],
-    upper_bound_offset: int,
-    retain_last_batch_of_round: bool = True,
+    retain_empty_offset: int | None,
 ) -> BatchRetention:
     """The retention verdict of ``checkBatchRetention``.
 
-    ``retain_last_batch_of_round`` is KAFKA-17076 (4.0+; off for 3.9): the batch ending right at
-    the round's upper bound is kept so the cleaned log keeps its last offset."""
+    A batch whose next offset is ``retain_empty_offset`` is kept, empty if need be, so that the
+    cleaned log keeps that offset: Kafka 4.4+ passes the log's high watermark (KAFKA-20452),
+    4.0-4.3 the round's upper bound (KAFKA-17076), 3.9 nothing (None)."""
     if has_producer_id(batch) and is_last_of_producer(batch, last_records_of_active_producers):
         return BatchRetention.RETAIN_EMPTY
-    if retain_last_batch_of_round and batch.next_offset == upper_bound_offset:
+    if retain_empty_offset is not None and batch.next_offset == retain_empty_offset:
         return BatchRetention.RETAIN_EMPTY
     if discard_batch_records:
         return BatchRetention.DELETE
@@ -130,9 +130,8 @@ def check_batch_retention(
     *,
     control_type: int | None,
     last_records_of_active_producers: Mapping[int, LastRecord],
-    upper_bound_offset: int,
+    retain_empty_offset: int | None,
     current_time_ms: int,
-    retain_last_batch_of_round: bool = True,
 ) -> BatchDecision:
     """``checkBatchRetention`` end to end: updates ``txn_metadata`` (every batch must pass
     through here in log order, deleted ones included) and returns the decision.
@@ -146,8 +145,7 @@ def check_batch_retention(
         batch,
         discard_batch_records=discard,
         last_records_of_active_producers=last_records_of_active_producers,
-        upper_bound_offset=upper_bound_offset,
-        retain_last_batch_of_round=retain_last_batch_of_round,
+        retain_empty_offset=retain_empty_offset,
     )
     return BatchDecision(retention, can_discard, discard, contains_marker_for_empty_txn(batch, can_discard))
 

@@ -9,6 +9,7 @@ from compaction.format import naming
 from compaction.format.txnindex import AbortedTxn
 from compaction.policy.txn_state import LastRecord
 from compaction.runtime.storage import Storage
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 CLEANED = ".cleaned"
 
@@ -41,10 +42,14 @@ class GroupSpec:
     index_interval_bytes: int
     aborted_txns: tuple[AbortedTxn, ...] = ()
     last_records: dict[int, LastRecord] = field(default_factory=dict)
-    retain_last_batch_of_round: bool = True
+    # A batch whose next offset is this is kept, empty if need be: the log's high watermark
+    # (docs/kafka-rules.md#batch-retention); None when no batch of the round can end there.
+    retain_empty_offset: int | None = None
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
+    # --max-inflated-batch-bytes: a batch whose records inflate past it fails the partition
+    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES
     read_mode: str = "buffered"  # segment_io.READ_MODES: how source segments are read (--read-mode)
     write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
     dry_run: bool = False  # --dry-run: everything decided and sized as in a round, nothing written

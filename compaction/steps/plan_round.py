@@ -18,6 +18,7 @@ from compaction.policy.plan import (
     REASON_NOTHING_CLEANABLE,
     PartitionPlan,
     PartitionState,
+    high_watermark_in_reach,
     last_stable_offset,
     non_active_segments_from,
     plan_partition,
@@ -42,7 +43,14 @@ from compaction.steps.discover import (
 )
 from compaction.steps.erase import EraseSet, load_erase_set
 from compaction.steps.group import GroupSpec, SourceSegment
-from compaction.steps.validate import audit_structure, check_listing, rebuild_missing_index, validate_contents
+from compaction.steps.validate import (
+    RebuiltIndex,
+    audit_structure,
+    check_listing,
+    planned_rebuild,
+    rebuilt_index,
+    validate_contents,
+)
 
 
 @dataclasses.dataclass
@@ -56,6 +64,9 @@ class Planned:
     specs: list[GroupSpec] = dataclasses.field(default_factory=list)
     erasing: bool = False  # --erase-keys applies to its topic: every segment's listed keys go
     compacting: bool = True  # the round's compaction decisions apply (not --erase-only, eligible)
+    # Index files rebuilt from verified segments, written only if the round cleans the partition
+    # (`commit.commit`): a partition the round refuses is left exactly as found.
+    rebuilt: list[RebuiltIndex] = dataclasses.field(default_factory=list)
 
 
 def job_config(opts: JobOptions, topic: str) -> dict:
@@ -89,7 +100,7 @@ def sized_segments(segs, checkpoint: int | None, start: int):
 
 def partition_state(
     ld: LogDirState, part: PartitionDir, config: TopicConfig, first_unstable: int | None = None, *,
-    now_ms: int | None = None, exact_lso: bool = True, index_sizes: bool = True,
+    now_ms: int | None = None, exact_lso: bool = True, index_sizes: bool = True, exact_hw: bool = False,
 ) -> PartitionState:  # fmt: skip
     """The partition as `plan_partition` sees it, reading only what its rules look at: segment
     sizes and mtimes come from the listing, and
@@ -97,7 +108,10 @@ def partition_state(
     * the log end offset (a read of the active segment's index and tail) only where it can change
       the plan: a checkpoint past the active base (Kafka resets a checkpoint beyond the LEO), an
       open transaction at or past it, or, with `exact_lso`, a high watermark past it (the LSO then
-      bounds nothing, only the reported reason can tell: `plan_one` asks again for that case);
+      bounds nothing, only the reported reason can tell: `plan_one` asks again for that case), or,
+      with `exact_hw`, a high watermark past the active base or unknown (the log end offset then
+      tells whether a cleaned batch can end at the high watermark: `plan_one` asks for an
+      eligible partition, whose active segment its task reads anyway);
     * largest timestamps and first batch timestamps as `_lag_timestamps` says;
     * index sizes (groupSegmentsBySize only) with `index_sizes`.
 
@@ -113,6 +127,7 @@ def partition_state(
         (checkpoint is not None and checkpoint > base)
         or (first_unstable is not None and first_unstable >= base and (hw is None or hw > base))
         or (exact_lso and hw is not None and hw > base)
+        or (exact_hw and (hw is None or hw > base))
     )
     leo = log_end_offset(storage, active) if need_leo or active.log.size == 0 else None
     # An unknown LEO is >= the active base, and then so is every checkpoint that is not reset.
@@ -122,7 +137,7 @@ def partition_state(
     first_dirty, _ = validated_checkpoint(checkpoint, start, end)
     _lag_timestamps(storage, part, metas, config, first_dirty, now_ms)
     lso = last_stable_offset(hw, first_unstable, leo, base)
-    return PartitionState(tuple(metas), start, end, checkpoint, lso)
+    return PartitionState(tuple(metas), start, end, checkpoint, lso, high_watermark_in_reach(hw, leo, base))
 
 
 def _lag_timestamps(storage: Storage, part: PartitionDir, metas: list, config: TopicConfig, first_dirty: int,
@@ -188,8 +203,10 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
             first_dirty_offset=first_dirty, upper_bound=bound, now_ms=opts.now_ms,
             delete_retention_ms=config.delete_retention_ms, legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
             index_interval_bytes=config.index_interval_bytes, aborted_txns=aborted,
+            retain_empty_offset=plan.high_watermark if p.compacting else None,
             tail_segments=tail if n == len(groups) - 1 else (),
-            max_message_bytes=config.max_message_bytes, read_mode=opts.read_mode, write_mode=opts.write_mode,
+            max_message_bytes=config.max_message_bytes, max_inflated_batch_bytes=opts.max_inflated_batch_bytes,
+            read_mode=opts.read_mode, write_mode=opts.write_mode,
             dry_run=opts.dry_run,
             leader_epoch_checkpoint=part.leader_epoch_checkpoint, erase=erase, erase_only=erase_only,
         )  # fmt: skip
@@ -247,7 +264,8 @@ def plan_one(
             p.plan = plan(index_sizes=False)  # an LSO at the active base names another reason
         if p.plan.eligible:
             _check_and_rebuild_indexes(p, opts, config)
-            p.plan = plan(exact_lso=False)  # the groups: groupSegmentsBySize reads the index sizes
+            # the groups (groupSegmentsBySize reads the index sizes) and the high watermark
+            p.plan = plan(exact_lso=False, exact_hw=True)
     except (CompactionError, ValueError, OSError) as exc:
         result.status, result.reason = rpt.FAILED, str(exc)
         return p
@@ -275,11 +293,12 @@ def _check_and_rebuild_indexes(p: Planned, opts: JobOptions, config: TopicConfig
         validate_contents(ld.storage, part, index_bounds=opts.dry_run)
     if missing and not opts.recover_only:
         # Rebuilt from the verified .log as a broker's LogLoader would
-        # (docs/kafka-rules.md#broker-load-checks), only in a partition this run cleans (a skipped partition
-        # is left exactly as found).
-        interval, write = config.index_interval_bytes, not opts.dry_run
+        # (docs/kafka-rules.md#broker-load-checks), in memory: written only when the round cleans
+        # the partition (a skipped or refused partition is left exactly as found).
         for seg in missing:
-            p.result.recovery.append(rebuild_missing_index(ld.storage, part, seg, interval, write=write))
+            p.rebuilt.append(rebuilt_index(ld.storage, part, seg, config.index_interval_bytes))
+        if opts.dry_run:
+            p.result.recovery += [planned_rebuild(r) for r in p.rebuilt]
 
 
 def discover_and_plan(

@@ -126,6 +126,8 @@ def expected_round(snap: PartitionSnapshot, now: int) -> tuple[list[KBatch], set
     """The partition after one round over [0, active base) at `now`, and the `.txnindex` entries
     the cleaned segments must hold."""
     upper = snap.active_base
+    # The generator's replication-offset-checkpoint: the high watermark is the log end offset.
+    high_watermark = max((b.last + 1 for b in snap.batches), default=0)
     last = producer_last(snap.batches)
     entries = sorted((e for _, _, es in snap.segments for e in es), key=lambda e: e[1])
     # Pass 1 (buildOffsetMap): which data batches are aborted, and the key -> latest offset map.
@@ -173,7 +175,7 @@ def expected_round(snap: PartitionSnapshot, now: int) -> tuple[list[KBatch], set
         is_last = b.pid >= 0 and b.pid in last and (
             b.last == last_data if last_data is not None else (b.control and b.epoch == epoch)
         )
-        retain_empty = is_last or b.last + 1 == upper
+        retain_empty = is_last or b.last + 1 == high_watermark  # Kafka 4.4+ (KAFKA-20452)
         if discard and not retain_empty:
             continue  # DELETE
         if discard:

@@ -49,7 +49,10 @@ def _eager_plan(ld, part, opts, first_unstable=None):
     lso = min(hw, leo) if hw is not None else None
     if first_unstable is not None:
         lso = min(lso if lso is not None else leo, first_unstable)
-    state = PartitionState(metas, start, leo, ld.cleaner_checkpoint.get(part.key), lso)
+    # the high watermark (capped at the LEO; the LEO without one) where a cleaned batch can end
+    effective = min(hw, leo) if hw is not None else leo
+    in_reach = effective if effective <= metas[-1].base_offset else None
+    state = PartitionState(metas, start, leo, ld.cleaner_checkpoint.get(part.key), lso, in_reach)
     return plan_partition(part.topic, part.partition, state, config, opts.now_ms)
 
 

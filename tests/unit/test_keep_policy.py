@@ -341,8 +341,8 @@ def per_batch(seg: Segment, omap: dict, upper: int, lasts: dict, retain_last: bo
     out = []
     for batch in seg.batches:
         d = check_batch_retention(batch.info, txn, control_type=batch.control_type,
-                                  last_records_of_active_producers=lasts, upper_bound_offset=upper,
-                                  current_time_ms=NOW, retain_last_batch_of_round=retain_last)  # fmt: skip
+                                  last_records_of_active_producers=lasts,
+                                  retain_empty_offset=upper if retain_last else None, current_time_ms=NOW)  # fmt: skip
         if d.retention is BatchRetention.DELETE:
             out.append((BatchOutput.DROP, 0, False))
             continue
@@ -389,15 +389,15 @@ def test_segment_decisions_match_the_per_batch_rules(case, retain_last, retain_l
     n_keep = np.bincount(rec.batch_index[keep], minlength=nb)
     n_tomb = np.bincount(rec.batch_index[keep & (rec.value_len < 0)], minlength=nb)
     has_horizon = (b.magic >= 2) & ((b.attributes.astype(np.int64) & fb.DELETE_HORIZON_MASK) != 0)
-    kind, need, fast = pk.decide_fast(b, count, n_keep, n_tomb, has_horizon, lasts, upper, retain_last)
+    kind, need, fast = pk.decide_fast(b, count, n_keep, n_tomb, has_horizon, lasts, upper if retain_last else None)
     got = [(int(kind[i]), int(n_keep[i]), bool(need[i])) if fast[i] else None for i in range(nb)]
     txn = CleanedTransactionMetadata()
     txn.add_aborted(seg.aborted)
     for i in np.flatnonzero(~fast).tolist():
         view = pk.batch_view(b, i, int(count[i]))
         d = check_batch_retention(view, txn, control_type=seg.batches[i].control_type,
-                                  last_records_of_active_producers=lasts, upper_bound_offset=upper,
-                                  current_time_ms=NOW, retain_last_batch_of_round=retain_last)  # fmt: skip
+                                  last_records_of_active_producers=lasts,
+                                  retain_empty_offset=upper if retain_last else None, current_time_ms=NOW)  # fmt: skip
         if d.retention is BatchRetention.DELETE:
             got[i] = (pk.DROP, 0, False)
             continue

@@ -196,9 +196,9 @@ def test_help_lists_spark_options_exit_codes_and_environment():
     [
         (["--topics", "("], "--topics '(': not a regular expression"),
         (["--min-cleanable-dirty-ratio", "5"], "--min-cleanable-dirty-ratio: min.cleanable.dirty.ratio=5.0"),
-        (["--segment-bytes", "10"], "--segment-bytes: segment.bytes=10 is below"),
+        (["--segment-bytes", "10"], "--segment-bytes: segment.bytes=10 is outside [14, 2147483647]"),
         (["--delete-retention-ms", "-1"], "--delete-retention-ms: delete.retention.ms=-1"),
-        (["--cleanup-policy", "archive"], "cleanup.policy=archive is not compact"),
+        (["--cleanup-policy", "archive"], "cleanup.policy='archive' is not compact"),
         (["--tasks-per-core", "0"], "--tasks-per-core 0"),
         (["--report", "r.json", "--report-html", "r.json"], "--report and --report-html name the same file"),
     ],

@@ -216,8 +216,9 @@ class KafkaLog:
 
     def clean(self, now: int, *, first_dirty: int | None = None, upper_bound: int | None = None,
               map_end: int | None = None, offset_map: dict | None = None,
-              bypass_lso: bool = False) -> list[dict]:  # fmt: skip
-        """`Cleaner.doClean(LogToClean(log, firstDirty, upperBound), now)` on our code."""
+              bypass_lso: bool = False, high_watermark: int | None = None) -> list[dict]:  # fmt: skip
+        """`Cleaner.doClean(LogToClean(log, firstDirty, upperBound), now)` on our code, with the
+        log's high watermark at its end (a leader's, once its followers caught up) unless given."""
         self._flush()
         first_dirty = self.checkpoint if first_dirty is None else first_dirty
         upper = self.active_base if upper_bound is None else upper_bound
@@ -236,6 +237,7 @@ class KafkaLog:
                 legacy_delete_horizon_ms=legacy_horizon, index_interval_bytes=4096,
                 aborted_txns=tuple(self.aborted_txns()), tail_segments=tail if n == len(groups) - 1 else (),
                 max_message_bytes=self.max_message_bytes,
+                retain_empty_offset=self.leo if high_watermark is None else high_watermark,
             )
             for n, g in enumerate(groups)
         ]  # fmt: skip
@@ -385,11 +387,12 @@ def test_testCleanWithTransactionsSpanningSegments(tmp_path):
     # Only the first segment is below the bound (activeSegment.baseOffset = 6).
     log.clean(NOW)
     assert log.keys_in_log() == [2, 3, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10]
-    # KAFKA-17076: p2's aborted batch [4, 5] ends at the bound, so it stays as an empty batch;
-    # p1's aborted [0, 1] is not its producer's last batch: gone.
+    # p2's aborted batch [4, 5] ends at the bound, which 4.0-4.3 kept as an empty batch
+    # (KAFKA-17076); 4.4+ keeps only a batch ending at the high watermark (KAFKA-20452), here the
+    # log end. p1's aborted [0, 1] is not its producer's last batch: gone.
     first_seg = [b for b in log.batches() if b.header.last_offset < 6]
     assert [(b.header.base_offset, b.header.last_offset, b.header.records_count) for b in first_seg] == [
-        (2, 3, 2), (4, 5, 0)]  # fmt: skip
+        (2, 3, 2)]  # fmt: skip
 
     log.roll()  # segment 19
     p2(11)  # 19 (open transaction in the active segment)
@@ -859,16 +862,21 @@ def test_MemoryRecordsTest_testEmptyBatchDeletion(tmp_path, retention):
 
 def test_testCleanSegmentsRetainingLastEmptyBatch_idempotent(tmp_path):
     """testCleanSegmentsRetainingLastEmptyBatch with producer batches: the batch that ends at the
-    bound stays (KAFKA-17076) even though its producer wrote again later (so it is not its last)."""
-    log = KafkaLog(tmp_path)
-    log.record(0, 0, pid=9, epoch=0, seq=0)  # 0
-    log.record(1, 1, pid=9, epoch=0, seq=1)  # 1
-    log.roll()
-    log.record(0, "new", pid=9, epoch=0, seq=2)  # 2 (active)
-    log.record(1, "new", pid=9, epoch=0, seq=3)  # 3
-    log.clean(NOW, offset_map={0: LONG_MAX, 1: LONG_MAX})
-    first = [b for b in log.batches() if b.header.last_offset < 2]
-    assert [(b.header.base_offset, b.header.records_count, len(b.raw)) for b in first] == [(1, 0, 61)]
+    high watermark stays (KAFKA-20452) even though its producer wrote again later (so it is not its
+    last); with the high watermark at the log end it goes (testCleanSegmentsNotRetainingLastEmptyBatch)."""
+    def cleaned(high_watermark: int) -> list:
+        log = KafkaLog(tmp_path / str(high_watermark))
+        log.record(0, 0, pid=9, epoch=0, seq=0)  # 0
+        log.record(1, 1, pid=9, epoch=0, seq=1)  # 1
+        log.roll()
+        log.record(0, "new", pid=9, epoch=0, seq=2)  # 2 (active)
+        log.record(1, "new", pid=9, epoch=0, seq=3)  # 3
+        log.clean(NOW, offset_map={0: LONG_MAX, 1: LONG_MAX}, high_watermark=high_watermark)
+        first = [b for b in log.batches() if b.header.last_offset < 2]
+        return [(b.header.base_offset, b.header.records_count, len(b.raw)) for b in first]
+
+    assert cleaned(2) == [(1, 0, 61)]
+    assert cleaned(4) == []
 
 
 # --- tombstones and delete horizons --------------------------------------------------------------

@@ -513,3 +513,24 @@ def test_last_stable_offset_is_exact_below_the_active_base(base, beyond, hw, fir
     unknown = last_stable_offset(hw, first_unstable, None, base)
     capped = base if unknown is None else min(base, unknown)
     assert capped == (base if exact is None else min(base, exact))
+
+
+@pytest.mark.parametrize(
+    "hw, leo, base, expected",
+    [
+        (40, 60, 50, 40),  # a high watermark behind the active segment: a cleaned batch may end there
+        (50, 60, 50, 50),  # at the active base
+        (51, 60, 50, None),  # past it: no batch of the round ends there
+        (None, 60, 50, None),  # no checkpoint entry: the log end, past the active base
+        (None, 50, 50, 50),  # an empty active segment: the log end is the active base
+        (70, 50, 50, 50),  # a checkpoint past the log end is capped at it
+        (None, None, 50, None),  # unknown log end: past the active base (the active segment holds data)
+        (55, None, 50, None),
+    ],
+)
+def test_high_watermark_in_reach(hw, leo, base, expected):
+    """The high watermark the rewrite keeps an emptied batch at (Kafka 4.4+, KAFKA-20452), where it
+    can matter: at or below the active base."""
+    from compaction.policy.plan import high_watermark_in_reach
+
+    assert high_watermark_in_reach(hw, leo, base) == expected

@@ -86,8 +86,9 @@ def offset_map_for(log, start, end, aborted):
     return omap, end - 1
 
 
-def clean_round(log, *, start, upper, now, aborted=(), last_records=None, retain_last=True, legacy_retain=True,
+def clean_round(log, *, start, upper, now, aborted=(), last_records=None, high_watermark=None, legacy_retain=True,
                 map_end=None):
+    """One round over [start, upper); the log's high watermark is `upper` unless given."""
     if last_records is None:
         last_records = last_records_of_active_producers(b.info for b in log)
     # map_end lets a test hand cleanSegments a map wider than the round, as Kafka's tests do
@@ -100,7 +101,8 @@ def clean_round(log, *, start, upper, now, aborted=(), last_records=None, retain
             out.append(b)  # uncleanable section
             continue
         d = check_batch_retention(b.info, meta, control_type=b.control_type, last_records_of_active_producers=last_records,
-                                  upper_bound_offset=upper, current_time_ms=now, retain_last_batch_of_round=retain_last)
+                                  retain_empty_offset=upper if high_watermark is None else high_watermark,
+                                  current_time_ms=now)
         kept = []
         if d.retention is not BatchRetention.DELETE:
             for o, k, v in b.records:
@@ -247,22 +249,23 @@ def test_discard_batch_records(is_control, can_discard, horizon, now, expected):
 
 
 @pytest.mark.parametrize(
-    "batch, last, discard, upper, retain_last, expected",
+    "batch, last, discard, retain_at, expected",
     [
-        (BatchInfo(0, 4, 1, 0), {1: LastRecord(4, 0)}, True, 100, True, BatchRetention.RETAIN_EMPTY),
-        (BatchInfo(0, 3, 1, 0), {1: LastRecord(4, 0)}, True, 100, True, BatchRetention.DELETE),
-        (BatchInfo(5, 5, 1, 2, True, True), {1: LastRecord(None, 2)}, True, 100, True, BatchRetention.RETAIN_EMPTY),
-        (BatchInfo(5, 5, 1, 1, True, True), {1: LastRecord(None, 2)}, True, 100, True, BatchRetention.DELETE),
-        (BatchInfo(5, 5, 1, 2), {1: LastRecord(None, 2)}, False, 100, True, BatchRetention.DELETE_EMPTY),
-        (BatchInfo(0, 9, -1, -1), {}, True, 10, True, BatchRetention.RETAIN_EMPTY),  # KAFKA-17076
-        (BatchInfo(0, 9, -1, -1), {}, True, 10, False, BatchRetention.DELETE),  # 3.9 behaviour
-        (BatchInfo(0, 8, -1, -1), {}, False, 10, True, BatchRetention.DELETE_EMPTY),
-        (BatchInfo(0, 4, -1, -1), {-1: LastRecord(4, -1)}, False, 10, True, BatchRetention.DELETE_EMPTY),
+        (BatchInfo(0, 4, 1, 0), {1: LastRecord(4, 0)}, True, 100, BatchRetention.RETAIN_EMPTY),
+        (BatchInfo(0, 3, 1, 0), {1: LastRecord(4, 0)}, True, 100, BatchRetention.DELETE),
+        (BatchInfo(5, 5, 1, 2, True, True), {1: LastRecord(None, 2)}, True, 100, BatchRetention.RETAIN_EMPTY),
+        (BatchInfo(5, 5, 1, 1, True, True), {1: LastRecord(None, 2)}, True, 100, BatchRetention.DELETE),
+        (BatchInfo(5, 5, 1, 2), {1: LastRecord(None, 2)}, False, 100, BatchRetention.DELETE_EMPTY),
+        (BatchInfo(0, 9, -1, -1), {}, True, 10, BatchRetention.RETAIN_EMPTY),  # ends at the high watermark
+        (BatchInfo(0, 9, -1, -1), {}, True, 11, BatchRetention.DELETE),  # KAFKA-20452: not at it
+        (BatchInfo(0, 9, -1, -1), {}, True, None, BatchRetention.DELETE),  # 3.9 behaviour
+        (BatchInfo(0, 8, -1, -1), {}, False, 10, BatchRetention.DELETE_EMPTY),
+        (BatchInfo(0, 4, -1, -1), {-1: LastRecord(4, -1)}, False, 10, BatchRetention.DELETE_EMPTY),
     ],
 )
-def test_batch_retention(batch, last, discard, upper, retain_last, expected):
+def test_batch_retention(batch, last, discard, retain_at, expected):
     got = batch_retention(batch, discard_batch_records=discard, last_records_of_active_producers=last,
-                          upper_bound_offset=upper, retain_last_batch_of_round=retain_last)
+                          retain_empty_offset=retain_at)
     assert got is expected
 
 
@@ -477,18 +480,28 @@ def test_cleaning_with_unkeyed_messages():
     log = [data(0, (None, b"a"), (b"1", b"b")), data(2, (None, b"c"))]
     r = clean_round(log, start=0, upper=3, now=T)
     assert offsets(r.log) == [1] and r.invalid == 2
-    assert r.outputs == {0: BatchOutput.REBUILD, 2: BatchOutput.EMPTY_HEADER}  # last batch of the round
-    r39 = clean_round(log, start=0, upper=3, now=T, retain_last=False)
-    assert r39.outputs[2] is BatchOutput.DROP
+    assert r.outputs == {0: BatchOutput.REBUILD, 2: BatchOutput.EMPTY_HEADER}  # ends at the high watermark
+    # Kafka 4.4+ (KAFKA-20452): with the high watermark past the round, the emptied batch goes
+    # (4.0-4.3 kept the batch ending at the round's upper bound)
+    r44 = clean_round(log, start=0, upper=3, now=T, high_watermark=4)
+    assert r44.outputs[2] is BatchOutput.DROP
 
 
 def test_clean_segments_retaining_last_empty_batch():
     # cleanSegments over [0, 2) with a map of the whole log (1 -> 2, 2 -> 3): every record of
-    # the group is superseded, yet the batch ending at upperBound 2 stays as an empty batch
+    # the group is superseded, yet the batch ending at the high watermark 2 stays as an empty batch
     log = [data(0, (b"1", b"a")), data(1, (b"2", b"b")), data(2, (b"1", b"c")), data(3, (b"2", b"d"))]
-    r = clean_round(log, start=0, upper=2, now=T, map_end=4)
+    r = clean_round(log, start=0, upper=2, now=T, map_end=4, high_watermark=2)
     assert r.outputs == {0: BatchOutput.DROP, 1: BatchOutput.EMPTY_HEADER}
-    assert batch_bases(r.log) == [1, 2, 3]  # offset 1 still marks the end of the cleaned range
+    assert batch_bases(r.log) == [1, 2, 3]  # offset 1 still marks the high watermark
+
+
+def test_clean_segments_not_retaining_last_empty_batch():
+    # the same with the high watermark past the cleaned range (KAFKA-20452, 4.4+): nothing stays
+    log = [data(0, (b"1", b"a")), data(1, (b"2", b"b")), data(2, (b"1", b"c")), data(3, (b"2", b"d"))]
+    r = clean_round(log, start=0, upper=2, now=T, map_end=4, high_watermark=4)
+    assert r.outputs == {0: BatchOutput.DROP, 1: BatchOutput.DROP}
+    assert batch_bases(r.log) == [2, 3]
 
 
 def test_clean_tombstone():

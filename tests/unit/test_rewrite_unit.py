@@ -88,7 +88,8 @@ class Log:
         return seg
 
     def spec(self, segments, *, first_dirty: int = 0, upper_bound: int | None = None, now: int = NOW,
-             aborted=(), last_records=None, gid: int = 0, retain_last: bool = True) -> GroupSpec:  # fmt: skip
+             aborted=(), last_records=None, gid: int = 0, high_watermark: int | None = None) -> GroupSpec:  # fmt: skip
+        """A group of a log whose high watermark is the round's upper bound unless given."""
         if upper_bound is None:
             upper_bound = next_offset(self.read(segments[-1].base_offset), segments[-1].base_offset)
         return GroupSpec(
@@ -96,7 +97,7 @@ class Log:
             segments=tuple(segments), first_dirty_offset=first_dirty, upper_bound=upper_bound, now_ms=now,
             delete_retention_ms=RETENTION, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
             aborted_txns=tuple(aborted), last_records=dict(last_records or {}),
-            retain_last_batch_of_round=retain_last,
+            retain_empty_offset=upper_bound if high_watermark is None else high_watermark,
         )  # fmt: skip
 
     def read(self, base: int, transient: str = "") -> bytes:
@@ -322,11 +323,11 @@ def test_rewrite_delete_horizon(tmp_path):
     assert raw3 == plain
 
 
-def test_rewrite_empty_batch_only_at_upper_bound(tmp_path):
+def test_rewrite_empty_batch_only_at_high_watermark(tmp_path):
     log = Log(tmp_path)
     seg = log.segment(0, [one(0, "a"), one(1, "b")])
-    for retain_last, expected in ((True, 1), (False, 0)):
-        spec = log.spec([seg], upper_bound=2, retain_last=retain_last)
+    for high_watermark, expected in ((2, 1), (3, 0)):  # Kafka 4.4+ (KAFKA-20452): not at the upper bound
+        spec = log.spec([seg], upper_bound=2, high_watermark=high_watermark)
         clean([spec], {b"a": HUGE, b"b": HUGE})
         assert len(cleaned_batches(log, spec)) == expected
     # An empty output is a 0-byte segment with 0-byte indexes (docs/kafka-rules.md#index-invariants).

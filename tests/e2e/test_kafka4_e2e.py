@@ -1,0 +1,304 @@
+"""A real Apache Kafka 4.x broker (tests/helpers/kafka4.py) writes the input, its own LogCleaner is
+the oracle, and it loads and serves the job's output.
+
+1. Kafka's Java producers write a matrix of topics: every codec x (idempotent | transactional
+   with commits and aborts), partition 0 with tombstones, partition 1 without, small segments; and
+   a gzip transactional topic with LogAppendTime; and a `mixed` topic where producers of every
+   codec, with and without idempotence, share partitions.
+   The broker is stopped cleanly and its log dir copied twice.
+2. Three cleaning rounds on each copy, the whole log dirty each time (the checkpoint removed, as
+   Kafka's `LogCleanerTest.runTwoPassClean`): Kafka's cleaner (the broker restarted with the
+   cleaner on, until its checkpoint reaches the active segment) and the job with the same configs.
+   `delete.retention.ms` is short, so round 1 stamps tombstones, round 2 removes them and stamps
+   the markers of transactions left empty, round 3 removes those. After each round the two
+   copies must agree batch for batch (tests/helpers/logdiff.py): file names, batch boundaries,
+   header fields, records, `.txnindex` bytes; bytes and index files equal where uncompressed; the
+   only shared-nothing input, the clock of the horizon, is matched round to round.
+3. A broker started on the job's output loads it without recovering anything, a read_committed
+   consumer from offset 0 reads exactly the records of the job's files, producing more works, and
+   the broker's own cleaner cleans on top of the job's output without an error.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import kafka4
+import logdiff
+import pytest
+from e2ekit import run_job
+from kafka4 import Broker, Script
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+MODES = ("idem", "txn")
+SEGMENT_BYTES = 8192
+RETENTION_MS = 2000  # short: the next round, half a minute later, is past every horizon
+ROUNDS = 3
+TOPIC_CONFIGS = {
+    "cleanup.policy": "compact", "internal.segment.bytes": SEGMENT_BYTES,
+    "delete.retention.ms": RETENTION_MS, "min.cleanable.dirty.ratio": 0.01,
+}  # fmt: skip
+JOB_ARGS = ("--segment-bytes", str(SEGMENT_BYTES), "--delete-retention-ms", str(RETENTION_MS),
+            "--min-cleanable-dirty-ratio", "0.01", "--topics", "(?!__).*")  # fmt: skip
+TRANSACTIONAL = 0x10
+CLEANER_ON = {"log.cleaner.enable": "true", "log.cleaner.backoff.ms": 100, "log.segment.delete.delay.ms": 0}
+MATRIX = [f"{c}-{m}" for c in CODECS for m in MODES]
+LOG_APPEND = "gzip-txn-logappend"  # a cell more: the broker stamps LogAppendTime on every batch
+MATRIX.append(LOG_APPEND)
+MIXED = "mixed"
+WORDS = ("order", "shipped", "customer", "amount", "currency", "EUR", "status", "pending", "address",
+         "street", "city", "total", "discount", "item", "quantity", "warehouse")  # fmt: skip
+
+
+def _value(rng: random.Random, i: int) -> bytes:
+    """JSON-like text, compressible as real payloads are."""
+    return ('{"seq":%d,%s}' % (i, ",".join(f'"{rng.choice(WORDS)}":"{rng.choice(WORDS)}"'
+                                           for _ in range(rng.randint(2, 14))))).encode()  # fmt: skip
+
+
+def _matrix_script(s: Script, rng: random.Random) -> None:
+    for topic in MATRIX:
+        codec, mode = topic.split("-")[:2]
+        timestamps = {"message.timestamp.type": "LogAppendTime"} if topic == LOG_APPEND else {}
+        s.topic(topic, 2, **TOPIC_CONFIGS, **timestamps)
+        s.producer("p", compression_type=codec, linger_ms=2, batch_size=2048)
+        if mode == "txn":
+            s.producer("t", compression_type=codec, linger_ms=2, batch_size=2048,
+                       transactional_id=f"tx-{topic}").init("t")  # fmt: skip
+        seq = 0
+        for block in range(24):
+            txn = mode == "txn" and block % 2 == 1
+            if txn:
+                s.begin("t")
+            for _ in range(rng.randint(10, 40)):
+                part = rng.randint(0, 1)
+                key = b"key-%03d" % rng.randint(0, 40)
+                value = None if part == 0 and rng.random() < 0.12 else _value(rng, seq)
+                headers = (("trace", b"%d" % seq), ("empty", None)) if rng.random() < 0.2 else ()
+                s.send("t" if txn else "p", topic, part, key, value, headers=headers)
+                seq += 1
+            if txn:
+                s.abort("t") if block % 6 == 3 else s.commit("t")
+            else:
+                s.flush("p")
+        s.close("p")
+        if mode == "txn":
+            s.close("t")
+
+
+def _mixed_script(s: Script, rng: random.Random) -> None:
+    s.topic(MIXED, 3, **TOPIC_CONFIGS)
+    for codec in CODECS:
+        s.producer(f"idem-{codec}", compression_type=codec, linger_ms=2, batch_size=4096)
+        s.producer(f"plain-{codec}", compression_type=codec, linger_ms=2, batch_size=4096, acks=1,
+                   enable_idempotence="false")  # fmt: skip
+    s.producer("tx", compression_type="lz4", transactional_id="tx-mixed", linger_ms=2, batch_size=4096).init("tx")
+    for block in range(40):
+        name = rng.choice([f"{kind}-{codec}" for kind in ("idem", "plain") for codec in CODECS] + ["tx"])
+        if name == "tx":
+            s.begin("tx")
+        for i in range(rng.randint(5, 30)):
+            value = None if rng.random() < 0.1 else _value(rng, block * 100 + i)
+            s.send(name, MIXED, rng.randint(0, 2), b"m-%02d" % rng.randint(0, 60), value,
+                   headers=(("block", b"%d" % block),))  # fmt: skip
+        if name == "tx":
+            s.abort("tx") if block % 3 == 0 else s.commit("tx")
+        else:
+            s.flush(name)
+    for codec in CODECS:
+        s.close(f"idem-{codec}").close(f"plain-{codec}")
+    s.close("tx")
+
+
+def _partitions(topics) -> list[tuple[str, int]]:
+    return [(t, p) for t in topics for p in range(3 if t == MIXED else 2)]
+
+
+def _snapshot(log_dir: Path, dest: Path) -> None:
+    for topic, part in _partitions([*MATRIX, MIXED]):
+        shutil.copytree(log_dir / f"{topic}-{part}", dest / f"{topic}-{part}",
+                        ignore=shutil.ignore_patterns("*.deleted"))  # fmt: skip
+    shutil.copy2(log_dir / "cleaner-offset-checkpoint", dest / "cleaner-offset-checkpoint")
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory):
+    """Produce once; then ROUNDS rounds of Kafka's cleaner on one copy and of the job on another,
+    each round's partition dirs kept. Yields (root, {our now: Kafka's window})."""
+    kafka4.require()
+    root = tmp_path_factory.mktemp("kafka4")
+    rng = random.Random(31)
+    script = Script()
+    _matrix_script(script, rng)
+    _mixed_script(script, rng)
+    with Broker(root / "produced", {}) as broker:
+        broker.start()
+        broker.run_client(script)
+    assert (root / "produced" / "kafka-logs" / ".kafka_cleanshutdown").exists()
+    for side in ("kafka", "ours"):
+        shutil.copytree(root / "produced", root / side, symlinks=True)
+    kafka_broker = Broker(root / "kafka", {})
+    stamped = {}
+    try:
+        for r in range(1, ROUNDS + 1):
+            for side in ("kafka", "ours"):
+                (root / side / "kafka-logs" / "cleaner-offset-checkpoint").unlink(missing_ok=True)
+            started = int(time.time() * 1000)
+            kafka_broker.start(**CLEANER_ON)
+            kafka_broker.wait_cleaned(_partitions([*MATRIX, MIXED]))
+            finished = int(time.time() * 1000)
+            kafka_broker.stop()
+            _snapshot(kafka_broker.log_dir, root / f"kafka-round{r}")
+            now = int(time.time() * 1000)
+            code, report, err = run_job(str(root / "ours" / "kafka-logs"), *JOB_ARGS, "--now-ms", str(now))
+            assert code == 0, err
+            assert report["totals"]["failed"] == 0, report
+            stamped[now] = (started, finished)
+            _snapshot(root / "ours" / "kafka-logs", root / f"ours-round{r}")
+    finally:
+        kafka_broker.stop()
+    yield root, stamped
+
+
+@pytest.mark.parametrize("cell", [f"{t}-{p}" for t, p in _partitions(MATRIX + [MIXED])])
+@pytest.mark.parametrize("round_no", range(1, ROUNDS + 1))
+def test_kafka_cleaner_and_ours_agree(rounds, cell, round_no):
+    root, stamped = rounds
+    kafka_dir, ours_dir = root / f"kafka-round{round_no}" / cell, root / f"ours-round{round_no}" / cell
+    diffs = logdiff.compare_partition(kafka_dir, ours_dir, stamped, RETENTION_MS)
+    assert not diffs, "\n".join(d[:600] for d in diffs[:20])
+    topic, part = cell.rsplit("-", 1)
+    kafka_cp = kafka4.read_checkpoint(root / f"kafka-round{round_no}" / "cleaner-offset-checkpoint")
+    ours_cp = kafka4.read_checkpoint(root / f"ours-round{round_no}" / "cleaner-offset-checkpoint")
+    assert kafka_cp[(topic, int(part))] == ours_cp[(topic, int(part))]
+
+
+# --- the broker loads and serves our output --------------------------------------------------------
+
+MORE = ("mixed", "none-txn", "zstd-idem")  # topics that get more data once the broker serves ours
+TXNINDEX_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first offset, ABORT marker offset, LSO
+
+
+def _file_records(part_dir: Path) -> list[tuple]:
+    """What a read_committed consumer must read from a partition's files, decoded by kafka-python:
+    the data records of every batch but those of aborted transactions (`.txnindex` entries)."""
+    aborted = []
+    for path in sorted(part_dir.glob("*.txnindex")):
+        data = path.read_bytes()
+        aborted += [TXNINDEX_ENTRY.unpack_from(data, i)[1:4] for i in range(0, len(data), TXNINDEX_ENTRY.size)]
+    out = []
+    for path in sorted(part_dir.glob("*.log")):
+        for batch in logdiff.read_batches(path):
+            h = batch.header()
+            if h["attributes"] & logdiff.CONTROL:
+                continue
+            in_aborted = any(pid == h["producer_id"] and first <= h["base_offset"] <= end for pid, first, end in aborted)
+            if h["attributes"] & TRANSACTIONAL and in_aborted:
+                continue
+            out += batch.records()
+    return out
+
+
+def _log_end(part_dir: Path) -> int:
+    return max((b.last_offset + 1 for p in part_dir.glob("*.log") for b in logdiff.read_batches(p)), default=0)
+
+
+def _more_script(rng: random.Random) -> tuple[Script, dict]:
+    """More records for MORE's partitions, idempotent and transactional (reusing the transactional
+    ids of the produce phase: the broker bumps their epochs), with one aborted transaction. Returns
+    the script and the committed (key, value, headers) per partition in order."""
+    s, committed = Script(), {}
+    for topic in MORE:
+        parts = 3 if topic == MIXED else 2
+        codec = "lz4" if topic == MIXED else topic.split("-")[0]
+        s.producer("more", compression_type=codec, linger_ms=2, batch_size=2048)
+        s.producer("tx", compression_type=codec, transactional_id=f"tx-{topic}", linger_ms=2,
+                   batch_size=2048).init("tx")  # fmt: skip
+        for block in range(12):
+            name = "tx" if block % 3 else "more"
+            if name == "tx":
+                s.begin("tx")
+            sent = []
+            for i in range(80):  # enough for every partition to roll a segment: its cleaner has work
+                part, key = rng.randrange(parts), b"more-%02d" % rng.randint(0, 30)
+                value = None if rng.random() < 0.1 else _value(rng, 10_000 + block * 100 + i)
+                headers = (("more", b"%d" % block),)
+                s.send(name, topic, part, key, value, headers=headers)
+                sent.append(((topic, part), (key, value, headers)))
+            if name == "tx" and block % 3 == 2:
+                s.abort("tx")
+                continue
+            s.commit("tx") if name == "tx" else s.flush("more")
+            for tp, record in sent:
+                committed.setdefault(tp, []).append(record)
+        s.close("more").close("tx")
+    return s, committed
+
+
+@pytest.fixture(scope="module")
+def served(rounds):
+    """The broker on our output after the last round: what it logs while loading, what a consumer
+    reads; then more data produced, and the broker's own cleaner on top."""
+    root, _ = rounds
+    broker = Broker(root / "ours", {})
+    topics = [*MATRIX, MIXED]
+    parts = {tp: broker.log_dir / f"{tp[0]}-{tp[1]}" for tp in _partitions(topics)}
+    out = {"clean_shutdown_file": (broker.log_dir / ".kafka_cleanshutdown").exists(),
+           "files": {tp: _file_records(d) for tp, d in parts.items()},
+           "log_end": {tp: _log_end(d) for tp, d in parts.items()}}  # fmt: skip
+    script, out["committed"] = _more_script(random.Random(7))
+    try:
+        broker.start()
+        out["load_problems"] = kafka4.load_problems(broker.log_text(), topics)
+        out["served"] = broker.consume(*topics)
+        broker.run_client(script)
+        out["after_produce"] = broker.consume(*topics)
+        broker.stop()
+        broker.start(**CLEANER_ON)
+        broker.wait_cleaned(list(parts))
+        out["after_clean"] = broker.consume(*topics)
+        out["cleaner_log"] = broker.log_text()
+    finally:
+        broker.stop()
+    return out
+
+
+def test_broker_loads_our_output_without_recovery(served):
+    assert served["clean_shutdown_file"]  # the job keeps the broker's clean shutdown marker
+    assert served["load_problems"] == []
+
+
+def test_consumer_reads_exactly_the_records_we_kept(served):
+    for tp, records in served["files"].items():
+        assert served["served"][tp] == records, tp
+    assert sum(map(len, served["files"].values())) > 1000
+
+
+def test_producing_more_works(served):
+    for tp, before in served["served"].items():
+        after = served["after_produce"][tp]
+        assert after[: len(before)] == before, tp
+        new = after[len(before) :]
+        assert [(k, v, h) for _, _, k, v, h in new] == served["committed"].get(tp, []), tp
+        assert all(o >= served["log_end"][tp] for o, *_ in new), tp
+    assert all(served["committed"].get((t, p)) for t in MORE for p in range(3 if t == MIXED else 2))
+
+
+def test_broker_cleaner_cleans_on_top_of_ours(served):
+    log = served["cleaner_log"]
+    assert not [line for line in log.splitlines() if re.search("ERROR|Exception|uncleanable", line)]
+    for topic in MORE:
+        for part in range(3 if topic == MIXED else 2):
+            assert f"cleaned log {topic}-{part} " in log, (topic, part)
+            before, after = served["after_produce"][(topic, part)], served["after_clean"][(topic, part)]
+            assert len(after) < len(before)
+            assert set(after) <= set(before)  # the cleaner only removes
+            latest = {key: r for r in before for key in [r[2]]}
+            assert [r for r in latest.values() if r[3] is not None and r not in after] == []
