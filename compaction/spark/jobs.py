@@ -154,7 +154,7 @@ def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, fl
             held = {MERGE: lambda k: names, PART: lambda r: [names[plan.ranges[r][1]]], REWRITE: lambda i: [names[i[1]]]}
             return collected(st.resumed(sc, bplan, ex, kind, items, settings.worker), [held[kind](i) for i in items])
 
-        rows = finish(plan, ex, rows, run)
+        rows = [st.typed(r) for r in finish(plan, ex, rows, run)]  # the damaged partitions' rows come from here
     return task_rows(rows, todo, timings)
 
 

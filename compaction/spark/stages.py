@@ -68,7 +68,7 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
 
         prepare_worker(worker)
         for t in task_ids:
-            yield from map(_typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
+            yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
     return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
 
@@ -83,7 +83,7 @@ def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = Worke
 
         prepare_worker(worker)
         for item in part:
-            yield from map(_typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
+            yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
 
     return sc.parallelize(items, max(1, len(items))).mapPartitions(run)
 
@@ -171,7 +171,7 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings()):
                     rows = _profiled(compact, specs, worker.profile_dir)
                 except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
                     rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
-                yield from map(_typed, rows)
+                yield from map(typed, rows)
 
     return sc.parallelize(range(bins), max(1, bins)).mapPartitions(run)
 
@@ -192,10 +192,10 @@ _PY_KINDS = {T.IntegerType: int, T.StringType: str, T.LongType: int, T.DoubleTyp
 _KINDS = {n: _PY_KINDS[type(t)] for n, t in FUSED_FIELDS}
 
 
-def _typed(row: dict) -> dict:
+def typed(row: dict) -> dict:
     """A task's row with every `FUSED_FIELDS` name, as plain Python values of the schema's types
     (not numpy's)."""
     return {n: None if row.get(n) is None else kind(row[n]) for n, kind in _KINDS.items()}
 
 
-__all__ = ["FUSED_FIELDS", "GroupSpec", "compact_partition", "fused", "pack", "ranged", "resumed", "task_slots"]
+__all__ = ["FUSED_FIELDS", "GroupSpec", "compact_partition", "fused", "pack", "ranged", "resumed", "task_slots", "typed"]

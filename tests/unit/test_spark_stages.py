@@ -1,7 +1,7 @@
 """The Spark stages of a round (compaction/spark/stages.py): `ranged`, the stage of partitions
 cut into ranges whose tasks meet through the exchange directory (and `resumed`, what it left
 undone), and `fused`, whole
-partitions packed into tasks; and the rows both give back (`_typed`, `FUSED_FIELDS`).
+partitions packed into tasks; and the rows both give back (`typed`, `FUSED_FIELDS`).
 
 Few, fat Spark tests (the JVM start dominates). Each stage is checked against its tasks run in this
 process (`ranged`: on threads, tests/unit/test_ranges.py `in_ranges`; `fused`: `compact_partition`):
@@ -127,11 +127,11 @@ def test_a_damaged_partition_fails_alone_in_the_fused_stage(spark, partition, tm
 
 
 def test_task_rows_are_typed_as_the_stage_schema(spark):
-    """`_typed`: every `FUSED_FIELDS` name, numpy values as the schema's Python types, unknown names dropped."""
+    """`typed`: every `FUSED_FIELDS` name, numpy values as the schema's Python types, unknown names dropped."""
     import numpy as np
     from pyspark.sql import types as T
 
-    from compaction.spark.stages import _typed
+    from compaction.spark.stages import typed as _typed
 
     raw = [{"group_id": np.int32(7), "bytes_read": np.int64(1 << 40), "seconds": np.float32(0.5), "junk": 1},
            {"group_id": 8, "error": "damaged", "first_unstable": np.int64(12)}]  # fmt: skip
