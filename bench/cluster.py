@@ -121,9 +121,13 @@ class StandaloneCluster:
         worker_memory: str = "2g",
         timeout: float = 180,
         pin: bool = False,
+        fresh_temp: bool = False,
     ) -> None:
         self.root = root
         self.pin = pin
+        # Each worker (and the executors and Python workers it starts) on a temp dir and Spark
+        # local dirs of its own, empty when it starts: a fresh host, as a Kubernetes pod is.
+        self.fresh_temp = fresh_temp
         self.root.mkdir(parents=True, exist_ok=True)
         self.spark_class = spark_home() / "bin" / "spark-class"
         self.worker_cores, self.worker_memory, self.timeout = worker_cores, worker_memory, timeout
@@ -144,7 +148,7 @@ class StandaloneCluster:
         env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"
         return env
 
-    def _start(self, name: str, args: list[str], cpus: str | None = None) -> None:
+    def _start(self, name: str, args: list[str], cpus: str | None = None, env: dict | None = None) -> None:
         log = self.root / f"{name}.log"
         self.logs.append(log)
         # taskset's affinity is inherited by the worker's executors and their Python workers.
@@ -156,7 +160,7 @@ class StandaloneCluster:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=self._env(),
+                    env={**self._env(), **(env or {})},
                     cwd=self.root,
                     start_new_session=True,
                 )
@@ -204,6 +208,11 @@ class StandaloneCluster:
             self.workers += 1
             work = self.root / f"worker-{self.workers}"
             work.mkdir(exist_ok=True)
+            env = {}
+            if self.fresh_temp:
+                for var, sub in (("TMPDIR", "tmp"), ("SPARK_LOCAL_DIRS", "local")):
+                    (work / sub).mkdir()
+                    env[var] = str(work / sub)
             self._start(
                 f"worker-{self.workers}",
                 [
@@ -221,6 +230,7 @@ class StandaloneCluster:
                     str(free_port()),
                 ],
                 cpus=self._worker_cpus(),
+                env=env,
             )
         n = alive + count
         self._wait(f"{n} worker(s) registered", lambda s: s.get("aliveworkers", 0) >= n)

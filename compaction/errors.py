@@ -71,6 +71,16 @@ class UnsupportedCodecError(KafkaFormatError):
     """A compression codec id Kafka does not define (or zstd in a legacy message)."""
 
 
+class InflateLimitError(KafkaFormatError):
+    """A compressed batch whose records inflate past the round's bound on one batch
+    (`settings.MAX_INFLATED_BATCH_BYTES`): `codec` its codec's name, `limit` the bound."""
+
+    def __init__(self, message: str, *, codec: str, limit: int, **where) -> None:
+        self.codec = codec
+        self.limit = limit
+        super().__init__(message, **where)
+
+
 class IndexCorruptError(KafkaFormatError):
     """An .index/.timeindex/.txnindex that fails the broker's sanity checks."""
 
@@ -94,6 +104,16 @@ class CheckpointError(KafkaFormatError):
         self.line = line
         text = message if line is None else f"line {line}: {message}"
         super().__init__(text, **where)
+
+
+class DiskFullError(CompactionError):
+    """The disk (or quota) filled while a partition's cleaned segments were written: `path` the
+    file being written, `needed` the bytes the partition's cleaned segments may need (the segments
+    they replace), `free` the bytes free on its filesystem then (None where unknown)."""
+
+    def __init__(self, message: str, path: str = "", needed: int = 0, free: int | None = None) -> None:
+        self.path, self.needed, self.free = path, needed, free
+        super().__init__(message)
 
 
 class UsageError(CompactionError):

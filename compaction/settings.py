@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -48,6 +50,16 @@ SCAN_REUSE_MAX_BYTES = 1 << 30
 # bounds what a whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
 PROGRESS_SECONDS = 5.0
+# The compiled kernels' store by default: beside the first log dir, on the store every executor
+# reads and writes already, and that outlives the executors (runtime/kernel_store.py).
+KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
+# The most bytes one compressed batch's records may inflate to (`--max-inflated-batch-bytes`);
+# a batch beyond it fails its partition. Kafka's readers stream a batch's records and never hold
+# them; the scan holds a batch inflated, so what a batch may claim is bounded here. 1 GiB is
+# 1024 times the default `max.message.bytes` (a batch's compressed size): more than deflate can
+# reach at all (1032:1 at best, and only on a run of one byte), ~50 times what zstd makes of
+# JSON or logs, and 50 times a 20 MiB `max.message.bytes` at that ratio.
+MAX_INFLATED_BATCH_BYTES = 1 << 30
 
 
 def default_discovery_threads() -> int:
@@ -92,6 +104,10 @@ class WorkerSettings:
         None, str, "the file through which the tasks of a host share their I/O budget (None: one per "
         "user in /dev/shm, else /tmp)", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_THROTTLE_FILE",
         env="KAFKA_COMPACTION_IO_THROTTLE_FILE")  # fmt: skip
+    kernel_cache_dir: str | None = _knob(
+        None, str, "where the compiled kernels are kept between runs for executors that start with an "
+        "empty temp dir (a directory URI; None: `.kafka-compaction-kernels` beside the first log dir; "
+        "`off`: none)", conf=CONF_PREFIX + "kernelCacheDir", env="KAFKA_COMPACTION_KERNEL_CACHE_DIR")  # fmt: skip
     profile_dir: str | None = _knob(
         None, str, "a directory on the executor's host where each whole-partition task writes its "
         "cProfile", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_PROFILE_DIR", env="KAFKA_COMPACTION_PROFILE_DIR")  # fmt: skip
@@ -118,6 +134,9 @@ class Settings:
     exchange_dir: str | None = _knob(
         None, str, "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
         "in local mode, else beside the first log dir)", conf=CONF_PREFIX + "exchangeDir")  # fmt: skip
+    max_inflated_batch_bytes: int = _knob(
+        MAX_INFLATED_BATCH_BYTES, int, "the most bytes one compressed batch's records may inflate to; a "
+        "batch beyond it fails its partition", option="--max-inflated-batch-bytes")  # fmt: skip
     peer_wait_seconds: float = _knob(
         PEER_WAIT_SECONDS, float, "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
         "or not started) before it leaves its work to the follow-up stages", conf=CONF_PREFIX + "peerWaitSeconds")  # fmt: skip
@@ -136,12 +155,15 @@ class Settings:
         knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
         value that does not parse is a `UsageError` naming where it came from."""
         environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k in _ENV_NAMES}
-        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None)}
+        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None),
+                 "max_inflated_batch_bytes": getattr(args, "max_inflated_batch_bytes", None)}
         if environ.get("SPARK_HOME_SUBMITTED"):  # the launcher's spark-submit got the master already
             environ = {k: v for k, v in environ.items() if k != "SPARK_MASTER"}
         values = {name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)
                   for name, f in knobs() if name != "options"}  # fmt: skip
         worker = WorkerSettings(**{f.name: values.pop(f.name) for f in dataclasses.fields(WorkerSettings)})
+        if worker.kernel_cache_dir is None and getattr(args, "log_dirs", None):
+            worker = dataclasses.replace(worker, kernel_cache_dir=beside(args.log_dirs[0], KERNEL_CACHE_NAME))
         return cls(options=args, worker=worker, environ=environ, **values)
 
     def with_spark_conf(self, spark_conf: Any) -> Settings:
@@ -168,6 +190,16 @@ def _value(f: dataclasses.Field, spark_conf: Any, environ: Mapping[str, str]) ->
             where = f"--conf {name}" if kind == "conf" else f"environment variable {name}"
             raise UsageError(f"{where}={raw!r}: not a valid value ({f.metadata['doc']})") from None
     return f.default
+
+
+def beside(log_dir: str, name: str) -> str:
+    """The URI of `name` in the directory that holds `log_dir` (a path or a URI, whose scheme and
+    query are kept: `s3://bucket/logs?region=r` -> `s3://bucket/NAME?region=r`)."""
+    if "://" not in log_dir:
+        return os.path.join(os.path.dirname(os.path.abspath(log_dir)), name)
+    parts = urllib.parse.urlsplit(log_dir)
+    parent = posixpath.dirname(parts.path.rstrip("/")) or "/"
+    return urllib.parse.urlunsplit(parts._replace(path=posixpath.join(parent, name)))
 
 
 def knobs() -> list[tuple[str, dataclasses.Field]]:

@@ -54,7 +54,8 @@ ENVIRONMENT = (
     ("SPARK_HOME", "the Spark whose bin/spark-submit runs (default: the pyspark package's own)"),
     ("JAVA_HOME", "the Java 17+ Spark runs on (default: java on the PATH)"),
     ("PYSPARK_PYTHON", "the executors' Python (default: the Python running this launcher)"),
-    ("NUMBA_CACHE_DIR", "where compiled kernels are cached (default $TMPDIR/kafka-compaction-numba)"),
+    ("NUMBA_CACHE_DIR", "where compiled kernels are cached on a host (default $TMPDIR/kafka-compaction-numba; "
+                        "passed to the executors when set, or with a local master)"),
     ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see README)"),
     ("SPARK_APP_NAME", f"the Spark application name (default {APP_NAME})"),
     ("KAFKA_COMPACTION_DIST_DIR", "where the executors' zip of the package is built (default: the "
@@ -158,12 +159,15 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
     hugepage = env.get("NUMPY_MADVISE_HUGEPAGE", "0")
     conf = {
         "spark.pyspark.python": python,
-        "spark.executorEnv.NUMBA_CACHE_DIR": numba_cache,
         # numpy's transparent-huge-page advice: see README ("Environment").
         "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": hugepage,
         # Progress is the job's own (compaction/cli/progress.py): Spark's bar would garble it.
         "spark.ui.showConsoleProgress": "false",
     }
+    if is_local(master) or env.get("NUMBA_CACHE_DIR"):
+        # A cluster's executors keep their kernels in their own temp dir (kernels/cache.py), not
+        # in a path of the driver's host.
+        conf["spark.executorEnv.NUMBA_CACHE_DIR"] = numba_cache
     if not any(c.startswith("spark.driver.extraJavaOptions=") for c in user_conf):
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
     driver_python = driver_python or env.get("PYSPARK_DRIVER_PYTHON") or sys.executable

@@ -22,12 +22,15 @@ from compaction.policy.broker_config import (
     IO_MAX_BYTES_PER_SECOND,
     ConfigError,
     check_topic_config,
+    checked_value,
     parse_properties,
     split_job_config,
 )
 from compaction.cli.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
+from compaction.policy.topic_config import excerpt
 from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 LONG_MAX = 2**63 - 1
 
@@ -70,6 +73,7 @@ class JobOptions:
     metrics_file: str | None = None
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
+    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -124,6 +128,9 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--io-max-bytes-per-second", type=float, default=None,
                    help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
                         "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
+    p.add_argument("--max-inflated-batch-bytes", type=int, default=MAX_INFLATED_BATCH_BYTES, metavar="N",
+                   help="the most bytes one compressed batch's records may inflate to; a batch beyond it "
+                        f"fails its partition (default {MAX_INFLATED_BATCH_BYTES}: 1 GiB)")  # fmt: skip
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
     p.add_argument("--read-mode", choices=READ_MODES, default="buffered",
                    help="how executors read local segments: buffered (through the page cache with "
@@ -202,13 +209,6 @@ def _check_erase(opts: JobOptions) -> None:
     load_erase_set(opts.erase_keys)
 
 
-def _check_policy(policy: tuple[str, ...]) -> None:
-    """Kafka's `ValidList.in("compact", "delete")` for cleanup.policy."""
-    bad = [p for p in policy if p not in ("compact", "delete")]
-    if bad or not policy:
-        raise ValueError(f"cleanup.policy={','.join(policy)} is not compact, delete or compact,delete")
-
-
 def _flag_of(exc: Exception) -> str:
     """The flag of a job-wide value an error names (the value came from the command line)."""
     text = str(exc)
@@ -244,6 +244,8 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
                              "number") from None  # fmt: skip
     if io_max is not None and io_max <= 0:
         raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
+    if args.max_inflated_batch_bytes <= 0:
+        raise UsageError(f"--max-inflated-batch-bytes must be positive, not {args.max_inflated_batch_bytes}")
     return JobOptions(
         log_dirs=args.log_dirs,
         topics=args.topics,
@@ -265,6 +267,7 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         metrics_file=args.metrics_file,
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
+        max_inflated_batch_bytes=args.max_inflated_batch_bytes,
     )
 
 
@@ -276,22 +279,61 @@ def _config_files(args) -> tuple[dict[str, object], dict[str, object], dict[str,
     broker: dict[str, object] = {}
     job: dict[str, object] = {}
     if args.config_file:
-        with open(args.config_file, encoding="utf-8") as fh:
-            text = fh.read()
-        if args.config_file.endswith(".json"):
-            entries = dict(json.loads(text))
+        path = args.config_file
+        text = _read_text(path)
+        if path.endswith(".json"):
+            entries = _load_json_object(path, text)
             nested = next((k for k, v in entries.items() if isinstance(v, dict)), None)
             if nested is not None:
-                raise ConfigError(f"{args.config_file}: {nested!r} holds an object: "
+                raise ConfigError(f"{path} at {_json_path(nested)}: {excerpt(nested)} holds an object: "
                                   "per-topic configs go in --topic-config")  # fmt: skip
+            where = {k: f" at {_json_path(k)}" for k in entries}
         else:
-            entries = {key: value for _, key, value in parse_properties(text, args.config_file)}
-        broker, job = split_job_config(entries, args.config_file)
+            lines = parse_properties(text, path)
+            entries = {key: value for _, key, value in lines}
+            where = {key: f" line {lineno}" for lineno, key, _ in lines}
+        broker, job = split_job_config(entries, path, where)
     topics: dict[str, dict[str, object]] = {}
     if args.topic_config:
         topic_broker, topics = load_topic_config(args.topic_config)
         broker = {**broker, **topic_broker}
     return broker, job, topics
+
+
+def _read_text(path: str) -> str:
+    """A config file's text: UTF-8, as Kafka reads its properties files since Java 9."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+
+
+def _load_json_object(path: str, text: str) -> dict:
+    """The JSON object of a config file; `ConfigError` with the line and column of a syntax error."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} line {exc.lineno} column {exc.colno}: not JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a config: JSON nested too deep") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(f"{path}: not JSON: {excerpt(str(exc))}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _json_path(*keys: str) -> str:
+    """A JSONPath of an entry, e.g. `$["orders"]["segment.bytes"]` (names quoted as JSON, cut)."""
+    return "$" + "".join(f"[{_quoted_key(k)}]" for k in keys)
+
+
+def _quoted_key(key: str) -> str:
+    text = json.dumps(key)
+    return text if len(text) <= 80 else text[:80] + f"...({len(key)} characters)"
 
 
 def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
@@ -301,22 +343,20 @@ def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str,
     top-level key with a plain value, or a `.properties` line `log.cleaner.delete.retention.ms=...`)
     is a broker default for every topic.
     """
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    text = _read_text(path)
     if not path.endswith(".json"):
         return parse_topic_properties(text, path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not JSON: {exc}") from None
+    data = _load_json_object(path, text)
     broker_entries = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    broker, job = split_job_config(broker_entries, path)
-    if job or set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}:
-        name = next(iter(set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}))
-        raise ConfigError(f"{path}: {name!r} is neither a topic (an object of configs) nor a broker config")
+    unknown = set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}
+    if unknown:
+        name = next(k for k in broker_entries if k in unknown)
+        raise ConfigError(f"{path} at {_json_path(name)}: {excerpt(name)} is neither a topic (an object of "
+                          "configs) nor a broker config")  # fmt: skip
+    broker, _ = split_job_config(broker_entries, path, {k: f" at {_json_path(k)}" for k in broker_entries})
     topics = {topic: dict(cfg) for topic, cfg in data.items() if isinstance(cfg, dict)}
     for topic, cfg in topics.items():
-        check_topic_config(topic, cfg, path)
+        check_topic_config(topic, cfg, path, lambda name, topic=topic: f" at {_json_path(topic, name)}")
     return broker, topics
 
 
@@ -334,16 +374,17 @@ def parse_topic_properties(
     names = sorted(TOPIC_CONFIGS, key=len, reverse=True)
     broker_entries: dict[str, object] = {}
     out: dict[str, dict[str, object]] = {}
-    for lineno, key, value in parse_properties(text, source):
+    lines = parse_properties(text, source)
+    for lineno, key, value in lines:
         if key in BROKER_TO_TOPIC or key == IO_MAX_BYTES_PER_SECOND:
             broker_entries[key] = value
             continue
         match = next((n for n in names if key.endswith("." + n)), None)
         if match is None:
             raise ConfigError(f"{source} line {lineno}: expected <topic>.<topic config>=<value> or a broker "
-                              f"config (log.cleaner.*, log.segment.bytes, ...): {key!r}")  # fmt: skip
-        out.setdefault(key[: -len(match) - 1], {})[match] = value
-    broker, _ = split_job_config(broker_entries, source)
+                              f"config (log.cleaner.*, log.segment.bytes, ...): {excerpt(key)}")  # fmt: skip
+        out.setdefault(key[: -len(match) - 1], {})[match] = checked_value(match, value, f"{source} line {lineno}", key)
+    broker, _ = split_job_config(broker_entries, source, {k: f" line {n}" for n, k, _ in lines})
     return broker, out
 
 
@@ -354,9 +395,8 @@ def _check_values(opts: JobOptions) -> None:
 
     for topic in [None, *opts.topic_config]:
         try:
-            config = resolve_topic_config(opts.topic_config.get(topic) if topic else None,
-                                          {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
-            _check_policy(config.cleanup_policy)
+            resolve_topic_config(opts.topic_config.get(topic) if topic else None,
+                                 {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
         except (ValueError, TypeError) as exc:
             where = f"topic {topic!r}: " if topic else ""
             raise ConfigError(f"{where}{exc}") from None

@@ -32,6 +32,22 @@ computed over magic+FLG+BD (`useBrokenFlagDescriptorChecksum`); Kafka's v0 reade
 so we patch the byte before handing the frame to liblz4.
 
 zstd is illegal inside v0/v1 messages (`MemoryRecordsBuilder`, `DeepRecordsIterator`).
+
+Inflating is bounded (`inflate`): a batch's records may inflate to at most `limit` bytes
+(`settings.MAX_INFLATED_BATCH_BYTES`), else `InflateLimitError`, found with at most `limit` +
+one piece inflated. Kafka's own readers stream a batch's records and never hold them; here a
+batch is held inflated, so what it may claim is bounded instead. A batch whose worst case (its
+compressed size times the codec's largest ratio, or for zstd what its block headers allow, for
+snappy what its chunk headers declare) fits one piece is inflated in one call, as before; a
+bigger one in pieces of PIECE_BYTES, each its own mapping, so that copying them into the scan's
+side buffer frees each piece as it goes and the batch is never held twice.
+
+| codec  | largest output per input byte                                              |
+|--------|-----------------------------------------------------------------------------|
+| gzip   | 1032 (deflate: a 258-byte match in 2 bits)                                  |
+| lz4    | 255 (a match length byte of 255), 256 counted                               |
+| zstd   | a block regenerates at most 128 KiB (Block_Maximum_Size); an RLE block is 4 bytes |
+| snappy | each raw block starts with its uncompressed length (a varint): read, not bounded |
 """
 
 from __future__ import annotations
@@ -45,8 +61,9 @@ import lz4.frame
 import zstandard
 from isal import igzip, isal_zlib
 
-from compaction.errors import CorruptRecordError, UnsupportedCodecError
+from compaction.errors import CorruptRecordError, InflateLimitError, UnsupportedCodecError
 from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, MAGIC_V0, MAGIC_V2
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4",
                CODEC_ZSTD: "zstd"}
@@ -79,6 +96,23 @@ LZ4_CONTENT_SIZE_BYTES = 8
 LZ4_MIN_HEADER = LZ4_BD_OFFSET + 2  # magic, FLG, BD, HC
 
 
+# A batch whose output may exceed this is inflated in pieces of this size: glibc's mmap threshold
+# as a worker sets it (runtime/worker.py HEAP_MMAP_BYTES), so each piece is its own mapping,
+# handed back to the kernel when freed, not kept in the heap.
+PIECE_BYTES = 32 << 20
+DEFLATE_MAX_RATIO = 1032
+LZ4_MAX_RATIO = 256
+ZSTD_BLOCK_MAX = 128 << 10
+ZSTD_MAGIC = 0xFD2FB528
+ZSTD_SKIPPABLE_MAGIC = 0x184D2A50  # low 4 bits free
+GZIP_WBITS = 31  # zlib's window bits for a gzip member
+GZIP_FEED_BYTES = 8 << 10
+
+
+class _OverLimit(Exception):
+    """Raised inside a codec when its output passes the limit (typed by `inflate`)."""
+
+
 def codec_name(codec: int) -> str:
     return CODEC_NAMES.get(codec, f"unknown({codec})")
 
@@ -106,28 +140,94 @@ def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
     return _lz4_compress(data, broken_header_checksum=magic == MAGIC_V0)
 
 
-def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *,
-               path: str = "<memory>", position: int | None = None) -> bytes:
+def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, path: str = "<memory>",
+               position: int | None = None, limit: int = MAX_INFLATED_BATCH_BYTES) -> bytes:  # fmt: skip
     """Inverse of `compress`; also reads the variants real producers write (see module doc).
+    One buffer: `inflate`'s pieces joined."""
+    pieces = inflate(codec, data, magic, path=path, position=position, limit=limit)
+    return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
 
-    `path`/`position` only label the `CorruptRecordError` raised for undecodable input.
+
+def inflate(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, path: str = "<memory>",
+            position: int | None = None, limit: int = MAX_INFLATED_BATCH_BYTES) -> list:  # fmt: skip
+    """The decompressed bytes of `data` as a list of buffers (one, unless the output may pass
+    PIECE_BYTES), at most `limit` bytes in all: `InflateLimitError` beyond it.
+
+    `path`/`position` label the errors: `CorruptRecordError` for undecodable input.
     """
     _check_codec(codec, magic, path, position)
     if codec == CODEC_NONE:
-        return bytes(data)
+        if len(data) > limit:
+            raise _limit_error(codec, data, limit, path, position)
+        return [bytes(data)]
     try:
         if codec == CODEC_GZIP:
-            return igzip.decompress(data)
+            return _gzip_inflate(data, limit)
         if codec == CODEC_SNAPPY:
-            return _xerial_decompress(memoryview(data))
+            return _xerial_inflate(memoryview(data), limit)
         if codec == CODEC_LZ4:
-            return _lz4_decompress(bytes(data), magic)
-        return _zstd_decompress(data)
+            return _lz4_inflate(bytes(data), magic, limit)
+        return _zstd_inflate(data, limit)
+    except _OverLimit:
+        raise _limit_error(codec, data, limit, path, position) from None
     except CorruptRecordError as err:
         raise CorruptRecordError(err.message, path=path, position=position) from err
     except _DECODE_ERRORS as err:
         raise CorruptRecordError(f"cannot decompress {codec_name(codec)} data: {err}",
                                  path=path, position=position) from err
+
+
+def _limit_error(codec: int, data, limit: int, path: str, position: int | None) -> InflateLimitError:
+    return InflateLimitError(f"{codec_name(codec)} records of {len(data)} compressed bytes inflate to more "
+                             f"than {limit} bytes (--max-inflated-batch-bytes)", codec=codec_name(codec),
+                             limit=limit, path=path, position=position)  # fmt: skip
+
+
+def _read_pieces(read, limit: int) -> list:
+    """Pieces from `read(n)` (at most n bytes, b"" at the end) until the end, at most `limit` bytes."""
+    pieces, total = [], 0
+    while True:
+        piece = read(min(PIECE_BYTES, limit + 1 - total))
+        if not piece:
+            return pieces
+        total += len(piece)
+        if total > limit:
+            raise _OverLimit
+        pieces.append(piece)
+
+
+# --- gzip ------------------------------------------------------------------------------------
+
+def _gzip_inflate(data, limit: int) -> list:
+    if len(data) * DEFLATE_MAX_RATIO <= min(PIECE_BYTES, limit):
+        return [igzip.decompress(data)]
+    # Members one after the other, zero padding between them skipped (GZIPInputStream,
+    # gzip.decompress). Input goes to a member GZIP_FEED_BYTES at a time: what a member leaves
+    # unused is copied when it ends, which must not cost a copy of the rest per member.
+    view, pos, pieces, total = memoryview(data), 0, [], 0
+    while pos < len(view):
+        window = bytes(view[pos : pos + GZIP_FEED_BYTES])
+        padding = len(window) - len(window.lstrip(b"\0"))
+        pos += padding
+        if padding:
+            continue
+        member, tail = isal_zlib.decompressobj(wbits=GZIP_WBITS), b""
+        while not member.eof:
+            if not tail:
+                tail = view[pos : pos + GZIP_FEED_BYTES]
+                pos += len(tail)
+            fed = tail
+            piece = member.decompress(fed, min(PIECE_BYTES, limit + 1 - total))
+            tail = member.unconsumed_tail
+            if not piece and not fed and not member.eof:
+                raise CorruptRecordError("gzip data ends before its end-of-stream marker")
+            total += len(piece)
+            if total > limit:
+                raise _OverLimit
+            if piece:
+                pieces.append(piece)
+        pos -= len(member.unused_data)  # handed to the member, past its end
+    return pieces
 
 
 # --- snappy ----------------------------------------------------------------------------------
@@ -145,11 +245,32 @@ def _is_xerial_header(view: memoryview, pos: int) -> bool:
     return len(view) - pos >= XERIAL_HEADER.size and bytes(view[pos:pos + len(XERIAL_MAGIC)]) == XERIAL_MAGIC
 
 
-def _xerial_decompress(view: memoryview) -> bytes:
+def _xerial_inflate(view: memoryview, limit: int) -> list:
     if not _is_xerial_header(view, 0):
         # SnappyInputStream falls back to one raw block when the magic is missing.
-        return bytes(cramjam.snappy.decompress_raw(view))
-    blocks = []  # cramjam reads the chunks in place; one join copies them out
+        if cramjam.snappy.decompress_raw_len(view) > limit:
+            raise _OverLimit
+        return [bytes(cramjam.snappy.decompress_raw(view))]
+    chunks = _xerial_chunks(view)
+    sizes = [cramjam.snappy.decompress_raw_len(c) for c in chunks]  # each block's declared length
+    if sum(sizes) > limit:
+        raise _OverLimit
+    # Runs of chunks into pieces of about PIECE_BYTES, each chunk decompressed in place.
+    pieces, run, run_bytes = [], [], 0
+    for chunk, size in zip(chunks, sizes, strict=True):
+        if run and run_bytes + size > PIECE_BYTES:
+            pieces.append(_snappy_run(run, run_bytes))
+            run, run_bytes = [], 0
+        run.append((chunk, size))
+        run_bytes += size
+    if run or not pieces:
+        pieces.append(_snappy_run(run, run_bytes))
+    return pieces
+
+
+def _xerial_chunks(view: memoryview) -> list[memoryview]:
+    """The raw snappy blocks of a (possibly concatenated) xerial stream."""
+    chunks = []
     pos = 0
     while pos < len(view):
         if _is_xerial_header(view, pos):  # start of a (possibly concatenated) stream
@@ -161,9 +282,19 @@ def _xerial_decompress(view: memoryview) -> bytes:
         pos += XERIAL_CHUNK_LEN.size
         if length < 0 or pos + length > len(view):
             raise CorruptRecordError(f"xerial snappy chunk of {length} bytes at {pos} runs past the end")
-        blocks.append(cramjam.snappy.decompress_raw(view[pos : pos + length]))
+        chunks.append(view[pos : pos + length])
         pos += length
-    return b"".join(blocks)
+    return chunks
+
+
+def _snappy_run(run: list, total: int) -> bytearray:
+    out = bytearray(total)
+    into, at = memoryview(out), 0
+    for chunk, size in run:
+        if cramjam.snappy.decompress_raw_into(chunk, into[at : at + size]) != size:
+            raise CorruptRecordError(f"a snappy block declares {size} bytes and holds fewer")
+        at += size
+    return out
 
 
 # --- lz4 -------------------------------------------------------------------------------------
@@ -225,7 +356,7 @@ def _lz4_compress(data: bytes, broken_header_checksum: bool) -> bytes:
     return frame[:hc_index] + bytes([broken]) + frame[hc_index + 1:]
 
 
-def _lz4_decompress(frame: bytes, magic: int) -> bytes:
+def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
     if len(frame) < LZ4_MIN_HEADER or frame[:len(LZ4_FRAME_MAGIC)] != LZ4_FRAME_MAGIC:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
     if not frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT:
@@ -234,7 +365,20 @@ def _lz4_decompress(frame: bytes, magic: int) -> bytes:
         hc_index = _lz4_header_checksum_index(frame)
         correct = (xxh32(frame[LZ4_FLG_OFFSET:hc_index]) >> 8) & 0xFF
         frame = frame[:hc_index] + bytes([correct]) + frame[hc_index + 1:]
-    return lz4.frame.decompress(frame)
+    if len(frame) * LZ4_MAX_RATIO <= min(PIECE_BYTES, limit):
+        return [lz4.frame.decompress(frame)]
+    reader = lz4.frame.LZ4FrameDecompressor()
+    first = [frame]
+
+    def read(n: int) -> bytes:
+        if reader.eof:
+            return b""
+        piece = reader.decompress(first.pop() if first else b"", n)
+        if not piece and not reader.eof:
+            raise CorruptRecordError("lz4 frame is truncated")
+        return piece
+
+    return _read_pieces(read, limit)
 
 
 # --- zstd ------------------------------------------------------------------------------------
@@ -255,6 +399,56 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     if d is None:
         d = _LOCAL.decompressor = zstandard.ZstdDecompressor()
     return d
+
+
+def _zstd_inflate(data, limit: int) -> list:
+    view = memoryview(data)
+    bound = _zstd_bound(view)
+    if bound is not None and bound <= min(PIECE_BYTES, limit):
+        return [_zstd_decompress(data)]
+    if bound is None:
+        # Framing this walk does not follow (to be refused by the decoder, which says why):
+        # counted within the limit, then decoded whole.
+        reader = _zstd_decompressor().stream_reader(view, read_across_frames=True)
+        _read_pieces(lambda n: reader.read(n), limit)
+        return [_zstd_decompress(data)]
+    # Every frame's blocks are all there (the walk reached the end exactly): streamed in pieces.
+    reader = _zstd_decompressor().stream_reader(view, read_across_frames=True)
+    return _read_pieces(reader.read, limit)
+
+
+def _zstd_bound(view: memoryview) -> int | None:
+    """The most bytes the zstd frames of `view` can regenerate, from their block headers (RFC
+    8878: raw and RLE blocks say their size, a compressed block regenerates at most
+    ZSTD_BLOCK_MAX); None unless the frames end exactly at the end of `view`."""
+    n, pos, total = len(view), 0, 0
+    while pos < n:
+        if n - pos < 5:
+            return None
+        magic = int.from_bytes(view[pos : pos + 4], "little")
+        if magic & ~0xF == ZSTD_SKIPPABLE_MAGIC:
+            if n - pos < 8:
+                return None
+            pos += 8 + int.from_bytes(view[pos + 4 : pos + 8], "little")
+            continue
+        if magic != ZSTD_MAGIC:
+            return None
+        fhd = view[pos + 4]
+        single = (fhd >> 5) & 1
+        pos += 5 + (1 - single) + (0, 1, 2, 4)[fhd & 3] + (single, 2, 4, 8)[fhd >> 6]
+        while True:
+            if n - pos < 3:
+                return None
+            header = int.from_bytes(view[pos : pos + 3], "little")
+            kind, size = (header >> 1) & 3, header >> 3
+            if kind == 3:  # reserved
+                return None
+            total += ZSTD_BLOCK_MAX if kind == 2 else size
+            pos += 3 + (1 if kind == 1 else size)
+            if header & 1:
+                break
+        pos += 4 * ((fhd >> 2) & 1)  # content checksum
+    return total if pos == n else None
 
 
 def _zstd_decompress(data) -> bytes:

@@ -156,12 +156,16 @@ def build_indexes(
     max_timestamps: np.ndarray,
     base_offset: int,
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    path: str = "<memory>",
 ) -> tuple[bytes, bytes]:
-    """`(.index bytes, .timeindex bytes)` of a closed segment holding these batches, trimmed."""
+    """`(.index bytes, .timeindex bytes)` of a closed segment holding these batches, trimmed.
+    `path` (the segment's `.log`) names it in an `IndexCorruptError` (an offset that does not fit
+    the index's int32 relative offsets: LogSegmentOffsetOverflow)."""
     offset_entries, time_entries = index_entries(
         positions, sizes, last_offsets, max_timestamps, base_offset, index_interval_bytes
     )
-    return encode_offset_index(offset_entries, base_offset), encode_time_index(time_entries, base_offset)
+    return (encode_offset_index(offset_entries, base_offset, path),
+            encode_time_index(time_entries, base_offset, path))  # fmt: skip
 
 
 # --- rebuild from a .log buffer ---------------------------------------------------------------
@@ -191,5 +195,5 @@ def rebuild_indexes_from_log(
             position=cols.stop_position,
         )
     return build_indexes(
-        cols.position, cols.size, cols.last_offset, cols.max_timestamp, base_offset, index_interval_bytes
+        cols.position, cols.size, cols.last_offset, cols.max_timestamp, base_offset, index_interval_bytes, path
     )

@@ -17,16 +17,24 @@ import numba
 from numba import types
 from numba.extending import intrinsic, overload
 
+from compaction.kernels.cache import LazyKernelCache
+
 
 def njit(fn):
-    """`numba.njit(cache=True, nogil=True)`: compiled code is cached on disk (executors load it
-    instead of compiling) and kernels release the GIL (read-ahead and write threads run beside
-    them). Without the cache where no cache directory is writable (read-only site-packages on
-    executors without NUMBA_CACHE_DIR): the import must not fail for that."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(cache=False, nogil=True)(fn)
+    """`numba.njit(nogil=True)`, cached on disk: kernels release the GIL (read-ahead and write
+    threads run beside them), and compiled code is kept in the key-named directory of
+    `kernels/cache.py` (executors load it instead of compiling; a cache of another CPU, numba or
+    source is never read). Where no cache directory is usable (the sources are not files on disk,
+    a read-only cache dir) the kernel is compiled in each process: the import must not fail for
+    that."""
+    dispatcher = numba.njit(nogil=True)(fn)
+    # What `Dispatcher.enable_caching` does, with the package's cache instead of numba's default.
+    dispatcher._cache = LazyKernelCache(fn)
+    KERNELS.append(dispatcher)
+    return dispatcher
+
+
+KERNELS: list = []  # every dispatcher made by `njit` (tests check they are all cached)
 
 
 def borrow(arr):

@@ -82,6 +82,7 @@ from compaction.kernels.scan_paths import (
     _walk_wrappers,
 )
 from compaction.kernels.scan_reference import _py_be, scan_batches_py, walk_records_py
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 __all__ = [
     "BATCH_DTYPES", "BATCH_FIELDS", "ERR_BAD_COUNT", "ERR_BAD_REGION", "ERR_BAD_VARINT", "ERR_COUNT_MISMATCH",
@@ -219,13 +220,16 @@ class SegmentScan:
 
 
 def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, verify_crc: bool = True,
-                 allow_trailing: bool = False, hash_keys: bool = False) -> SegmentScan:  # fmt: skip
+                 allow_trailing: bool = False, hash_keys: bool = False, max_batch_bytes: int | None = None,
+                 inflate_limit: int = MAX_INFLATED_BATCH_BYTES) -> SegmentScan:  # fmt: skip
     """Scan buf[start:end] into batch and record columns; with `hash_keys`, also the keys packed
     and hashed (`SegmentScan.keys`).
 
-    Raises CorruptRecordError (bad size/magic, malformed records), CrcMismatchError, TruncatedBatchError
-    (partial trailing batch, unless `allow_trailing`; then `batches.stop_reason` says so),
-    UnsupportedCodecError; each names `path` and the byte position of the failing batch.
+    Raises CorruptRecordError (bad size/magic, malformed records, and with `max_batch_bytes` a
+    batch larger than that: Kafka's `max.message.bytes`, checked before anything is inflated),
+    CrcMismatchError, TruncatedBatchError (partial trailing batch, unless `allow_trailing`; then
+    `batches.stop_reason` says so), UnsupportedCodecError, InflateLimitError (a batch's records
+    inflate past `inflate_limit`); each names `path` and the byte position of the failing batch.
     """
     file = _as_u8(buf)
     batches = scan_batches(file, start, end)
@@ -241,24 +245,38 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     _check_stop(file, batches, path, allow_trailing)
     _check_codecs(batches, codec, v2, path)
     _raise_walk_error(plain_records, batches, path, in_side=False)
+    if max_batch_bytes is not None:
+        check_batch_sizes(batches, max_batch_bytes, path)
     packed = np.flatnonzero(v2 & (codec != 0) & (batches.size > RECORD_BATCH_OVERHEAD))
     # The side buffer is built once per kind and only concatenated when a segment mixes
     # compressed v2 batches with compressed legacy wrappers, which is rare.
     packed_records, packed_side, packed_keys = _walk_compressed(file, batches, packed, path, len(file),
-                                                                hash_keys)  # fmt: skip
+                                                                hash_keys, inflate_limit)  # fmt: skip
     # Legacy errors in file order: wrappers after the first malformed message are not read.
     bad_message = int(message_records.error_batch)
     wrappers = np.flatnonzero(~v2 & (codec != 0))
     if bad_message >= 0:
         wrappers = wrappers[wrappers < bad_message]
     wrapped_records, wrapped_side, wrapped_keys = _walk_wrappers(file, batches, wrappers, path,
-                                                                 len(file) + len(packed_side), hash_keys)  # fmt: skip
+                                                                 len(file) + len(packed_side), hash_keys,
+                                                                 inflate_limit)  # fmt: skip
     if bad_message >= 0:
         _raise_legacy_error(file, batches, bad_message, path, message_records.error_code)
     side = packed_side if not len(wrapped_side) else np.concatenate([packed_side, wrapped_side])
     keys = [walks[0].keys(), packed_keys, walks[1].keys(), wrapped_keys] if hash_keys else None
     records, keys = _merge([plain_records, packed_records, message_records, wrapped_records], keys)
     return SegmentScan(path=path, file=file, side=side, batches=batches, records=records, keys=keys)
+
+
+def check_batch_sizes(batches: BatchColumns, max_batch_bytes: int, path: str) -> None:
+    """Kafka's cleaner refuses a log holding a batch over `max.message.bytes` ("This log contains
+    a message larger than maximum allowable size"); its compressed size says so before inflating."""
+    too_big = np.flatnonzero(batches.size > max_batch_bytes)
+    if len(too_big):
+        i = int(too_big[0])
+        raise CorruptRecordError(
+            f"batch of {int(batches.size[i])} bytes is larger than max.message.bytes {max_batch_bytes}",
+            path=path, position=int(batches.position[i]), offset=int(batches.base_offset[i]))  # fmt: skip
 
 
 def _check_stop(file, batches: BatchColumns, path: str, allow_trailing: bool) -> None:

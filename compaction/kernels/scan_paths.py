@@ -39,6 +39,7 @@ from compaction.kernels.scan_columns import (
 )
 from compaction.kernels.scan_kernels import _walk_kernel
 from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache
 
@@ -202,14 +203,16 @@ def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end
 
 
 def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
-                     hashing: bool = False) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
-    """Compressed v2 batches: decompress each record stream into the side buffer, walking (and
-    with `hashing`, packing and hashing the keys of) ~CHUNK_BYTES of it at a time, right after
-    it is copied there, while it is in the CPU cache. Returns (columns, side, keys or None)."""
+                     hashing: bool = False, limit: int = MAX_INFLATED_BATCH_BYTES) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+    """Compressed v2 batches: decompress each record stream (at most `limit` bytes a batch,
+    `compression.inflate`) into the side buffer, walking (and with `hashing`, packing and hashing
+    the keys of) ~CHUNK_BYTES of it at a time, right after it is copied there, while it is in the
+    CPU cache. A batch inflated in pieces gives each piece back as it is copied: no batch is held
+    twice. Returns (columns, side, keys or None)."""
     if not len(idx):
         walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
         return _empty_records(), _NO_BYTES, walk.keys()
-    from compaction.format.compression import decompress
+    from compaction.format.compression import inflate
 
     side_chunks = []
     mv = memoryview(file)
@@ -219,11 +222,11 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, ba
     for j, i in enumerate(idx.tolist()):
         pos, size = int(batches.position[i]), int(batches.size[i])
         codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
-        data = _decompress(decompress, codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size], 2, path, pos,
-                           int(batches.base_offset[i]))  # fmt: skip
-        side_chunks.append(data)
+        pieces = _inflate(inflate, codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size], 2, path, pos,
+                          int(batches.base_offset[i]), limit)  # fmt: skip
+        side_chunks.append(pieces)
         start[j] = at
-        at += len(data)
+        at += sum(len(p) for p in pieces)
         end[j] = at
     # A large side buffer comes from the process's pool: a fresh multi-MiB array is fresh pages,
     # faulted in and zeroed every segment.
@@ -231,8 +234,8 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, ba
     walk = _SubsetWalk(side, batches, idx, start, end, hashing)
     into, lo = memoryview(side), 0
     for hi in _chunk_cuts(end):
-        for j, s, e in zip(range(lo, hi), start[lo:hi].tolist(), end[lo:hi].tolist()):
-            into[s:e] = side_chunks[j]
+        for j, s in zip(range(lo, hi), start[lo:hi].tolist()):
+            _copy_pieces(into, s, side_chunks[j])
             side_chunks[j] = None
         walk.advance(hi)
         lo = hi
@@ -244,9 +247,19 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, ba
     return cols, side, walk.keys()
 
 
-def _decompress(decompress, codec: int, data, magic: int, path: str, pos: int, offset: int) -> bytes:
+def _copy_pieces(into: memoryview, at: int, pieces: list) -> None:
+    """Copy a batch's pieces to into[at:], dropping each once copied (a big piece is its own
+    mapping: freed, it leaves the process)."""
+    while pieces:
+        piece = pieces.pop(0)
+        into[at : at + len(piece)] = piece
+        at += len(piece)
+        del piece
+
+
+def _inflate(inflate, codec: int, data, magic: int, path: str, pos: int, offset: int, limit: int) -> list:
     try:
-        return bytes(decompress(codec, data, magic, path=path, position=pos))
+        return inflate(codec, data, magic, path=path, position=pos, limit=limit)
     except KafkaFormatError as e:  # already typed and placed; add the offset
         e.offset = offset
         raise
@@ -272,14 +285,14 @@ def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, 
 
 
 def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
-                   hashing: bool = False) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+                   hashing: bool = False, limit: int = MAX_INFLATED_BATCH_BYTES) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
     """Compressed v0/v1 wrappers `idx`: each one's value decompressed into the side buffer and its
     inner messages walked there in one kernel call (and with `hashing`, their keys packed and
     hashed). Sets each wrapper's `base_offset` (its first inner offset) and `records_count`.
     Returns (columns, side, keys or None); errors raise in file order."""
     if not len(idx):
         return _empty_records(), _NO_BYTES, _LegacyWalk(_NO_BYTES, idx, idx, idx, hashing=hashing).keys()
-    from compaction.format.compression import decompress
+    from compaction.format.compression import inflate
 
     outer = _LegacyWalk(file, idx, batches.position[idx], batches.position[idx] + batches.size[idx])
     outer.advance(len(idx))
@@ -295,25 +308,35 @@ def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base
             if vl < 0:
                 _raise_legacy_error(file, batches, i, path, ERR_OK)  # a null value
             codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
-            data = _decompress(decompress, codec, mv[vp : vp + vl], int(batches.magic[i]), path, vp,
-                               int(batches.last_offset[i]))  # fmt: skip
+            pieces = _inflate(inflate, codec, mv[vp : vp + vl], int(batches.magic[i]), path, vp,
+                              int(batches.last_offset[i]), limit)  # fmt: skip
         except KafkaFormatError:  # after the errors of the wrappers before it, if any (raised here)
-            _walk_inner(file, batches, idx[:j], _joined(chunks), start[:j], end[:j], path, base, False)
+            _walk_inner(file, batches, idx[:j], _joined(chunks, end[j - 1] if j else 0), start[:j], end[:j],
+                        path, base, False)  # fmt: skip
             raise
-        chunks.append(np.frombuffer(data, dtype=np.uint8))
-        start[j], at = at, at + len(data)
+        chunks.append(pieces)
+        start[j], at = at, at + sum(len(p) for p in pieces)
         end[j] = at
     if n_ok < len(idx):  # the wrappers before it were read: their errors come first
-        _walk_inner(file, batches, idx[:n_ok], _joined(chunks), start[:n_ok], end[:n_ok], path, base, False)
+        _walk_inner(file, batches, idx[:n_ok], _joined(chunks, at), start[:n_ok], end[:n_ok], path, base, False)
         _raise_legacy_error(file, batches, int(idx[n_ok]), path, heads.error_code)
-    side = _joined(chunks)
+    side = _joined(chunks, at)
     side.flags.writeable = False
     cols, keys = _walk_inner(file, batches, idx, side, start, end, path, base, hashing)
     return cols, side, keys
 
 
-def _joined(chunks: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0] if chunks else _NO_BYTES
+def _joined(chunks: list[list], total: int) -> np.ndarray:
+    """The wrappers' pieces, `total` bytes, in one buffer (each piece dropped once copied)."""
+    if len(chunks) == 1 and len(chunks[0]) == 1:
+        return np.frombuffer(chunks[0][0], dtype=np.uint8)
+    side = np.empty(total, dtype=np.uint8)
+    into, at = memoryview(side), 0
+    for pieces in chunks:
+        n = sum(len(p) for p in pieces)
+        _copy_pieces(into, at, pieces)
+        at += n
+    return side
 
 
 def _walk_inner(file, batches: BatchColumns, idx: np.ndarray, side, start, end, path: str, base: int,

@@ -16,6 +16,7 @@ configs (`broker.id`, `listeners`, `num.io.threads`, ...) are read past: a user'
 from __future__ import annotations
 
 from compaction.errors import CompactionError
+from compaction.policy.topic_config import excerpt, parse_config_value, parse_double
 
 # Topic-level name -> its broker-level synonym (docs/kafka-rules.md#configs; ServerTopicConfigSynonyms), for
 # the configs the cleaner reads.
@@ -75,38 +76,69 @@ def is_known_topic_config(name: str) -> bool:
     return name in TOPIC_CONFIGS
 
 
-def split_job_config(entries: dict[str, object], source: str) -> tuple[dict[str, object], dict[str, object]]:
+def split_job_config(entries: dict[str, object], source: str,
+                     where: dict[str, str] | None = None) -> tuple[dict[str, object], dict[str, object]]:  # fmt: skip
     """A job-wide config (a `server.properties`, or topic-level names for every topic) split into
-    (broker defaults, job-wide topic values), both keyed by topic-level names.
+    (broker defaults, job-wide topic values), both keyed by topic-level names, every value the
+    cleaner reads checked as Kafka checks it.
 
     `log.cleaner.io.max.bytes.per.second` is returned among the broker defaults under its own name.
-    Raises `ConfigError` naming `source` for an unknown cleaner-namespace name.
+    Raises `ConfigError` naming `source`, the entry's place in it (`where[name]`: " line 3", a
+    JSON path) and the name, for an unknown cleaner-namespace name or a value Kafka refuses.
     """
     broker: dict[str, object] = {}
     job: dict[str, object] = {}
     for name, value in entries.items():
+        at = f"{source}{(where or {}).get(name, '')}"
         if name in BROKER_TO_TOPIC:
-            broker[BROKER_TO_TOPIC[name]] = value
+            broker[BROKER_TO_TOPIC[name]] = checked_value(BROKER_TO_TOPIC[name], value, at, name)
         elif name == IO_MAX_BYTES_PER_SECOND:
-            broker[name] = value
+            broker[name] = _check_rate(value, at)
         elif name in TOPIC_CONFIGS:
-            job[name] = value
+            job[name] = checked_value(name, value, at, name)
         elif name.startswith("log.") and name not in BROKER_LOG_CONFIGS:
-            raise ConfigError(f"{source}: unknown Kafka config {name!r}{_did_you_mean(name)}")
+            raise ConfigError(f"{at}: unknown Kafka config {excerpt(name)}{_did_you_mean(name)}")
         # any other name configures another part of a broker (listeners, replication, security)
     return broker, job
 
 
-def check_topic_config(topic: str, entries: dict[str, object], source: str) -> None:
-    for name in entries:
+def checked_value(name: str, value: object, at: str, key: str) -> object:
+    """`value` of the topic-level config `name`, written as `key` at `at` (file and place), as the
+    file gave it; `ConfigError` saying where when Kafka would refuse it."""
+    try:
+        parse_config_value(name, value, key)
+    except ValueError as exc:
+        raise ConfigError(f"{at}: {exc}") from None
+    return value
+
+
+def _check_rate(value: object, at: str) -> object:
+    """`log.cleaner.io.max.bytes.per.second`: Kafka's DOUBLE, and a rate is positive."""
+    try:
+        rate = parse_double(value, IO_MAX_BYTES_PER_SECOND)
+    except ValueError as exc:
+        raise ConfigError(f"{at}: {exc}") from None
+    if not rate > 0:  # NaN too
+        raise ConfigError(f"{at}: {IO_MAX_BYTES_PER_SECOND}={excerpt(value)} is not a positive rate")
+    return value
+
+
+def check_topic_config(topic: str, entries: dict[str, object], source: str, path=None) -> None:
+    """A topic's configs: known names, values Kafka takes. `path(name)` gives an entry's place
+    (a JSON path)."""
+    for name, value in entries.items():
+        at = f"{source}{path(name) if path else ''}"
         if name not in TOPIC_CONFIGS:
             hint = _did_you_mean(name)
-            raise ConfigError(f"{source}: topic {topic!r}: unknown topic config {name!r}{hint}")
+            raise ConfigError(f"{at}: topic {excerpt(topic)}: unknown topic config {excerpt(name)}{hint}")
+        checked_value(name, value, at, name)
 
 
 def _did_you_mean(name: str) -> str:
     import difflib
 
+    if len(name) > 100:  # no config name is near
+        return ""
     close = difflib.get_close_matches(name, sorted(TOPIC_CONFIGS | BROKER_LOG_CONFIGS), n=1, cutoff=0.8)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -122,6 +154,6 @@ def parse_properties(text: str, source: str) -> list[tuple[int, str, str]]:
             continue
         cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
         if cut <= 0 or line.endswith("\\"):
-            raise ConfigError(f"{source} line {lineno}: expected <name>=<value>: {raw!r}")
+            raise ConfigError(f"{source} line {lineno}: expected <name>=<value>: {excerpt(raw)}")
         out.append((lineno, line[:cut].strip(), line[cut + 1 :].strip()))
     return out

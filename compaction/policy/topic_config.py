@@ -4,6 +4,7 @@ default, validated against ConfigDef's bounds; docs/kafka-rules.md#configs)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -66,37 +67,99 @@ class TopicConfig:
         return POLICY_DELETE in self.cleanup_policy
 
 
-def _parse_policy(value: object) -> tuple[str, ...]:
+INT_MAX = 2**31 - 1  # Integer.MAX_VALUE: the top of Kafka's INT configs
+EXCERPT_CHARS = 200  # of an offending value quoted in an error
+
+
+def excerpt(value: object) -> str:
+    """`value` as an error quotes it: its repr, at most ~EXCERPT_CHARS characters, on one line."""
+    if isinstance(value, str) and len(value) > EXCERPT_CHARS:
+        return f"{value[:EXCERPT_CHARS]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= EXCERPT_CHARS else f"{text[:EXCERPT_CHARS]}... ({len(text)} characters)"
+
+
+def _parse_policy(value: object, label: str = CLEANUP_POLICY) -> tuple[str, ...]:
     # Kafka's LIST type: comma separated, trimmed; LogConfig lower-cases before matching.
-    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[arg-type]
-    return tuple(str(item).strip().lower() for item in items if str(item).strip())
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+        items = value
+    else:
+        raise ValueError(f"{label}={excerpt(value)} is not a list of policies")
+    policy = tuple(item.strip().lower() for item in items if item.strip())
+    # Kafka's `ValidList.in("compact", "delete")`
+    if not policy or any(p not in (POLICY_COMPACT, POLICY_DELETE) for p in policy):
+        raise ValueError(f"{label}={excerpt(value)} is not compact, delete or compact,delete")
+    return policy
 
 
-def _parse_int(name: str, value: object, minimum: int) -> int:
-    parsed = int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[arg-type]
-    if parsed < minimum:
-        raise ValueError(f"{name}={parsed} is below its minimum {minimum}")
+# Kafka's Long.parseLong / Integer.parseInt after ConfigDef's trim: an optional sign and digits.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_LONG_DIGITS = 19
+
+
+def _parse_int(name: str, value: object, minimum: int, maximum: int) -> int:
+    """Kafka's INT/LONG config types: a JSON integer or a decimal string of one (not 1.5, not
+    1e3, not true), within [minimum, maximum]."""
+    text = value.strip() if isinstance(value, str) else ""
+    if text and _INTEGER.fullmatch(text):
+        digits = text.lstrip("+-").lstrip("0")
+        # Beyond a long's digits it is out of range whatever it says (and never parsed whole).
+        parsed = int(text) if len(digits) <= _LONG_DIGITS else (-1 if text[0] == "-" else 1) * (LONG_MAX + 1)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        parsed = value
+    else:
+        raise ValueError(f"{name}={excerpt(value)} is not an integer")
+    if not minimum <= parsed <= maximum:
+        raise ValueError(f"{name}={excerpt(value)} is outside [{minimum}, {maximum}]")
     return parsed
 
 
-def _parse_ratio(value: object) -> float:
-    ratio = float(str(value).strip()) if isinstance(value, str) else float(value)  # type: ignore[arg-type]
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"{MIN_CLEANABLE_DIRTY_RATIO}={ratio} is outside [0, 1]")
+def parse_double(value: object, label: str) -> float:
+    """Kafka's DOUBLE type: a JSON number or a decimal string of one (ValueError naming `label`)."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError
+        return float(value.strip()) if isinstance(value, str) else float(value)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{label}={excerpt(value)} is not a number") from None
+
+
+def _parse_ratio(value: object, label: str = MIN_CLEANABLE_DIRTY_RATIO) -> float:
+    """Kafka's DOUBLE type, in [0, 1] (NaN and infinities are not)."""
+    ratio = parse_double(value, label)
+    if not 0.0 <= ratio <= 1.0:  # False for NaN too
+        raise ValueError(f"{label}={excerpt(value)} is outside [0, 1]")
     return ratio
 
 
-# Kafka config name -> (TopicConfig field, parser). Integer minimums follow ConfigDef
-# (docs/kafka-rules.md#configs).
+# Kafka config name -> (TopicConfig field, minimum, maximum). Minimums follow ConfigDef, maximums
+# the type: INT or LONG (docs/kafka-rules.md#configs).
 _INT_CONFIGS = {
-    DELETE_RETENTION_MS: ("delete_retention_ms", 0),
-    MIN_COMPACTION_LAG_MS: ("min_compaction_lag_ms", 0),
-    MAX_COMPACTION_LAG_MS: ("max_compaction_lag_ms", MIN_MAX_COMPACTION_LAG_MS),
-    SEGMENT_BYTES: ("segment_bytes", MIN_SEGMENT_BYTES),
-    SEGMENT_INDEX_BYTES: ("segment_index_bytes", MIN_SEGMENT_INDEX_BYTES),
-    INDEX_INTERVAL_BYTES: ("index_interval_bytes", 0),
-    MAX_MESSAGE_BYTES: ("max_message_bytes", 0),
+    DELETE_RETENTION_MS: ("delete_retention_ms", 0, LONG_MAX),
+    MIN_COMPACTION_LAG_MS: ("min_compaction_lag_ms", 0, LONG_MAX),
+    MAX_COMPACTION_LAG_MS: ("max_compaction_lag_ms", MIN_MAX_COMPACTION_LAG_MS, LONG_MAX),
+    SEGMENT_BYTES: ("segment_bytes", MIN_SEGMENT_BYTES, INT_MAX),
+    SEGMENT_INDEX_BYTES: ("segment_index_bytes", MIN_SEGMENT_INDEX_BYTES, INT_MAX),
+    INDEX_INTERVAL_BYTES: ("index_interval_bytes", 0, INT_MAX),
+    MAX_MESSAGE_BYTES: ("max_message_bytes", 0, INT_MAX),
 }
+
+
+def parse_config_value(name: str, value: object, key: str | None = None) -> object:
+    """A topic-level config's value as the cleaner reads it; ValueError (naming `key`, the name
+    as written, by default `name`, and an excerpt of the value) when Kafka would refuse it.
+    Configs the cleaner does not read pass as they are."""
+    label = key or name
+    if name == CLEANUP_POLICY:
+        return _parse_policy(value, label)
+    if name == MIN_CLEANABLE_DIRTY_RATIO:
+        return _parse_ratio(value, label)
+    if name in _INT_CONFIGS:
+        _, minimum, maximum = _INT_CONFIGS[name]
+        return _parse_int(label, value, minimum, maximum)
+    return value
 
 
 def resolve_topic_config(
@@ -114,7 +177,7 @@ def resolve_topic_config(
         values["cleanup_policy"] = _parse_policy(merged[CLEANUP_POLICY])
     if MIN_CLEANABLE_DIRTY_RATIO in merged:
         values["min_cleanable_dirty_ratio"] = _parse_ratio(merged[MIN_CLEANABLE_DIRTY_RATIO])
-    for name, (attr, minimum) in _INT_CONFIGS.items():
+    for name, (attr, minimum, maximum) in _INT_CONFIGS.items():
         if name in merged:
-            values[attr] = _parse_int(name, merged[name], minimum)
+            values[attr] = _parse_int(name, merged[name], minimum, maximum)
     return TopicConfig(**values)  # type: ignore[arg-type]

@@ -17,8 +17,9 @@ horovod "ship a factory, connect in the task" pattern), so no connection state c
 Locks (local log dirs only):
 * `<logdir>/.compaction.lock`: our own exclusive run lock (`flock`, non-blocking).
 * `<logdir>/.lock`: the broker's (`FileLock` in `LogManager.lockLogDirs`). Java's
-  `FileChannel.tryLock` takes a POSIX record lock (fcntl F_SETLK), which `flock` does not see on
-  Linux, so `kafka_lock_held` probes with `fcntl.lockf`.
+  `FileChannel.tryLock` takes a POSIX record lock (fcntl F_SETLK); a wrapper script or another
+  tool may hold it with `flock` instead, which on Linux neither sees the other: `kafka_lock_held`
+  probes both (`fcntl.lockf`, then `fcntl.flock`).
 """
 
 from __future__ import annotations
@@ -365,9 +366,11 @@ def acquire_run_lock(log_dir: str) -> RunLock:
 def kafka_lock_held(log_dir: str) -> bool:
     """True if another process holds the broker's `<logdir>/.lock` (a broker serves this dir).
 
-    Probes with a non-blocking POSIX lock and releases it at once. A missing `.lock` file means no
-    broker has used the dir (we do not create it). Limits: POSIX locks are per process, so a lock
-    held by *this* process is not seen; on NFS the result is as good as the server's lock manager.
+    Probes with a non-blocking POSIX record lock (what Java's `tryLock` holds; OFD locks
+    conflict with it too), then a non-blocking `flock`, releasing each at once. A missing `.lock`
+    file means no broker has used the dir (we do not create it). Limits: POSIX locks are per
+    process, so a lock held by *this* process is not seen; on NFS the result is as good as the
+    server's lock manager.
     """
     path = os.path.join(log_dir, KAFKA_LOCK_FILE)
     try:
@@ -380,21 +383,27 @@ def kafka_lock_held(log_dir: str) -> bool:
         fd = os.open(path, os.O_RDONLY)
         kind = fcntl.LOCK_SH
     try:
-        fcntl.lockf(fd, kind | fcntl.LOCK_NB)
-    except OSError as err:
-        if err.errno in (errno.EACCES, errno.EAGAIN):
-            return True
-        raise
-    else:
-        fcntl.lockf(fd, fcntl.LOCK_UN)
+        for take in (fcntl.lockf, fcntl.flock):
+            try:
+                take(fd, kind | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno in (errno.EACCES, errno.EAGAIN):
+                    return True
+                raise
+            take(fd, fcntl.LOCK_UN)
         return False
     finally:
         os.close(fd)
 
 
-def ensure_kafka_not_running(log_dir: str) -> None:
-    if kafka_lock_held(log_dir):
-        raise LockHeldError(
-            f"{os.path.join(log_dir, KAFKA_LOCK_FILE)} is locked: a Kafka broker is serving this log dir; "
-            "stop it before compacting offline"
-        )
+def ensure_kafka_not_running(log_dir: str, ignore: bool = False) -> bool:
+    """Raise `LockHeldError` when the broker's `.lock` is held, unless `ignore` (then True: the
+    caller overrides a held lock)."""
+    if not kafka_lock_held(log_dir):
+        return False
+    if ignore:
+        return True
+    raise LockHeldError(
+        f"{os.path.join(log_dir, KAFKA_LOCK_FILE)} is locked: a Kafka broker is serving this log dir; "
+        "stop it before compacting offline"
+    )

@@ -10,6 +10,9 @@ compaction/spark/stages.py, the warm-up's in compaction/spark/warmup.py), never 
 - The objects the imports made are left out of Python's cyclic garbage collection
   (`freeze_imported_objects`).
 - pyarrow takes pandas as absent (`pyarrow_without_pandas`).
+- The compiled kernels come from the job's store where this host has none of its key yet
+  (`runtime/kernel_store.py` `fetch`), before the task's first kernel; numba's compiles are counted
+  (`kernels/cache.py` `count_compiles`: the warm-up reports them).
 
 Each step is idempotent and cheap after the first call: a reused worker runs it before every task.
 
@@ -24,7 +27,8 @@ import gc
 import sys
 import zipimport
 
-from compaction.runtime import segment_io, throttle
+from compaction.kernels.cache import count_compiles
+from compaction.runtime import kernel_store, segment_io, throttle
 from compaction.settings import WorkerSettings
 
 
@@ -38,6 +42,9 @@ def prepare_worker(settings: WorkerSettings | None = None) -> None:
     freeze_imported_objects()
     throttle.configure(settings.io_max_bytes_per_second, settings.io_throttle_file)
     segment_io.configure(settings.direct_min_bytes, settings.cache_max_bytes)
+    count_compiles()
+    kernel_store.fetch(settings.kernel_cache_dir)
+    kernel_store.publish_new(settings.kernel_cache_dir)
 
 
 # --- pyarrow -------------------------------------------------------------------------------------

@@ -23,15 +23,24 @@ import sys
 
 def preload() -> float:
     """The warm-up's tiny round in this process, with fd 1 pointed at stderr meanwhile; the
-    seconds it took (0.0 when it failed)."""
+    seconds it took (0.0 when it failed or was left to the workers).
+
+    Only where this host has the compiled kernels of the package's cache key already (in local
+    mode the driver brought them from the job's store before the first worker started): the
+    daemon does not know the round's store, and compiling here on an executor that starts empty
+    would cost more than each worker fetching and loading them itself."""
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
+        from compaction.kernels.cache import count_compiles, local_dir
         from compaction.runtime.worker import pyarrow_without_pandas
         from compaction.spark.warmup import warm_best_effort
         from compaction.settings import WorkerSettings
 
+        count_compiles()
+        if not os.path.isdir(local_dir()):
+            return 0.0
         pyarrow_without_pandas()
         return warm_best_effort(WorkerSettings())
     except Exception:  # noqa: BLE001 - an import failed: the workers will say why, in a task

@@ -42,6 +42,11 @@ class SparkStarter:
         self.settings = settings
         self._ours = False  # the context started here, not one the caller's process had running
         self._stopped = False
+        # The compiled kernels from the job's store (as the options and the environment name it)
+        # while the JVM starts: in local mode the Python workers' daemon, started by the warm-up,
+        # finds them on this host (runtime/kernel_store.py).
+        self._kernels = threading.Thread(target=_fetch_kernels, args=(settings,), name="kernel-fetch", daemon=True)
+        self._kernels.start()
         self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         self._thread.start()
 
@@ -56,13 +61,17 @@ class SparkStarter:
 
             self._ours = SparkContext._active_spark_context is None
             sc = spark_context(self.settings)
+            self._kernels.join()  # before any Python worker starts
             self._out["sparkStartSeconds"] = time.monotonic() - self._t0
             self.settings = settings = self.settings.with_spark_conf(sc.getConf())
+            # Done already, unless the Spark conf names another store than the environment did.
+            _fetch_kernels(settings)
             self._planned.wait()
             if self._plan and settings.warmup:
                 from compaction.spark.warmup import warm_executors
 
-                self._out["workerWarmupSeconds"] = warm_executors(sc, settings.worker)
+                seconds, compiled = warm_executors(sc, settings.worker)
+                self._out["workerWarmupSeconds"], self._out["workerKernelCompiles"] = seconds, compiled
             self._out["sc"] = sc
         except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
             self._out["error"] = exc
@@ -76,7 +85,7 @@ class SparkStarter:
         t = time.monotonic()
         self.join()
         timings["sparkWaitSeconds"] = time.monotonic() - t
-        for key in ("sparkStartSeconds", "workerWarmupSeconds"):
+        for key in ("sparkStartSeconds", "workerWarmupSeconds", "workerKernelCompiles"):
             if key in self._out:
                 timings[key] = self._out[key]
         if "error" in self._out:
@@ -97,6 +106,12 @@ class SparkStarter:
         if self._ours and sc is not None and not self._stopped:
             self._stopped = True
             threading.Thread(target=_stop, args=(sc,), name="spark-stop").start()
+
+
+def _fetch_kernels(settings: Settings) -> None:
+    from compaction.runtime import kernel_store
+
+    kernel_store.fetch(settings.worker.kernel_cache_dir)
 
 
 def _stop(sc) -> None:

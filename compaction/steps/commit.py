@@ -34,6 +34,7 @@ from compaction.runtime.storage import Storage
 from compaction.steps import report as rpt
 from compaction.steps.discover import CLEANER_CHECKPOINT, LogDirState
 from compaction.steps.outcome import outcome, record_sizes
+from compaction.steps.validate import write_rebuilt
 
 if TYPE_CHECKING:
     from compaction.steps.plan_round import Planned
@@ -142,6 +143,8 @@ def commit(p: Planned, results: dict[int, dict]) -> None:
     if not replacements:  # erasing only, and no listed key in it
         p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact"
         return
+    for rebuilt in p.rebuilt:  # before the intent: a replaced segment's rebuilt index goes with it
+        p.result.recovery.append(write_rebuilt(p.log_dir.storage, rebuilt))
     commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
     p.result.status, p.result.reason = rpt.CLEANED, None if p.compacting else "erased (erase only, not compacted)"
 

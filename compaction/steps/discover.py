@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,8 @@ from compaction.kernels.scan import scan_batches
 from compaction.policy.plan import SegmentMeta
 from compaction.runtime.storage import Storage
 from compaction.settings import default_discovery_threads
+
+log = logging.getLogger("compaction")
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
@@ -104,10 +107,10 @@ class LocalFile:
     its `.log` files only (its index files are never touched). Same fields as `storage.FileInfo`;
     an OSError (file gone) surfaces where the value is first used, in that partition's planning."""
 
-    __slots__ = ("_stat", "is_dir", "name", "path")
+    __slots__ = ("_stat", "is_dir", "is_link", "name", "path")
 
-    def __init__(self, name: str, path: str, is_dir: bool) -> None:
-        self.name, self.path, self.is_dir, self._stat = name, path, is_dir, None
+    def __init__(self, name: str, path: str, is_dir: bool, is_link: bool = False) -> None:
+        self.name, self.path, self.is_dir, self.is_link, self._stat = name, path, is_dir, is_link, None
 
     def _st(self) -> os.stat_result:
         if self._stat is None:
@@ -130,7 +133,7 @@ def _list_local(path: str) -> list[LocalFile]:
     """`Storage.list_dir` for a local dir with `os.scandir`: one getdents pass, no stat, in the
     directory's own order (callers sort what they keep)."""
     with os.scandir(path) as it:
-        return [LocalFile(e.name, e.path, e.is_dir()) for e in it]
+        return [LocalFile(e.name, e.path, e.is_dir(), e.is_symlink()) for e in it]
 
 
 def read_small(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -217,6 +220,8 @@ def _read_log_dir(uri: str, topics: str | None) -> LogDirState:
             continue
         if pattern and not pattern.fullmatch(parsed[0]):
             continue
+        if getattr(info, "is_link", False):  # a broker follows it (log dirs on other disks are linked)
+            log.info("%s is a symbolic link to %s: followed, as a broker does", info.path, os.path.realpath(info.path))
         todo.append((info.path, *parsed))
     partitions = map_threads(lambda t: list_partition(storage, uri, *t), todo)
     partitions.sort(key=lambda p: p.key)
@@ -243,6 +248,12 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
     # than 10,000 prefix listings issued 16 at a time.
     for info in _list_local(path) if storage.is_local else storage.list_dir(path):
         name = info.name
+        if getattr(info, "is_link", False):
+            # A broker makes no link in a partition dir, and a rewrite would replace the link by a
+            # file, leaving its target orphaned (or a stranger's file written through it).
+            part.problems.append(f"{info.path}: is a symbolic link (to {_link_target(info.path)}), which a broker "
+                                 "never makes")  # fmt: skip
+            continue
         # Fast path (nearly every entry): <20 digits>.log/.index/.timeindex/.txnindex, a file.
         attr = _SLOTS.get(name[20:])
         prefix = name[:20]
@@ -282,6 +293,13 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
     part.problems.sort()
     part.transient.sort()
     return part
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
 
 
 def relist_partition(storage: Storage, part: PartitionDir) -> PartitionDir:
@@ -345,6 +363,8 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
         return seg.base_offset
     start = 0
     if seg.index is not None and seg.index.size >= OFFSET_ENTRY_SIZE:
+        if index_data is None:  # a rebuilt index not written yet (validate.PendingFile) holds its bytes
+            index_data = getattr(seg.index, "data", None)
         data = index_data if index_data is not None else read_small(storage, seg.index.path)
         entries = read_offset_index(data, seg.base_offset)
         # An active segment's index is preallocated: trailing zero entries read as (base, 0).

@@ -9,6 +9,7 @@ from compaction.format import naming
 from compaction.format.txnindex import AbortedTxn
 from compaction.policy.txn_state import LastRecord
 from compaction.runtime.storage import Storage
+from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 CLEANED = ".cleaned"
 
@@ -47,6 +48,8 @@ class GroupSpec:
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
+    # --max-inflated-batch-bytes: a batch whose records inflate past it fails the partition
+    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES
     read_mode: str = "buffered"  # segment_io.READ_MODES: how source segments are read (--read-mode)
     write_mode: str = "direct"  # segment_io.WRITE_MODES: how cleaned segments are written (--write-mode)
     dry_run: bool = False  # --dry-run: everything decided and sized as in a round, nothing written

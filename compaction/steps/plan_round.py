@@ -43,7 +43,14 @@ from compaction.steps.discover import (
 )
 from compaction.steps.erase import EraseSet, load_erase_set
 from compaction.steps.group import GroupSpec, SourceSegment
-from compaction.steps.validate import audit_structure, check_listing, rebuild_missing_index, validate_contents
+from compaction.steps.validate import (
+    RebuiltIndex,
+    audit_structure,
+    check_listing,
+    planned_rebuild,
+    rebuilt_index,
+    validate_contents,
+)
 
 
 @dataclasses.dataclass
@@ -57,6 +64,9 @@ class Planned:
     specs: list[GroupSpec] = dataclasses.field(default_factory=list)
     erasing: bool = False  # --erase-keys applies to its topic: every segment's listed keys go
     compacting: bool = True  # the round's compaction decisions apply (not --erase-only, eligible)
+    # Index files rebuilt from verified segments, written only if the round cleans the partition
+    # (`commit.commit`): a partition the round refuses is left exactly as found.
+    rebuilt: list[RebuiltIndex] = dataclasses.field(default_factory=list)
 
 
 def job_config(opts: JobOptions, topic: str) -> dict:
@@ -195,7 +205,8 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
             index_interval_bytes=config.index_interval_bytes, aborted_txns=aborted,
             retain_empty_offset=plan.high_watermark if p.compacting else None,
             tail_segments=tail if n == len(groups) - 1 else (),
-            max_message_bytes=config.max_message_bytes, read_mode=opts.read_mode, write_mode=opts.write_mode,
+            max_message_bytes=config.max_message_bytes, max_inflated_batch_bytes=opts.max_inflated_batch_bytes,
+            read_mode=opts.read_mode, write_mode=opts.write_mode,
             dry_run=opts.dry_run,
             leader_epoch_checkpoint=part.leader_epoch_checkpoint, erase=erase, erase_only=erase_only,
         )  # fmt: skip
@@ -282,11 +293,12 @@ def _check_and_rebuild_indexes(p: Planned, opts: JobOptions, config: TopicConfig
         validate_contents(ld.storage, part, index_bounds=opts.dry_run)
     if missing and not opts.recover_only:
         # Rebuilt from the verified .log as a broker's LogLoader would
-        # (docs/kafka-rules.md#broker-load-checks), only in a partition this run cleans (a skipped partition
-        # is left exactly as found).
-        interval, write = config.index_interval_bytes, not opts.dry_run
+        # (docs/kafka-rules.md#broker-load-checks), in memory: written only when the round cleans
+        # the partition (a skipped or refused partition is left exactly as found).
         for seg in missing:
-            p.result.recovery.append(rebuild_missing_index(ld.storage, part, seg, interval, write=write))
+            p.rebuilt.append(rebuilt_index(ld.storage, part, seg, config.index_interval_bytes))
+        if opts.dry_run:
+            p.result.recovery += [planned_rebuild(r) for r in p.rebuilt]
 
 
 def discover_and_plan(

@@ -19,7 +19,7 @@ import numpy as np
 from compaction.cli.options import JobOptions
 from compaction.format import naming
 from compaction.kernels.scan import scan_batches
-from compaction.runtime.storage import Storage, acquire_run_lock, ensure_kafka_not_running
+from compaction.runtime.storage import KAFKA_LOCK_FILE, Storage, acquire_run_lock, ensure_kafka_not_running
 from compaction.steps.commit import CLEANED, DELETED, INTENT_FILE, SWAP, file_names, finish_swap
 from compaction.steps.discover import LogDirState, read_log_dir, relist_partition
 
@@ -28,14 +28,15 @@ log = logging.getLogger("compaction")
 
 def lock_log_dirs(opts: JobOptions) -> list:
     """The run locks of the local log dirs (none for a dry run), after checking that no broker
-    holds them (unless --ignore-broker-lock)."""
+    holds them (with --ignore-broker-lock, a held one is said at WARN and overridden)."""
     locks = []
     for uri in opts.log_dirs:
         storage, path = Storage.for_uri(uri)
         if not storage.is_local:
             continue  # object stores have no locks; documented: one run per prefix (Airflow max_active_runs=1)
-        if not opts.ignore_broker_lock:
-            ensure_kafka_not_running(path)
+        if ensure_kafka_not_running(path, ignore=opts.ignore_broker_lock):
+            log.warning("%s is locked: a Kafka broker may be serving this log dir; compacting it anyway "
+                        "(--ignore-broker-lock)", f"{path}/{KAFKA_LOCK_FILE}")  # fmt: skip
         if not opts.dry_run:
             locks.append(acquire_run_lock(path))
     return locks

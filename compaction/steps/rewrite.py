@@ -15,6 +15,9 @@ partition otherwise (transaction state crosses group boundaries, docs/kafka-rule
 
 from __future__ import annotations
 
+import errno
+import os
+import posixpath
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from compaction.errors import DiskFullError
 from compaction.format import batch as fb
 from compaction.format.index_build import build_indexes
 from compaction.format.txnindex import AbortedTxn, write_txn_index
@@ -175,14 +179,57 @@ def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: in
         stats.invalid_records += n_invalid
 
 
-def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn]) -> None:
+class _Writing:
+    """What a rewrite is writing, for the error when its disk fills: the group's output, and the
+    index file being written after it."""
+
+    out: Output | None = None
+    path: str | None = None
+
+
+@contextmanager
+def _disk_full(specs: list[GroupSpec]):
+    """Turn a full disk (or quota) while the unit's cleaned segments are written into a
+    `DiskFullError` naming the file being written and the bytes the partition's cleaned segments
+    may need: at most those of the segments they replace (the .cleaned files are removed by the
+    driver, the partition fails, its input stays as it is)."""
+    writing = _Writing()
+    try:
+        yield writing
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        out = writing.out
+        path = writing.path or exc.filename or (out.writer.path if out is not None and out.writer else "?")
+        needed = sum(seg.size for spec in specs for seg in spec.segments)
+        free = _free_bytes(specs[0], posixpath.dirname(path)) if specs else None
+        written = f"; {out.size} bytes of its group written" if out is not None else ""
+        free_text = f", {free} bytes free there" if free is not None else ""
+        raise DiskFullError(
+            f"{path}: {exc.strerror or 'no space left'} while writing the partition's cleaned segments, which "
+            f"need up to {needed} bytes (the {sum(len(s.segments) for s in specs)} segments they replace)"
+            f"{written}{free_text}", path=path, needed=needed, free=free) from None  # fmt: skip
+
+
+def _free_bytes(spec: GroupSpec, directory: str) -> int | None:
+    if not spec.storage.is_local:
+        return None
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn], writing: _Writing | None = None) -> None:
     storage, base = spec.storage, spec.new_base
     out.open(spec)  # a group always has segments; this only matters for an empty one
     out.writer.close()
     if spec.dry_run:
         return
+    # An offset that does not fit the index names the group's first segment (its base is the new one's).
     offset_index, time_index = build_indexes(
-        *out.columns(), base, spec.index_interval_bytes,
+        *out.columns(), base, spec.index_interval_bytes, spec.segment_path(base),
     )  # fmt: skip
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
@@ -191,6 +238,8 @@ def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn]) 
     storage.set_mtime(out.writer.path, mtime_ns)
     for suffix, data in files.items():
         path = spec.segment_path(base, suffix) + CLEANED
+        if writing is not None:
+            writing.path = path
         storage.write_durable(path, data)
         if suffix != ".txnindex":  # Kafka skips it: docs/kafka-rules.md#cleaned-file-times
             storage.set_mtime(path, mtime_ns)
@@ -215,10 +264,11 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     own = {spec.group_id: spec.segments[slice(*parts[spec.group_id][:2])] if spec.group_id in parts else spec.segments
            for spec in specs}  # fmt: skip
     todo = [(spec, seg) for spec in specs for seg in own[spec.group_id]]
-    with _segment_inputs(specs, todo, cache) as inputs:
+    with _segment_inputs(specs, todo, cache) as inputs, _disk_full(specs) as writing:
         for spec in specs:
             started = time.monotonic()
             out, stats, entries = Output(), _Stats(), []
+            writing.out = out
             txn.set_cleaned_index(entries)
             if spec.group_id in parts:
                 out.open(spec)
@@ -233,7 +283,8 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
                 parts[spec.group_id][3](out, stats)
             unchanged = spec.erase_only and not offset_map.erased_in(spec.group_id)
             if not unchanged:
-                _write_cleaned(spec, out, entries)
+                _write_cleaned(spec, out, entries, writing)
+                writing.path = None
             else:
                 out.open(spec, discard=True)
                 out.writer.close()

@@ -44,16 +44,6 @@ def _planned_segment_bytes(spec: GroupSpec, seg: SourceSegment, data: np.ndarray
     return path, data
 
 
-def _check_batch_sizes(spec: GroupSpec, path: str, batches) -> None:
-    too_big = np.flatnonzero(batches.size > spec.max_message_bytes)
-    if len(too_big):  # Kafka's cleaner: "This log contains a message larger than maximum allowable size"
-        i = int(too_big[0])
-        raise CorruptRecordError(
-            f"batch of {int(batches.size[i])} bytes is larger than max.message.bytes "
-            f"{spec.max_message_bytes}", path=path, position=int(batches.position[i]),
-            offset=int(batches.base_offset[i]))  # fmt: skip
-
-
 def read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None,
                  hash_keys: bool = True, epochs: list[SegmentEpochs] | None = None,
                  verify_crc: bool = True) -> SegmentScan:  # fmt: skip
@@ -62,8 +52,8 @@ def read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = 
     verified already (its size is checked again)."""
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path, hash_keys=hash_keys, verify_crc=verify_crc)
-    _check_batch_sizes(spec, path, scan.batches)
+    scan = scan_segment(data, path, hash_keys=hash_keys, verify_crc=verify_crc,
+                        max_batch_bytes=spec.max_message_bytes, inflate_limit=spec.max_inflated_batch_bytes)
     check_structure(spec, seg, path, scan.batches, epochs)
     return scan
 

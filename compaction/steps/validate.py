@@ -10,6 +10,7 @@ would (`rebuild_missing_index`).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 import numpy as np
@@ -166,30 +167,75 @@ def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
     return data
 
 
-def rebuild_missing_index(
-    storage: Storage, part: PartitionDir, seg: SegmentFiles, index_interval_bytes: int, *, write: bool
-) -> str:
-    """Rebuild the `.index` of `seg` (and its `.timeindex` when that is missing too) from the
-    `.log`, with CRC checks, as a broker's `LogSegment.recover` does when the index is missing.
+@dataclass
+class PendingFile:
+    """A file rebuilt in memory, in the shape of a listing's entry (`LocalFile`), so that the plan
+    sees its size: written into the partition only when the round cleans it (`write_rebuilt`)."""
 
-    Raises a `KafkaFormatError` naming the byte position when the `.log` does not verify (then
-    nothing is written). With `write`, each file goes to `<name>.cleaned` durably and is renamed
-    into place (a crash leaves only a `.cleaned` file, which recovery removes). Returns the action.
-    """
+    name: str
+    path: str
+    data: bytes
+    is_dir: bool = False
+    is_link: bool = False
+    mtime_ns: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass
+class RebuiltIndex:
+    """The index files of one segment rebuilt from its verified `.log` (`rebuilt_index`)."""
+
+    segment: str  # the .log's name
+    batches: int
+    files: dict[str, PendingFile]  # suffix -> file
+
+
+def rebuilt_index(storage: Storage, part: PartitionDir, seg: SegmentFiles, index_interval_bytes: int) -> RebuiltIndex:
+    """The `.index` of `seg` (and its `.timeindex` when that is missing too) rebuilt from the
+    `.log`, with CRC checks, as a broker's `LogSegment.recover` does when the index is missing;
+    `seg` lists them as `PendingFile`s from now on. Nothing is written.
+
+    Raises a `KafkaFormatError` naming the byte position when the `.log` does not verify."""
     active = seg is part.segments[-1]
     data = _read_checked(storage, seg.log.path)
     # The active segment may end in a partial batch after a broker crash: index the valid prefix.
     scan = scan_segment(np.frombuffer(data, dtype=np.uint8), seg.log.path, allow_trailing=active)
     b = scan.batches
     index, timeindex = build_indexes(b.position, b.size, b.last_offset, b.max_timestamp, seg.base_offset,
-                                     index_interval_bytes)  # fmt: skip
-    files = {".index": index} if seg.timeindex is not None else {".index": index, ".timeindex": timeindex}
-    names = " and ".join(naming.segment_file_name(seg.base_offset, s) for s in files)
-    if not write:
-        return f"would rebuild missing {names} from {seg.name} (dry run)"
-    for suffix, content in files.items():
-        final = f"{part.path}/{naming.segment_file_name(seg.base_offset, suffix)}"
-        storage.write_durable(final + ".cleaned", content)
-        storage.rename(final + ".cleaned", final)
-        setattr(seg, suffix[1:], storage.info(final))
-    return f"rebuilt missing {names} from {seg.name} ({len(b.position)} batches verified)"
+                                     index_interval_bytes, seg.log.path)  # fmt: skip
+    contents = {".index": index} if seg.timeindex is not None else {".index": index, ".timeindex": timeindex}
+    files = {}
+    for suffix, content in contents.items():
+        name = naming.segment_file_name(seg.base_offset, suffix)
+        files[suffix] = PendingFile(name, f"{part.path}/{name}", content)
+        setattr(seg, suffix[1:], files[suffix])
+    return RebuiltIndex(seg.name, len(b.position), files)
+
+
+def write_rebuilt(storage: Storage, rebuilt: RebuiltIndex) -> str:
+    """Write rebuilt index files durably: each to `<name>.cleaned`, renamed into place (a crash
+    leaves only a `.cleaned` file, which recovery removes). Returns the action."""
+    for f in rebuilt.files.values():
+        storage.write_durable(f.path + ".cleaned", f.data)
+        storage.rename(f.path + ".cleaned", f.path)
+    return f"rebuilt missing {_names(rebuilt)} from {rebuilt.segment} ({rebuilt.batches} batches verified)"
+
+
+def planned_rebuild(rebuilt: RebuiltIndex) -> str:
+    """What a dry run reports of a rebuild."""
+    return f"would rebuild missing {_names(rebuilt)} from {rebuilt.segment} (dry run)"
+
+
+def _names(rebuilt: RebuiltIndex) -> str:
+    return " and ".join(f.name for f in rebuilt.files.values())
+
+
+def rebuild_missing_index(
+    storage: Storage, part: PartitionDir, seg: SegmentFiles, index_interval_bytes: int, *, write: bool
+) -> str:
+    """`rebuilt_index`, and with `write` `write_rebuilt` at once. Returns the action."""
+    rebuilt = rebuilt_index(storage, part, seg, index_interval_bytes)
+    return write_rebuilt(storage, rebuilt) if write else planned_rebuild(rebuilt)

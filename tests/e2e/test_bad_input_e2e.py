@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
 
 import pytest
-from e2ekit import decode_partition, tree_hashes
+from e2ekit import tree_hashes
 from faultkit import (
-    assert_loads,
+    assert_compacted,
+    healthy_log_dir,
     expected_after,
     lock_held_by_other,
     run_driver_only,
@@ -113,8 +115,7 @@ def _tmpfs(path: str, size: int) -> bool:
 def outcome(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("bad_input"))
     log_dir = os.path.join(root, "logs")
-    generate_log_dir(log_dir, topics=(("good", 2),), records=1500, keys=60, codec="mixed",
-                     segment_bytes=20_000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    healthy_log_dir(log_dir)
     want = _make_damaged(log_dir)
     small_partition(os.path.join(log_dir, "noindex-0"))
     os.remove(_seg1(log_dir, "noindex-0", ".index"))
@@ -185,11 +186,8 @@ def test_damaged_partition_failed_with_file_and_position_and_untouched(outcome, 
 
 @pytest.mark.parametrize("name", ["good-0", "good-1", "noindex-0"])
 def test_healthy_partitions_compacted(outcome, name):
-    entry = _by_name(outcome["report"])[name]
-    assert entry["status"] == "cleaned", entry
-    part_dir = os.path.join(outcome["log_dir"], name)
-    assert decode_partition(part_dir) == outcome["expected"][name]
-    assert_loads(part_dir)
+    assert_compacted(_by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name),
+                     outcome["expected"][name])
 
 
 def test_missing_index_rebuilt_and_reported_in_recovery(outcome):
@@ -201,7 +199,18 @@ def test_disk_full_mid_rewrite_leaves_input_untouched(outcome):
     if outcome["full_dir"] is None:
         pytest.skip("cannot mount a tmpfs here (needs root): disk full not simulated")
     entry = _by_name(outcome["report"])["full-0"]
-    assert entry["status"] == "failed" and "No space left" in entry["reason"], entry
+    assert entry["status"] == "failed", entry
+    # One line naming the file being written, the bytes the cleaned segments need and the free space.
+    reason = entry["reason"]
+    match = re.fullmatch(rf"{re.escape(outcome['full_dir'])}/full-0/\d{{20}}\.(log|index|timeindex)\.cleaned: "
+                         r"No space left on device while writing the partition's cleaned segments, which need "
+                         r"up to (\d+) bytes \(the \d+ segments they replace\); \d+ bytes of its group written, "
+                         r"(\d+) bytes free there", reason)  # fmt: skip
+    assert match, reason
+    logs = sum(os.path.getsize(os.path.join(outcome["full_dir"], "full-0", n))
+               for n in os.listdir(os.path.join(outcome["full_dir"], "full-0")) if n.endswith(".log"))  # fmt: skip
+    needed, free = int(match[2]), int(match[3])
+    assert free < 40_000 < needed <= logs, reason
     after = tree_hashes(outcome["full_dir"])
     after.pop(".compaction.lock", None)
     assert after == outcome["full_hashes"]  # input unchanged, no .cleaned leftovers

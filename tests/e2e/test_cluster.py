@@ -5,6 +5,12 @@ happens (bench/cluster.py's StandaloneCluster). The executors run a Python that 
 dependencies but not this repo's editable install, so `compaction` can only come from the
 `--py-files` zip that spark-submit.sh ships: the test fails if the job works in local mode only.
 The output is decoded with kafka-python.
+
+Each worker starts on a temp dir and Spark local dirs of its own, empty (a fresh host, as a
+Kubernetes pod is), with the compiled kernels on the job's store only (`.kafka-compaction-kernels`
+beside the log dir, put there by this test's own process, as the previous run's executors would):
+every numba compile of the executors' processes is logged (`KAFKA_COMPACTION_COMPILE_LOG`), and
+the round must make none.
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ import pytest
 from e2ekit import REPO, decode_partition, latest_per_key
 
 from compaction.format.checkpoint import parse_offset_checkpoint
+from compaction.kernels.cache import COMPILE_LOG_ENV, current_key
+from compaction.runtime import kernel_store
+from compaction.settings import KERNEL_CACHE_NAME
+from compaction.spark.warmup import warm
 
 _spec = importlib.util.spec_from_file_location("bench_cluster", os.path.join(REPO, "bench", "cluster.py"))
 standalone = importlib.util.module_from_spec(_spec)
@@ -60,16 +70,24 @@ def run(tmp_path_factory):
     before = {p: decode_partition(str(log_dir / f"{TOPIC}-{p}")) for p in range(PARTITIONS)}
     python = standalone.executor_python(root)
     report_path = root / "report.json"
-    with standalone.StandaloneCluster(root / "spark", timeout=120) as cluster:
+    store = root / KERNEL_CACHE_NAME
+    warm()  # this process's kernels, loaded (or compiled) for this host's CPU, onto the job's store
+    assert kernel_store.publish(str(store), compiled=False) == "written"
+    compile_log = root / "compiles.log"
+    with standalone.StandaloneCluster(root / "spark", timeout=120, fresh_temp=True) as cluster:
         cluster.add_worker(2)
         # every partition cut into ranges: the ranges stage's tasks, one per worker, meet
         # through an exchange directory beside the log dir (not local mode: no shared temp dir)
         code, _, stderr = standalone.submit(cluster, python, log_dir, report_path, "--conf",
-                                            "spark.kafka.compaction.partitionTaskMaxBytes=0", timeout=400)  # fmt: skip
+                                            "spark.kafka.compaction.partitionTaskMaxBytes=0", "--conf",
+                                            f"spark.executorEnv.{COMPILE_LOG_ENV}={compile_log}", timeout=400)  # fmt: skip
         zips = standalone.executor_zips(cluster)
         apps = cluster.state().get("completedapps", [])
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return {
+        "compiles": compile_log.read_text().splitlines() if compile_log.exists() else [],
+        "worker_caches": sorted(p.relative_to(root) for p in (root / "spark").glob("worker-*/tmp/*/kernels-*")),
+        "store": sorted(p.name for p in store.iterdir()),
         "code": code,
         "stderr": stderr,
         "report": report,
@@ -121,3 +139,15 @@ def test_executors_on_both_workers_imported_the_shipped_zip(run):
     workers = {z.parts[-4] for z in run["zips"]}
     assert workers == {"worker-1", "worker-2"}, run["zips"]
     assert [a["state"] for a in run["apps"]] == ["FINISHED"]
+
+
+def test_fresh_executors_load_every_kernel_from_the_store_and_compile_none(run):
+    assert run["code"] == 0, run["stderr"]
+    assert run["report"]["timings"]["workerWarmupSeconds"] > 0
+    # numba's own compile events, in the executors' processes, warm-up and stages alike
+    assert run["compiles"] == [], run["compiles"][:20]
+    assert run["report"]["timings"]["workerKernelCompiles"] == 0
+    # each worker's empty temp dir got the key's cache from the store, which was left as it was
+    dirs = {(p.parts[1], p.name) for p in run["worker_caches"]}
+    assert dirs == {("worker-1", current_key().dir_name), ("worker-2", current_key().dir_name)}, run["worker_caches"]
+    assert run["store"] == [current_key().archive_name]

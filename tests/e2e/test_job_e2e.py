@@ -85,6 +85,20 @@ def test_start_up_is_reported_apart_from_the_round(compacted):
     assert t["sparkWaitSeconds"] <= t["sparkStartSeconds"] + t["workerWarmupSeconds"] + 1
 
 
+def test_the_compiled_kernels_are_kept_on_the_store_beside_the_log_dir(compacted):
+    """The warm-up published this host's compiled kernels, one archive of this key, whole and
+    checked, for executors that start with an empty temp dir (tests/e2e/test_cluster.py)."""
+    from compaction.kernels.cache import current_key, verify
+    from compaction.settings import KERNEL_CACHE_NAME
+
+    store = os.path.join(os.path.dirname(compacted[0]), KERNEL_CACHE_NAME)
+    assert os.listdir(store) == [current_key().archive_name]
+    with open(os.path.join(store, current_key().archive_name), "rb") as fh:
+        files = verify(fh.read(), current_key())
+    assert any(name.startswith("kernels/scan_kernels.") for name in files), sorted(files)[:10]
+    assert compacted[3]["timings"]["workerKernelCompiles"] >= 0
+
+
 def test_latest_record_per_key_kept_at_its_offset(compacted):
     log_dir, before, _, _ = compacted
     for part, records in before.items():

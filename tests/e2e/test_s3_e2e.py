@@ -190,6 +190,18 @@ def test_no_object_of_ours_is_left(rounds, bucket):
     assert ours == []
 
 
+def test_the_compiled_kernels_are_kept_beside_the_first_log_dir_in_its_bucket(rounds):
+    """The one object a round leaves on purpose: its workers' compiled kernels, one checked archive
+    of this host's key, for executors that start with an empty temp dir."""
+    from compaction.kernels.cache import current_key, verify
+    from compaction.settings import KERNEL_CACHE_NAME
+
+    name = f"{KERNEL_CACHE_NAME}/{current_key().archive_name}"
+    assert name in _objects(rounds["client"], "clean")
+    body = rounds["client"].get_object(Bucket="clean", Key=name)["Body"].read()
+    assert any(rel.startswith("kernels/") for rel in verify(body, current_key()))
+
+
 def test_the_ranges_met_through_s3_and_left_nothing_there(rounds):
     assert rounds["report"]["timings"].get("rangesSeconds"), rounds["report"]["timings"]
     assert rounds["reports"] == ["round.html"]

@@ -113,6 +113,24 @@ def expected_after(part_dir: str):
     return kept + [r for r in records if r.offset >= bound]
 
 
+def healthy_log_dir(log_dir: str) -> list[str]:
+    """A log dir of two healthy partitions (`good-0`, `good-1`: mixed codecs, a few segments
+    each, tombstones) for damaged ones to sit beside; returns their names."""
+    from compaction.tools.generator import generate_log_dir
+
+    generate_log_dir(log_dir, topics=(("good", 2),), records=1500, keys=60, codec="mixed",
+                     segment_bytes=20_000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    return ["good-0", "good-1"]
+
+
+def assert_compacted(entry: dict, part_dir: str, expected) -> None:
+    """A partition the run cleaned: its report entry, its records (kafka-python's decoding) as
+    `expected_after` said, its files as a broker loads them."""
+    assert entry["status"] == "cleaned", entry
+    assert decode_partition(part_dir) == expected
+    assert_loads(part_dir)
+
+
 def assert_loads(part_dir: str) -> None:
     """No transient files; every segment decodes with CRCs and its indexes pass the broker's checks
     and equal the ones a broker would rebuild."""

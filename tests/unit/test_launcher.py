@@ -97,6 +97,9 @@ def test_local_executors_fork_their_workers_from_our_daemon_unless_the_user_name
 
 def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
     # Its stdout carries the daemon's port to the JVM: one stray byte and no worker starts.
+    from compaction.spark.warmup import warm
+
+    warm()  # this host's cache of the kernels, where the subprocess's daemon finds it
     code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
             "from compaction.kernels.rebuild import _rebuild_kernel as k; "
             "from compaction.spark.warmup import warm_best_effort; from compaction.settings import WorkerSettings; "
@@ -108,6 +111,19 @@ def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
     assert done.stdout == "" and float(seconds) > 0 and int(loaded) >= 1
     assert float(again) == 0.0  # a worker forked from the daemon does not run the tiny round again
     assert pandas == "0"  # nor the import of pandas that pyarrow would make (runtime/worker.py)
+
+
+def test_on_a_host_without_the_kernels_cache_the_daemon_leaves_them_to_the_workers(tmp_path):
+    """It does not know the round's store: the workers fetch the kernels from there, rather than
+    the daemon compiling them all before the first worker starts."""
+    code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
+            "from compaction.kernels.rebuild import _rebuild_kernel as k; "
+            "sys.stderr.write('%.3f %d' % (s, len(k.overloads)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": launcher.package_root(), "NUMBA_CACHE_DIR": str(tmp_path)})  # fmt: skip
+    seconds, loaded = done.stderr.split()[-2:]
+    assert done.stdout == "" and float(seconds) == 0.0 and int(loaded) == 0
+    assert os.listdir(tmp_path) == []  # nothing compiled, nothing written
 
 
 def test_the_launcher_imports_neither_pyspark_nor_numba():
@@ -196,9 +212,9 @@ def test_help_lists_spark_options_exit_codes_and_environment():
     [
         (["--topics", "("], "--topics '(': not a regular expression"),
         (["--min-cleanable-dirty-ratio", "5"], "--min-cleanable-dirty-ratio: min.cleanable.dirty.ratio=5.0"),
-        (["--segment-bytes", "10"], "--segment-bytes: segment.bytes=10 is below"),
+        (["--segment-bytes", "10"], "--segment-bytes: segment.bytes=10 is outside [14, 2147483647]"),
         (["--delete-retention-ms", "-1"], "--delete-retention-ms: delete.retention.ms=-1"),
-        (["--cleanup-policy", "archive"], "cleanup.policy=archive is not compact"),
+        (["--cleanup-policy", "archive"], "cleanup.policy='archive' is not compact"),
         (["--tasks-per-core", "0"], "--tasks-per-core 0"),
         (["--report", "r.json", "--report-html", "r.json"], "--report and --report-html name the same file"),
     ],
