@@ -42,7 +42,7 @@ MAX_MESSAGE_BYTES = 8 * MiB  # room for the lz4 and snappy bombs (snappy inflate
 BOMBS = [
     ("zstd4g-0", CODEC_ZSTD, 4 << 30, None),  # ~130 KB: 4 GiB of RLE blocks
     ("zstd1g-0", CODEC_ZSTD, 1 << 30, None),
-    ("gzip1g-0", CODEC_GZIP, 1 << 30, None),  # ~1 MB of concatenated members
+    ("gzip1g-0", CODEC_GZIP, 1 << 30, None),  # ~1 MB of concatenated members (zlib level 9)
     ("lz4-0", CODEC_LZ4, 1 << 30, None),  # ~4.4 MB: independent 64 KiB blocks
     ("snappy-0", CODEC_SNAPPY, 128 * MiB, None),  # ~6 MB of xerial chunks
     ("gzip2g-0", CODEC_GZIP, 2 << 30, 1_048_588),  # 2 MB: over its topic's max.message.bytes
