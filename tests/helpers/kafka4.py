@@ -17,6 +17,7 @@ writes `.kafka_cleanshutdown`), SIGKILL after a timeout, and again at interprete
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import re
 import shutil
@@ -123,6 +124,12 @@ def install() -> None:
         CLASSES.mkdir(parents=True, exist_ok=True)
         subprocess.run(["javac", "-nowarn", "-cp", f"{LIBS}/*", "-d", str(CLASSES), str(CLIENT_SRC)], check=True)
     print(f"Kafka {VERSION}: jars in {LIBS}, client in {CLASSES}")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM (a clean shutdown) when the process that started it dies,
+    also by a signal that skips atexit (prctl PR_SET_PDEATHSIG, Linux)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -237,7 +244,8 @@ class Broker:
         self.starts += 1
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=self.root, start_new_session=True)  # fmt: skip
+                                         cwd=self.root, start_new_session=True,
+                                         preexec_fn=_die_with_parent)  # fmt: skip
         _RUNNING[self.proc.pid] = self.proc
         deadline = time.monotonic() + self.timeout
         while "Kafka Server started" not in self.log_text():
