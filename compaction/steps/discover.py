@@ -35,6 +35,7 @@ from compaction.format.layout import (
     TIME_ENTRY_SIZE,
 )
 from compaction.kernels.scan import scan_batches
+from compaction.kernels.scan_reference import scan_batches_py
 from compaction.policy.plan import SegmentMeta
 from compaction.runtime.storage import Storage
 from compaction.settings import default_discovery_threads
@@ -353,6 +354,10 @@ def segment_meta(
     )
 
 
+# The longest active-segment tail the driver walks in plain Python (`log_end_offset`).
+PY_WALK_MAX_BYTES = 1 << 20
+
+
 def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None = None) -> int:
     """Next offset after the last complete batch of (active) segment `seg`.
 
@@ -372,7 +377,11 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
         if valid and int(valid[-1][1]) < seg.log.size:
             start = int(valid[-1][1])
     tail = read_small(storage, seg.log.path, start, seg.log.size - start)
-    cols = scan_batches(np.frombuffer(tail, dtype=np.uint8))
+    # A tail past the last index entry is a few KB: walked in Python, the driver loads no kernel
+    # for it (the first call of a compiled kernel costs the planning ~1 s); a long one (no index)
+    # goes to the kernel.
+    walk = scan_batches_py if len(tail) <= PY_WALK_MAX_BYTES else scan_batches
+    cols = walk(np.frombuffer(tail, dtype=np.uint8))
     if len(cols.last_offset) == 0:
         return seg.base_offset
     return int(cols.last_offset.max()) + 1
