@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from e2ekit import REPO, decode_partition, latest_per_key
+from e2ekit import REPO, cleanable_bound, decode_partition, latest_per_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -79,6 +79,7 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
                     "--records", "3000", "--keys", "250", "--codec", "mixed", "--segment-bytes", "30000",
                     "--seed", "3"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
+    bounds = {p: cleanable_bound(str(log_dir / f"orders-{p}")) for p in range(2)}
     conf = {"log_dirs": [str(log_dir)], "report_dir": str(reports), "report_html": True, "master": "local[2]",
             "spark_conf": {"spark.ui.enabled": "false"}}  # fmt: skip
     proc = subprocess.run(
@@ -95,7 +96,8 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
     assert report_path.with_suffix(".html").read_text().startswith("<!DOCTYPE html>")
     assert [p["status"] for p in report["partitions"]] == ["cleaned", "cleaned"]
     for p in report["partitions"]:
-        bound = p["firstUncleanableOffset"]
+        bound = bounds[p["partition"]]
+        assert p["firstUncleanableOffset"] == bound
         after = decode_partition(str(log_dir / f"orders-{p['partition']}"))
         want = latest_per_key(before[p["partition"]], bound)
         assert {r.key: r for r in after if r.offset < bound} == want

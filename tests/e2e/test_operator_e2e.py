@@ -19,7 +19,7 @@ import sys
 import time
 
 import pytest
-from e2ekit import REPO, SUBMIT, decode_partition, latest_per_key, tree_hashes
+from e2ekit import REPO, SUBMIT, cleanable_bound, decode_partition, latest_per_key, tree_hashes
 from prometheus_client.parser import text_string_to_metric_families
 
 NOW = 1_800_000_000_000
@@ -135,6 +135,7 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     shutil.copytree(log_dir, work)
     _corrupt_first_batch(work / "users-0")
     before = {p: decode_partition(str(work / p)) for p in ("orders-0", "orders-1")}
+    bounds = {p: cleanable_bound(str(work / p)) for p in ("orders-0", "orders-1")}
     damaged = tree_hashes(str(work / "users-0"))
     report, prom = tmp_path / "report.json", tmp_path / "textfile" / "kafka_compaction.prom"
     prom.parent.mkdir()
@@ -166,12 +167,17 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     assert events["totals"][0]["failed"] == 1 and events["totals"][0]["level"] == "ERROR"
     # the result itself, decoded by kafka-python
     data = json.loads(report.read_text())
+    assert sorted((p["topic"], p["partition"], p["status"]) for p in data["partitions"]) == [
+        ("orders", 0, "cleaned"), ("orders", 1, "cleaned"), ("users", 0, "failed")]
     for p in data["partitions"]:
         if p["topic"] == "orders":
             name = f"orders-{p['partition']}"
             after = decode_partition(str(work / name))
-            want = latest_per_key(before[name], p["firstUncleanableOffset"])
-            assert {r.key: r for r in after if r.offset < p["firstUncleanableOffset"]} == want
+            assert p["firstUncleanableOffset"] == bounds[name]
+            want = latest_per_key(before[name], bounds[name])
+            assert {r.key: r for r in after if r.offset < bounds[name]} == want
+            assert len([r for r in after if r.offset < bounds[name]]) == len(want)
+            assert [r for r in after if r.offset >= bounds[name]] == [r for r in before[name] if r.offset >= bounds[name]]
     assert tree_hashes(str(work / "users-0")) == damaged
     assert not (work / ".compaction.lock").exists()
     # the metrics file, read by Prometheus' own parser

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from e2ekit import REPO, decode_partition, latest_per_key
+from e2ekit import REPO, cleanable_bound, decode_partition, latest_per_key
 
 _spec = importlib.util.spec_from_file_location("bench_cluster", os.path.join(REPO, "bench", "cluster.py"))
 standalone = importlib.util.module_from_spec(_spec)
@@ -111,6 +111,7 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
           "--records", "3000", "--keys", "400", "--codec", "mixed", "--segment-bytes", "40000",
           "--seed", "5"], cwd=REPO)  # fmt: skip
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
+    bounds = {p: cleanable_bound(str(log_dir / f"orders-{p}")) for p in range(2)}
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "PYTHON"))}
     env.update(PYSPARK_PYTHON="./environment/bin/python", SPARK_LOCAL_IP="127.0.0.1",
@@ -135,9 +136,11 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
     assert [p["status"] for p in data["partitions"]] == ["cleaned", "cleaned"]
     for p in data["partitions"]:
         after = decode_partition(str(log_dir / f"orders-{p['partition']}"))
-        bound = p["firstUncleanableOffset"]
+        bound = bounds[p["partition"]]
+        assert p["firstUncleanableOffset"] == bound
         want = latest_per_key(before[p["partition"]], bound)
         assert {r.key: r for r in after if r.offset < bound} == want
         assert len([r for r in after if r.offset < bound]) == len(want)
+        assert [r for r in after if r.offset >= bound] == [r for r in before[p["partition"]] if r.offset >= bound]
     # the driver ran the installed package, not a checkout's
     assert str(Path(REPO) / "compaction") not in proc.stdout + proc.stderr

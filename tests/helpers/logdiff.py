@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import index_oracle
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c, decode_varint, encode_varint
 
@@ -95,26 +96,6 @@ def rebase(batch: Batch, horizon: int) -> bytes:
     return bytes(head) + recs
 
 
-def index_entries(batches: list[Batch], base: int, interval: int = 4096) -> tuple[list, list]:
-    """The offset and time index entries a broker writes for a closed segment holding `batches`
-    (docs/kafka-rules.md#index-entries, #closing-a-segment), as relative offsets."""
-    offsets, times = [], []
-    counter, max_ts, max_ts_offset = 0, -1, base
-    for b in batches:
-        h = b.header()
-        if h["max_timestamp"] > max_ts:
-            max_ts, max_ts_offset = h["max_timestamp"], b.last_offset
-        if counter > interval:
-            offsets.append((b.last_offset - base, b.position))
-            if max_ts > (times[-1][0] if times else -1):
-                times.append((max_ts, max_ts_offset - base))
-            counter = 0
-        counter += len(b.raw)
-    if max_ts > (times[-1][0] if times else -1):
-        times.append((max_ts, max_ts_offset - base))
-    return offsets, times
-
-
 def read_offset_index(path: Path) -> list:
     data = Path(path).read_bytes()
     return [OFFSET_ENTRY.unpack_from(data, i) for i in range(0, len(data), 8)]
@@ -166,7 +147,8 @@ def compare_partition(kafka_dir: Path, ours_dir: Path, stamped: dict[int, tuple[
             kidx, oidx = kafka_dir / f"{stem}.{which}", ours_dir / f"{stem}.{which}"
             reader = read_offset_index if which == "index" else read_time_index
             kentries, oentries = reader(kidx), reader(oidx)
-            kafka_rule, ours_rule = (index_entries(bs, base, interval)[kind_rule] for bs in (kb, ob))
+            kafka_rule, ours_rule = (index_oracle.entries(p.read_bytes(), base, interval)[kind_rule]
+                                     for p in (kpath, opath))  # fmt: skip
             if kentries != kafka_rule:
                 diffs.append(f"{stem}.{which}: Kafka's entries {kentries} do not follow the rule here: {kafka_rule}")
             if oentries != ours_rule:

@@ -28,6 +28,7 @@ from compaction.format.index_build import (
     rebuild_indexes_from_log,
 )
 from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
+import index_oracle
 from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 FIXTURES = SHARED_FIXTURES
@@ -499,6 +500,32 @@ def test_rebuild_v2_fixture_segments_are_consistent():
             checked += 1
     nonempty = [p for p in V2_LOGS if os.path.getsize(p)]
     assert checked == len(nonempty) == 27
+
+
+ALL_LOGS = sorted(glob.glob(f"{FIXTURES}/*/*/*/*.log"))
+
+
+def test_the_oracle_writes_the_broker_index_files():
+    # tests/helpers/index_oracle.py, checked once against a real broker's bytes (0.9.0.1, v0).
+    assert BROKER_SEGMENTS
+    for index_path, log_path in BROKER_SEGMENTS:
+        base = int(os.path.basename(log_path)[:20])
+        index, timeindex = index_oracle.index_files(open(log_path, "rb").read(), base)
+        assert index == open(index_path, "rb").read(), index_path
+        assert timeindex == b""  # v0: no timestamps
+
+
+@pytest.mark.parametrize("interval", [0, 100, 4096])
+def test_rebuild_equals_the_independent_oracle_on_every_fixture_segment(interval):
+    assert len(ALL_LOGS) > 100
+    entries = 0
+    for path in ALL_LOGS:
+        base = int(os.path.basename(path)[:20])
+        log = open(path, "rb").read()
+        want = index_oracle.index_files(log, base, interval)
+        assert rebuild_indexes_from_log(log, base, interval) == want, path
+        entries += len(want[0]) // 8 + len(want[1]) // 12
+    assert entries > 50  # the fixtures exercise the rule, not only empty segments
 
 
 def test_rebuild_refuses_a_partial_tail_unless_allowed():
