@@ -427,9 +427,15 @@ def decode_batches_raw(raw: bytes) -> KBatch:
                   bool(b.is_control_batch), None, ())  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def open_txn(tmp_path_factory):
-    root = tmp_path_factory.mktemp("open-txn")
+# Both paths re-plan a partition whose scan finds an open transaction below the planned bound: a
+# task compacting it whole (spark/stages.py) and the ranges stage's tasks (steps/range_task.py),
+# chosen for every partition by partitionTaskMaxBytes=0.
+PATHS = {"whole": (), "ranges": ("--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0")}
+
+
+@pytest.fixture(scope="module", params=sorted(PATHS))
+def open_txn(tmp_path_factory, request):
+    root = tmp_path_factory.mktemp(f"open-txn-{request.param}")
     log_dir = str(root / "logs")
     generate_log_dir(
         log_dir, topics=(("ledger", 1),), records=3000, keys=150, codec="none", batch_records=(1, 12),
@@ -440,8 +446,9 @@ def open_txn(tmp_path_factory):
     first_unstable = _open_a_transaction(part_dir)
     before = snapshot(part_dir)
     raw_before = {log: open(log, "rb").read() for log in segment_logs(part_dir)}
-    code, report, err = run_job(log_dir, "--now-ms", str(NOW), report=str(root / "report.json"))
+    code, report, err = run_job(log_dir, "--now-ms", str(NOW), *PATHS[request.param], report=str(root / "report.json"))
     assert code == 0, err
+    assert bool(report["timings"].get("rangesSeconds")) == (request.param == "ranges"), report["timings"]
     return part_dir, first_unstable, before, raw_before, report
 
 
