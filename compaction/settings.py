@@ -60,6 +60,10 @@ KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
 # reach at all (1032:1 at best, and only on a run of one byte), ~50 times what zstd makes of
 # JSON or logs, and 50 times a 20 MiB `max.message.bytes` at that ratio.
 MAX_INFLATED_BATCH_BYTES = 1 << 30
+# A range cleaned by another task than its group's rewriter (steps/range_task.py) is copied into
+# the group's `.cleaned` file this many bytes at a time (whole batches): what the rewriter holds of
+# a part at once.
+PART_CHUNK_BYTES = 32 << 20
 
 
 def default_discovery_threads() -> int:
@@ -108,6 +112,9 @@ class WorkerSettings:
         None, str, "where the compiled kernels are kept between runs for executors that start with an "
         "empty temp dir (a directory URI; None: `.kafka-compaction-kernels` beside the first log dir; "
         "`off`: none)", conf=CONF_PREFIX + "kernelCacheDir", env="KAFKA_COMPACTION_KERNEL_CACHE_DIR")  # fmt: skip
+    part_chunk_bytes: int = _knob(
+        PART_CHUNK_BYTES, int, "bytes of another task's cleaned range that a ranges task copies into a "
+        "group's `.cleaned` file at a time (whole batches; at least one)", conf=CONF_PREFIX + "partChunkBytes")  # fmt: skip
     profile_dir: str | None = _knob(
         None, str, "a directory on the executor's host where each whole-partition task writes its "
         "cProfile", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_PROFILE_DIR", env="KAFKA_COMPACTION_PROFILE_DIR")  # fmt: skip

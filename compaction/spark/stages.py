@@ -64,9 +64,10 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
         from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import run_task
+        from compaction.steps.range_task import configure, run_task
 
         prepare_worker(worker)
+        configure(worker.part_chunk_bytes)
         for t in task_ids:
             yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
@@ -79,9 +80,10 @@ def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = Worke
 
     def run(part: Iterator) -> Iterator[dict]:
         from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import resume
+        from compaction.steps.range_task import configure, resume
 
         prepare_worker(worker)
+        configure(worker.part_chunk_bytes)
         for item in part:
             yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
 

@@ -42,14 +42,16 @@ import numpy as np
 from compaction.errors import CompactionError, error_text
 from compaction.format import batch as fb
 from compaction.runtime.exchange import Exchange, PeerGone
+from compaction.settings import PART_CHUNK_BYTES
 from compaction.steps import deal, ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_part, rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs
 from compaction.steps.writer import Discard, LogWriter, Output
 
-# A part is appended to its group's `.cleaned` file this many bytes at a time (whole batches).
-PART_CHUNK_BYTES = 32 << 20
+# A part is appended to its group's `.cleaned` file this many bytes at a time (whole batches);
+# `configure` sets it from the worker's settings.
+_part_chunk_bytes = PART_CHUNK_BYTES
 
 STATS_ROW = -1  # group_id of a task's timings row
 
@@ -498,9 +500,15 @@ def _appender(rids: list[int], holder: dict[int, int], ex: Exchange):
     return append
 
 
+def configure(part_chunk_bytes: int) -> None:
+    """This worker's `WorkerSettings.part_chunk_bytes`."""
+    global _part_chunk_bytes
+    _part_chunk_bytes = part_chunk_bytes
+
+
 def _append_part(out: Output, ex: Exchange, path: str, position, size, last_offset, max_timestamp,
                  records: int) -> None:  # fmt: skip
-    """The part's bytes added to `out` whole batches at a time, at most PART_CHUNK_BYTES each
+    """The part's bytes added to `out` whole batches at a time, at most `_part_chunk_bytes` each
     (a dry run's part has no bytes: its sizes are counted)."""
     ends = position + size
     dry = isinstance(out.writer, Discard)
@@ -508,7 +516,7 @@ def _append_part(out: Output, ex: Exchange, path: str, position, size, last_offs
     try:
         i = 0
         while i < len(size):
-            j = max(i + 1, int(np.searchsorted(ends, position[i] + PART_CHUNK_BYTES, side="right")))
+            j = max(i + 1, int(np.searchsorted(ends, position[i] + _part_chunk_bytes, side="right")))
             chunk = b"" if dry else memoryview(f.read_at(int(ends[j - 1] - position[i]), int(position[i])))
             out.append_columns(chunk, size[i:j], last_offset[i:j], max_timestamp[i:j], records if i == 0 else 0)
             i = j

@@ -177,13 +177,15 @@ def test_decodes_with_kafka_python_record_for_record(compacted):
 def test_partitions_cut_into_ranges_write_the_same_bytes(compacted, tmp_path):
     """Partitions above partitionTaskMaxBytes are cut into ranges (a scan task per group, key
     summaries merged per bucket, a rewrite task per unit); forced here on the same input, they
-    must write exactly what the whole-partition tasks wrote."""
+    must write exactly what the whole-partition tasks wrote. A range cleaned by another task is
+    copied into its group's file one batch at a time (partChunkBytes=1): the copy's loop runs once
+    per batch."""
     log_dir, _, _, _ = compacted
     other = str(tmp_path / "logs")
     _generate(other)
     code, report, err = run_job(
         other, "--now-ms", str(NOW), "--segment-bytes", str(SEGMENT_BYTES),
-        "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
+        "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0", "--conf", "spark.kafka.compaction.partChunkBytes=1",
     )  # fmt: skip
     assert report["timings"].get("rangesSeconds"), report["timings"]
     assert code == 0, err
