@@ -292,6 +292,41 @@ def test_a_rewriter_that_gives_up_on_a_part_leaves_the_group_to_a_follow_up(tmp_
     _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
 
 
+def test_a_part_that_fails_fails_its_group_in_the_rewriter(tmp_path, monkeypatch):
+    """One group cut between two tasks: the task holding the smaller range fails to clean it into
+    its part. The rewriter must report that error for the group, not write the group without the
+    part's records."""
+    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    specs = specs_for(part, 1)
+
+    def fails(*args, **kw):
+        raise OSError("the part's disk went away")
+
+    monkeypatch.setattr(range_task, "rewrite_part", fails)
+    rows = in_ranges(specs, 2, tmp_path / "exchange")
+    assert [r["group_id"] for r in rows] == [specs[0].group_id]
+    assert "the part's disk went away" in (rows[0].get("error") or ""), rows
+    assert any(p.name.startswith("part-") for p in (tmp_path / "exchange").iterdir())  # the part path ran
+
+
+def test_a_merge_that_fails_fails_every_group_it_feeds(tmp_path, monkeypatch):
+    """Two groups over two tasks: a merge task fails. The first group may not be rewritten without
+    the merge's FOUND entries (its keys' later offsets): it reports the error. The last group
+    needs nothing from the merge (no later range), and is rewritten while the merge runs; the
+    partition fails as a whole at commit (steps/outcome.py)."""
+    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    specs = specs_for(part, 2)
+
+    def fails(rows):
+        raise OSError("the merge's exchange went away")
+
+    monkeypatch.setattr(ranges, "merge_bucket", fails)
+    rows = in_ranges(specs, 2, tmp_path / "exchange")
+    assert [r["group_id"] for r in rows] == [s.group_id for s in specs]
+    assert "the merge's exchange went away" in (rows[0].get("error") or ""), rows
+    assert not rows[1].get("error"), rows
+
+
 def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_path):
     a = generate(tmp_path / "a", *CASES["mixed codecs, tombstones"])
     b = generate(tmp_path / "b", *CASES["mixed codecs, tombstones"])
