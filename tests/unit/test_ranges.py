@@ -5,8 +5,6 @@ bytes. Inputs: generated partitions with every codec, tombstones, transactions, 
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,33 +25,7 @@ from compaction.kernels.keymap import KeyTable
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.spark.stages import compact_partition
 from compaction.runtime.storage import Storage
-
-NOW_MS = 1_795_305_600_000
-
-
-def generate(out: Path, *args: str) -> Path:
-    subprocess.run([sys.executable, "-m", "compaction", "generate", str(out), "--topics", "t:1", "--seed", "3",
-                    "--timestamp-start", str(NOW_MS - 3_600_000), *args], check=True)  # fmt: skip
-    return out / "t-0"
-
-
-def specs_for(part: Path, groups: int, first_dirty: int = 0) -> list[GroupSpec]:
-    """The non-active segments cut into `groups` groups, the active one as the last group's tail."""
-    segs = []
-    for f in sorted(part.glob("*.log")):
-        st_ = f.stat()
-        segs.append(SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns))
-    body, tail = segs[:-1], segs[-1]
-    cuts = np.array_split(np.arange(len(body)), groups)
-    return [
-        GroupSpec(
-            group_id=10 + n, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
-            segments=tuple(body[i] for i in idx), first_dirty_offset=first_dirty, upper_bound=tail.base_offset,
-            now_ms=NOW_MS, delete_retention_ms=60_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
-            tail_segments=(tail,) if n == groups - 1 else (),
-        )  # fmt: skip
-        for n, idx in enumerate(cuts)
-    ]
+from groupkit import NOW_MS, generate, specs_for
 
 
 def cleaned(part: Path) -> dict[str, bytes]:
