@@ -30,7 +30,7 @@ _spec.loader.exec_module(standalone)
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
 
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
-WORKER_PREFIX = "/usr"  # the workers' Python: the distribution's, not the one the venv is built from
+DISTRO_PREFIX = "/usr"  # the workers' Python: the distribution's, when the venv is not built from it
 NOW = 1_800_000_000_000
 
 
@@ -67,27 +67,44 @@ def test_the_wheel_installs_one_top_level_package_with_the_launcher_and_the_appl
 
 
 def _base_python() -> str:
-    """The `bin/python` of the interpreter this venv was made from: venv-pack's --python-prefix
-    rewrites the venv's link to exactly that name."""
-    python = os.path.join(sys.base_prefix, "bin", "python")
-    if not os.path.exists(python):
-        pytest.skip(f"{python} does not exist")
-    return python
+    """The `bin/python` of the interpreter this venv was made from (venv-pack's --python-prefix
+    rewrites the venv's link to exactly that name); `bin/pythonX.Y` where the distribution has no
+    unversioned name (Debian)."""
+    for name in ("python", f"python{VERSION}"):
+        python = os.path.join(sys.base_prefix, "bin", name)
+        if os.path.exists(python):
+            return python
+    raise AssertionError(f"no python in {sys.base_prefix}/bin")
+
+
+def _worker_prefix(root: Path) -> str:
+    """The prefix of the workers' Python: the distribution's when it is of this version and not the
+    one the venv is built from; else (a venv built from the distribution's Python, as on CI's Debian)
+    the build's Python under another prefix, a tree of links, so that the packed environment still
+    has to be relinked to a Python the build machine's paths do not name."""
+    build = os.path.realpath(os.path.join(sys.base_prefix, "bin", f"python{VERSION}"))
+    distro = os.path.join(DISTRO_PREFIX, "bin", f"python{VERSION}")
+    if os.path.exists(distro) and os.path.realpath(distro) != build:
+        return DISTRO_PREFIX
+    prefix = root / "worker-python"
+    (prefix / "bin").mkdir(parents=True)
+    os.symlink(build, prefix / "bin" / f"python{VERSION}")
+    for name in ("lib", "lib64"):  # the standard library, found from the executable's prefix
+        if os.path.isdir(os.path.join(sys.base_prefix, name)):
+            os.symlink(os.path.join(sys.base_prefix, name), prefix / name)
+    return str(prefix)
 
 
 @pytest.fixture(scope="module")
 def packed(wheel, tmp_path_factory):
-    worker_python = os.path.join(WORKER_PREFIX, "bin", f"python{VERSION}")
-    if not os.path.exists(worker_python):
-        pytest.skip(f"no {worker_python} for the workers")
-    if os.path.realpath(worker_python) == os.path.realpath(sys.base_prefix + f"/bin/python{VERSION}"):
-        pytest.skip("the workers' Python is the build's: relocation would not be tested")
     root = tmp_path_factory.mktemp("ship")
+    worker_prefix = _worker_prefix(root)
+    worker_python = os.path.join(worker_prefix, "bin", f"python{VERSION}")
     venv = root / "ship"
     _run([_base_python(), "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel), "venv-pack"])
     archive = root / "env.tar.gz"
-    _run([str(venv / "bin" / "venv-pack"), "-q", "-p", str(venv), "--python-prefix", WORKER_PREFIX,
+    _run([str(venv / "bin" / "venv-pack"), "-q", "-p", str(venv), "--python-prefix", worker_prefix,
           "--exclude", "lib/python*/site-packages/pyspark/*", "--compress-level", "1",
           "-o", str(archive)])  # fmt: skip
     return venv, archive, worker_python
