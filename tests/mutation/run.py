@@ -1,0 +1,134 @@
+"""Mutation testing of the code that decides whether data survives, with cosmic-ray.
+
+    .venv/bin/pip install -e '.[mutation]'
+    .venv/bin/python tests/mutation/run.py [MODULE ...] [--out DIR]
+
+For each module (default: all of MODULES) it copies the tracked files of the checkout to a scratch
+directory (the checkout is never mutated), lets cosmic-ray mutate the module there one mutant at a
+time, runs the module's targeted test selection (fast unit tests; `-x`: the first failure kills the
+mutant) and prints the score and every surviving mutant as a diff. The results go to
+`DIR/<module>.sqlite` (default `mutation-results/`), which `cr-report` reads too.
+
+The scores of the last run and the mutants judged equivalent are in docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly -W ignore"
+
+# module -> the tests that must kill its mutants (fast: unit tests, no Spark job)
+MODULES = {
+    "compaction/policy/keep.py": ["tests/unit/test_keep_policy.py", "tests/unit/test_logcleaner_ports.py"],
+    "compaction/steps/commit.py": ["tests/unit/test_commit.py", "tests/unit/test_commit_object_store.py",
+                                   "tests/unit/test_durability.py"],
+    "compaction/steps/recover.py": ["tests/unit/test_commit.py", "tests/unit/test_broker_lock.py",
+                                    "tests/unit/test_durability.py"],
+    "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
+    "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
+    "compaction/runtime/storage.py": ["tests/unit/test_storage.py", "tests/unit/test_durability.py"],
+    "compaction/runtime/s3.py": ["tests/unit/test_s3_unit.py"],
+    "compaction/steps/erase.py": ["tests/unit/test_erase.py"],
+}
+
+
+# The operators run: a sufficient set (each comparison to its boundary and its negation, each
+# arithmetic operator to its inverse, constants, conditions, loops, exception handlers) rather than
+# every operator to every other one, which multiplies the mutants tenfold and kills no more of them.
+OPERATORS = [
+    "AddNot", "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceAndWithOr", "ReplaceOrWithAnd",
+    "NumberReplacer", "ZeroIterationForLoop", "ExceptionReplacer", "ReplaceBreakWithContinue",
+    "ReplaceContinueWithBreak", "ReplaceUnaryOperator_Not_Delete", "ReplaceUnaryOperator_USub_Delete",
+    *(f"ReplaceComparisonOperator_{a}_{b}" for a, b in [
+        ("Lt", "LtE"), ("LtE", "Lt"), ("Gt", "GtE"), ("GtE", "Gt"), ("Lt", "GtE"), ("GtE", "Lt"),
+        ("Gt", "LtE"), ("LtE", "Gt"), ("Eq", "NotEq"), ("NotEq", "Eq"), ("Is", "IsNot"), ("IsNot", "Is"),
+        ("In", "NotIn"), ("NotIn", "In")]),
+    *(f"ReplaceBinaryOperator_{a}_{b}" for a, b in [
+        ("Add", "Sub"), ("Sub", "Add"), ("Mul", "Div"), ("Div", "Mul"), ("FloorDiv", "Mul"),
+        ("Mod", "FloorDiv"), ("BitAnd", "BitOr"), ("BitOr", "BitAnd"), ("LShift", "RShift"),
+        ("RShift", "LShift")]),
+]  # fmt: skip
+
+
+def copy_checkout(dest: Path) -> None:
+    """The tracked files as they are in the work tree (uncommitted edits included)."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True, capture_output=True).stdout
+    for name in files.decode().split("\0"):
+        if name and (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+
+
+def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict:
+    scratch = Path(tempfile.mkdtemp(prefix="mutation-"))
+    try:
+        copy_checkout(scratch)
+        config = scratch / "cosmic-ray.toml"
+        # The scratch copy comes first on the path: `python -m pytest` puts the working directory
+        # ahead of the checkout that the venv's editable install names.
+        config.write_text(
+            "[cosmic-ray]\n"
+            f'module-path = "{module}"\n'
+            f"timeout = {timeout}\n"
+            "excluded-modules = []\n"
+            f'test-command = "{sys.executable} -m {PYTEST[len("python -m "):]} {" ".join(tests)}"\n'
+            '[cosmic-ray.distributor]\nname = "local"\n'
+            "[cosmic-ray.filters.operators-filter]\n"
+            f'exclude-operators = ["core/(?!(?:{"|".join(OPERATORS)})$).*"]\n'
+        )
+        session = out / (module.replace("/", ".").removesuffix(".py") + ".sqlite")
+        session.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(scratch), "CI": ""}
+        cr = [sys.executable, "-m", "cosmic_ray.cli"]
+        subprocess.run([*cr, "init", str(config), str(session)], cwd=scratch, env=env, check=True)
+        subprocess.run([sys.executable, "-m", "cosmic_ray.tools.filters.operators_filter", str(session),
+                        str(config)], cwd=scratch, env=env, check=True)  # fmt: skip
+        t = time.monotonic()
+        subprocess.run([*cr, "exec", str(config), str(session)], cwd=scratch, env=env, check=True)
+        dump = subprocess.run([*cr, "dump", str(session)], cwd=scratch, env=env, check=True,
+                              capture_output=True, text=True).stdout  # fmt: skip
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    rows = [json.loads(line) for line in dump.splitlines() if line.strip()]
+    tried = [(job, result) for job, result in rows if result and result.get("worker_outcome") != "skipped"]
+    done = [(job, result) for job, result in tried if result.get("test_outcome") in ("killed", "survived")]
+    survived = [(job, result) for job, result in done if result["test_outcome"] == "survived"]
+    killed = len(done) - len(survived)
+    return {"module": module, "mutants": len(tried), "done": len(done), "killed": killed,
+            "survived": survived, "seconds": round(time.monotonic() - t)}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", default=list(MODULES), help="paths as in MODULES")
+    parser.add_argument("--out", default="mutation-results", help="where the session files go")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a mutant's tests may take")
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    total_survived = 0
+    for module in args.modules:
+        r = run_module(module, MODULES[module], out, args.timeout)
+        score = r["killed"] / r["done"] if r["done"] else 0.0
+        print(f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}), {len(r['survived'])} survived, "
+              f"{r['mutants']} mutants, {r['seconds']} s", flush=True)  # fmt: skip
+        for job, result in r["survived"]:
+            for m in job["mutations"]:
+                print(f"  survived: {m['operator_name']} line {m['start_pos'][0]} occurrence {m['occurrence']}")
+            print("    " + (result.get("diff") or "").replace("\n", "\n    "))
+        total_survived += len(r["survived"])
+    return 1 if total_survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
