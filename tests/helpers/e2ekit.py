@@ -95,11 +95,14 @@ def latest_per_key(records: list[KRecord], below: int) -> dict[bytes, KRecord]:
     return latest
 
 
-def tree_hashes(root: str) -> dict[str, str]:
-    out = {}
+def files_under(root: str):
+    """(path, bytes) of every file under `root`."""
     for dirpath, _, files in os.walk(root):
         for name in files:
             path = os.path.join(dirpath, name)
             with open(path, "rb") as fh:
-                out[os.path.relpath(path, root)] = hashlib.sha256(fh.read()).hexdigest()
-    return out
+                yield path, fh.read()
+
+
+def tree_hashes(root: str) -> dict[str, str]:
+    return {os.path.relpath(path, root): hashlib.sha256(data).hexdigest() for path, data in files_under(root)}

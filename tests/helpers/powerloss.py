@@ -24,6 +24,8 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from e2ekit import files_under
+
 from compaction.runtime import storage as storage_module
 from compaction.runtime.storage import Storage
 
@@ -151,13 +153,7 @@ class ObjectStoreRecording(Storage):
 
 def snapshot(root: str) -> dict[str, bytes]:
     """Every file under `root`, by path: the durable state a recording starts from."""
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as fh:
-                out[path] = fh.read()
-    return out
+    return dict(files_under(root))
 
 
 class Model:
