@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from types import SimpleNamespace
 
 import pytest
 from e2ekit import decode_partition
@@ -22,7 +23,16 @@ from powerloss import Model, ObjectStoreRecording, RecordingStorage, count, lay_
 from compaction.format.checkpoint import read_checkpoint, write_checkpoint
 from compaction.runtime.storage import Storage
 from compaction.spark.stages import compact_partition
-from compaction.steps.commit import Replacement, commit_partition, remove_replaced
+from compaction.steps import report as rpt
+from compaction.steps.commit import (
+    Replacement,
+    advance_checkpoints,
+    commit,
+    commit_partition,
+    remove_replaced,
+    remove_replaced_segments,
+)
+from compaction.steps.plan_round import Planned
 from compaction.steps.recover import recover_partition
 from compaction.steps.validate import validate_partition_path
 
@@ -45,7 +55,7 @@ def cleaned_partition(tmp_path_factory):
     rows = compact_partition(specs)
     assert not any(r.get("error") for r in rows), rows
     replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in specs]
-    return log_dir, str(part), replacements, {("t", 0): specs[0].upper_bound}, before
+    return log_dir, str(part), replacements, {("t", 0): specs[0].upper_bound}, before, specs, rows
 
 
 def _round(storage: Storage, log_dir: str, part: str, replacements, new_checkpoint) -> None:
@@ -58,7 +68,7 @@ def _round(storage: Storage, log_dir: str, part: str, replacements, new_checkpoi
 
 @pytest.mark.parametrize("recording", [RecordingStorage, ObjectStoreRecording], ids=["local", "object-store"])
 def test_a_power_loss_anywhere_in_a_commit_loses_no_record(cleaned_partition, tmp_path, recording):
-    src_dir, src_part, replacements, new_checkpoint, before = cleaned_partition
+    src_dir, src_part, replacements, new_checkpoint, before, _, _ = cleaned_partition
     log_dir = str(tmp_path / "logs")
     shutil.copytree(src_dir, log_dir)
     part = os.path.join(log_dir, os.path.basename(src_part))
@@ -95,3 +105,64 @@ def _check_recovered(log_dir: str, part: str, before, after, new_checkpoint, whe
     validate_partition_path(local, part)
     checkpoint = read_checkpoint(local, os.path.join(log_dir, CHECKPOINT))
     assert checkpoint in (OLD_CHECKPOINT, new_checkpoint), f"{when}: checkpoint {checkpoint}"
+
+
+# --- the round's own steps around the swap: commit, checkpoint, removal (steps/commit.py) ----------
+
+
+def _planned(cleaned_partition, tmp_path):
+    src_dir, src_part, _, new_checkpoint, _, specs, _ = cleaned_partition
+    log_dir = str(tmp_path / "logs")
+    shutil.copytree(src_dir, log_dir)
+    part = os.path.join(log_dir, os.path.basename(src_part))
+    p = Planned(SimpleNamespace(storage=Storage.local(), path=log_dir),
+                SimpleNamespace(path=part, key=("t", 0), topic="t", partition=0),
+                rpt.PartitionResult("t", 0, log_dir, segmentsBefore=4),
+                plan=SimpleNamespace(first_uncleanable_offset=new_checkpoint[("t", 0)], first_dirty_offset=0,
+                                     force_update_checkpoint=False), specs=specs)  # fmt: skip
+    return p, part, log_dir
+
+
+def _names(part: str) -> list[str]:
+    return sorted(os.listdir(part))
+
+
+def test_a_cleaned_partition_is_swapped_checkpointed_then_its_old_segments_removed(cleaned_partition, tmp_path):
+    *_, new_checkpoint, before, _, rows = cleaned_partition
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    commit(p, {r["group_id"]: r for r in rows})
+    assert p.result.status == rpt.CLEANED and p.result.groups == 2
+    names = _names(part)
+    assert [n for n in names if n.endswith(".cleaned") or n.endswith(".swap")] == []
+    assert any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names  # kept until checkpointed
+    advance_checkpoints([p], [p.log_dir])
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == new_checkpoint
+    remove_replaced_segments(p)
+    assert not [n for n in _names(part) if n.endswith(".deleted") or n == "compaction-commit.json"]
+    after = decode_partition(part)
+    assert len(after) < len(before)
+    assert_loads(part)
+
+
+def test_a_failed_group_leaves_the_partition_and_its_checkpoint_as_they_were(cleaned_partition, tmp_path):
+    *_, rows = cleaned_partition
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    live = [n for n in _names(part) if not n.endswith(".cleaned")]
+    failed = {**rows[0], "error": "CorruptRecordError: x.log byte 7"}
+    commit(p, {failed["group_id"]: failed, **{r["group_id"]: r for r in rows[1:]}})
+    assert p.result.status == rpt.FAILED and "byte 7" in p.result.reason
+    assert _names(part) == live  # the cleaned files are gone, nothing else moved
+    advance_checkpoints([p], [p.log_dir])
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == OLD_CHECKPOINT
+
+
+def test_a_partition_whose_groups_are_all_unchanged_is_skipped_untouched(cleaned_partition, tmp_path):
+    *_, rows = cleaned_partition
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    p.compacting = False  # erasing only, and no listed key met
+    names = _names(part)
+    commit(p, {r["group_id"]: {**r, "unchanged": 1} for r in rows})
+    assert p.result.status == rpt.SKIPPED and "nothing to compact" in p.result.reason
+    assert _names(part) == names
+    advance_checkpoints([p], [p.log_dir])  # erasing alone leaves the dirty section as it was
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == OLD_CHECKPOINT
