@@ -27,13 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly -W ignore"
 
-# module -> the tests that must kill its mutants (fast: unit tests, no Spark job)
+# module -> the tests that must kill its mutants (unit tests, no Spark job; the quickest to fail first)
 MODULES = {
     "compaction/policy/keep.py": ["tests/unit/test_keep_policy.py", "tests/unit/test_logcleaner_ports.py"],
-    "compaction/steps/commit.py": ["tests/unit/test_commit.py", "tests/unit/test_commit_object_store.py",
-                                   "tests/unit/test_durability.py"],
-    "compaction/steps/recover.py": ["tests/unit/test_commit.py", "tests/unit/test_broker_lock.py",
-                                    "tests/unit/test_durability.py"],
+    "compaction/steps/commit.py": ["tests/unit/test_durability.py", "tests/unit/test_commit.py",
+                                   "tests/unit/test_commit_object_store.py"],
+    "compaction/steps/recover.py": ["tests/unit/test_durability.py", "tests/unit/test_commit.py",
+                                    "tests/unit/test_broker_lock.py"],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/storage.py": ["tests/unit/test_storage.py", "tests/unit/test_durability.py"],
