@@ -1,0 +1,168 @@
+"""A power loss at every point of a commit (tests/helpers/powerloss.py): the swap of two cleaned
+groups into a real partition, the cleaner checkpoint, the removal of the replaced segments, as the
+job does them (steps/commit.py). For every operation k and every state the disk may hold after a
+power loss right after it (file data only once fsynced, a name only once its directory is fsynced,
+later names as any prefix), recovery (steps/recover.py) must leave a partition that our validation
+and kafka-python read whole, holding exactly the records before the round or exactly those after
+it, and a checkpoint that is the old or the new one. Both on a local disk and on an object store
+(PUT atomic and durable, rename a copy then a delete)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+from e2ekit import decode_partition
+from faultkit import assert_loads
+from groupkit import generate, specs_for
+from powerloss import Model, ObjectStoreRecording, RecordingStorage, count, lay_out, snapshot
+
+from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.runtime.storage import Storage
+from compaction.spark.stages import compact_partition
+from compaction.steps import report as rpt
+from compaction.steps.commit import (
+    Replacement,
+    advance_checkpoints,
+    commit,
+    commit_partition,
+    remove_replaced,
+    remove_replaced_segments,
+)
+from compaction.steps.plan_round import Planned
+from compaction.steps.recover import recover_partition
+from compaction.steps.validate import validate_partition_path
+
+CHECKPOINT = "cleaner-offset-checkpoint"
+OLD_CHECKPOINT = {("t", 0): 0}
+
+
+@pytest.fixture(scope="module")
+def cleaned_partition(tmp_path_factory):
+    """A log dir whose partition holds two cleaned groups as `.cleaned` files (durable), its
+    replacements and the checkpoint the round advances to."""
+    root = tmp_path_factory.mktemp("durable")
+    part = generate(root / "logs", "--records", "600", "--keys", "120", "--segment-bytes", "12000",
+                    "--codec", "mixed", "--tombstone-ratio", "0.1")  # fmt: skip
+    log_dir = str(part.parent)
+    write_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT), OLD_CHECKPOINT)
+    before = decode_partition(str(part))
+    assert_loads(str(part))
+    specs = specs_for(part, 2)
+    rows = compact_partition(specs)
+    assert not any(r.get("error") for r in rows), rows
+    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in specs]
+    return log_dir, str(part), replacements, {("t", 0): specs[0].upper_bound}, before, specs, rows
+
+
+def _round(storage: Storage, log_dir: str, part: str, replacements, new_checkpoint) -> None:
+    """What the job does once a partition's groups are cleaned (round.py: commit, then the log
+    dir's checkpoint, then the replaced segments' removal)."""
+    commit_partition(storage, part, replacements, remove_old=False)
+    write_checkpoint(storage, os.path.join(log_dir, CHECKPOINT), new_checkpoint)
+    remove_replaced(storage, part)
+
+
+@pytest.mark.parametrize("recording", [RecordingStorage, ObjectStoreRecording], ids=["local", "object-store"])
+def test_a_power_loss_anywhere_in_a_commit_loses_no_record(cleaned_partition, tmp_path, recording):
+    src_dir, src_part, replacements, new_checkpoint, before, _, _ = cleaned_partition
+    log_dir = str(tmp_path / "logs")
+    shutil.copytree(src_dir, log_dir)
+    part = os.path.join(log_dir, os.path.basename(src_part))
+    start = snapshot(log_dir)
+    storage = recording()
+    with storage.recording() if recording is RecordingStorage else contextlib.nullcontext():
+        _round(storage, log_dir, part, replacements, new_checkpoint)
+    after = decode_partition(part)
+    assert after != before and len(after) < len(before)  # the round did clean
+    ops = storage.ops
+    if recording is RecordingStorage:
+        assert count(ops, "fsync_dir") >= 6 and count(ops, "rename") >= 10
+    model = Model(start, ops)
+    images = 0
+    for k, image in model.all_images():
+        images += 1
+        where = tmp_path / f"img-{images}"
+        lay_out(image, log_dir, str(where))
+        _check_recovered(str(where), os.path.join(str(where), os.path.basename(part)), before, after,
+                         new_checkpoint, f"power loss after op {k} ({ops[k - 1] if k else 'none'})")  # fmt: skip
+        shutil.rmtree(where)
+    # Distinct states: every PUT or DELETE on an object store; locally fewer than the operations
+    # (data not yet fsynced leaves the state as it was) but more than the directory fsyncs.
+    assert images > (count(ops, "put") + count(ops, "delete") if recording is ObjectStoreRecording
+                     else count(ops, "fsync_dir")), images  # fmt: skip
+
+
+def _check_recovered(log_dir: str, part: str, before, after, new_checkpoint, when: str) -> None:
+    local = Storage.local()
+    recover_partition(local, part)
+    records = decode_partition(part)
+    assert records in (before, after), f"{when}: {len(records)} records, before {len(before)}, after {len(after)}"
+    assert_loads(part)  # no transient file, CRCs, indexes as a broker writes them
+    validate_partition_path(local, part)
+    checkpoint = read_checkpoint(local, os.path.join(log_dir, CHECKPOINT))
+    assert checkpoint in (OLD_CHECKPOINT, new_checkpoint), f"{when}: checkpoint {checkpoint}"
+
+
+# --- the round's own steps around the swap: commit, checkpoint, removal (steps/commit.py) ----------
+
+
+def _planned(cleaned_partition, tmp_path):
+    src_dir, src_part, _, new_checkpoint, _, specs, _ = cleaned_partition
+    log_dir = str(tmp_path / "logs")
+    shutil.copytree(src_dir, log_dir)
+    part = os.path.join(log_dir, os.path.basename(src_part))
+    p = Planned(SimpleNamespace(storage=Storage.local(), path=log_dir),
+                SimpleNamespace(path=part, key=("t", 0), topic="t", partition=0),
+                rpt.PartitionResult("t", 0, log_dir, segmentsBefore=4),
+                plan=SimpleNamespace(first_uncleanable_offset=new_checkpoint[("t", 0)], first_dirty_offset=0,
+                                     force_update_checkpoint=False), specs=specs)  # fmt: skip
+    return p, part, log_dir
+
+
+def _names(part: str) -> list[str]:
+    return sorted(os.listdir(part))
+
+
+def test_a_cleaned_partition_is_swapped_checkpointed_then_its_old_segments_removed(cleaned_partition, tmp_path):
+    *_, new_checkpoint, before, _, rows = cleaned_partition
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    commit(p, {r["group_id"]: r for r in rows})
+    assert p.result.status == rpt.CLEANED and p.result.groups == 2
+    names = _names(part)
+    assert [n for n in names if n.endswith(".cleaned") or n.endswith(".swap")] == []
+    assert any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names  # kept until checkpointed
+    advance_checkpoints([p], [p.log_dir])
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == new_checkpoint
+    remove_replaced_segments(p)
+    assert not [n for n in _names(part) if n.endswith(".deleted") or n == "compaction-commit.json"]
+    after = decode_partition(part)
+    assert len(after) < len(before)
+    assert_loads(part)
+
+
+def test_a_failed_group_leaves_the_partition_and_its_checkpoint_as_they_were(cleaned_partition, tmp_path):
+    *_, rows = cleaned_partition
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    live = [n for n in _names(part) if not n.endswith(".cleaned")]
+    failed = {**rows[0], "error": "CorruptRecordError: x.log byte 7"}
+    commit(p, {failed["group_id"]: failed, **{r["group_id"]: r for r in rows[1:]}})
+    assert p.result.status == rpt.FAILED and "byte 7" in p.result.reason
+    assert _names(part) == live  # the cleaned files are gone, nothing else moved
+    advance_checkpoints([p], [p.log_dir])
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == OLD_CHECKPOINT
+
+
+def test_a_partition_whose_groups_are_all_unchanged_is_skipped_untouched(cleaned_partition, tmp_path):
+    *_, rows = cleaned_partition
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    p.compacting = False  # erasing only, and no listed key met
+    names = _names(part)
+    commit(p, {r["group_id"]: {**r, "unchanged": 1} for r in rows})
+    assert p.result.status == rpt.SKIPPED and "nothing to compact" in p.result.reason
+    assert _names(part) == names
+    advance_checkpoints([p], [p.log_dir])  # erasing alone leaves the dirty section as it was
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == OLD_CHECKPOINT
