@@ -30,13 +30,13 @@ PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly -W ignore"
 # module -> the tests that must kill its mutants (unit tests, no Spark job; the quickest to fail first)
 MODULES = {
     "compaction/policy/keep.py": ["tests/unit/test_keep_policy.py", "tests/unit/test_logcleaner_ports.py"],
-    "compaction/steps/commit.py": ["tests/unit/test_durability.py", "tests/unit/test_commit.py",
+    "compaction/steps/commit.py": ["tests/unit/test_power_loss.py", "tests/unit/test_commit.py",
                                    "tests/unit/test_commit_object_store.py"],
-    "compaction/steps/recover.py": ["tests/unit/test_durability.py", "tests/unit/test_commit.py",
+    "compaction/steps/recover.py": ["tests/unit/test_power_loss.py", "tests/unit/test_commit.py",
                                     "tests/unit/test_broker_lock.py"],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
-    "compaction/runtime/storage.py": ["tests/unit/test_storage.py", "tests/unit/test_durability.py"],
+    "compaction/runtime/storage.py": ["tests/unit/test_storage.py", "tests/unit/test_power_loss.py"],
     "compaction/runtime/s3.py": ["tests/unit/test_s3_unit.py"],
     "compaction/steps/erase.py": ["tests/unit/test_erase.py"],
 }
