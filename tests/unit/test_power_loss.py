@@ -38,6 +38,7 @@ from compaction.steps.validate import validate_partition_path
 
 CHECKPOINT = "cleaner-offset-checkpoint"
 OLD_CHECKPOINT = {("t", 0): 0}
+FIRST_DIRTY = 1  # the plan's first dirty offset: not the checkpoint's, so that writing it shows
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def _planned(cleaned_partition, tmp_path):
     p = Planned(SimpleNamespace(storage=Storage.local(), path=log_dir),
                 SimpleNamespace(path=part, key=("t", 0), topic="t", partition=0),
                 rpt.PartitionResult("t", 0, log_dir, segmentsBefore=4),
-                plan=SimpleNamespace(first_uncleanable_offset=new_checkpoint[("t", 0)], first_dirty_offset=0,
+                plan=SimpleNamespace(first_uncleanable_offset=new_checkpoint[("t", 0)], first_dirty_offset=FIRST_DIRTY,
                                      force_update_checkpoint=False), specs=specs)  # fmt: skip
     return p, part, log_dir
 
@@ -166,3 +167,14 @@ def test_a_partition_whose_groups_are_all_unchanged_is_skipped_untouched(cleaned
     assert _names(part) == names
     advance_checkpoints([p], [p.log_dir])  # erasing alone leaves the dirty section as it was
     assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == OLD_CHECKPOINT
+
+
+@pytest.mark.parametrize(("status", "written"), [(rpt.SKIPPED, True), (rpt.FAILED, False)])
+def test_an_invalid_checkpoint_is_reset_unless_the_partition_failed(cleaned_partition, tmp_path, status, written):
+    """Kafka resets a checkpoint outside the log to the first dirty offset it plans from."""
+    p, _, log_dir = _planned(cleaned_partition, tmp_path)
+    p.plan.force_update_checkpoint = True
+    p.result.status = status
+    advance_checkpoints([p], [p.log_dir])
+    want = {("t", 0): FIRST_DIRTY} if written else OLD_CHECKPOINT
+    assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == want
