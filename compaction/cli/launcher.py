@@ -56,7 +56,7 @@ ENVIRONMENT = (
     ("PYSPARK_PYTHON", "the executors' Python (default: the Python running this launcher)"),
     ("NUMBA_CACHE_DIR", "where compiled kernels are cached on a host (default $TMPDIR/kafka-compaction-numba; "
                         "passed to the executors when set, or with a local master)"),
-    ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see README)"),
+    ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see docs/configuration.md)"),
     ("SPARK_APP_NAME", f"the Spark application name (default {APP_NAME})"),
     ("KAFKA_COMPACTION_DIST_DIR", "where the executors' zip of the package is built (default: the "
                                   "checkout's dist/, or ~/.cache/kafka-compaction)"),
@@ -159,7 +159,7 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
     hugepage = env.get("NUMPY_MADVISE_HUGEPAGE", "0")
     conf = {
         "spark.pyspark.python": python,
-        # numpy's transparent-huge-page advice: see README ("Environment").
+        # numpy's transparent-huge-page advice: see docs/configuration.md ("Environment").
         "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": hugepage,
         # Progress is the job's own (compaction/cli/progress.py): Spark's bar would garble it.
         "spark.ui.showConsoleProgress": "false",
