@@ -158,12 +158,13 @@ def _commit(todo: list[Planned], planned: list[Planned], dirs: list, results: di
 
 
 def _purge_noncurrent_versions(planned: list[Planned], timings: dict[str, float]) -> None:
-    """--purge-noncurrent-versions: in each S3 partition the round committed or recovered, the old
-    versions of its segment objects (what the swap replaced, and its `.cleaned`, `.swap` and
-    `.deleted` objects). A failure is a WARN naming the partition: the round's data stands, and the
-    next run with the option purges them."""
+    """--purge-noncurrent-versions: in each selected S3 partition the round did not fail, the old
+    versions of its segment objects: what this round's swap replaced (and its `.cleaned`, `.swap`
+    and `.deleted` objects), and what earlier rounds replaced, which may hold records an erasing
+    pass now finds in no current segment. A failure is a WARN naming the partition: the round's
+    data stands, and the next run with the option purges them."""
     t = time.monotonic()
-    touched = [p for p in planned if p.log_dir.storage.is_s3 and (p.result.status == rpt.CLEANED or p.result.recovery)]
+    touched = [p for p in planned if p.log_dir.storage.is_s3 and p.result.status != rpt.FAILED]
     for p, out in zip(touched, map_threads(purge_replaced_versions, touched)):
         if isinstance(out, OSError):
             log.warning("%s: the noncurrent versions of its replaced segments were not deleted (the next run with "

@@ -156,9 +156,10 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                    help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
                         "checkpoint untouched)")
     p.add_argument("--purge-noncurrent-versions", action="store_true",
-                   help="on a versioned S3 bucket: delete the noncurrent versions (and delete markers) of the "
-                        "segment objects the round replaced, and only those, so that their space is freed and "
-                        "erased records are gone from every version; required with --erase-keys there")  # fmt: skip
+                   help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
+                        "markers) of the selected partitions' segment objects, what this round and earlier ones "
+                        "replaced, and nothing else, so that their space is freed and erased records are in no "
+                        "version; required with --erase-keys there")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
