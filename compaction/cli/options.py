@@ -104,7 +104,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     )
     p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
-                   help="a Kafka log dir (local path, file://, s3://, hdfs://, gs://); repeatable")
+                   help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable")
     p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
     p.add_argument("--now-ms", type=int, default=None,
                    help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
