@@ -68,7 +68,7 @@ PROBE = (
     "        return type(exc).__name__\n"
     "print(json.dumps({'errors': {k: str(v) for k, v in bag.import_errors.items()},\n"
     "  'ids': sorted(bag.dag_ids), 'max_active_runs': dag.max_active_runs,\n"
-    "  'schedule': dag.timetable.summary, 'periodic': dag.timetable.periodic,\n"
+    "  'schedule': str(dag.schedule), 'periodic': dag.timetable.periodic,\n"
     "  'schemas': {k: p.schema for k, p in dag.params.items()},\n"
     "  'described': {k: bool(p.description) for k, p in dag.params.items()},\n"
     "  'log_dirs': dag.params.get_param('log_dirs').value if dag.params.get_param('log_dirs').has_value else None,\n"
