@@ -74,6 +74,7 @@ class JobOptions:
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
+    purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -103,7 +104,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     )
     p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
-                   help="a Kafka log dir (local path, file://, s3://, hdfs://, gs://); repeatable")
+                   help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable")
     p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
     p.add_argument("--now-ms", type=int, default=None,
                    help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
@@ -154,6 +155,11 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--erase-only", action="store_true",
                    help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
                         "checkpoint untouched)")
+    p.add_argument("--purge-noncurrent-versions", action="store_true",
+                   help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
+                        "markers) of the selected partitions' segment objects, what this round and earlier ones "
+                        "replaced, and nothing else, so that their space is freed and erased records are in no "
+                        "version; required with --erase-keys there")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -268,6 +274,7 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
         max_inflated_batch_bytes=args.max_inflated_batch_bytes,
+        purge_noncurrent_versions=args.purge_noncurrent_versions,
     )
 
 
