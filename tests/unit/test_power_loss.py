@@ -10,6 +10,8 @@ it, and a checkpoint that is the old or the new one. Both on a local disk and on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 import shutil
 from types import SimpleNamespace
@@ -132,11 +134,14 @@ def test_a_cleaned_partition_is_swapped_checkpointed_then_its_old_segments_remov
     *_, new_checkpoint, before, _, rows = cleaned_partition
     p, part, log_dir = _planned(cleaned_partition, tmp_path)
     commit(p, {r["group_id"]: r for r in rows})
-    assert p.result.status == rpt.CLEANED and p.result.groups == 2
+    assert p.result.status == rpt.CLEANED and p.result.groups == 2 and p.result.reason is None
     names = _names(part)
     assert [n for n in names if n.endswith(".cleaned") or n.endswith(".swap")] == []
     assert any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names  # kept until checkpointed
-    advance_checkpoints([p], [p.log_dir])
+    # A partition of another log dir, and one with no plan, listed first: passed over, not the end.
+    elsewhere = dataclasses.replace(p, log_dir=SimpleNamespace(storage=Storage.local(), path="/elsewhere"))
+    unplanned = dataclasses.replace(p, plan=None)
+    advance_checkpoints([elsewhere, unplanned, p], [p.log_dir])
     assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == new_checkpoint
     remove_replaced_segments(p)
     assert not [n for n in _names(part) if n.endswith(".deleted") or n == "compaction-commit.json"]
@@ -178,3 +183,36 @@ def test_an_invalid_checkpoint_is_reset_unless_the_partition_failed(cleaned_part
     advance_checkpoints([p], [p.log_dir])
     want = {("t", 0): FIRST_DIRTY} if written else OLD_CHECKPOINT
     assert read_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT)) == want
+
+
+class _FailingDeletes(Storage):
+    def delete(self, path: str, *, missing_ok: bool = False) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+
+def test_replaced_segments_that_cannot_be_removed_are_left_to_the_next_run(cleaned_partition, tmp_path, caplog):
+    *_, rows = cleaned_partition
+    p, part, _ = _planned(cleaned_partition, tmp_path)
+    commit(p, {r["group_id"]: r for r in rows})
+    p.log_dir = SimpleNamespace(storage=_FailingDeletes(), path=p.log_dir.path)
+    with caplog.at_level(logging.WARNING, logger="compaction"):
+        remove_replaced_segments(p)  # the round goes on: the data is committed
+    assert "could not remove the replaced segments" in caplog.text and "Permission denied" in caplog.text
+    assert any(n.endswith(".deleted") for n in _names(part))
+    recover_partition(Storage.local(), part)  # the next run's recovery removes them
+    assert_loads(part)
+
+
+def test_recovery_logs_its_actions_and_times_its_listing(cleaned_partition, tmp_path, caplog):
+    from compaction.cli.options import parse_args
+    from compaction.steps.recover import recover
+
+    p, part, log_dir = _planned(cleaned_partition, tmp_path)
+    commit_partition(Storage.local(), part, [Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
+                                             for s in p.specs], remove_old=False)  # fmt: skip
+    timings: dict[str, float] = {}
+    with caplog.at_level(logging.INFO, logger="compaction"):
+        done = recover(parse_args(["--log-dir", log_dir]), {}, timings)
+    assert list(done) == [(log_dir, part)] and done[(log_dir, part)]
+    assert f"recovery {part}: completed interrupted swap" in caplog.text
+    assert 0 <= timings["listSeconds"] < 60
