@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 from e2ekit import decode_partition
-from faultkit import assert_loads
+from faultkit import assert_loads, batch, small_partition, write_partition
 from groupkit import generate, specs_for
 from powerloss import Model, ObjectStoreRecording, RecordingStorage, count, lay_out, snapshot
 
@@ -210,9 +210,24 @@ def test_recovery_logs_its_actions_and_times_its_listing(cleaned_partition, tmp_
     p, part, log_dir = _planned(cleaned_partition, tmp_path)
     commit_partition(Storage.local(), part, [Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
                                              for s in p.specs], remove_old=False)  # fmt: skip
+    small_partition(os.path.join(log_dir, "t-1"))  # nothing to recover there
     timings: dict[str, float] = {}
     with caplog.at_level(logging.INFO, logger="compaction"):
         done = recover(parse_args(["--log-dir", log_dir]), {}, timings)
     assert list(done) == [(log_dir, part)] and done[(log_dir, part)]
     assert f"recovery {part}: completed interrupted swap" in caplog.text
     assert 0 <= timings["listSeconds"] < 60
+
+
+def test_a_broker_swap_completed_without_an_intent_replaces_every_segment_it_covers(tmp_path):
+    """Kafka's LogLoader rule for `.swap` files a broker's own cleaner left: every old segment whose
+    base lies below the swap's next offset goes, up to the one starting at its last offset."""
+    part = str(tmp_path / "t-0")
+    write_partition(part, [[batch(range(0, 9))], [batch([9])], [batch([10, 11])]], interval=4096)
+    write_partition(str(tmp_path / "new"), [[batch(range(0, 10))]], interval=4096)
+    for suffix in (".log", ".index", ".timeindex"):
+        os.rename(tmp_path / "new" / f"{0:020d}{suffix}", os.path.join(part, f"{0:020d}{suffix}.swap"))
+    report = recover_partition(Storage.local(), part)
+    assert sorted(os.listdir(part)) == sorted(f"{b:020d}{s}" for b in (0, 10) for s in (".log", ".index", ".timeindex"))
+    assert any("00000000000000000009.log (replaced by swap)" in a for a in report.actions), report.actions
+    assert [r.offset for r in decode_partition(part)] == list(range(12))
