@@ -231,3 +231,22 @@ def test_a_broker_swap_completed_without_an_intent_replaces_every_segment_it_cov
     assert sorted(os.listdir(part)) == sorted(f"{b:020d}{s}" for b in (0, 10) for s in (".log", ".index", ".timeindex"))
     assert any("00000000000000000009.log (replaced by swap)" in a for a in report.actions), report.actions
     assert [r.offset for r in decode_partition(part)] == list(range(12))
+
+
+def test_every_local_log_dir_is_locked_whatever_comes_before_it(tmp_path):
+    """An object-store log dir (no lock there) listed first does not end the locking: the local
+    one after it is checked for a broker and locked."""
+    from compaction.cli.options import parse_args
+    from compaction.runtime.storage import LockHeldError
+    from compaction.steps.recover import lock_log_dirs
+
+    local = tmp_path / "logs"
+    small_partition(str(local / "t-0"))
+    locks = lock_log_dirs(parse_args(["--log-dir", "mock:///logs", "--log-dir", str(local)]))
+    try:
+        assert [lock.path for lock in locks] == [str(local / ".compaction.lock")]
+        with pytest.raises(LockHeldError, match="another compaction run"):
+            lock_log_dirs(parse_args(["--log-dir", str(local)]))
+    finally:
+        for lock in locks:
+            lock.release()
