@@ -211,10 +211,14 @@ def test_recovery_logs_its_actions_and_times_its_listing(cleaned_partition, tmp_
     commit_partition(Storage.local(), part, [Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
                                              for s in p.specs], remove_old=False)  # fmt: skip
     small_partition(os.path.join(log_dir, "t-1"))  # nothing to recover there
+    stray = os.path.join(log_dir, "t-2")  # a broker's cleaner left a `.cleaned` file, no intent
+    small_partition(stray)
+    shutil.copy(os.path.join(stray, f"{0:020d}.log"), os.path.join(stray, f"{0:020d}.log.cleaned"))
     timings: dict[str, float] = {}
     with caplog.at_level(logging.INFO, logger="compaction"):
         done = recover(parse_args(["--log-dir", log_dir]), {}, timings)
-    assert list(done) == [(log_dir, part)] and done[(log_dir, part)]
+    assert sorted(done) == [(log_dir, part), (log_dir, stray)] and done[(log_dir, part)]
+    assert done[(log_dir, stray)] == [f"removed {0:020d}.log.cleaned"]
     assert f"recovery {part}: completed interrupted swap" in caplog.text
     assert 0 <= timings["listSeconds"] < 60
 
