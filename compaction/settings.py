@@ -209,3 +209,11 @@ def knobs() -> list[tuple[str, dataclasses.Field]]:
 
 
 _ENV_NAMES = frozenset({f.metadata["env"] for _, f in knobs() if f.metadata.get("env")} | {"SPARK_HOME_SUBMITTED"})
+
+# The `kafka_log` data source and `export` (steps/log_table.py): consecutive segments smaller
+# than this are read by one input partition (one Spark task each costs ~0.2 s of scheduling);
+# record batches handed to Spark hold at most this many rows and about this many value bytes
+# (Arrow's binary columns have int32 offsets; smaller batches keep a task's memory flat).
+FRAME_SPLIT_BYTES = 128 << 20
+FRAME_BATCH_ROWS = 1 << 16
+FRAME_BATCH_BYTES = 64 << 20
