@@ -48,6 +48,11 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     settings = Settings.resolve(opts, None, os.environ)  # the Spark conf's knobs: once the session is up
     use_threads(settings.threads)
     progress = progress or Reporter(interval=settings.progress_seconds)
+    if opts.output_dir:
+        check_round(opts)
+        from compaction import archive  # a copy elsewhere: the sources only read (archive.py)
+
+        return archive.run(opts, progress, run)
     check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
     forget_erase_sets()
     locks = lock_log_dirs(opts)

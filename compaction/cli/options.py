@@ -28,6 +28,7 @@ from compaction.policy.broker_config import (
 )
 from compaction.cli.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
+from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
 from compaction.policy.topic_config import excerpt
 from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
@@ -53,6 +54,7 @@ class JobOptions:
     log_dirs: list[str]
     topics: str | None = None
     now_ms: int = 0
+    now_ms_given: bool = False  # --now-ms given (else now_ms is the wall clock)
     dry_run: bool = False
     plan_only: bool = False
     recover_only: bool = False
@@ -74,6 +76,10 @@ class JobOptions:
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
+    # --output-dir (compaction/archive.py): the compacted copy's log dir; the log dirs are then only read.
+    output_dir: str | None = None
+    as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
+    as_of_offsets: dict[str, int] = field(default_factory=dict)  # --as-of-offset: "topic:partition" -> offset
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -154,6 +160,16 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--erase-only", action="store_true",
                    help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
                         "checkpoint untouched)")
+    p.add_argument("--output-dir", metavar="URI",
+                   help="write a compacted copy of the selected partitions to this log dir (local or any "
+                        "store --log-dir takes), every segment cleaned, the last one included; the "
+                        "--log-dir sources are only read (docs/archives.md)")  # fmt: skip
+    p.add_argument("--as-of-time", metavar="TIME",
+                   help="with --output-dir: each partition as its broker held it at TIME (ISO-8601 with a "
+                        "zone, or epoch ms): the log ends before the first batch stamped later")  # fmt: skip
+    p.add_argument("--as-of-offset", metavar="TOPIC:PARTITION=OFFSET,...",
+                   help="with --output-dir: those partitions' logs end at OFFSET (exclusive, a log end "
+                        "offset: the batches whose last offset is below it)")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -183,6 +199,7 @@ def check_options(opts: JobOptions) -> JobOptions:
     if opts.now_ms < 0:
         raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
     _check_erase(opts)
+    _check_archive(opts)
     if opts.report_html and opts.report_html == opts.report:
         raise UsageError("--report and --report-html name the same file; give the page its own path "
                          "(e.g. report.html)")  # fmt: skip
@@ -207,6 +224,22 @@ def _check_erase(opts: JobOptions) -> None:
     from compaction.steps.erase import load_erase_set
 
     load_erase_set(opts.erase_keys)
+
+
+def _check_archive(opts: JobOptions) -> None:
+    """--output-dir and the cut: the combinations that cannot be right."""
+    if not opts.output_dir:
+        if opts.as_of_time_ms is not None or opts.as_of_offsets:
+            raise UsageError("--as-of-time and --as-of-offset need --output-dir URI: a snapshot is written "
+                             "as a copy, never over its source")  # fmt: skip
+        return
+    for flag, given in (("--dry-run/--plan-only", opts.dry_run), ("--recover-only", opts.recover_only),
+                        ("--ignore-broker-lock", opts.ignore_broker_lock)):  # fmt: skip
+        if given:
+            raise UsageError(f"{flag} cannot be combined with --output-dir (the sources are only read; "
+                             "run without --output-dir to plan a round in place)")  # fmt: skip
+    if opts.output_dir.rstrip("/") in (d.rstrip("/") for d in opts.log_dirs):
+        raise UsageError(f"--output-dir {opts.output_dir} is also a --log-dir: the copy goes to a new place")
 
 
 def _flag_of(exc: Exception) -> str:
@@ -244,12 +277,15 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
                              "number") from None  # fmt: skip
     if io_max is not None and io_max <= 0:
         raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
+    as_of_time = _parsed("--as-of-time", parse_as_of_time, args.as_of_time)
+    as_of = _parsed("--as-of-offset", parse_as_of_offsets, args.as_of_offset) or {}
     if args.max_inflated_batch_bytes <= 0:
         raise UsageError(f"--max-inflated-batch-bytes must be positive, not {args.max_inflated_batch_bytes}")
     return JobOptions(
         log_dirs=args.log_dirs,
         topics=args.topics,
         now_ms=args.now_ms if args.now_ms is not None else int(time.time() * 1000),
+        now_ms_given=args.now_ms is not None,
         dry_run=args.dry_run or args.plan_only,
         plan_only=args.plan_only,
         recover_only=args.recover_only,
@@ -268,7 +304,17 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
         max_inflated_batch_bytes=args.max_inflated_batch_bytes,
+        output_dir=args.output_dir,
+        as_of_time_ms=as_of_time,
+        as_of_offsets={f"{t}:{p}": o for (t, p), o in as_of.items()},
     )
+
+
+def _parsed(flag: str, parse, text: str | None):
+    try:
+        return None if text is None else parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 # --- config files: --config (broker-wide) and --topic-config (per topic) ---------------------------

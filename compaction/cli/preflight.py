@@ -110,6 +110,25 @@ def check_output_path(flag: str, uri: str) -> None:
         raise UsageError(f"{flag} {uri}: directory {parent} is not writable")
 
 
+def check_no_collision(log_dirs: list[str], topics: str | None) -> None:
+    """`UsageError` where two log dirs hold the same partition: one --output-dir holds each once."""
+    from compaction.runtime.storage import Storage
+
+    pattern = re.compile(topics) if topics else None
+    seen: dict[tuple[str, int], str] = {}
+    for uri in log_dirs:
+        storage, path = Storage.for_uri(uri)
+        for info in storage.list_dir(path):
+            key = parse_partition_dir_name(info.name) if info.is_dir else None
+            if key is None or (pattern and not pattern.fullmatch(key[0])):
+                continue
+            if key in seen:
+                raise UsageError(f"{info.name} is in both --log-dir {shown(seen[key])} and --log-dir {shown(uri)}: "
+                                 "one --output-dir holds each partition once; write them to separate output "
+                                 "dirs or narrow --topics")  # fmt: skip
+            seen[key] = uri
+
+
 def find_java(env: dict[str, str]) -> str:
     """The `java` spark-submit will run (`$JAVA_HOME/bin/java`, else the PATH's), or `UsageError`."""
     home = env.get("JAVA_HOME")
@@ -128,8 +147,11 @@ def find_java(env: dict[str, str]) -> str:
 
 def check_round(opts) -> None:
     """Every check a round's options need before anything runs (`JobOptions`)."""
+    archive = getattr(opts, "output_dir", None)
     for uri in opts.log_dirs:
-        check_log_dir(uri, writable=not opts.dry_run)
+        check_log_dir(uri, writable=not opts.dry_run and not archive)  # --output-dir: only read
+    if archive:
+        check_no_collision(opts.log_dirs, getattr(opts, "topics", None))
     outputs = (("--report", opts.report), ("--report-html", opts.report_html), ("--metrics-file", opts.metrics_file))
     for flag, uri in outputs:
         if uri:
