@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("compaction.cli.launcher", "run one compaction round with spark-submit (see compact --help)"),
     "dump": ("compaction.tools.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
     "generate": ("compaction.tools.generator", "write a synthetic broker-like Kafka log dir"),
+    "export": ("compaction.cli.export", "write the compacted state of log dirs as Parquet (per topic and partition)"),
 }
 
 

@@ -27,6 +27,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,7 @@ from compaction.format.txnindex import AbortedTxn, read_txn_index
 from compaction.kernels.headers import header_starts, walk_headers
 from compaction.kernels.keymap import KeyTable
 from compaction.kernels.scan import SegmentScan, _gather, scan_batches, scan_segment
+from compaction.policy.cut import cut_log, parse_as_of_offsets, parse_as_of_time
 from compaction.policy.keep import aborted_batches, map_masks
 from compaction.runtime.segment_io import read_segment_bytes
 from compaction.runtime.storage import Storage
@@ -131,6 +133,9 @@ class ReadOptions:
     compacted: bool = False
     read_committed: bool = False  # kafka.isolation.level=read_committed: aborted records left out
     include_control: bool = False  # control records (transaction markers) as rows
+    # The compacted state as of a time (epoch ms) or per-partition offsets: `policy/cut.py`.
+    as_of_time: int | None = None
+    as_of_offsets: dict = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -159,6 +164,14 @@ class ReadOptions:
             include_headers=_bool(opts, "includeheaders", False), compacted=_bool(opts, "compacted", False),
             read_committed=isolation == "read_committed", include_control=_bool(opts, "includecontrol", False),
         )  # fmt: skip
+        try:
+            as_of_time = parse_as_of_time(opts["asoftime"]) if opts.get("asoftime") else None
+            as_of_offsets = parse_as_of_offsets(opts["asofoffsets"]) if opts.get("asofoffsets") else {}
+        except ValueError as exc:
+            raise UsageError(f"option asOfTime/asOfOffsets: {exc}") from None
+        if (as_of_time is not None or as_of_offsets) and not out.compacted:
+            raise UsageError("options asOfTime and asOfOffsets cut the compacted state: add compacted=true")
+        out = replace(out, as_of_time=as_of_time, as_of_offsets=as_of_offsets)
         if out.starting[0] == LATEST:
             raise UsageError("option startingOffsets: latest is not allowed for a batch read (as in Spark)")
         if out.ending[0] == EARLIEST:
@@ -223,6 +236,8 @@ class Split:
     aborted: tuple[AbortedTxn, ...] = ()
     ts_lo: int | None = None  # pushed-down timestamp range, milliseconds
     ts_hi: int | None = None
+    as_of_time: int | None = None  # the compacted state's cut (policy/cut.py)
+    as_of_offset: int | None = None
 
     @property
     def size(self) -> int:
@@ -300,7 +315,8 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
         if opts.compacted or opts.read_committed:
             aborted = tuple(t for s in segs if s.txnindex is not None and s.txnindex.size
                             for t in read_txn_index(read_small(storage, s.txnindex.path)))  # fmt: skip
-        base = Split(part.topic, part.partition, storage, (), lo, hi, aborted, bounds.ts_lo, bounds.ts_hi)
+        base = Split(part.topic, part.partition, storage, (), lo, hi, aborted, bounds.ts_lo, bounds.ts_hi,
+                     opts.as_of_time, opts.as_of_offsets.get((part.topic, part.partition)))  # fmt: skip
         chosen_refs = [refs[i] for i in chosen]
         if opts.compacted:
             splits.append(replace(base, segments=tuple(chosen_refs)))
@@ -379,18 +395,61 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
     `endingTimestamp`), tombstoned keys left out: the job's offset map over the records it maps
     (keyed, not control, not aborted), newest segment first so each segment's keys are final
     once it is added."""
+    end, open_txns = _cut(split)
     table = KeyTable(split.size // 256)
     for ref in split.segments[::-1]:
+        if ref.base_offset >= end:
+            continue
         scan = _scan(split, ref, hash_keys=True)
-        rec = scan.records
-        _, usable, _ = map_masks(scan.batches, rec, split.aborted, 0, 2**63 - 1)
+        rec, b = scan.records, scan.batches
+        _, usable, _ = map_masks(b, rec, split.aborted, 0, end)
         usable &= _row_mask(split, ref, scan, replace(opts, include_control=True, read_committed=False))
+        usable &= rec.offset < end
+        if open_txns:  # a read_committed reader of the cut sees nothing of a transaction open there
+            txn = (b.attributes.astype(np.int64) & TRANSACTIONAL_MASK) != 0
+            for pid, first in open_txns.items():
+                usable &= ~(txn & (b.producer_id == pid) & (b.base_offset >= first))[rec.batch_index]
         ids = table.assign(scan.file, scan.side, scan.split, rec.key_pos, rec.key_len, usable, usable, rec.offset,
                            scan.keys)  # fmt: skip
         latest = np.where(ids >= 0, table.latest_of(np.maximum(ids, 0)), -1)
         rows = np.flatnonzero(usable & (rec.offset == latest) & (rec.value_len >= 0))
         yield from record_batches(split, scan, rows, opts.include_headers)
         del scan
+
+
+class _Header(NamedTuple):
+    """A batch's fields `policy/cut.py` reads."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    producer_id: int
+    is_transactional: bool
+    is_control: bool
+    records_count: int
+
+
+def _headers_in_order(split: Split) -> Iterator[_Header]:
+    """The partition's batch headers in log order, read segment by segment as asked for."""
+    for ref in split.segments:
+        data = read_segment_bytes(split.storage, ref.path, "mmap") if split.storage.is_local else \
+            np.frombuffer(split.storage.read_bytes(ref.path), dtype=np.uint8)  # fmt: skip
+        b = scan_batches(data)
+        v2 = b.magic == MAGIC_V2
+        attrs = b.attributes.astype(np.int64)
+        txn, ctl = v2 & (attrs & TRANSACTIONAL_MASK != 0), v2 & (attrs & CONTROL_MASK != 0)
+        for i in range(len(b)):
+            yield _Header(int(b.base_offset[i]), int(b.last_offset[i]), int(b.max_timestamp[i]), int(b.producer_id[i]),
+                          bool(txn[i]), bool(ctl[i]), int(b.records_count[i]))  # fmt: skip
+
+
+def _cut(split: Split) -> tuple[int, dict[int, int]]:
+    """(end offset, {producer id: first offset of its transaction open there}) of the state's
+    cut: the log as a broker held it as of the time or offset (`policy/cut.py`), or its end."""
+    if split.as_of_time is None and split.as_of_offset is None:
+        return 2**63 - 1, {}
+    cut = cut_log(_headers_in_order(split), split.as_of_time, split.as_of_offset, split.offset_lo)
+    return (cut.end_offset if cut.ended_by is not None else 2**63 - 1), cut.open_transactions
 
 
 def _chunks(value_len: np.ndarray) -> list[tuple[int, int]]:
