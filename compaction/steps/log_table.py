@@ -82,7 +82,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None:
         return default
     if raw.strip().lower() not in ("true", "false"):
@@ -93,7 +93,7 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
 def _offsets_json(options: Mapping[str, str], name: str, default: int) -> tuple[int, dict]:
     """(default for every partition, {(topic, partition): offset}) of `startingOffsets` /
     `endingOffsets`: "earliest", "latest" or Spark's JSON ({"topic": {"0": 23, "1": -2}})."""
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None or raw.strip() in ("earliest", "latest"):
         word = (raw or "").strip()
         return (EARLIEST if word == "earliest" else LATEST if word == "latest" else default), {}
@@ -110,7 +110,7 @@ def _offsets_json(options: Mapping[str, str], name: str, default: int) -> tuple[
 
 
 def _millis(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None:
         return None
     try:
@@ -158,11 +158,11 @@ class ReadOptions:
             raise UsageError(f"option kafka.isolation.level: read_committed or read_uncommitted, not {isolation!r}")
         out = cls(
             path=path, topics=pattern or None,
-            starting=_offsets_json(opts, "startingoffsets", EARLIEST),
-            ending=_offsets_json(opts, "endingoffsets", LATEST),
-            starting_ts=_millis(opts, "startingtimestamp"), ending_ts=_millis(opts, "endingtimestamp"),
-            include_headers=_bool(opts, "includeheaders", False), compacted=_bool(opts, "compacted", False),
-            read_committed=isolation == "read_committed", include_control=_bool(opts, "includecontrol", False),
+            starting=_offsets_json(opts, "startingOffsets", EARLIEST),
+            ending=_offsets_json(opts, "endingOffsets", LATEST),
+            starting_ts=_millis(opts, "startingTimestamp"), ending_ts=_millis(opts, "endingTimestamp"),
+            include_headers=_bool(opts, "includeHeaders", False), compacted=_bool(opts, "compacted", False),
+            read_committed=isolation == "read_committed", include_control=_bool(opts, "includeControl", False),
         )  # fmt: skip
         try:
             as_of_time = parse_as_of_time(opts["asoftime"]) if opts.get("asoftime") else None
