@@ -78,6 +78,21 @@ def decode_partition(part_dir: str) -> list[KRecord]:
     return [r for log in segment_logs(part_dir) for r in decode_log(log)]
 
 
+def decode_log_dir(root: str) -> list[tuple]:
+    """(topic, partition, offset, key, value, timestamp or None, headers) of every data record of
+    a log dir, sorted."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        if not os.path.isdir(os.path.join(root, name)):
+            continue
+        topic, partition = name.rsplit("-", 1)
+        for log in segment_logs(os.path.join(root, name)):
+            for r in decode_log(log):
+                ts = None if r.timestamp in (None, -1) else r.timestamp
+                out.append((topic, int(partition), r.offset, r.key, r.value, ts, tuple(r.headers)))
+    return sorted(out)
+
+
 def latest_per_key(records: list[KRecord], below: int) -> dict[bytes, KRecord]:
     latest: dict[bytes, KRecord] = {}
     for r in records:

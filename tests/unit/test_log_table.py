@@ -11,7 +11,8 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
-from e2ekit import decode_log, segment_logs
+from e2ekit import decode_log_dir as kafka_python
+from e2ekit import segment_logs
 
 from compaction.errors import CrcMismatchError, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
@@ -51,20 +52,6 @@ def rows(root: str, **options) -> list[dict]:
     for row, t in zip(out, ts):
         row["timestamp"] = None if t is None else t // 1000
     return out
-
-
-def kafka_python(root: str) -> list[tuple]:
-    """(topic, partition, offset, key, value, timestamp, headers) of every data record."""
-    out = []
-    for name in sorted(os.listdir(root)):
-        if not os.path.isdir(os.path.join(root, name)):
-            continue
-        topic, partition = name.rsplit("-", 1)
-        for log in segment_logs(os.path.join(root, name)):
-            for r in decode_log(log):
-                ts = None if r.timestamp in (None, -1) else r.timestamp
-                out.append((topic, int(partition), r.offset, r.key, r.value, ts, tuple(r.headers)))
-    return sorted(out)
 
 
 def as_tuples(table_rows: list[dict]) -> list[tuple]:
