@@ -4,10 +4,13 @@
     spark.read.format("kafka_log").option("subscribePattern", "orders.*").load("s3://bucket/kafka-logs")
 
 Spark's Python Data Source API (4.0+); the rows are built by `steps/log_table.py` as Arrow
-record batches. Filters on `topic`, `partition`, `offset` and `timestamp` are pushed down
-(`pushFilters`, Spark 4.1, with `spark.sql.python.filterPushdown.enabled=true`) to choose the
-segments read; Spark still applies each filter to the rows, so a filter is only ever an
-optimisation here. Without that setting, the option `pushFilters=false` reads with no pushdown.
+record batches. The options (`subscribe`, `startingOffsets`, ...) choose the segments read.
+
+With `pushFilters=true` (and `spark.sql.python.filterPushdown.enabled=true`), filters on `topic`,
+`partition`, `offset` and `timestamp` choose them too (`pushFilters`, Spark 4.1); Spark still
+applies each filter to the rows. Not by default: Spark 4.1 keeps the reader of the last query
+whose filters it pushed and reuses it for a later query of the same DataFrame that has no filter
+at all, which then sees only the earlier query's segments (tests/e2e/test_datasource_e2e.py).
 """
 
 from __future__ import annotations
@@ -43,9 +46,9 @@ class KafkaLogDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         opts = ReadOptions.parse(dict(self.options))
-        if str(self.options.get("pushFilters", "true")).lower() == "false":
-            return KafkaLogReader(opts)
-        return PushdownKafkaLogReader(opts)
+        if str(self.options.get("pushFilters", "false")).lower() == "true":
+            return PushdownKafkaLogReader(opts)
+        return KafkaLogReader(opts)
 
 
 class SplitPartition(InputPartition):

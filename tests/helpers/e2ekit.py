@@ -93,6 +93,26 @@ def decode_log_dir(root: str) -> list[tuple]:
     return sorted(out)
 
 
+def state_offsets_as_of(m, cut: int) -> dict[bytes, int]:
+    """The compacted state of a generated partition (its manifest `m`) as a broker held it when its
+    log ended at offset `cut`: whole batches whose last offset is below it, latest offset per key of
+    what a read_committed consumer sees (no marker, no aborted record, no record of a transaction
+    whose marker is not held), tombstoned keys left out."""
+    last_of_batch = {}
+    for o in range(m.log_end_offset):
+        last_of_batch[int(m.batch[o])] = o
+    held = [o for o in range(m.log_end_offset) if last_of_batch[int(m.batch[o])] < cut]
+    markers = [o for o in held if m.is_control[o]]
+    latest = {}
+    for o in held:
+        if m.is_control[o] or m.txn[o] == 2:  # generator_plan.TXN_ABORTED
+            continue
+        if m.txn[o] and not any(x > o and m.producer_id[x] == m.producer_id[o] for x in markers):
+            continue  # open at the cut
+        latest[m.key(o)] = o
+    return {k: o for k, o in latest.items() if not m.is_tombstone[o]}
+
+
 def latest_per_key(records: list[KRecord], below: int) -> dict[bytes, KRecord]:
     latest: dict[bytes, KRecord] = {}
     for r in records:

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from e2ekit import decode_log_dir as kafka_python
-from e2ekit import segment_logs
+from e2ekit import segment_logs, state_offsets_as_of
 
 from compaction.errors import CrcMismatchError, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
@@ -110,20 +110,8 @@ def test_compacted_as_of_an_offset(log_dir):
     cut = m.log_end_offset // 2
     got = {r["key"]: r["offset"] for r in rows(root, compacted="true", asOfOffsets=f"orders:0={cut}")
            if r["partition"] == 0}  # fmt: skip
-    last_of_batch = {}
-    for o in range(m.log_end_offset):
-        last_of_batch[int(m.batch[o])] = o
-    held = [o for o in range(m.log_end_offset) if last_of_batch[int(m.batch[o])] < cut]
-    markers = [o for o in held if m.is_control[o]]
-    latest = {}
-    for o in held:
-        if m.is_control[o] or m.txn[o] == TXN_ABORTED:
-            continue
-        if m.txn[o] and not any(x > o and m.producer_id[x] == m.producer_id[o] for x in markers):
-            continue  # open at the cut
-        latest[m.key(o)] = o
-    assert got == {k: o for k, o in latest.items() if not m.is_tombstone[o]}
-    assert cut - 1 not in held or len(held) == cut
+    assert got == state_offsets_as_of(m, cut)
+    assert got != state_offsets_as_of(m, m.log_end_offset)
 
 
 def test_starting_and_ending_timestamps_are_offsets_for_times(log_dir):
