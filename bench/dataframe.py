@@ -11,8 +11,8 @@
    ../shared/anchors/kafka09 (`anchor.py --name NAME produce` first), page cache dropped before
    it, against Kafka 0.9's cleaner on the same bytes (`anchor.py measure --repeats 1
    --drop-caches`, as bench/vs_kafka.py runs it), pair by pair. Checked: the state below the
-   active segment plus the active segment's records is what the cleaner keeps (it leaves the
-   active segment as it is).
+   active segment holds as many records as the cleaner keeps in the segments it cleans (its
+   count leaves the active segment out, as its cleaning does).
 Not a test; prints the figures and the checks, exits 1 when a check fails.
 """
 
@@ -123,12 +123,12 @@ def main() -> int:
             drop_caches()
             t_ours, _ = timed(compacted)
             k = kafka(args.kafka09, "vs-dataframe")
-            same = state + tail == k["kept"]
+            same = state == k["kept"]
             bad += not same
             ratios.append(k["seconds"] / t_ours)
             print(f"pair {i + 1}: compacted=true count {t_ours:.2f} s (cold cache) | Kafka 0.9 cleaner {k['seconds']:.2f} s "
                   f"in {k['rounds']} round(s) | Kafka/ours {k['seconds'] / t_ours:.2f}x | state below the active "
-                  f"segment {state:,} + active {tail:,} = {state + tail:,}, Kafka kept {k['kept']:,} "
+                  f"segment {state:,} (active segment: {tail:,} more), Kafka kept {k['kept']:,} "
                   f"{'OK' if same else 'MISMATCH'}", flush=True)  # fmt: skip
         print(f"median Kafka 0.9 / compacted=true time: {statistics.median(ratios):.2f}x")
     spark.stop()

@@ -25,7 +25,8 @@ def write_split(split: Split, opts: ReadOptions, out_uri: str) -> dict:
     schema = arrow_schema(opts.include_headers)
     file_schema = schema.remove(schema.get_field_index("partition")).remove(schema.get_field_index("topic"))
     target = path + TMP_SUFFIX if storage.is_local else path
-    storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    if storage.is_local:  # an object store needs no directory, and gets no marker object
+        storage.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     rows = 0
     with storage.fs.open_output_stream(target) as sink, pq.ParquetWriter(sink, file_schema) as writer:
         for batch in read_split(split, opts):

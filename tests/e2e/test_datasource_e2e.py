@@ -74,7 +74,7 @@ def test_pushed_filters_read_only_matching_segments(spark, kafka_log, log_dir):
     from compaction.steps.log_table import ReadOptions
 
     pushed = kafka_log(log_dir, pushFilters="true")
-    assert pushed.where("partition = 0 and offset < 10").count() == 10
+    assert pushed.where("topic = 'orders' and partition = 0 and offset < 10").count() == 10
     reader = PushdownKafkaLogReader(ReadOptions.parse({"path": log_dir}))
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan
 
