@@ -36,7 +36,6 @@ def log_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def kafka_log(spark):
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.dataSource.register(compaction.KafkaLogDataSource)
     return lambda root, **opts: spark.read.format("kafka_log").options(**opts).load(root)
 
