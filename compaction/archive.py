@@ -174,7 +174,8 @@ def _clock(opts, st: Storage, st_root: str, staged: list[Staged]) -> int:
     elif opts.as_of_time_ms is not None:
         clock = opts.as_of_time_ms
     else:
-        clocks = [s.cut.clock_ms for s in staged if s.cut.clock_ms is not None and s.cut.ended_by]
+        cut = {tuple(name.rsplit(":", 1)) for name in opts.as_of_offsets}
+        clocks = [s.cut.clock_ms for s in staged if s.cut.clock_ms is not None and (s.topic, str(s.partition)) in cut]
         clock = max(clocks, default=opts.now_ms)
     st.write_atomic(plan, json.dumps({"clockMs": clock}).encode())
     return clock
