@@ -95,8 +95,11 @@ def _cut_snapshot(snap: PartitionSnapshot, time_ms, offset) -> tuple[PartitionSn
 def _expected_v2(snap: PartitionSnapshot, time_ms, offset, now):
     cut, end, unstable = _cut_snapshot(snap, time_ms, offset)
     upper = end if unstable is None else max(base for base, _, _ in cut.segments if base <= unstable)
-    expected, _ = expected_round(cut, now, upper)
-    return expected, end, unstable
+    expected, kept_entries = expected_round(cut, now, upper)
+    # .txnindex: the kept abort markers' entries below the bound, the copied ones above it (none of
+    # a marker past the cut)
+    entries = kept_entries | {e for base, _, es in cut.segments if base >= upper for e in es}
+    return expected, entries, end, unstable
 
 
 def _legacy_batches(part_dir: str):
@@ -151,8 +154,10 @@ def _check_output(out, report, src, legacy, time_ms, offsets, now):
     assert set(by_part) == {*V2_PARTS, LEGACY_PART}
     opened = 0
     for part in V2_PARTS:
-        expected, end, unstable = _expected_v2(snapshot(os.path.join(src, part)), time_ms, offsets.get(part), now)
+        expected, entries, end, unstable = _expected_v2(snapshot(os.path.join(src, part)), time_ms,
+                                                        offsets.get(part), now)  # fmt: skip
         got = snapshot(os.path.join(out, part))
+        assert {e for _, _, es in got.segments for e in es} == entries, part
         assert [(b.base, b.last) for b in got.batches] == [(b.base, b.last) for b in expected], part
         assert got.batches == expected, part
         assert got.active_base == end and by_part[part]["cut"]["endOffset"] == end
@@ -269,6 +274,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_same_output(sources):
     want = _partition_hashes(reference)
     out = str(root / "killed")
     rng = random.Random(SEED + 3)
+    interrupted = 0
     for attempt in range(3):
         proc = start_submit([src, legacy], str(root / "killed.json"), "--output-dir", out, *args)
         time.sleep(rng.uniform(2.0, 14.0))
@@ -281,6 +287,8 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_same_output(sources):
             assert files == want[part], (attempt, part)
         if finished:
             break
+        interrupted += 1
+    assert interrupted, "no run was killed before it finished"
     code, report, err = run_job(src, "--log-dir", legacy, "--output-dir", out, *args,
                                 report=str(root / "rerun.json"))  # fmt: skip
     assert code == 0, err
