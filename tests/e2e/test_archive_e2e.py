@@ -23,7 +23,7 @@ import time
 import pytest
 from e2ekit import REPO, decode_log, run_job, segment_logs, tree_hashes
 from faultkit import kill_session, start_submit
-from round_model import PartitionSnapshot, expected_round, snapshot
+from round_model import cut_snapshot, expected_archive, snapshot
 
 from compaction.tools.generator import generate_log_dir
 
@@ -63,43 +63,6 @@ def sources(tmp_path_factory):
 
 
 # --- the expected output, from kafka-python's view of the source -----------------------------------
-
-
-def _held(batches, time_ms, offset):
-    """How many leading batches a cut holds: up to the first stamped after `time_ms` or whose last
-    offset reaches `offset`."""
-    for i, b in enumerate(batches):
-        if (offset is not None and b.last >= offset) or (time_ms is not None and b.max_ts > time_ms):
-            return i
-    return len(batches)
-
-
-def _cut_snapshot(snap: PartitionSnapshot, time_ms, offset) -> tuple[PartitionSnapshot, int, int | None]:
-    """(the snapshot of the copy, its end offset, the first offset of a transaction open at the cut)."""
-    held = snap.batches[: _held(snap.batches, time_ms, offset)]
-    end = held[-1].last + 1 if held else 0
-    segments = []
-    for base, batches, entries in snap.segments:
-        kept = [b for b in batches if b.last < end]
-        if kept:
-            segments.append((base, kept, [e for e in entries if e[2] < end]))
-    open_txns: dict[int, int] = {}
-    for b in held:
-        if b.control and b.records:
-            open_txns.pop(b.pid, None)
-        elif b.txn and not b.control:
-            open_txns.setdefault(b.pid, b.base)
-    return PartitionSnapshot(held, segments, end), end, min(open_txns.values(), default=None)
-
-
-def _expected_v2(snap: PartitionSnapshot, time_ms, offset, now):
-    cut, end, unstable = _cut_snapshot(snap, time_ms, offset)
-    upper = end if unstable is None else max(base for base, _, _ in cut.segments if base <= unstable)
-    expected, kept_entries = expected_round(cut, now, upper)
-    # .txnindex: the kept abort markers' entries below the bound, the copied ones above it (none of
-    # a marker past the cut)
-    entries = kept_entries | {e for base, _, es in cut.segments if base >= upper for e in es}
-    return expected, entries, end, unstable
 
 
 def _legacy_batches(part_dir: str):
@@ -154,7 +117,7 @@ def _check_output(out, report, src, legacy, time_ms, offsets, now):
     assert set(by_part) == {*V2_PARTS, LEGACY_PART}
     opened = 0
     for part in V2_PARTS:
-        expected, entries, end, unstable = _expected_v2(snapshot(os.path.join(src, part)), time_ms,
+        expected, entries, end, unstable = expected_archive(snapshot(os.path.join(src, part)), time_ms,
                                                         offsets.get(part), now)  # fmt: skip
         got = snapshot(os.path.join(out, part))
         assert {e for _, _, es in got.segments for e in es} == entries, part
@@ -211,13 +174,13 @@ def test_snapshot_as_of_offsets_with_an_open_transaction(sources):
     snaps = {p: snapshot(os.path.join(src, p)) for p in V2_PARTS}
     for _ in range(200):
         offsets = {p: rng.randint(1, snaps[p].batches[-1].last) for p in V2_PARTS}
-        if any(_cut_snapshot(snaps[p], None, offsets[p])[2] is not None for p in V2_PARTS):
+        if any(cut_snapshot(snaps[p], None, offsets[p])[2] is not None for p in V2_PARTS):
             break
     arg = ",".join(f"{p.rsplit('-', 1)[0]}:{p.rsplit('-', 1)[1]}={o}" for p, o in offsets.items())
     out, report, _, _ = _run(root, src, legacy, "as-of-offset", "--as-of-offset", arg)
     _assert_sources_unchanged(src, legacy, hashes)
     # The clock: the newest timestamp the cut partitions hold (the uncut legacy one is not cut).
-    now = max(b.max_ts for p in V2_PARTS for b in _cut_snapshot(snaps[p], None, offsets[p])[0].batches)
+    now = max(b.max_ts for p in V2_PARTS for b in cut_snapshot(snaps[p], None, offsets[p])[0].batches)
     assert report["archive"]["clockMs"] == now
     assert _check_output(out, report, src, legacy, None, offsets, now) >= 1
 

@@ -183,3 +183,46 @@ def _aborted_flags(batches: list[KBatch], entries: list[tuple], upper: int) -> l
         if b.control and b.control_type == ABORT:
             ongoing.discard(b.pid)
     return flags
+
+
+# --- a copy cut as of a time or an offset (compaction/policy/cut.py's rules, restated) ---
+
+
+def held_count(batches, time_ms, offset):
+    """How many leading batches a cut holds: up to the first stamped after `time_ms` or whose last
+    offset reaches `offset`."""
+    for i, b in enumerate(batches):
+        if (offset is not None and b.last >= offset) or (time_ms is not None and b.max_ts > time_ms):
+            return i
+    return len(batches)
+
+
+def cut_snapshot(snap: PartitionSnapshot, time_ms, offset) -> tuple[PartitionSnapshot, int, int | None]:
+    """(the snapshot of the copy, its end offset, the first offset of a transaction open at the cut)."""
+    held = snap.batches[: held_count(snap.batches, time_ms, offset)]
+    end = held[-1].last + 1 if held else 0
+    segments = []
+    for base, batches, entries in snap.segments:
+        kept = [b for b in batches if b.last < end]
+        if kept:
+            segments.append((base, kept, [e for e in entries if e[2] < end]))
+    open_txns: dict[int, int] = {}
+    for b in held:
+        if b.control and b.records:
+            open_txns.pop(b.pid, None)
+        elif b.txn and not b.control:
+            open_txns.setdefault(b.pid, b.base)
+    return PartitionSnapshot(held, segments, end), end, min(open_txns.values(), default=None)
+
+
+def expected_archive(snap: PartitionSnapshot, time_ms, offset, now):
+    """A copy cut as of `time_ms` / `offset` after one round at `now` over every segment, bounded
+    by a transaction open at the cut: (its batches, its `.txnindex` entries, its end offset, the
+    open transaction's first offset)."""
+    cut, end, unstable = cut_snapshot(snap, time_ms, offset)
+    upper = end if unstable is None else max(base for base, _, _ in cut.segments if base <= unstable)
+    expected, kept_entries = expected_round(cut, now, upper)
+    # .txnindex: the kept abort markers' entries below the bound, the copied ones above it (none of
+    # a marker past the cut)
+    entries = kept_entries | {e for base, _, es in cut.segments if base >= upper for e in es}
+    return expected, entries, end, unstable
