@@ -99,6 +99,9 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
             if out.info(f"{out_root}/{p.topic}-{p.partition}") is not None:
                 raise UsageError(f"--output-dir {redact_uri(opts.output_dir)} already holds {p.topic}-{p.partition}, "
                                  "not written by an archive run: give an empty or new output dir")  # fmt: skip
+    # What an interrupted run staged is copied again (the same bytes); only its clock is kept.
+    kept_clock = _kept_clock(st, st_root) if resuming else None
+    delete_tree(st, st_root)
     make_dir(st, st_root)
     progress.phase("copying %d partition(s) up to their cut into %s", len(todo), redact_uri(stage_uri))
     staged_or_error = map_threads(lambda dp: _stage(opts, dp[0], dp[1], st, st_root), todo)
@@ -109,7 +112,7 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
         if not isinstance(s, Staged):
             results.append(rpt.PartitionResult(p.topic, p.partition, redact_uri(d.uri), status=rpt.FAILED,
                                                reason=f"its copy failed: {s}"))  # fmt: skip
-    clock = _clock(opts, st, st_root, list(staged.values()))
+    clock = _clock(opts, st, st_root, list(staged.values()), kept_clock)
     code, failure = 0, None
     if staged:
         code, inner = round_run(_staging_options(opts, stage_uri, clock), progress)
@@ -161,15 +164,20 @@ def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
     try:
         return stage_partition(d.storage, p, start, st, st_root, opts.as_of_time_ms, as_of_offset)
     except (CompactionError, OSError) as exc:
+        delete_tree(st, f"{st_root}/{p.topic}-{p.partition}")  # not for the round to find
         return error_text(exc)
 
 
-def _clock(opts, st: Storage, st_root: str, staged: list[Staged]) -> int:
-    """The round's clock (module docstring, step 3), written to the staging dir once."""
+def _kept_clock(st: Storage, st_root: str) -> int | None:
     plan = f"{st_root}/{PLAN_FILE}"
-    if st.exists(plan):
-        return json.loads(st.read_bytes(plan))["clockMs"]
-    if opts.now_ms_given or (opts.as_of_time_ms is None and not opts.as_of_offsets):
+    return json.loads(st.read_bytes(plan))["clockMs"] if st.exists(plan) else None
+
+
+def _clock(opts, st: Storage, st_root: str, staged: list[Staged], kept: int | None) -> int:
+    """The round's clock (module docstring, step 3), kept in the staging dir for a rerun."""
+    if kept is not None:
+        clock = kept
+    elif opts.now_ms_given or (opts.as_of_time_ms is None and not opts.as_of_offsets):
         clock = opts.now_ms
     elif opts.as_of_time_ms is not None:
         clock = opts.as_of_time_ms
@@ -177,7 +185,7 @@ def _clock(opts, st: Storage, st_root: str, staged: list[Staged]) -> int:
         cut = {tuple(name.rsplit(":", 1)) for name in opts.as_of_offsets}
         clocks = [s.cut.clock_ms for s in staged if s.cut.clock_ms is not None and (s.topic, str(s.partition)) in cut]
         clock = max(clocks, default=opts.now_ms)
-    st.write_atomic(plan, json.dumps({"clockMs": clock}).encode())
+    st.write_atomic(f"{st_root}/{PLAN_FILE}", json.dumps({"clockMs": clock}).encode())
     return clock
 
 
