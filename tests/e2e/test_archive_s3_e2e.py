@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import time
 import pytest
 from e2ekit import REPO, SUBMIT
 from faultkit import kill_session, start_submit
+from motokit import start_moto
 from round_model import expected_archive, snapshot
 
 from compaction.tools.generator import generate_log_dir
@@ -37,30 +37,11 @@ READ_WRITE = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action
 IAM_SET_UP_CALLS = 6  # create_user, put_user_policy, create_access_key for each of two users
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def iam_s3(tmp_path_factory):
     """moto's server with IAM enforced; yields (endpoint, {user: (key id, secret)})."""
-    port = _free_port()
     log = open(tmp_path_factory.mktemp("moto-iam") / "server.log", "w")
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(IAM_SET_UP_CALLS)}
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto server did not start: {open(log.name).read()[-2000:]}") from None
-            time.sleep(0.2)
+    proc, endpoint = start_moto(log, {"INITIAL_NO_AUTH_ACTION_COUNT": str(IAM_SET_UP_CALLS)})
     iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="set-up", aws_secret_access_key="set-up",
                        region_name=REGION)  # fmt: skip
     keys = {}
