@@ -159,6 +159,11 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
 
 
 def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
+    if p.transient or p.has_commit_intent:
+        # Finishing the swap would write to the source; copying around it could lose data.
+        what = p.transient[0] if p.transient else "compaction-commit.json"
+        return (f"{p.path} holds an interrupted swap ({what}): let a broker load it, or run --recover-only on "
+                "it, before copying it")  # fmt: skip
     as_of_offset = opts.as_of_offsets.get(f"{p.topic}:{p.partition}")
     start = d.log_start_offsets.get(p.key, p.segments[0].base_offset if p.segments else 0)
     try:

@@ -22,7 +22,7 @@ import time
 
 import pytest
 from e2ekit import REPO, decode_log, run_job, segment_logs, tree_hashes
-from faultkit import kill_session, start_submit
+from faultkit import kill_session, run_driver_only, start_submit
 from round_model import cut_snapshot, expected_archive, snapshot
 
 from compaction.tools.generator import generate_log_dir
@@ -270,3 +270,35 @@ def _checkpoints(out: str) -> dict[str, str]:
     names = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint",
              "meta.properties")  # fmt: skip
     return {n: open(os.path.join(out, n)).read() for n in names}
+
+
+@pytest.mark.parametrize("case", ["taken", "absent-partition", "interrupted-swap"])
+def test_what_an_archive_refuses(sources, tmp_path, case):
+    """An output partition dir no archive run wrote, an --as-of-offset of no source's partition:
+    usage errors before anything is written. A source partition with an interrupted swap: that
+    partition fails (finishing the swap would write to the source), the others are copied."""
+    _, src, legacy, hashes = sources
+    out = tmp_path / "out"
+    args = ["--log-dir", legacy, "--output-dir", str(out)]
+    if case == "taken":
+        (out / "ledger-1").mkdir(parents=True)
+        done = run_driver_only(src, *args)
+        assert done.returncode == 2 and "already holds ledger-1, not written by an archive run" in done.stderr
+    elif case == "absent-partition":
+        done = run_driver_only(src, *args, "--as-of-offset", "ledger:7=5")
+        assert done.returncode == 2 and "no --log-dir holds ledger-7" in done.stderr
+    else:
+        copy = str(tmp_path / "swapped")
+        shutil.copytree(legacy, copy)
+        _set_writable(copy, True)
+        log = segment_logs(os.path.join(copy, LEGACY_PART))[0]
+        os.rename(log, log + ".swap")
+        code, report, err = run_job(copy, "--log-dir", src, "--output-dir", str(out), report=str(tmp_path / "r.json"))
+        assert code == 1, err
+        by = {(p["topic"], p["partition"]): p for p in report["partitions"]}
+        assert by[("old", 0)]["status"] == "failed" and "interrupted swap" in by[("old", 0)]["reason"]
+        assert by[("old", 0)]["output"] is None and not (out / LEGACY_PART).exists()
+        assert {by[("ledger", p)]["status"] for p in (0, 1)} == {"cleaned"}
+        return
+    assert not [n for n in os.listdir(out) if n != "ledger-1"] if out.exists() else True
+    _assert_sources_unchanged(src, legacy, hashes)
