@@ -30,6 +30,7 @@ import time
 
 from compaction.errors import CompactionError, UsageError, error_text
 from compaction.format import checkpoint as ckpt
+from compaction.round import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock
 from compaction.steps import report as rpt
@@ -92,6 +93,11 @@ def run(opts, progress, round_run) -> tuple[int, dict]:
 
 def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0):
     done = read_markers(out, out_root)
+    for d in dirs:
+        for p in d.partitions:
+            if p.key in done and done[p.key]["asOf"] != _as_of(opts, p.topic, p.partition):
+                raise UsageError(f"--output-dir {redact_uri(opts.output_dir)} holds {p.topic}-{p.partition} as of "
+                                 f"{done[p.key]['asOf']}, not as this run asks: give a new output dir")  # fmt: skip
     resuming = st.info(st_root) is not None
     todo = [(d, p) for d in dirs for p in d.partitions if p.key not in done]
     if not resuming:
@@ -113,9 +119,9 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
             results.append(rpt.PartitionResult(p.topic, p.partition, redact_uri(d.uri), status=rpt.FAILED,
                                                reason=f"its copy failed: {s}"))  # fmt: skip
     clock = _clock(opts, st, st_root, list(staged.values()), kept_clock)
-    code, failure = 0, None
+    failure = None
     if staged:
-        code, inner = round_run(_staging_options(opts, stage_uri, clock), progress)
+        _, inner = round_run(_staging_options(opts, stage_uri, clock), progress)
         failure = inner["failure"]
         results += [rpt.PartitionResult(**e) for e in inner["partitions"]]
         timings.update(inner["timings"])
@@ -154,8 +160,8 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
         s = staged.get(key) or (done[key] if key in done else None)
         entry["cut"] = _cut_entry(s)
     if failure is not None:
-        return 75, report  # round.EXIT_ROUND_FAILED
-    return (1 if failed else 0), report
+        return EXIT_ROUND_FAILED, report
+    return (EXIT_FAILED if failed else EXIT_OK), report
 
 
 def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
@@ -202,9 +208,16 @@ def _staging_options(opts, stage_uri: str, clock: int):
     )  # fmt: skip
 
 
+def _as_of(opts, topic: str, partition: int) -> dict:
+    """What a partition's copy was asked to be (its marker keeps it): a rerun must ask the same."""
+    return {"timeMs": opts.as_of_time_ms, "offset": opts.as_of_offsets.get(f"{topic}:{partition}"),
+            "eraseKeys": opts.erase_keys and redact_uri(opts.erase_keys)}  # fmt: skip
+
+
 def _promote(opts, s: Staged, source: str, cleaner_offset, st, st_root, out, out_root) -> str:
     target = f"{opts.output_dir.rstrip('/')}/{s.name}"
-    marker = marker_for(s, redact_uri(source), redact_uri(target), cleaner_offset)
+    marker = marker_for(s, redact_uri(source), redact_uri(target), cleaner_offset) | {
+        "asOf": _as_of(opts, s.topic, s.partition)}
     promote(st, f"{st_root}/{s.name}", out, out_root, marker)
     return target
 

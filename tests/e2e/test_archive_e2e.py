@@ -272,7 +272,7 @@ def _checkpoints(out: str) -> dict[str, str]:
     return {n: open(os.path.join(out, n)).read() for n in names}
 
 
-@pytest.mark.parametrize("case", ["taken", "absent-partition", "interrupted-swap"])
+@pytest.mark.parametrize("case", ["taken", "absent-partition", "other-cut", "interrupted-swap"])
 def test_what_an_archive_refuses(sources, tmp_path, case):
     """An output partition dir no archive run wrote, an --as-of-offset of no source's partition:
     usage errors before anything is written. A source partition with an interrupted swap: that
@@ -284,6 +284,12 @@ def test_what_an_archive_refuses(sources, tmp_path, case):
         (out / "ledger-1").mkdir(parents=True)
         done = run_driver_only(src, *args)
         assert done.returncode == 2 and "already holds ledger-1, not written by an archive run" in done.stderr
+    elif case == "other-cut":  # an output archived as of one time, rerun as of another
+        code, _, err = run_job(src, *args, "--as-of-time", str(T0 + 500), report=str(tmp_path / "r.json"))
+        assert code == 0, err
+        done = run_driver_only(src, *args, "--as-of-time", str(T0 + 900))
+        assert done.returncode == 2 and "holds ledger-0 as of {'timeMs': 1700000000500" in done.stderr, done.stderr
+        return
     elif case == "absent-partition":
         done = run_driver_only(src, *args, "--as-of-offset", "ledger:7=5")
         assert done.returncode == 2 and "no --log-dir holds ledger-7" in done.stderr
