@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.parse
 
 import pytest
 from e2ekit import REPO, SUBMIT
@@ -61,6 +62,11 @@ def _client(endpoint, key):
                         region_name=REGION)  # fmt: skip
 
 
+def _user_info(key) -> str:
+    """KEY:SECRET for a URI: moto's secrets hold '/' and '+', percent-encoded (pyarrow decodes them)."""
+    return f"{key[0]}:{urllib.parse.quote(key[1], safe='')}"
+
+
 def _objects(client, bucket: str, prefix: str = "") -> dict[str, str]:
     pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
@@ -95,8 +101,8 @@ def runs(iam_s3, tmp_path_factory):
     before = _objects(writer, "backup")
     stamps = [b.max_ts for p in PARTS for b in snapshot(os.path.join(local, p)).batches]
     time_ms = random.Random(17).randint(min(stamps), max(stamps))
-    source = f"s3://{keys['reader'][0]}:{keys['reader'][1]}@backup/logs"
-    out = lambda prefix: f"s3://{keys['writer'][0]}:{keys['writer'][1]}@out/{prefix}"  # noqa: E731
+    source = f"s3://{_user_info(keys['reader'])}@backup/logs"
+    out = lambda prefix: f"s3://{_user_info(keys['writer'])}@out/{prefix}"  # noqa: E731
     env = {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
     args = ("--as-of-time", str(time_ms))
 
