@@ -73,9 +73,10 @@ def sources(opts) -> list[LogDirState]:
     return dirs
 
 
-def run(opts, progress, round_run) -> tuple[int, dict]:
+def run(opts, progress, round_run, copy_threads: int) -> tuple[int, dict]:
     """The archive of `opts.log_dirs` into `opts.output_dir`: (exit code, report). `round_run`
-    is `round.run`, the round that cleans the staging dir."""
+    is `round.run`, the round that cleans the staging dir; `copy_threads` partitions are copied
+    at once (settings.py `archive_copy_threads`)."""
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     dirs = sources(opts)
@@ -85,13 +86,14 @@ def run(opts, progress, round_run) -> tuple[int, dict]:
     make_dir(out, out_root)
     lock = acquire_run_lock(out_root) if out.is_local else None  # one archive run per output dir
     try:
-        return _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0)
+        return _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri,
+                    started_ms, t0)  # fmt: skip
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0):
+def _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0):
     done = read_markers(out, out_root)
     for d in dirs:
         for p in d.partitions:
@@ -110,7 +112,7 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
     delete_tree(st, st_root)
     make_dir(st, st_root)
     progress.phase("copying %d partition(s) up to their cut into %s", len(todo), redact_uri(stage_uri))
-    staged_or_error = map_threads(lambda dp: _stage(opts, dp[0], dp[1], st, st_root), todo)
+    staged_or_error = map_threads(lambda dp: _stage(opts, dp[0], dp[1], st, st_root), todo, copy_threads)
     timings = {"stageSeconds": time.monotonic() - t0}
     staged = {(s.topic, s.partition): s for s in staged_or_error if isinstance(s, Staged)}
     results: list[rpt.PartitionResult] = []
