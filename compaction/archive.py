@@ -30,6 +30,7 @@ import time
 
 from compaction.errors import CompactionError, UsageError, error_text
 from compaction.format import checkpoint as ckpt
+from compaction.round import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock
 from compaction.steps import report as rpt
@@ -72,9 +73,10 @@ def sources(opts) -> list[LogDirState]:
     return dirs
 
 
-def run(opts, progress, round_run) -> tuple[int, dict]:
+def run(opts, progress, round_run, copy_threads: int) -> tuple[int, dict]:
     """The archive of `opts.log_dirs` into `opts.output_dir`: (exit code, report). `round_run`
-    is `round.run`, the round that cleans the staging dir."""
+    is `round.run`, the round that cleans the staging dir; `copy_threads` partitions are copied
+    at once (settings.py `archive_copy_threads`)."""
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     dirs = sources(opts)
@@ -84,14 +86,20 @@ def run(opts, progress, round_run) -> tuple[int, dict]:
     make_dir(out, out_root)
     lock = acquire_run_lock(out_root) if out.is_local else None  # one archive run per output dir
     try:
-        return _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0)
+        return _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri,
+                    started_ms, t0)  # fmt: skip
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0):
+def _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0):
     done = read_markers(out, out_root)
+    for d in dirs:
+        for p in d.partitions:
+            if p.key in done and done[p.key]["asOf"] != _as_of(opts, p.topic, p.partition):
+                raise UsageError(f"--output-dir {redact_uri(opts.output_dir)} holds {p.topic}-{p.partition} as of "
+                                 f"{done[p.key]['asOf']}, not as this run asks: give a new output dir")  # fmt: skip
     resuming = st.info(st_root) is not None
     todo = [(d, p) for d in dirs for p in d.partitions if p.key not in done]
     if not resuming:
@@ -99,9 +107,12 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
             if out.info(f"{out_root}/{p.topic}-{p.partition}") is not None:
                 raise UsageError(f"--output-dir {redact_uri(opts.output_dir)} already holds {p.topic}-{p.partition}, "
                                  "not written by an archive run: give an empty or new output dir")  # fmt: skip
+    # What an interrupted run staged is copied again (the same bytes); only its clock is kept.
+    kept_clock = _kept_clock(st, st_root) if resuming else None
+    delete_tree(st, st_root)
     make_dir(st, st_root)
     progress.phase("copying %d partition(s) up to their cut into %s", len(todo), redact_uri(stage_uri))
-    staged_or_error = map_threads(lambda dp: _stage(opts, dp[0], dp[1], st, st_root), todo)
+    staged_or_error = map_threads(lambda dp: _stage(opts, dp[0], dp[1], st, st_root), todo, copy_threads)
     timings = {"stageSeconds": time.monotonic() - t0}
     staged = {(s.topic, s.partition): s for s in staged_or_error if isinstance(s, Staged)}
     results: list[rpt.PartitionResult] = []
@@ -109,10 +120,10 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
         if not isinstance(s, Staged):
             results.append(rpt.PartitionResult(p.topic, p.partition, redact_uri(d.uri), status=rpt.FAILED,
                                                reason=f"its copy failed: {s}"))  # fmt: skip
-    clock = _clock(opts, st, st_root, list(staged.values()))
-    code, failure = 0, None
+    clock = _clock(opts, st, st_root, list(staged.values()), kept_clock)
+    failure = None
     if staged:
-        code, inner = round_run(_staging_options(opts, stage_uri, clock), progress)
+        _, inner = round_run(_staging_options(opts, stage_uri, clock), progress)
         failure = inner["failure"]
         results += [rpt.PartitionResult(**e) for e in inner["partitions"]]
         timings.update(inner["timings"])
@@ -151,32 +162,43 @@ def _run(opts, progress, round_run, dirs, out, out_root, st, st_root, stage_uri,
         s = staged.get(key) or (done[key] if key in done else None)
         entry["cut"] = _cut_entry(s)
     if failure is not None:
-        return 75, report  # round.EXIT_ROUND_FAILED
-    return (1 if failed else 0), report
+        return EXIT_ROUND_FAILED, report
+    return (EXIT_FAILED if failed else EXIT_OK), report
 
 
 def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
+    if p.transient or p.has_commit_intent:
+        # Finishing the swap would write to the source; copying around it could lose data.
+        what = p.transient[0] if p.transient else "compaction-commit.json"
+        return (f"{p.path} holds an interrupted swap ({what}): let a broker load it, or run --recover-only on "
+                "it, before copying it")  # fmt: skip
     as_of_offset = opts.as_of_offsets.get(f"{p.topic}:{p.partition}")
     start = d.log_start_offsets.get(p.key, p.segments[0].base_offset if p.segments else 0)
     try:
         return stage_partition(d.storage, p, start, st, st_root, opts.as_of_time_ms, as_of_offset)
     except (CompactionError, OSError) as exc:
+        delete_tree(st, f"{st_root}/{p.topic}-{p.partition}")  # not for the round to find
         return error_text(exc)
 
 
-def _clock(opts, st: Storage, st_root: str, staged: list[Staged]) -> int:
-    """The round's clock (module docstring, step 3), written to the staging dir once."""
+def _kept_clock(st: Storage, st_root: str) -> int | None:
     plan = f"{st_root}/{PLAN_FILE}"
-    if st.exists(plan):
-        return json.loads(st.read_bytes(plan))["clockMs"]
-    if opts.now_ms_given or (opts.as_of_time_ms is None and not opts.as_of_offsets):
+    return json.loads(st.read_bytes(plan))["clockMs"] if st.exists(plan) else None
+
+
+def _clock(opts, st: Storage, st_root: str, staged: list[Staged], kept: int | None) -> int:
+    """The round's clock (module docstring, step 3), kept in the staging dir for a rerun."""
+    if kept is not None:
+        clock = kept
+    elif opts.now_ms_given or (opts.as_of_time_ms is None and not opts.as_of_offsets):
         clock = opts.now_ms
     elif opts.as_of_time_ms is not None:
         clock = opts.as_of_time_ms
     else:
-        clocks = [s.cut.clock_ms for s in staged if s.cut.clock_ms is not None and s.cut.ended_by]
+        cut = {tuple(name.rsplit(":", 1)) for name in opts.as_of_offsets}
+        clocks = [s.cut.clock_ms for s in staged if s.cut.clock_ms is not None and (s.topic, str(s.partition)) in cut]
         clock = max(clocks, default=opts.now_ms)
-    st.write_atomic(plan, json.dumps({"clockMs": clock}).encode())
+    st.write_atomic(f"{st_root}/{PLAN_FILE}", json.dumps({"clockMs": clock}).encode())
     return clock
 
 
@@ -188,9 +210,16 @@ def _staging_options(opts, stage_uri: str, clock: int):
     )  # fmt: skip
 
 
+def _as_of(opts, topic: str, partition: int) -> dict:
+    """What a partition's copy was asked to be (its marker keeps it): a rerun must ask the same."""
+    return {"timeMs": opts.as_of_time_ms, "offset": opts.as_of_offsets.get(f"{topic}:{partition}"),
+            "eraseKeys": opts.erase_keys and redact_uri(opts.erase_keys)}  # fmt: skip
+
+
 def _promote(opts, s: Staged, source: str, cleaner_offset, st, st_root, out, out_root) -> str:
     target = f"{opts.output_dir.rstrip('/')}/{s.name}"
-    marker = marker_for(s, redact_uri(source), redact_uri(target), cleaner_offset)
+    marker = marker_for(s, redact_uri(source), redact_uri(target), cleaner_offset) | {
+        "asOf": _as_of(opts, s.topic, s.partition)}
     promote(st, f"{st_root}/{s.name}", out, out_root, marker)
     return target
 

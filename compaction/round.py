@@ -52,7 +52,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
         check_round(opts)
         from compaction import archive  # a copy elsewhere: the sources only read (archive.py)
 
-        return archive.run(opts, progress, run)
+        return archive.run(opts, progress, run, settings.archive_copy_threads)
     check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
     forget_erase_sets()
     locks = lock_log_dirs(opts)

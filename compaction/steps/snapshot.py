@@ -31,6 +31,7 @@ from compaction.format.layout import LEGACY_TIMESTAMP_OFFSET, MAGIC_OFFSET, MAGI
 from compaction.format.segment import SegmentReader
 from compaction.format.txnindex import read_txn_index, write_txn_index
 from compaction.policy.cut import Cut, cut_log
+from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir
 
@@ -140,6 +141,7 @@ def stage_partition(src: Storage, part: PartitionDir, log_start_offset: int, dst
     metadata = f"{part.path}/{PARTITION_METADATA}"
     if src.exists(metadata):
         dst.write_durable(f"{dst_dir}/{PARTITION_METADATA}", src.read_bytes(metadata))
+    crash_point("staged")
     return Staged(part.topic, part.partition, part.path, cut, start, len(copier.written) + 1)
 
 
@@ -192,6 +194,7 @@ def promote(staging: Storage, staged_dir: str, out: Storage, out_root: str, mark
         for info in staging.list_dir(staged_dir):
             out.write_durable(f"{target}/{info.name}", staging.read_bytes(info.path))
         delete_tree(staging, staged_dir)
+    crash_point("promoted")
     out.write_atomic(marker_path(out_root, marker["topic"], marker["partition"]),
                      json.dumps(marker, sort_keys=True).encode())  # fmt: skip
     return target

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import time
 import pytest
 from e2ekit import REPO, SUBMIT, decode_partition
 from faultkit import assert_loads, expected_after, kill_session, parts, start_submit
+from motokit import start_moto
 
 from compaction.tools.generator import generate_log_dir
 
@@ -42,29 +42,11 @@ NOW = 1_800_000_000_000
 KEY, SECRET, REGION = "AKIAEXAMPLEKEY", "s3cr3t-never-logged", "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
     """moto's S3 server (`moto[server]`, a test extra) on a free port of 127.0.0.1."""
-    port = _free_port()
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto server did not start: {open(log.name).read()[-2000:]}") from None
-            time.sleep(0.2)
+    proc, endpoint = start_moto(log)
     yield endpoint
     proc.terminate()
     proc.wait(timeout=30)

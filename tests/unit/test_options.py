@@ -88,3 +88,26 @@ def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(t
     from compaction.steps.plan_round import task_count
 
     assert task_count(total, cores, per_core) == tasks
+
+
+def test_archive_options_parse():
+    opts = parse_args(["--log-dir", "a", "--output-dir", "out", "--as-of-time", "2025-11-27T10:00:00Z",
+                       "--as-of-offset", "orders:0=15,orders:1=7"])  # fmt: skip
+    assert (opts.output_dir, opts.as_of_time_ms, opts.as_of_offsets) == (
+        "out", 1764237600000, {"orders:0": 15, "orders:1": 7})
+    assert not opts.now_ms_given and parse_args(["--log-dir", "a", "--now-ms", "5"]).now_ms_given
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--as-of-time", "5"], "need --output-dir"),
+    (["--as-of-offset", "t:0=5"], "need --output-dir"),
+    (["--output-dir", "o", "--as-of-time", "2025-11-27"], "--as-of-time: '2025-11-27' has no zone"),
+    (["--output-dir", "o", "--as-of-offset", "t=5"], "--as-of-offset: 't=5' is not TOPIC:PARTITION=OFFSET"),
+    (["--output-dir", "o", "--dry-run"], "cannot be combined with --output-dir"),
+    (["--output-dir", "o", "--recover-only"], "cannot be combined with --output-dir"),
+    (["--output-dir", "a/"], "is also a --log-dir"),
+])
+def test_archive_usage_errors(args, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--log-dir", "a", *args])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
