@@ -13,8 +13,8 @@ DESCRIPTION = __doc__
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-dir", required=True, help="Kafka log dir: a path or a URI (s3://bucket/logs, ...)")
-    parser.add_argument("--out", required=True, help="where the Parquet goes: a path or a URI (must be empty)")
+    parser.add_argument("--log-dir", required=True, help="Kafka log dir: a path or a URI (s3://bucket/logs)")
+    parser.add_argument("--out", required=True, help="where the Parquet goes: a path or a URI (empty)")
     parser.add_argument("--format", default="parquet", choices=["parquet"], help="output format (parquet)")
     parser.add_argument("--topics", help="regex of the topics to export (whole names; default all)")
     cut = parser.add_mutually_exclusive_group()

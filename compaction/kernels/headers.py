@@ -84,7 +84,7 @@ def walk_headers(file, side, split, start, has_headers):
     has_headers = np.ascontiguousarray(has_headers, dtype=np.bool_)
     counts = np.empty(len(start), np.int32)
     total = _count_kernel(file, side, split, start, has_headers, counts)
-    cols = (np.empty(total, np.int64), np.empty(total, np.int32), np.empty(total, np.int64), np.empty(total, np.int32))
+    cols = tuple(np.empty(total, dt) for dt in (np.int64, np.int32, np.int64, np.int32))
     _fill_kernel(file, side, split, start, counts, *cols)
     return (counts, *cols)
 

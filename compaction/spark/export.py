@@ -19,7 +19,8 @@ def run_export(opts: ReadOptions, out_uri: str, master: str | None) -> list[dict
     splits = plan_splits(opts)
     if not splits:
         return []
-    conf = SparkConf().setIfMissing("spark.app.name", "kafka-compaction-export").set("spark.ui.enabled", "false")
+    conf = SparkConf().setIfMissing("spark.app.name", "kafka-compaction-export")
+    conf.set("spark.ui.enabled", "false")
     # Two attempts of one task would write the same file: no speculative copies.
     conf.set("spark.speculation", "false")
     if master:

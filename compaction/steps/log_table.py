@@ -155,7 +155,8 @@ class ReadOptions:
                 raise UsageError(f"option subscribePattern: {exc}") from None
         isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
         if isolation not in ("read_committed", "read_uncommitted"):
-            raise UsageError(f"option kafka.isolation.level: read_committed or read_uncommitted, not {isolation!r}")
+            raise UsageError(f"option kafka.isolation.level: read_committed or read_uncommitted, "
+                             f"not {isolation!r}")
         out = cls(
             path=path, topics=pattern or None,
             starting=_offsets_json(opts, "startingOffsets", EARLIEST),
@@ -294,7 +295,8 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
             continue
         refs = [SegmentRef(s.log.path, s.base_offset, s.log.size, n.base_offset if n else None)
                 for s, n in zip(segs, segs[1:] + [None])]  # fmt: skip
-        keep = [i for i, r in enumerate(refs) if r.base_offset < hi and (r.next_base_offset is None or r.next_base_offset > lo)]
+        keep = [i for i, r in enumerate(refs)
+                if r.base_offset < hi and (r.next_base_offset is None or r.next_base_offset > lo)]
         if not keep:
             continue
         first, last = keep[0], keep[-1] + 1
@@ -474,7 +476,8 @@ def _binary(scan: SegmentScan, pos: np.ndarray, length: np.ndarray, typ=pa.binar
     n = len(length)
     nulls = int(n - np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(typ, n, buffers, null_count=nulls)
 
 
 def _sequences(base_sequence: np.ndarray, delta: np.ndarray) -> np.ndarray:
@@ -494,10 +497,12 @@ def _headers(scan: SegmentScan, rows: np.ndarray, v2: np.ndarray) -> pa.Array:
     values = _binary(scan, vp, vl)
     offsets = np.zeros(len(counts) + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays([keys, values], ["key", "value"]))
+    pairs = pa.StructArray.from_arrays([keys, values], ["key", "value"])
+    return pa.ListArray.from_arrays(pa.array(offsets), pairs)
 
 
-def record_batches(split: Split, scan: SegmentScan, rows: np.ndarray, include_headers: bool) -> Iterator[pa.RecordBatch]:
+def record_batches(split: Split, scan: SegmentScan, rows: np.ndarray,
+                   include_headers: bool) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The rows `rows` (indexes into the scan's records) as record batches of the schema."""
     rec, b = scan.records, scan.batches
     schema = arrow_schema(include_headers)

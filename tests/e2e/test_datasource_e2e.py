@@ -14,7 +14,8 @@ import pytest
 from chispa import assert_df_equality
 from e2ekit import REPO, decode_partition, latest_per_key, state_offsets_as_of
 from e2ekit import decode_log_dir as kafka_python
-from test_s3_e2e import KEY, REGION, SECRET, _client, _download, _upload, s3_endpoint  # noqa: F401
+from test_s3_e2e import KEY, REGION, SECRET, _client, _download, _upload
+from test_s3_e2e import s3_endpoint  # noqa: F401 - moto's S3 server, a fixture of that module
 
 
 import compaction
@@ -98,7 +99,7 @@ def test_timestamp_filter_then_count_per_key_on_the_same_dataframe(spark, kafka_
 
 
 @pytest.mark.slow
-def test_export_on_s3_reads_back_in_pyarrow_and_duckdb(tmp_path, s3_endpoint):
+def test_export_on_s3_reads_back_in_pyarrow_and_duckdb(tmp_path, s3_endpoint):  # noqa: F811
     """`export` from a bucket to a bucket (moto's S3 server), as of an offset: the Parquet read
     back with pyarrow straight from S3 and with DuckDB from a download, both equal to the latest
     committed record per key that kafka-python decodes below the cut."""
