@@ -80,6 +80,7 @@ class JobOptions:
     output_dir: str | None = None
     as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
     as_of_offsets: dict[str, int] = field(default_factory=dict)  # --as-of-offset: "topic:partition" -> offset
+    purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -109,7 +110,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     )
     p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
-                   help="a Kafka log dir (local path, file://, s3://, hdfs://, gs://); repeatable")
+                   help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable")
     p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
     p.add_argument("--now-ms", type=int, default=None,
                    help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
@@ -170,6 +171,11 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--as-of-offset", metavar="TOPIC:PARTITION=OFFSET,...",
                    help="with --output-dir: those partitions' logs end at OFFSET (exclusive, a log end "
                         "offset: the batches whose last offset is below it)")  # fmt: skip
+    p.add_argument("--purge-noncurrent-versions", action="store_true",
+                   help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
+                        "markers) of the selected partitions' segment objects, what this round and earlier ones "
+                        "replaced, and nothing else, so that their space is freed and erased records are in no "
+                        "version; required with --erase-keys there")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
     return p
@@ -307,6 +313,7 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         output_dir=args.output_dir,
         as_of_time_ms=as_of_time,
         as_of_offsets={f"{t}:{p}": o for (t, p), o in as_of.items()},
+        purge_noncurrent_versions=args.purge_noncurrent_versions,
     )
 
 
