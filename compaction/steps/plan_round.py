@@ -312,7 +312,7 @@ def discover_and_plan(
         ld = (listed or {}).get(uri)
         if ld is None:
             t = time.monotonic()
-            ld = read_log_dir(uri, opts.topics)
+            ld = read_log_dir(uri, opts.topics, opts.partitions)
             if timings is not None:
                 timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
         dirs.append(ld)
