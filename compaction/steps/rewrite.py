@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from compaction.runtime import task_progress
 from compaction.errors import DiskFullError
 from compaction.format import batch as fb
 from compaction.format.index_build import build_indexes
@@ -276,6 +277,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
             for seg in own[spec.group_id]:
                 scan, data = next(inputs)
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+                task_progress.count(done=seg.size)  # the driver's progress line
                 if spec.erase_only:
                     entries.extend(_erase_only_txn_entries(spec, seg))
                 del scan, data
@@ -320,6 +322,7 @@ def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCach
         for seg in spec.segments:
             scan, data = next(inputs)
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+            task_progress.count(done=seg.size)  # the driver's progress line
             del scan, data
     writer.close()
     return out, stats

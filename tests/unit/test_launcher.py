@@ -457,12 +457,16 @@ def test_progress_counts_every_job_since_it_started_also_one_that_ended_between_
 def test_progress_line_and_bar():
     from compaction.cli.progress import Reporter, Snapshot, bar, describe
 
-    s = Snapshot(tasks_done=3, tasks_total=4, running=1, elapsed=10.0, total_bytes=400 * 1_048_576)
-    assert s.bytes_done == 300 * 1_048_576 and s.rate == 30 * 1_048_576 and s.eta == pytest.approx(10 / 3)
+    mb = 1_048_576
+    s = Snapshot(tasks_done=0, tasks_total=2, running=2, elapsed=10.0, total_bytes=400 * mb, read=300 * mb,
+                 written=100 * mb, work_done=600 * mb, work_total=800 * mb, rate=40 * mb, work_rate=50 * mb)
+    assert s.fraction == 0.75 and s.eta == pytest.approx(4.0)  # 200 MB of work left at 50 MB/s
     line = describe(s, partitions=12)
-    assert "3/4 tasks (1 running) for 12 partitions" in line and "~300.0 of 400.0 MB scanned" in line
-    assert "30.0 MB/s" in line and "ETA 0:00:03" in line
+    assert "0/2 tasks (2 running) for 12 partitions" in line
+    assert "300.0 MB read, 100.0 MB written of 400.0 MB planned" in line
+    assert "40.0 MB/s" in line and "75% done" in line and "ETA 0:00:04" in line
     assert bar(s, width=8) == "[######--]  75.0%"
+    assert Snapshot(0, 2, 2, 1.0, 400 * mb, work_total=800 * mb).eta is None  # nothing done yet: no guess
     tty = io.StringIO()
     Reporter(stream=tty, tty=True).draw(s, 12)
     assert tty.getvalue().startswith("\r[") and "\n" not in tty.getvalue()  # redrawn in place
@@ -470,4 +474,15 @@ def test_progress_line_and_bar():
     logs.setup("json", plain)
     Reporter(stream=io.StringIO(), tty=False).draw(s, 12)
     row = json.loads(plain.getvalue())
-    assert row["event"] == "progress" and row["tasksDone"] == 3 and row["bytesTotal"] == 400 * 1_048_576
+    assert row["event"] == "progress" and row["tasksRunning"] == 2 and row["bytesTotal"] == 400 * mb
+    assert row["bytesRead"] == 300 * mb and row["bytesWritten"] == 100 * mb and row["etaSeconds"] == 4.0
+
+
+def test_the_launcher_tells_the_driver_when_its_output_reaches_a_terminal(monkeypatch):
+    """spark-submit pipes the driver's output: only the launcher sees the user's terminal."""
+    from compaction.cli.progress import TTY_ENV, Reporter
+
+    monkeypatch.setenv(TTY_ENV, "1")
+    assert Reporter(stream=io.StringIO())._tty
+    monkeypatch.delenv(TTY_ENV)
+    assert not Reporter(stream=io.StringIO())._tty
