@@ -185,7 +185,9 @@ def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned]
 
 def _args_echo(opts: JobOptions) -> dict:
     args = dataclasses.asdict(opts)
-    args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
+    # Absolute, so that a report or a metric read on another host still says which dirs; and
+    # s3://KEY:SECRET@... stays out.
+    args["log_dirs"] = [redact_uri(uri if "://" in uri else os.path.abspath(uri)) for uri in opts.log_dirs]
     for name in ("report", "report_html", "metrics_file", "erase_keys"):
         args[name] = getattr(opts, name) and redact_uri(getattr(opts, name))
     return args

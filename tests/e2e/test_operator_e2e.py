@@ -175,8 +175,10 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     assert tree_hashes(str(work / "users-0")) == damaged
     assert not (work / ".compaction.lock").exists()
     # the metrics file, read by Prometheus' own parser
-    samples = {(s.name, tuple(s.labels.items())): s.value
-               for fam in text_string_to_metric_families(prom.read_text()) for s in fam.samples}  # fmt: skip
+    families = list(text_string_to_metric_families(prom.read_text()))
+    assert {s.labels["round"] for fam in families for s in fam.samples} == {str(work)}  # absolute
+    samples = {(s.name, tuple((k, v) for k, v in s.labels.items() if k not in ("round", "mode"))): s.value
+               for fam in families for s in fam.samples}  # fmt: skip
     assert samples[("kafka_compaction_last_run_exit_code", ())] == 1
     assert samples[("kafka_compaction_last_run_partitions", (("status", "cleaned"),))] == 2
     assert samples[("kafka_compaction_last_run_partitions", (("status", "failed"),))] == 1
