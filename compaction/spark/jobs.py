@@ -112,9 +112,13 @@ def run_stages(
         if idx:
             t = time.monotonic()
             r, rp = stage(sc, [todo[i] for i in idx], opts, timings, settings, progress)
+            elapsed = time.monotonic() - t
+            if stage is _run_ranges:
+                for row in r.values():  # a cut partition takes the whole stage: its seconds
+                    row["stage_seconds"] = elapsed
             results.update(r)
             replan.update({idx[k]: v for k, v in rp.items()})
-            timings[key] = timings.get(key, 0.0) + time.monotonic() - t
+            timings[key] = timings.get(key, 0.0) + elapsed
     return results, replan
 
 

@@ -346,6 +346,7 @@ def to_clean(
     if opts.recover_only or opts.plan_only:
         for p in todo:
             what = "eligible" if p.plan.eligible and not opts.erase_only else "to erase"
+            p.result.status = rpt.ELIGIBLE  # not skipped: a round would take it
             p.result.reason = f"{what} (plan only)" if opts.plan_only else f"{what} (recover only)"
     return todo
 
