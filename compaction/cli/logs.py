@@ -146,8 +146,8 @@ def totals_line(totals: dict, seconds: float | None, mode: str = ROUND) -> str:
         return (f"dry run done{took}: {eligible}; {mb('dirtyBytes')} MB dirty, {mb('reclaimableBytes')} MB "
                 f"and {totals.get('reclaimableRecords', 0)} records reclaimable; nothing written")  # fmt: skip
     if mode == PLAN_ONLY:
-        return (f"plan done{took}: {eligible}; {mb('dirtyBytes')} MB dirty (not scanned: --dry-run tells the "
-                "reclaimable bytes); nothing written")  # fmt: skip
+        return (f"plan done{took}: {eligible}; {mb('dirtyBytes')} MB dirty (not scanned: --dry-run measures what a "
+                "round would free); nothing written")  # fmt: skip
     return (f"recovery done{took}: {counts}, {totals.get('eligible', 0)} eligible (not compacted: "
             f"--recover-only), {failed}")  # fmt: skip
 
