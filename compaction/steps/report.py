@@ -123,7 +123,7 @@ def reclaim_table(report: dict) -> str:
     freed) its dirty ratio and bytes and what the round freed (a dry run: would free; a plan,
     which scans nothing, knows only the dirty bytes), then per topic and overall."""
     args = report.get("args", {})
-    freed = () if args.get("plan_only") else (
+    freed = () if args.get("plan_only") or args.get("recover_only") else (
         ("reclaimable MiB", "reclaimable records") if args.get("dry_run") else ("reclaimed MiB", "records removed"))
     rows = [("partition", "status", "dirty ratio", "dirty MiB", *freed)]
 
