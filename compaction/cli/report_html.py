@@ -53,11 +53,10 @@ RECOVER_ONLY = Wording("Recovery only", "bytes read", "bytes written", "reclaime
 
 
 def wording_of(args: dict) -> Wording:
-    if args.get("plan_only"):
-        return PLAN_ONLY
-    if args.get("recover_only"):
-        return RECOVER_ONLY
-    return DRY_RUN if args.get("dry_run") else ROUND
+    from compaction.cli import logs
+
+    return {logs.ROUND: ROUND, logs.DRY_RUN: DRY_RUN, logs.PLAN_ONLY: PLAN_ONLY,
+            logs.RECOVER_ONLY: RECOVER_ONLY}[logs.mode_of(args)]  # fmt: skip
 
 
 def render(report: dict) -> str:

@@ -25,22 +25,13 @@ import sys
 
 import headless_chromium
 import pytest
-from e2ekit import REPO, SUBMIT, tree_hashes
+from e2ekit import REPO, SUBMIT, corrupt_first_batch, tree_hashes
 from html_page import Page, expected_rows, partition_rows
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 NOW = 1_800_000_000_000
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-
-
-def _corrupt_first_batch(part_dir):
-    first = sorted(n for n in os.listdir(part_dir) if n.endswith(".log"))[0]
-    with open(os.path.join(part_dir, first), "r+b") as fh:
-        fh.seek(70)  # inside the first batch's records: its CRC no longer matches
-        byte = fh.read(1)
-        fh.seek(70)
-        fh.write(bytes([byte[0] ^ 0xFF]))
 
 
 def _submit(logs, *args, cwd=REPO):
@@ -70,7 +61,7 @@ def runs(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "compaction", "generate", str(logs), "--topics", "orders:2,users:1",
                     "--records", "4000", "--keys", "300", "--codec", "mixed", "--segment-bytes", "30k",
                     "--seed", "7"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
-    _corrupt_first_batch(logs / "users-0")
+    corrupt_first_batch(logs / "users-0")
     prom = root / "textfile" / "kafka_compaction.prom"
     prom.parent.mkdir()
     out = {"root": root, "logs": logs, "prom": prom}

@@ -19,7 +19,7 @@ import sys
 import time
 
 import pytest
-from e2ekit import REPO, SUBMIT, decode_partition, latest_per_key, tree_hashes
+from e2ekit import REPO, SUBMIT, corrupt_first_batch, decode_partition, latest_per_key, tree_hashes
 from prometheus_client.parser import text_string_to_metric_families
 
 NOW = 1_800_000_000_000
@@ -118,22 +118,13 @@ def test_help_and_version_need_no_java(no_java):
     assert "compact " in listing.stdout
 
 
-def _corrupt_first_batch(part_dir):
-    first = sorted(n for n in os.listdir(part_dir) if n.endswith(".log"))[0]
-    with open(os.path.join(part_dir, first), "r+b") as fh:
-        fh.seek(70)  # inside the first batch's records: its CRC no longer matches
-        byte = fh.read(1)
-        fh.seek(70)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     work = tmp_path / "kafka-logs"
     shutil.copytree(log_dir, work)
-    _corrupt_first_batch(work / "users-0")
+    corrupt_first_batch(work / "users-0")
     before = {p: decode_partition(str(work / p)) for p in ("orders-0", "orders-1")}
     damaged = tree_hashes(str(work / "users-0"))
     report, prom = tmp_path / "report.json", tmp_path / "textfile" / "kafka_compaction.prom"
