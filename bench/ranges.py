@@ -77,7 +77,7 @@ def _profiled(path: Path | None):
     if path is None:
         yield
         return
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.thread_time)  # CPU of the task thread: waits and other load excluded
     prof.enable()
     try:
         yield

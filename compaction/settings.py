@@ -53,6 +53,10 @@ PROGRESS_SECONDS = 5.0
 # The compiled kernels' store by default: beside the first log dir, on the store every executor
 # reads and writes already, and that outlives the executors (runtime/kernel_store.py).
 KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
+# An archive of another key (an older release, numba, Python, or a CPU type gone from the cluster)
+# untouched this long is removed when a new key is published: a store kept for years holds the
+# keys in use, and a key still in use but removed costs one compile before it is published again.
+KERNEL_CACHE_KEEP_SECONDS = 30 * 24 * 3600
 # The most bytes one compressed batch's records may inflate to (`--max-inflated-batch-bytes`);
 # a batch beyond it fails its partition. Kafka's readers stream a batch's records and never hold
 # them; the scan holds a batch inflated, so what a batch may claim is bounded here. 1 GiB is

@@ -17,6 +17,9 @@ executors of different CPUs, or of an older release, each have their own and nev
   of this key yet, or this process had to compile, this host's cache is written there as one
   archive that appears whole (a rename on a filesystem, a single upload on an object store):
   executors writing at once, or a retried task, leave one whole archive.
+- `prune` (after a publish wrote a new archive): the archives of other keys, and writers' leftover
+  temporary files, not written for `KERNEL_CACHE_KEEP_SECONDS`, are deleted, so a store does not
+  grow by an archive for every release and CPU type it ever saw.
 
 Both are best efforts: a store that cannot be read or written costs the compile it was meant to
 save, never the round.
@@ -25,11 +28,14 @@ save, never the round.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+import time
 import uuid
 
 from compaction.kernels import cache
 from compaction.runtime.storage import Storage
+from compaction.settings import KERNEL_CACHE_KEEP_SECONDS
 
 DISABLED = ("off", "none", "false")
 
@@ -104,6 +110,7 @@ def publish(uri: str | None, compiled: bool) -> str:
         if not data:
             return "empty"
         _write_whole(storage, path, data)
+        prune(storage, os.path.dirname(path), key)
         return "written"
     except Exception as exc:  # noqa: BLE001 - a read-only store: the next fresh executor compiles
         return f"failed: {type(exc).__name__}: {exc}"
@@ -130,3 +137,25 @@ def _write_whole(storage: Storage, path: str, data: bytes) -> None:
         tmp = f"{path}.tmp.{uuid.uuid4().hex[:12]}"
         storage.write_durable(tmp, data)
         storage.rename(tmp, path, durable=False)
+
+
+# The store's own files: archives and their writers' temporary names (`_write_whole`). Anything
+# else in the directory is not the job's and is never deleted.
+_STORE_FILE = re.compile(r"kernels-[0-9a-f]+\.zip(\.tmp\.[0-9A-Za-z_]+)?")
+
+
+def prune(storage: Storage, base: str, key: cache.CacheKey, now: float | None = None) -> list[str]:
+    """Delete the store's files other than `key`'s archive untouched for
+    `KERNEL_CACHE_KEEP_SECONDS`; returns their names. Best effort, as the store itself."""
+    cutoff_ns = int(((time.time() if now is None else now) - KERNEL_CACHE_KEEP_SECONDS) * 1e9)
+    removed = []
+    try:
+        for f in storage.list_dir(base):
+            if f.is_dir or f.name == key.archive_name or not _STORE_FILE.fullmatch(f.name):
+                continue
+            if f.mtime_ns is not None and f.mtime_ns < cutoff_ns:
+                storage.delete(f.path, missing_ok=True)
+                removed.append(f.name)
+    except OSError:
+        pass  # a store that cannot be listed or deleted from keeps its files; nothing else is lost
+    return removed

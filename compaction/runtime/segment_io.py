@@ -38,8 +38,8 @@ Writes (`SegmentWriter`, `--write-mode`): batches are copied into a page-aligned
 `direct` (default) the file is opened with `O_DIRECT`: no page-cache pages are allocated per run
 (writev into the page cache cost ~0.35 s per 512 MiB partition in the job on the bench VM, against
 ~0.03 s in a warm process). The last, partial buffer is written padded to the block size and the
-file truncated to its length. `close` fsyncs the file and its directory either way; O_DIRECT is
-not durability. `buffered` writes the same buffers through the page cache.
+file truncated to its length. `close` fsyncs the file and its directory either way (at the end of
+the open `durability.deferred()` batch, if any); O_DIRECT is not durability. `buffered` writes the same buffers through the page cache.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from compaction.runtime import task_progress, throttle
+from compaction.runtime import durability, task_progress, throttle
 from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
 
@@ -340,10 +340,13 @@ class SegmentWriter:
                 self._write_at(self._buf, padded, self._offset)
                 if padded != n:
                     os.ftruncate(self._file.fileno(), end)
-            os.fsync(self._file.fileno())
+            synced_later = durability.later(self.path)
+            if not synced_later:
+                os.fsync(self._file.fileno())
         finally:
             if self._thread is not None:
                 self._thread.shutdown(wait=True)
             self._file.close()
             self._buf, self._free = None, []
-        Storage.local().fsync_dir(posixpath.dirname(self.path) or ".")
+        if not synced_later:
+            Storage.local().fsync_dir(posixpath.dirname(self.path) or ".")

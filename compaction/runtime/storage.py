@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from compaction.errors import CompactionError
+from compaction.runtime import durability
 from compaction.runtime.faults import crash_point
 from compaction.runtime.s3 import ObjectDeleter, base_s3, redact_uri
 
@@ -172,7 +173,8 @@ class Storage:
     def write_durable(self, path: str, data: bytes | memoryview | Iterable[bytes]) -> int:
         """Create/overwrite `path` with `data` and make it durable; returns bytes written.
 
-        Local: write, fsync the file, fsync its directory. Elsewhere: a completed upload is durable.
+        Local: write, fsync the file, fsync its directory (at the end of the open
+        `durability.deferred()` batch, if any). Elsewhere: a completed upload is durable.
         Not atomic by itself: readers may see a partial file until it returns (use `write_atomic`
         or a temporary name such as `.cleaned`).
         """
@@ -185,10 +187,13 @@ class Storage:
             try:
                 for chunk in chunks:
                     written += _write_all(fd, chunk)
-                os.fsync(fd)
+                synced_later = durability.later(path)
+                if not synced_later:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
-            self.fsync_dir(posixpath.dirname(path) or ".")
+            if not synced_later:
+                self.fsync_dir(posixpath.dirname(path) or ".")
             return written
         # compression=None: the default 'detect' would guess a codec from the file extension.
         with self.fs.open_output_stream(path, compression=None) as out:

@@ -110,7 +110,6 @@ class Work:
     the task that rewrites it}; `holder` {range id: the task that scanned it}; `buckets` each
     task's merge buckets; `early` the units that need nothing from the merge."""
 
-    scans: dict[int, dict]
     dead: dict[int, str]
     units: dict[int, list[int]]
     split: frozenset[int]
@@ -137,7 +136,7 @@ class Work:
         task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}  # a cut group is its own unit
         buckets = _deal(plan, scans, dead, units, task_of, holder)
         early = frozenset(g for g, unit in units.items() if _needs_no_merge(unit, plan))
-        return cls(scans, dead, units, frozenset(split), task_of, holder, buckets, early)
+        return cls(dead, units, frozenset(split), task_of, holder, buckets, early)
 
     def rewrites(self, t: int, plan: RangePlan, early: bool) -> dict[int, list[list[int]]]:
         """{partition: its units} that task `t` rewrites, those that need no merge or the others."""
@@ -191,17 +190,15 @@ def _run(t: int, plan: RangePlan, ex: Exchange, cache, held: dict, rows: list[di
         ex.post("merge", t, {"error": error})
     marks["posted"] = time.monotonic()
     # The units whose rewrite needs nothing from the merge go first, without waiting for it.
-    for p, units in work.rewrites(t, plan, early=True).items():
-        if p not in work.dead:
-            rows += _rewrite(p, units, plan, ex, held, cache, work)
+    for p, units in work.rewrites(t, plan, early=True).items():  # a damaged partition has no units
+        rows += _rewrite(p, units, plan, ex, held, cache, work)
     marks["rewritten"] = time.monotonic()
     merge_errors = [s["error"] for s in ex.gather("merge", n_tasks) if s["error"]]
     marks["merged"] = time.monotonic()
     for r in work.parts_of(t, plan):
         _write_part(t, r, plan, ex, held, cache, merge_errors)
     for p, units in work.rewrites(t, plan, early=False).items():
-        if p not in work.dead:
-            rows += _rewrite_after_merge(p, units, plan, ex, held, cache, work, merge_errors)
+        rows += _rewrite_after_merge(p, units, plan, ex, held, cache, work, merge_errors)
 
 
 def _rewrite_after_merge(p: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,

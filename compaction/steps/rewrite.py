@@ -49,6 +49,7 @@ from compaction.policy.retention import (
     retain_legacy_deletes,
 )
 from compaction.policy.txn_state import CleanedTransactionMetadata
+from compaction.runtime import durability
 from compaction.steps.emit import emit_segment
 from compaction.steps.erase import ERASED, ErasingMap, EraseError
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
@@ -265,7 +266,9 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     own = {spec.group_id: spec.segments[slice(*parts[spec.group_id][:2])] if spec.group_id in parts else spec.segments
            for spec in specs}  # fmt: skip
     todo = [(spec, seg) for spec in specs for seg in own[spec.group_id]]
-    with _segment_inputs(specs, todo, cache) as inputs, _disk_full(specs) as writing:
+    # The groups' files are made durable together when the unit is done (runtime/durability.py):
+    # inside `_disk_full`, which names the file of a late ENOSPC.
+    with _segment_inputs(specs, todo, cache) as inputs, _disk_full(specs) as writing, durability.deferred():
         for spec in specs:
             started = time.monotonic()
             out, stats, entries = Output(), _Stats(), []
@@ -318,13 +321,13 @@ def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCach
     out, stats = Output(writer=writer), _Stats()
     txn = CleanedTransactionMetadata()
     txn.set_cleaned_index([])
-    with _segment_inputs([spec], [(spec, seg) for seg in spec.segments], cache) as inputs:
+    with _segment_inputs([spec], [(spec, seg) for seg in spec.segments], cache) as inputs, durability.deferred():
         for seg in spec.segments:
             scan, data = next(inputs)
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
             task_progress.count(done=seg.size)  # the driver's progress line
             del scan, data
-    writer.close()
+        writer.close()
     return out, stats
 
 

@@ -17,6 +17,7 @@ import os
 import pkgutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -26,7 +27,8 @@ import compaction
 from compaction.kernels import cache
 from compaction.kernels.cache import CacheKey, CacheRejected
 from compaction.runtime import kernel_store
-from compaction.settings import KERNEL_CACHE_NAME, Settings, beside
+from compaction.runtime.storage import Storage
+from compaction.settings import KERNEL_CACHE_KEEP_SECONDS, KERNEL_CACHE_NAME, Settings, beside
 from compaction.spark.warmup import compiled_kernels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,6 +205,30 @@ def test_publish_then_fetch_on_a_fresh_host(tmp_path, monkeypatch):
     assert kernel_store.fetch(str(store)) == "fetched"
     assert cache.cache_files(cache.local_dir()) == cache.cache_files(str(tmp_path / "host-a" / cache.current_key().dir_name))
     assert kernel_store.fetch(str(store)) == "local"
+
+
+def test_publishing_a_new_key_prunes_only_the_stores_old_files(tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    store.mkdir()
+    day = 24 * 3600
+    old = time.time() - KERNEL_CACHE_KEEP_SECONDS - day
+    names = {
+        "kernels-00aa.zip": old,  # another key, untouched past the limit: removed
+        "kernels-00bb.zip.tmp.a1b2c3": old,  # a killed writer's leftover: removed
+        "kernels-00cc.zip": time.time() - day,  # another key in use lately: kept
+        "notes.txt": old,  # not the store's own: kept
+        "kernels-00dd.zip.bak": old,  # not a name the store writes: kept
+    }
+    for name, mtime in names.items():
+        (store / name).write_bytes(b"x")
+        os.utime(store / name, (mtime, mtime))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "host"))
+    make_cache(Path(cache.local_dir()))
+    assert kernel_store.publish(str(store), compiled=False) == "written"
+    own = cache.current_key().archive_name
+    assert sorted(p.name for p in store.iterdir()) == sorted(["kernels-00cc.zip", "notes.txt", "kernels-00dd.zip.bak", own])
+    os.utime(store / own, (old, old))  # this key's own archive is never pruned, however old
+    assert kernel_store.prune(Storage.local(), str(store), cache.current_key()) == []
 
 
 def test_a_damaged_archive_on_the_store_is_not_fetched(tmp_path, monkeypatch):

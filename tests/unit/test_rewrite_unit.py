@@ -723,3 +723,37 @@ def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, le
         outputs.append(_cleaned_files(log_dir))
     assert outputs[0] and all(o == outputs[0] for o in outputs) and all(r == rows[0] for r in rows)
     assert sum(r["records_written"] for r in rows[0]) < sum(r["records_read"] for r in rows[0])
+
+
+def test_every_cleaned_file_is_durable_when_compact_partition_returns(tmp_path, monkeypatch):
+    """The rewrite syncs its groups' files together at its end (runtime/durability.py): each
+    `.cleaned` file and the partition dir fsynced before the task returns, none while it writes."""
+    from compaction.__main__ import main as cli
+    from compaction.spark import stages as spark_stages
+
+    log_dir = tmp_path / "logs"
+    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "3000", "--keys", "300", "--codec", "mixed",
+         "--segment-bytes", "30000", "--seed", "3"])  # fmt: skip
+    specs = _partition_specs(log_dir)
+    events: list[tuple[str, str]] = []
+    real_fsync, real_open = os.fsync, os.open
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def opened(path, flags, *a, **kw):
+        if flags & os.O_CREAT:
+            events.append(("create", str(path)))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "open", opened)
+    spark_stages.compact_partition(specs)
+    created = [p for kind, p in events if kind == "create" and p.endswith(".cleaned")]
+    synced = [p for kind, p in events if kind == "fsync"]
+    part = str(log_dir / "t-0")
+    assert len(created) >= 3 * len(specs) and set(created) <= set(synced) and part in synced
+    last_create = max(i for i, (kind, p) in enumerate(events) if kind == "create" and p.endswith(".cleaned"))
+    first_sync = min(i for i, (kind, p) in enumerate(events) if kind == "fsync" and p.endswith(".cleaned"))
+    assert first_sync > last_create  # synced together at the end, not file by file
