@@ -25,7 +25,6 @@ from typing import Callable
 
 import numpy as np
 
-from compaction.runtime import task_progress
 from compaction.errors import DiskFullError
 from compaction.format import batch as fb
 from compaction.format.index_build import build_indexes
@@ -49,7 +48,7 @@ from compaction.policy.retention import (
     retain_legacy_deletes,
 )
 from compaction.policy.txn_state import CleanedTransactionMetadata
-from compaction.runtime import durability
+from compaction.runtime import durability, task_progress
 from compaction.steps.emit import emit_segment
 from compaction.steps.erase import ERASED, ErasingMap, EraseError
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
