@@ -109,7 +109,17 @@ class ProgressDir:
 
     def write(self, name: str, figures: dict) -> None:
         storage, root = self._storage()
-        storage.write_atomic(f"{root.rstrip('/')}/{name}.json", json.dumps(figures).encode())
+        path, data = f"{root.rstrip('/')}/{name}.json", json.dumps(figures).encode()
+        if not storage.is_local:
+            storage.write_atomic(path, data)  # an upload appears whole
+            return
+        # Renamed into place, never fsynced: it is read while the task runs, never after a crash;
+        # and a rewrite's batch of deferred syncs (durability.py) must not take a file that the
+        # next beat renames away.
+        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
 
     def totals(self) -> Totals:
         """Sums of every task's last file (a file being replaced is read as it was, or skipped)."""

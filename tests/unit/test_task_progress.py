@@ -47,3 +47,15 @@ def test_the_directory_goes_where_the_exchange_directory_would(tmp_path):
     configured = ProgressDir.create(str(tmp_path / "shared"), False, str(tmp_path / "logs"))
     assert os.path.dirname(configured.uri) == str(tmp_path / "shared")
     assert task_progress._within("s3://b/x?region=r", "p") == "s3://b/x/p?region=r"
+
+
+def test_a_beat_during_a_rewrites_batch_of_deferred_syncs_is_not_taken_into_it(tmp_path):
+    """The rewrite defers its files' fsyncs to its end (durability.py); a progress file renamed
+    away by the next beat must not be among them."""
+    from compaction.runtime import durability
+
+    pdir = ProgressDir(str(tmp_path))
+    with durability.deferred():
+        pdir.write("1-0", {"read": 1})
+        pdir.write("1-0", {"read": 2})
+    assert pdir.totals().read == 2 and os.listdir(tmp_path) == ["1-0.json"]
