@@ -29,14 +29,6 @@ from compaction.runtime import durability  # noqa: E402
 INDEX_BYTES = 40_000
 
 
-def fsync_now(path: str, flags: int = os.O_RDONLY) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write(path: str, data, direct: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0), 0o644)
     try:
@@ -58,8 +50,8 @@ def one(d: str, groups: int, log, index: bytes, together: bool) -> tuple[float, 
             paths.append(path)
             if not together:
                 t = time.perf_counter()
-                fsync_now(path)
-                fsync_now(d, os.O_RDONLY | os.O_DIRECTORY)
+                durability.fsync_path(path)
+                durability.fsync_path(d, os.O_RDONLY | os.O_DIRECTORY)
                 in_sync += time.perf_counter() - t
     if together:
         t = time.perf_counter()

@@ -2,10 +2,16 @@
 whose Spark settings come from the launcher (`launcher.operator_settings`), so none is copied by
 hand, and whose job arguments come from the DAG run's params.
 
+The Spark master is the operator's Airflow connection's (`conn_id`, default `spark_default`), as
+for any `SparkSubmitOperator`: the provider's hook passes it to spark-submit, and this module reads
+the same connection (Airflow's public `Connection.get`) only to set the launcher's settings for it
+(a local master runs the package's own worker daemon, a cluster gets the package as a zip).
+
 Imported by the DAG file (jobs/airflow/kafka_log_compaction.py) in Airflow's own environment,
 which needs only this package's pure-Python launcher (no pyspark, numba, pyarrow): the round runs
 on `python` (param, else env KAFKA_COMPACTION_PYTHON, else Airflow's own interpreter), a Python
-with the job's dependencies.
+with the job's dependencies. `PARAMS` are JSON-schema specs the DAG turns into Airflow `Param`s,
+so Airflow checks a run's conf against them before the task starts.
 """
 
 from __future__ import annotations
@@ -18,29 +24,58 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from compaction.cli import launcher
 
+_TEXT = ["null", "string"]
+_MS = {"default": None, "type": ["null", "integer"], "minimum": 0}
+
 # The DAG's params: where and how. The job's Kafka options are None (Kafka's default) unless set.
-DEFAULT_PARAMS: dict[str, object] = {
-    "log_dirs": [],  # Kafka log dir URIs
-    "report_dir": None,  # the JSON report goes to <report_dir>/<run id>.json
-    "report_html": False,  # also the report's HTML page, <report_dir>/<run id>.html
-    "master": "local[*]",
-    "python": None,  # the job's Python (default: env KAFKA_COMPACTION_PYTHON, else Airflow's)
-    "topics": None,
-    "dry_run": False,
-    "min_cleanable_dirty_ratio": None,
-    "delete_retention_ms": None,
-    "min_compaction_lag_ms": None,
-    "max_compaction_lag_ms": None,
-    "segment_bytes": None,
-    "topic_config": None,
-    "erase_keys": None,  # a key file (--erase-keys) on the host the driver runs on
-    "erase_only": False,  # with erase_keys: erase, no compaction (--erase-only)
-    "spark_conf": {},  # extra Spark settings, e.g. {"spark.executor.memory": "4g"}
-    "extra_args": [],  # any other job options, e.g. ["--tasks-per-core", "1"]
-}
+PARAMS: dict[str, dict] = {
+    "log_dirs": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                 "description": "The Kafka log dirs to compact: local paths or URIs (s3://bucket/prefix, "
+                                "hdfs://..., gs://...), each a directory a broker's log.dirs named."},
+    "report_dir": {"default": None, "type": _TEXT,
+                   "description": "Where each run's JSON report goes, as <report_dir>/<run id>.json (a path on the "
+                                  "driver's host, or a URI)."},
+    "report_html": {"default": False, "type": "boolean",
+                    "description": "Also write the report's HTML page, <report_dir>/<run id>.html."},
+    "python": {"default": None, "type": _TEXT,
+               "description": "The driver's Python, with the job's dependencies (default: env "
+                              "KAFKA_COMPACTION_PYTHON on the Airflow worker, else Airflow's own)."},
+    "executor_python": {"default": None, "type": _TEXT,
+                        "description": "The executors' Python when it is not the driver's: e.g. "
+                                       "./environment/bin/python from a packed virtualenv given in archives."},
+    "archives": {"default": None, "type": _TEXT,
+                 "description": "Spark's spark.archives: a packed virtualenv for the executors, e.g. "
+                                "hdfs:///envs/kafka-compaction.tar.gz#environment (docs/deployment.md)."},
+    "topics": {"default": None, "type": _TEXT, "description": "A regex of the topics to consider (full match)."},
+    "dry_run": {"default": False, "type": "boolean",
+                "description": "Plan and size what a round would free; write nothing."},
+    "min_cleanable_dirty_ratio": {"default": None, "type": ["null", "number"], "minimum": 0, "maximum": 1,
+                                  "description": "Kafka's min.cleanable.dirty.ratio (default 0.5)."},
+    "delete_retention_ms": {**_MS, "description": "Kafka's delete.retention.ms (default 86400000)."},
+    "min_compaction_lag_ms": {**_MS, "description": "Kafka's min.compaction.lag.ms (default 0)."},
+    "max_compaction_lag_ms": {**_MS, "description": "Kafka's max.compaction.lag.ms (default Long.MAX)."},
+    "segment_bytes": {"default": None, "type": ["null", "integer"], "minimum": 14,
+                      "description": "Kafka's segment.bytes (default 1073741824)."},
+    "topic_config": {"default": None, "type": _TEXT,
+                     "description": "A per-topic config file (--topic-config) on the driver's host."},
+    "erase_keys": {"default": None, "type": _TEXT,
+                   "description": "A key file (--erase-keys): every record of its keys is removed; a path on "
+                                  "the driver's host or a URI."},
+    "erase_only": {"default": False, "type": "boolean",
+                   "description": "With erase_keys: erase only, no compaction (--erase-only)."},
+    "purge_noncurrent_versions": {"default": False, "type": "boolean",
+                                  "description": "On a versioned S3 bucket: delete the old versions of the "
+                                                 "replaced segment objects (--purge-noncurrent-versions)."},
+    "spark_conf": {"default": {}, "type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
+                   "description": 'More Spark settings, e.g. {"spark.executor.memory": "4g"}.'},
+    "extra_args": {"default": [], "type": "array", "items": {"type": "string"},
+                   "description": 'Any other job options, e.g. ["--tasks-per-core", "1"].'},
+}  # fmt: skip
+DEFAULT_PARAMS: dict[str, object] = {"log_dirs": [], **{k: v["default"] for k, v in PARAMS.items() if "default" in v}}
 
 _VALUE_FLAGS = ("topics", "min_cleanable_dirty_ratio", "delete_retention_ms", "min_compaction_lag_ms",
                 "max_compaction_lag_ms", "segment_bytes", "topic_config", "erase_keys")  # fmt: skip
+_SWITCHES = ("dry_run", "erase_only", "purge_noncurrent_versions")
 
 
 def job_args(params: dict, now_ms: int, run_id: str) -> list[str]:
@@ -62,10 +97,7 @@ def job_args(params: dict, now_ms: int, run_id: str) -> list[str]:
     for key in _VALUE_FLAGS:
         if params.get(key) is not None:
             args += ["--" + key.replace("_", "-"), str(params[key])]
-    if params.get("dry_run"):
-        args.append("--dry-run")
-    if params.get("erase_only"):
-        args.append("--erase-only")
+    args += ["--" + key.replace("_", "-") for key in _SWITCHES if params.get(key)]
     return args + [str(a) for a in params.get("extra_args") or []]
 
 
@@ -78,23 +110,35 @@ def now_ms_of(context) -> int:
     return int(time.time() * 1000)
 
 
+def connection_master(conn_type: str | None, host: str | None, port: int | None) -> str:
+    """The master a Spark connection names, read as the provider's hook reads it (its connection
+    docs): a `spark` connection's host is the master URL (`local[*]`, `yarn`, `spark://h`,
+    `k8s://https://h`) unless it is a bare host with a port; any other type is the scheme."""
+    if conn_type == "spark" and host and ("://" in host or not port):
+        master = host
+    else:
+        master = f"{conn_type}://{host or ''}"
+    return f"{master}:{port}" if port else master
+
+
 class CompactionSubmitOperator(SparkSubmitOperator):
     """A `SparkSubmitOperator` for one compaction round, configured at run time from the params
-    (`DEFAULT_PARAMS`). The master is the `master` param: the provider takes it from its
-    connection only, so the hook's resolved connection gets it (the one private field touched;
-    tests/e2e/test_airflow_e2e.py runs this against the installed provider)."""
+    (`PARAMS`). The master (and deploy mode) are its connection's, `conn_id`."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, *, conn_id: str = "spark_default", **kwargs) -> None:
         kwargs.setdefault("name", launcher.APP_NAME)
-        super().__init__(**kwargs)
-        self._master: str | None = None
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
 
     def execute(self, context):
         params = {**DEFAULT_PARAMS, **(context.get("params") or {})}
         python = params.get("python") or os.environ.get("KAFKA_COMPACTION_PYTHON") or None
-        self._master = str(params.get("master") or "local[*]")
-        user_conf = dict(params.get("spark_conf") or {})
-        settings = launcher.operator_settings(self._master, python, user_conf=user_conf)
+        master, deploy_mode = self._spark_connection()
+        user_conf = {k: str(v) for k, v in (params.get("spark_conf") or {}).items()}
+        if params.get("archives"):
+            user_conf["spark.archives"] = str(params["archives"])
+        settings = launcher.operator_settings(master, python, user_conf=user_conf, deploy_mode=deploy_mode,
+                                              executor_python=params.get("executor_python") or None)  # fmt: skip
         self.application = settings["application"]
         self.conf = {**settings["conf"], **(self.conf or {})}
         self.py_files = settings["py_files"]
@@ -103,10 +147,21 @@ class CompactionSubmitOperator(SparkSubmitOperator):
         run_id = str(context.get("run_id") or "manual")
         self.application_args = job_args(params, now_ms_of(context), run_id)
         shown = re.sub(r"://[^/@\s]+@", "://***@", " ".join(self.application_args))  # no credentials in logs
-        self.log.info("kafka-compaction round on %s: %s", self._master, shown)
+        self.log.info("kafka-compaction round on %s (connection %s): %s", master, self.spark_conn_id, shown)
         return super().execute(context)
 
-    def _get_hook(self):
-        hook = super()._get_hook()
-        hook._connection["master"] = self._master
-        return hook
+    def _spark_connection(self) -> tuple[str, str | None]:
+        """(master, deploy mode) of the operator's connection; a missing connection is an error
+        that says how to make it (the provider would fall back to yarn)."""
+        from airflow.sdk import Connection
+
+        try:
+            conn = Connection.get(self.spark_conn_id)
+        except Exception as exc:  # noqa: BLE001 - Airflow's not-found error differs between versions
+            raise ValueError(
+                f"no Airflow connection {self.spark_conn_id!r} ({exc}): it names the Spark master; create it, e.g. "
+                f"airflow connections add {self.spark_conn_id} --conn-type spark --conn-host 'local[*]' "
+                "(or yarn, spark://host:7077, k8s://https://host:443)"
+            ) from None
+        extra = conn.extra_dejson or {}
+        return connection_master(conn.conn_type, conn.host, conn.port), extra.get("deploy-mode")

@@ -26,7 +26,7 @@ from compaction.spark.failure import one_line
 from compaction.spark.jobs import scan_and_rewrite
 from compaction.spark.session import SparkStarter
 from compaction.steps import report as rpt
-from compaction.steps.commit import advance_checkpoints, commit, remove_replaced_segments
+from compaction.steps.commit import advance_checkpoints, commit, purge_replaced_versions, remove_replaced_segments
 from compaction.steps.discover import map_threads, unfreeze_gc, use_threads
 from compaction.steps.outcome import dry_outcome
 from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, selected, to_clean
@@ -49,7 +49,8 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     settings = Settings.resolve(opts, None, os.environ)  # the Spark conf's knobs: once the session is up
     use_threads(settings.threads)
     progress = progress or Reporter(interval=settings.progress_seconds)
-    check_round(opts)  # a usage error (not a log dir, no report dir) before any lock or write
+    for warning in check_round(opts):  # a usage error (not a log dir, no report dir) before any lock or write
+        log.warning(warning)
     forget_erase_sets()
     locks = lock_log_dirs(opts)
     # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
@@ -72,6 +73,8 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
                 failure = _clean(starter, todo, planned, dirs, opts, progress, timings)
             elif not opts.dry_run:
                 failure = _advance_checkpoints(planned, dirs)
+            if opts.purge_noncurrent_versions and not opts.dry_run:
+                _purge_noncurrent_versions(planned, timings)
     finally:
         if starter is not None:
             starter.join()  # a round with nothing to clean still lets the session come up whole
@@ -157,6 +160,23 @@ def _commit(todo: list[Planned], planned: list[Planned], dirs: list, results: di
     map_threads(remove_replaced_segments, [p for p in todo if p.result.status == rpt.CLEANED])
     timings["deleteSeconds"] = time.monotonic() - t
     return failure
+
+
+def _purge_noncurrent_versions(planned: list[Planned], timings: dict[str, float]) -> None:
+    """--purge-noncurrent-versions: in each selected S3 partition the round did not fail, the old
+    versions of its segment objects: what this round's swap replaced (and its `.cleaned`, `.swap`
+    and `.deleted` objects), and what earlier rounds replaced, which may hold records an erasing
+    pass now finds in no current segment. A failure is a WARN naming the partition: the round's
+    data stands, and the next run with the option purges them."""
+    t = time.monotonic()
+    touched = [p for p in planned if p.log_dir.storage.is_s3 and p.result.status != rpt.FAILED]
+    for p, out in zip(touched, map_threads(purge_replaced_versions, touched)):
+        if isinstance(out, OSError):
+            log.warning("%s: the noncurrent versions of its replaced segments were not deleted (the next run with "
+                        "--purge-noncurrent-versions will): %s", p.result.name, out)  # fmt: skip
+        else:
+            log.info("%s: deleted %d noncurrent versions (%d bytes) of its replaced segments", p.result.name, *out)
+    timings["purgeSeconds"] = time.monotonic() - t
 
 
 def _commit_one(p: Planned, results: dict[int, dict]) -> Exception | None:

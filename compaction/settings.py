@@ -17,7 +17,7 @@ the stage's task function, and `runtime.worker.prepare_worker` applies it to the
 
 The launcher's own environment (`cli/launcher.py` `ENVIRONMENT`, and `KAFKA_COMPACTION_PYTHON` of
 the Airflow operator) configures the process that starts spark-submit, not the round: it stays in
-the environment and is listed with these in the README's "Settings" table.
+the environment and is listed with these in the "Settings" table of docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def beside(log_dir: str, name: str) -> str:
 
 
 def knobs() -> list[tuple[str, dataclasses.Field]]:
-    """(name, field) of every tunable, `WorkerSettings`' included (the README's table lists them)."""
+    """(name, field) of every tunable, `WorkerSettings`' included (docs/configuration.md's table lists them)."""
     own = [(f.name, f) for f in dataclasses.fields(Settings) if f.name not in ("worker", "environ")]
     return own + [(f.name, f) for f in dataclasses.fields(WorkerSettings)]
 

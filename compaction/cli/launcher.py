@@ -56,7 +56,7 @@ ENVIRONMENT = (
     ("PYSPARK_PYTHON", "the executors' Python (default: the Python running this launcher)"),
     ("NUMBA_CACHE_DIR", "where compiled kernels are cached on a host (default $TMPDIR/kafka-compaction-numba; "
                         "passed to the executors when set, or with a local master)"),
-    ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see README)"),
+    ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see docs/configuration.md)"),
     ("SPARK_APP_NAME", f"the Spark application name (default {APP_NAME})"),
     ("KAFKA_COMPACTION_DIST_DIR", "where the executors' zip of the package is built (default: the "
                                   "checkout's dist/, or ~/.cache/kafka-compaction)"),
@@ -159,7 +159,7 @@ def spark_settings(master: str | None = None, *, python: str | None = None, env:
     hugepage = env.get("NUMPY_MADVISE_HUGEPAGE", "0")
     conf = {
         "spark.pyspark.python": python,
-        # numpy's transparent-huge-page advice: see README ("Environment").
+        # numpy's transparent-huge-page advice: see docs/configuration.md ("Environment").
         "spark.executorEnv.NUMPY_MADVISE_HUGEPAGE": hugepage,
         # Progress is the job's own (compaction/cli/progress.py): Spark's bar would garble it.
         "spark.ui.showConsoleProgress": "false",
@@ -316,15 +316,19 @@ def driver_archive_options(env: dict, java: str, submit: str, pid: int) -> list[
 
 
 def operator_settings(master: str, python: str | None = None, env: dict | None = None,
-                      user_conf: dict[str, str] | None = None) -> dict:
+                      user_conf: dict[str, str] | None = None, *, executor_python: str | None = None,
+                      deploy_mode: str | None = None) -> dict:  # fmt: skip
     """The keyword arguments of Airflow's `SparkSubmitOperator` for a round on `master`, driver and
-    executors on `python` (a Python with this package's dependencies; default this one): the
-    same settings as this launcher's, and spark-submit (found from `python`'s pyspark or
-    SPARK_HOME) first on the PATH the operator runs it with (it runs `spark-submit` by name)."""
+    executors on `python` (a Python with this package's dependencies; default this one; the
+    executors on `executor_python` when given, e.g. `./environment/bin/python` of a packed
+    environment shipped with `spark.archives`): the same settings as this launcher's, and
+    spark-submit (found from `python`'s pyspark or SPARK_HOME) first on the PATH the operator runs
+    it with (it runs `spark-submit` by name)."""
     env = dict(os.environ if env is None else env)
     python = python or sys.executable
-    settings = spark_settings(master, python=python, driver_python=python, env=env,
-                              user_conf=[f"{k}={v}" for k, v in (user_conf or {}).items()])  # fmt: skip
+    settings = spark_settings(master, python=executor_python or python, driver_python=python, env=env,
+                              user_conf=[f"{k}={v}" for k, v in (user_conf or {}).items()],
+                              deploy_mode=deploy_mode)  # fmt: skip
     submit = find_spark_submit(python, env, ask_python=True)
     path = os.pathsep.join((os.path.dirname(submit), env.get("PATH", os.defpath)))
     run_env = {**settings.env, "PATH": path}

@@ -112,6 +112,7 @@ class JobOptions:
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
+    purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
     partitions: tuple[str, ...] | None = None  # --partitions: `<topic>-<n>` names, with --topics' match
     allow_empty: bool = False  # a selection of no partition is not a usage error
     metrics_name: str | None = None  # the `round` label of --metrics-file's series (default: the log dirs)
@@ -179,7 +180,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     )
     p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
-                   help="a Kafka log dir (local path, file://, s3://, hdfs://, gs://); repeatable")
+                   help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable")
     p.add_argument("--topics", help="regular expression of the topics to consider (full match); one that "
                                     "matches no topic is a usage error (exit 2) naming those found")
     p.add_argument("--partitions", type=partition_names, metavar="LIST",
@@ -242,6 +243,11 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--erase-only", action="store_true",
                    help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
                         "checkpoint untouched)")
+    p.add_argument("--purge-noncurrent-versions", action="store_true",
+                   help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
+                        "markers) of the selected partitions' segment objects, what this round and earlier ones "
+                        "replaced, and nothing else, so that their space is freed and erased records are in no "
+                        "version; required with --erase-keys there")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
         size = " (k, m, g suffixes as Spark's)" if typ is byte_size else ""
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default}){size}")
@@ -357,6 +363,7 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
         max_inflated_batch_bytes=args.max_inflated_batch_bytes,
+        purge_noncurrent_versions=args.purge_noncurrent_versions,
         partitions=args.partitions,
         allow_empty=args.allow_empty,
         metrics_name=args.metrics_name,

@@ -1,5 +1,6 @@
 """Checks that run before Spark starts and before anything is written: is each `--log-dir` a Kafka
-log dir (and not one of its partition dirs), can its report go where asked, is there a Java.
+log dir (and not one of its partition dirs), can its report go where asked, is there a Java, and
+is a bucket versioned (where replaced segments, and erased records, would stay as old versions).
 
 Each check raises `UsageError` with one line saying what is wrong and how to fix it. The shape
 rules are a pure function of a directory listing (`classify_listing`), testable without files.
@@ -152,8 +153,9 @@ def find_java(env: dict[str, str]) -> str:
     return java
 
 
-def check_round(opts) -> None:
-    """Every check a round's options need before anything runs (`JobOptions`)."""
+def check_round(opts) -> list[str]:
+    """Every check a round's options need before anything runs (`JobOptions`); returns what the
+    round should say at WARN (a versioned bucket)."""
     partitions = []
     for uri in opts.log_dirs:
         for name, is_dir in check_log_dir(uri, writable=not opts.dry_run):
@@ -165,3 +167,47 @@ def check_round(opts) -> None:
     for flag, uri in outputs:
         if uri:
             check_output_path(flag, uri)
+    return check_versioning(opts)
+
+
+def check_versioning(opts) -> list[str]:
+    """A versioned bucket keeps every object a round replaces as a noncurrent version: the space
+    is not freed, and records `--erase-keys` removes stay readable there. Said at WARN; an erasing
+    pass that would write there is refused unless `--purge-noncurrent-versions` deletes those
+    versions. A bucket whose versioning cannot be read counts as versioned for erasing."""
+    from compaction.runtime.s3 import VERSIONED
+    from compaction.runtime.storage import Storage
+
+    purge = getattr(opts, "purge_noncurrent_versions", False)
+    writes = not opts.dry_run and not opts.recover_only
+    warnings, on_s3 = [], False
+    for uri in opts.log_dirs:
+        storage, path = Storage.for_uri(uri)
+        if not storage.is_s3:
+            continue
+        on_s3 = True
+        bucket = path.partition("/")[0]
+        try:
+            status = storage.bucket_versioning(path)
+        except OSError as exc:
+            if opts.erase_keys and writes and not purge:
+                raise UsageError(f"--log-dir {shown(uri)}: cannot tell whether bucket {bucket} is versioned ({exc}); "
+                                 "erased records would stay in old versions of a versioned bucket: grant "
+                                 "s3:GetBucketVersioning, or add --purge-noncurrent-versions") from None  # fmt: skip
+            warnings.append(f"--log-dir {shown(uri)}: cannot tell whether bucket {bucket} is versioned: {exc}")
+            continue
+        if status not in VERSIONED:
+            continue
+        if opts.erase_keys and writes and not purge:
+            raise UsageError(f"--log-dir {shown(uri)}: bucket {bucket} is versioned ({status}): the erased records "
+                             "would stay readable in the noncurrent versions of the segments this pass replaces; "
+                             "add --purge-noncurrent-versions to delete those versions (s3:ListBucketVersions, "
+                             "s3:DeleteObjectVersion), or erase in an unversioned bucket")  # fmt: skip
+        then = ("this round deletes the noncurrent versions of the objects it replaces (--purge-noncurrent-versions)"
+                if purge and writes else "the segments a round replaces stay as noncurrent versions and keep "
+                "their space until deleted (a lifecycle rule's NoncurrentVersionExpiration, or "
+                "--purge-noncurrent-versions)")  # fmt: skip
+        warnings.append(f"--log-dir {shown(uri)}: bucket {bucket} is versioned ({status}): {then}")
+    if purge and not on_s3:
+        raise UsageError("--purge-noncurrent-versions: no --log-dir is on S3 (it deletes old versions of S3 objects)")
+    return warnings

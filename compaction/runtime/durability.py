@@ -64,12 +64,12 @@ def sync(paths: list[str]) -> None:
     """fsync every file, then every directory holding them once."""
     files = list(dict.fromkeys(paths))
     with ThreadPoolExecutor(min(SYNC_THREADS, len(files))) as pool:
-        list(pool.map(_fsync, files))
+        list(pool.map(fsync_path, files))
     for directory in dict.fromkeys(posixpath.dirname(p) or "." for p in files):
-        _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
+        fsync_path(directory, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def _fsync(path: str, flags: int = os.O_RDONLY) -> None:
+def fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
     fd = os.open(path, flags)
     try:
         os.fsync(fd)

@@ -8,13 +8,21 @@ built with the very settings of the pyarrow filesystem (credentials, region, end
 path-style addressing), and a rename is pyarrow's `copy_file` (a server-side copy, which writes no
 marker) followed by that delete. Everything else (lists, reads, uploads) stays on pyarrow.
 
+Versioned buckets: a delete there only hides an object behind a delete marker, and an overwrite
+keeps the old bytes as a noncurrent version, so the segments a round replaces keep their space
+(and, after `--erase-keys`, the erased records). `versioning` reads the bucket's status for the
+checks before a round (compaction/cli/preflight.py); `purge_noncurrent` deletes the noncurrent
+versions and delete markers of the keys a round replaced, for `--purge-noncurrent-versions`.
+
 Also here: `redact_uri`, so that credentials given in a URI (`s3://KEY:SECRET@bucket/...`, which
-pyarrow accepts) never reach a log line or the run report.
+pyarrow accepts) never reach a log line or the run report, and `s3_scheme`: the `s3a://` and
+`s3n://` of Hadoop's connectors name the same objects as `s3://`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
@@ -22,6 +30,16 @@ import pyarrow.fs as pafs
 # Query parameters of pyarrow's S3/GCS URIs that carry secrets.
 _SECRET_PARAMS = frozenset({"access_key", "secret_key", "session_token", "access_token", "credential"})
 REDACTED = "***"
+# Hadoop's S3 connectors' schemes (S3A, and the retired S3N): the same bucket and key as s3://.
+HADOOP_S3_SCHEMES = ("s3a://", "s3n://")
+VERSIONED = ("Enabled", "Suspended")  # Suspended: the versions kept while it was on stay
+
+
+def s3_scheme(uri: str) -> str:
+    """`s3a://bucket/logs` -> `s3://bucket/logs` (pyarrow knows only `s3://`); others unchanged."""
+    if uri[:6].lower() in HADOOP_S3_SCHEMES:
+        return "s3://" + uri[6:]
+    return uri
 
 
 def redact_uri(uri: str) -> str:
@@ -80,3 +98,48 @@ class ObjectDeleter:
         """Delete the object `bucket/key` (no error if it is already gone)."""
         bucket, _, key = path.partition("/")
         self._client.delete_object(Bucket=bucket, Key=key)
+
+    def versioning(self, bucket: str) -> str | None:
+        """'Enabled', 'Suspended', or None for a bucket whose versioning was never turned on.
+        Raises OSError when the server refuses to say (s3:GetBucketVersioning not granted)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return self._client.get_bucket_versioning(Bucket=bucket).get("Status") or None
+        except (ClientError, BotoCoreError) as exc:
+            raise OSError(f"cannot read the versioning of bucket {bucket}: {exc}") from None
+
+    def purge_noncurrent(self, prefix: str, wanted: Callable[[str], bool]) -> tuple[int, int]:
+        """Delete every noncurrent version and every delete marker of the keys directly under
+        `bucket/prefix/` whose name `wanted` accepts; the current version of a key stays.
+        Returns (versions deleted, their bytes).
+
+        Versions go first, delete markers after: a marker removed while a version under it
+        remained would make that version current again (an old `.swap` would reappear for the
+        next run's recovery to act on)."""
+        bucket, _, key_prefix = prefix.rstrip("/").partition("/")
+        key_prefix += "/"
+        versions, markers = [], []
+        pages = self._client.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key_prefix)
+        for page in pages:
+            for v in page.get("Versions", []):
+                if not v["IsLatest"] and _direct_child(v["Key"], key_prefix, wanted):
+                    versions.append(v)
+            for m in page.get("DeleteMarkers", []):
+                if _direct_child(m["Key"], key_prefix, wanted):
+                    markers.append(m)
+        for batch in (versions, markers):
+            for i in range(0, len(batch), 1000):  # DeleteObjects takes at most 1000 keys
+                chunk = batch[i : i + 1000]
+                objects = [{"Key": o["Key"], "VersionId": o["VersionId"]} for o in chunk]
+                out = self._client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+                if out.get("Errors"):
+                    e = out["Errors"][0]
+                    raise OSError(f"s3://{bucket}/{e.get('Key')} version {e.get('VersionId')}: could not delete it: "
+                                  f"{e.get('Code')} {e.get('Message')}")  # fmt: skip
+        return len(versions), sum(v.get("Size", 0) for v in versions)
+
+
+def _direct_child(key: str, prefix: str, wanted: Callable[[str], bool]) -> bool:
+    name = key[len(prefix) :]
+    return key.startswith(prefix) and "/" not in name and wanted(name)

@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 from compaction.errors import CompactionError
 from compaction.runtime import durability
 from compaction.runtime.faults import crash_point
-from compaction.runtime.s3 import ObjectDeleter, base_s3, redact_uri
+from compaction.runtime.s3 import ObjectDeleter, base_s3, redact_uri, s3_scheme
 
 COMPACTION_LOCK_FILE = ".compaction.lock"
 KAFKA_LOCK_FILE = ".lock"  # LogManager.LockFileName
@@ -77,9 +77,11 @@ class Storage:
 
     @classmethod
     def for_uri(cls, uri: str) -> tuple[Storage, str]:
-        """`'s3://bucket/logs?region=eu-west-1'` -> (Storage, 'bucket/logs'); plain paths are local."""
+        """`'s3://bucket/logs?region=eu-west-1'` -> (Storage, 'bucket/logs'); plain paths are local.
+        `s3a://` (Hadoop's name for the same objects) is read as `s3://`."""
         if "://" not in uri:
             return cls(pafs.LocalFileSystem()), os.path.abspath(uri)
+        uri = s3_scheme(uri)
         filesystem, path = pafs.FileSystem.from_uri(uri)
         return cls(filesystem, uri=uri), path
 
@@ -258,6 +260,28 @@ class Storage:
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+    @property
+    def is_s3(self) -> bool:
+        return self._base_type == "s3"
+
+    def bucket_versioning(self, path: str) -> str | None:
+        """S3: the versioning status of `path`'s bucket ('Enabled', 'Suspended'; None if never
+        turned on); OSError if it cannot be read. None elsewhere."""
+        if not self.is_s3:
+            return None
+        deleter = self._s3_deleter()
+        if deleter is None:
+            raise OSError("an assumed role (role_arn) is known to pyarrow only: the bucket's versioning cannot be read")
+        return deleter.versioning(self._s3_path(path).partition("/")[0])
+
+    def purge_noncurrent_versions(self, directory: str, wanted) -> tuple[int, int]:
+        """S3: delete the noncurrent versions and delete markers of the objects directly in
+        `directory` whose name `wanted(name)` accepts (s3.py `purge_noncurrent`); (count, bytes)."""
+        deleter = self._s3_deleter()
+        if deleter is None:
+            raise OSError("noncurrent versions can be purged on S3 only, and not under an assumed role (role_arn)")
+        return deleter.purge_noncurrent(self._s3_path(directory), wanted)
 
     def _s3_deleter(self) -> ObjectDeleter | None:
         """On S3, the boto3 deleter that leaves no directory marker behind (s3.py); else None.

@@ -179,3 +179,18 @@ def remove_replaced_segments(p: Planned) -> None:
         remove_replaced(p.log_dir.storage, p.part.path)
     except OSError as exc:
         log.warning("could not remove the replaced segments of %s (the next run will): %s", p.part.path, exc)
+
+
+def is_segment_object(name: str) -> bool:
+    """A segment's file, or a name the swap gives one (`.cleaned`, `.swap`, `.deleted`), or the
+    intent file: the objects of a partition dir a round replaces, and only those."""
+    return name == INTENT_FILE or naming.is_segment_file_name(name)
+
+
+def purge_replaced_versions(p: Planned) -> tuple[int, int] | OSError:
+    """The noncurrent versions and delete markers of the segment objects of a partition on a
+    versioned bucket (`Storage.purge_noncurrent_versions`): (count, bytes), or the error."""
+    try:
+        return p.log_dir.storage.purge_noncurrent_versions(p.part.path, is_segment_object)
+    except OSError as exc:
+        return exc

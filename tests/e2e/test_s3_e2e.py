@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import time
 import pytest
 from e2ekit import REPO, SUBMIT, decode_partition
 from faultkit import assert_loads, expected_after, kill_session, parts, start_submit
+from s3kit import KEY, REGION, SECRET, client, moto_server, objects, upload, versions
 
 from compaction.tools.generator import generate_log_dir
 
@@ -39,55 +39,19 @@ pytest.importorskip("moto")
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 NOW = 1_800_000_000_000
-KEY, SECRET, REGION = "AKIAEXAMPLEKEY", "s3cr3t-never-logged", "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
-    """moto's S3 server (`moto[server]`, a test extra) on a free port of 127.0.0.1."""
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto server did not start: {open(log.name).read()[-2000:]}") from None
-            time.sleep(0.2)
-    yield endpoint
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    with moto_server(str(tmp_path_factory.mktemp("moto") / "server.log")) as endpoint:
+        yield endpoint
 
 
 def _client(endpoint):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                        region_name=REGION)  # fmt: skip
+    return client(endpoint)
 
 
-def _upload(client, bucket: str, local: str) -> None:
-    """Object per file, no directory markers: what `aws s3 sync` does."""
-    client.create_bucket(Bucket=bucket)
-    for root, _, files in os.walk(local):
-        for name in files:
-            path = os.path.join(root, name)
-            client.upload_file(path, bucket, "logs/" + os.path.relpath(path, local))
-
-
-def _objects(client, bucket: str) -> dict[str, int]:
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-    return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+_upload, _objects = upload, objects
 
 
 def _download(client, bucket: str, dest: str) -> None:
@@ -270,3 +234,75 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
     transient = ("/", ".cleaned", ".swap", ".deleted", ".tmp", "compaction-commit.json")
     assert [k for k in _objects(client, "erase") if k.endswith(transient)] == []
     assert SECRET not in json.dumps(report) and SECRET not in done.stdout + done.stderr
+
+
+def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_path):
+    """A bucket with versioning on: a round says so at WARN and leaves the replaced segments as
+    noncurrent versions; an erasing pass is refused (exit 2, nothing written) until
+    `--purge-noncurrent-versions`, which then leaves no old version nor delete marker of the
+    partitions' segment objects (so no erased record in any version), and every other object's
+    versions as they were. The log dir is given as `s3a://`, Hadoop's name for the same bucket."""
+    root = str(tmp_path)
+    local = os.path.join(root, "input")
+    generate_log_dir(local, topics=(("orders", 2), ("payments", 1)), records=1500, keys=60, codec="none",
+                     segment_bytes=8000, tombstone_ratio=0.05, seed=17)  # fmt: skip
+    listed = {b"key-000004", b"key-000021", b"key-000042"}
+    keys = os.path.join(root, "keys.txt")
+    with open(keys, "w") as fh:
+        fh.write("".join(f"orders\t{k.decode()}\n" for k in sorted(listed)))
+    c = client(s3_endpoint)
+    c.create_bucket(Bucket="versioned")
+    c.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    upload(c, "versioned", local, create=False)
+    upload(c, "versioned", os.path.join(local, "payments-0"), prefix="logs/payments-0/", create=False)  # 2 versions each
+    c.put_object(Bucket="versioned", Key="notes/readme.txt", Body=b"one")
+    c.put_object(Bucket="versioned", Key="notes/readme.txt", Body=b"two")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION,
+           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    log_dir = f"s3a://{KEY}:{SECRET}@versioned/logs"
+    base = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", log_dir,
+            "--now-ms", str(NOW), "--topics", "orders"]  # fmt: skip
+
+    def others():
+        vs, ms = versions(c, "versioned")
+        return sorted((v["Key"], v["VersionId"]) for v in vs + ms if not v["Key"].startswith("logs/orders-"))
+
+    def noncurrent_in_orders():
+        vs, ms = versions(c, "versioned")
+        return [v["Key"] for v in vs if not v["IsLatest"] and v["Key"].startswith("logs/orders-")] + \
+               [m["Key"] for m in ms if m["Key"].startswith("logs/orders-")]  # fmt: skip
+
+    # 1. a plain round: said at WARN, and the replaced segments stay as noncurrent versions
+    done = subprocess.run(base, capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert "WARN" in done.stdout + done.stderr and "bucket versioned is versioned (Enabled)" in done.stdout + done.stderr
+    assert noncurrent_in_orders(), "a round on a versioned bucket left no noncurrent version"
+    untouched = others()
+    assert any(key.startswith("logs/payments-0/") for key, _ in untouched)
+    # 2. erasing without the purge: refused before Spark, nothing written
+    erase = ["--erase-keys", keys, "--erase-only"]
+    before = versions(c, "versioned")
+    refused = subprocess.run(base + erase, capture_output=True, text=True, cwd=REPO, timeout=300, env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "is versioned (Enabled)" in refused.stderr and "--purge-noncurrent-versions" in refused.stderr
+    assert SECRET not in refused.stderr
+    assert versions(c, "versioned") == before
+    # 3. erasing with the purge
+    report_path = os.path.join(root, "report.json")
+    done = subprocess.run(base + erase + ["--purge-noncurrent-versions", "--report", report_path],
+                          capture_output=True, text=True, cwd=REPO, timeout=900, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert {e["status"] for e in json.load(open(report_path))["partitions"]} == {"cleaned"}
+    assert noncurrent_in_orders() == []
+    assert others() == untouched  # the unselected topic's and the other objects' versions stay
+    vs, _ = versions(c, "versioned")
+    for v in vs:  # uncompressed batches: a listed key in any version would show as its bytes
+        if v["Key"].startswith("logs/orders-"):
+            body = c.get_object(Bucket="versioned", Key=v["Key"], VersionId=v["VersionId"])["Body"].read()
+            assert not any(k in body for k in listed), v["Key"]
+    out = os.path.join(root, "out")
+    _download(c, "versioned", out)
+    for p in ("orders-0", "orders-1"):
+        assert_loads(os.path.join(out, "logs", p))
+        got = {r.key for r in decode_partition(os.path.join(out, "logs", p))}
+        assert got and not got & listed, p

@@ -1,4 +1,4 @@
-"""The README's recipe for a cluster, from a wheel alone: build the wheel, install it with
+"""The recipe for a cluster of docs/deployment.md, from a wheel alone: build the wheel, install it with
 venv-pack into a fresh venv, pack that venv for the workers' Python (`--python-prefix`), and run
 the installed `kafka-compaction compact` against a standalone cluster (a master and two 1-core
 workers on 127.0.0.1, bench/cluster.py) with `--archives env.tar.gz#environment`.

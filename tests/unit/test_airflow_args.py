@@ -52,3 +52,27 @@ def test_erase_params_pass_the_key_file(dag_args):
     args = dag_args.job_args(params, 5, "r")
     assert args[args.index("--erase-keys") + 1] == "s3://b/keys.txt" and "--erase-only" in args
     assert "--erase-keys" not in dag_args.job_args({**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"]}, 5, "r")
+
+
+@pytest.mark.parametrize("conn_type, host, port, master", [
+    ("spark", "local[*]", None, "local[*]"),
+    ("spark", "yarn", None, "yarn"),
+    ("spark", "spark://master", 7077, "spark://master:7077"),
+    ("spark", "master", 7077, "spark://master:7077"),  # a bare host with a port: the type is the scheme
+    ("spark", "k8s://https://api.internal", 443, "k8s://https://api.internal:443"),
+    ("k8s", "https://api.internal", None, "k8s://https://api.internal"),
+])  # fmt: skip
+def test_the_master_is_read_from_the_connection_as_the_provider_reads_it(dag_args, conn_type, host, port, master):
+    assert dag_args.connection_master(conn_type, host, port) == master
+
+
+def test_every_param_is_typed_and_described(dag_args):
+    for name, spec in dag_args.PARAMS.items():
+        assert spec.get("type") and spec.get("description"), name
+    assert "default" not in dag_args.PARAMS["log_dirs"] and dag_args.PARAMS["log_dirs"]["minItems"] == 1
+    assert "master" not in dag_args.PARAMS  # the connection's
+
+
+def test_the_purge_param_passes_the_option(dag_args):
+    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["s3://b/l"], "erase_keys": "k", "purge_noncurrent_versions": True}
+    assert "--purge-noncurrent-versions" in dag_args.job_args(params, 5, "r")

@@ -1,5 +1,5 @@
 """compaction/settings.py: where each tunable comes from (command line > Spark conf > environment >
-default), and the README's "Settings" table lists every one of them."""
+default), and the "Settings" table of docs/configuration.md lists every one of them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from compaction.settings import (
     knobs,
 )
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+CONFIG_DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "configuration.md")
 RATE = "KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND"
 CONF_RATE = "spark.executorEnv." + RATE
 TASK_BYTES = "spark.kafka.compaction.partitionTaskMaxBytes"
@@ -126,12 +126,12 @@ def test_the_worker_settings_travel_with_a_task():
     assert pickle.loads(pickle.dumps(w)) == w
 
 
-# --- the README's table ----------------------------------------------------------------------------
+# --- the Settings table ----------------------------------------------------------------------------
 
 
 def _settings_table() -> dict[str, str]:
-    """{first cell: the whole row} of the table in the README's "## Settings" section."""
-    with open(README, encoding="utf-8") as fh:
+    """{first cell: the whole row} of the table in docs/configuration.md's "## Settings" section."""
+    with open(CONFIG_DOC, encoding="utf-8") as fh:
         text = fh.read()
     section = text.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
@@ -142,15 +142,15 @@ def _settings_table() -> dict[str, str]:
     return rows
 
 
-def test_every_setting_is_in_the_readme_table_with_its_sources():
+def test_every_setting_is_in_the_settings_table_with_its_sources():
     rows = _settings_table()
     for name, f in knobs():
-        assert name in rows, f"README.md, ## Settings: no row for {name!r} ({f.metadata['doc']})"
+        assert name in rows, f"docs/configuration.md, ## Settings: no row for {name!r} ({f.metadata['doc']})"
         for source in ("option", "conf", "env"):
             if f.metadata[source]:
-                assert f.metadata[source] in rows[name], f"README.md, ## Settings, {name}: {f.metadata[source]}"
+                assert f.metadata[source] in rows[name], f"docs/configuration.md, ## Settings, {name}: {f.metadata[source]}"
     unknown = {n for n in rows if n.islower()} - {n for n, _ in knobs()}
-    assert not unknown, f"README.md, ## Settings lists what Settings does not hold: {unknown}"
+    assert not unknown, f"docs/configuration.md, ## Settings lists what Settings does not hold: {unknown}"
 
 
 def test_the_launchers_environment_is_in_the_readme_table():

@@ -1,0 +1,146 @@
+"""Versioned S3 buckets against moto's S3 server (no Spark): the checks before a round (a WARN, and
+an erasing pass refused unless it purges) and `--purge-noncurrent-versions`' deletion of the old
+versions of a partition's segment objects, and of nothing else; `s3a://` read as `s3://`.
+The round end to end on a versioned bucket: tests/e2e/test_s3_e2e.py."""
+
+from __future__ import annotations
+
+import pytest
+from s3kit import KEY, REGION, SECRET, client, moto_server, versions
+
+from compaction.cli.options import JobOptions
+from compaction.cli.preflight import check_round, check_versioning
+from compaction.errors import UsageError
+from compaction.runtime.storage import Storage
+from compaction.steps.commit import is_segment_object
+
+pytest.importorskip("moto")
+
+SEG = "00000000000000000000"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with moto_server(str(tmp_path_factory.mktemp("moto") / "server.log")) as endpoint:
+        yield client(endpoint), endpoint.removeprefix("http://")
+
+
+def _uri(endpoint: str, bucket: str, scheme: str = "s3") -> str:
+    return f"{scheme}://{KEY}:{SECRET}@{bucket}/logs?endpoint_override={endpoint}&scheme=http&region={REGION}"
+
+
+def _bucket(s3, name: str, status: str | None) -> None:
+    c, _ = s3
+    c.create_bucket(Bucket=name)
+    if status:
+        c.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": status})
+    c.put_object(Bucket=name, Key=f"logs/orders-0/{SEG}.log", Body=b"segment")
+    c.put_object(Bucket=name, Key="logs/cleaner-offset-checkpoint", Body=b"0\n0\n")
+
+
+def _opts(uri: str, **kw) -> JobOptions:
+    return JobOptions(log_dirs=[uri], **kw)
+
+
+@pytest.mark.parametrize("status", ["Enabled", "Suspended"])
+def test_an_erasing_pass_on_a_versioned_bucket_is_refused_unless_it_purges(s3, status):
+    bucket = f"erase-{status.lower()}"
+    _bucket(s3, bucket, status)
+    uri = _uri(s3[1], bucket)
+    with pytest.raises(UsageError) as err:
+        check_round(_opts(uri, erase_keys="keys.txt"))
+    text = str(err.value)
+    assert f"bucket {bucket} is versioned ({status})" in text and "--purge-noncurrent-versions" in text
+    assert SECRET not in text
+    (warning,) = check_round(_opts(uri, erase_keys="keys.txt", purge_noncurrent_versions=True))
+    assert "deletes the noncurrent versions" in warning
+    (warning,) = check_round(_opts(uri, erase_keys="keys.txt", dry_run=True))  # writes nothing: said, not refused
+    assert f"is versioned ({status})" in warning and "NoncurrentVersionExpiration" in warning
+
+
+def test_a_round_on_a_versioned_bucket_is_said_at_warn_and_runs(s3):
+    _bucket(s3, "plain-versioned", "Enabled")
+    (warning,) = check_versioning(_opts(_uri(s3[1], "plain-versioned")))
+    assert "stay as noncurrent versions and keep their space" in warning
+
+
+def test_an_unversioned_bucket_says_nothing(s3):
+    _bucket(s3, "unversioned", None)
+    assert check_round(_opts(_uri(s3[1], "unversioned"), erase_keys="keys.txt")) == []
+
+
+def test_purging_without_a_log_dir_on_s3_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="no --log-dir is on S3"):
+        check_versioning(_opts(str(tmp_path), purge_noncurrent_versions=True))
+
+
+def test_purge_deletes_the_old_versions_of_the_partitions_segment_objects_only(s3):
+    c, endpoint = s3
+    _bucket(s3, "purge", "Enabled")
+    put = lambda key, body: c.put_object(Bucket="purge", Key=key, Body=body)  # noqa: E731
+    part = "logs/orders-0"
+    put(f"{part}/{SEG}.log", b"new segment")  # the old one becomes noncurrent
+    put(f"{part}/{SEG}.index", b"old index")
+    put(f"{part}/{SEG}.index", b"new index")
+    put(f"{part}/{SEG}.log.deleted", b"old segment")
+    c.delete_object(Bucket="purge", Key=f"{part}/{SEG}.log.deleted")  # a delete marker over it
+    put(f"{part}/00000000000000000100.log.swap", b"new")
+    c.delete_object(Bucket="purge", Key=f"{part}/00000000000000000100.log.swap")
+    put(f"{part}/compaction-commit.json", b"{}")
+    c.delete_object(Bucket="purge", Key=f"{part}/compaction-commit.json")
+    kept = {  # objects with noncurrent versions that are not the partition's segment objects
+        f"{part}/leader-epoch-checkpoint", f"{part}/notes/{SEG}.log", f"logs/orders-1/{SEG}.log",
+        f"logs/orders-01/{SEG}.log", "logs/cleaner-offset-checkpoint",
+    }  # fmt: skip
+    for key in kept:
+        put(key, b"one")
+        put(key, b"two")
+    before, _ = versions(c, "purge")
+    storage, path = Storage.for_uri(_uri(endpoint, "purge"))
+    count, size = storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
+    after, markers = versions(c, "purge")
+    in_part = [v for v in after if v["Key"].startswith(part + "/") and v["Key"] not in kept]
+    assert sorted((v["Key"], v["IsLatest"]) for v in in_part) == [(f"{part}/{SEG}.index", True), (f"{part}/{SEG}.log", True)]
+    assert c.get_object(Bucket="purge", Key=f"{part}/{SEG}.log")["Body"].read() == b"new segment"
+    assert [m for m in markers if m["Key"].startswith(part + "/") and m["Key"] not in kept] == []
+    for key in kept:
+        assert [v for v in after if v["Key"] == key] == [v for v in before if v["Key"] == key], key
+    assert count == len(before) - len(after) == 5  # segment, index, .deleted, .swap, intent
+    assert size == len(b"segment") + len(b"old index") + len(b"old segment") + len(b"new") + len(b"{}")
+
+
+def test_a_purge_interrupted_between_versions_and_markers_resurrects_nothing(s3, monkeypatch):
+    """Versions are deleted before the markers over them: stopped in between, no old object is
+    current again (an old `.swap` would be acted on by the next run's recovery)."""
+    c, endpoint = s3
+    _bucket(s3, "halfway", "Enabled")
+    key = f"logs/orders-0/{SEG}.log.swap"
+    c.put_object(Bucket="halfway", Key=key, Body=b"old swap")
+    c.delete_object(Bucket="halfway", Key=key)
+    storage, path = Storage.for_uri(_uri(endpoint, "halfway"))
+    deleter = storage._s3_deleter()
+    real = deleter._client.delete_objects
+    calls = []
+
+    def first_batch_only(**kw):
+        calls.append(kw)
+        if len(calls) > 1:
+            raise OSError("stopped")
+        return real(**kw)
+
+    monkeypatch.setattr(deleter._client, "delete_objects", first_batch_only)
+    with pytest.raises(OSError):
+        storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
+    assert len(calls) == 2  # the versions' batch went, the markers' did not
+    listed = c.list_objects_v2(Bucket="halfway", Prefix="logs/orders-0/").get("Contents", [])
+    assert key not in [o["Key"] for o in listed]  # still deleted
+    assert [m["Key"] for m in versions(c, "halfway")[1]] == [key]
+
+
+@pytest.mark.parametrize("scheme", ["s3a", "s3n"])
+def test_hadoop_s3_schemes_name_the_same_objects(s3, scheme):
+    _bucket(s3, f"hadoop-{scheme}", None)
+    storage, path = Storage.for_uri(_uri(s3[1], f"hadoop-{scheme}", scheme))
+    assert storage.is_s3 and path == f"hadoop-{scheme}/logs"
+    assert [i.name for i in storage.list_dir(path)] == ["cleaner-offset-checkpoint", "orders-0"]
+    check_round(_opts(_uri(s3[1], f"hadoop-{scheme}", scheme)))  # a Kafka log dir, as with s3://
