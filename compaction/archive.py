@@ -63,7 +63,7 @@ def sources(opts) -> list[LogDirState]:
     """The selected partitions of every source (preflight's `check_no_collision` found no
     partition in two of them), or `UsageError` where an `--as-of-offset` names a partition no
     source holds."""
-    dirs = [read_log_dir(uri, opts.topics) for uri in opts.log_dirs]
+    dirs = [read_log_dir(uri, opts.topics, opts.partitions) for uri in opts.log_dirs]
     held = {p.key for d in dirs for p in d.partitions}
     for name in opts.as_of_offsets:
         topic, _, partition = name.rpartition(":")
@@ -205,7 +205,7 @@ def _clock(opts, st: Storage, st_root: str, staged: list[Staged], kept: int | No
 def _staging_options(opts, stage_uri: str, clock: int):
     return dataclasses.replace(
         opts, log_dirs=[stage_uri], output_dir=None, as_of_time_ms=None, as_of_offsets={}, topics=None,
-        now_ms=clock, kafka_config={**opts.kafka_config, **FULL_COMPACTION},
+        partitions=None, now_ms=clock, kafka_config={**opts.kafka_config, **FULL_COMPACTION},
         topic_config={t: {**c, **FULL_COMPACTION} for t, c in opts.topic_config.items()},
     )  # fmt: skip
 

@@ -19,7 +19,7 @@ import urllib.parse
 import pytest
 from e2ekit import REPO, SUBMIT
 from faultkit import kill_session, start_submit
-from motokit import start_moto
+from s3kit import moto_server, upload
 from round_model import expected_archive, snapshot
 
 from compaction.tools.generator import generate_log_dir
@@ -41,8 +41,12 @@ IAM_SET_UP_CALLS = 6  # create_user, put_user_policy, create_access_key for each
 @pytest.fixture(scope="module")
 def iam_s3(tmp_path_factory):
     """moto's server with IAM enforced; yields (endpoint, {user: (key id, secret)})."""
-    log = open(tmp_path_factory.mktemp("moto-iam") / "server.log", "w")
-    proc, endpoint = start_moto(log, {"INITIAL_NO_AUTH_ACTION_COUNT": str(IAM_SET_UP_CALLS)})
+    log = str(tmp_path_factory.mktemp("moto-iam") / "server.log")
+    with moto_server(log, {"INITIAL_NO_AUTH_ACTION_COUNT": str(IAM_SET_UP_CALLS)}) as endpoint:
+        yield endpoint, _users(endpoint)
+
+
+def _users(endpoint: str) -> dict[str, tuple[str, str]]:
     iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="set-up", aws_secret_access_key="set-up",
                        region_name=REGION)  # fmt: skip
     keys = {}
@@ -51,10 +55,7 @@ def iam_s3(tmp_path_factory):
         iam.put_user_policy(UserName=user, PolicyName=user, PolicyDocument=json.dumps(policy))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
-    yield endpoint, keys
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    return keys
 
 
 def _client(endpoint, key):
@@ -90,12 +91,8 @@ def runs(iam_s3, tmp_path_factory):
         txn_producers=3, txn_batches=3, seed=17,
     )  # fmt: skip
     writer, reader = _client(endpoint, keys["writer"]), _client(endpoint, keys["reader"])
-    for bucket in ("backup", "out"):
-        writer.create_bucket(Bucket=bucket)
-    for dirpath, _, files in os.walk(local):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            writer.upload_file(path, "backup", "logs/" + os.path.relpath(path, local))
+    writer.create_bucket(Bucket="out")
+    upload(writer, "backup", local)
     with pytest.raises(Exception, match="AccessDenied"):  # the job's source credentials cannot write
         reader.put_object(Bucket="backup", Key="logs/probe", Body=b"x")
     before = _objects(writer, "backup")

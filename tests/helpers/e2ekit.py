@@ -42,6 +42,16 @@ def run_job(log_dir: str, *args: str, report: str | None = None, env: dict | Non
     return proc.returncode, data, proc.stderr[-6000:]
 
 
+def corrupt_first_batch(part_dir) -> None:
+    """Flip a byte inside the first batch of a partition's first segment: its CRC no longer matches."""
+    first = sorted(n for n in os.listdir(part_dir) if n.endswith(".log"))[0]
+    with open(os.path.join(part_dir, first), "r+b") as fh:
+        fh.seek(70)
+        byte = fh.read(1)
+        fh.seek(70)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
 def segment_logs(part_dir: str) -> list[str]:
     return sorted(os.path.join(part_dir, n) for n in os.listdir(part_dir) if n.endswith(".log"))
 

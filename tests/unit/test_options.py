@@ -111,3 +111,47 @@ def test_archive_usage_errors(args, says, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(["--log-dir", "a", *args])
     assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+# --- sizes, partitions, suggestions ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("4096", 4096), ("1k", 1024), ("1kb", 1024), ("512m", 512 << 20), ("512M", 512 << 20),
+    ("1g", 1 << 30), ("1GB", 1 << 30), ("2t", 2 << 40), ("1p", 1 << 50), ("1.5k", 1536), (" 7b ", 7),
+])  # fmt: skip
+def test_sizes_take_sparks_suffixes(text, value):
+    from compaction.cli.options import byte_size
+
+    assert byte_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "g", "1x", "1 gig", "-1g", "1e3", "0x10"])
+def test_a_size_that_is_not_one_is_refused(text):
+    import argparse
+
+    from compaction.cli.options import byte_size
+
+    with pytest.raises(argparse.ArgumentTypeError, match="512m, 1g"):
+        byte_size(text)
+
+
+def test_partitions_are_kafkas_partition_names():
+    import argparse
+
+    from compaction.cli.options import partition_names
+
+    assert partition_names("orders-3, my.topic-7,") == ("orders-3", "my.topic-7")
+    for bad in ("orders", "orders-x", "-3", "orders-03", ","):
+        with pytest.raises(argparse.ArgumentTypeError, match="<topic>-<partition>"):
+            partition_names(bad)
+
+
+def test_a_mistyped_flag_names_the_closest_one():
+    from compaction.cli.options import suggestion
+
+    flags = ["--dry-run", "--plan-only", "--topics", "--partitions"]
+    assert suggestion("unrecognized arguments: --dry-rn", flags) == "; did you mean --dry-run?"
+    assert suggestion("unrecognized arguments: x --partition=orders-1", flags) == "; did you mean --partitions?"
+    assert suggestion("unrecognized arguments: --zzzzzz", flags) == ""
+    assert suggestion("argument --topics: expected one argument", flags) == ""
