@@ -70,3 +70,13 @@ try:
     _serve_from_disk_when_zipped()
 except OSError:
     pass  # unwritable temp dir: import from the zip (correct, only slower to start)
+
+
+def __getattr__(name: str):
+    """`compaction.KafkaLogDataSource`, imported on first use: importing the package stays free of
+    pyspark (executors and the launcher import it without a SparkSession)."""
+    if name == "KafkaLogDataSource":
+        from compaction.spark.datasource import KafkaLogDataSource
+
+        return KafkaLogDataSource
+    raise AttributeError(f"module 'compaction' has no attribute {name!r}")

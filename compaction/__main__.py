@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("compaction.cli.launcher", "run one compaction round with spark-submit (see compact --help)"),
     "dump": ("compaction.tools.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
     "generate": ("compaction.tools.generator", "write a synthetic broker-like Kafka log dir"),
+    "export": ("compaction.cli.export", "write the compacted state of log dirs as Parquet (per topic and partition)"),
 }
 
 
@@ -28,10 +29,9 @@ PASSTHROUGH = {"compact"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from compaction.cli.options import VERSION
+    from compaction.cli.options import VERSION, SuggestingParser
 
-    parser = argparse.ArgumentParser(prog="kafka-compaction",
-                                     description="Offline Kafka log compaction tools.")
+    parser = SuggestingParser(prog="kafka-compaction", description="Offline Kafka log compaction tools.")
     parser.add_argument("--version", action="version", version=VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         sub = commands.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text),
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("--version", action="version", version=VERSION)
         module.add_arguments(sub)
         sub.set_defaults(_run=module.run)
     return parser

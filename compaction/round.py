@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import sys
 import time
 
@@ -48,6 +49,11 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     settings = Settings.resolve(opts, None, os.environ)  # the Spark conf's knobs: once the session is up
     use_threads(settings.threads)
     progress = progress or Reporter(interval=settings.progress_seconds)
+    if opts.output_dir:
+        check_round(opts)
+        from compaction import archive  # a copy elsewhere: the sources only read (archive.py)
+
+        return archive.run(opts, progress, run, settings.archive_copy_threads)
     for warning in check_round(opts):  # a usage error (not a log dir, no report dir) before any lock or write
         log.warning(warning)
     forget_erase_sets()
@@ -56,6 +62,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     starter = None if opts.dry_run or opts.recover_only else SparkStarter(settings)
     planned: list[Planned] = []
     failure = None
+    app_id = None
     try:
         try:
             planned, dirs, todo = _recover_and_plan(opts, progress, timings, t0)
@@ -76,13 +83,15 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     finally:
         if starter is not None:
             starter.join()  # a round with nothing to clean still lets the session come up whole
+            app_id = starter.app_id
             if failure is not None:
                 starter.stop_when_done()
         for lock in locks:
             lock.release()
     timings["totalSeconds"] = time.monotonic() - t0
     results = [p.result for p in planned]
-    report = rpt.build_report(results, _args_echo(opts), timings, started_ms, failure)
+    where = {"host": socket.gethostname(), "sparkAppId": app_id, "finishedAtMs": int(time.time() * 1000)}
+    report = rpt.build_report(results, _args_echo(opts), timings, started_ms, failure, where)
     unfreeze_gc()
     if failure is not None:
         return EXIT_ROUND_FAILED, report
@@ -100,7 +109,8 @@ def _recover_and_plan(opts: JobOptions, progress: Reporter, timings: dict[str, f
     planned, dirs = discover_and_plan(opts, listed, timings)
     timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
     todo = to_clean(planned, recovered, opts)
-    _say_planned(progress, planned, todo, timings)
+    _say_planned(progress, planned, todo, timings, "eligible" if opts.plan_only or opts.recover_only else
+                 "to scan" if opts.dry_run else "to clean")  # fmt: skip
     return planned, dirs, todo
 
 
@@ -194,18 +204,21 @@ def _advance_checkpoints(planned: list[Planned], dirs: list) -> rpt.RoundFailure
     return None
 
 
-def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict) -> None:
+def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict,
+                 taken: str = "to clean") -> None:  # fmt: skip
     failed = sum(p.result.status == rpt.FAILED for p in planned)
     progress.phase(
-        "planned %d partitions in %.1f s: %d to clean, %d skipped, %d failed",
-        len(planned), timings.get("recoverySeconds", 0.0) + timings.get("planSeconds", 0.0), len(todo),
+        "planned %d partitions in %.1f s: %d %s, %d skipped, %d failed",
+        len(planned), timings.get("recoverySeconds", 0.0) + timings.get("planSeconds", 0.0), len(todo), taken,
         len(planned) - len(todo) - failed, failed,
     )  # fmt: skip
 
 
 def _args_echo(opts: JobOptions) -> dict:
     args = dataclasses.asdict(opts)
-    args["log_dirs"] = [redact_uri(uri) for uri in opts.log_dirs]  # s3://KEY:SECRET@... stays out
+    # Absolute, so that a report or a metric read on another host still says which dirs; and
+    # s3://KEY:SECRET@... stays out.
+    args["log_dirs"] = [redact_uri(uri if "://" in uri else os.path.abspath(uri)) for uri in opts.log_dirs]
     for name in ("report", "report_html", "metrics_file", "erase_keys"):
         args[name] = getattr(opts, name) and redact_uri(getattr(opts, name))
     return args
@@ -241,9 +254,8 @@ def _write_outputs(opts: JobOptions, report: dict, code: int) -> None:
         storage.write_atomic(path, report_html.render(report).encode())
     for entry in report["partitions"]:
         logs.log_partition(entry)
-    if opts.dry_run:
-        print(rpt.reclaim_table(report), flush=True)
-    logs.log_totals(report["totals"], report["timings"].get("totalSeconds"))
+    print(rpt.reclaim_table(report), flush=True)
+    logs.log_totals(report["totals"], report["timings"].get("totalSeconds"), logs.mode_of(report["args"]))
     if opts.metrics_file:
         from compaction.cli import metrics
 

@@ -70,6 +70,11 @@ MAX_INFLATED_BATCH_BYTES = 1 << 30
 PART_CHUNK_BYTES = 32 << 20
 
 
+# Partitions `--output-dir` copies at once on the driver: each thread holds one source segment
+# (up to segment.bytes, 1 GiB by default), so the driver's memory bounds it, not its cores.
+ARCHIVE_COPY_THREADS = 4
+
+
 def default_discovery_threads() -> int:
     """Listing and planning are I/O (os and pyarrow calls release the GIL): 4 threads a core, at most 16."""
     return min(16, 4 * (os.cpu_count() or 1))
@@ -136,6 +141,9 @@ class Settings:
     discovery_threads: int | None = _knob(
         None, _threads, "threads listing, planning and committing partitions on the driver (1: serial; "
         "None: 4 a core, at most 16)", env="KAFKA_COMPACTION_DISCOVERY_THREADS")  # fmt: skip
+    archive_copy_threads: int = _knob(
+        ARCHIVE_COPY_THREADS, _threads, "partitions `--output-dir` copies at once into its staging dir on "
+        "the driver (each holds one source segment in memory)", env="KAFKA_COMPACTION_ARCHIVE_COPY_THREADS")  # fmt: skip
     progress_seconds: float = _knob(
         PROGRESS_SECONDS, float, "seconds between progress lines when stderr is not a terminal",
         env="KAFKA_COMPACTION_PROGRESS_SECONDS")  # fmt: skip
@@ -220,3 +228,11 @@ def knobs() -> list[tuple[str, dataclasses.Field]]:
 
 
 _ENV_NAMES = frozenset({f.metadata["env"] for _, f in knobs() if f.metadata.get("env")} | {"SPARK_HOME_SUBMITTED"})
+
+# The `kafka_log` data source and `export` (steps/log_table.py): consecutive segments smaller
+# than this are read by one input partition (one Spark task each costs ~0.2 s of scheduling);
+# record batches handed to Spark hold at most this many rows and about this many value bytes
+# (Arrow's binary columns have int32 offsets; smaller batches keep a task's memory flat).
+FRAME_SPLIT_BYTES = 128 << 20
+FRAME_BATCH_ROWS = 1 << 16
+FRAME_BATCH_BYTES = 64 << 20

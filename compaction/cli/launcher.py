@@ -396,6 +396,12 @@ def main(argv: list[str] | None = None, prog: str = "kafka-compaction compact") 
         from compaction.cli.preflight import find_java
 
         cmd, run_env = submit_command(cl, env, java=find_java(env))
+        if cl.deploy_mode != "cluster" and os.isatty(sys.stdout.fileno()):
+            from compaction.cli.progress import TTY_ENV
+
+            # spark-submit pipes the driver's output to its own stdout, this terminal: the driver
+            # cannot see that it may draw a live bar there.
+            run_env[TTY_ENV] = "1"
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -87,6 +87,8 @@ def _erased(e: dict) -> str:
 def _partition_line(e: dict) -> str:
     name = f"{e['topic']}-{e['partition']}"
     ratio = "" if e.get("dirtyRatio") is None else f", dirty ratio {e['dirtyRatio']:.3f}"
+    if e["status"] == rpt.ELIGIBLE and str(e.get("reason") or "").endswith(("(plan only)", "(recover only)")):
+        return f"{name}: {e['reason']}: a round would take it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty"
     if e["status"] == rpt.ELIGIBLE:
         return (f"{name}: eligible, a round would clean it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty, "
                 f"{e['reclaimableBytes'] / MB:,.1f} MB and {e['reclaimableRecords']} records reclaimable")  # fmt: skip
@@ -117,18 +119,42 @@ def log_partition(entry: dict) -> None:
     log.log(level_of(entry), partition_line(entry), extra={"fields": fields})
 
 
-def log_totals(totals: dict, seconds: float | None) -> None:
+ROUND, DRY_RUN, PLAN_ONLY, RECOVER_ONLY = "round", "dry run", "plan", "recovery"
+
+
+def mode_of(args: dict) -> str:
+    """What kind of run a report's `args` describe, in the words of its summary."""
+    if args.get("plan_only"):
+        return PLAN_ONLY
+    if args.get("dry_run"):
+        return DRY_RUN
+    return RECOVER_ONLY if args.get("recover_only") else ROUND
+
+
+def totals_line(totals: dict, seconds: float | None, mode: str = ROUND) -> str:
+    """The summary, every word true for the mode: a round cleaned and reclaimed; a dry run found
+    eligible and reclaimable, and wrote nothing; a plan did not scan, so it knows no reclaimable bytes."""
     took = "" if seconds is None else f" in {seconds:,.1f} s"
+    mb = lambda key: f"{totals.get(key, 0) / MB:,.1f}"  # noqa: E731
+    counts = f"{totals['partitions']} partitions"
+    failed = f"{totals['skipped']} skipped, {totals['failed']} failed"
+    if mode == ROUND:
+        return (f"round done{took}: {counts}, {totals['cleaned']} cleaned, {failed}; {mb('bytesRead')} MB read, "
+                f"{mb('bytesWritten')} MB written, {mb('reclaimableBytes')} MB reclaimed")  # fmt: skip
+    eligible = f"{counts}, {totals.get('eligible', 0)} eligible, {failed}"
+    if mode == DRY_RUN:
+        return (f"dry run done{took}: {eligible}; {mb('dirtyBytes')} MB dirty, {mb('reclaimableBytes')} MB "
+                f"and {totals.get('reclaimableRecords', 0)} records reclaimable; nothing written")  # fmt: skip
+    if mode == PLAN_ONLY:
+        return (f"plan done{took}: {eligible}; {mb('dirtyBytes')} MB dirty (not scanned: --dry-run measures what a "
+                "round would free); nothing written")  # fmt: skip
+    return (f"recovery done{took}: {counts}, {totals.get('eligible', 0)} eligible (not compacted: "
+            f"--recover-only), {failed}")  # fmt: skip
+
+
+def log_totals(totals: dict, seconds: float | None, mode: str = ROUND) -> None:
     level = logging.ERROR if totals["failed"] else logging.INFO
-    log.log(
-        level,
-        "round done%s: %d partitions, %d cleaned, %d eligible (dry run), %d skipped, %d failed; %s MB read, "
-        "%s MB written, %s MB reclaimable",
-        took, totals["partitions"], totals["cleaned"], totals.get("eligible", 0), totals["skipped"],
-        totals["failed"], f"{totals['bytesRead'] / MB:,.1f}", f"{totals['bytesWritten'] / MB:,.1f}",
-        f"{totals.get('reclaimableBytes', 0) / MB:,.1f}",
-        extra={"fields": {"event": "totals", **totals}},
-    )  # fmt: skip
+    log.log(level, totals_line(totals, seconds, mode), extra={"fields": {"event": "totals", "mode": mode, **totals}})
 
 
 # What an operator does after a failed round, by the phase it failed in.

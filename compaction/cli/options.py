@@ -10,6 +10,7 @@ A flag is the Kafka topic config with dots turned into dashes (`min.cleanable.di
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import sys
@@ -28,22 +29,60 @@ from compaction.policy.broker_config import (
 )
 from compaction.cli.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
+from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
 from compaction.policy.topic_config import excerpt
 from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 LONG_MAX = 2**63 - 1
 
+# Spark's size suffixes (JavaUtils.byteStringAs): binary multiples, case-insensitive.
+SIZE_SUFFIXES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30,
+                 "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}  # fmt: skip
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.I)
+
+
+def byte_size(text: str) -> int:
+    """`1g` -> 1073741824, `512m`, `64k`, `1048576`: a byte count as Spark writes one (an argparse
+    type: a bad value is argparse's usage error)."""
+    m = _SIZE.fullmatch(str(text))
+    mult = SIZE_SUFFIXES.get(m.group(2).lower()) if m else None
+    if mult is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: a number of bytes, or with a suffix "
+                                         "k, m, g, t (e.g. 512m, 1g)")  # fmt: skip
+    return int(float(m.group(1)) * mult) if "." in m.group(1) else int(m.group(1)) * mult
+
+
+def byte_rate(text: str) -> float:
+    """Bytes per second: a plain number (`1e6`, as Kafka's config takes it) or a size (`20m`)."""
+    try:
+        return float(text)
+    except ValueError:
+        return float(byte_size(text))
+
+
+def partition_names(text: str) -> tuple[str, ...]:
+    """`orders-3,orders-7` -> ('orders-3', 'orders-7'): partition dir names, as Kafka's tools print
+    them."""
+    from compaction.format.naming import parse_partition_dir_name
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if parse_partition_dir_name(n) is None]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{(bad or [text])[0]!r} is not a partition: give <topic>-<partition> "
+                                         "names, comma-separated (e.g. orders-3,orders-7)")  # fmt: skip
+    return names
+
 # (flag, Kafka config name, type, default) - defaults are Kafka's (docs/kafka-rules.md#configs).
 KAFKA_FLAGS = (
     ("--min-cleanable-dirty-ratio", "min.cleanable.dirty.ratio", float, 0.5),
-    ("--segment-bytes", "segment.bytes", int, 1_073_741_824),
-    ("--segment-index-bytes", "segment.index.bytes", int, 10_485_760),
-    ("--index-interval-bytes", "index.interval.bytes", int, 4096),
+    ("--segment-bytes", "segment.bytes", byte_size, 1_073_741_824),
+    ("--segment-index-bytes", "segment.index.bytes", byte_size, 10_485_760),
+    ("--index-interval-bytes", "index.interval.bytes", byte_size, 4096),
     ("--delete-retention-ms", "delete.retention.ms", int, 86_400_000),
     ("--min-compaction-lag-ms", "min.compaction.lag.ms", int, 0),
     ("--max-compaction-lag-ms", "max.compaction.lag.ms", int, LONG_MAX),
-    ("--max-message-bytes", "max.message.bytes", int, 1_048_588),
+    ("--max-message-bytes", "max.message.bytes", byte_size, 1_048_588),
     ("--cleanup-policy", "cleanup.policy", str, "compact"),
 )
 
@@ -53,6 +92,7 @@ class JobOptions:
     log_dirs: list[str]
     topics: str | None = None
     now_ms: int = 0
+    now_ms_given: bool = False  # --now-ms given (else now_ms is the wall clock)
     dry_run: bool = False
     plan_only: bool = False
     recover_only: bool = False
@@ -74,7 +114,20 @@ class JobOptions:
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
+    # --output-dir (compaction/archive.py): the compacted copy's log dir; the log dirs are then only read.
+    output_dir: str | None = None
+    as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
+    as_of_offsets: dict[str, int] = field(default_factory=dict)  # --as-of-offset: "topic:partition" -> offset
     purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
+    partitions: tuple[str, ...] | None = None  # --partitions: `<topic>-<n>` names, with --topics' match
+    allow_empty: bool = False  # a selection of no partition is not a usage error
+    metrics_name: str | None = None  # the `round` label of --metrics-file's series (default: the log dirs)
+
+    def wants(self, topic: str, partition: int) -> bool:
+        """Whether the selection (--topics and --partitions) takes the partition."""
+        if self.topics is not None and not re.fullmatch(self.topics, topic):
+            return False
+        return self.partitions is None or f"{topic}-{partition}" in self.partitions
 
     def config_for(self, topic: str) -> dict[str, object]:
         """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
@@ -84,10 +137,39 @@ class JobOptions:
 # --- usage errors: one line, exit 2 ---------------------------------------------------------------
 
 
-class OneLineParser(argparse.ArgumentParser):
+def suggestion(message: str, known: list[str]) -> str:
+    """`; did you mean --dry-run?` for an unknown flag in argparse's `message`, or ''."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    for arg in message.split(":", 1)[1].split():
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--"):
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """argparse, naming the closest known flag when one is mistyped (its sub-commands' too)."""
+
+    def known_flags(self) -> list[str]:
+        flags = [o for o in self._option_string_actions if o.startswith("--")]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    flags += [o for o in sub._option_string_actions if o.startswith("--")]
+        return flags
+
+    def error(self, message: str):
+        super().error(message + suggestion(message, self.known_flags()))
+
+
+class OneLineParser(SuggestingParser):
     """argparse, but a usage error is one line that names the fix (`--help`), exit code 2."""
 
     def error(self, message: str):
+        message += suggestion(message, self.known_flags())
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -105,16 +187,24 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--version", action="version", version=VERSION)
     p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
                    help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable")
-    p.add_argument("--topics", help="regular expression of the topics to consider (full match)")
+    p.add_argument("--topics", help="regular expression of the topics to consider (full match); one that "
+                                    "matches no topic is a usage error (exit 2) naming those found")
+    p.add_argument("--partitions", type=partition_names, metavar="LIST",
+                   help="only these partitions, as <topic>-<partition> names, comma-separated (e.g. "
+                        "orders-3,orders-7: the ones a round reported failed); with --topics, both must match")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="a selection (--topics, --partitions) that matches no partition is fine: exit 0 "
+                        "instead of a usage error")  # fmt: skip
     p.add_argument("--now-ms", type=int, default=None,
                    help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
-    p.add_argument("--dry-run", action="store_true",
+    modes = p.add_mutually_exclusive_group()  # at most one mode: argparse refuses two (exit 2)
+    modes.add_argument("--dry-run", action="store_true",
                    help="run the round's scan and decisions and report what it would free (exact: the "
                         "bytes and records a round with the same options removes), write nothing")
-    p.add_argument("--plan-only", action="store_true",
+    modes.add_argument("--plan-only", action="store_true",
                    help="plan and report from the listing alone (no Spark: ratios, dirty bytes, the "
                         "structure audit), write nothing")
-    p.add_argument("--recover-only", action="store_true",
+    modes.add_argument("--recover-only", action="store_true",
                    help="only finish or roll back interrupted swaps, like a broker's log loading")
     p.add_argument("--report", help="write the JSON run report to this path")
     p.add_argument("--report-html", metavar="PATH",
@@ -126,10 +216,10 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--config", dest="config_file", metavar="FILE",
                    help="a broker's server.properties (its log.cleaner.*, log.segment.bytes, ... are the "
                         "defaults under the flags and --topic-config), or topic configs for every topic")
-    p.add_argument("--io-max-bytes-per-second", type=float, default=None,
+    p.add_argument("--io-max-bytes-per-second", type=byte_rate, default=None, metavar="RATE",
                    help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
-                        "all the job's tasks on one host (default: unthrottled)")  # fmt: skip
-    p.add_argument("--max-inflated-batch-bytes", type=int, default=MAX_INFLATED_BATCH_BYTES, metavar="N",
+                        "all the job's tasks on one host, e.g. 50m (default: unthrottled)")  # fmt: skip
+    p.add_argument("--max-inflated-batch-bytes", type=byte_size, default=MAX_INFLATED_BATCH_BYTES, metavar="SIZE",
                    help="the most bytes one compressed batch's records may inflate to; a batch beyond it "
                         f"fails its partition (default {MAX_INFLATED_BATCH_BYTES}: 1 GiB)")  # fmt: skip
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
@@ -148,20 +238,35 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
     p.add_argument("--metrics-file", metavar="PATH",
                    help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
                         "(node_exporter's textfile collector: PATH ending in .prom in its "
-                        "directory)")  # fmt: skip
+                        "directory); a dry run writes its own file beside it, PATH with .dry-run before "
+                        ".prom, and never touches the rounds' series")  # fmt: skip
+    p.add_argument("--metrics-name", metavar="NAME",
+                   help="the value of the series' `round` label in --metrics-file (default: the log dirs' "
+                        "absolute URIs), so that rounds over other log dirs on the host write distinct series")  # fmt: skip
     p.add_argument("--erase-keys", metavar="FILE",  # a path or a URI (s3://...), read by the driver
                    help="remove every record of the listed keys from every segment of the selected "
                         "partitions, the active one included (" + KEY_FILE_FORMAT + ")")
     p.add_argument("--erase-only", action="store_true",
                    help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
                         "checkpoint untouched)")
+    p.add_argument("--output-dir", metavar="URI",
+                   help="write a compacted copy of the selected partitions to this log dir (local or any "
+                        "store --log-dir takes), every segment cleaned, the last one included; the "
+                        "--log-dir sources are only read (docs/archives.md)")  # fmt: skip
+    p.add_argument("--as-of-time", metavar="TIME",
+                   help="with --output-dir: each partition as its broker held it at TIME (ISO-8601 with a "
+                        "zone, or epoch ms): the log ends before the first batch stamped later")  # fmt: skip
+    p.add_argument("--as-of-offset", metavar="TOPIC:PARTITION=OFFSET,...",
+                   help="with --output-dir: those partitions' logs end at OFFSET (exclusive, a log end "
+                        "offset: the batches whose last offset is below it)")  # fmt: skip
     p.add_argument("--purge-noncurrent-versions", action="store_true",
                    help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
                         "markers) of the selected partitions' segment objects, what this round and earlier ones "
                         "replaced, and nothing else, so that their space is freed and erased records are in no "
                         "version; required with --erase-keys there")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
-        p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default})")
+        size = " (k, m, g suffixes as Spark's)" if typ is byte_size else ""
+        p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default}){size}")
     return p
 
 
@@ -189,6 +294,7 @@ def check_options(opts: JobOptions) -> JobOptions:
     if opts.now_ms < 0:
         raise UsageError(f"--now-ms {opts.now_ms}: must be epoch milliseconds (>= 0)")
     _check_erase(opts)
+    _check_archive(opts)
     if opts.report_html and opts.report_html == opts.report:
         raise UsageError("--report and --report-html name the same file; give the page its own path "
                          "(e.g. report.html)")  # fmt: skip
@@ -213,6 +319,22 @@ def _check_erase(opts: JobOptions) -> None:
     from compaction.steps.erase import load_erase_set
 
     load_erase_set(opts.erase_keys)
+
+
+def _check_archive(opts: JobOptions) -> None:
+    """--output-dir and the cut: the combinations that cannot be right."""
+    if not opts.output_dir:
+        if opts.as_of_time_ms is not None or opts.as_of_offsets:
+            raise UsageError("--as-of-time and --as-of-offset need --output-dir URI: a snapshot is written "
+                             "as a copy, never over its source")  # fmt: skip
+        return
+    for flag, given in (("--dry-run/--plan-only", opts.dry_run), ("--recover-only", opts.recover_only),
+                        ("--ignore-broker-lock", opts.ignore_broker_lock)):  # fmt: skip
+        if given:
+            raise UsageError(f"{flag} cannot be combined with --output-dir (the sources are only read; "
+                             "run without --output-dir to plan a round in place)")  # fmt: skip
+    if opts.output_dir.rstrip("/") in (d.rstrip("/") for d in opts.log_dirs):
+        raise UsageError(f"--output-dir {opts.output_dir} is also a --log-dir: the copy goes to a new place")
 
 
 def _flag_of(exc: Exception) -> str:
@@ -250,12 +372,15 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
                              "number") from None  # fmt: skip
     if io_max is not None and io_max <= 0:
         raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
+    as_of_time = _parsed("--as-of-time", parse_as_of_time, args.as_of_time)
+    as_of = _parsed("--as-of-offset", parse_as_of_offsets, args.as_of_offset) or {}
     if args.max_inflated_batch_bytes <= 0:
         raise UsageError(f"--max-inflated-batch-bytes must be positive, not {args.max_inflated_batch_bytes}")
     return JobOptions(
         log_dirs=args.log_dirs,
         topics=args.topics,
         now_ms=args.now_ms if args.now_ms is not None else int(time.time() * 1000),
+        now_ms_given=args.now_ms is not None,
         dry_run=args.dry_run or args.plan_only,
         plan_only=args.plan_only,
         recover_only=args.recover_only,
@@ -274,8 +399,21 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
         max_inflated_batch_bytes=args.max_inflated_batch_bytes,
+        output_dir=args.output_dir,
+        as_of_time_ms=as_of_time,
+        as_of_offsets={f"{t}:{p}": o for (t, p), o in as_of.items()},
         purge_noncurrent_versions=args.purge_noncurrent_versions,
+        partitions=args.partitions,
+        allow_empty=args.allow_empty,
+        metrics_name=args.metrics_name,
     )
+
+
+def _parsed(flag: str, parse, text: str | None):
+    try:
+        return None if text is None else parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 # --- config files: --config (broker-wide) and --topic-config (per topic) ---------------------------

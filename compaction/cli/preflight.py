@@ -13,7 +13,7 @@ import re
 import shutil
 
 from compaction.errors import UsageError
-from compaction.format.naming import parse_partition_dir_name
+from compaction.format.naming import INTERNAL_TOPICS_NOT_CLEANED, parse_partition_dir_name
 
 LOG_DIR, PARTITION_DIR, EMPTY, OTHER = "log dir", "partition dir", "empty", "other"
 
@@ -51,8 +51,9 @@ def shown(uri: str) -> str:
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", uri)
 
 
-def check_log_dir(uri: str, *, writable: bool = True) -> None:
-    """Raise `UsageError` unless `uri` is a readable (and, with `writable`, writable) Kafka log dir."""
+def check_log_dir(uri: str, *, writable: bool = True) -> list[tuple[str, bool]]:
+    """Raise `UsageError` unless `uri` is a readable (and, with `writable`, writable) Kafka log dir;
+    returns its entries ((name, is a dir))."""
     from compaction.runtime.storage import Storage  # pyarrow: imported only when a dir is checked
 
     try:
@@ -91,6 +92,31 @@ def check_log_dir(uri: str, *, writable: bool = True) -> None:
         raise UsageError(f"--log-dir {uri}: not a Kafka log dir (no <topic>-<partition> directories, no "
                          "meta.properties or checkpoint files); give the directory a broker's log.dirs "
                          "names")  # fmt: skip
+    return entries
+
+
+# Topics an error lists before it says how many more there are.
+SHOWN_TOPICS = 20
+
+
+def check_selection(opts, partitions: list[tuple[str, int]]) -> None:
+    """`UsageError` when --topics or --partitions select none of the log dirs' `partitions`, or name
+    a partition that is not there (a typo in a scheduled job would otherwise "succeed" every day,
+    cleaning nothing), unless --allow-empty says that is fine."""
+    if opts.allow_empty or (opts.topics is None and opts.partitions is None):
+        return
+    chosen = {f"{t}-{n}" for t, n in partitions if opts.wants(t, n)}
+    found = sorted({t for t, _ in partitions})
+    listed = ", ".join(found[:SHOWN_TOPICS]) + (f" and {len(found) - SHOWN_TOPICS} more" if len(found) > SHOWN_TOPICS else "")
+    topics = f"the log dirs hold the topics {listed}" if found else "the log dirs hold no topic"
+    fix = "; or pass --allow-empty if an empty selection is fine"
+    missing = sorted(set(opts.partitions or ()) - chosen)
+    if missing:
+        raise UsageError(f"--partitions: {', '.join(missing)} not found{' under --topics ' + repr(opts.topics) if opts.topics else ''}"
+                         f" in any --log-dir; {topics}{fix}")  # fmt: skip
+    if not chosen:
+        raise UsageError(f"--topics {opts.topics!r} matches no topic (full match of a regular expression); "
+                         f"{topics}{fix}")  # fmt: skip
 
 
 def check_output_path(flag: str, uri: str) -> None:
@@ -109,6 +135,15 @@ def check_output_path(flag: str, uri: str) -> None:
         raise UsageError(f"{flag} {uri}: directory {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {uri}: directory {parent} is not writable")
+
+
+def _one_holder(holder: dict, key: tuple[str, int], name: str, uri: str) -> None:
+    """`UsageError` where a second log dir holds a partition: one --output-dir holds each once."""
+    if key in holder:
+        raise UsageError(f"{name} is in both --log-dir {shown(holder[key])} and --log-dir {shown(uri)}: one "
+                         "--output-dir holds each partition once; write them to separate output dirs or narrow "
+                         "--topics / --partitions")  # fmt: skip
+    holder[key] = uri
 
 
 def find_java(env: dict[str, str]) -> str:
@@ -130,13 +165,21 @@ def find_java(env: dict[str, str]) -> str:
 def check_round(opts) -> list[str]:
     """Every check a round's options need before anything runs (`JobOptions`); returns what the
     round should say at WARN (a versioned bucket)."""
+    archive = getattr(opts, "output_dir", None)
+    partitions, holder = [], {}
     for uri in opts.log_dirs:
-        check_log_dir(uri, writable=not opts.dry_run)
+        for name, is_dir in check_log_dir(uri, writable=not opts.dry_run and not archive):  # --output-dir: only read
+            parsed = parse_partition_dir_name(name) if is_dir else None
+            if parsed is not None and parsed[0] not in INTERNAL_TOPICS_NOT_CLEANED:
+                partitions.append(parsed)
+                if archive and opts.wants(*parsed):
+                    _one_holder(holder, parsed, name, uri)
+    check_selection(opts, partitions)
     outputs = (("--report", opts.report), ("--report-html", opts.report_html), ("--metrics-file", opts.metrics_file))
     for flag, uri in outputs:
         if uri:
             check_output_path(flag, uri)
-    return check_versioning(opts)
+    return [] if archive else check_versioning(opts)  # --output-dir: the round over its staging dir checks
 
 
 def check_versioning(opts) -> list[str]:

@@ -1,8 +1,10 @@
 """Progress of a round while it runs: what the driver is doing, and while Spark works, the tasks
-done out of the total (from `SparkContext.statusTracker()`), the bytes scanned (the planned bytes
-in proportion to the tasks done), the rate and an ETA.
+done out of the total (from `SparkContext.statusTracker()`), the bytes the executors have read and
+written so far (every second from inside their tasks: runtime/task_progress.py), the rate over the
+last RATE_WINDOW seconds and an ETA from the share of the scan and rewrite done.
 
-On a terminal a live bar on stderr, redrawn in place; elsewhere (Airflow's task log, cron) one
+On a terminal a live bar, redrawn in place (the launcher says when the user's terminal shows the
+driver's output: TTY_ENV); elsewhere (Airflow's task log, cron) one
 plain log line every `interval` seconds (the round's `Settings.progress_seconds`, default 5).
 Spark's own console bar stays off (`spark.ui.showConsoleProgress=false`): it would draw over ours.
 """
@@ -10,8 +12,10 @@ Spark's own console bar stays off (`spark.ui.showConsoleProgress=false`): it wou
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
+from collections import deque
 import time
 from dataclasses import dataclass
 
@@ -20,43 +24,55 @@ from compaction.settings import PROGRESS_SECONDS
 log = logging.getLogger("compaction.progress")
 
 MB = 1_048_576
+# The rate and the ETA are over the last this many seconds: they follow a change of pace (the
+# rewrite after the scan, a throttle) without swinging with every poll.
+RATE_WINDOW = 20.0
+# Set by the launcher when the user's terminal will show the driver's output (spark-submit pipes
+# it, so the driver cannot see that for itself): the live bar instead of log lines.
+TTY_ENV = "KAFKA_COMPACTION_PROGRESS_TTY"
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The stages' task counts at one instant, and what they say of the round's bytes."""
+    """The round's Spark work at one instant: task counts from Spark's status tracker, and what the
+    executors say they have read, written and finished (runtime/task_progress.py)."""
 
     tasks_done: int
     tasks_total: int
     running: int
     elapsed: float
-    total_bytes: int
+    total_bytes: int  # the planned partitions' bytes
+    read: int = 0  # bytes the executors read so far
+    written: int = 0  # bytes they wrote so far
+    work_done: int = 0  # bytes of source segments scanned + rewritten so far
+    work_total: int = 0  # every source segment's bytes, twice (a scan and a rewrite)
+    rate: float = 0.0  # bytes read + written per second, over the last RATE_WINDOW seconds
+    work_rate: float = 0.0  # work bytes per second, over the same window
+    finished: bool = False  # every job returned
 
     @property
     def fraction(self) -> float:
+        if self.finished:
+            return 1.0
+        if self.work_total:
+            return min(1.0, self.work_done / self.work_total)
         return self.tasks_done / self.tasks_total if self.tasks_total else 0.0
 
     @property
-    def bytes_done(self) -> int:
-        return int(self.total_bytes * self.fraction)
-
-    @property
-    def rate(self) -> float:
-        return self.bytes_done / self.elapsed if self.elapsed > 0 else 0.0
-
-    @property
     def eta(self) -> float | None:
-        if self.bytes_done <= 0 or self.rate <= 0:
+        if self.finished:
+            return 0.0
+        if self.work_done <= 0 or self.work_rate <= 0:
             return None
-        return (self.total_bytes - self.bytes_done) / self.rate
+        return max(0.0, self.work_total - self.work_done) / self.work_rate
 
 
 def describe(s: Snapshot, partitions: int) -> str:
     eta = "ETA --" if s.eta is None else f"ETA {_clock(s.eta)}"
     return (
         f"{s.tasks_done}/{s.tasks_total} tasks ({s.running} running) for {partitions} partitions; "
-        f"~{s.bytes_done / MB:,.1f} of {s.total_bytes / MB:,.1f} MB scanned, {s.rate / MB:,.1f} MB/s, "
-        f"{eta}, elapsed {_clock(s.elapsed)}"
+        f"{s.read / MB:,.1f} MB read, {s.written / MB:,.1f} MB written of {s.total_bytes / MB:,.1f} MB planned, "
+        f"{s.rate / MB:,.1f} MB/s, {100 * s.fraction:.0f}% done, {eta}, elapsed {_clock(s.elapsed)}"
     )
 
 
@@ -121,7 +137,9 @@ class Reporter:
     def __init__(self, stream=None, interval: float | None = None, tty: bool | None = None) -> None:
         self._stream = stream or sys.stderr
         self._interval = PROGRESS_SECONDS if interval is None else interval
-        self._tty = self._stream.isatty() if tty is None else tty
+        if tty is None:
+            tty = self._stream.isatty() or os.environ.get(TTY_ENV) == "1"
+        self._tty = tty
 
     def phase(self, message: str, *args) -> None:
         log.info(message, *args, extra={"fields": {"event": "phase"}})
@@ -130,8 +148,10 @@ class Reporter:
         """A context: `what ... N s` every interval while the block runs (Spark's start-up)."""
         return _Heartbeat(what, self._interval)
 
-    def watch(self, sc, total_bytes: int, partitions: int) -> _Watch:
-        return _Watch(self, StageCounter.after_current(sc), total_bytes, partitions)
+    def watch(self, sc, total_bytes: int, partitions: int, channel=None, work_total: int = 0) -> _Watch:
+        """The Spark part: task counts from `sc`, the executors' figures from `channel` (a
+        `task_progress.ProgressDir`), out of `work_total` bytes of scan and rewrite."""
+        return _Watch(self, StageCounter.after_current(sc), total_bytes, partitions, channel, work_total)
 
     def draw(self, s: Snapshot, partitions: int, final: bool = False) -> None:
         if self._tty:
@@ -141,8 +161,10 @@ class Reporter:
         else:
             log.info("progress: %s", describe(s, partitions), extra={"fields": {
                 "event": "progress", "tasksDone": s.tasks_done, "tasksTotal": s.tasks_total,
-                "bytesScanned": s.bytes_done, "bytesTotal": s.total_bytes, "partitions": partitions,
-                "elapsedSeconds": round(s.elapsed, 3),
+                "tasksRunning": s.running, "bytesRead": s.read, "bytesWritten": s.written,
+                "workDone": s.work_done, "workTotal": s.work_total, "bytesTotal": s.total_bytes,
+                "partitions": partitions, "fraction": round(s.fraction, 4),
+                "bytesPerSecond": round(s.rate), "elapsedSeconds": round(s.elapsed, 3),
                 "etaSeconds": None if s.eta is None else round(s.eta, 1),
             }})  # fmt: skip
 
@@ -173,10 +195,12 @@ class _Heartbeat:
 
 
 class _Watch:
-    def __init__(self, reporter: Reporter, counter: StageCounter, total_bytes: int, partitions: int) -> None:
-        self._r, self._counter = reporter, counter
-        self._total, self._partitions = total_bytes, partitions
+    def __init__(self, reporter: Reporter, counter: StageCounter, total_bytes: int, partitions: int,
+                 channel=None, work_total: int = 0) -> None:  # fmt: skip
+        self._r, self._counter, self._channel = reporter, counter, channel
+        self._total, self._partitions, self._work_total = total_bytes, partitions, work_total
         self._stop = threading.Event()
+        self._samples: deque = deque()  # (elapsed, read + written, work done), the last RATE_WINDOW s
 
     def __enter__(self) -> _Watch:
         self._t0 = time.monotonic()
@@ -186,7 +210,24 @@ class _Watch:
 
     def snapshot(self, finished: bool = False) -> Snapshot:
         done, total, running = self._counter.poll(finished)
-        return Snapshot(done, total, running, time.monotonic() - self._t0, self._total)
+        elapsed = time.monotonic() - self._t0
+        ex = self._channel.totals() if self._channel is not None else None
+        if ex is None:
+            return Snapshot(done, total, running, elapsed, self._total, finished=finished)
+        io = ex.read + ex.written
+        self._samples.append((elapsed, io, ex.done))
+        while len(self._samples) > 2 and elapsed - self._samples[1][0] >= RATE_WINDOW:
+            self._samples.popleft()
+        t0, io0, done0 = self._samples[0] if len(self._samples) > 1 else (0.0, 0, 0)
+        span = elapsed - t0
+        rate, work_rate = ((io - io0) / span, (ex.done - done0) / span) if span > 0 else (0.0, 0.0)
+        if work_rate <= 0 and ex.done > 0 and elapsed > 0:
+            work_rate = ex.done / elapsed  # nothing finished within the window: the average so far
+        # The executors see a task from its first beat; the tracker (fed by Spark's listener bus)
+        # may not have heard of it yet.
+        running = 0 if finished else max(running, ex.running)
+        return Snapshot(done, total, running, elapsed, self._total, ex.read, ex.written, ex.done,
+                        self._work_total, rate, work_rate, finished)  # fmt: skip
 
     def _run(self) -> None:
         while not self._stop.wait(self._r.tick):

@@ -2,6 +2,11 @@
 dict (`report.build_report`), so the page shows exactly the JSON report's numbers and, like it,
 only redacted URIs.
 
+A failed run says so first: a banner above everything, the word in the page's title, and the failed
+partitions at the top of the table with their reasons. The head says where and how the run ran (the
+log dirs' absolute URIs, the host, Spark's application id, the times in ISO 8601, the options and
+thresholds that decided), so that a page passed on answers the questions it raises.
+
 The page carries its own style and an inline SVG chart and references nothing else: no script, no
 font, no stylesheet or image to fetch, so it opens from an archive or an air-gapped host. Every
 string from the report (topic names, reasons, paths) is escaped.
@@ -15,6 +20,10 @@ from dataclasses import dataclass
 from html import escape
 
 from compaction.cli.report_chart import AFTER_FILL, BEFORE_FILL, MAX_BARS, bar_chart, human_bytes
+from compaction.steps.report import FAILED, table_order
+
+# Failed partitions the banner names before it says "and N more".
+BANNER_NAMES = 5
 
 
 NO_VALUE_TEXT = "\u2013"  # a dash: no value, as opposed to a zero
@@ -44,30 +53,32 @@ RECOVER_ONLY = Wording("Recovery only", "bytes read", "bytes written", "reclaime
 
 
 def wording_of(args: dict) -> Wording:
-    if args.get("plan_only"):
-        return PLAN_ONLY
-    if args.get("recover_only"):
-        return RECOVER_ONLY
-    return DRY_RUN if args.get("dry_run") else ROUND
+    from compaction.cli import logs
+
+    return {logs.ROUND: ROUND, logs.DRY_RUN: DRY_RUN, logs.PLAN_ONLY: PLAN_ONLY,
+            logs.RECOVER_ONLY: RECOVER_ONLY}[logs.mode_of(args)]  # fmt: skip
 
 
 def render(report: dict) -> str:
     """The page of `report` (the dict `--report` writes as JSON)."""
     words = wording_of(report.get("args") or {})
-    partitions = sorted(report.get("partitions") or [],
-                        key=lambda e: (-e["reclaimableBytes"], e["topic"], e["partition"]))  # fmt: skip
+    partitions = sorted(report.get("partitions") or [], key=table_order)
     topics = sorted((report.get("topics") or {}).items(), key=lambda kv: (-kv[1]["reclaimableBytes"], kv[0]))
     totals = report.get("totals") or {}
+    failed = bool(report.get("failure")) or any(e.get("status") == FAILED for e in partitions)
+    order = f"failed first, then most {words.freed}" if failed else f"most {words.freed} first"
     body = "\n".join((
+        _banner(report, partitions, totals, words),
         _header(report, words),
         _cards(totals, words),
         _chart_section(topics, words),
         _section("Per topic", _topic_table(topics, totals, words)),
-        _section(f"Per partition, most {words.freed} first", _partition_table(partitions, words)),
+        _section(f"Per partition, {order}", _partition_table(partitions, words)),
+        _section("Options and thresholds", _options_table(report.get("args") or {})),
         f"<footer>{escape(_tool(report))} &middot; report version {escape(str(report.get('version', '')))}"
         "</footer>",
     ))  # fmt: skip
-    title = f"{words.title} \u2013 {_started(report)}"
+    title = f"{'FAILED: ' if failed else ''}{words.title} \u2013 {_started(report)}"
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -84,28 +95,61 @@ def _tool(report: dict) -> str:
     return f"{meta.get('tool', 'kafka-offline-compaction')} {meta.get('toolVersion', '')}".strip()
 
 
+def iso(ms: int | None) -> str:
+    """Epoch milliseconds as ISO 8601 UTC (`2026-11-28T06:40:29.123Z`)."""
+    if ms is None:
+        return "unknown"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{int(ms) % 1000:03d}Z"
+
+
 def _started(report: dict) -> str:
-    ms = (report.get("metadata") or {}).get("startedAtMs")
-    return "start unknown" if ms is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+    return iso((report.get("metadata") or {}).get("startedAtMs"))
+
+
+def _banner(report: dict, partitions: list[dict], totals: dict, words: Wording) -> str:
+    """The outcome, above everything: a failure cannot be missed, a success says what it did."""
+    failure = report.get("failure")
+    failed = [e for e in partitions if e.get("status") == FAILED]
+    n = totals.get("partitions", len(partitions))
+    if failure or failed:
+        names = ", ".join(f"{e['topic']}-{e['partition']}" for e in failed[:BANNER_NAMES])
+        more = f" and {len(failed) - BANNER_NAMES} more" if len(failed) > BANNER_NAMES else ""
+        parts = []
+        if failure:
+            parts.append(f"The round failed ({failure.get('phase')}): {failure.get('reason')}.")
+        if failed:
+            parts.append(f"{len(failed)} of {n} partitions failed: {names}{more}; listed first below, with "
+                         "their reasons.")  # fmt: skip
+        return (f'<div id="outcome" class="banner failed" role="alert"><strong>FAILED</strong> '
+                f'{escape(" ".join(parts))}</div>')  # fmt: skip
+    done = [f"{totals[s]:,} {s}" for s in ("cleaned", "eligible", "skipped") if totals.get(s)]
+    return (f'<div id="outcome" class="banner ok"><strong>OK</strong> {escape(words.title)}: {n:,} partitions'
+            f'{escape(", " + ", ".join(done) if done else "")}, none failed.</div>')  # fmt: skip
 
 
 def _header(report: dict, words: Wording) -> str:
     args = report.get("args") or {}
+    meta_in = report.get("metadata") or {}
     facts = [f"started {_started(report)}"]
+    if meta_in.get("finishedAtMs") is not None:
+        facts.append(f"finished {iso(meta_in['finishedAtMs'])}")
     seconds = (report.get("timings") or {}).get("totalSeconds")
     if seconds is not None:
         facts.append(f"took {seconds:,.1f} s")
+    if meta_in.get("host"):
+        facts.append(f"host {meta_in['host']}")
+    if meta_in.get("sparkAppId"):
+        facts.append(f"Spark application {meta_in['sparkAppId']}")
     if args.get("now_ms") is not None:
-        facts.append(f"clock (--now-ms) {args['now_ms']}")
+        facts.append(f"clock {iso(args['now_ms'])} (--now-ms {args['now_ms']})")
     if args.get("topics"):
         facts.append(f"topics {args['topics']}")
+    if args.get("partitions"):
+        facts.append(f"partitions {', '.join(args['partitions'])}")
     meta = " &middot; ".join(escape(f) for f in facts)
     dirs = "".join(f"<li><code>{escape(str(d))}</code></li>" for d in args.get("log_dirs") or [])
     dir_list = f'<ul class="dirs" aria-label="log dirs">{dirs}</ul>\n' if dirs else ""
-    failure = report.get("failure")
-    alert = (f'<p class="failure" role="alert">The round failed ({escape(str(failure.get("phase")))}): '
-             f'{escape(str(failure.get("reason")))}</p>\n') if failure else ""  # fmt: skip
-    return f'<header>\n<h1>{escape(words.title)}</h1>\n<p class="meta">{meta}</p>\n{dir_list}{alert}</header>'
+    return f'<header>\n<h1>{escape(words.title)}</h1>\n<p class="meta">{meta}</p>\n{dir_list}</header>'
 
 
 def _card(label: str, value: str, detail: str) -> str:
@@ -163,12 +207,13 @@ def _chart_section(topics: list[tuple[str, dict]], words: Wording) -> str:
 
 
 def _td(value: int | str | None, *, num: bool = True, bytes_: bool = False) -> str:
-    """A cell; a number exact with thousands separators (a byte count's human size on hover)."""
+    """A cell; a number exact with thousands separators, a byte count's human size shown after it
+    (by the style, from `data-human`: the cell's text stays the exact number)."""
     if value is None:
         return f'<td class="num">{NO_VALUE_TEXT}</td>'
     if isinstance(value, str):
         return f'<td class="num">{escape(value)}</td>' if num else f"<td>{escape(value)}</td>"
-    tip = f' title="{escape(human_bytes(value))}"' if bytes_ else ""
+    tip = f' data-human="{escape(human_bytes(value))}"' if bytes_ else ""
     return f'<td class="num"{tip}>{value:,}</td>'
 
 
@@ -224,6 +269,45 @@ def _partition_row(e: dict, words: Wording) -> str:
             f'<td class="reason">{escape(str(e.get("reason") or ""))}</td></tr>')  # fmt: skip
 
 
+# --- the options that decided ---------------------------------------------------------------------
+
+
+def _options_table(args: dict) -> str:
+    """Kafka's configs the round decided with (job-wide: a flag or --config's topic-level entries;
+    the broker's server.properties; else Kafka's default), the per-topic overrides, and the job's
+    own options."""
+    from compaction.cli.options import KAFKA_FLAGS
+
+    job, broker = args.get("kafka_config") or {}, args.get("broker_config") or {}
+    rows = []
+    for flag, name, _, default in KAFKA_FLAGS:
+        if name in job:
+            value, source = job[name], f"{flag} or --config"
+        elif name in broker:
+            value, source = broker[name], "--config (broker)"
+        else:
+            value, source = default, "Kafka's default"
+        rows.append((name, value, source))
+    for topic, configs in sorted((args.get("topic_config") or {}).items()):
+        rows += [(f"{topic}: {k}", v, "--topic-config") for k, v in sorted(configs.items())]
+    rate = args.get("io_max_bytes_per_second")
+    rows += [
+        ("log.cleaner.io.max.bytes.per.second", "unthrottled" if rate is None else f"{human_bytes(int(rate))}/s",
+         "--io-max-bytes-per-second"),
+        ("max inflated batch", human_bytes(args["max_inflated_batch_bytes"]) if args.get("max_inflated_batch_bytes")
+         else NO_VALUE_TEXT, "--max-inflated-batch-bytes"),
+        ("read / write mode", f"{args.get('read_mode')} / {args.get('write_mode')}", "--read-mode, --write-mode"),
+        ("tasks per core", args.get("tasks_per_core"), "--tasks-per-core"),
+    ]  # fmt: skip
+    if args.get("erase_keys"):
+        rows.append(("erase keys", args["erase_keys"], "--erase-keys" + (" --erase-only" if args.get("erase_only") else "")))
+    if args.get("ignore_broker_lock"):
+        rows.append(("broker lock", "ignored", "--ignore-broker-lock"))
+    cells = [f"<tr><td><code>{escape(str(n))}</code></td><td>{escape(str(v))}</td><td>{escape(s)}</td></tr>"
+             for n, v, s in rows]  # fmt: skip
+    return _table("options", [("setting", False), ("value", False), ("from", False)], cells)
+
+
 # Our own style, inline: system fonts only (a web font would be a fetch).
 STYLE = f"""
 :root {{ --before: {BEFORE_FILL}; --after: {AFTER_FILL}; }}""" + """
@@ -235,7 +319,12 @@ main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 40px; }
 h1 { font-size: 22px; margin: 0 0 4px; font-weight: 650; }
 h2 { font-size: 16px; margin: 28px 0 10px; font-weight: 620; }
 .meta { color: var(--muted); margin: 0; }
-.failure { margin: 12px 0 0; padding: 10px 14px; border-radius: 8px; background: #fde7e7; color: #a01c1c; }
+.banner { margin: 0 0 18px; padding: 14px 18px; border-radius: 8px; font-size: 15px; }
+.banner.failed { background: #b3261e; color: #fff; font-size: 17px; }
+.banner.failed strong { letter-spacing: .06em; margin-right: 8px; }
+.banner.ok { background: #e2f5e9; color: #17633a; }
+.banner.ok strong { margin-right: 6px; }
+td[data-human]::after { content: " (" attr(data-human) ")"; color: var(--muted); }
 .dirs { margin: 6px 0 0; padding: 0; list-style: none; color: var(--muted); }
 .dirs code { font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--ink); }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(200px, 1fr)); gap: 12px;

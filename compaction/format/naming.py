@@ -128,6 +128,10 @@ def is_segment_file_name(name: str) -> bool:
     return True
 
 
+# KRaft's metadata log is trimmed by snapshots, never by the log cleaner.
+INTERNAL_TOPICS_NOT_CLEANED = frozenset({"__cluster_metadata"})
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     """`'my.topic-12'` -> `('my.topic', 12)`; None for anything that is not a live partition dir.
 

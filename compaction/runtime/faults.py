@@ -19,7 +19,9 @@ Steps: `rewrite` (executor: `.log.cleaned` and `.index.cleaned` written, `.timei
 `cleaned` (driver: a partition's `.cleaned` files complete, its commit not started), `intent`
 (intent file written), `swap` (`.cleaned` renamed to `.swap`), `deleted` (old files renamed to
 `.deleted`), `renamed` (`.swap` renamed to live names, `.deleted` not yet removed), `checkpoint`
-(before `cleaner-offset-checkpoint` is written), `checkpointed` (after).
+(before `cleaner-offset-checkpoint` is written), `checkpointed` (after); with `--output-dir`,
+`staged` (driver: a partition copied up to its cut into the staging dir) and `promoted` (a
+partition moved into the output, its marker not yet written).
 """
 
 from __future__ import annotations

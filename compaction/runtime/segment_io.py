@@ -53,7 +53,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from compaction.runtime import durability, throttle
+from compaction.runtime import durability, task_progress, throttle
 from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
 
@@ -100,6 +100,7 @@ def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last
     if not storage.is_local:
         data = storage.read_bytes(path)
         throttle.acquire(len(data))  # --io-max-bytes-per-second (throttle.py): told after the one request
+        task_progress.count(read=len(data))
         return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
     if mode == "buffered":
@@ -114,6 +115,7 @@ def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last
         if data is not None:
             return data
     throttle.acquire(size)  # MAP_POPULATE reads it all now
+    task_progress.count(read=size)
     return _map(path, size)
 
 
@@ -186,6 +188,7 @@ def _read_into_buffer(fd: int, size: int, block: int) -> np.ndarray:
         if n <= 0:
             break
         throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
+        task_progress.count(read=n)
         got += n
     out = buf[:got]
     out.flags.writeable = False
@@ -308,6 +311,7 @@ class SegmentWriter:
 
     def _write_at(self, buf: np.ndarray, n: int, offset: int) -> np.ndarray:
         throttle.acquire(n)
+        task_progress.count(written=n)
         fd, view, done = self._file.fileno(), memoryview(buf), 0
         while done < n:
             try:

@@ -13,6 +13,7 @@ import time
 
 from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
+from compaction.runtime.task_progress import ProgressDir
 from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
 from compaction.settings import Settings
@@ -43,12 +44,16 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
     progress.phase("Spark UI: %s", sc.uiWebUrl or "disabled (spark.ui.enabled=false)")
     t = time.monotonic()
     watch = NoExecutorWatch(sc, starter.settings.no_executor_seconds)
-    with progress.watch(sc, sum(map(partition_bytes, todo)), len(todo)), watch:
+    # What the executors have read, written and finished so far (runtime/task_progress.py): the
+    # scan and the rewrite each go through every source segment once.
+    channel = ProgressDir.create(starter.settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri)
+    work = 2 * sum(seg.size for p in todo for s in p.specs for seg in s.segments)
+    with channel, progress.watch(sc, sum(map(partition_bytes, todo)), len(todo), channel, work), watch:
         try:
-            results, replan = run_stages(sc, todo, opts, starter.settings, timings)
+            results, replan = run_stages(sc, todo, opts, starter.settings, timings, channel.uri)
             if replan:
                 todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
-                                                 next_id, timings)  # fmt: skip
+                                                 next_id, timings, channel.uri)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the cause of a cancelled job, named
             if watch.fired:
                 raise NoExecutors(f"no executor was alive for {watch.seconds:.0f} s (spark.kafka.compaction."
@@ -60,7 +65,7 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
 
 
 def _replan_open_transactions(sc, todo, planned, replan, results, opts, settings, next_id,
-                              timings=None) -> list[Planned]:  # fmt: skip
+                              timings=None, progress: str | None = None) -> list[Planned]:  # fmt: skip
     """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
     docs/kafka-rules.md#last-stable-offset): plan them again with that bound and run the stages once more for
     them. Returns the new list of partitions to commit; `planned` and `results` are updated in place."""
@@ -73,7 +78,7 @@ def _replan_open_transactions(sc, todo, planned, replan, results, opts, settings
         if new.plan is not None and selected(new, opts):
             next_id = set_specs([new], opts, next_id)
             again.append(new)
-    more, still = run_stages(sc, again, opts, settings, timings) if again else ({}, {})
+    more, still = run_stages(sc, again, opts, settings, timings, progress) if again else ({}, {})
     results.update(more)
     for i in still:  # not expected: the new bound lies at or below every open transaction
         again[i].specs = []
@@ -89,11 +94,13 @@ def _cut(sc, todo: list[Planned], settings: Settings) -> list[bool]:
 
 
 def run_stages(
-    sc, todo: list[Planned], opts: JobOptions, settings: Settings, timings: dict[str, float] | None = None
+    sc, todo: list[Planned], opts: JobOptions, settings: Settings, timings: dict[str, float] | None = None,
+    progress: str | None = None,
 ) -> tuple[dict[int, dict], dict[int, int]]:
     """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
     whose scan found an open transaction below the planned bound: they are not rewritten.
-    `timings` (if given) receives the seconds of each Spark job (added up over calls)."""
+    `timings` (if given) receives the seconds of each Spark job (added up over calls); `progress`:
+    the round's progress directory, where the tasks say what they have done so far."""
     timings = {} if timings is None else timings
     cut = _cut(sc, todo, settings)
     whole = [i for i, c in enumerate(cut) if not c]
@@ -104,15 +111,19 @@ def run_stages(
                             (ranged, _run_ranges, "rangesSeconds")):  # fmt: skip
         if idx:
             t = time.monotonic()
-            r, rp = stage(sc, [todo[i] for i in idx], opts, timings, settings)
+            r, rp = stage(sc, [todo[i] for i in idx], opts, timings, settings, progress)
+            elapsed = time.monotonic() - t
+            if stage is _run_ranges:
+                for row in r.values():  # a cut partition takes the whole stage: its seconds
+                    row["stage_seconds"] = elapsed
             results.update(r)
             replan.update({idx[k]: v for k, v in rp.items()})
-            timings[key] = timings.get(key, 0.0) + time.monotonic() - t
+            timings[key] = timings.get(key, 0.0) + elapsed
     return results, replan
 
 
 def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float],
-                         settings: Settings):  # fmt: skip
+                         settings: Settings, progress: str | None = None):  # fmt: skip
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
@@ -123,10 +134,11 @@ def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dic
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     holds = [[todo[i].result.name for i in ids] for ids in bins]
-    return task_rows(collected(st.fused(sc, len(bins), parts, settings.worker), holds), todo, timings)
+    return task_rows(collected(st.fused(sc, len(bins), parts, settings.worker, progress), holds), todo, timings)
 
 
-def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings):
+def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings,
+                progress: str | None = None):  # fmt: skip
     """Partitions cut into ranges: one stage whose tasks scan their ranges, merge the key
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py),
     then, when one of its tasks stopped early (a lost executor, a slot that never came), stages
@@ -142,7 +154,7 @@ def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, fl
                          settings.peer_wait_seconds) as ex:  # fmt: skip
         names = [p.result.name for p in todo]
         holds = [sorted({names[plan.ranges[r][1]] for r in rids}) for rids in plan.tasks]
-        rows = collected(st.ranged(sc, bplan, ex, settings.worker), holds)
+        rows = collected(st.ranged(sc, bplan, ex, settings.worker, progress), holds)
 
         def run(kind: str, items: list) -> list[dict]:
             if not items:
@@ -152,7 +164,7 @@ def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, fl
                         "%d %s task(s)", len(items), kind)  # fmt: skip
             sc.setJobGroup("ranges", f"ranges left undone: {kind}, {len(items)} tasks")
             held = {MERGE: lambda k: names, PART: lambda r: [names[plan.ranges[r][1]]], REWRITE: lambda i: [names[i[1]]]}
-            return collected(st.resumed(sc, bplan, ex, kind, items, settings.worker), [held[kind](i) for i in items])
+            return collected(st.resumed(sc, bplan, ex, kind, items, settings.worker, progress), [held[kind](i) for i in items])
 
         rows = [st.typed(r) for r in finish(plan, ex, rows, run)]  # the damaged partitions' rows come from here
     return task_rows(rows, todo, timings)

@@ -97,6 +97,13 @@ class SparkStarter:
         """Whether the context came up (a failed start raises from `get`)."""
         return "sc" in self._out
 
+    @property
+    def app_id(self) -> str | None:
+        """Spark's application id, once the context is up (what Spark's UI and history server
+        and the cluster manager name the run by)."""
+        sc = self._out.get("sc")
+        return sc.applicationId if sc is not None else None
+
     def stop_when_done(self) -> None:
         """The stages are done (or failed): a context started here is stopped on a thread, so that
         its stop (executors, Python workers, shuffle and temp dirs) overlaps the commit rather

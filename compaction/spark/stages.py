@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from compaction.steps import ranges
 from compaction.errors import error_text
+from compaction.runtime import task_progress
 from compaction.settings import WorkerSettings
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_unit
@@ -54,12 +55,13 @@ def task_slots(sc) -> int:
     return max(1, n or sc.defaultParallelism)
 
 
-def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
+def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: str | None = None):
     """The ranges stage (compaction/steps/range_task.py) as an RDD of result rows: one task per
     entry of `plan.tasks` (a broadcast `RangePlan`), in workers set up for `worker`. An ordinary
     stage: Spark retries a lost task (a retried task writes what the first attempt wrote), and it
     runs under dynamic allocation. Its tasks wait for each other only while the awaited one is
-    alive; what is left when one stops early, `resumed` finishes."""
+    alive; what is left when one stops early, `resumed` finishes. `progress`: the round's progress
+    directory (runtime/task_progress.py)."""
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
@@ -68,13 +70,15 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings()):
 
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
-        for t in task_ids:
-            yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
+        with task_progress.reporting(progress):
+            for t in task_ids:
+                yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
     return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
 
 
-def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = WorkerSettings()):
+def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = WorkerSettings(),
+            progress: str | None = None):  # fmt: skip
     """What the ranges stage left undone, of one `kind` (`range_task.finish`): one task per item,
     as an RDD of result rows."""
 
@@ -84,8 +88,9 @@ def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = Worke
 
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
-        for item in part:
-            yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
+        with task_progress.reporting(progress):
+            for item in part:
+                yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
 
     return sc.parallelize(items, max(1, len(items))).mapPartitions(run)
 
@@ -153,12 +158,13 @@ def _profiled(task, specs: list, where: str | None):
     return rows
 
 
-def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings()):
+def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), progress: str | None = None):
     """One task per bin of partitions (see `compact_partition`), in workers set up for `worker`,
     as an RDD of result rows (dicts with every `FUSED_FIELDS` name). `partitions` is a broadcast
     of {bin id: [[GroupSpec, ...], ...]} (the groups of each partition of the bin, in log order).
     A Python RDD rather than a DataFrame: its job starts ~0.2 s sooner, with no query to analyse
-    and compile, and its few rows need no columnar transfer."""
+    and compile, and its few rows need no columnar transfer. `progress`: the round's progress
+    directory (runtime/task_progress.py)."""
 
     compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
 
@@ -167,13 +173,14 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings()):
 
         prepare_worker(worker)
         table = partitions.value
-        for bin_id in bin_ids:
-            for specs in table[bin_id]:
-                try:
-                    rows = _profiled(compact, specs, worker.profile_dir)
-                except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
-                    rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
-                yield from map(typed, rows)
+        with task_progress.reporting(progress):
+            for bin_id in bin_ids:
+                for specs in table[bin_id]:
+                    try:
+                        rows = _profiled(compact, specs, worker.profile_dir)
+                    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                        rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
+                    yield from map(typed, rows)
 
     return sc.parallelize(range(bins), max(1, bins)).mapPartitions(run)
 

@@ -52,8 +52,7 @@ RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 # do not guess what a stranger's file means.
 KNOWN_PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata", "compaction-commit.json"})
 KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.deleted", ".checkpoint.part")
-# KRaft's metadata log is trimmed by snapshots, never by the log cleaner.
-INTERNAL_TOPICS_NOT_CLEANED = frozenset({"__cluster_metadata"})
+INTERNAL_TOPICS_NOT_CLEANED = naming.INTERNAL_TOPICS_NOT_CLEANED
 
 COMMIT_INTENT = "compaction-commit.json"
 
@@ -203,13 +202,14 @@ class LogDirState:
     high_watermarks: dict
 
 
-def read_log_dir(uri: str, topics: str | None = None) -> LogDirState:
-    """List one log dir. A malformed checkpoint raises `CheckpointError` before anything is written."""
+def read_log_dir(uri: str, topics: str | None = None, partitions: tuple[str, ...] | None = None) -> LogDirState:
+    """List one log dir (the partitions `topics`, a regex, and `partitions`, dir names, select). A
+    malformed checkpoint raises `CheckpointError` before anything is written."""
     with gc_paused():
-        return _read_log_dir(uri, topics)
+        return _read_log_dir(uri, topics, partitions)
 
 
-def _read_log_dir(uri: str, topics: str | None) -> LogDirState:
+def _read_log_dir(uri: str, topics: str | None, partitions: tuple[str, ...] | None = None) -> LogDirState:
     storage, root = Storage.for_uri(uri)
     pattern = re.compile(topics) if topics else None
     todo = []
@@ -220,6 +220,8 @@ def _read_log_dir(uri: str, topics: str | None) -> LogDirState:
         if parsed is None or parsed[0] in INTERNAL_TOPICS_NOT_CLEANED:
             continue
         if pattern and not pattern.fullmatch(parsed[0]):
+            continue
+        if partitions is not None and info.name not in partitions:
             continue
         if getattr(info, "is_link", False):  # a broker follows it (log dirs on other disks are linked)
             log.info("%s is a symbolic link to %s: followed, as a broker does", info.path, os.path.realpath(info.path))

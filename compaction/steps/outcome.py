@@ -31,6 +31,7 @@ def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
         if d["group_id"] == STATS_ROW:
             continue
         add_seconds(timings, taskRewriteSeconds=d["seconds"] or 0.0)
+        d["task_seconds"] = scan_s + map_s  # a whole partition's scan and map, before its rewrite
         unstable = d.pop("first_unstable")
         if unstable is not None:
             replan[owner[d["group_id"]]] = unstable
@@ -83,7 +84,10 @@ def record_sizes(p: Planned, rows: list[dict]) -> None:
         setattr(r, total, sum(int(row[key] or 0) for row in rows))
     r.reclaimableBytes = r.bytesRead - r.bytesWritten
     r.reclaimableRecords = r.recordsRead - r.recordsWritten
-    r.seconds = sum(float(row["seconds"] or 0) for row in rows)
+    # The partition's elapsed time: its scan, map and rewrite in its task, or, cut into ranges,
+    # the stage its ranges ran in (they scan, merge and rewrite together).
+    stage = max(float(row.get("stage_seconds") or 0) for row in rows)
+    r.seconds = stage or sum(float(row["seconds"] or 0) + float(row.get("task_seconds") or 0) for row in rows)
 
 
 def dry_outcome(p: Planned, results: dict[int, dict]) -> None:

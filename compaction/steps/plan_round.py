@@ -312,7 +312,7 @@ def discover_and_plan(
         ld = (listed or {}).get(uri)
         if ld is None:
             t = time.monotonic()
-            ld = read_log_dir(uri, opts.topics)
+            ld = read_log_dir(uri, opts.topics, opts.partitions)
             if timings is not None:
                 timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
         dirs.append(ld)
@@ -346,6 +346,7 @@ def to_clean(
     if opts.recover_only or opts.plan_only:
         for p in todo:
             what = "eligible" if p.plan.eligible and not opts.erase_only else "to erase"
+            p.result.status = rpt.ELIGIBLE  # not skipped: a round would take it
             p.result.reason = f"{what} (plan only)" if opts.plan_only else f"{what} (recover only)"
     return todo
 

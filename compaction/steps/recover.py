@@ -52,7 +52,7 @@ def recover(
     done = {}
     for uri in opts.log_dirs:
         t = time.monotonic()
-        ld = read_log_dir(uri, opts.topics)
+        ld = read_log_dir(uri, opts.topics, opts.partitions)
         if timings is not None:
             timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
         for i, part in enumerate(ld.partitions):

@@ -64,7 +64,8 @@ class RoundFailure:
 
 
 def build_report(results: list[PartitionResult], args: dict, timings: dict, started_ms: int,
-                 failure: RoundFailure | None = None) -> dict:  # fmt: skip
+                 failure: RoundFailure | None = None, where: dict | None = None) -> dict:  # fmt: skip
+    """`where`: metadata of the run's place (`host`, `sparkAppId`, `finishedAtMs`)."""
     totals = {
         "partitions": len(results),
         "cleaned": sum(r.status == CLEANED for r in results),
@@ -83,7 +84,8 @@ def build_report(results: list[PartitionResult], args: dict, timings: dict, star
     }
     return {
         "version": REPORT_VERSION,
-        "metadata": {"tool": "kafka-offline-compaction", "toolVersion": __version__, "startedAtMs": started_ms},
+        "metadata": {"tool": "kafka-offline-compaction", "toolVersion": __version__, "startedAtMs": started_ms,
+                     **(where or {})},
         "args": args,
         "timings": timings,
         "failure": failure and {"phase": failure.phase, "reason": failure.reason},
@@ -111,20 +113,30 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.1f}"
 
 
+def table_order(e: dict) -> tuple:
+    """Failed partitions first, then the most reclaimed (or reclaimable) bytes first."""
+    return e["status"] != FAILED, -e["reclaimableBytes"], e["topic"], e["partition"]
+
+
 def reclaim_table(report: dict) -> str:
-    """The dry run's answer, for the console: per partition (most reclaimable bytes first) its
-    dirty ratio and bytes and what a round would free, then per topic and overall."""
-    rows = [("partition", "status", "dirty ratio", "dirty MiB", "reclaimable MiB", "reclaimable records")]
-    for e in sorted(report["partitions"], key=lambda e: (-e["reclaimableBytes"], e["topic"], e["partition"])):
+    """The console's table after any run: per partition (failed ones first, then the most bytes
+    freed) its dirty ratio and bytes and what the round freed (a dry run: would free; a plan,
+    which scans nothing, knows only the dirty bytes), then per topic and overall."""
+    args = report.get("args", {})
+    freed = () if args.get("plan_only") or args.get("recover_only") else (
+        ("reclaimable MiB", "reclaimable records") if args.get("dry_run") else ("reclaimed MiB", "records removed"))
+    rows = [("partition", "status", "dirty ratio", "dirty MiB", *freed)]
+
+    def sizes(e: dict) -> tuple:
+        return (_mib(e["dirtyBytes"]), _mib(e["reclaimableBytes"]), f"{e['reclaimableRecords']:,}")[: 1 + len(freed)]
+
+    for e in sorted(report["partitions"], key=table_order):
         ratio = "-" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}"
-        rows.append((f"{e['topic']}-{e['partition']}", e["status"], ratio, _mib(e["dirtyBytes"]),
-                     _mib(e["reclaimableBytes"]), f"{e['reclaimableRecords']:,}"))  # fmt: skip
+        rows.append((f"{e['topic']}-{e['partition']}", e["status"], ratio, *sizes(e)))
     for topic, t in sorted(report["topics"].items(), key=lambda kv: -kv[1]["reclaimableBytes"]):
-        rows.append((f"{topic} (topic)", f"{t['partitions']} partitions", "", _mib(t["dirtyBytes"]),
-                     _mib(t["reclaimableBytes"]), f"{t['reclaimableRecords']:,}"))  # fmt: skip
+        rows.append((f"{topic} (topic)", f"{t['partitions']} partitions", "", *sizes(t)))
     tot = report["totals"]
-    rows.append(("all", f"{tot['partitions']} partitions", "", _mib(tot["dirtyBytes"]),
-                 _mib(tot["reclaimableBytes"]), f"{tot['reclaimableRecords']:,}"))  # fmt: skip
+    rows.append(("all", f"{tot['partitions']} partitions", "", *sizes(tot)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                      for r in rows)

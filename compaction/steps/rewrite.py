@@ -48,7 +48,7 @@ from compaction.policy.retention import (
     retain_legacy_deletes,
 )
 from compaction.policy.txn_state import CleanedTransactionMetadata
-from compaction.runtime import durability
+from compaction.runtime import durability, task_progress
 from compaction.steps.emit import emit_segment
 from compaction.steps.erase import ERASED, ErasingMap, EraseError
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
@@ -279,6 +279,7 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
             for seg in own[spec.group_id]:
                 scan, data = next(inputs)
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+                task_progress.count(done=seg.size)  # the driver's progress line
                 if spec.erase_only:
                     entries.extend(_erase_only_txn_entries(spec, seg))
                 del scan, data
@@ -323,6 +324,7 @@ def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCach
         for seg in spec.segments:
             scan, data = next(inputs)
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
+            task_progress.count(done=seg.size)  # the driver's progress line
             del scan, data
         writer.close()
     return out, stats

@@ -27,6 +27,7 @@ from compaction.policy.log_structure import (
     check_time_index_entries,
     segment_epochs,
 )
+from compaction.runtime import task_progress
 from compaction.runtime.segment_io import ReadAhead, is_mapped, prefetch, read_segment_bytes
 from compaction.steps.discover import read_small
 from compaction.steps.group import GroupSpec, SourceSegment
@@ -234,6 +235,7 @@ def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
     with read_ahead(specs, todo, indexes=True) as ahead:
         for i, (spec, seg) in enumerate(todo):
             scan = read_segment(spec, seg, ahead.get(i), pmap.hashes_keys, epochs=epochs)
+            task_progress.count(done=seg.size)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
             if i == 0 and not unmapped and seg.size >= PROJECT_MIN_BYTES:

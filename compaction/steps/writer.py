@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.runtime import throttle
+from compaction.runtime import task_progress, throttle
 from compaction.runtime.segment_io import SegmentWriter
 from compaction.runtime.storage import Storage
 from compaction.steps.group import CLEANED, GroupSpec
@@ -56,6 +56,7 @@ class LogWriter:
     def flush(self) -> None:
         chunks, self._pending, self._pending_bytes = self._pending, [], 0
         throttle.acquire(sum(len(c) for c in chunks))  # --io-max-bytes-per-second
+        task_progress.count(written=sum(len(c) for c in chunks))
         for c in chunks:
             self._file.write(c)
 

@@ -113,14 +113,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="decode the records as __transaction_state's transaction metadata "
                                "(implies --print-data-log)")
     parser.add_argument("--max-bytes", type=_positive_int, default=None, metavar="N",
-                        help="read only the first N bytes of each .log (the whole batches within them)")
+                        help="read only the first N bytes (e.g. 64k, 1m) of each .log (the whole batches within them)")
     parser.add_argument("--skip-record-metadata", action="store_true",
                         help="print only the key and payload of each record, not its offset, timestamp, "
                              "sizes and headers")
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    from compaction.cli.options import byte_size  # `64k`, `1m`: Spark's size suffixes
+
+    value = byte_size(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {value}")
     return value

@@ -149,8 +149,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--value-size", type=_range, default=d.value_size, help="N or MIN:MAX value bytes (default 20:200)")
     a("--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default=d.codec)
     a("--batch-records", type=_range, default=d.batch_records, help="N or MIN:MAX records per batch")
-    a("--segment-bytes", type=int, default=d.segment_bytes, help="roll size, like segment.bytes (1 MiB)")
-    a("--index-interval-bytes", type=int, default=d.index_interval_bytes, help="index.interval.bytes")
+    from compaction.cli.options import byte_size  # `1m`, `64k`: Spark's size suffixes
+
+    a("--segment-bytes", type=byte_size, default=d.segment_bytes, help="roll size, like segment.bytes (1 MiB)")
+    a("--index-interval-bytes", type=byte_size, default=d.index_interval_bytes, help="index.interval.bytes")
     a("--tombstone-ratio", type=float, default=d.tombstone_ratio, help="fraction of null values")
     a("--headers", type=int, default=d.headers, help="headers per record (default 0)")
     a("--transactions", type=float, default=d.transactions,

@@ -19,7 +19,7 @@ import sys
 import time
 
 import pytest
-from e2ekit import REPO, SUBMIT, cleanable_bound, decode_partition, latest_per_key, tree_hashes
+from e2ekit import REPO, SUBMIT, cleanable_bound, corrupt_first_batch, decode_partition, latest_per_key, tree_hashes
 from prometheus_client.parser import text_string_to_metric_families
 
 NOW = 1_800_000_000_000
@@ -118,22 +118,13 @@ def test_help_and_version_need_no_java(no_java):
     assert "compact " in listing.stdout
 
 
-def _corrupt_first_batch(part_dir):
-    first = sorted(n for n in os.listdir(part_dir) if n.endswith(".log"))[0]
-    with open(os.path.join(part_dir, first), "r+b") as fh:
-        fh.seek(70)  # inside the first batch's records: its CRC no longer matches
-        byte = fh.read(1)
-        fh.seek(70)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     work = tmp_path / "kafka-logs"
     shutil.copytree(log_dir, work)
-    _corrupt_first_batch(work / "users-0")
+    corrupt_first_batch(work / "users-0")
     before = {p: decode_partition(str(work / p)) for p in ("orders-0", "orders-1")}
     bounds = {p: cleanable_bound(str(work / p)) for p in ("orders-0", "orders-1")}
     damaged = tree_hashes(str(work / "users-0"))
@@ -158,7 +149,9 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     assert any(r["message"].startswith("Spark UI: ") for r in events["phase"])
     progress = events["progress"]
     assert progress[-1]["tasksDone"] == progress[-1]["tasksTotal"] > 0
-    assert progress[-1]["bytesScanned"] == progress[-1]["bytesTotal"] > 0
+    # the damaged partition's scan stopped at its damage: it never reaches its rewrite
+    assert 0 < progress[-1]["workDone"] < progress[-1]["workTotal"] and progress[-1]["fraction"] == 1
+    assert progress[-1]["bytesRead"] > 0 and progress[-1]["bytesWritten"] > 0
     # one line per partition, the damaged one at ERROR with the file and byte position
     parts = {f"{r['topic']}-{r['partition']}": r for r in events["partition"]}
     assert sorted(parts) == ["orders-0", "orders-1", "users-0"]
@@ -181,8 +174,10 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     assert tree_hashes(str(work / "users-0")) == damaged
     assert not (work / ".compaction.lock").exists()
     # the metrics file, read by Prometheus' own parser
-    samples = {(s.name, tuple(s.labels.items())): s.value
-               for fam in text_string_to_metric_families(prom.read_text()) for s in fam.samples}  # fmt: skip
+    families = list(text_string_to_metric_families(prom.read_text()))
+    assert {s.labels["round"] for fam in families for s in fam.samples} == {str(work)}  # absolute
+    samples = {(s.name, tuple((k, v) for k, v in s.labels.items() if k not in ("round", "mode"))): s.value
+               for fam in families for s in fam.samples}  # fmt: skip
     assert samples[("kafka_compaction_last_run_exit_code", ())] == 1
     assert samples[("kafka_compaction_last_run_partitions", (("status", "cleaned"),))] == 2
     assert samples[("kafka_compaction_last_run_partitions", (("status", "failed"),))] == 1

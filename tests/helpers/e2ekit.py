@@ -42,6 +42,16 @@ def run_job(log_dir: str, *args: str, report: str | None = None, env: dict | Non
     return proc.returncode, data, proc.stderr[-6000:]
 
 
+def corrupt_first_batch(part_dir) -> None:
+    """Flip a byte inside the first batch of a partition's first segment: its CRC no longer matches."""
+    first = sorted(n for n in os.listdir(part_dir) if n.endswith(".log"))[0]
+    with open(os.path.join(part_dir, first), "r+b") as fh:
+        fh.seek(70)
+        byte = fh.read(1)
+        fh.seek(70)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
 def segment_logs(part_dir: str) -> list[str]:
     return sorted(os.path.join(part_dir, n) for n in os.listdir(part_dir) if n.endswith(".log"))
 
@@ -85,6 +95,41 @@ def cleanable_bound(part_dir: str) -> int:
     bases = [int(n.split(".")[0]) for n in os.listdir(part_dir) if n.endswith(".log")]
     assert len(bases) > 1, f"{part_dir}: one segment, nothing is cleanable"
     return max(bases)
+
+
+def decode_log_dir(root: str) -> list[tuple]:
+    """(topic, partition, offset, key, value, timestamp or None, headers) of every data record of
+    a log dir, sorted."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        if not os.path.isdir(os.path.join(root, name)):
+            continue
+        topic, partition = name.rsplit("-", 1)
+        for log in segment_logs(os.path.join(root, name)):
+            for r in decode_log(log):
+                ts = None if r.timestamp in (None, -1) else r.timestamp
+                out.append((topic, int(partition), r.offset, r.key, r.value, ts, tuple(r.headers)))
+    return sorted(out)
+
+
+def state_offsets_as_of(m, cut: int) -> dict[bytes, int]:
+    """The compacted state of a generated partition (its manifest `m`) as a broker held it when its
+    log ended at offset `cut`: whole batches whose last offset is below it, latest offset per key of
+    what a read_committed consumer sees (no marker, no aborted record, no record of a transaction
+    whose marker is not held), tombstoned keys left out."""
+    last_of_batch = {}
+    for o in range(m.log_end_offset):
+        last_of_batch[int(m.batch[o])] = o
+    held = [o for o in range(m.log_end_offset) if last_of_batch[int(m.batch[o])] < cut]
+    markers = [o for o in held if m.is_control[o]]
+    latest = {}
+    for o in held:
+        if m.is_control[o] or m.txn[o] == 2:  # generator_plan.TXN_ABORTED
+            continue
+        if m.txn[o] and not any(x > o and m.producer_id[x] == m.producer_id[o] for x in markers):
+            continue  # open at the cut
+        latest[m.key(o)] = o
+    return {k: o for k, o in latest.items() if not m.is_tombstone[o]}
 
 
 def latest_per_key(records: list[KRecord], below: int) -> dict[bytes, KRecord]:

@@ -73,8 +73,10 @@ def partition_rows(page: Page) -> list[dict]:
 
 
 def expected_rows(report: dict) -> list[dict]:
-    """What `partition_rows` must read for `report`: every entry, most reclaimable bytes first."""
-    order = sorted(report["partitions"], key=lambda e: (-e["reclaimableBytes"], e["topic"], e["partition"]))
+    """What `partition_rows` must read for `report`: every entry, failed ones first, then the most
+    reclaimable bytes first."""
+    order = sorted(report["partitions"], key=lambda e: (e["status"] != "failed", -e["reclaimableBytes"], e["topic"],
+                                                        e["partition"]))  # fmt: skip
     return [{"topic": e["topic"], "partition": e["partition"], "status": e["status"],
              "dirtyRatio": "\u2013" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}",
              **{k: e[k] for k in BYTE_COLUMNS}, "reason": e["reason"] or ""} for e in order]  # fmt: skip

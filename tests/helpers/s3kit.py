@@ -20,12 +20,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_server(log_path: str):
-    """Yields the endpoint URL of a moto S3 server started for the block, stopped after it."""
+def moto_server(log_path: str, env: dict | None = None):
+    """Yields the endpoint URL of a moto S3 server started for the block, stopped after it. `env`
+    is added to its environment (e.g. `INITIAL_NO_AUTH_ACTION_COUNT`, which turns IAM on)."""
     port = free_port()
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})  # fmt: skip
     deadline = time.monotonic() + 60
     try:
         while True:

@@ -356,8 +356,9 @@ def _report(failed=0):
     return {"totals": totals, "timings": timings, "args": {"dry_run": False}}
 
 
-def _samples(text):
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+def _samples(text, *, keep=False):
+    """{(name, labels): value}; the labels every series has (`round`, `mode`) left out unless `keep`."""
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if keep or k not in ("round", "mode")))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
 
 
@@ -457,12 +458,16 @@ def test_progress_counts_every_job_since_it_started_also_one_that_ended_between_
 def test_progress_line_and_bar():
     from compaction.cli.progress import Reporter, Snapshot, bar, describe
 
-    s = Snapshot(tasks_done=3, tasks_total=4, running=1, elapsed=10.0, total_bytes=400 * 1_048_576)
-    assert s.bytes_done == 300 * 1_048_576 and s.rate == 30 * 1_048_576 and s.eta == pytest.approx(10 / 3)
+    mb = 1_048_576
+    s = Snapshot(tasks_done=0, tasks_total=2, running=2, elapsed=10.0, total_bytes=400 * mb, read=300 * mb,
+                 written=100 * mb, work_done=600 * mb, work_total=800 * mb, rate=40 * mb, work_rate=50 * mb)
+    assert s.fraction == 0.75 and s.eta == pytest.approx(4.0)  # 200 MB of work left at 50 MB/s
     line = describe(s, partitions=12)
-    assert "3/4 tasks (1 running) for 12 partitions" in line and "~300.0 of 400.0 MB scanned" in line
-    assert "30.0 MB/s" in line and "ETA 0:00:03" in line
+    assert "0/2 tasks (2 running) for 12 partitions" in line
+    assert "300.0 MB read, 100.0 MB written of 400.0 MB planned" in line
+    assert "40.0 MB/s" in line and "75% done" in line and "ETA 0:00:04" in line
     assert bar(s, width=8) == "[######--]  75.0%"
+    assert Snapshot(0, 2, 2, 1.0, 400 * mb, work_total=800 * mb).eta is None  # nothing done yet: no guess
     tty = io.StringIO()
     Reporter(stream=tty, tty=True).draw(s, 12)
     assert tty.getvalue().startswith("\r[") and "\n" not in tty.getvalue()  # redrawn in place
@@ -470,4 +475,54 @@ def test_progress_line_and_bar():
     logs.setup("json", plain)
     Reporter(stream=io.StringIO(), tty=False).draw(s, 12)
     row = json.loads(plain.getvalue())
-    assert row["event"] == "progress" and row["tasksDone"] == 3 and row["bytesTotal"] == 400 * 1_048_576
+    assert row["event"] == "progress" and row["tasksRunning"] == 2 and row["bytesTotal"] == 400 * mb
+    assert row["bytesRead"] == 300 * mb and row["bytesWritten"] == 100 * mb and row["etaSeconds"] == 4.0
+
+
+def test_the_launcher_tells_the_driver_when_its_output_reaches_a_terminal(monkeypatch):
+    """spark-submit pipes the driver's output: only the launcher sees the user's terminal."""
+    from compaction.cli.progress import TTY_ENV, Reporter
+
+    monkeypatch.setenv(TTY_ENV, "1")
+    assert Reporter(stream=io.StringIO())._tty
+    monkeypatch.delenv(TTY_ENV)
+    assert not Reporter(stream=io.StringIO())._tty
+
+
+def test_two_log_dirs_on_one_host_write_distinct_series_and_a_name_replaces_the_dirs(tmp_path):
+    one, two = _report(), _report()
+    one["args"]["log_dirs"], two["args"]["log_dirs"] = ["/data/a/kafka-logs"], ["s3://bucket/b/kafka-logs"]
+    a = _samples(metrics.render(one, 0, 1.0, None), keep=True)
+    b = _samples(metrics.render(two, 0, 1.0, None), keep=True)
+    assert not set(a) & set(b)  # node_exporter refuses a series two files both hold
+    assert ("kafka_compaction_last_run_exit_code", (("mode", "round"), ("round", "/data/a/kafka-logs"))) in a
+    two["args"]["metrics_name"] = 'eu "west"\\1'
+    named = metrics.render(two, 0, 1.0, None)
+    assert ("kafka_compaction_info", (("mode", "round"), ("round", 'eu "west"\\1'), ("version", metrics.__version__))) \
+        in _samples(named, keep=True)  # escaped in the file, read back as given
+
+
+def test_a_dry_run_writes_its_own_file_and_never_the_rounds_series(tmp_path):
+    path = tmp_path / "kafka_compaction.prom"
+    metrics.write(str(path), _report(), 0, 1_700_000_000.0)
+    before = path.read_text()
+    dry = _report()
+    dry["args"]["dry_run"] = True
+    metrics.write(str(path), dry, 0, 1_700_000_600.0)
+    assert path.read_text() == before
+    assert sorted(os.listdir(tmp_path)) == ["kafka_compaction.dry-run.prom", "kafka_compaction.prom"]
+    got = _samples((tmp_path / "kafka_compaction.dry-run.prom").read_text(), keep=True)
+    assert {dict(labels)["mode"] for _, labels in got} == {"dry_run"}
+    assert not any(name == "kafka_compaction_last_success_timestamp_seconds" for name, _ in got)
+    assert not set(got) & set(_samples(before, keep=True))  # one collector reads both files
+
+
+def test_a_round_that_selected_nothing_is_no_success(tmp_path):
+    path = tmp_path / "kafka_compaction.prom"
+    metrics.write(str(path), _report(), 0, 1_700_000_000.0)
+    empty = _report()
+    empty["totals"].update(partitions=0, cleaned=0, skipped=0)
+    metrics.write(str(path), empty, 0, 1_700_000_600.0)  # --allow-empty, exit 0
+    got = _samples(path.read_text())
+    assert got[("kafka_compaction_last_success_timestamp_seconds", ())] == 1_700_000_000.0
+    assert got[("kafka_compaction_last_run_timestamp_seconds", ())] == 1_700_000_600.0

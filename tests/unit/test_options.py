@@ -88,3 +88,70 @@ def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(t
     from compaction.steps.plan_round import task_count
 
     assert task_count(total, cores, per_core) == tasks
+
+
+def test_archive_options_parse():
+    opts = parse_args(["--log-dir", "a", "--output-dir", "out", "--as-of-time", "2025-11-27T10:00:00Z",
+                       "--as-of-offset", "orders:0=15,orders:1=7"])  # fmt: skip
+    assert (opts.output_dir, opts.as_of_time_ms, opts.as_of_offsets) == (
+        "out", 1764237600000, {"orders:0": 15, "orders:1": 7})
+    assert not opts.now_ms_given and parse_args(["--log-dir", "a", "--now-ms", "5"]).now_ms_given
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--as-of-time", "5"], "need --output-dir"),
+    (["--as-of-offset", "t:0=5"], "need --output-dir"),
+    (["--output-dir", "o", "--as-of-time", "2025-11-27"], "--as-of-time: '2025-11-27' has no zone"),
+    (["--output-dir", "o", "--as-of-offset", "t=5"], "--as-of-offset: 't=5' is not TOPIC:PARTITION=OFFSET"),
+    (["--output-dir", "o", "--dry-run"], "cannot be combined with --output-dir"),
+    (["--output-dir", "o", "--recover-only"], "cannot be combined with --output-dir"),
+    (["--output-dir", "a/"], "is also a --log-dir"),
+])
+def test_archive_usage_errors(args, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--log-dir", "a", *args])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+# --- sizes, partitions, suggestions ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("4096", 4096), ("1k", 1024), ("1kb", 1024), ("512m", 512 << 20), ("512M", 512 << 20),
+    ("1g", 1 << 30), ("1GB", 1 << 30), ("2t", 2 << 40), ("1p", 1 << 50), ("1.5k", 1536), (" 7b ", 7),
+])  # fmt: skip
+def test_sizes_take_sparks_suffixes(text, value):
+    from compaction.cli.options import byte_size
+
+    assert byte_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "g", "1x", "1 gig", "-1g", "1e3", "0x10"])
+def test_a_size_that_is_not_one_is_refused(text):
+    import argparse
+
+    from compaction.cli.options import byte_size
+
+    with pytest.raises(argparse.ArgumentTypeError, match="512m, 1g"):
+        byte_size(text)
+
+
+def test_partitions_are_kafkas_partition_names():
+    import argparse
+
+    from compaction.cli.options import partition_names
+
+    assert partition_names("orders-3, my.topic-7,") == ("orders-3", "my.topic-7")
+    for bad in ("orders", "orders-x", "-3", "orders-03", ","):
+        with pytest.raises(argparse.ArgumentTypeError, match="<topic>-<partition>"):
+            partition_names(bad)
+
+
+def test_a_mistyped_flag_names_the_closest_one():
+    from compaction.cli.options import suggestion
+
+    flags = ["--dry-run", "--plan-only", "--topics", "--partitions"]
+    assert suggestion("unrecognized arguments: --dry-rn", flags) == "; did you mean --dry-run?"
+    assert suggestion("unrecognized arguments: x --partition=orders-1", flags) == "; did you mean --partitions?"
+    assert suggestion("unrecognized arguments: --zzzzzz", flags) == ""
+    assert suggestion("argument --topics: expected one argument", flags) == ""

@@ -8,8 +8,8 @@ the committed ones `cleaned`, totals and metrics that agree, and one ERROR line 
 from __future__ import annotations
 
 import logging
-import re
 import os
+import re
 
 import pytest
 from e2ekit import tree_hashes
@@ -62,7 +62,9 @@ def _round(log_dir: str, tmp_path, caplog, *extra: str) -> tuple[int, dict, list
 
 def _metrics(tmp_path) -> dict[str, float]:
     lines = (tmp_path / "m.prom").read_text().splitlines()
-    return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in lines if not ln.startswith("#"))}
+    rows = (ln.rsplit(" ", 1) for ln in lines if not ln.startswith("#"))
+    # without the labels every series has (the round's log dirs, the mode)
+    return {re.sub(r'round="[^"]*",mode="[^"]*",?', "", k).replace("{}", ""): float(v) for k, v in rows}
 
 
 def _one_round_failed_line(records: list[logging.LogRecord], phase: str) -> str:

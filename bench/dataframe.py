@@ -1,0 +1,139 @@
+"""The `kafka_log` data source against Parquet, and its compacted state against Kafka 0.9's cleaner.
+
+    flock /tmp/bench.lock .venv/bin/python bench/dataframe.py [--log-dir DIR] [--pairs 3] [--kafka09 w2g]
+
+1. `df.count()` and `df.agg(sum(length(value)))` over a v2 log dir (default the 2 GiB, one
+   partition dir of `bench/kafka_workload.py --gb 2 --partitions 1` under /work/benchdata) with
+   `spark.read.format("kafka_log")`, and over the same rows written once as uncompressed Parquet
+   by pyarrow (same columns, one file per segment), in one local[2] SparkSession, alternating
+   query by query; the ratio kafka_log / Parquet per pair.
+2. With `--kafka09 NAME`: `compacted=true` counted over the bytes Kafka 0.9.0.1 was produced to by
+   ../shared/anchors/kafka09 (`anchor.py --name NAME produce` first), page cache dropped before
+   it, against Kafka 0.9's cleaner on the same bytes (`anchor.py measure --repeats 1
+   --drop-caches`, as bench/vs_kafka.py runs it), pair by pair. Checked: the state below the
+   active segment holds as many records as the cleaner keeps in the segments it cleans (its
+   count leaves the active segment out, as its cleaning does).
+Not a test; prints the figures and the checks, exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+MiB = 1 << 20
+
+
+def write_parquet(log_dir: str, out: Path) -> int:
+    """The log dir's rows as uncompressed Parquet, one file per split (pyarrow); returns rows."""
+    import pyarrow.parquet as pq
+
+    from compaction.steps.log_table import ReadOptions, arrow_schema, plan_splits, read_split
+
+    opts = ReadOptions.parse({"path": log_dir})
+    rows = 0
+    for n, split in enumerate(plan_splits(opts)):
+        with pq.ParquetWriter(out / f"part-{n:05d}.parquet", arrow_schema(False), compression="none") as w:
+            for batch in read_split(split, opts):
+                w.write_batch(batch)
+                rows += batch.num_rows
+    return rows
+
+
+def timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t, value
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log-dir", default="/work/benchdata/v2-2g-1p")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--kafka09", metavar="NAME", help="also compacted=true against Kafka 0.9's cleaner on NAME")
+    ap.add_argument("--skip-parquet", action="store_true", help="only the Kafka 0.9 comparison")
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import compaction
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g")
+             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(compaction.KafkaLogDataSource)
+    bad = 0
+
+    if not args.skip_parquet:
+        with tempfile.TemporaryDirectory(dir=str(Path(args.log_dir).parent)) as tmp:
+            t, rows = timed(lambda: write_parquet(args.log_dir, Path(tmp)))
+            size = sum(f.stat().st_size for f in Path(tmp).iterdir())
+            print(f"Parquet: {rows:,} rows, {size / MiB:,.0f} MiB uncompressed, written by pyarrow in {t:.1f} s")
+            log = lambda: spark.read.format("kafka_log").load(args.log_dir)  # noqa: E731
+            parquet = lambda: spark.read.parquet(tmp)  # noqa: E731
+            queries = {"count": lambda df: df.count(),
+                       "sum(length(value))": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0]}  # fmt: skip
+            for name, query in queries.items():  # warm-up: kernels compiled, JIT and page cache warm
+                assert query(log()) == query(parquet()), name
+            ratios: dict[str, list[float]] = {name: [] for name in queries}
+            for i in range(args.pairs):
+                for name, query in queries.items():
+                    t_log, v_log = timed(lambda: query(log()))
+                    t_pq, v_pq = timed(lambda: query(parquet()))
+                    same = v_log == v_pq
+                    bad += not same
+                    ratios[name].append(t_log / t_pq)
+                    print(f"pair {i + 1} {name}: kafka_log {t_log:.2f} s, Parquet {t_pq:.2f} s, "
+                          f"ratio {t_log / t_pq:.2f}x {'same result' if same else 'DIFFERENT RESULT'}", flush=True)
+            for name, r in ratios.items():
+                print(f"median {name}: kafka_log / Parquet {statistics.median(r):.2f}x (min {min(r):.2f}, max {max(r):.2f})")
+
+    if args.kafka09:
+        from vs_kafka import ANCHOR_DATA, kafka
+
+        source = str(ANCHOR_DATA / args.kafka09 / "before" / "kafka-logs")
+        part = next(p for p in sorted(os.listdir(source)) if os.path.isdir(os.path.join(source, p)))
+        topic, partition = part.rsplit("-", 1)
+        active = max(int(n[:20]) for n in os.listdir(os.path.join(source, part)) if n.endswith(".log"))
+        below = json.dumps({topic: {partition: active}})
+        state = spark.read.format("kafka_log").options(compacted="true", endingOffsets=below).load(source).count()
+        tail = spark.read.format("kafka_log").options(startingOffsets=json.dumps({topic: {partition: active}})).load(source).count()
+        compacted = lambda: spark.read.format("kafka_log").option("compacted", "true").load(source).count()  # noqa: E731
+        ratios = []
+        for i in range(args.pairs):
+            drop_caches()
+            t_ours, _ = timed(compacted)
+            k = kafka(args.kafka09, "vs-dataframe")
+            same = state == k["kept"]
+            bad += not same
+            ratios.append(k["seconds"] / t_ours)
+            print(f"pair {i + 1}: compacted=true count {t_ours:.2f} s (cold cache) | Kafka 0.9 cleaner {k['seconds']:.2f} s "
+                  f"in {k['rounds']} round(s) | Kafka/ours {k['seconds'] / t_ours:.2f}x | state below the active "
+                  f"segment {state:,} (active segment: {tail:,} more), Kafka kept {k['kept']:,} "
+                  f"{'OK' if same else 'MISMATCH'}", flush=True)  # fmt: skip
+        print(f"median Kafka 0.9 / compacted=true time: {statistics.median(ratios):.2f}x")
+    spark.stop()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""`kafka_log`: Kafka log dirs (segment files, no broker) as a Spark data source.
+
+    spark.dataSource.register(compaction.KafkaLogDataSource)
+    spark.read.format("kafka_log").option("subscribePattern", "orders.*").load("s3://bucket/kafka-logs")
+
+Spark's Python Data Source API (4.0+); the rows are built by `steps/log_table.py` as Arrow
+record batches. The options (`subscribe`, `startingOffsets`, ...) choose the segments read.
+
+With `pushFilters=true` (and `spark.sql.python.filterPushdown.enabled=true`), filters on `topic`,
+`partition`, `offset` and `timestamp` choose them too (`pushFilters`, Spark 4.1); Spark still
+applies each filter to the rows. Not by default: Spark 4.1 keeps the reader of the last query
+whose filters it pushed and reuses it for a later query of the same DataFrame that has no filter
+at all, which then sees only the earlier query's segments (tests/e2e/test_datasource_e2e.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from compaction.steps.log_table import Bounds, ReadOptions, plan_splits, read_split, schema_ddl
+
+_COLUMNS = {"topic", "partition", "offset", "timestamp"}
+
+
+class KafkaLogDataSource(DataSource):
+    """Kafka log dirs as rows with the columns of Spark's Kafka source (see steps/log_table.py)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka_log"
+
+    def schema(self) -> str:
+        return schema_ddl(ReadOptions.parse({"path": "-", **self.options}).include_headers)
+
+    def reader(self, schema) -> DataSourceReader:
+        opts = ReadOptions.parse(dict(self.options))
+        if str(self.options.get("pushFilters", "false")).lower() == "true":
+            return PushdownKafkaLogReader(opts)
+        return KafkaLogReader(opts)
+
+
+class SplitPartition(InputPartition):
+    """One input partition: a `log_table.Split` (pickled to the executor)."""
+
+
+class KafkaLogReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.bounds = Bounds()
+
+    def partitions(self):
+        return [SplitPartition(split) for split in plan_splits(self.opts, self.bounds)]
+
+    def read(self, partition):
+        from compaction.runtime.worker import keep_zip_directories
+
+        keep_zip_directories()
+        yield from read_split(partition.value, self.opts)
+
+
+class PushdownKafkaLogReader(KafkaLogReader):
+    def pushFilters(self, filters):
+        """Every filter goes back to Spark (still applied to the rows); those on the columns
+        the log's layout answers narrow the segments read."""
+        for f in filters:
+            narrowed = _bounds_of(f)
+            if narrowed is not None:
+                self.bounds = self.bounds.narrowed(**narrowed)
+            yield f
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_MS = datetime.timedelta(milliseconds=1)
+# A naive datetime is wall time in a zone this process may not know (the session's): its bounds
+# are widened by the widest UTC offset, so that a bound only ever keeps more rows.
+_NAIVE_SLACK_MS = 15 * 3600 * 1000
+
+
+def _millis(value) -> tuple[int, int] | None:
+    """(earliest, latest) milliseconds since the epoch that a filter's timestamp may stand for."""
+    if not isinstance(value, datetime.datetime):
+        return None
+    if value.tzinfo is None:
+        ms = (value.replace(tzinfo=datetime.timezone.utc) - _EPOCH) // _MS
+        return ms - _NAIVE_SLACK_MS, ms + _NAIVE_SLACK_MS
+    ms = (value - _EPOCH) // _MS  # floor: a row's millisecond at or before the filter's microsecond
+    return ms, ms
+
+
+def _bounds_of(f) -> dict | None:
+    """What one filter says of topic, partition, offset or timestamp (None: nothing usable).
+    Offsets are exact; timestamps (microseconds in Spark, milliseconds in Kafka) round outwards."""
+    if not isinstance(f, (EqualTo, In, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+        return None
+    column = f.attribute[0] if len(f.attribute) == 1 else None
+    if column not in _COLUMNS:
+        return None
+    if column in ("topic", "partition"):
+        name = "topics" if column == "topic" else "partitions"
+        if isinstance(f, EqualTo):
+            return {name: frozenset([f.value])}
+        if isinstance(f, In):
+            return {name: frozenset(f.value)}
+        return None
+    if column == "offset":
+        if not isinstance(f.value, int) or isinstance(f.value, bool):
+            return None
+        early = late = f.value
+        after = 1  # offset > v starts at v + 1
+    else:
+        got = _millis(f.value)
+        if got is None:
+            return None
+        early, late = got
+        after = 0  # timestamp > v: the row's millisecond may be v's
+    lo, hi = ("offset_lo", "offset_hi") if column == "offset" else ("ts_lo", "ts_hi")
+    if isinstance(f, EqualTo):
+        return {lo: early, hi: late + 1}
+    if isinstance(f, GreaterThan):
+        return {lo: early + after}
+    if isinstance(f, GreaterThanOrEqual):
+        return {lo: early}
+    if isinstance(f, LessThan):
+        return {hi: late if column == "offset" else late + 1}
+    if isinstance(f, LessThanOrEqual):
+        return {hi: late + 1}
+    return None

@@ -1,0 +1,33 @@
+"""`kafka-compaction export`'s Spark job: one task per Kafka partition computes its compacted
+state (`steps/log_table.py` `read_split`, what the `kafka_log` source returns with
+`compacted=true`) and writes it as one Parquet file under `<out>/topic=<t>/partition=<p>/`
+through the job's storage layer (`runtime/storage.py`: local disks, S3, GCS, HDFS via pyarrow,
+so no Hadoop S3 connector is needed). Spark's own `partitionBy` layout: readers that know Hive
+partitioning (Spark, pyarrow.dataset, DuckDB) get `topic` and `partition` back from the path."""
+
+from __future__ import annotations
+
+from compaction.steps.log_table import ReadOptions, Split, plan_splits
+from compaction.steps.parquet_out import write_split
+
+
+def run_export(opts: ReadOptions, out_uri: str, master: str | None) -> list[dict]:
+    """Plan on the driver, write on the executors; one row per partition written. `master`:
+    Spark's (None: spark-submit's or the environment's)."""
+    from pyspark import SparkConf, SparkContext
+
+    splits = plan_splits(opts)
+    if not splits:
+        return []
+    conf = SparkConf().setIfMissing("spark.app.name", "kafka-compaction-export")
+    conf.set("spark.ui.enabled", "false")
+    # Two attempts of one task would write the same file: no speculative copies.
+    conf.set("spark.speculation", "false")
+    if master:
+        conf.setMaster(master)
+    sc = SparkContext.getOrCreate(conf)
+
+    def task(split: Split) -> dict:
+        return write_split(split, opts, out_uri)
+
+    return sc.parallelize(splits, len(splits)).map(task).collect()

@@ -1,0 +1,184 @@
+"""The `kafka_log` source's rows without Spark (`steps/log_table.py`): every record of generated
+log dirs (every codec, headers, transactions and aborts, tombstones, control batches, legacy
+v0/v1) against kafka-python's decoding and the generator's manifest; the compacted state against
+the latest record per key; the header walk against its Python twin; the cuts, the pruning and a
+damaged batch."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from e2ekit import decode_log_dir as kafka_python
+from e2ekit import segment_logs, state_offsets_as_of
+
+from compaction.errors import CrcMismatchError, UsageError
+from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
+from compaction.kernels.scan import scan_segment
+from compaction.steps.log_table import Bounds, ReadOptions, plan_splits, read_split
+from compaction.tools.generator import generate_log_dir
+from compaction.tools.generator_plan import TXN_ABORTED
+
+VARIANTS = {
+    "none": dict(codec="none", headers=2, tombstone_ratio=0.1),
+    "gzip": dict(codec="gzip", headers=1, transactions=0.4, abort_ratio=0.4, idempotent=0.3),
+    "snappy": dict(codec="snappy", tombstone_ratio=0.2, transactions=0.3, abort_ratio=0.5),
+    "lz4": dict(codec="lz4", headers=3, idempotent=0.5),
+    "zstd": dict(codec="zstd", transactions=0.5, abort_ratio=0.3, tombstone_ratio=0.1),
+    "mixed": dict(codec="mixed", headers=1, transactions=0.3, abort_ratio=0.3, tombstone_ratio=0.1),
+    "v0": dict(codec="mixed", legacy="v0", tombstone_ratio=0.1),
+    "v1": dict(codec="mixed", legacy="v1", tombstone_ratio=0.1),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def log_dir(request, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp(request.param))
+    manifest = generate_log_dir(root, topics=(("orders", 2),), records=1200, keys=80, segment_bytes=12_000,
+                                seed=5, **VARIANTS[request.param])  # fmt: skip
+    return root, manifest, request.param
+
+
+def rows(root: str, **options) -> list[dict]:
+    opts = ReadOptions.parse({"path": root, **options})
+    batches = [b for split in plan_splits(opts) for b in read_split(split, opts)]
+    if not batches:
+        return []
+    table = pa.Table.from_batches(batches)
+    ts = table.column("timestamp").cast(pa.int64()).to_pylist()
+    out = table.drop_columns(["timestamp"]).to_pylist()
+    for row, t in zip(out, ts):
+        row["timestamp"] = None if t is None else t // 1000
+    return out
+
+
+def as_tuples(table_rows: list[dict]) -> list[tuple]:
+    return sorted((r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["timestamp"],
+                   tuple((h["key"], h["value"]) for h in r.get("headers") or ())) for r in table_rows)  # fmt: skip
+
+
+def test_every_record_as_kafka_python_decodes_it(log_dir):
+    root, _, _ = log_dir
+    got = rows(root, includeHeaders="true")
+    assert as_tuples(got) == kafka_python(root)
+    assert got and not any(r["isControl"] for r in got)
+
+
+def test_batch_fields_from_the_manifest(log_dir):
+    root, manifest, _ = log_dir
+    got = rows(root, includeControl="true")
+    for r in got:
+        m = manifest.partitions[("orders", r["partition"])].record(r["offset"])
+        assert (r["producerId"], r["producerEpoch"], r["sequence"]) == (m.producer_id, m.producer_epoch, m.sequence)
+        assert r["isControl"] == (m.control_type >= 0)
+        assert r["isTransactional"] == (m.txn != 0 or (r["isControl"]))
+    markers = sum(int(p.is_control.sum()) for p in manifest.partitions.values())
+    assert sum(r["isControl"] for r in got) == markers
+
+
+def test_read_committed_leaves_aborted_records_out(log_dir):
+    root, manifest, _ = log_dir
+    got = {(r["partition"], r["offset"]) for r in rows(root, **{"kafka.isolation.level": "read_committed"})}
+    want = {(p, o) for (_, p), m in manifest.partitions.items() for o in range(m.log_end_offset)
+            if m.txn[o] != TXN_ABORTED and not m.is_control[o]}  # fmt: skip
+    assert got == want
+
+
+def test_compacted_is_the_latest_record_of_each_key(log_dir):
+    root, manifest, _ = log_dir
+    got = {(r["partition"], r["key"]): (r["offset"], r["value"]) for r in rows(root, compacted="true")}
+    want = {}
+    for (_, p), m in manifest.partitions.items():
+        latest = {}
+        for o in range(m.log_end_offset):
+            if not m.is_control[o] and m.txn[o] != TXN_ABORTED:
+                latest[m.key(o)] = o
+        for key, o in latest.items():
+            if not m.is_tombstone[o]:
+                want[(p, key)] = (o, m.value(o))
+    assert got == want
+    assert len(got) < len(rows(root))
+
+
+def test_compacted_as_of_an_offset(log_dir):
+    """The state a broker held when its log ended at offset O: whole batches whose last offset
+    is below O (policy/cut.py); a transaction whose marker is not held is open there and unseen."""
+    root, manifest, _ = log_dir
+    m = manifest.partitions[("orders", 0)]
+    cut = m.log_end_offset // 2
+    got = {r["key"]: r["offset"] for r in rows(root, compacted="true", asOfOffsets=f"orders:0={cut}")
+           if r["partition"] == 0}  # fmt: skip
+    assert got == state_offsets_as_of(m, cut)
+    assert got != state_offsets_as_of(m, m.log_end_offset)
+
+
+def test_starting_and_ending_timestamps_are_offsets_for_times(log_dir):
+    root, manifest, _ = log_dir
+    if VARIANTS[log_dir[2]].get("legacy") == "v0":
+        pytest.skip("v0 records have no timestamp")
+    m = manifest.partitions[("orders", 1)]
+    all_rows = sorted((r["offset"], r["timestamp"]) for r in rows(root) if r["partition"] == 1)
+    t0, t1 = all_rows[len(all_rows) // 4][1], all_rows[3 * len(all_rows) // 4][1]
+    first = min(o for o, t in all_rows if t >= t0)
+    end = min(o for o, t in all_rows if t >= t1)
+    got = sorted(r["offset"] for r in rows(root, startingTimestamp=str(t0), endingTimestamp=str(t1),
+                                           subscribe="orders") if r["partition"] == 1)  # fmt: skip
+    assert got == [o for o, _ in all_rows if first <= o < end]
+    assert m.log_end_offset > end
+
+
+def test_offsets_json_and_pushed_bounds_open_only_the_segments_needed(log_dir):
+    root, _, _ = log_dir
+    opts = ReadOptions.parse({"path": root, "startingOffsets": '{"orders":{"0":500}}'})
+    bounds = Bounds(partitions=frozenset([0]), offset_hi=700)
+    splits = plan_splits(opts, bounds)
+    assert {s.partition for s in splits} == {0}
+    segs = [seg for s in splits for seg in s.segments]
+    all_segs = sorted(n for n in os.listdir(os.path.join(root, "orders-0")) if n.endswith(".log"))
+    assert len(segs) < len(all_segs)
+    assert all(seg.base_offset < 700 and (seg.next_base_offset or 10**9) > 500 for seg in segs)
+    got = [b for s in splits for b in read_split(s, opts)]
+    offsets = pa.Table.from_batches(got).column("offset").to_pylist()
+    want = [o for o in (r["offset"] for r in rows(root) if r["partition"] == 0) if 500 <= o < 700]
+    assert sorted(offsets) == sorted(want) and want
+
+
+def test_header_walk_matches_its_twin(log_dir):
+    root, _, _ = log_dir
+    for log in segment_logs(os.path.join(root, "orders-0")):
+        scan = scan_segment(np.fromfile(log, dtype=np.uint8), log)
+        rec = scan.records
+        start = header_starts(rec.value_pos, rec.value_len)
+        v2 = scan.batches.magic[rec.batch_index] == 2
+        fast, slow = walk_headers(scan.file, scan.side, scan.split, start, v2), \
+            walk_headers_py(scan.file, scan.side, scan.split, start, v2)  # fmt: skip
+        for a, b in zip(fast, slow):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_bad_crc_fails_the_read_naming_file_byte_and_offset(tmp_path):
+    root = str(tmp_path / "logs")
+    generate_log_dir(root, topics=(("orders", 1),), records=300, keys=30, segment_bytes=4000, seed=3)
+    log = segment_logs(os.path.join(root, "orders-0"))[1]
+    data = bytearray(open(log, "rb").read())
+    data[100] ^= 0xFF  # inside the first batch's records
+    open(log, "wb").write(bytes(data))
+    with pytest.raises(CrcMismatchError) as err:
+        rows(root)
+    assert log in str(err.value) and "byte 0" in str(err.value)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"startingOffsets": "latest"}, "startingOffsets"),
+    ({"endingOffsets": "{not json"}, "endingOffsets"),
+    ({"subscribe": "a", "subscribePattern": "b"}, "subscribe"),
+    ({"includeHeaders": "yes"}, "includeHeaders"),
+    ({"asOfTime": "2026-01-01T00:00:00"}, "zone"),
+    ({"asOfTime": "1000"}, "compacted=true"),
+    ({"kafka.isolation.level": "serializable"}, "isolation"),
+])  # fmt: skip
+def test_bad_options_are_usage_errors(options, message):
+    with pytest.raises(UsageError, match=message):
+        ReadOptions.parse({"path": "/nowhere", **options})
