@@ -53,6 +53,15 @@ def byte_size(text: str) -> int:
     return int(float(m.group(1)) * mult) if "." in m.group(1) else int(m.group(1)) * mult
 
 
+def config_size(text: str) -> int:
+    """`byte_size` for a flag that sets a Kafka config: a plain integer, a negative one included,
+    is taken as it is, so that the config's own range check names the config and its range."""
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return byte_size(text)
+
+
 def byte_rate(text: str) -> float:
     """Bytes per second: a plain number (`1e6`, as Kafka's config takes it) or a size (`20m`)."""
     try:
@@ -76,13 +85,13 @@ def partition_names(text: str) -> tuple[str, ...]:
 # (flag, Kafka config name, type, default) - defaults are Kafka's (docs/kafka-rules.md#configs).
 KAFKA_FLAGS = (
     ("--min-cleanable-dirty-ratio", "min.cleanable.dirty.ratio", float, 0.5),
-    ("--segment-bytes", "segment.bytes", byte_size, 1_073_741_824),
-    ("--segment-index-bytes", "segment.index.bytes", byte_size, 10_485_760),
-    ("--index-interval-bytes", "index.interval.bytes", byte_size, 4096),
+    ("--segment-bytes", "segment.bytes", config_size, 1_073_741_824),
+    ("--segment-index-bytes", "segment.index.bytes", config_size, 10_485_760),
+    ("--index-interval-bytes", "index.interval.bytes", config_size, 4096),
     ("--delete-retention-ms", "delete.retention.ms", int, 86_400_000),
     ("--min-compaction-lag-ms", "min.compaction.lag.ms", int, 0),
     ("--max-compaction-lag-ms", "max.compaction.lag.ms", int, LONG_MAX),
-    ("--max-message-bytes", "max.message.bytes", byte_size, 1_048_588),
+    ("--max-message-bytes", "max.message.bytes", config_size, 1_048_588),
     ("--cleanup-policy", "cleanup.policy", str, "compact"),
 )
 
@@ -265,7 +274,7 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
                         "replaced, and nothing else, so that their space is freed and erased records are in no "
                         "version; required with --erase-keys there")  # fmt: skip
     for flag, name, typ, default in KAFKA_FLAGS:
-        size = " (k, m, g suffixes as Spark's)" if typ is byte_size else ""
+        size = " (k, m, g suffixes as Spark's)" if typ in (byte_size, config_size) else ""
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default}){size}")
     return p
 
