@@ -70,6 +70,7 @@ def sync(paths: list[str]) -> None:
 
 
 def fsync_path(path: str, flags: int = os.O_RDONLY) -> None:
+    """fsync a file, or with `os.O_DIRECTORY` in `flags` a directory, by its path."""
     fd = os.open(path, flags)
     try:
         os.fsync(fd)

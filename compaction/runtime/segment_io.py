@@ -39,7 +39,8 @@ Writes (`SegmentWriter`, `--write-mode`): batches are copied into a page-aligned
 (writev into the page cache cost ~0.35 s per 512 MiB partition in the job on the bench VM, against
 ~0.03 s in a warm process). The last, partial buffer is written padded to the block size and the
 file truncated to its length. `close` fsyncs the file and its directory either way (at the end of
-the open `durability.deferred()` batch, if any); O_DIRECT is not durability. `buffered` writes the same buffers through the page cache.
+the open `durability.deferred()` batch, if any); O_DIRECT is not durability. `buffered` writes the
+same buffers through the page cache.
 """
 
 from __future__ import annotations
