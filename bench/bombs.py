@@ -32,16 +32,25 @@ from tree_memory import TreeMemory  # noqa: E402
 from compaction.format.layout import CODEC_GZIP, CODEC_ZSTD  # noqa: E402
 
 MiB = 1 << 20
-BOMBS = [("zstd4g-0", CODEC_ZSTD, 4 << 30), ("zstd1g-0", CODEC_ZSTD, 1 << 30), ("gzip1g-0", CODEC_GZIP, 1 << 30),
-         ("gzip2g-0", CODEC_GZIP, 2 << 30)]  # fmt: skip
+BOMBS = [
+    ("zstd4g-0", CODEC_ZSTD, 4 << 30),
+    ("zstd1g-0", CODEC_ZSTD, 1 << 30),
+    ("gzip1g-0", CODEC_GZIP, 1 << 30),
+    ("gzip2g-0", CODEC_GZIP, 2 << 30),
+]
 
 
 def build(log_dir: str) -> None:
     for name, codec, inflated in BOMBS:
-        middle = [batch(range(10, 12)), bomb_batch(codec, inflated, base_offset=12, timestamp=1_700_000_000_012),
-                  batch(range(13, 15))]  # fmt: skip
-        write_partition(os.path.join(log_dir, name),
-                        [[batch(range(o, o + 2)) for o in range(0, 10, 2)], middle, [batch([15, 16])]])  # fmt: skip
+        middle = [
+            batch(range(10, 12)),
+            bomb_batch(codec, inflated, base_offset=12, timestamp=1_700_000_000_012),
+            batch(range(13, 15)),
+        ]
+        write_partition(
+            os.path.join(log_dir, name),
+            [[batch(range(o, o + 2)) for o in range(0, 10, 2)], middle, [batch([15, 16])]],
+        )
 
 
 def main() -> None:
@@ -52,19 +61,36 @@ def main() -> None:
     shutil.rmtree(args.out, ignore_errors=True)
     log_dir, report = os.path.join(args.out, "logs"), os.path.join(args.out, "report.json")
     build(log_dir)
-    cmd = [os.path.join(REPO, "spark-submit.sh"), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-           "--log-dir", log_dir, "--report", report, "--now-ms", "1800000000000"]  # fmt: skip
+    cmd = [
+        os.path.join(REPO, "spark-submit.sh"),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        log_dir,
+        "--report",
+        report,
+        "--now-ms",
+        "1800000000000",
+    ]
     if args.max_inflated_batch_bytes:
         cmd += ["--max-inflated-batch-bytes", str(args.max_inflated_batch_bytes)]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     memory = TreeMemory(proc.pid, interval=0.05).start()
     proc.wait()
     memory.stop()
     for p in json.load(open(report))["partitions"]:
         print(f"{p['topic']}-{p['partition']}: {p['status']}: {p.get('reason')}")
-    print(f"exit {proc.returncode}; largest Python worker VmHWM {memory.max_worker_hwm() / MiB:.0f} MiB "
-          f"({len(memory.workers)} daemon and worker processes); largest JVM {memory.max_hwm('java') / MiB:.0f} MiB")
+    print(
+        f"exit {proc.returncode}; largest Python worker VmHWM {memory.max_worker_hwm() / MiB:.0f} MiB "
+        f"({len(memory.workers)} daemon and worker processes); largest JVM {memory.max_hwm('java') / MiB:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

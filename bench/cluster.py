@@ -367,8 +367,12 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="measure 1..N workers (1 core, 2g each)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per worker count (median reported)")
     ap.add_argument("--sample-batches", type=int, default=50)
-    ap.add_argument("--cache", choices=["cold", "warm"], default="cold",
-                    help="each run's input read from the disk (cold) or from the page cache (warm)")
+    ap.add_argument(
+        "--cache",
+        choices=["cold", "warm"],
+        default="cold",
+        help="each run's input read from the disk (cold) or from the page cache (warm)",
+    )
     ap.add_argument(
         "--affinity",
         choices=["pinned", "shared"],
@@ -406,9 +410,14 @@ def main() -> int:
     python = executor_python(args.out)
     print(f"executor python: {python} (has numba/pyarrow/pyspark; `import compaction` fails without the zip)")
     # The disk's own speed-up, alternated 3 times: this VM's cold reads vary from one call to the next.
-    reads = [(n, e2e.read_speed(e2e.log_files(source), n)[0]) for _ in range(3) for n in range(1, args.workers + 1)]
+    reads = [
+        (n, e2e.read_speed(e2e.log_files(source), n)[0]) for _ in range(3) for n in range(1, args.workers + 1)
+    ]
     disk = {n: statistics.median(v for k, v in reads if k == n) for n in range(1, args.workers + 1)}
-    print("cold read of the input, medians of 3: " + ", ".join(f"{n} cat(s) at once {v / MB:,.0f} MB/s" for n, v in disk.items()))
+    print(
+        "cold read of the input, medians of 3: "
+        + ", ".join(f"{n} cat(s) at once {v / MB:,.0f} MB/s" for n, v in disk.items())
+    )
     results: dict[int, list[tuple[float, float, dict]]] = {}
     failed = False
     with StandaloneCluster(args.out / "cluster", pin=args.affinity == "pinned") as cluster:
@@ -443,7 +452,8 @@ def main() -> int:
                 no_start = tm.get("planSeconds", 0) + tm.get("stagesSeconds", 0) + tm.get("commitSeconds", 0)
                 results.setdefault(n, []).append((wall, no_start, tm))
                 print(
-                    f"  {n} worker(s), run {i + 1}{'' if cold else ' (page cache not dropped: not root)'}, {args.cache}: "
+                    f"  {n} worker(s), run {i + 1}"
+                    f"{'' if cold else ' (page cache not dropped: not root)'}, {args.cache}: "
                     f"exit {code}, wall {wall:.1f} s, "
                     f"excl. start-up {no_start:.1f} s; "
                     + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f}" for k, v in tm.items()),

@@ -87,8 +87,18 @@ def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
     report_path = work.parent / "report.json"
     subprocess.run(["sync"], check=True)
     drop_caches()
-    cmd = ["./spark-submit.sh", "--conf", "spark.ui.enabled=false", *spark_args, "--log-dir", str(work),
-           "--report", str(report_path), "--now-ms", str(NOW_MS)]  # fmt: skip
+    cmd = [
+        "./spark-submit.sh",
+        "--conf",
+        "spark.ui.enabled=false",
+        *spark_args,
+        "--log-dir",
+        str(work),
+        "--report",
+        str(report_path),
+        "--now-ms",
+        str(NOW_MS),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"job failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -123,12 +133,17 @@ def main() -> int:
         cpu, stages = report["timings"]["taskCpuSeconds"], report["timings"]["stagesSeconds"]
         ratio = cpu / (inflate + deflate)
         rows.append((cpu, inflate, deflate, ratio))
-        print(f"pair {i + 1}: our stage CPU {cpu:.2f} s (stages {stages:.2f} s wall) | floor "
-              f"{inflate + deflate:.2f} s (decompress {inflate:.2f} + compress {deflate:.2f}) | ours / floor "
-              f"{ratio:.2f}x", flush=True)  # fmt: skip
+        print(
+            f"pair {i + 1}: our stage CPU {cpu:.2f} s (stages {stages:.2f} s wall) | floor "
+            f"{inflate + deflate:.2f} s (decompress {inflate:.2f} + compress {deflate:.2f}) | ours / floor "
+            f"{ratio:.2f}x",
+            flush=True,
+        )
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731
-    print(f"\nmedian: our stage CPU {med(0):.2f} s, floor {med(1) + med(2):.2f} s; ours / floor {med(3):.2f}x "
-          f"(min {min(r[3] for r in rows):.2f}, max {max(r[3] for r in rows):.2f})")  # fmt: skip
+    print(
+        f"\nmedian: our stage CPU {med(0):.2f} s, floor {med(1) + med(2):.2f} s; ours / floor {med(3):.2f}x "
+        f"(min {min(r[3] for r in rows):.2f}, max {max(r[3] for r in rows):.2f})"
+    )
     return 0
 
 

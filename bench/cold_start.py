@@ -45,14 +45,27 @@ from startup import FIGURES, run  # noqa: E402
 from compaction.settings import KERNEL_CACHE_NAME  # noqa: E402
 
 SIDES = ("warm", "fresh-temp", "fresh-host")
-SAMPLE = ["--records", "50000", "--keys", "2000", "--codec", "mixed", "--segment-bytes", "1000000"]  # README's quick start
+SAMPLE = [
+    "--records",
+    "50000",
+    "--keys",
+    "2000",
+    "--codec",
+    "mixed",
+    "--segment-bytes",
+    "1000000",
+]  # README's quick start
 
 
 def sample(work: Path) -> Path:
     d = work / "sample-src" / "kafka-logs"
     if not d.exists():
-        subprocess.run([sys.executable, "-m", "compaction", "generate", str(d), *SAMPLE], cwd=REPO, check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "compaction", "generate", str(d), *SAMPLE],
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     return d
 
 
@@ -109,24 +122,39 @@ def bench(source: Path, pairs: int, work: Path) -> None:
     # The first run of a release: an empty temp dir and an empty store. It compiles, fills the
     # store and the warm temp dir; not counted.
     r = run(REPO, side_env("warm", work, 0), source, logs)
-    print("first run, nothing cached: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES), flush=True)
+    print(
+        "first run, nothing cached: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES),
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {s: [] for s in SIDES}
     for i in range(1, pairs + 1):
         for side in SIDES:
             r = run(REPO, side_env(side, work, i), source, logs)
             runs[side].append(r)
-            print(f"pair {i} {side:<10}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES), flush=True)
+            print(
+                f"pair {i} {side:<10}: "
+                + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES),
+                flush=True,
+            )
             if side != "warm":
                 shutil.rmtree(work / f"tmp-{side}-{i}", ignore_errors=True)
     for side, rs in runs.items():
-        print(f"median {side:<10}: " + ", ".join(f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f}"
-                                                for k in FIGURES))  # fmt: skip
+        print(
+            f"median {side:<10}: "
+            + ", ".join(
+                f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f}" for k in FIGURES
+            )
+        )
     seconds, size = fetch_seconds(logs.parent / KERNEL_CACHE_NAME)
-    print(f"the kernels fetched from the store onto an empty host: {seconds:.3f} s ({size} bytes, median of 5)")
+    print(
+        f"the kernels fetched from the store onto an empty host: {seconds:.3f} s ({size} bytes, median of 5)"
+    )
     for side in SIDES[1:]:
         extra = [f["wall"] - w["wall"] for w, f in zip(runs["warm"], runs[side])]
-        print(f"{side} - warm, wall, pair by pair: {', '.join(f'{x:+.2f}' for x in extra)} s "
-              f"(median {statistics.median(extra):+.2f} s)")  # fmt: skip
+        print(
+            f"{side} - warm, wall, pair by pair: {', '.join(f'{x:+.2f}' for x in extra)} s "
+            f"(median {statistics.median(extra):+.2f} s)"
+        )
 
 
 def main() -> int:

@@ -66,7 +66,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log-dir", default="/work/benchdata/v2-2g-1p")
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--kafka09", metavar="NAME", help="also compacted=true against Kafka 0.9's cleaner on NAME")
+    ap.add_argument(
+        "--kafka09", metavar="NAME", help="also compacted=true against Kafka 0.9's cleaner on NAME"
+    )
     ap.add_argument("--skip-parquet", action="store_true", help="only the Kafka 0.9 comparison")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -76,9 +78,13 @@ def main() -> int:
 
     import compaction
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.driver.memory", "4g")
-             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())  # fmt: skip
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(compaction.KafkaLogDataSource)
     bad = 0
@@ -87,25 +93,35 @@ def main() -> int:
         with tempfile.TemporaryDirectory(dir=str(Path(args.log_dir).parent)) as tmp:
             t, rows = timed(lambda: write_parquet(args.log_dir, Path(tmp)))
             size = sum(f.stat().st_size for f in Path(tmp).iterdir())
-            print(f"Parquet: {rows:,} rows, {size / MiB:,.0f} MiB uncompressed, written by pyarrow in {t:.1f} s")
+            print(
+                f"Parquet: {rows:,} rows, {size / MiB:,.0f} MiB uncompressed, written by pyarrow in {t:.1f} s"
+            )
             log = lambda: spark.read.format("kafka_log").load(args.log_dir)  # noqa: E731
             parquet = lambda: spark.read.parquet(tmp)  # noqa: E731
-            queries = {"count": lambda df: df.count(),
-                       "sum(length(value))": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0]}  # fmt: skip
+            queries = {
+                "count": lambda df: df.count(),
+                "sum(length(value))": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0],
+            }
             for name, query in queries.items():  # warm-up: kernels compiled, JIT and page cache warm
                 assert query(log()) == query(parquet()), name
             ratios: dict[str, list[float]] = {name: [] for name in queries}
             for i in range(args.pairs):
                 for name, query in queries.items():
-                    t_log, v_log = timed(lambda: query(log()))
-                    t_pq, v_pq = timed(lambda: query(parquet()))
+                    t_log, v_log = timed(lambda q=query: q(log()))
+                    t_pq, v_pq = timed(lambda q=query: q(parquet()))
                     same = v_log == v_pq
                     bad += not same
                     ratios[name].append(t_log / t_pq)
-                    print(f"pair {i + 1} {name}: kafka_log {t_log:.2f} s, Parquet {t_pq:.2f} s, "
-                          f"ratio {t_log / t_pq:.2f}x {'same result' if same else 'DIFFERENT RESULT'}", flush=True)
+                    print(
+                        f"pair {i + 1} {name}: kafka_log {t_log:.2f} s, Parquet {t_pq:.2f} s, "
+                        f"ratio {t_log / t_pq:.2f}x {'same result' if same else 'DIFFERENT RESULT'}",
+                        flush=True,
+                    )
             for name, r in ratios.items():
-                print(f"median {name}: kafka_log / Parquet {statistics.median(r):.2f}x (min {min(r):.2f}, max {max(r):.2f})")
+                print(
+                    f"median {name}: kafka_log / Parquet {statistics.median(r):.2f}x "
+                    f"(min {min(r):.2f}, max {max(r):.2f})"
+                )
 
     if args.kafka09:
         from vs_kafka import ANCHOR_DATA, kafka
@@ -115,8 +131,15 @@ def main() -> int:
         topic, partition = part.rsplit("-", 1)
         active = max(int(n[:20]) for n in os.listdir(os.path.join(source, part)) if n.endswith(".log"))
         below = json.dumps({topic: {partition: active}})
-        state = spark.read.format("kafka_log").options(compacted="true", endingOffsets=below).load(source).count()
-        tail = spark.read.format("kafka_log").options(startingOffsets=json.dumps({topic: {partition: active}})).load(source).count()
+        state = (
+            spark.read.format("kafka_log").options(compacted="true", endingOffsets=below).load(source).count()
+        )
+        tail = (
+            spark.read.format("kafka_log")
+            .options(startingOffsets=json.dumps({topic: {partition: active}}))
+            .load(source)
+            .count()
+        )
         compacted = lambda: spark.read.format("kafka_log").option("compacted", "true").load(source).count()  # noqa: E731
         ratios = []
         for i in range(args.pairs):
@@ -126,10 +149,14 @@ def main() -> int:
             same = state == k["kept"]
             bad += not same
             ratios.append(k["seconds"] / t_ours)
-            print(f"pair {i + 1}: compacted=true count {t_ours:.2f} s (cold cache) | Kafka 0.9 cleaner {k['seconds']:.2f} s "
-                  f"in {k['rounds']} round(s) | Kafka/ours {k['seconds'] / t_ours:.2f}x | state below the active "
-                  f"segment {state:,} (active segment: {tail:,} more), Kafka kept {k['kept']:,} "
-                  f"{'OK' if same else 'MISMATCH'}", flush=True)  # fmt: skip
+            print(
+                f"pair {i + 1}: compacted=true count {t_ours:.2f} s (cold cache) | "
+                f"Kafka 0.9 cleaner {k['seconds']:.2f} s "
+                f"in {k['rounds']} round(s) | Kafka/ours {k['seconds'] / t_ours:.2f}x | state below the active "
+                f"segment {state:,} (active segment: {tail:,} more), Kafka kept {k['kept']:,} "
+                f"{'OK' if same else 'MISMATCH'}",
+                flush=True,
+            )
         print(f"median Kafka 0.9 / compacted=true time: {statistics.median(ratios):.2f}x")
     spark.stop()
     return 1 if bad else 0

@@ -112,15 +112,33 @@ def run_generator(out: Path, *options: str) -> float:
 def generate(out: Path, topic: str, partitions: int, records: int, keys: int, args) -> float:
     # The generator's keys are b"key-" + a zero-padded id: 10 bytes unless the ids need more digits.
     key_size = max(10, len("key-") + len(str(max(0, keys - 1))))
-    return run_generator(out, "--topics", f"{topic}:{partitions}", "--records", str(records), "--keys",
-                         str(keys), "--key-size", str(key_size), "--value-size", args.value_size, "--codec",
-                         args.codec, "--segment-bytes", str(args.segment_bytes), "--seed", str(args.seed))  # fmt: skip
+    return run_generator(
+        out,
+        "--topics",
+        f"{topic}:{partitions}",
+        "--records",
+        str(records),
+        "--keys",
+        str(keys),
+        "--key-size",
+        str(key_size),
+        "--value-size",
+        args.value_size,
+        "--codec",
+        args.codec,
+        "--segment-bytes",
+        str(args.segment_bytes),
+        "--seed",
+        str(args.seed),
+    )
 
 
 def bytes_per_record(args) -> float:
     with tempfile.TemporaryDirectory(dir=args.out) as tmp:
         d = Path(tmp) / "logs"
-        generate(d, "sample", 1, SAMPLE_RECORDS, max(1, int(SAMPLE_RECORDS * keys_ratio(KEEP_FRACTION))), args)
+        generate(
+            d, "sample", 1, SAMPLE_RECORDS, max(1, int(SAMPLE_RECORDS * keys_ratio(KEEP_FRACTION))), args
+        )
         return sum(f.stat().st_size for f in log_files(d)) / SAMPLE_RECORDS
 
 
@@ -162,15 +180,22 @@ def verify(before: dict, log_dir: Path, report: dict, sample_batches: int) -> li
         distinct_total += expected.num_rows
         kept_total += below_out.num_rows
         if below_out.num_rows != expected.num_rows:
-            problems.append(f"{name}: {below_out.num_rows} records kept below {bound}, "
-                            f"{expected.num_rows} distinct keys")  # fmt: skip
+            problems.append(
+                f"{name}: {below_out.num_rows} records kept below {bound}, {expected.num_rows} distinct keys"
+            )
         if pc.count_distinct(below_out["key"]).as_py() != below_out.num_rows:
             problems.append(f"{name}: a key is kept twice below {bound}")
-        joined = expected.join(below_out, "key", join_type="full outer", left_suffix="_in", right_suffix="_out")
-        wrong = joined.filter(pc.invert(pc.fill_null(pc.equal(joined["offset_in"], joined["offset_out"]), False)))
+        joined = expected.join(
+            below_out, "key", join_type="full outer", left_suffix="_in", right_suffix="_out"
+        )
+        wrong = joined.filter(
+            pc.invert(pc.fill_null(pc.equal(joined["offset_in"], joined["offset_out"]), False))
+        )
         if wrong.num_rows:
-            problems.append(f"{name}: {wrong.num_rows} keys without their latest record, e.g. "
-                            f"{wrong.slice(0, 3).to_pylist()}")  # fmt: skip
+            problems.append(
+                f"{name}: {wrong.num_rows} keys without their latest record, e.g. "
+                f"{wrong.slice(0, 3).to_pylist()}"
+            )
         tail_in = table.filter(pc.greater_equal(table["offset"], bound))["offset"]
         tail_out = after.filter(pc.greater_equal(after["offset"], bound))["offset"]
         if not np.array_equal(np.sort(tail_in.to_numpy()), np.sort(tail_out.to_numpy())):
@@ -183,16 +208,19 @@ def verify(before: dict, log_dir: Path, report: dict, sample_batches: int) -> li
             for batch in iter_batches(buf, str(f)):
                 for r in batch.records():
                     if r.offset < bound and latest.get(r.key) != r.offset:
-                        problems.append(f"{name}: iter_batches finds {r.key!r}@{r.offset}, "
-                                        f"latest is {latest.get(r.key)}")  # fmt: skip
+                        problems.append(
+                            f"{name}: iter_batches finds {r.key!r}@{r.offset}, latest is {latest.get(r.key)}"
+                        )
                 seen += 1
                 if seen >= sample_batches:
                     break
             if seen >= sample_batches:
                 break
-    print(f"verify: {kept_total:,} records kept below the bounds == {distinct_total:,} distinct keys: "
-          f"{'yes' if kept_total == distinct_total else 'NO'}; latest-per-key checked for all keys; "
-          f"{sample_batches} batches per partition re-decoded with iter_batches")  # fmt: skip
+    print(
+        f"verify: {kept_total:,} records kept below the bounds == {distinct_total:,} distinct keys: "
+        f"{'yes' if kept_total == distinct_total else 'NO'}; latest-per-key checked for all keys; "
+        f"{sample_batches} batches per partition re-decoded with iter_batches"
+    )
     return problems
 
 
@@ -212,8 +240,10 @@ def _event_lines(files: list[Path]):
 
 def spark_stages(event_dir: Path) -> list[tuple[str, str, int, float, float]]:
     """(job group, stage name, tasks, wall s, summed task run s) per completed stage, from the event log."""
-    logs = sorted((p for p in event_dir.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))),
-                  key=lambda p: p.name)  # fmt: skip
+    logs = sorted(
+        (p for p in event_dir.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus"))),
+        key=lambda p: p.name,
+    )
     if not logs:
         return []
     group_of_stage: dict[int, str] = {}
@@ -234,8 +264,16 @@ def spark_stages(event_dir: Path) -> list[tuple[str, str, int, float, float]]:
             if "Completion Time" in info and "Submission Time" in info:
                 sid = info["Stage ID"]
                 wall = (info["Completion Time"] - info["Submission Time"]) / 1000
-                stages.append((sid, group_of_stage.get(sid, "-"), info["Stage Name"], info["Number of Tasks"],
-                               wall, run_ms.get(sid, 0) / 1000))  # fmt: skip
+                stages.append(
+                    (
+                        sid,
+                        group_of_stage.get(sid, "-"),
+                        info["Stage Name"],
+                        info["Number of Tasks"],
+                        wall,
+                        run_ms.get(sid, 0) / 1000,
+                    )
+                )
     return [s[1:] for s in sorted(stages)]
 
 
@@ -261,22 +299,39 @@ def main() -> int:
     files = log_files(log_dir)
     size = sum(f.stat().st_size for f in files)
     expect_kept = keys * (1 - (1 - 1 / keys) ** records) / records
-    print(f"generated {log_dir}: {args.partitions} partitions x {records:,} records, {keys:,} keys each "
-          f"(~{expect_kept:.0%} kept), values {args.value_size} B, codec {args.codec}, "
-          f"{len(files)} segments, {size / MB:,.1f} MB in {gen_s:.1f} s")  # fmt: skip
+    print(
+        f"generated {log_dir}: {args.partitions} partitions x {records:,} records, {keys:,} keys each "
+        f"(~{expect_kept:.0%} kept), values {args.value_size} B, codec {args.codec}, "
+        f"{len(files)} segments, {size / MB:,.1f} MB in {gen_s:.1f} s"
+    )
 
     t = time.perf_counter()
     before = {d.name: scan_partition(d) for d in sorted(log_dir.iterdir()) if d.is_dir()}
     print(f"scanned the input for the check in {time.perf_counter() - t:.1f} s")
 
     speed, cold = read_speed(files)
-    print(f"sequential read of the same files (cat > /dev/null, "
-          f"{'cold: page cache dropped' if cold else 'WARM: could not drop caches'}): {speed / MB:,.0f} MB/s")  # fmt: skip
+    print(
+        f"sequential read of the same files (cat > /dev/null, "
+        f"{'cold: page cache dropped' if cold else 'WARM: could not drop caches'}): {speed / MB:,.0f} MB/s"
+    )
 
-    cmd = ["./spark-submit.sh", "--conf", "spark.ui.enabled=false", "--conf", "spark.eventLog.enabled=true",
-           "--conf", f"spark.eventLog.dir=file://{event_dir}",
-           "--conf", "spark.eventLog.compress=false", "--log-dir", str(log_dir),
-           "--report", str(report_path), "--now-ms", str(NOW_MS)]  # fmt: skip
+    cmd = [
+        "./spark-submit.sh",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.eventLog.enabled=true",
+        "--conf",
+        f"spark.eventLog.dir=file://{event_dir}",
+        "--conf",
+        "spark.eventLog.compress=false",
+        "--log-dir",
+        str(log_dir),
+        "--report",
+        str(report_path),
+        "--now-ms",
+        str(NOW_MS),
+    ]
     print("job:", shlex.join(cmd))
     drop_caches()
     t = time.perf_counter()
@@ -292,17 +347,27 @@ def main() -> int:
 
     no_start = excluding_start_up(tm)
     print()
-    print(f"input:                               {size / MB:,.1f} MB of .log ({tot['recordsRead']:,} records; "
-          f"report bytesRead {tot['bytesRead'] / MB:,.1f} MB)")  # fmt: skip
-    print(f"output:                              {tot['bytesWritten'] / MB:,.1f} MB written, "
-          f"{tot['recordsWritten']:,} records ({tot['recordsWritten'] / max(1, tot['recordsRead']):.1%} kept)")  # fmt: skip
+    print(
+        f"input:                               {size / MB:,.1f} MB of .log ({tot['recordsRead']:,} records; "
+        f"report bytesRead {tot['bytesRead'] / MB:,.1f} MB)"
+    )
+    print(
+        f"output:                              {tot['bytesWritten'] / MB:,.1f} MB written, "
+        f"{tot['recordsWritten']:,} records ({tot['recordsWritten'] / max(1, tot['recordsRead']):.1%} kept)"
+    )
     print(f"cold sequential read:                {speed / MB:,.0f} MB/s{'' if cold else ' (WARM)'}")
-    print(f"end to end (spark-submit wall {wall:.1f} s): {size / MB / wall:,.1f} MB/s = "
-          f"{size / wall / speed:.3f}x read speed")  # fmt: skip
-    print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MB / no_start:,.1f} MB/s = "
-          f"{size / no_start / speed:.3f}x read speed")  # fmt: skip
+    print(
+        f"end to end (spark-submit wall {wall:.1f} s): {size / MB / wall:,.1f} MB/s = "
+        f"{size / wall / speed:.3f}x read speed"
+    )
+    print(
+        f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MB / no_start:,.1f} MB/s = "
+        f"{size / no_start / speed:.3f}x read speed"
+    )
     deleting = no_start + tm.get("deleteSeconds", 0)
-    print(f"  counting the removal of the replaced segments too ({deleting:.1f} s): {size / MB / deleting:,.1f} MB/s")
+    print(
+        f"  counting the removal of the replaced segments too ({deleting:.1f} s): {size / MB / deleting:,.1f} MB/s"
+    )
     warm = no_start + tm.get("workerWarmupSeconds", 0)
     print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MB / warm:,.1f} MB/s")
     print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))

@@ -33,19 +33,21 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from partition import clean_up, partition_args, partition_dir, spec_for  # noqa: E402
 
-from compaction.steps.erase import build_erase_set, compiled  # noqa: E402
 from compaction.cli.erase_keys import parse_key_file  # noqa: E402
 from compaction.kernels.scan import scan_segment  # noqa: E402
-from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
 from compaction.settings import Settings  # noqa: E402
+from compaction.spark.stages import compact_partition  # noqa: E402
+from compaction.steps.erase import build_erase_set, compiled  # noqa: E402
 
 
 def key_file(part: Path, listed: int, present: int) -> bytes:
     """`listed` keys in the file's hex form, up to `present` of them from the partition's first segment."""
     first = sorted(part.glob("*.log"))[0]
     scan = scan_segment(np.fromfile(first, np.uint8), str(first))
-    present = list(dict.fromkeys(k for k in scan.keys_arrow().to_pylist() if k is not None))[: min(present, listed)]
+    present = list(dict.fromkeys(k for k in scan.keys_arrow().to_pylist() if k is not None))[
+        : min(present, listed)
+    ]
     absent = [b"absent-%016d" % i for i in range(listed - len(present))]
     return b"".join(b"hex:" + k.hex().encode() + b"\n" for k in present + absent)
 
@@ -56,10 +58,22 @@ def specs(part: Path, erase, erase_only: bool) -> list:
         return [base]
     every = (*base.segments, *base.tail_segments)
     if erase_only:
-        return [dataclasses.replace(base, group_id=i, segments=(s,), first_dirty_offset=0, upper_bound=0,
-                                    tail_segments=(), erase=erase, erase_only=True) for i, s in enumerate(every)]  # fmt: skip
-    active = dataclasses.replace(base, group_id=1, segments=base.tail_segments, tail_segments=(), erase=erase,
-                                 erase_only=True)  # fmt: skip
+        return [
+            dataclasses.replace(
+                base,
+                group_id=i,
+                segments=(s,),
+                first_dirty_offset=0,
+                upper_bound=0,
+                tail_segments=(),
+                erase=erase,
+                erase_only=True,
+            )
+            for i, s in enumerate(every)
+        ]
+    active = dataclasses.replace(
+        base, group_id=1, segments=base.tail_segments, tail_segments=(), erase=erase, erase_only=True
+    )
     return [dataclasses.replace(base, tail_segments=(), erase=erase), active]
 
 
@@ -83,8 +97,11 @@ def main() -> int:
     print(f"partition {part}: {size:,.1f} MiB; {len(erase):,} listed keys parsed in {wall:.2f} s")
     wall, cpu, _ = timed(lambda: compiled(erase, "t"))
     print(f"key lookup compiled in {wall:.2f} s (once per worker and topic)")
-    runs = {"plain": specs(part, None, False), "erase + compaction": specs(part, erase, False),
-            "erase only": specs(part, erase, True)}  # fmt: skip
+    runs = {
+        "plain": specs(part, None, False),
+        "erase + compaction": specs(part, erase, False),
+        "erase only": specs(part, erase, True),
+    }
     worker = Settings.resolve().worker  # as a round's task gets them: this environment's knobs
     prepare_worker(worker)
     for s in runs.values():  # kernels loaded, imports done
@@ -97,8 +114,11 @@ def main() -> int:
             clean_up(part)
             assert not any(r.get("error") for r in rows), rows
             erased = sum(int(r.get("erased_records") or 0) for r in rows)
-            print(f"  {name}: wall {wall:.2f} s, CPU {cpu:.2f} s, {size / wall:,.0f} MiB/s"
-                  + (f", {erased:,} records erased" if s[0].erase is not None else ""), flush=True)  # fmt: skip
+            print(
+                f"  {name}: wall {wall:.2f} s, CPU {cpu:.2f} s, {size / wall:,.0f} MiB/s"
+                + (f", {erased:,} records erased" if s[0].erase is not None else ""),
+                flush=True,
+            )
             best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
     plain = best["plain"]
     for name in ("erase + compaction", "erase only"):

@@ -37,20 +37,29 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=512)
     args = ap.parse_args()
-    variants = (("numpy, huge-page advice (numpy's default)", "numpy", None),
-                ("numpy, NUMPY_MADVISE_HUGEPAGE=0", "numpy", "0"),
-                ("anonymous mmap, 4 KiB pages", "mmap", None))  # fmt: skip
+    variants = (
+        ("numpy, huge-page advice (numpy's default)", "numpy", None),
+        ("numpy, NUMPY_MADVISE_HUGEPAGE=0", "numpy", "0"),
+        ("anonymous mmap, 4 KiB pages", "mmap", None),
+    )
     print(f"first touch of {args.mib} MiB of fresh memory, one byte per 4 KiB page:")
     for label, kind, advice in variants:
         env = dict(os.environ)
         env.pop("NUMPY_MADVISE_HUGEPAGE", None)
         if advice is not None:
             env["NUMPY_MADVISE_HUGEPAGE"] = advice
-        out = subprocess.run([sys.executable, "-c", CHILD, str(args.mib), kind], env=env, capture_output=True,
-                             text=True, check=True).stdout.split()  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, str(args.mib), kind],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         wall, cpu, system, faults = float(out[0]), float(out[1]), float(out[2]), int(out[3])
-        print(f"  {label:45s} wall {wall:5.2f} s  CPU {cpu:5.2f} s  system {system:5.2f} s  {faults:,} faults "
-              f"({system / args.mib * 1024:.2f} s system per GiB)")  # fmt: skip
+        print(
+            f"  {label:45s} wall {wall:5.2f} s  CPU {cpu:5.2f} s  system {system:5.2f} s  {faults:,} faults "
+            f"({system / args.mib * 1024:.2f} s system per GiB)"
+        )
     return 0
 
 

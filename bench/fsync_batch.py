@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compaction.runtime import durability  # noqa: E402
+from compaction.runtime import durability
 
 INDEX_BYTES = 40_000
 
@@ -62,7 +62,9 @@ def one(d: str, groups: int, log, index: bytes, together: bool) -> tuple[float, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir", nargs="?", type=Path, default=Path(__file__).resolve().parent / "out" / "fsync_batch")
+    ap.add_argument(
+        "dir", nargs="?", type=Path, default=Path(__file__).resolve().parent / "out" / "fsync_batch"
+    )
     ap.add_argument("--groups", type=int, default=33)
     ap.add_argument("--log-mib", type=int, default=17)
     ap.add_argument("--repeat", type=int, default=3)
@@ -76,8 +78,11 @@ def main() -> None:
     for i in range(args.repeat):
         each = one(d, args.groups, log, index, together=False)
         end = one(d, args.groups, log, index, together=True)
-        print(f"run {i + 1}: file by file {each[0]:.3f} s ({each[1]:.3f} s in fsync) | together at the end "
-              f"{end[0]:.3f} s ({end[1]:.3f} s in fsync)", flush=True)  # fmt: skip
+        print(
+            f"run {i + 1}: file by file {each[0]:.3f} s ({each[1]:.3f} s in fsync) | together at the end "
+            f"{end[0]:.3f} s ({end[1]:.3f} s in fsync)",
+            flush=True,
+        )
     for name in os.listdir(d):
         os.unlink(os.path.join(d, name))
     os.rmdir(d)

@@ -24,8 +24,11 @@ def chunks_of(n: int) -> list[bytes]:
     rng = np.random.default_rng(1)
     out = []
     for _ in range(n):
-        parts = [b"key-%020d" % rng.integers(0, 300_000) + rng.integers(97, 123, rng.integers(100, 1000),
-                 dtype=np.uint8).tobytes() for _ in range(30)]  # fmt: skip
+        parts = [
+            b"key-%020d" % rng.integers(0, 300_000)
+            + rng.integers(97, 123, rng.integers(100, 1000), dtype=np.uint8).tobytes()
+            for _ in range(30)
+        ]
         out.append(b"".join(parts))
     return out
 
@@ -60,8 +63,10 @@ def main() -> int:
         if back != chunks or any(gzip.decompress(p) != c for p, c in zip(packed, chunks, strict=True)):
             print(f"{name}: round trip FAILED", file=sys.stderr)
             return 1
-        print(f"  {name:32s} compress {total / tc / 1e6:7.1f} MB/s  decompress {total / td / 1e6:7.1f} MB/s  "
-              f"ratio {sum(map(len, packed)) / total:.3f}")  # fmt: skip
+        print(
+            f"  {name:32s} compress {total / tc / 1e6:7.1f} MB/s  decompress {total / td / 1e6:7.1f} MB/s  "
+            f"ratio {sum(map(len, packed)) / total:.3f}"
+        )
     return 0
 
 

@@ -72,9 +72,14 @@ def cleaner_rounds(log: str, partition: str) -> list[dict]:
         s = STATS.search(line)
         if s and s.group(1) == partition and begin is not None:
             block = "\n".join(lines[i : i + 8])
-            rounds.append({"seconds": (_ms(stamp) - _ms(begin)) / 1000, "dirty": [int(s[2]), int(s[3])],
-                           "start_messages": _count(START_SIZE.search(block).group(2)),
-                           "end_messages": _count(END_SIZE.search(block).group(2))})  # fmt: skip
+            rounds.append(
+                {
+                    "seconds": (_ms(stamp) - _ms(begin)) / 1000,
+                    "dirty": [int(s[2]), int(s[3])],
+                    "start_messages": _count(START_SIZE.search(block).group(2)),
+                    "end_messages": _count(END_SIZE.search(block).group(2)),
+                }
+            )
             begin = None
     return rounds
 
@@ -84,10 +89,12 @@ def produce(name: str) -> Path:
     root = OUT / name / "before"
     if root.exists():
         shutil.rmtree(root)
-    script = Script().topic(TOPIC, 1, cleanup_policy="compact", segment_bytes=SEGMENT_BYTES,
-                            min_cleanable_dirty_ratio=1.0)  # fmt: skip
-    script.producer("p", compression_type=codec, linger_ms=20, batch_size=1 << 20, acks=1,
-                    buffer_memory=64 << 20)  # fmt: skip
+    script = Script().topic(
+        TOPIC, 1, cleanup_policy="compact", segment_bytes=SEGMENT_BYTES, min_cleanable_dirty_ratio=1.0
+    )
+    script.producer(
+        "p", compression_type=codec, linger_ms=20, batch_size=1 << 20, acks=1, buffer_memory=64 << 20
+    )
     script.workload("p", TOPIC, 0, nbytes, keys, key_size, value_size, seed=1, text=text).close("p")
     t = time.perf_counter()
     with Broker(root, {}, jvm=kafka4.BENCH_JVM) as broker:
@@ -95,10 +102,18 @@ def produce(name: str) -> Path:
         lines = broker.run_client(script, timeout=3600)
     part = root / "kafka-logs" / f"{TOPIC}-0"
     records, sent = next(map(int, line.split("\t")[1:]) for line in lines if line.startswith("workload"))
-    workload = {"name": name, "records": records, "key_value_bytes": sent, "codec": codec, "text": text,
-                "keys": keys, "log_bytes": sum(p.stat().st_size for p in part.glob("*.log")),
-                "segments": len(list(part.glob("*.log"))), "active_base": kafka4.active_segment_base(part),
-                "produce_seconds": time.perf_counter() - t}  # fmt: skip
+    workload = {
+        "name": name,
+        "records": records,
+        "key_value_bytes": sent,
+        "codec": codec,
+        "text": text,
+        "keys": keys,
+        "log_bytes": sum(p.stat().st_size for p in part.glob("*.log")),
+        "segments": len(list(part.glob("*.log"))),
+        "active_base": kafka4.active_segment_base(part),
+        "produce_seconds": time.perf_counter() - t,
+    }
     (OUT / name / "workload.json").write_text(json.dumps(workload, indent=2))
     print(json.dumps(workload))
     return root
@@ -114,9 +129,17 @@ def measure(name: str, dedupe_buffer: int = DEFAULT_DEDUPE, cold: bool = True, s
     shutil.copytree(source, run, ignore=shutil.ignore_patterns("logs"))
     cold = drop_caches() if cold else False
     heap = f"{max(2 * GiB, dedupe_buffer + GiB) // MiB}m"
-    broker = Broker(run, {"log.cleaner.enable": "true", "log.cleaner.threads": 1, "log.cleaner.backoff.ms": 200,
-                          "log.cleaner.dedupe.buffer.size": dedupe_buffer},
-                    jvm=("-Xms" + heap, "-Xmx" + heap, *kafka4.BENCH_JVM[2:]), timeout=3600)  # fmt: skip
+    broker = Broker(
+        run,
+        {
+            "log.cleaner.enable": "true",
+            "log.cleaner.threads": 1,
+            "log.cleaner.backoff.ms": 200,
+            "log.cleaner.dedupe.buffer.size": dedupe_buffer,
+        },
+        jvm=("-Xms" + heap, "-Xmx" + heap, *kafka4.BENCH_JVM[2:]),
+        timeout=3600,
+    )
     part = run / "kafka-logs" / f"{TOPIC}-0"
     try:
         broker.start()
@@ -127,9 +150,14 @@ def measure(name: str, dedupe_buffer: int = DEFAULT_DEDUPE, cold: bool = True, s
     finally:
         broker.stop()
     rounds = cleaner_rounds(log, f"{TOPIC}-0")
-    result = {"seconds": sum(r["seconds"] for r in rounds), "rounds": rounds, "cold": cold,
-              "kept": rounds[-1]["end_messages"] if rounds else None, "dedupe_buffer": dedupe_buffer,
-              "log_bytes_after": sum(p.stat().st_size for p in part.glob("*.log"))}  # fmt: skip
+    result = {
+        "seconds": sum(r["seconds"] for r in rounds),
+        "rounds": rounds,
+        "cold": cold,
+        "kept": rounds[-1]["end_messages"] if rounds else None,
+        "dedupe_buffer": dedupe_buffer,
+        "log_bytes_after": sum(p.stat().st_size for p in part.glob("*.log")),
+    }
     shutil.rmtree(run)
     return result
 

@@ -40,8 +40,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from e2e import (  # noqa: E402 (bench/ joins sys.path above)
+    NOW_MS,
+    drop_caches,
+    excluding_start_up,
+    finish,
+    fresh_out_dir,
+    log_files,
+    print_spark_stages,
+    read_speed,
+    run_generator,
+    scan_partition,
+    verify,
+)
 from tree_memory import TreeMemory  # noqa: E402
-from e2e import NOW_MS, drop_caches, excluding_start_up, finish, run_generator, fresh_out_dir, log_files, print_spark_stages, read_speed, scan_partition, verify  # noqa: E402
 
 MiB = float(1 << 20)
 GiB = 1 << 30
@@ -49,9 +61,25 @@ SAMPLE_RECORDS = 20_000
 
 
 def generate(out: Path, partitions: int, records: int, keys: int, codec: str, args) -> float:
-    return run_generator(out, "--topics", f"kafka:{partitions}", "--records", str(records), "--keys", str(keys),
-                         "--key-size", str(args.key_size), "--value-size", args.value_size, "--codec", codec,
-                         "--segment-bytes", str(args.segment_bytes), "--seed", str(args.seed))  # fmt: skip
+    return run_generator(
+        out,
+        "--topics",
+        f"kafka:{partitions}",
+        "--records",
+        str(records),
+        "--keys",
+        str(keys),
+        "--key-size",
+        str(args.key_size),
+        "--value-size",
+        args.value_size,
+        "--codec",
+        codec,
+        "--segment-bytes",
+        str(args.segment_bytes),
+        "--seed",
+        str(args.seed),
+    )
 
 
 def bytes_per_record(args) -> float:
@@ -77,7 +105,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
     ap.add_argument("--spark-conf", action="append", default=[], help="extra --conf K=V for the job")
     ap.add_argument("--read-mode", help="the job's --read-mode (default: the job's default)")
-    ap.add_argument("--driver-memory", help="spark-submit --driver-memory (local mode: the executors' JVM too)")
+    ap.add_argument(
+        "--driver-memory", help="spark-submit --driver-memory (local mode: the executors' JVM too)"
+    )
     args = ap.parse_args()
 
     log_dir, event_dir, report_path = fresh_out_dir(args.out)
@@ -92,11 +122,13 @@ def main() -> int:
     files = log_files(log_dir)
     size = sum(f.stat().st_size for f in files)
     print(f"load average before: {os.getloadavg()}")
-    print(f"generated {log_dir}: {args.partitions} partitions x {records:,} records, {keys:,} keys each "
-          f"({keys * args.partitions:,} in all), keys {args.key_size} B, values {args.value_size} B, "
-          f"codec {args.codec}, {len(files)} segments of <= {args.segment_bytes / MiB:.0f} MiB, "
-          f"{size / MiB:,.1f} MiB on disk (uncompressed equivalent {uncompressed_equiv / MiB:,.1f} MiB) "
-          f"in {gen_s:.1f} s")  # fmt: skip
+    print(
+        f"generated {log_dir}: {args.partitions} partitions x {records:,} records, {keys:,} keys each "
+        f"({keys * args.partitions:,} in all), keys {args.key_size} B, values {args.value_size} B, "
+        f"codec {args.codec}, {len(files)} segments of <= {args.segment_bytes / MiB:.0f} MiB, "
+        f"{size / MiB:,.1f} MiB on disk (uncompressed equivalent {uncompressed_equiv / MiB:,.1f} MiB) "
+        f"in {gen_s:.1f} s"
+    )
 
     t = time.perf_counter()
     before = {d.name: scan_partition(d) for d in sorted(log_dir.iterdir()) if d.is_dir()}
@@ -106,8 +138,17 @@ def main() -> int:
     how = "cold: page cache dropped" if cold else "WARM: could not drop caches"
     print(f"sequential read of the same files (cat > /dev/null, {how}): {speed / MiB:,.0f} MiB/s")
 
-    cmd = ["./spark-submit.sh", "--conf", "spark.ui.enabled=false", "--conf", "spark.eventLog.enabled=true",
-           "--conf", f"spark.eventLog.dir=file://{event_dir}", "--conf", "spark.eventLog.compress=false"]
+    cmd = [
+        "./spark-submit.sh",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.eventLog.enabled=true",
+        "--conf",
+        f"spark.eventLog.dir=file://{event_dir}",
+        "--conf",
+        "spark.eventLog.compress=false",
+    ]
     for kv in args.spark_conf:
         cmd += ["--conf", kv]
     if args.driver_memory:
@@ -139,25 +180,38 @@ def main() -> int:
     no_start = excluding_start_up(tm)
     removed = 1 - tot["bytesWritten"] / max(1, tot["bytesRead"])
     print()
-    print(f"load average at job start / end:     {load_start[0]:.2f} / {load_end[0]:.2f} "
-          f"(1 min; {os.cpu_count()} cores)")  # fmt: skip
-    print(f"input:                               {size / MiB:,.1f} MiB of .log, codec {args.codec} "
-          f"({tot['recordsRead']:,} records read; "
-          f"report bytesRead {tot['bytesRead'] / MiB:,.1f} MiB)")  # fmt: skip
-    print(f"output:                              {tot['bytesWritten'] / MiB:,.1f} MiB written, "
-          f"{tot['recordsWritten']:,} records; {removed:.1%} of the cleaned bytes removed")  # fmt: skip
+    print(
+        f"load average at job start / end:     {load_start[0]:.2f} / {load_end[0]:.2f} "
+        f"(1 min; {os.cpu_count()} cores)"
+    )
+    print(
+        f"input:                               {size / MiB:,.1f} MiB of .log, codec {args.codec} "
+        f"({tot['recordsRead']:,} records read; "
+        f"report bytesRead {tot['bytesRead'] / MiB:,.1f} MiB)"
+    )
+    print(
+        f"output:                              {tot['bytesWritten'] / MiB:,.1f} MiB written, "
+        f"{tot['recordsWritten']:,} records; {removed:.1%} of the cleaned bytes removed"
+    )
     print(f"cold sequential read:                {speed / MiB:,.0f} MiB/s{'' if cold else ' (WARM)'}")
     print(f"end to end (spark-submit wall {wall:.1f} s): {size / MiB / wall:,.1f} MiB/s")
-    print(f"peak RSS (VmHWM, sampled every 0.1 s): largest Python worker {mem.max_worker_hwm() / MiB:,.0f} MiB, "
-          f"largest Python process {mem.max_hwm('python') / MiB:,.0f} MiB, largest JVM {mem.max_hwm('java') / MiB:,.0f} MiB"
-          f"{f' with --driver-memory {args.driver_memory}' if args.driver_memory else ''}")  # fmt: skip
-    print(f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MiB / no_start:,.1f} MiB/s "
-          f"= {size / no_start / speed:.3f}x cold read speed; target 570 MiB/s "
-          f"({size / MiB / no_start / 570:.2f}x of it)")  # fmt: skip
+    print(
+        f"peak RSS (VmHWM, sampled every 0.1 s): largest Python worker {mem.max_worker_hwm() / MiB:,.0f} MiB, "
+        f"largest Python process {mem.max_hwm('python') / MiB:,.0f} MiB, "
+        f"largest JVM {mem.max_hwm('java') / MiB:,.0f} MiB"
+        f"{f' with --driver-memory {args.driver_memory}' if args.driver_memory else ''}"
+    )
+    print(
+        f"excl. Spark start-up (plan+stages+commit {no_start:.1f} s): {size / MiB / no_start:,.1f} MiB/s "
+        f"= {size / no_start / speed:.3f}x cold read speed; target 570 MiB/s "
+        f"({size / MiB / no_start / 570:.2f}x of it)"
+    )
     if args.codec != "none":
         print(f"  on uncompressed-equivalent bytes:  {uncompressed_equiv / MiB / no_start:,.1f} MiB/s")
     deleting = no_start + tm.get("deleteSeconds", 0)
-    print(f"  counting the removal of the replaced segments too ({deleting:.1f} s): {size / MiB / deleting:,.1f} MiB/s")
+    print(
+        f"  counting the removal of the replaced segments too ({deleting:.1f} s): {size / MiB / deleting:,.1f} MiB/s"
+    )
     warm = no_start + tm.get("workerWarmupSeconds", 0)
     print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MiB / warm:,.1f} MiB/s")
     print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))

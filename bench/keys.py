@@ -58,8 +58,8 @@ KAFKA_MAP_KEYS = int(128 * MIB / 24 * 0.9)  # 5,033,164
 
 def generate(out: Path, args) -> float:
     """The generator with its key draw replaced: a permutation of all N key ids, then dup x N uniform ones."""
-    from compaction.tools import generator_plan
     from compaction.__main__ import main as cli
+    from compaction.tools import generator_plan
 
     n = args.keys
     records = n + round(args.dup * n)
@@ -99,8 +99,6 @@ def generate(out: Path, args) -> float:
     if code:
         raise SystemExit(f"generator failed ({code})")
     return time.perf_counter() - t
-
-
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -168,8 +166,10 @@ def key_ids(scan, key_size: int, keys: int) -> np.ndarray:
     bad_len = np.flatnonzero(r.key_len != key_size)
     if len(bad_len):
         i = int(bad_len[0])
-        raise KeyFormError(f"{scan.path}: {len(bad_len)} keys not of {key_size} bytes, e.g. offset "
-                           f"{int(r.offset[i])}: {scan.key(i)!r}")  # fmt: skip
+        raise KeyFormError(
+            f"{scan.path}: {len(bad_len)} keys not of {key_size} bytes, e.g. offset "
+            f"{int(r.offset[i])}: {scan.key(i)!r}"
+        )
     data, _ = scan.gather_keys(large=True)
     mat = data.reshape(n, key_size)
     bad = (mat[:, : len(prefix)] != prefix).any(axis=1)
@@ -185,8 +185,10 @@ def key_ids(scan, key_size: int, keys: int) -> np.ndarray:
     bad |= ids >= keys
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise KeyFormError(f"{scan.path}: {int(bad.sum())} keys not b'key-' + a decimal id < {keys:,}, "
-                           f"e.g. offset {int(r.offset[i])}: {scan.key(i)!r}")  # fmt: skip
+        raise KeyFormError(
+            f"{scan.path}: {int(bad.sum())} keys not b'key-' + a decimal id < {keys:,}, "
+            f"e.g. offset {int(r.offset[i])}: {scan.key(i)!r}"
+        )
     return ids
 
 
@@ -238,8 +240,8 @@ def verify(expected: Expected, report: dict, sample_batches: int) -> tuple[list[
     active segment's bytes are the input's; `sample_batches` batches re-decoded with the pure-Python
     reader (iter_batches) against the same expectation. Returns the problems and the peak RSS."""
     from compaction.errors import CompactionError
-    from compaction.kernels.scan import scan_segment
     from compaction.format.segment import iter_batches
+    from compaction.kernels.scan import scan_segment
     from compaction.tools.generator_plan import KEY_PREFIX as prefix
 
     e, name = expected, expected.part_dir.name
@@ -249,8 +251,10 @@ def verify(expected: Expected, report: dict, sample_batches: int) -> tuple[list[
         return [f"{name}: not cleaned ({p and p['status']}: {p and p['reason']})"], _peak_rss()
     bound = p["firstUncleanableOffset"]
     if bound != e.active_base:
-        return [f"{name}: bound {bound} is not the active segment's base {e.active_base}: the "
-                f"expectation only covers the records below the active segment"], _peak_rss()  # fmt: skip
+        return [
+            f"{name}: bound {bound} is not the active segment's base {e.active_base}: the "
+            f"expectation only covers the records below the active segment"
+        ], _peak_rss()
     kept = wrong = 0
     examples: list[str] = []
     previous = -1
@@ -279,13 +283,17 @@ def verify(expected: Expected, report: dict, sample_batches: int) -> tuple[list[
         kept += len(offsets)
         bad = np.flatnonzero(e.latest[ids] != offsets)
         wrong += len(bad)
-        examples += [f"key {int(ids[i])} @ {int(offsets[i])}, latest {int(e.latest[ids[i]])}"
-                     for i in bad[: max(0, 3 - len(examples))]]  # fmt: skip
+        examples += [
+            f"key {int(ids[i])} @ {int(offsets[i])}, latest {int(e.latest[ids[i]])}"
+            for i in bad[: max(0, 3 - len(examples))]
+        ]
     if kept != e.distinct:
         problems.append(f"{name}: {kept:,} records kept below {bound:,}, {e.distinct:,} distinct keys")
     if wrong:
-        problems.append(f"{name}: {wrong:,} records kept below {bound:,} are not their key's latest, "
-                        f"e.g. {'; '.join(examples)}")  # fmt: skip
+        problems.append(
+            f"{name}: {wrong:,} records kept below {bound:,} are not their key's latest, "
+            f"e.g. {'; '.join(examples)}"
+        )
     tail = (tail_records, tail_sha.hexdigest(), active_sha)
     tail_same = tail == (e.tail_records, e.tail_offsets_sha, e.active_sha)
     if not tail_same:
@@ -310,10 +318,13 @@ def verify(expected: Expected, report: dict, sample_batches: int) -> tuple[list[
                 elif r.offset < bound and e.latest[kid] != r.offset:
                     problems.append(f"{name}: iter_batches finds {k!r} @ {r.offset}, latest {e.latest[kid]}")
             seen += 1
-    print(f"verify: {kept:,} records kept below {bound:,} == {e.distinct:,} distinct keys: "
-          f"{'yes' if kept == e.distinct else 'NO'}; latest-per-key for all keys: "
-          f"{'yes' if not wrong else 'NO'}; tail unchanged: {'yes' if tail_same else 'NO'}; "
-          f"{seen} batches re-decoded with iter_batches", flush=True)  # fmt: skip
+    print(
+        f"verify: {kept:,} records kept below {bound:,} == {e.distinct:,} distinct keys: "
+        f"{'yes' if kept == e.distinct else 'NO'}; latest-per-key for all keys: "
+        f"{'yes' if not wrong else 'NO'}; tail unchanged: {'yes' if tail_same else 'NO'}; "
+        f"{seen} batches re-decoded with iter_batches",
+        flush=True,
+    )
     return problems, _peak_rss()
 
 
@@ -337,8 +348,12 @@ def main() -> int:
         help="extra Spark conf, e.g. spark.kafka.compaction.partitionTaskMaxBytes=268435456",
     )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--sample-batches", type=int, default=50,
-                    help="output batches re-decoded with the pure-Python reader (iter_batches); 0: none")
+    ap.add_argument(
+        "--sample-batches",
+        type=int,
+        default=50,
+        help="output batches re-decoded with the pure-Python reader (iter_batches); 0: none",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "keys")
     ap.add_argument("--keep", action="store_true", help="keep the log dir afterwards")
     ap.add_argument(
@@ -372,10 +387,12 @@ def main() -> int:
     (part_dir,) = (d for d in sorted(log_dir.iterdir()) if d.is_dir())
     expected = Expected(part_dir, args.keys, args.key_size)
     scan_s, scan_rss = time.perf_counter() - t, _peak_rss()
-    print(f"scanned the input for the check in {scan_s:.1f} s (latest offset of {args.keys:,} key ids: "
-          f"{expected.latest.nbytes / MB:,.1f} MB; peak RSS {scan_rss / MB:,.0f} MB, "
-          f"from {scan_base / MB:,.0f} MB)",
-          flush=True)  # fmt: skip
+    print(
+        f"scanned the input for the check in {scan_s:.1f} s (latest offset of {args.keys:,} key ids: "
+        f"{expected.latest.nbytes / MB:,.1f} MB; peak RSS {scan_rss / MB:,.0f} MB, "
+        f"from {scan_base / MB:,.0f} MB)",
+        flush=True,
+    )
 
     cmd = [
         str(args.repo / "spark-submit.sh"),
@@ -427,10 +444,12 @@ def main() -> int:
     verify_base = _reset_peak_rss()
     problems, verify_rss = verify(expected, report, args.sample_batches)
     verify_s = time.perf_counter() - t
-    print(f"verified the output in {verify_s:.1f} s; verification peak RSS (ru_maxrss, reset before each "
-          f"pass): input pass {scan_rss / MB:,.0f} MB (from {scan_base / MB:,.0f} MB), output pass "
-          f"{verify_rss / MB:,.0f} MB (from {verify_base / MB:,.0f} MB)",
-          flush=True)  # fmt: skip
+    print(
+        f"verified the output in {verify_s:.1f} s; verification peak RSS (ru_maxrss, reset before each "
+        f"pass): input pass {scan_rss / MB:,.0f} MB (from {scan_base / MB:,.0f} MB), output pass "
+        f"{verify_rss / MB:,.0f} MB (from {verify_base / MB:,.0f} MB)",
+        flush=True,
+    )
 
     bound = part["firstUncleanableOffset"]
     distinct = expected.distinct

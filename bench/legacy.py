@@ -71,11 +71,13 @@ def main() -> int:
         scan_s, map_s, rewrite_s, row = run(spec)
         wall = time.perf_counter() - wall
         out = sorted(args.part.glob("*.log" + CLEANED))
-        print(f"scan alone {scan_s:.2f} s ({scan_s / gib:.1f} CPU-s/GiB); task: scan + map {map_s:.2f} s "
-              f"({map_s / gib:.1f}), "
-              f"rewrite {rewrite_s:.2f} s ({rewrite_s / gib:.1f}); wall {wall:.2f} s; "
-              f"{row['records_written']:,}/{row['records_read']:,} records, "
-              f"{row['bytes_written'] / (1 << 20):,.1f} MiB written, {len(out)} file(s)")  # fmt: skip
+        print(
+            f"scan alone {scan_s:.2f} s ({scan_s / gib:.1f} CPU-s/GiB); task: scan + map {map_s:.2f} s "
+            f"({map_s / gib:.1f}), "
+            f"rewrite {rewrite_s:.2f} s ({rewrite_s / gib:.1f}); wall {wall:.2f} s; "
+            f"{row['records_written']:,}/{row['records_read']:,} records, "
+            f"{row['bytes_written'] / (1 << 20):,.1f} MiB written, {len(out)} file(s)"
+        )
         for f in args.part.glob("*" + CLEANED):
             f.unlink()
     return 0

@@ -31,9 +31,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e import drop_caches  # noqa: E402 - one cache-dropping helper for every bench
+from e2e import drop_caches
 
-from compaction.format.layout import ATTRIBUTES_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD  # noqa: E402
+from compaction.format.layout import ATTRIBUTES_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD
 
 RECORD_SIZE = 126  # bytes on the wire, length varint included
 KEY_SIZE = 16
@@ -131,9 +131,16 @@ def measure(path: Path, label: str, repeat: int) -> None:
     def kernels():
         b = scan_batches(buf)
         plain = b.magic == MAGIC_V2
-        walk_records(buf, b.position[plain] + RECORD_BATCH_OVERHEAD, b.position[plain] + b.size[plain], b.base_offset[plain],
-                     b.base_timestamp[plain], b.timestamp_type[plain], b.max_timestamp[plain],
-                     b.records_count[plain])  # fmt: skip
+        walk_records(
+            buf,
+            b.position[plain] + RECORD_BATCH_OVERHEAD,
+            b.position[plain] + b.size[plain],
+            b.base_offset[plain],
+            b.base_timestamp[plain],
+            b.timestamp_type[plain],
+            b.max_timestamp[plain],
+            b.records_count[plain],
+        )
 
     def stage():
         seg = scan_segment(buf, str(path))
@@ -141,27 +148,37 @@ def measure(path: Path, label: str, repeat: int) -> None:
         t.group_by("key").aggregate([("offset", "max")])
 
     size = len(buf)
-    print(f"\n== {label}: {path.name}, {size / MB:.1f} MB on disk, {n:,} records "
-          f"({'uncompressed ' + format(raw_bytes / MB, '.1f') + ' MB' if len(s.side) else 'uncompressed'})")  # fmt: skip
-    print(f"  sequential read (cat > /dev/null, {'cold: page cache dropped' if cold else 'WARM: could not drop caches'}):"
-          f" {speed / MB:,.0f} MB/s")  # fmt: skip
+    print(
+        f"\n== {label}: {path.name}, {size / MB:.1f} MB on disk, {n:,} records "
+        f"({'uncompressed ' + format(raw_bytes / MB, '.1f') + ' MB' if len(s.side) else 'uncompressed'})"
+    )
+    print(
+        f"  sequential read (cat > /dev/null, {'cold: page cache dropped' if cold else 'WARM: could not drop caches'}):"
+        f" {speed / MB:,.0f} MB/s"
+    )
     rows = []
     if not len(s.side):
         rows.append(("kernels only (scan_batches + walk_records)", best_of(kernels, repeat)))
-    rows.append(("scan_segment (+ CRC-32C" + (", decompress)" if len(s.side) else ")"), best_of(
-        lambda: scan_segment(buf, str(path)), repeat)))  # fmt: skip
+    rows.append(
+        (
+            "scan_segment (+ CRC-32C" + (", decompress)" if len(s.side) else ")"),
+            best_of(lambda: scan_segment(buf, str(path)), repeat),
+        )
+    )
     rows.append(("scan stage (+ gather_keys, arrow group_by max)", best_of(stage, repeat)))
     for what, secs in rows:
         extra = f", {raw_bytes / secs / MB:,.0f} MB/s uncompressed" if len(s.side) else ""
-        print(f"  {what:<48} {size / secs / MB:>8,.0f} MB/s{extra}, {n / secs / 1e6:6.1f} M records/s,"
-              f" {size / secs / speed:5.2f}x read speed")  # fmt: skip
+        print(
+            f"  {what:<48} {size / secs / MB:>8,.0f} MB/s{extra}, {n / secs / 1e6:6.1f} M records/s,"
+            f" {size / secs / speed:5.2f}x read speed"
+        )
 
 
 def warm_up() -> float:
     t = time.perf_counter()
-    from compaction.kernels import scan  # decorating is cheap; compilation is lazy
     from compaction.format.batch import Record
     from compaction.format.batch_build import build_batch
+    from compaction.kernels import scan  # decorating is cheap; compilation is lazy
 
     raw = build_batch([Record(0, 0, b"k", b"v")])
     s = scan.scan_segment(np.frombuffer(raw, np.uint8))

@@ -31,12 +31,12 @@ sys.path.insert(0, str(REPO / "bench"))
 from e2e import drop_caches, run_generator  # noqa: E402
 
 from compaction.format import naming  # noqa: E402
-from compaction.steps.group import CLEANED, GroupSpec, SourceSegment  # noqa: E402
 from compaction.runtime.segment_io import READ_MODES  # noqa: E402
-from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
 from compaction.settings import Settings  # noqa: E402
+from compaction.spark.stages import compact_partition  # noqa: E402
+from compaction.steps.group import CLEANED, GroupSpec, SourceSegment  # noqa: E402
 
 NOW_MS = 1_795_305_600_000
 MiB = float(1 << 20)
@@ -46,9 +46,25 @@ def partition_dir(args) -> Path:
     name = f"{args.codec}-{args.records}-{args.keys}-{args.key_size}-{args.value_size.replace(':', '_')}"
     log_dir = REPO / "bench" / "out" / "partition" / name
     if not log_dir.exists():
-        run_generator(log_dir, "--topics", "t:1", "--records", str(args.records), "--keys", str(args.keys),
-                      "--key-size", str(args.key_size), "--value-size", args.value_size, "--codec", args.codec,
-                      "--segment-bytes", str(args.segment_bytes), "--seed", "1")  # fmt: skip
+        run_generator(
+            log_dir,
+            "--topics",
+            "t:1",
+            "--records",
+            str(args.records),
+            "--keys",
+            str(args.keys),
+            "--key-size",
+            str(args.key_size),
+            "--value-size",
+            args.value_size,
+            "--codec",
+            args.codec,
+            "--segment-bytes",
+            str(args.segment_bytes),
+            "--seed",
+            "1",
+        )
     return log_dir / "t-0"
 
 
@@ -58,13 +74,24 @@ def spec_for(part: Path) -> GroupSpec:
     segs = []
     for f in logs:
         st = f.stat()
-        segs.append(SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st.st_size, st.st_mtime_ns))
+        segs.append(
+            SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st.st_size, st.st_mtime_ns)
+        )
     return GroupSpec(
-        group_id=0, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
-        segments=tuple(segs[:-1]), first_dirty_offset=0, upper_bound=segs[-1].base_offset, now_ms=NOW_MS,
-        delete_retention_ms=86_400_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
+        group_id=0,
+        topic="t",
+        partition=0,
+        storage=Storage.local(),
+        part_path=str(part),
+        segments=tuple(segs[:-1]),
+        first_dirty_offset=0,
+        upper_bound=segs[-1].base_offset,
+        now_ms=NOW_MS,
+        delete_retention_ms=86_400_000,
+        legacy_delete_horizon_ms=0,
+        index_interval_bytes=4096,
         tail_segments=(segs[-1],),
-    )  # fmt: skip
+    )
 
 
 def clean_up(part: Path) -> None:
@@ -72,7 +99,9 @@ def clean_up(part: Path) -> None:
         f.unlink()
 
 
-def partition_args(ap: argparse.ArgumentParser, records: int, keys: int, segment_bytes: int, repeat: int) -> None:
+def partition_args(
+    ap: argparse.ArgumentParser, records: int, keys: int, segment_bytes: int, repeat: int
+) -> None:
     """The options of the generated partition (`partition_dir`), with these defaults, and --repeat."""
     ap.add_argument("--records", type=int, default=records)
     ap.add_argument("--keys", type=int, default=keys)
@@ -88,11 +117,19 @@ def main() -> int:
     partition_args(ap, 947_755, 250_000, 64 << 20, 3)
     ap.add_argument("--cold", action="store_true", help="drop the page cache before each run")
     ap.add_argument("--profile", default="none", choices=["none", "cprofile"])
-    ap.add_argument("--idle", type=float, default=0.0,
-                    help="seconds to wait before each run (after --cold's drop): the job meets its input "
-                         "after Spark's start-up, by when this VM has handed the freed memory back")  # fmt: skip
+    ap.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        help="seconds to wait before each run (after --cold's drop): the job meets its input "
+        "after Spark's start-up, by when this VM has handed the freed memory back",
+    )
     ap.add_argument("--read-mode", default="direct", choices=READ_MODES)
-    ap.add_argument("--part", type=Path, help="an existing partition dir to use instead (its last segment is the active one)")
+    ap.add_argument(
+        "--part",
+        type=Path,
+        help="an existing partition dir to use instead (its last segment is the active one)",
+    )
     args = ap.parse_args()
 
     part = args.part or partition_dir(args)
@@ -122,10 +159,14 @@ def main() -> int:
         if row.get("error"):
             print(row["error"], file=sys.stderr)
             return 1
-        print(f"{'cold' if cold else 'warm'}: {wall:.2f} s wall, {cpu:.2f} s CPU -> {size / MiB / wall:,.0f} MiB/s wall, "
-              f"{size / MiB / cpu:,.0f} MiB/s per CPU-s; scan {row['scan_seconds']:.2f} s, map {row['map_seconds']:.2f} s, "
-              f"rest {wall - row['scan_seconds'] - row['map_seconds']:.2f} s; wrote {row['bytes_written'] / MiB:,.1f} MiB, "
-              f"{row['records_written']:,}/{row['records_read']:,} records; {faults}")  # fmt: skip
+        print(
+            f"{'cold' if cold else 'warm'}: {wall:.2f} s wall, {cpu:.2f} s CPU -> {size / MiB / wall:,.0f} MiB/s wall, "
+            f"{size / MiB / cpu:,.0f} MiB/s per CPU-s; "
+            f"scan {row['scan_seconds']:.2f} s, map {row['map_seconds']:.2f} s, "
+            f"rest {wall - row['scan_seconds'] - row['map_seconds']:.2f} s; "
+            f"wrote {row['bytes_written'] / MiB:,.1f} MiB, "
+            f"{row['records_written']:,}/{row['records_read']:,} records; {faults}"
+        )
         if prof:
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     return 0

@@ -32,10 +32,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from compaction.format.batch import Record  # noqa: E402
-from compaction.format.batch_build import build_batch  # noqa: E402
-from compaction.format.index import write_time_index  # noqa: E402
-from compaction.format.naming import segment_file_name  # noqa: E402
+from compaction.format.batch import Record
+from compaction.format.batch_build import build_batch
+from compaction.format.index import write_time_index
+from compaction.format.naming import segment_file_name
 
 RECORDS_PER_SEGMENT = 10
 T0 = 1_600_000_000_000  # old enough that every segment is past any lag
@@ -69,8 +69,11 @@ def _make_partitions(args: tuple[str, int, int, int]) -> int:
             _write(stem + ".log", base.to_bytes(8, "big") + tail)
             _write(stem + ".index", b"")
             # relative offset of the last record, timestamp of the last record
-            _write(stem + ".timeindex", (T0 + RECORDS_PER_SEGMENT - 1).to_bytes(8, "big")
-                   + (RECORDS_PER_SEGMENT - 1).to_bytes(4, "big"))  # fmt: skip
+            _write(
+                stem + ".timeindex",
+                (T0 + RECORDS_PER_SEGMENT - 1).to_bytes(8, "big")
+                + (RECORDS_PER_SEGMENT - 1).to_bytes(4, "big"),
+            )
     return last - first
 
 
@@ -144,10 +147,17 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="processes building the dir")
     ap.add_argument("--repeat", type=int, default=1, help="timed plan-only runs (first may be cold-cache)")
     ap.add_argument("--drop-caches", action="store_true", help="try to drop the page cache before each run")
-    ap.add_argument("--as-round", action="store_true",
-                    help="plan as a real (not dry) round: index checks left to the tasks; no Spark, nothing written")
-    ap.add_argument("--clean-fraction", type=float, default=0.0,
-                    help="fraction of partitions checkpointed at their active base (skipped)")  # fmt: skip
+    ap.add_argument(
+        "--as-round",
+        action="store_true",
+        help="plan as a real (not dry) round: index checks left to the tasks; no Spark, nothing written",
+    )
+    ap.add_argument(
+        "--clean-fraction",
+        type=float,
+        default=0.0,
+        help="fraction of partitions checkpointed at their active base (skipped)",
+    )
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     root = args.dir or os.path.join(here, "out", "plan_scale", f"{args.partitions}x{args.segments}")
@@ -160,8 +170,10 @@ def main() -> int:
         built = True
         files = args.partitions * args.segments * 3
         du = subprocess.run(["du", "-sh", root], capture_output=True, text=True).stdout.split()[0]
-        print(f"built {args.partitions:,} partitions x {args.segments} segments ({files:,} files) in "
-              f"{secs:.1f} s ({files / secs:,.0f} files/s), {du} on disk: {root}")  # fmt: skip
+        print(
+            f"built {args.partitions:,} partitions x {args.segments} segments ({files:,} files) in "
+            f"{secs:.1f} s ({files / secs:,.0f} files/s), {du} on disk: {root}"
+        )
     else:
         print(f"reusing {root}")
 
@@ -192,21 +204,30 @@ def main() -> int:
         tm = report["timings"]
         statuses: dict[str, int] = {}
         for r in report["partitions"]:
-            k = f'{r["status"]}: {r["reason"]}'
+            k = f"{r['status']}: {r['reason']}"
             statuses[k] = statuses.get(k, 0) + 1
         plan = tm.get("planSeconds", 0.0)
-        print(json.dumps({
-            "run": i + 1, "partitions": args.partitions, "segments_per_partition": args.segments,
-            "checkpointed_clean": clean, "cold": args.drop_caches,
-            "exit": code, "statuses": statuses, "wall_seconds": round(wall, 2),
-            "recoverySeconds": round(tm.get("recoverySeconds", 0.0), 3),
-            "listSeconds": round(tm.get("listSeconds", 0.0), 2),
-            "planSeconds (discovery+validation+plan)": round(plan, 2),
-            "storage_calls": counts.n,
-            "ms_per_partition": round(plan * 1000 / args.partitions, 3),
-            "us_per_segment": round(plan * 1e6 / segs, 1),
-            "threads": os.environ.get("KAFKA_COMPACTION_DISCOVERY_THREADS", "default"),
-        }))
+        print(
+            json.dumps(
+                {
+                    "run": i + 1,
+                    "partitions": args.partitions,
+                    "segments_per_partition": args.segments,
+                    "checkpointed_clean": clean,
+                    "cold": args.drop_caches,
+                    "exit": code,
+                    "statuses": statuses,
+                    "wall_seconds": round(wall, 2),
+                    "recoverySeconds": round(tm.get("recoverySeconds", 0.0), 3),
+                    "listSeconds": round(tm.get("listSeconds", 0.0), 2),
+                    "planSeconds (discovery+validation+plan)": round(plan, 2),
+                    "storage_calls": counts.n,
+                    "ms_per_partition": round(plan * 1000 / args.partitions, 3),
+                    "us_per_segment": round(plan * 1e6 / segs, 1),
+                    "threads": os.environ.get("KAFKA_COMPACTION_DISCOVERY_THREADS", "default"),
+                }
+            )
+        )
     if not args.keep:
         shutil.rmtree(root)
     elif built:
@@ -228,8 +249,13 @@ def _plan_as_round(root: str) -> tuple[int, dict]:
     t = time.monotonic()
     planned, _ = discover_and_plan(parse_args(["--log-dir", root]), None, timings)
     timings["planSeconds"] = time.monotonic() - t
-    parts = [{"status": p.result.status if p.plan is None or not p.plan.eligible else "eligible",
-              "reason": p.result.reason or ""} for p in planned]  # fmt: skip
+    parts = [
+        {
+            "status": p.result.status if p.plan is None or not p.plan.eligible else "eligible",
+            "reason": p.result.reason or "",
+        }
+        for p in planned
+    ]
     return 0, {"timings": timings, "partitions": parts}
 
 

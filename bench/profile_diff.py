@@ -36,8 +36,10 @@ def main() -> None:
     print(f"{'function':<60} {'A s':>7} {'B s':>7} {'A - B':>7}")
     for k in rows[: args.top]:
         print(f"{k[:60]:<60} {a[k]:7.3f} {b[k]:7.3f} {a[k] - b[k]:7.3f}")
-    print(f"{'all functions':<60} {sum(a.values()):7.3f} {sum(b.values()):7.3f} "
-          f"{sum(a.values()) - sum(b.values()):7.3f}")  # fmt: skip
+    print(
+        f"{'all functions':<60} {sum(a.values()):7.3f} {sum(b.values()):7.3f} "
+        f"{sum(a.values()) - sum(b.values()):7.3f}"
+    )
 
 
 if __name__ == "__main__":

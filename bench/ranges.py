@@ -33,16 +33,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path[:0] = [str(REPO / "tests" / "unit"), str(REPO / "tests" / "helpers"), str(REPO / "bench")]
 
+from e2e import drop_caches  # noqa: E402
 from test_ranges import cleaned, specs_for  # noqa: E402  (the specs as the tests cut them)
 
-from e2e import drop_caches  # noqa: E402
-
 from compaction.runtime.exchange import Exchange  # noqa: E402
-from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
+from compaction.runtime.storage import Storage  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
 from compaction.settings import Settings  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
-from compaction.runtime.storage import Storage  # noqa: E402
+from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
 
 
 def _task(args) -> tuple[float, dict, int]:
@@ -97,9 +96,12 @@ def stage(part: Path, n_ranges: int, tasks: int, profile: Path | None = None) ->
             outs = pool.map(_task, [(t, plan, root, profile) for t in range(len(plan.tasks))])
         wall = time.perf_counter() - started
     for t, (seconds, st, faults) in enumerate(outs):
-        print(f"  task {t} ({len(plan.tasks[t])} ranges): {seconds:.2f} s; scan {st['scan_seconds']:.2f}, "
-              f"merge {st['map_seconds']:.2f}, rewrite {seconds - st['scan_seconds'] - st['map_seconds']:.2f}; "
-              f"CPU {st['cpu_seconds']:.2f} s; {faults:,} minor page faults", flush=True)  # fmt: skip
+        print(
+            f"  task {t} ({len(plan.tasks[t])} ranges): {seconds:.2f} s; scan {st['scan_seconds']:.2f}, "
+            f"merge {st['map_seconds']:.2f}, rewrite {seconds - st['scan_seconds'] - st['map_seconds']:.2f}; "
+            f"CPU {st['cpu_seconds']:.2f} s; {faults:,} minor page faults",
+            flush=True,
+        )
     print(f"  stage: wall {wall:.2f} s (processes started in it)", flush=True)
 
 
@@ -115,14 +117,25 @@ def main() -> int:
     cold = (lambda: drop_caches()) if args.drop_caches else (lambda: None)
     specs = specs_for(args.part, args.ranges)
     sizes = [sum(s.size for s in spec.segments) / (1 << 20) for spec in specs]
-    print(f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB, {args.tasks} tasks")
+    print(
+        f"{args.part}: {len(specs)} ranges of {', '.join(f'{m:,.0f}' for m in sizes)} MiB, {args.tasks} tasks"
+    )
     prepare_worker(WORKER)
     # Kernels loaded and imports done before the fork, on the first segment only: a child forked
     # from a process whose heap a whole partition's run grew pays for it (its first task's CPU
     # was ~1.5x that of the same task in the parent).
     whole = specs_for(args.part, 1)[0]
-    compact_partition([dataclasses.replace(whole, segments=whole.segments[:1], tail_segments=(),
-                                           upper_bound=whole.segments[1].base_offset)], WORKER.scan_reuse_max_bytes)  # fmt: skip
+    compact_partition(
+        [
+            dataclasses.replace(
+                whole,
+                segments=whole.segments[:1],
+                tail_segments=(),
+                upper_bound=whole.segments[1].base_offset,
+            )
+        ],
+        WORKER.scan_reuse_max_bytes,
+    )
     cleaned(args.part)
     for run in range(args.repeat):
         print(f"run {run + 1}")
@@ -134,8 +147,10 @@ def main() -> int:
         cold()
         with multiprocessing.get_context("fork").Pool(1) as pool:  # forked as the stage's tasks are
             wall, cpu, faults = pool.apply(_whole, (args.part, args.profile))
-        print(f"  one whole-partition task: wall {wall:.2f} s, CPU {cpu:.2f} s; {faults:,} minor page faults",
-              flush=True)  # fmt: skip
+        print(
+            f"  one whole-partition task: wall {wall:.2f} s, CPU {cpu:.2f} s; {faults:,} minor page faults",
+            flush=True,
+        )
         cleaned(args.part)
     return 0
 

@@ -67,7 +67,9 @@ def main() -> int:
     for r in range(args.repeat):
         for readers in (1, args.readers):
             speed, cold = read_speed(files, readers)
-            print(f"run {r + 1}, {readers} reader(s): cat {speed / 1e6:,.0f} MB/s{'' if cold else ' (cache not dropped)'}")
+            print(
+                f"run {r + 1}, {readers} reader(s): cat {speed / 1e6:,.0f} MB/s{'' if cold else ' (cache not dropped)'}"
+            )
             for chunk in args.chunks.split(","):
                 drop_caches()
                 t = time.perf_counter()
@@ -75,7 +77,9 @@ def main() -> int:
                     got = pool.map(_reader, [(s, args.mode, _size(chunk)) for s in _shares(paths, readers)])
                 wall = time.perf_counter() - t
                 cpu = ", ".join(f"{c:.2f}" for _, _, c in got)
-                print(f"  {chunk:>5} requests: {sum(g for g, _, _ in got) / wall / 1e6:,.0f} MB/s; CPU s per reader {cpu}")
+                print(
+                    f"  {chunk:>5} requests: {sum(g for g, _, _ in got) / wall / 1e6:,.0f} MB/s; CPU s per reader {cpu}"
+                )
     return 0
 
 

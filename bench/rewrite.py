@@ -29,11 +29,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "helpers"))  # the plain offset map the tests use
 
+from reference_map import KeyLookup, scan_group  # noqa: E402
+
 from compaction.format import naming  # noqa: E402
+from compaction.runtime.storage import Storage  # noqa: E402
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment  # noqa: E402
 from compaction.steps.rewrite import rewrite_unit  # noqa: E402
-from compaction.runtime.storage import Storage  # noqa: E402
-from reference_map import KeyLookup, scan_group  # noqa: E402
 
 NOW_MS = 1_795_305_600_000
 
@@ -54,10 +55,32 @@ def main() -> int:
     log_dir = out / "logs"
     if not log_dir.exists():
         out.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", "t:1",
-                        "--records", str(args.records), "--keys", str(args.keys), "--value-size",
-                        args.value_size, "--codec", args.codec, "--segment-bytes", str(args.segment_bytes),
-                        "--seed", "1"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "compaction",
+                "generate",
+                str(log_dir),
+                "--topics",
+                "t:1",
+                "--records",
+                str(args.records),
+                "--keys",
+                str(args.keys),
+                "--value-size",
+                args.value_size,
+                "--codec",
+                args.codec,
+                "--segment-bytes",
+                str(args.segment_bytes),
+                "--seed",
+                "1",
+            ],
+            check=True,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+        )
     part = log_dir / "t-0"
     for f in part.glob("*" + CLEANED):
         f.unlink()
@@ -67,19 +90,32 @@ def main() -> int:
     segs = [SourceSegment(b, st.st_size, st.st_mtime_ns) for b, st in zip(bases, stats, strict=True)]
     cleanable, active = segs[:-1], segs[-1]
     spec = GroupSpec(
-        group_id=0, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
-        segments=tuple(cleanable), first_dirty_offset=0, upper_bound=active.base_offset, now_ms=NOW_MS,
-        delete_retention_ms=86_400_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
-    )  # fmt: skip
+        group_id=0,
+        topic="t",
+        partition=0,
+        storage=Storage.local(),
+        part_path=str(part),
+        segments=tuple(cleanable),
+        first_dirty_offset=0,
+        upper_bound=active.base_offset,
+        now_ms=NOW_MS,
+        delete_retention_ms=86_400_000,
+        legacy_delete_horizon_ms=0,
+        index_interval_bytes=4096,
+    )
     t = time.perf_counter()
     keys, _ = scan_group(spec)
     dirty = keys.filter(pa.compute.greater_equal(keys["dirty_offset"], 0))
     lookup_keys, lookup_latest = dirty["key"].combine_chunks(), dirty["dirty_offset"].to_numpy()
     map_s = time.perf_counter() - t
     size = sum(s.size for s in cleanable)
-    print(f"input: {size / 1e6:.1f} MB in {len(cleanable)} segments (+ active), {len(lookup_keys):,} keys; "
-          f"scan_group + map {map_s:.2f} s")  # fmt: skip
-    rewrite_unit([spec], KeyLookup(lookup_keys, lookup_latest))  # warm-up: numba compile/cache load, page cache
+    print(
+        f"input: {size / 1e6:.1f} MB in {len(cleanable)} segments (+ active), {len(lookup_keys):,} keys; "
+        f"scan_group + map {map_s:.2f} s"
+    )
+    rewrite_unit(
+        [spec], KeyLookup(lookup_keys, lookup_latest)
+    )  # warm-up: numba compile/cache load, page cache
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for _ in range(args.repeat):
         load = os.getloadavg()[0]
@@ -92,9 +128,11 @@ def main() -> int:
         if prof:
             prof.disable()
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-        print(f"rewrite_unit: {wall:.2f} s wall, {cpu:.2f} s cpu -> {size / 1e6 / wall:.0f} MB/s wall, "
-              f"{size / 1e6 / cpu:.0f} MB/s per cpu-second; wrote {res['bytes_written'] / 1e6:.1f} MB, "
-              f"{res['records_written']:,}/{res['records_read']:,} records; load avg {load:.1f}")  # fmt: skip
+        print(
+            f"rewrite_unit: {wall:.2f} s wall, {cpu:.2f} s cpu -> {size / 1e6 / wall:.0f} MB/s wall, "
+            f"{size / 1e6 / cpu:.0f} MB/s per cpu-second; wrote {res['bytes_written'] / 1e6:.1f} MB, "
+            f"{res['records_written']:,}/{res['records_read']:,} records; load avg {load:.1f}"
+        )
         if prof:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

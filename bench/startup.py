@@ -2,7 +2,8 @@
 another's (or the same with other environment variables), alternated pair by pair on fresh copies
 of one log dir with the page cache dropped before each run.
 
-    .venv/bin/python bench/startup.py LOG_DIR [--pairs 3] [--warmup 1] [--b-checkout DIR] [--b-env K=V ...] [--a-env K=V ...]
+    .venv/bin/python bench/startup.py LOG_DIR [--pairs 3] [--warmup 1] [--b-checkout DIR]
+        [--b-env K=V ...] [--a-env K=V ...]
 
 A is this checkout's ./spark-submit.sh, B the one of `--b-checkout` (default this one too), each
 with its `--*-env` variables (e.g. `--b-env KAFKA_COMPACTION_CDS_DIR=off`: B without the driver
@@ -31,8 +32,16 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from e2e import drop_caches  # noqa: E402
 
-FIGURES = ("wall", "round", "outside", "sparkStartSeconds", "workerWarmupSeconds", "workerKernelCompiles", "stagesSeconds",
-           "deleteSeconds")  # fmt: skip
+FIGURES = (
+    "wall",
+    "round",
+    "outside",
+    "sparkStartSeconds",
+    "workerWarmupSeconds",
+    "workerKernelCompiles",
+    "stagesSeconds",
+    "deleteSeconds",
+)
 
 
 def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
@@ -43,8 +52,15 @@ def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
     drop_caches()
     env = {**os.environ, **dict(kv.split("=", 1) for kv in env_pairs)}
     env.pop("PYSPARK_PYTHON", None)  # each checkout runs on its own .venv
-    cmd = [str(checkout / "spark-submit.sh"), "--conf", "spark.ui.enabled=false", "--log-dir", str(work),
-           "--report", str(report)]  # fmt: skip
+    cmd = [
+        str(checkout / "spark-submit.sh"),
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        str(work),
+        "--report",
+        str(report),
+    ]
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
@@ -53,15 +69,24 @@ def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
     if proc.returncode != 0 or statuses != {"cleaned"}:
         raise SystemExit(f"{checkout}: exit {proc.returncode}, partitions {statuses}:\n{proc.stderr[-3000:]}")
     tm = data["timings"]
-    return {"wall": wall, "round": tm["totalSeconds"], "outside": wall - tm["totalSeconds"],
-            **{k: tm.get(k, 0.0) for k in FIGURES[3:]}}  # fmt: skip
+    return {
+        "wall": wall,
+        "round": tm["totalSeconds"],
+        "outside": wall - tm["totalSeconds"],
+        **{k: tm.get(k, 0.0) for k in FIGURES[3:]},
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log_dir", type=Path)
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1, help="runs of each side first, not counted (numba's cache, the JVM's archive)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="runs of each side first, not counted (numba's cache, the JVM's archive)",
+    )
     ap.add_argument("--b-checkout", type=Path, default=REPO)
     ap.add_argument("--a-env", action="append", default=[])
     ap.add_argument("--b-env", action="append", default=[])
@@ -79,12 +104,21 @@ def main() -> int:
         for name, (checkout, env) in sides.items():
             r = run(checkout, env, args.log_dir, args.work / "logs")
             runs[name].append(r)
-            print(f"pair {i} {name}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES), flush=True)
+            print(
+                f"pair {i} {name}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES),
+                flush=True,
+            )
     for name, rs in runs.items():
-        print(f"median {name}: " + ", ".join(f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f} s"
-                                             for k in FIGURES))  # fmt: skip
+        print(
+            f"median {name}: "
+            + ", ".join(
+                f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f} s" for k in FIGURES
+            )
+        )
     ratios = [b["wall"] / a["wall"] for a, b in zip(runs["A"], runs["B"])]
-    print(f"wall B/A pair by pair: median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
+    print(
+        f"wall B/A pair by pair: median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})"
+    )
     shutil.rmtree(args.work / "logs", ignore_errors=True)
     return 0
 

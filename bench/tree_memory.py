@@ -9,7 +9,6 @@ import os
 import threading
 from pathlib import Path
 
-
 # The command lines of PySpark's worker daemons (`spark.python.daemon.module`): its own, ours.
 DAEMONS = (b"pyspark.daemon", b"pyspark/daemon.py", b"compaction.spark.daemon")
 

@@ -12,7 +12,8 @@ for its offset map; the job runs with the topic's 64 MiB `segment.bytes`. Kafka'
 cleaner's own rounds, from its log.
 
 `--kafka 0.9`: the legacy v0 input of Kafka 0.9.0.1, from the harness in ../shared/anchors/kafka09
-(`anchor.py`): its workload NAME must have been produced first (`python3 anchor.py --name w2g produce --bytes 2G --keys 1000000`; `mk`:
+(`anchor.py`): its workload NAME must have been produced first
+(`python3 anchor.py --name w2g produce --bytes 2G --keys 1000000`; `mk`:
 `--dedupe-buffer 134217728 produce --bytes 1G --keys 30000000 --key-min 16 --key-max 16
 --val-min 8 --val-max 8`). Each pair runs, caches dropped before each:
 - ours: `./spark-submit.sh` on a fresh copy of the input (`--input kafka`: the broker-written
@@ -56,11 +57,28 @@ def v2_input(args, out: Path) -> Path:
     """Kafka's workload shape as v2 records (bench/kafka_workload.py's defaults), generated once."""
     d = out / f"v2-{args.gb:g}g-{args.partitions}p"
     if not d.exists():
-        records = int(args.gb * GiB / 568.0)  # on-disk bytes per record of this shape (24 B keys, 100-1024 B values)
-        run_generator(d, "--topics", f"kafka:{args.partitions}", "--records", str(records // args.partitions),
-                      "--keys", str(round(1_000_000 * args.gb / 2 / args.partitions)), "--key-size", "24",
-                      "--value-size", "100:1024", "--codec", "none", "--segment-bytes", str(64 << 20),
-                      "--seed", "1")  # fmt: skip
+        records = int(
+            args.gb * GiB / 568.0
+        )  # on-disk bytes per record of this shape (24 B keys, 100-1024 B values)
+        run_generator(
+            d,
+            "--topics",
+            f"kafka:{args.partitions}",
+            "--records",
+            str(records // args.partitions),
+            "--keys",
+            str(round(1_000_000 * args.gb / 2 / args.partitions)),
+            "--key-size",
+            "24",
+            "--value-size",
+            "100:1024",
+            "--codec",
+            "none",
+            "--segment-bytes",
+            str(64 << 20),
+            "--seed",
+            "1",
+        )
     return d
 
 
@@ -72,8 +90,18 @@ def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
     report_path = work.parent / "report.json"
     subprocess.run(["sync"], check=True)
     cold = drop_caches()
-    cmd = ["./spark-submit.sh", "--conf", "spark.ui.enabled=false", *spark_args, "--log-dir", str(work),
-           "--report", str(report_path), "--now-ms", str(NOW_MS)]  # fmt: skip
+    cmd = [
+        "./spark-submit.sh",
+        "--conf",
+        "spark.ui.enabled=false",
+        *spark_args,
+        "--log-dir",
+        str(work),
+        "--report",
+        str(report_path),
+        "--now-ms",
+        str(NOW_MS),
+    ]
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - t
@@ -82,14 +110,32 @@ def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
     report = json.loads(report_path.read_text())
     problems = verify(before, work, report, 50)
     tot = report["totals"]
-    return {"seconds": excluding_start_up(report["timings"]), "wall": wall, "bytes": tot["bytesRead"],
-            "kept": tot["recordsWritten"], "problems": problems, "cold": cold, "timings": report["timings"]}  # fmt: skip
+    return {
+        "seconds": excluding_start_up(report["timings"]),
+        "wall": wall,
+        "bytes": tot["bytesRead"],
+        "kept": tot["recordsWritten"],
+        "problems": problems,
+        "cold": cold,
+        "timings": report["timings"],
+    }
 
 
 def kafka(name: str, label: str, dedupe_buffer: int | None = None) -> dict:
     buffer = ["--dedupe-buffer", str(dedupe_buffer)] if dedupe_buffer else []
-    cmd = [sys.executable, str(ANCHOR), "--name", name, *buffer, "measure", "--repeats", "1", "--drop-caches",
-           "--label", label]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ANCHOR),
+        "--name",
+        name,
+        *buffer,
+        "measure",
+        "--repeats",
+        "1",
+        "--drop-caches",
+        "--label",
+        label,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"Kafka's run failed:\n{proc.stderr[-3000:]}")
@@ -113,10 +159,16 @@ def main() -> int:
     ap.add_argument("--gb", type=float, default=2.0, help="--input v2: GiB of records")
     ap.add_argument("--partitions", type=int, default=1, help="--input v2: partitions")
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--dedupe-buffer", type=int, default=None,
-                    help="Kafka's log.cleaner.dedupe.buffer.size (Kafka 4: its default 128 MiB; the 0.9 "
-                         "harness's default: 512 MiB; mk: 134217728, Kafka's own default)")  # fmt: skip
-    ap.add_argument("--spark-arg", action="append", default=[], help="extra spark-submit argument (repeatable)")
+    ap.add_argument(
+        "--dedupe-buffer",
+        type=int,
+        default=None,
+        help="Kafka's log.cleaner.dedupe.buffer.size (Kafka 4: its default 128 MiB; the 0.9 "
+        "harness's default: 512 MiB; mk: 134217728, Kafka's own default)",
+    )
+    ap.add_argument(
+        "--spark-arg", action="append", default=[], help="extra spark-submit argument (repeatable)"
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "vs_kafka")
     args = ap.parse_args()
 
@@ -132,7 +184,9 @@ def main() -> int:
     if not source.exists():
         raise SystemExit(f"{source} is missing: produce the harness's workload first (see --help)")
     version = "4.4.0" if args.kafka == "4" else "0.9.0.1"
-    print(f"ours on {source} ({args.input}); Kafka {version} on the harness's {args.name}; {args.pairs} pairs")
+    print(
+        f"ours on {source} ({args.input}); Kafka {version} on the harness's {args.name}; {args.pairs} pairs"
+    )
     rows = []
     for i in range(args.pairs):
         o = ours(source, args.out / "run" / "kafka-logs", spark_args)
@@ -143,19 +197,27 @@ def main() -> int:
         ratio = k["seconds"] / o["seconds"]
         same = args.input != "kafka" or o["kept"] == k["kept"]
         rows.append((o, k, ratio))
-        print(f"pair {i + 1}: ours {o['seconds']:.2f} s excl. start-up ({o['bytes'] / MiB / o['seconds']:,.0f} MiB/s; "
-              f"spark-submit wall {o['wall']:.1f} s) | Kafka {k['seconds']:.2f} s in {k['rounds']} round(s) "
-              f"({o['bytes'] / MiB / k['seconds']:,.0f} MiB/s of the same input) | Kafka/ours time {ratio:.2f}x, Kafka/ours whole-run "
-              f"{k['seconds'] / o['wall']:.2f}x | kept {o['kept']:,} (Kafka {k['kept']:,}) "
-              f"{'OK' if not o['problems'] and same else 'MISMATCH'}", flush=True)  # fmt: skip
+        print(
+            f"pair {i + 1}: ours {o['seconds']:.2f} s excl. start-up ({o['bytes'] / MiB / o['seconds']:,.0f} MiB/s; "
+            f"spark-submit wall {o['wall']:.1f} s) | Kafka {k['seconds']:.2f} s in {k['rounds']} round(s) "
+            f"({o['bytes'] / MiB / k['seconds']:,.0f} MiB/s of the same input) | Kafka/ours time {ratio:.2f}x, "
+            f"Kafka/ours whole-run "
+            f"{k['seconds'] / o['wall']:.2f}x | kept {o['kept']:,} (Kafka {k['kept']:,}) "
+            f"{'OK' if not o['problems'] and same else 'MISMATCH'}",
+            flush=True,
+        )
         for p in o["problems"][:5]:
             print("   ", p)
-        print("    ours: " + ", ".join(f"{n.removesuffix('Seconds')} {v:.2f}" for n, v in o["timings"].items()))
+        print(
+            "    ours: " + ", ".join(f"{n.removesuffix('Seconds')} {v:.2f}" for n, v in o["timings"].items())
+        )
     med = statistics.median(r[2] for r in rows)
     o_med = statistics.median(r[0]["bytes"] / MiB / r[0]["seconds"] for r in rows)
     k_med = statistics.median(r[0]["bytes"] / MiB / r[1]["seconds"] for r in rows)
-    print(f"\nmedian: ours {o_med:,.0f} MiB/s excl. start-up, Kafka {k_med:,.0f} MiB/s; "
-          f"Kafka/ours time ratio {med:.2f}x (min {min(r[2] for r in rows):.2f}, max {max(r[2] for r in rows):.2f})")
+    print(
+        f"\nmedian: ours {o_med:,.0f} MiB/s excl. start-up, Kafka {k_med:,.0f} MiB/s; "
+        f"Kafka/ours time ratio {med:.2f}x (min {min(r[2] for r in rows):.2f}, max {max(r[2] for r in rows):.2f})"
+    )
     bad = [r for r in rows if r[0]["problems"] or (args.input == "kafka" and r[0]["kept"] != r[1]["kept"])]
     print("verification: " + ("OK" if not bad else f"{len(bad)} run(s) wrong"))
     return 1 if bad else 0

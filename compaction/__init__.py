@@ -38,7 +38,7 @@ def _serve_from_disk_when_zipped() -> None:
             os.rename(tmp, root)
         except OSError:  # another worker on this machine extracted the same zip first
             shutil.rmtree(tmp, ignore_errors=True)
-    __path__[:] = [os.path.join(root, "compaction")]  # noqa: F821 - the package's own __path__
+    __path__[:] = [os.path.join(root, "compaction")]
 
 
 _EOCD = b"PK\x05\x06"  # a zip's end-of-central-directory record: 22 bytes, then the comment
@@ -54,7 +54,7 @@ def _sources_digest(archive: str) -> str | None:
     at = tail.rfind(_EOCD)
     if at < 0:
         return None
-    comment = tail[at + _EOCD_BYTES:]
+    comment = tail[at + _EOCD_BYTES :]
     if int.from_bytes(tail[at + 20 : at + 22], "little") != len(comment) or len(comment) != 64:
         return None
     text = comment.decode("ascii", "replace")

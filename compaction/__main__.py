@@ -20,7 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("compaction.cli.launcher", "run one compaction round with spark-submit (see compact --help)"),
     "dump": ("compaction.tools.dump", "print .log/.index/.timeindex/.txnindex contents like kafka-dump-log"),
     "generate": ("compaction.tools.generator", "write a synthetic broker-like Kafka log dir"),
-    "export": ("compaction.cli.export", "write the compacted state of log dirs as Parquet (per topic and partition)"),
+    "export": (
+        "compaction.cli.export",
+        "write the compacted state of log dirs as Parquet (per topic and partition)",
+    ),
 }
 
 
@@ -39,8 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
             commands.add_parser(name, help=help_text, add_help=False)
             continue
         module = importlib.import_module(module_name)
-        sub = commands.add_parser(name, help=help_text, description=getattr(module, "DESCRIPTION", help_text),
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=getattr(module, "DESCRIPTION", help_text),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.add_argument("--version", action="version", version=VERSION)
         module.add_arguments(sub)
         sub.set_defaults(_run=module.run)

@@ -29,52 +29,118 @@ _MS = {"default": None, "type": ["null", "integer"], "minimum": 0}
 
 # The DAG's params: where and how. The job's Kafka options are None (Kafka's default) unless set.
 PARAMS: dict[str, dict] = {
-    "log_dirs": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
-                 "description": "The Kafka log dirs to compact: local paths or URIs (s3://bucket/prefix, "
-                                "hdfs://..., gs://...), each a directory a broker's log.dirs named."},
-    "report_dir": {"default": None, "type": _TEXT,
-                   "description": "Where each run's JSON report goes, as <report_dir>/<run id>.json (a path on the "
-                                  "driver's host, or a URI)."},
-    "report_html": {"default": False, "type": "boolean",
-                    "description": "Also write the report's HTML page, <report_dir>/<run id>.html."},
-    "python": {"default": None, "type": _TEXT,
-               "description": "The driver's Python, with the job's dependencies (default: env "
-                              "KAFKA_COMPACTION_PYTHON on the Airflow worker, else Airflow's own)."},
-    "executor_python": {"default": None, "type": _TEXT,
-                        "description": "The executors' Python when it is not the driver's: e.g. "
-                                       "./environment/bin/python from a packed virtualenv given in archives."},
-    "archives": {"default": None, "type": _TEXT,
-                 "description": "Spark's spark.archives: a packed virtualenv for the executors, e.g. "
-                                "hdfs:///envs/kafka-compaction.tar.gz#environment (docs/deployment.md)."},
-    "topics": {"default": None, "type": _TEXT, "description": "A regex of the topics to consider (full match)."},
-    "dry_run": {"default": False, "type": "boolean",
-                "description": "Plan and size what a round would free; write nothing."},
-    "min_cleanable_dirty_ratio": {"default": None, "type": ["null", "number"], "minimum": 0, "maximum": 1,
-                                  "description": "Kafka's min.cleanable.dirty.ratio (default 0.5)."},
+    "log_dirs": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "minItems": 1,
+        "description": "The Kafka log dirs to compact: local paths or URIs (s3://bucket/prefix, "
+        "hdfs://..., gs://...), each a directory a broker's log.dirs named.",
+    },
+    "report_dir": {
+        "default": None,
+        "type": _TEXT,
+        "description": "Where each run's JSON report goes, as <report_dir>/<run id>.json (a path on the "
+        "driver's host, or a URI).",
+    },
+    "report_html": {
+        "default": False,
+        "type": "boolean",
+        "description": "Also write the report's HTML page, <report_dir>/<run id>.html.",
+    },
+    "python": {
+        "default": None,
+        "type": _TEXT,
+        "description": "The driver's Python, with the job's dependencies (default: env "
+        "KAFKA_COMPACTION_PYTHON on the Airflow worker, else Airflow's own).",
+    },
+    "executor_python": {
+        "default": None,
+        "type": _TEXT,
+        "description": "The executors' Python when it is not the driver's: e.g. "
+        "./environment/bin/python from a packed virtualenv given in archives.",
+    },
+    "archives": {
+        "default": None,
+        "type": _TEXT,
+        "description": "Spark's spark.archives: a packed virtualenv for the executors, e.g. "
+        "hdfs:///envs/kafka-compaction.tar.gz#environment (docs/deployment.md).",
+    },
+    "topics": {
+        "default": None,
+        "type": _TEXT,
+        "description": "A regex of the topics to consider (full match).",
+    },
+    "dry_run": {
+        "default": False,
+        "type": "boolean",
+        "description": "Plan and size what a round would free; write nothing.",
+    },
+    "min_cleanable_dirty_ratio": {
+        "default": None,
+        "type": ["null", "number"],
+        "minimum": 0,
+        "maximum": 1,
+        "description": "Kafka's min.cleanable.dirty.ratio (default 0.5).",
+    },
     "delete_retention_ms": {**_MS, "description": "Kafka's delete.retention.ms (default 86400000)."},
     "min_compaction_lag_ms": {**_MS, "description": "Kafka's min.compaction.lag.ms (default 0)."},
     "max_compaction_lag_ms": {**_MS, "description": "Kafka's max.compaction.lag.ms (default Long.MAX)."},
-    "segment_bytes": {"default": None, "type": ["null", "integer"], "minimum": 14,
-                      "description": "Kafka's segment.bytes (default 1073741824)."},
-    "topic_config": {"default": None, "type": _TEXT,
-                     "description": "A per-topic config file (--topic-config) on the driver's host."},
-    "erase_keys": {"default": None, "type": _TEXT,
-                   "description": "A key file (--erase-keys): every record of its keys is removed; a path on "
-                                  "the driver's host or a URI."},
-    "erase_only": {"default": False, "type": "boolean",
-                   "description": "With erase_keys: erase only, no compaction (--erase-only)."},
-    "purge_noncurrent_versions": {"default": False, "type": "boolean",
-                                  "description": "On a versioned S3 bucket: delete the old versions of the "
-                                                 "replaced segment objects (--purge-noncurrent-versions)."},
-    "spark_conf": {"default": {}, "type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
-                   "description": 'More Spark settings, e.g. {"spark.executor.memory": "4g"}.'},
-    "extra_args": {"default": [], "type": "array", "items": {"type": "string"},
-                   "description": 'Any other job options, e.g. ["--tasks-per-core", "1"].'},
-}  # fmt: skip
-DEFAULT_PARAMS: dict[str, object] = {"log_dirs": [], **{k: v["default"] for k, v in PARAMS.items() if "default" in v}}
+    "segment_bytes": {
+        "default": None,
+        "type": ["null", "integer"],
+        "minimum": 14,
+        "description": "Kafka's segment.bytes (default 1073741824).",
+    },
+    "topic_config": {
+        "default": None,
+        "type": _TEXT,
+        "description": "A per-topic config file (--topic-config) on the driver's host.",
+    },
+    "erase_keys": {
+        "default": None,
+        "type": _TEXT,
+        "description": "A key file (--erase-keys): every record of its keys is removed; a path on "
+        "the driver's host or a URI.",
+    },
+    "erase_only": {
+        "default": False,
+        "type": "boolean",
+        "description": "With erase_keys: erase only, no compaction (--erase-only).",
+    },
+    "purge_noncurrent_versions": {
+        "default": False,
+        "type": "boolean",
+        "description": "On a versioned S3 bucket: delete the old versions of the "
+        "replaced segment objects (--purge-noncurrent-versions).",
+    },
+    "spark_conf": {
+        "default": {},
+        "type": "object",
+        "additionalProperties": {"type": ["string", "number", "boolean"]},
+        "description": 'More Spark settings, e.g. {"spark.executor.memory": "4g"}.',
+    },
+    "extra_args": {
+        "default": [],
+        "type": "array",
+        "items": {"type": "string"},
+        "description": 'Any other job options, e.g. ["--tasks-per-core", "1"].',
+    },
+}
+DEFAULT_PARAMS: dict[str, object] = {
+    "log_dirs": [],
+    **{k: v["default"] for k, v in PARAMS.items() if "default" in v},
+}
 
-_VALUE_FLAGS = ("topics", "min_cleanable_dirty_ratio", "delete_retention_ms", "min_compaction_lag_ms",
-                "max_compaction_lag_ms", "segment_bytes", "topic_config", "erase_keys")  # fmt: skip
+_VALUE_FLAGS = (
+    "topics",
+    "min_cleanable_dirty_ratio",
+    "delete_retention_ms",
+    "min_compaction_lag_ms",
+    "max_compaction_lag_ms",
+    "segment_bytes",
+    "topic_config",
+    "erase_keys",
+)
 _SWITCHES = ("dry_run", "erase_only", "purge_noncurrent_versions")
 
 
@@ -137,8 +203,13 @@ class CompactionSubmitOperator(SparkSubmitOperator):
         user_conf = {k: str(v) for k, v in (params.get("spark_conf") or {}).items()}
         if params.get("archives"):
             user_conf["spark.archives"] = str(params["archives"])
-        settings = launcher.operator_settings(master, python, user_conf=user_conf, deploy_mode=deploy_mode,
-                                              executor_python=params.get("executor_python") or None)  # fmt: skip
+        settings = launcher.operator_settings(
+            master,
+            python,
+            user_conf=user_conf,
+            deploy_mode=deploy_mode,
+            executor_python=params.get("executor_python") or None,
+        )
         self.application = settings["application"]
         self.conf = {**settings["conf"], **(self.conf or {})}
         self.py_files = settings["py_files"]
@@ -157,7 +228,7 @@ class CompactionSubmitOperator(SparkSubmitOperator):
 
         try:
             conn = Connection.get(self.spark_conn_id)
-        except Exception as exc:  # noqa: BLE001 - Airflow's not-found error differs between versions
+        except Exception as exc:
             raise ValueError(
                 f"no Airflow connection {self.spark_conn_id!r} ({exc}): it names the Spark master; create it, e.g. "
                 f"airflow connections add {self.spark_conn_id} --conn-type spark --conn-host 'local[*]' "

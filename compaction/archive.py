@@ -68,8 +68,10 @@ def sources(opts) -> list[LogDirState]:
     for name in opts.as_of_offsets:
         topic, _, partition = name.rpartition(":")
         if (topic, int(partition)) not in held:
-            raise UsageError(f"--as-of-offset {name}: no --log-dir holds {topic}-{partition}"
-                             + (" (or --topics leaves it out)" if opts.topics else ""))
+            raise UsageError(
+                f"--as-of-offset {name}: no --log-dir holds {topic}-{partition}"
+                + (" (or --topics leaves it out)" if opts.topics else "")
+            )
     return dirs
 
 
@@ -86,27 +88,45 @@ def run(opts, progress, round_run, copy_threads: int) -> tuple[int, dict]:
     make_dir(out, out_root)
     lock = acquire_run_lock(out_root) if out.is_local else None  # one archive run per output dir
     try:
-        return _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri,
-                    started_ms, t0)  # fmt: skip
+        return _run(
+            opts,
+            progress,
+            round_run,
+            copy_threads,
+            dirs,
+            out,
+            out_root,
+            st,
+            st_root,
+            stage_uri,
+            started_ms,
+            t0,
+        )
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0):
+def _run(
+    opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_root, stage_uri, started_ms, t0
+):
     done = read_markers(out, out_root)
     for d in dirs:
         for p in d.partitions:
             if p.key in done and done[p.key]["asOf"] != _as_of(opts, p.topic, p.partition):
-                raise UsageError(f"--output-dir {redact_uri(opts.output_dir)} holds {p.topic}-{p.partition} as of "
-                                 f"{done[p.key]['asOf']}, not as this run asks: give a new output dir")  # fmt: skip
+                raise UsageError(
+                    f"--output-dir {redact_uri(opts.output_dir)} holds {p.topic}-{p.partition} as of "
+                    f"{done[p.key]['asOf']}, not as this run asks: give a new output dir"
+                )
     resuming = st.info(st_root) is not None
     todo = [(d, p) for d in dirs for p in d.partitions if p.key not in done]
     if not resuming:
         for _, p in todo:
             if out.info(f"{out_root}/{p.topic}-{p.partition}") is not None:
-                raise UsageError(f"--output-dir {redact_uri(opts.output_dir)} already holds {p.topic}-{p.partition}, "
-                                 "not written by an archive run: give an empty or new output dir")  # fmt: skip
+                raise UsageError(
+                    f"--output-dir {redact_uri(opts.output_dir)} already holds {p.topic}-{p.partition}, "
+                    "not written by an archive run: give an empty or new output dir"
+                )
     # What an interrupted run staged is copied again (the same bytes); only its clock is kept.
     kept_clock = _kept_clock(st, st_root) if resuming else None
     delete_tree(st, st_root)
@@ -118,8 +138,11 @@ def _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_ro
     results: list[rpt.PartitionResult] = []
     for (d, p), s in zip(todo, staged_or_error):
         if not isinstance(s, Staged):
-            results.append(rpt.PartitionResult(p.topic, p.partition, redact_uri(d.uri), status=rpt.FAILED,
-                                               reason=f"its copy failed: {s}"))  # fmt: skip
+            results.append(
+                rpt.PartitionResult(
+                    p.topic, p.partition, redact_uri(d.uri), status=rpt.FAILED, reason=f"its copy failed: {s}"
+                )
+            )
     clock = _clock(opts, st, st_root, list(staged.values()), kept_clock)
     failure = None
     if staged:
@@ -136,12 +159,21 @@ def _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_ro
             r.logDir = redact_uri(source_of[key])
         if key in staged and r.status != rpt.FAILED:
             try:
-                outputs[key] = _promote(opts, staged[key], source_of[key], cleaner.get(key), st, st_root, out, out_root)
-            except Exception as exc:  # noqa: BLE001 - reported; the next run promotes it again
+                outputs[key] = _promote(
+                    opts, staged[key], source_of[key], cleaner.get(key), st, st_root, out, out_root
+                )
+            except Exception as exc:
                 r.status, r.reason = rpt.FAILED, f"its promotion into the output failed: {error_text(exc)}"
     for key, marker in sorted(done.items()):
-        results.append(rpt.PartitionResult(key[0], key[1], marker["source"], status=rpt.SKIPPED,
-                                           reason="in the output already (an earlier run)"))  # fmt: skip
+        results.append(
+            rpt.PartitionResult(
+                key[0],
+                key[1],
+                marker["source"],
+                status=rpt.SKIPPED,
+                reason="in the output already (an earlier run)",
+            )
+        )
         outputs[key] = marker["output"]
     _write_log_dir_files(dirs, out, out_root)
     failed = any(r.status == rpt.FAILED for r in results)
@@ -152,10 +184,15 @@ def _run(opts, progress, round_run, copy_threads, dirs, out, out_root, st, st_ro
     args = dataclasses.asdict(opts)
     args["log_dirs"] = [redact_uri(u) for u in opts.log_dirs]
     args["output_dir"] = redact_uri(opts.output_dir)
-    report = rpt.build_report(results, args, timings, started_ms,
-                              rpt.RoundFailure(**failure) if failure else None)  # fmt: skip
-    report["archive"] = {"outputDir": redact_uri(opts.output_dir), "clockMs": clock,
-                         "asOfTimeMs": opts.as_of_time_ms, "asOfOffsets": opts.as_of_offsets}  # fmt: skip
+    report = rpt.build_report(
+        results, args, timings, started_ms, rpt.RoundFailure(**failure) if failure else None
+    )
+    report["archive"] = {
+        "outputDir": redact_uri(opts.output_dir),
+        "clockMs": clock,
+        "asOfTimeMs": opts.as_of_time_ms,
+        "asOfOffsets": opts.as_of_offsets,
+    }
     for entry in report["partitions"]:
         key = (entry["topic"], entry["partition"])
         entry["output"] = outputs.get(key) and redact_uri(outputs[key])
@@ -170,8 +207,10 @@ def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
     if p.transient or p.has_commit_intent:
         # Finishing the swap would write to the source; copying around it could lose data.
         what = p.transient[0] if p.transient else "compaction-commit.json"
-        return (f"{p.path} holds an interrupted swap ({what}): let a broker load it, or run --recover-only on "
-                "it, before copying it")  # fmt: skip
+        return (
+            f"{p.path} holds an interrupted swap ({what}): let a broker load it, or run --recover-only on "
+            "it, before copying it"
+        )
     as_of_offset = opts.as_of_offsets.get(f"{p.topic}:{p.partition}")
     start = d.log_start_offsets.get(p.key, p.segments[0].base_offset if p.segments else 0)
     try:
@@ -196,7 +235,11 @@ def _clock(opts, st: Storage, st_root: str, staged: list[Staged], kept: int | No
         clock = opts.as_of_time_ms
     else:
         cut = {tuple(name.rsplit(":", 1)) for name in opts.as_of_offsets}
-        clocks = [s.cut.clock_ms for s in staged if s.cut.clock_ms is not None and (s.topic, str(s.partition)) in cut]
+        clocks = [
+            s.cut.clock_ms
+            for s in staged
+            if s.cut.clock_ms is not None and (s.topic, str(s.partition)) in cut
+        ]
         clock = max(clocks, default=opts.now_ms)
     st.write_atomic(f"{st_root}/{PLAN_FILE}", json.dumps({"clockMs": clock}).encode())
     return clock
@@ -204,22 +247,33 @@ def _clock(opts, st: Storage, st_root: str, staged: list[Staged], kept: int | No
 
 def _staging_options(opts, stage_uri: str, clock: int):
     return dataclasses.replace(
-        opts, log_dirs=[stage_uri], output_dir=None, as_of_time_ms=None, as_of_offsets={}, topics=None,
-        partitions=None, now_ms=clock, kafka_config={**opts.kafka_config, **FULL_COMPACTION},
+        opts,
+        log_dirs=[stage_uri],
+        output_dir=None,
+        as_of_time_ms=None,
+        as_of_offsets={},
+        topics=None,
+        partitions=None,
+        now_ms=clock,
+        kafka_config={**opts.kafka_config, **FULL_COMPACTION},
         topic_config={t: {**c, **FULL_COMPACTION} for t, c in opts.topic_config.items()},
-    )  # fmt: skip
+    )
 
 
 def _as_of(opts, topic: str, partition: int) -> dict:
     """What a partition's copy was asked to be (its marker keeps it): a rerun must ask the same."""
-    return {"timeMs": opts.as_of_time_ms, "offset": opts.as_of_offsets.get(f"{topic}:{partition}"),
-            "eraseKeys": opts.erase_keys and redact_uri(opts.erase_keys)}  # fmt: skip
+    return {
+        "timeMs": opts.as_of_time_ms,
+        "offset": opts.as_of_offsets.get(f"{topic}:{partition}"),
+        "eraseKeys": opts.erase_keys and redact_uri(opts.erase_keys),
+    }
 
 
 def _promote(opts, s: Staged, source: str, cleaner_offset, st, st_root, out, out_root) -> str:
     target = f"{opts.output_dir.rstrip('/')}/{s.name}"
     marker = marker_for(s, redact_uri(source), redact_uri(target), cleaner_offset) | {
-        "asOf": _as_of(opts, s.topic, s.partition)}
+        "asOf": _as_of(opts, s.topic, s.partition)
+    }
     promote(st, f"{st_root}/{s.name}", out, out_root, marker)
     return target
 
@@ -229,9 +283,14 @@ def _cut_entry(s) -> dict | None:
         return None
     if isinstance(s, dict):  # a marker
         return s["cut"] | {"logEndOffset": s["logEndOffset"]}
-    return {"endOffset": s.cut.end_offset, "endedBy": s.cut.ended_by, "held": s.cut.held,
-            "firstUnstableOffset": s.cut.first_unstable_offset, "clockMs": s.cut.clock_ms,
-            "logEndOffset": s.cut.end_offset}  # fmt: skip
+    return {
+        "endOffset": s.cut.end_offset,
+        "endedBy": s.cut.ended_by,
+        "held": s.cut.held,
+        "firstUnstableOffset": s.cut.first_unstable_offset,
+        "clockMs": s.cut.clock_ms,
+        "logEndOffset": s.cut.end_offset,
+    }
 
 
 def _write_log_dir_files(dirs: list[LogDirState], out: Storage, out_root: str) -> None:
@@ -241,9 +300,10 @@ def _write_log_dir_files(dirs: list[LogDirState], out: Storage, out_root: str) -
     files = {
         ckpt.RECOVERY_POINT_OFFSET_CHECKPOINT: {k: m["logEndOffset"] for k, m in markers.items()},
         ckpt.LOG_START_OFFSET_CHECKPOINT: {k: m["logStartOffset"] for k, m in markers.items()},
-        ckpt.CLEANER_OFFSET_CHECKPOINT: {k: m["cleanerOffset"] for k, m in markers.items()
-                                         if m["cleanerOffset"] is not None},
-    }  # fmt: skip
+        ckpt.CLEANER_OFFSET_CHECKPOINT: {
+            k: m["cleanerOffset"] for k, m in markers.items() if m["cleanerOffset"] is not None
+        },
+    }
     for name, entries in files.items():
         ckpt.write_checkpoint(out, f"{out_root}/{name}", entries)
     if out.exists(f"{out_root}/{META_PROPERTIES}"):

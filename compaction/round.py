@@ -26,7 +26,12 @@ from compaction.spark.failure import one_line
 from compaction.spark.jobs import scan_and_rewrite
 from compaction.spark.session import SparkStarter
 from compaction.steps import report as rpt
-from compaction.steps.commit import advance_checkpoints, commit, purge_replaced_versions, remove_replaced_segments
+from compaction.steps.commit import (
+    advance_checkpoints,
+    commit,
+    purge_replaced_versions,
+    remove_replaced_segments,
+)
 from compaction.steps.discover import map_threads, unfreeze_gc, use_threads
 from compaction.steps.outcome import dry_outcome
 from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, selected, to_clean
@@ -68,7 +73,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
             planned, dirs, todo = _recover_and_plan(opts, progress, timings, t0)
         except CompactionError:
             raise  # a malformed checkpoint: main() stops the run, nothing written
-        except Exception as exc:  # noqa: BLE001 - the report says why the round stopped
+        except Exception as exc:
             failure = _failure("planning", "recovery or planning failed", exc)
         else:
             if opts.recover_only or opts.plan_only:
@@ -102,26 +107,39 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
 def _recover_and_plan(opts: JobOptions, progress: Reporter, timings: dict[str, float], t0: float):
     """Recovery, listing and the plan: (every partition, the log dirs' states, those to clean)."""
     listed: dict = {}
-    progress.phase("%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering",
-                   len(opts.log_dirs))  # fmt: skip
+    progress.phase(
+        "%s and listing %d log dir(s)", "checking" if opts.dry_run else "recovering", len(opts.log_dirs)
+    )
     recovered = {} if opts.dry_run else recover(opts, listed, timings)
     timings["recoverySeconds"] = time.monotonic() - t0
     planned, dirs = discover_and_plan(opts, listed, timings)
     timings["planSeconds"] = time.monotonic() - t0 - timings["recoverySeconds"]
     todo = to_clean(planned, recovered, opts)
-    _say_planned(progress, planned, todo, timings, "eligible" if opts.plan_only or opts.recover_only else
-                 "to scan" if opts.dry_run else "to clean")  # fmt: skip
+    _say_planned(
+        progress,
+        planned,
+        todo,
+        timings,
+        "eligible" if opts.plan_only or opts.recover_only else "to scan" if opts.dry_run else "to clean",
+    )
     return planned, dirs, todo
 
 
-def _clean(starter: SparkStarter, todo: list[Planned], planned: list[Planned], dirs: list, opts: JobOptions,
-           progress: Reporter, timings: dict[str, float]) -> rpt.RoundFailure | None:  # fmt: skip
+def _clean(
+    starter: SparkStarter,
+    todo: list[Planned],
+    planned: list[Planned],
+    dirs: list,
+    opts: JobOptions,
+    progress: Reporter,
+    timings: dict[str, float],
+) -> rpt.RoundFailure | None:
     """The Spark stages, then the commit (a dry run: each partition's verdict). Stages that fail
     (a job Spark aborted, Spark not starting) fail every partition the round took: the commit
     comes after the stages, so none of them was committed, and their segments are unchanged."""
     try:
         todo, results = scan_and_rewrite(starter, todo, planned, opts, progress, timings)
-    except Exception as exc:  # noqa: BLE001 - Py4JJavaError, Py4JError, OSError, ...
+    except Exception as exc:
         starter.join()
         what = "the round's Spark job failed" if starter.up else "Spark did not start"
         failure = _failure("stages", what, exc)
@@ -144,8 +162,14 @@ def _failure(phase: str, what: str, exc: BaseException) -> rpt.RoundFailure:
     return rpt.RoundFailure(phase, f"{what}: {one_line(exc)}")
 
 
-def _commit(todo: list[Planned], planned: list[Planned], dirs: list, results: dict[int, dict], progress,
-            timings: dict[str, float]) -> rpt.RoundFailure | None:  # fmt: skip
+def _commit(
+    todo: list[Planned],
+    planned: list[Planned],
+    dirs: list,
+    results: dict[int, dict],
+    progress,
+    timings: dict[str, float],
+) -> rpt.RoundFailure | None:
     """Each partition's swap, then the checkpoints, then the replaced files' removal. A partition
     whose commit fails is `failed` (the next run's recovery completes or rolls back its swap) and
     fails the round; the others are committed and their checkpoints advanced all the same."""
@@ -177,10 +201,16 @@ def _purge_noncurrent_versions(planned: list[Planned], timings: dict[str, float]
     touched = [p for p in planned if p.log_dir.storage.is_s3 and p.result.status != rpt.FAILED]
     for p, out in zip(touched, map_threads(purge_replaced_versions, touched)):
         if isinstance(out, OSError):
-            log.warning("%s: the noncurrent versions of its replaced segments were not deleted (the next run with "
-                        "--purge-noncurrent-versions will): %s", p.result.name, out)  # fmt: skip
+            log.warning(
+                "%s: the noncurrent versions of its replaced segments were not deleted (the next run with "
+                "--purge-noncurrent-versions will): %s",
+                p.result.name,
+                out,
+            )
         else:
-            log.info("%s: deleted %d noncurrent versions (%d bytes) of its replaced segments", p.result.name, *out)
+            log.info(
+                "%s: deleted %d noncurrent versions (%d bytes) of its replaced segments", p.result.name, *out
+            )
     timings["purgeSeconds"] = time.monotonic() - t
 
 
@@ -188,10 +218,15 @@ def _commit_one(p: Planned, results: dict[int, dict]) -> Exception | None:
     before = dataclasses.replace(p.result)
     try:
         commit(p, results)
-    except Exception as exc:  # noqa: BLE001 - reported; the other partitions go on
+    except Exception as exc:
         # As a partition whose rewrite failed: no sizes (the round reclaimed nothing of it).
-        p.result = dataclasses.replace(before, status=rpt.FAILED, reason=(
-            f"its commit failed: {one_line(exc)} (the next run's recovery completes or rolls back its swap)"))
+        p.result = dataclasses.replace(
+            before,
+            status=rpt.FAILED,
+            reason=(
+                f"its commit failed: {one_line(exc)} (the next run's recovery completes or rolls back its swap)"
+            ),
+        )
         return exc
     return None
 
@@ -199,19 +234,24 @@ def _commit_one(p: Planned, results: dict[int, dict]) -> Exception | None:
 def _advance_checkpoints(planned: list[Planned], dirs: list) -> rpt.RoundFailure | None:
     try:
         advance_checkpoints(planned, dirs)
-    except Exception as exc:  # noqa: BLE001 - the swaps stand; the next round finds them dirty again
+    except Exception as exc:
         return _failure("commit", "cleaner-offset-checkpoint was not written", exc)
     return None
 
 
-def _say_planned(progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict,
-                 taken: str = "to clean") -> None:  # fmt: skip
+def _say_planned(
+    progress: Reporter, planned: list[Planned], todo: list[Planned], timings: dict, taken: str = "to clean"
+) -> None:
     failed = sum(p.result.status == rpt.FAILED for p in planned)
     progress.phase(
         "planned %d partitions in %.1f s: %d %s, %d skipped, %d failed",
-        len(planned), timings.get("recoverySeconds", 0.0) + timings.get("planSeconds", 0.0), len(todo), taken,
-        len(planned) - len(todo) - failed, failed,
-    )  # fmt: skip
+        len(planned),
+        timings.get("recoverySeconds", 0.0) + timings.get("planSeconds", 0.0),
+        len(todo),
+        taken,
+        len(planned) - len(todo) - failed,
+        failed,
+    )
 
 
 def _args_echo(opts: JobOptions) -> dict:
@@ -231,10 +271,12 @@ def main(argv: list[str] | None = None) -> int:
         code, report = run(opts)
     except CheckpointError as exc:
         # Like a broker taking the log dir offline: nothing is written until the file is fixed.
-        print(f"error: {exc}\nNothing was written. Fix the file (format: version line, entry count "
-              "line, then '<topic> <partition> <offset>' lines) or move it away: without it every "
-              "partition is treated as fully dirty, which is safe but cleans everything again.",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {exc}\nNothing was written. Fix the file (format: version line, entry count "
+            "line, then '<topic> <partition> <offset>' lines) or move it away: without it every "
+            "partition is treated as fully dirty, which is safe but cleans everything again.",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     except CompactionError as exc:
         # A held lock (broker or another run) stops the run before anything is written.

@@ -26,8 +26,9 @@ import dataclasses
 import os
 import posixpath
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from compaction.errors import UsageError
 from compaction.runtime.exchange import PEER_WAIT_SECONDS
@@ -83,7 +84,9 @@ def default_discovery_threads() -> int:
 def _knob(default: Any, parse, doc: str, *, option: str = "", conf: str = "", env: str = "") -> Any:
     """A tunable: its default, how its text parses, its docstring line and its source names (the
     option's flag, the Spark conf, the environment variable; "" where it has none)."""
-    return field(default=default, metadata={"doc": doc, "parse": parse, "option": option, "conf": conf, "env": env})
+    return field(
+        default=default, metadata={"doc": doc, "parse": parse, "option": option, "conf": conf, "env": env}
+    )
 
 
 def _threads(text: str) -> int:
@@ -100,86 +103,167 @@ class WorkerSettings:
     the process by `runtime.worker.prepare_worker` when the task starts."""
 
     scan_reuse_max_bytes: int = _knob(
-        SCAN_REUSE_MAX_BYTES, int, "bytes of segment scans a task keeps for its rewrite instead of "
-        "scanning again (0: none)", env="KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES")  # fmt: skip
+        SCAN_REUSE_MAX_BYTES,
+        int,
+        "bytes of segment scans a task keeps for its rewrite instead of scanning again (0: none)",
+        env="KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES",
+    )
     cache_max_bytes: int = _knob(
-        CACHE_MAX_BYTES, int, "bytes of segments a task keeps in the page cache from their scan to their "
+        CACHE_MAX_BYTES,
+        int,
+        "bytes of segments a task keeps in the page cache from their scan to their "
         "rewrite (`--read-mode buffered`); the others are read from the disk twice, with O_DIRECT",
-        env="KAFKA_COMPACTION_CACHE_MAX_BYTES")  # fmt: skip
+        env="KAFKA_COMPACTION_CACHE_MAX_BYTES",
+    )
     direct_min_bytes: int = _knob(
-        DIRECT_MIN_BYTES, int, "local segments from this size on are read with O_DIRECT (`--read-mode "
-        "direct`); smaller ones are mapped", env="KAFKA_COMPACTION_DIRECT_MIN_BYTES")  # fmt: skip
+        DIRECT_MIN_BYTES,
+        int,
+        "local segments from this size on are read with O_DIRECT (`--read-mode "
+        "direct`); smaller ones are mapped",
+        env="KAFKA_COMPACTION_DIRECT_MIN_BYTES",
+    )
     io_max_bytes_per_second: float | None = _knob(
-        None, float, "bytes read + written per second by the job's tasks on one host (None: unthrottled)",
-        option="--io-max-bytes-per-second", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND",
-        env="KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND")  # fmt: skip
+        None,
+        float,
+        "bytes read + written per second by the job's tasks on one host (None: unthrottled)",
+        option="--io-max-bytes-per-second",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND",
+        env="KAFKA_COMPACTION_IO_MAX_BYTES_PER_SECOND",
+    )
     io_throttle_file: str | None = _knob(
-        None, str, "the file through which the tasks of a host share their I/O budget (None: one per "
-        "user in /dev/shm, else /tmp)", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_THROTTLE_FILE",
-        env="KAFKA_COMPACTION_IO_THROTTLE_FILE")  # fmt: skip
+        None,
+        str,
+        "the file through which the tasks of a host share their I/O budget (None: one per "
+        "user in /dev/shm, else /tmp)",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_IO_THROTTLE_FILE",
+        env="KAFKA_COMPACTION_IO_THROTTLE_FILE",
+    )
     kernel_cache_dir: str | None = _knob(
-        None, str, "where the compiled kernels are kept between runs for executors that start with an "
+        None,
+        str,
+        "where the compiled kernels are kept between runs for executors that start with an "
         "empty temp dir (a directory URI; None: `.kafka-compaction-kernels` beside the first log dir; "
-        "`off`: none)", conf=CONF_PREFIX + "kernelCacheDir", env="KAFKA_COMPACTION_KERNEL_CACHE_DIR")  # fmt: skip
+        "`off`: none)",
+        conf=CONF_PREFIX + "kernelCacheDir",
+        env="KAFKA_COMPACTION_KERNEL_CACHE_DIR",
+    )
     part_chunk_bytes: int = _knob(
-        PART_CHUNK_BYTES, int, "bytes of another task's cleaned range that a ranges task copies into a "
-        "group's `.cleaned` file at a time (whole batches; at least one)", conf=CONF_PREFIX + "partChunkBytes")  # fmt: skip
+        PART_CHUNK_BYTES,
+        int,
+        "bytes of another task's cleaned range that a ranges task copies into a "
+        "group's `.cleaned` file at a time (whole batches; at least one)",
+        conf=CONF_PREFIX + "partChunkBytes",
+    )
     profile_dir: str | None = _knob(
-        None, str, "a directory on the executor's host where each whole-partition task writes its "
-        "cProfile", conf=EXECUTOR_ENV + "KAFKA_COMPACTION_PROFILE_DIR", env="KAFKA_COMPACTION_PROFILE_DIR")  # fmt: skip
+        None,
+        str,
+        "a directory on the executor's host where each whole-partition task writes its cProfile",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_PROFILE_DIR",
+        env="KAFKA_COMPACTION_PROFILE_DIR",
+    )
 
 
 @dataclass(frozen=True)
 class Settings:
     """The round's tunables (see the module docstring for where each comes from)."""
 
-    options: JobOptions | None = _knob(None, None, "the parsed command line (`JobOptions`: every option of the Options "
-                         "table)", option="every option")  # fmt: skip
+    options: JobOptions | None = _knob(
+        None,
+        None,
+        "the parsed command line (`JobOptions`: every option of the Options table)",
+        option="every option",
+    )
     spark_master: str | None = _knob(
-        None, str, "the master of a round not started by the launcher (which gives spark-submit its own "
-        "`--master`); when set, it replaces the master spark-submit was given", env="SPARK_MASTER")  # fmt: skip
+        None,
+        str,
+        "the master of a round not started by the launcher (which gives spark-submit its own "
+        "`--master`); when set, it replaces the master spark-submit was given",
+        env="SPARK_MASTER",
+    )
     discovery_threads: int | None = _knob(
-        None, _threads, "threads listing, planning and committing partitions on the driver (1: serial; "
-        "None: 4 a core, at most 16)", env="KAFKA_COMPACTION_DISCOVERY_THREADS")  # fmt: skip
+        None,
+        _threads,
+        "threads listing, planning and committing partitions on the driver (1: serial; "
+        "None: 4 a core, at most 16)",
+        env="KAFKA_COMPACTION_DISCOVERY_THREADS",
+    )
     archive_copy_threads: int = _knob(
-        ARCHIVE_COPY_THREADS, _threads, "partitions `--output-dir` copies at once into its staging dir on "
-        "the driver (each holds one source segment in memory)", env="KAFKA_COMPACTION_ARCHIVE_COPY_THREADS")  # fmt: skip
+        ARCHIVE_COPY_THREADS,
+        _threads,
+        "partitions `--output-dir` copies at once into its staging dir on "
+        "the driver (each holds one source segment in memory)",
+        env="KAFKA_COMPACTION_ARCHIVE_COPY_THREADS",
+    )
     progress_seconds: float = _knob(
-        PROGRESS_SECONDS, float, "seconds between progress lines when stderr is not a terminal",
-        env="KAFKA_COMPACTION_PROGRESS_SECONDS")  # fmt: skip
+        PROGRESS_SECONDS,
+        float,
+        "seconds between progress lines when stderr is not a terminal",
+        env="KAFKA_COMPACTION_PROGRESS_SECONDS",
+    )
     partition_task_max_bytes: int = _knob(
-        PARTITION_TASK_MAX_BYTES, int, "the largest partition compacted whole in one task; bigger ones "
-        "are cut into ranges", conf=CONF_PREFIX + "partitionTaskMaxBytes")  # fmt: skip
+        PARTITION_TASK_MAX_BYTES,
+        int,
+        "the largest partition compacted whole in one task; bigger ones are cut into ranges",
+        conf=CONF_PREFIX + "partitionTaskMaxBytes",
+    )
     exchange_dir: str | None = _knob(
-        None, str, "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
-        "in local mode, else beside the first log dir)", conf=CONF_PREFIX + "exchangeDir")  # fmt: skip
+        None,
+        str,
+        "where the ranges' tasks hand each other their key summaries (None: a temporary dir "
+        "in local mode, else beside the first log dir)",
+        conf=CONF_PREFIX + "exchangeDir",
+    )
     max_inflated_batch_bytes: int = _knob(
-        MAX_INFLATED_BATCH_BYTES, int, "the most bytes one compressed batch's records may inflate to; a "
-        "batch beyond it fails its partition", option="--max-inflated-batch-bytes")  # fmt: skip
+        MAX_INFLATED_BATCH_BYTES,
+        int,
+        "the most bytes one compressed batch's records may inflate to; a batch beyond it fails its partition",
+        option="--max-inflated-batch-bytes",
+    )
     peer_wait_seconds: float = _knob(
-        PEER_WAIT_SECONDS, float, "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
-        "or not started) before it leaves its work to the follow-up stages", conf=CONF_PREFIX + "peerWaitSeconds")  # fmt: skip
+        PEER_WAIT_SECONDS,
+        float,
+        "how long a ranges task waits for a peer whose heartbeat stopped (lost, "
+        "or not started) before it leaves its work to the follow-up stages",
+        conf=CONF_PREFIX + "peerWaitSeconds",
+    )
     no_executor_seconds: float = _knob(
-        600.0, float, "how long the round's Spark jobs wait with no executor alive before they are "
-        "cancelled and the round fails (0: forever)", conf=CONF_PREFIX + "noExecutorSeconds")  # fmt: skip
-    warmup: bool = _knob(True, _flag, "warm the Python workers up while the driver plans (`false`: off)",
-                         conf=CONF_PREFIX + "warmup")  # fmt: skip
+        600.0,
+        float,
+        "how long the round's Spark jobs wait with no executor alive before they are "
+        "cancelled and the round fails (0: forever)",
+        conf=CONF_PREFIX + "noExecutorSeconds",
+    )
+    warmup: bool = _knob(
+        True,
+        _flag,
+        "warm the Python workers up while the driver plans (`false`: off)",
+        conf=CONF_PREFIX + "warmup",
+    )
     worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with
-    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # its knobs' variables
+    environ: Mapping[str, str] = field(
+        default_factory=dict, repr=False, compare=False
+    )  # its knobs' variables
 
     @classmethod
-    def resolve(cls, args: JobOptions | None = None, spark_conf: Any = None, environ: Mapping[str, str] | None = None) -> Settings:
+    def resolve(
+        cls, args: JobOptions | None = None, spark_conf: Any = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
         """The settings of a round: `args` the parsed options (`JobOptions`, or None), `spark_conf`
         the session's conf (anything with `.get(key, default)`; None before Spark is up: the conf
         knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
         value that does not parse is a `UsageError` naming where it came from."""
         environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k in _ENV_NAMES}
-        given = {"io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None),
-                 "max_inflated_batch_bytes": getattr(args, "max_inflated_batch_bytes", None)}
+        given = {
+            "io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None),
+            "max_inflated_batch_bytes": getattr(args, "max_inflated_batch_bytes", None),
+        }
         if environ.get("SPARK_HOME_SUBMITTED"):  # the launcher's spark-submit got the master already
             environ = {k: v for k, v in environ.items() if k != "SPARK_MASTER"}
-        values = {name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)
-                  for name, f in knobs() if name != "options"}  # fmt: skip
+        values = {
+            name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)
+            for name, f in knobs()
+            if name != "options"
+        }
         worker = WorkerSettings(**{f.name: values.pop(f.name) for f in dataclasses.fields(WorkerSettings)})
         if worker.kernel_cache_dir is None and getattr(args, "log_dirs", None):
             worker = dataclasses.replace(worker, kernel_cache_dir=beside(args.log_dirs[0], KERNEL_CACHE_NAME))
@@ -227,7 +311,9 @@ def knobs() -> list[tuple[str, dataclasses.Field]]:
     return own + [(f.name, f) for f in dataclasses.fields(WorkerSettings)]
 
 
-_ENV_NAMES = frozenset({f.metadata["env"] for _, f in knobs() if f.metadata.get("env")} | {"SPARK_HOME_SUBMITTED"})
+_ENV_NAMES = frozenset(
+    {f.metadata["env"] for _, f in knobs() if f.metadata.get("env")} | {"SPARK_HOME_SUBMITTED"}
+)
 
 # The `kafka_log` data source and `export` (steps/log_table.py): consecutive segments smaller
 # than this are read by one input partition (one Spark task each costs ~0.2 s of scheduling);

@@ -3,9 +3,11 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))  # the shared helpers, importable by name
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), "helpers")
+)  # the shared helpers, importable by name
 
-import kafka_python_shims  # noqa: E402
+import kafka_python_shims
 
 kafka_python_shims.install()
 
@@ -38,7 +40,10 @@ BENIGN_SKIPS = (
     ("tests/unit/test_compression.py::", "zstd is illegal for magic < 2"),  # a combination that is no case
     ("tests/unit/test_legacy.py::test_kafka_memory_records_checksum_lz4", "lz4-java's compress64k"),
     ("tests/e2e/test_cluster_faults.py::", "a sample of the phase x target matrix runs"),  # CI time
-    ("tests/unit/test_log_table.py::test_starting_and_ending_timestamps", "v0 records have no timestamp"),  # no case
+    (
+        "tests/unit/test_log_table.py::test_starting_and_ending_timestamps",
+        "v0 records have no timestamp",
+    ),  # no case
 )
 
 
@@ -56,5 +61,7 @@ def pytest_runtest_makereport(item, call):
     reason = reason.removeprefix("Skipped: ")
     if not benign_skip(report.nodeid, reason):
         report.outcome = "failed"
-        report.longrepr = (f"skipped under CI=true: {reason}\n(only the skips in tests/conftest.py "
-                           "BENIGN_SKIPS may skip in CI)")  # fmt: skip
+        report.longrepr = (
+            f"skipped under CI=true: {reason}\n(only the skips in tests/conftest.py "
+            "BENIGN_SKIPS may skip in CI)"
+        )

@@ -70,8 +70,9 @@ def parse_line(line: str) -> tuple[str | None, bytes] | None:
     if len(parts) > 2:
         raise ValueError("more than one TAB: a key holding a TAB is written as hex: or base64:")
     topic = parts[0] if len(parts) == 2 else None
-    if topic is not None and not (_TOPIC.fullmatch(topic) and len(topic) <= MAX_TOPIC_LENGTH
-                                  and topic not in (".", "..")):  # fmt: skip
+    if topic is not None and not (
+        _TOPIC.fullmatch(topic) and len(topic) <= MAX_TOPIC_LENGTH and topic not in (".", "..")
+    ):
         raise ValueError("the text before the TAB is not a Kafka topic name ([a-zA-Z0-9._-], 1-249 chars)")
     return topic, _key_bytes(parts[-1])
 
@@ -85,8 +86,9 @@ def parse_key_file(data: bytes, path: str) -> list[Entry]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise KeyFileError(path, n, line_start + exc.start,
-                               "not UTF-8 (write binary keys as hex: or base64:)") from None  # fmt: skip
+            raise KeyFileError(
+                path, n, line_start + exc.start, "not UTF-8 (write binary keys as hex: or base64:)"
+            ) from None
         try:
             entry = parse_line(text)
         except ValueError as exc:

@@ -19,8 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topics", help="regex of the topics to export (whole names; default all)")
     cut = parser.add_mutually_exclusive_group()
     cut.add_argument("--as-of-time", metavar="T", help="the state as of T: epoch ms or ISO-8601 with a zone")
-    cut.add_argument("--as-of-offset", metavar="TOPIC:PARTITION=OFFSET,...",
-                     help="the state as of these log end offsets (exclusive)")  # fmt: skip
+    cut.add_argument(
+        "--as-of-offset",
+        metavar="TOPIC:PARTITION=OFFSET,...",
+        help="the state as of these log end offsets (exclusive)",
+    )
     parser.add_argument("--include-headers", action="store_true", help="add the records' headers column")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
 

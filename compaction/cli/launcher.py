@@ -33,20 +33,43 @@ ZIP_NAME = "compaction.zip"
 # spark-submit's own options (SparkSubmitArguments / SparkSubmitOptionParser), passed through as
 # `--opt value` or `--opt=value`; everything else is the job's.
 SPARK_OPTIONS = (
-    "--master", "--deploy-mode", "--conf", "--properties-file", "--name", "--jars", "--packages",
-    "--exclude-packages", "--repositories", "--files", "--archives", "--py-files",
-    "--driver-memory", "--driver-cores", "--driver-java-options", "--driver-library-path",
-    "--driver-class-path", "--executor-memory", "--executor-cores", "--num-executors",
-    "--total-executor-cores", "--queue", "--principal", "--keytab", "--proxy-user",
-)  # fmt: skip
+    "--master",
+    "--deploy-mode",
+    "--conf",
+    "--properties-file",
+    "--name",
+    "--jars",
+    "--packages",
+    "--exclude-packages",
+    "--repositories",
+    "--files",
+    "--archives",
+    "--py-files",
+    "--driver-memory",
+    "--driver-cores",
+    "--driver-java-options",
+    "--driver-library-path",
+    "--driver-class-path",
+    "--executor-memory",
+    "--executor-cores",
+    "--num-executors",
+    "--total-executor-cores",
+    "--queue",
+    "--principal",
+    "--keytab",
+    "--proxy-user",
+)
 SPARK_FLAGS = ("--verbose", "--supervise")
 
 EXIT_CODES = (
     (0, "every partition was cleaned or skipped by policy (or nothing was eligible)"),
     (1, "at least one partition failed (named in the log and the report); the others were cleaned"),
     (2, "usage error, held lock or malformed checkpoint: nothing was written"),
-    (75, "the round itself failed (a Spark job aborted, Spark did not start, a commit failed): the "
-         "report says why and names every partition not committed as failed; rerun the round"),
+    (
+        75,
+        "the round itself failed (a Spark job aborted, Spark did not start, a commit failed): the "
+        "report says why and names every partition not committed as failed; rerun the round",
+    ),
     ("other", "from Spark itself (e.g. 52: the driver ran out of memory); the next run recovers"),
 )
 ENVIRONMENT = (
@@ -54,16 +77,25 @@ ENVIRONMENT = (
     ("SPARK_HOME", "the Spark whose bin/spark-submit runs (default: the pyspark package's own)"),
     ("JAVA_HOME", "the Java 17+ Spark runs on (default: java on the PATH)"),
     ("PYSPARK_PYTHON", "the executors' Python (default: the Python running this launcher)"),
-    ("NUMBA_CACHE_DIR", "where compiled kernels are cached on a host (default $TMPDIR/kafka-compaction-numba; "
-                        "passed to the executors when set, or with a local master)"),
+    (
+        "NUMBA_CACHE_DIR",
+        "where compiled kernels are cached on a host (default $TMPDIR/kafka-compaction-numba; "
+        "passed to the executors when set, or with a local master)",
+    ),
     ("NUMPY_MADVISE_HUGEPAGE", "set to 0 for driver and executors unless given (see docs/configuration.md)"),
     ("SPARK_APP_NAME", f"the Spark application name (default {APP_NAME})"),
-    ("KAFKA_COMPACTION_DIST_DIR", "where the executors' zip of the package is built (default: the "
-                                  "checkout's dist/, or ~/.cache/kafka-compaction)"),
+    (
+        "KAFKA_COMPACTION_DIST_DIR",
+        "where the executors' zip of the package is built (default: the "
+        "checkout's dist/, or ~/.cache/kafka-compaction)",
+    ),
     ("KAFKA_COMPACTION_SHIP_ZIP", "1: ship the zip to executors with a local master too"),
-    ("KAFKA_COMPACTION_CDS_DIR", "where the driver JVM's class-data archive is kept (default "
-                                 "~/.cache/kafka-compaction/jvm); off: none"),
-)  # fmt: skip
+    (
+        "KAFKA_COMPACTION_CDS_DIR",
+        "where the driver JVM's class-data archive is kept (default "
+        "~/.cache/kafka-compaction/jvm); off: none",
+    ),
+)
 
 
 @dataclass
@@ -84,7 +116,7 @@ def split_argv(argv: list[str]) -> CommandLine:
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            out.job_args += argv[i + 1:]
+            out.job_args += argv[i + 1 :]
             break
         name, eq, inline = arg.partition("=")
         if name in SPARK_OPTIONS:
@@ -140,10 +172,16 @@ def _installed() -> bool:
     return os.path.realpath(package_root()) in {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
 
 
-def spark_settings(master: str | None = None, *, python: str | None = None, env: dict | None = None,
-                   user_conf: list[str] | tuple[str, ...] = (), dist_dir: str | None = None,
-                   deploy_mode: str | None = None,
-                   driver_python: str | None = None) -> SparkSettings:  # fmt: skip
+def spark_settings(
+    master: str | None = None,
+    *,
+    python: str | None = None,
+    env: dict | None = None,
+    user_conf: list[str] | tuple[str, ...] = (),
+    dist_dir: str | None = None,
+    deploy_mode: str | None = None,
+    driver_python: str | None = None,
+) -> SparkSettings:
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
     executors, the kernel cache, Spark's console progress off, our log4j configuration (unless
     `user_conf` sets the driver's Java options), and how executors import the package: from its
@@ -269,15 +307,20 @@ def _pyspark_dir_of(python: str) -> str | None:
     import subprocess
 
     try:
-        out = subprocess.run([python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        out = subprocess.run(
+            [python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except OSError:
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def submit_command(cl: CommandLine, env: dict | None = None, java: str | None = None,
-                   pid: int | None = None) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+def submit_command(
+    cl: CommandLine, env: dict | None = None, java: str | None = None, pid: int | None = None
+) -> tuple[list[str], dict[str, str]]:
     """The spark-submit command line and environment for `cl` (its job options already checked),
     run by process `pid` (this one, which execs it) on `java`."""
     env = dict(os.environ if env is None else env)
@@ -285,7 +328,8 @@ def submit_command(cl: CommandLine, env: dict | None = None, java: str | None = 
     submit = find_spark_submit(settings.conf["spark.pyspark.python"], env)
     if java and cl.deploy_mode != "cluster" and "spark.driver.extraJavaOptions" in settings.conf:
         settings.conf["spark.driver.extraJavaOptions"] += "".join(
-            " " + o for o in driver_archive_options(env, java, submit, os.getpid() if pid is None else pid))
+            " " + o for o in driver_archive_options(env, java, submit, os.getpid() if pid is None else pid)
+        )
     cmd = [submit, "--master", settings.master, "--name", settings.name]
     if cl.deploy_mode:
         cmd += ["--deploy-mode", cl.deploy_mode]
@@ -294,7 +338,7 @@ def submit_command(cl: CommandLine, env: dict | None = None, java: str | None = 
     while "--py-files" in args:  # the user's --py-files join ours (spark-submit keeps only the last)
         at = args.index("--py-files")
         py_files.append(args[at + 1])
-        del args[at:at + 2]
+        del args[at : at + 2]
     if py_files:
         cmd += ["--py-files", ",".join(py_files)]
     for key, value in settings.conf.items():
@@ -315,9 +359,15 @@ def driver_archive_options(env: dict, java: str, submit: str, pid: int) -> list[
     return class_archive.java_options(cache_dir, class_archive.archive_key(java, spark_home), pid)
 
 
-def operator_settings(master: str, python: str | None = None, env: dict | None = None,
-                      user_conf: dict[str, str] | None = None, *, executor_python: str | None = None,
-                      deploy_mode: str | None = None) -> dict:  # fmt: skip
+def operator_settings(
+    master: str,
+    python: str | None = None,
+    env: dict | None = None,
+    user_conf: dict[str, str] | None = None,
+    *,
+    executor_python: str | None = None,
+    deploy_mode: str | None = None,
+) -> dict:
     """The keyword arguments of Airflow's `SparkSubmitOperator` for a round on `master`, driver and
     executors on `python` (a Python with this package's dependencies; default this one; the
     executors on `executor_python` when given, e.g. `./environment/bin/python` of a packed
@@ -326,9 +376,14 @@ def operator_settings(master: str, python: str | None = None, env: dict | None =
     it with (it runs `spark-submit` by name)."""
     env = dict(os.environ if env is None else env)
     python = python or sys.executable
-    settings = spark_settings(master, python=executor_python or python, driver_python=python, env=env,
-                              user_conf=[f"{k}={v}" for k, v in (user_conf or {}).items()],
-                              deploy_mode=deploy_mode)  # fmt: skip
+    settings = spark_settings(
+        master,
+        python=executor_python or python,
+        driver_python=python,
+        env=env,
+        user_conf=[f"{k}={v}" for k, v in (user_conf or {}).items()],
+        deploy_mode=deploy_mode,
+    )
     submit = find_spark_submit(python, env, ask_python=True)
     path = os.pathsep.join((os.path.dirname(submit), env.get("PATH", os.defpath)))
     run_env = {**settings.env, "PATH": path}

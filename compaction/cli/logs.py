@@ -58,9 +58,12 @@ def setup(log_format: str = "text", stream=None) -> None:
 
 # Reasons a partition is skipped by Kafka's own rules (the cleaner would skip it too): INFO.
 POLICY_REASONS = (
-    "cleanup.policy is delete", "nothing cleanable", "below min.cleanable.dirty.ratio",
-    "eligible (plan only)", "eligible (recover only)",
-)  # fmt: skip
+    "cleanup.policy is delete",
+    "nothing cleanable",
+    "below min.cleanable.dirty.ratio",
+    "eligible (plan only)",
+    "eligible (recover only)",
+)
 
 
 def level_of(entry: dict) -> int:
@@ -80,8 +83,10 @@ def _erased(e: dict) -> str:
     """--erase-keys: the counts (never a key)."""
     if e.get("erasedRecords") is None:
         return ""
-    return (f"; erased {e['erasedRecords']} records ({e['erasedBytes']} key+value bytes) of "
-            f"{e['eraseKeysFound']} listed keys, {e['eraseKeysNotFound']} listed keys not found")  # fmt: skip
+    return (
+        f"; erased {e['erasedRecords']} records ({e['erasedBytes']} key+value bytes) of "
+        f"{e['eraseKeysFound']} listed keys, {e['eraseKeysNotFound']} listed keys not found"
+    )
 
 
 def _partition_line(e: dict) -> str:
@@ -90,8 +95,10 @@ def _partition_line(e: dict) -> str:
     if e["status"] == rpt.ELIGIBLE and str(e.get("reason") or "").endswith(("(plan only)", "(recover only)")):
         return f"{name}: {e['reason']}: a round would take it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty"
     if e["status"] == rpt.ELIGIBLE:
-        return (f"{name}: eligible, a round would clean it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty, "
-                f"{e['reclaimableBytes'] / MB:,.1f} MB and {e['reclaimableRecords']} records reclaimable")  # fmt: skip
+        return (
+            f"{name}: eligible, a round would clean it{ratio}: {e['dirtyBytes'] / MB:,.1f} MB dirty, "
+            f"{e['reclaimableBytes'] / MB:,.1f} MB and {e['reclaimableRecords']} records reclaimable"
+        )
     if e["status"] != rpt.CLEANED:
         return f"{name}: {e['status']} ({e.get('reason') or 'no reason given'}){ratio}"
     read_mb, written_mb = e["bytesRead"] / MB, e["bytesWritten"] / MB
@@ -108,10 +115,27 @@ def _partition_line(e: dict) -> str:
     )
 
 
-_FIELDS = ("topic", "partition", "logDir", "status", "reason", "dirtyRatio", "dirtyBytes", "bytesRead",
-           "bytesWritten", "recordsRead", "recordsWritten", "invalidRecords", "reclaimableBytes",
-           "reclaimableRecords", "seconds", "erasedRecords", "erasedBytes", "eraseKeysFound",
-           "eraseKeysNotFound")  # fmt: skip
+_FIELDS = (
+    "topic",
+    "partition",
+    "logDir",
+    "status",
+    "reason",
+    "dirtyRatio",
+    "dirtyBytes",
+    "bytesRead",
+    "bytesWritten",
+    "recordsRead",
+    "recordsWritten",
+    "invalidRecords",
+    "reclaimableBytes",
+    "reclaimableRecords",
+    "seconds",
+    "erasedRecords",
+    "erasedBytes",
+    "eraseKeysFound",
+    "eraseKeysNotFound",
+)
 
 
 def log_partition(entry: dict) -> None:
@@ -139,39 +163,60 @@ def totals_line(totals: dict, seconds: float | None, mode: str = ROUND) -> str:
     counts = f"{totals['partitions']} partitions"
     failed = f"{totals['skipped']} skipped, {totals['failed']} failed"
     if mode == ROUND:
-        return (f"round done{took}: {counts}, {totals['cleaned']} cleaned, {failed}; {mb('bytesRead')} MB read, "
-                f"{mb('bytesWritten')} MB written, {mb('reclaimableBytes')} MB reclaimed")  # fmt: skip
+        return (
+            f"round done{took}: {counts}, {totals['cleaned']} cleaned, {failed}; {mb('bytesRead')} MB read, "
+            f"{mb('bytesWritten')} MB written, {mb('reclaimableBytes')} MB reclaimed"
+        )
     eligible = f"{counts}, {totals.get('eligible', 0)} eligible, {failed}"
     if mode == DRY_RUN:
-        return (f"dry run done{took}: {eligible}; {mb('dirtyBytes')} MB dirty, {mb('reclaimableBytes')} MB "
-                f"and {totals.get('reclaimableRecords', 0)} records reclaimable; nothing written")  # fmt: skip
+        return (
+            f"dry run done{took}: {eligible}; {mb('dirtyBytes')} MB dirty, {mb('reclaimableBytes')} MB "
+            f"and {totals.get('reclaimableRecords', 0)} records reclaimable; nothing written"
+        )
     if mode == PLAN_ONLY:
-        return (f"plan done{took}: {eligible}; {mb('dirtyBytes')} MB dirty (not scanned: --dry-run measures what a "
-                "round would free); nothing written")  # fmt: skip
-    return (f"recovery done{took}: {counts}, {totals.get('eligible', 0)} eligible (not compacted: "
-            f"--recover-only), {failed}")  # fmt: skip
+        return (
+            f"plan done{took}: {eligible}; {mb('dirtyBytes')} MB dirty (not scanned: --dry-run measures what a "
+            "round would free); nothing written"
+        )
+    return (
+        f"recovery done{took}: {counts}, {totals.get('eligible', 0)} eligible (not compacted: "
+        f"--recover-only), {failed}"
+    )
 
 
 def log_totals(totals: dict, seconds: float | None, mode: str = ROUND) -> None:
     level = logging.ERROR if totals["failed"] else logging.INFO
-    log.log(level, totals_line(totals, seconds, mode), extra={"fields": {"event": "totals", "mode": mode, **totals}})
+    log.log(
+        level,
+        totals_line(totals, seconds, mode),
+        extra={"fields": {"event": "totals", "mode": mode, **totals}},
+    )
 
 
 # What an operator does after a failed round, by the phase it failed in.
 _AFTER_FAILURE = {
     "planning": "nothing was compacted; rerun the round once the cause is fixed",
-    "stages": ("nothing was committed: the {failed} partition(s) it was cleaning are reported failed and "
-               "their segments are unchanged; rerun the round (it first removes the .cleaned files left "
-               "behind); if it fails alike again, the partition at fault is among those the failed task "
-               "held (named in the cause): --topics leaves it out"),
-    "commit": ("{cleaned} partition(s) were committed (cleaned), {failed} failed; rerun the round: its "
-               "recovery first completes or rolls back each interrupted swap (--recover-only does only "
-               "that, without cleaning; a broker loading the dir recovers it too)"),
-}  # fmt: skip
+    "stages": (
+        "nothing was committed: the {failed} partition(s) it was cleaning are reported failed and "
+        "their segments are unchanged; rerun the round (it first removes the .cleaned files left "
+        "behind); if it fails alike again, the partition at fault is among those the failed task "
+        "held (named in the cause): --topics leaves it out"
+    ),
+    "commit": (
+        "{cleaned} partition(s) were committed (cleaned), {failed} failed; rerun the round: its "
+        "recovery first completes or rolls back each interrupted swap (--recover-only does only "
+        "that, without cleaning; a broker loading the dir recovers it too)"
+    ),
+}
 
 
 def log_round_failure(failure: dict, totals: dict) -> None:
     """The one line that says the round failed as a whole, why, and what to do."""
     then = _AFTER_FAILURE[failure["phase"]].format(**totals)
-    log.error("round failed (%s): %s; %s", failure["phase"], failure["reason"], then,
-              extra={"fields": {"event": "round_failed", **failure}})  # fmt: skip
+    log.error(
+        "round failed (%s): %s; %s",
+        failure["phase"],
+        failure["reason"],
+        then,
+        extra={"fields": {"event": "round_failed", **failure}},
+    )

@@ -23,7 +23,11 @@ _COUNTS = (
     ("bytesWritten", "last_run_written_bytes", "Bytes of cleaned segments the last round wrote."),
     ("recordsRead", "last_run_read_records", "Records read by the last round's rewrite."),
     ("recordsWritten", "last_run_written_records", "Records the last round kept."),
-    ("erasedRecords", "last_run_erased_records", "Records of --erase-keys' listed keys the last round removed."),
+    (
+        "erasedRecords",
+        "last_run_erased_records",
+        "Records of --erase-keys' listed keys the last round removed.",
+    ),
 )
 
 
@@ -61,24 +65,41 @@ def render(report: dict, exit_code: int, finished_s: float, previous_success_s: 
 
     metric("info", "The tool's version.", [(f'{{version="{__version__}"}}', 1)])
     metric("last_run_timestamp_seconds", "When the last round finished (Unix time).", [("", finished_s)])
-    metric("last_run_exit_code",
-           "The last round's exit code (0 ok, 1 a partition failed, 75 the round itself failed).",
-           [("", exit_code)])  # fmt: skip
+    metric(
+        "last_run_exit_code",
+        "The last round's exit code (0 ok, 1 a partition failed, 75 the round itself failed).",
+        [("", exit_code)],
+    )
     metric("last_run_dry_run", "1 if the last round was a dry run.", [("", 1 if dry == "true" else 0)])
     success = finished_s if exit_code == 0 and totals["partitions"] and dry == "false" else previous_success_s
     if success is not None and dry == "false":
-        metric("last_success_timestamp_seconds", "When a round last finished with exit code 0 (Unix time).",
-               [("", success)])  # fmt: skip
-    metric("last_run_partitions", "Partitions of the last round by status.",
-           [(f'{{status="{s}"}}', totals[s]) for s in ("cleaned", "skipped", "failed")])  # fmt: skip
+        metric(
+            "last_success_timestamp_seconds",
+            "When a round last finished with exit code 0 (Unix time).",
+            [("", success)],
+        )
+    metric(
+        "last_run_partitions",
+        "Partitions of the last round by status.",
+        [(f'{{status="{s}"}}', totals[s]) for s in ("cleaned", "skipped", "failed")],
+    )
     for key, name, help_text in _COUNTS:
         metric(name, help_text, [("", totals.get(key, 0))])
-    metric("last_run_reclaimed_bytes", "Bytes the last round freed (read minus written).",
-           [("", totals["bytesRead"] - totals["bytesWritten"])])  # fmt: skip
-    phases = [(f'{{phase="{_snake(k.removesuffix("Seconds"))}"}}', v)
-              for k, v in timings.items() if k.endswith("Seconds")]  # fmt: skip
-    metric("last_run_duration_seconds", "Seconds of each phase of the last round (total: the whole round).",
-           phases)  # fmt: skip
+    metric(
+        "last_run_reclaimed_bytes",
+        "Bytes the last round freed (read minus written).",
+        [("", totals["bytesRead"] - totals["bytesWritten"])],
+    )
+    phases = [
+        (f'{{phase="{_snake(k.removesuffix("Seconds"))}"}}', v)
+        for k, v in timings.items()
+        if k.endswith("Seconds")
+    ]
+    metric(
+        "last_run_duration_seconds",
+        "Seconds of each phase of the last round (total: the whole round).",
+        phases,
+    )
     return "\n".join(lines) + "\n"
 
 

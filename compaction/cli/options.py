@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from compaction import __version__
+from compaction.cli.erase_keys import KEY_FILE_FORMAT
+from compaction.errors import UsageError
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
     IO_MAX_BYTES_PER_SECOND,
@@ -27,8 +29,6 @@ from compaction.policy.broker_config import (
     parse_properties,
     split_job_config,
 )
-from compaction.cli.erase_keys import KEY_FILE_FORMAT
-from compaction.errors import UsageError
 from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
 from compaction.policy.topic_config import excerpt
 from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
@@ -37,8 +37,20 @@ from compaction.settings import MAX_INFLATED_BATCH_BYTES
 LONG_MAX = 2**63 - 1
 
 # Spark's size suffixes (JavaUtils.byteStringAs): binary multiples, case-insensitive.
-SIZE_SUFFIXES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30,
-                 "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}  # fmt: skip
+SIZE_SUFFIXES = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "p": 1 << 50,
+    "pb": 1 << 50,
+}
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.I)
 
 
@@ -48,8 +60,9 @@ def byte_size(text: str) -> int:
     m = _SIZE.fullmatch(str(text))
     mult = SIZE_SUFFIXES.get(m.group(2).lower()) if m else None
     if mult is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: a number of bytes, or with a suffix "
-                                         "k, m, g, t (e.g. 512m, 1g)")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size: a number of bytes, or with a suffix k, m, g, t (e.g. 512m, 1g)"
+        )
     return int(float(m.group(1)) * mult) if "." in m.group(1) else int(m.group(1)) * mult
 
 
@@ -78,9 +91,12 @@ def partition_names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if parse_partition_dir_name(n) is None]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"{(bad or [text])[0]!r} is not a partition: give <topic>-<partition> "
-                                         "names, comma-separated (e.g. orders-3,orders-7)")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"{(bad or [text])[0]!r} is not a partition: give <topic>-<partition> "
+            "names, comma-separated (e.g. orders-3,orders-7)"
+        )
     return names
+
 
 # (flag, Kafka config name, type, default) - defaults are Kafka's (docs/kafka-rules.md#configs).
 KAFKA_FLAGS = (
@@ -194,85 +210,169 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=VERSION)
-    p.add_argument("--log-dir", dest="log_dirs", action="append", required=True,
-                   help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable")
-    p.add_argument("--topics", help="regular expression of the topics to consider (full match); one that "
-                                    "matches no topic is a usage error (exit 2) naming those found")
-    p.add_argument("--partitions", type=partition_names, metavar="LIST",
-                   help="only these partitions, as <topic>-<partition> names, comma-separated (e.g. "
-                        "orders-3,orders-7: the ones a round reported failed); with --topics, both must match")
-    p.add_argument("--allow-empty", action="store_true",
-                   help="a selection (--topics, --partitions) that matches no partition is fine: exit 0 "
-                        "instead of a usage error")  # fmt: skip
-    p.add_argument("--now-ms", type=int, default=None,
-                   help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)")
+    p.add_argument(
+        "--log-dir",
+        dest="log_dirs",
+        action="append",
+        required=True,
+        help="a Kafka log dir (local path, file://, s3:// or s3a://; hdfs://, gs:// untested); repeatable",
+    )
+    p.add_argument(
+        "--topics",
+        help="regular expression of the topics to consider (full match); one that "
+        "matches no topic is a usage error (exit 2) naming those found",
+    )
+    p.add_argument(
+        "--partitions",
+        type=partition_names,
+        metavar="LIST",
+        help="only these partitions, as <topic>-<partition> names, comma-separated (e.g. "
+        "orders-3,orders-7: the ones a round reported failed); with --topics, both must match",
+    )
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="a selection (--topics, --partitions) that matches no partition is fine: exit 0 "
+        "instead of a usage error",
+    )
+    p.add_argument(
+        "--now-ms",
+        type=int,
+        default=None,
+        help="the clock of the round in epoch ms, for reproducible runs (default: wall clock)",
+    )
     modes = p.add_mutually_exclusive_group()  # at most one mode: argparse refuses two (exit 2)
-    modes.add_argument("--dry-run", action="store_true",
-                   help="run the round's scan and decisions and report what it would free (exact: the "
-                        "bytes and records a round with the same options removes), write nothing")
-    modes.add_argument("--plan-only", action="store_true",
-                   help="plan and report from the listing alone (no Spark: ratios, dirty bytes, the "
-                        "structure audit), write nothing")
-    modes.add_argument("--recover-only", action="store_true",
-                   help="only finish or roll back interrupted swaps, like a broker's log loading")
+    modes.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run the round's scan and decisions and report what it would free (exact: the "
+        "bytes and records a round with the same options removes), write nothing",
+    )
+    modes.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="plan and report from the listing alone (no Spark: ratios, dirty bytes, the "
+        "structure audit), write nothing",
+    )
+    modes.add_argument(
+        "--recover-only",
+        action="store_true",
+        help="only finish or roll back interrupted swaps, like a broker's log loading",
+    )
     p.add_argument("--report", help="write the JSON run report to this path")
-    p.add_argument("--report-html", metavar="PATH",
-                   help="write the run report as one self-contained HTML page to PATH (tables per partition "
-                        "and topic, a chart of log bytes before/after per topic; opens with no network)")  # fmt: skip
-    p.add_argument("--ignore-broker-lock", action="store_true",
-                   help="clean even if a process holds the log dir's .lock (a live broker!)")
+    p.add_argument(
+        "--report-html",
+        metavar="PATH",
+        help="write the run report as one self-contained HTML page to PATH (tables per partition "
+        "and topic, a chart of log bytes before/after per topic; opens with no network)",
+    )
+    p.add_argument(
+        "--ignore-broker-lock",
+        action="store_true",
+        help="clean even if a process holds the log dir's .lock (a live broker!)",
+    )
     p.add_argument("--topic-config", help="per-topic Kafka configs: JSON or .properties file")
-    p.add_argument("--config", dest="config_file", metavar="FILE",
-                   help="a broker's server.properties (its log.cleaner.*, log.segment.bytes, ... are the "
-                        "defaults under the flags and --topic-config), or topic configs for every topic")
-    p.add_argument("--io-max-bytes-per-second", type=byte_rate, default=None, metavar="RATE",
-                   help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
-                        "all the job's tasks on one host, e.g. 50m (default: unthrottled)")  # fmt: skip
-    p.add_argument("--max-inflated-batch-bytes", type=byte_size, default=MAX_INFLATED_BATCH_BYTES, metavar="SIZE",
-                   help="the most bytes one compressed batch's records may inflate to; a batch beyond it "
-                        f"fails its partition (default {MAX_INFLATED_BATCH_BYTES}: 1 GiB)")  # fmt: skip
+    p.add_argument(
+        "--config",
+        dest="config_file",
+        metavar="FILE",
+        help="a broker's server.properties (its log.cleaner.*, log.segment.bytes, ... are the "
+        "defaults under the flags and --topic-config), or topic configs for every topic",
+    )
+    p.add_argument(
+        "--io-max-bytes-per-second",
+        type=byte_rate,
+        default=None,
+        metavar="RATE",
+        help="Kafka's log.cleaner.io.max.bytes.per.second: bytes read + written per second by "
+        "all the job's tasks on one host, e.g. 50m (default: unthrottled)",
+    )
+    p.add_argument(
+        "--max-inflated-batch-bytes",
+        type=byte_size,
+        default=MAX_INFLATED_BATCH_BYTES,
+        metavar="SIZE",
+        help="the most bytes one compressed batch's records may inflate to; a batch beyond it "
+        f"fails its partition (default {MAX_INFLATED_BATCH_BYTES}: 1 GiB)",
+    )
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
-    p.add_argument("--read-mode", choices=READ_MODES, default="buffered",
-                   help="how executors read local segments: buffered (through the page cache with "
-                        "read-ahead; the rewrite finds what the scan read and drops it from the cache; "
-                        f"the default), direct (O_DIRECT for segments of {DIRECT_MIN_BYTES >> 20} MiB or more, "
-                        "bypassing the page cache: each segment read from the disk twice) or mmap "
-                        "(through the page cache without a copy, best when the segments are cached already)")  # fmt: skip
-    p.add_argument("--write-mode", choices=WRITE_MODES, default="direct",
-                   help="how executors write cleaned segments on a local disk: direct (O_DIRECT from reused "
-                        "staging buffers, bypassing the page cache; the default, falls back where refused) or "
-                        "buffered (through the page cache)")  # fmt: skip
-    p.add_argument("--log-format", choices=LOG_FORMATS, default="text",
-                   help="the driver's log lines: text, or json (one object a line, for log shippers)")
-    p.add_argument("--metrics-file", metavar="PATH",
-                   help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
-                        "(node_exporter's textfile collector: PATH ending in .prom in its "
-                        "directory); a dry run writes its own file beside it, PATH with .dry-run before "
-                        ".prom, and never touches the rounds' series")  # fmt: skip
-    p.add_argument("--metrics-name", metavar="NAME",
-                   help="the value of the series' `round` label in --metrics-file (default: the log dirs' "
-                        "absolute URIs), so that rounds over other log dirs on the host write distinct series")  # fmt: skip
-    p.add_argument("--erase-keys", metavar="FILE",  # a path or a URI (s3://...), read by the driver
-                   help="remove every record of the listed keys from every segment of the selected "
-                        "partitions, the active one included (" + KEY_FILE_FORMAT + ")")
-    p.add_argument("--erase-only", action="store_true",
-                   help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
-                        "checkpoint untouched)")
-    p.add_argument("--output-dir", metavar="URI",
-                   help="write a compacted copy of the selected partitions to this log dir (local or any "
-                        "store --log-dir takes), every segment cleaned, the last one included; the "
-                        "--log-dir sources are only read (docs/archives.md)")  # fmt: skip
-    p.add_argument("--as-of-time", metavar="TIME",
-                   help="with --output-dir: each partition as its broker held it at TIME (ISO-8601 with a "
-                        "zone, or epoch ms): the log ends before the first batch stamped later")  # fmt: skip
-    p.add_argument("--as-of-offset", metavar="TOPIC:PARTITION=OFFSET,...",
-                   help="with --output-dir: those partitions' logs end at OFFSET (exclusive, a log end "
-                        "offset: the batches whose last offset is below it)")  # fmt: skip
-    p.add_argument("--purge-noncurrent-versions", action="store_true",
-                   help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
-                        "markers) of the selected partitions' segment objects, what this round and earlier ones "
-                        "replaced, and nothing else, so that their space is freed and erased records are in no "
-                        "version; required with --erase-keys there")  # fmt: skip
+    p.add_argument(
+        "--read-mode",
+        choices=READ_MODES,
+        default="buffered",
+        help="how executors read local segments: buffered (through the page cache with "
+        "read-ahead; the rewrite finds what the scan read and drops it from the cache; "
+        f"the default), direct (O_DIRECT for segments of {DIRECT_MIN_BYTES >> 20} MiB or more, "
+        "bypassing the page cache: each segment read from the disk twice) or mmap "
+        "(through the page cache without a copy, best when the segments are cached already)",
+    )
+    p.add_argument(
+        "--write-mode",
+        choices=WRITE_MODES,
+        default="direct",
+        help="how executors write cleaned segments on a local disk: direct (O_DIRECT from reused "
+        "staging buffers, bypassing the page cache; the default, falls back where refused) or "
+        "buffered (through the page cache)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="the driver's log lines: text, or json (one object a line, for log shippers)",
+    )
+    p.add_argument(
+        "--metrics-file",
+        metavar="PATH",
+        help="write the round's totals and timings in Prometheus' text format to PATH, atomically "
+        "(node_exporter's textfile collector: PATH ending in .prom in its "
+        "directory); a dry run writes its own file beside it, PATH with .dry-run before "
+        ".prom, and never touches the rounds' series",
+    )
+    p.add_argument(
+        "--metrics-name",
+        metavar="NAME",
+        help="the value of the series' `round` label in --metrics-file (default: the log dirs' "
+        "absolute URIs), so that rounds over other log dirs on the host write distinct series",
+    )
+    p.add_argument(
+        "--erase-keys",
+        metavar="FILE",  # a path or a URI (s3://...), read by the driver
+        help="remove every record of the listed keys from every segment of the selected "
+        "partitions, the active one included (" + KEY_FILE_FORMAT + ")",
+    )
+    p.add_argument(
+        "--erase-only",
+        action="store_true",
+        help="with --erase-keys: erase only, no compaction (no dirty-ratio decision, the "
+        "checkpoint untouched)",
+    )
+    p.add_argument(
+        "--output-dir",
+        metavar="URI",
+        help="write a compacted copy of the selected partitions to this log dir (local or any "
+        "store --log-dir takes), every segment cleaned, the last one included; the "
+        "--log-dir sources are only read (docs/archives.md)",
+    )
+    p.add_argument(
+        "--as-of-time",
+        metavar="TIME",
+        help="with --output-dir: each partition as its broker held it at TIME (ISO-8601 with a "
+        "zone, or epoch ms): the log ends before the first batch stamped later",
+    )
+    p.add_argument(
+        "--as-of-offset",
+        metavar="TOPIC:PARTITION=OFFSET,...",
+        help="with --output-dir: those partitions' logs end at OFFSET (exclusive, a log end "
+        "offset: the batches whose last offset is below it)",
+    )
+    p.add_argument(
+        "--purge-noncurrent-versions",
+        action="store_true",
+        help="on a versioned S3 bucket: after the round, delete the noncurrent versions (and delete "
+        "markers) of the selected partitions' segment objects, what this round and earlier ones "
+        "replaced, and nothing else, so that their space is freed and erased records are in no "
+        "version; required with --erase-keys there",
+    )
     for flag, name, typ, default in KAFKA_FLAGS:
         size = " (k, m, g suffixes as Spark's)" if typ in (byte_size, config_size) else ""
         p.add_argument(flag, type=typ, default=None, help=f"Kafka's {name} (default {default}){size}")
@@ -296,8 +396,9 @@ def check_options(opts: JobOptions) -> JobOptions:
         try:
             re.compile(opts.topics)
         except re.error as exc:
-            raise UsageError(f"--topics {opts.topics!r}: not a regular expression ({exc}); "
-                             "e.g. 'orders|payments'") from None
+            raise UsageError(
+                f"--topics {opts.topics!r}: not a regular expression ({exc}); e.g. 'orders|payments'"
+            ) from None
     if opts.tasks_per_core < 1:
         raise UsageError(f"--tasks-per-core {opts.tasks_per_core}: must be at least 1")
     if opts.now_ms < 0:
@@ -305,8 +406,9 @@ def check_options(opts: JobOptions) -> JobOptions:
     _check_erase(opts)
     _check_archive(opts)
     if opts.report_html and opts.report_html == opts.report:
-        raise UsageError("--report and --report-html name the same file; give the page its own path "
-                         "(e.g. report.html)")  # fmt: skip
+        raise UsageError(
+            "--report and --report-html name the same file; give the page its own path (e.g. report.html)"
+        )
     try:
         _check_values(opts)
     except ConfigError as exc:
@@ -323,8 +425,10 @@ def _check_erase(opts: JobOptions) -> None:
         return
     if opts.ignore_broker_lock:
         # Erasing rewrites the active segment, which a running broker appends to: never under one.
-        raise UsageError("--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
-                         "active segment; stop the broker first")
+        raise UsageError(
+            "--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
+            "active segment; stop the broker first"
+        )
     from compaction.steps.erase import load_erase_set
 
     load_erase_set(opts.erase_keys)
@@ -334,14 +438,21 @@ def _check_archive(opts: JobOptions) -> None:
     """--output-dir and the cut: the combinations that cannot be right."""
     if not opts.output_dir:
         if opts.as_of_time_ms is not None or opts.as_of_offsets:
-            raise UsageError("--as-of-time and --as-of-offset need --output-dir URI: a snapshot is written "
-                             "as a copy, never over its source")  # fmt: skip
+            raise UsageError(
+                "--as-of-time and --as-of-offset need --output-dir URI: a snapshot is written "
+                "as a copy, never over its source"
+            )
         return
-    for flag, given in (("--dry-run/--plan-only", opts.dry_run), ("--recover-only", opts.recover_only),
-                        ("--ignore-broker-lock", opts.ignore_broker_lock)):  # fmt: skip
+    for flag, given in (
+        ("--dry-run/--plan-only", opts.dry_run),
+        ("--recover-only", opts.recover_only),
+        ("--ignore-broker-lock", opts.ignore_broker_lock),
+    ):
         if given:
-            raise UsageError(f"{flag} cannot be combined with --output-dir (the sources are only read; "
-                             "run without --output-dir to plan a round in place)")  # fmt: skip
+            raise UsageError(
+                f"{flag} cannot be combined with --output-dir (the sources are only read; "
+                "run without --output-dir to plan a round in place)"
+            )
     if opts.output_dir.rstrip("/") in (d.rstrip("/") for d in opts.log_dirs):
         raise UsageError(f"--output-dir {opts.output_dir} is also a --log-dir: the copy goes to a new place")
 
@@ -377,8 +488,9 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         try:
             io_max = float(str(broker[IO_MAX_BYTES_PER_SECOND]).strip())
         except ValueError:
-            raise UsageError(f"{IO_MAX_BYTES_PER_SECOND}={broker[IO_MAX_BYTES_PER_SECOND]!r} is not a "
-                             "number") from None  # fmt: skip
+            raise UsageError(
+                f"{IO_MAX_BYTES_PER_SECOND}={broker[IO_MAX_BYTES_PER_SECOND]!r} is not a number"
+            ) from None
     if io_max is not None and io_max <= 0:
         raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
     as_of_time = _parsed("--as-of-time", parse_as_of_time, args.as_of_time)
@@ -439,8 +551,10 @@ def _config_files(args) -> tuple[dict[str, object], dict[str, object], dict[str,
             entries = _load_json_object(path, text)
             nested = next((k for k, v in entries.items() if isinstance(v, dict)), None)
             if nested is not None:
-                raise ConfigError(f"{path} at {_json_path(nested)}: {excerpt(nested)} holds an object: "
-                                  "per-topic configs go in --topic-config")  # fmt: skip
+                raise ConfigError(
+                    f"{path} at {_json_path(nested)}: {excerpt(nested)} holds an object: "
+                    "per-topic configs go in --topic-config"
+                )
             where = {k: f" at {_json_path(k)}" for k in entries}
         else:
             lines = parse_properties(text, path)
@@ -462,7 +576,9 @@ def _read_text(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+        raise ConfigError(
+            f"{path} line {line}: not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
+        ) from None
 
 
 def _load_json_object(path: str, text: str) -> dict:
@@ -505,8 +621,10 @@ def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str,
     unknown = set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}
     if unknown:
         name = next(k for k in broker_entries if k in unknown)
-        raise ConfigError(f"{path} at {_json_path(name)}: {excerpt(name)} is neither a topic (an object of "
-                          "configs) nor a broker config")  # fmt: skip
+        raise ConfigError(
+            f"{path} at {_json_path(name)}: {excerpt(name)} is neither a topic (an object of "
+            "configs) nor a broker config"
+        )
     broker, _ = split_job_config(broker_entries, path, {k: f" at {_json_path(k)}" for k in broker_entries})
     topics = {topic: dict(cfg) for topic, cfg in data.items() if isinstance(cfg, dict)}
     for topic, cfg in topics.items():
@@ -515,7 +633,8 @@ def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str,
 
 
 def parse_topic_properties(
-    text: str, source: str = "topic config",
+    text: str,
+    source: str = "topic config",
 ) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
     """`orders.cleanup.policy=compact` -> ({}, {"orders": {"cleanup.policy": "compact"}}).
 
@@ -535,9 +654,13 @@ def parse_topic_properties(
             continue
         match = next((n for n in names if key.endswith("." + n)), None)
         if match is None:
-            raise ConfigError(f"{source} line {lineno}: expected <topic>.<topic config>=<value> or a broker "
-                              f"config (log.cleaner.*, log.segment.bytes, ...): {excerpt(key)}")  # fmt: skip
-        out.setdefault(key[: -len(match) - 1], {})[match] = checked_value(match, value, f"{source} line {lineno}", key)
+            raise ConfigError(
+                f"{source} line {lineno}: expected <topic>.<topic config>=<value> or a broker "
+                f"config (log.cleaner.*, log.segment.bytes, ...): {excerpt(key)}"
+            )
+        out.setdefault(key[: -len(match) - 1], {})[match] = checked_value(
+            match, value, f"{source} line {lineno}", key
+        )
     broker, _ = split_job_config(broker_entries, source, {k: f" line {n}" for n, k, _ in lines})
     return broker, out
 
@@ -549,8 +672,10 @@ def _check_values(opts: JobOptions) -> None:
 
     for topic in [None, *opts.topic_config]:
         try:
-            resolve_topic_config(opts.topic_config.get(topic) if topic else None,
-                                 {"cleanup.policy": "compact", **opts.config_for(topic or "")})  # fmt: skip
+            resolve_topic_config(
+                opts.topic_config.get(topic) if topic else None,
+                {"cleanup.policy": "compact", **opts.config_for(topic or "")},
+            )
         except (ValueError, TypeError) as exc:
             where = f"topic {topic!r}: " if topic else ""
             raise ConfigError(f"{where}{exc}") from None

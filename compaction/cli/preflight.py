@@ -18,10 +18,16 @@ from compaction.format.naming import INTERNAL_TOPICS_NOT_CLEANED, parse_partitio
 LOG_DIR, PARTITION_DIR, EMPTY, OTHER = "log dir", "partition dir", "empty", "other"
 
 # Files a broker keeps at the top of a log dir (LogManager, ReplicaManager, KafkaRaftServer).
-LOG_DIR_FILES = frozenset({
-    "meta.properties", "cleaner-offset-checkpoint", "recovery-point-offset-checkpoint",
-    "replication-offset-checkpoint", "log-start-offset-checkpoint", ".kafka_cleanshutdown",
-})  # fmt: skip
+LOG_DIR_FILES = frozenset(
+    {
+        "meta.properties",
+        "cleaner-offset-checkpoint",
+        "recovery-point-offset-checkpoint",
+        "replication-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        ".kafka_cleanshutdown",
+    }
+)
 # Files only a partition dir holds (UnifiedLog, LeaderEpochFileCache, PartitionMetadataFile).
 PARTITION_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
 PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
@@ -63,16 +69,21 @@ def check_log_dir(uri: str, *, writable: bool = True) -> list[tuple[str, bool]]:
     uri = shown(uri)
     if storage.is_local:
         if not os.path.exists(path):
-            raise UsageError(f"--log-dir {uri}: no such directory; give the path of a Kafka log dir "
-                             "(the broker's log.dirs entry)")  # fmt: skip
+            raise UsageError(
+                f"--log-dir {uri}: no such directory; give the path of a Kafka log dir "
+                "(the broker's log.dirs entry)"
+            )
         if not os.path.isdir(path):
-            raise UsageError(f"--log-dir {uri}: not a directory; give the directory a broker's "
-                             "log.dirs names")  # fmt: skip
+            raise UsageError(
+                f"--log-dir {uri}: not a directory; give the directory a broker's log.dirs names"
+            )
         if not os.access(path, os.R_OK | os.X_OK):
             raise UsageError(f"--log-dir {uri}: permission denied; run as a user who can read it")
         if writable and not os.access(path, os.W_OK):
-            raise UsageError(f"--log-dir {uri}: not writable; compaction rewrites segments in place "
-                             "(use --dry-run to only plan)")  # fmt: skip
+            raise UsageError(
+                f"--log-dir {uri}: not writable; compaction rewrites segments in place "
+                "(use --dry-run to only plan)"
+            )
     try:
         entries = [(i.name, i.is_dir) for i in storage.list_dir(path)]
     except FileNotFoundError:
@@ -83,15 +94,19 @@ def check_log_dir(uri: str, *, writable: bool = True) -> list[tuple[str, bool]]:
     kind = classify_listing(name, entries)
     if kind == PARTITION_DIR:
         parent = uri.rstrip("/").rsplit("/", 1)[0] if "/" in uri.rstrip("/") else "."
-        raise UsageError(f"--log-dir {uri}: this is a partition dir, not a log dir; give its parent: "
-                         f"--log-dir {parent} (add --topics '{parse_partition_dir_name(name)[0]}' for "
-                         "that topic only)")  # fmt: skip
+        raise UsageError(
+            f"--log-dir {uri}: this is a partition dir, not a log dir; give its parent: "
+            f"--log-dir {parent} (add --topics '{parse_partition_dir_name(name)[0]}' for "
+            "that topic only)"
+        )
     if kind == EMPTY:
         raise UsageError(f"--log-dir {uri}: the directory is empty, not a Kafka log dir; check the path")
     if kind == OTHER:
-        raise UsageError(f"--log-dir {uri}: not a Kafka log dir (no <topic>-<partition> directories, no "
-                         "meta.properties or checkpoint files); give the directory a broker's log.dirs "
-                         "names")  # fmt: skip
+        raise UsageError(
+            f"--log-dir {uri}: not a Kafka log dir (no <topic>-<partition> directories, no "
+            "meta.properties or checkpoint files); give the directory a broker's log.dirs "
+            "names"
+        )
     return entries
 
 
@@ -107,16 +122,22 @@ def check_selection(opts, partitions: list[tuple[str, int]]) -> None:
         return
     chosen = {f"{t}-{n}" for t, n in partitions if opts.wants(t, n)}
     found = sorted({t for t, _ in partitions})
-    listed = ", ".join(found[:SHOWN_TOPICS]) + (f" and {len(found) - SHOWN_TOPICS} more" if len(found) > SHOWN_TOPICS else "")
+    listed = ", ".join(found[:SHOWN_TOPICS]) + (
+        f" and {len(found) - SHOWN_TOPICS} more" if len(found) > SHOWN_TOPICS else ""
+    )
     topics = f"the log dirs hold the topics {listed}" if found else "the log dirs hold no topic"
     fix = "; or pass --allow-empty if an empty selection is fine"
     missing = sorted(set(opts.partitions or ()) - chosen)
     if missing:
-        raise UsageError(f"--partitions: {', '.join(missing)} not found{' under --topics ' + repr(opts.topics) if opts.topics else ''}"
-                         f" in any --log-dir; {topics}{fix}")  # fmt: skip
+        raise UsageError(
+            f"--partitions: {', '.join(missing)} not found"
+            f"{' under --topics ' + repr(opts.topics) if opts.topics else ''}"
+            f" in any --log-dir; {topics}{fix}"
+        )
     if not chosen:
-        raise UsageError(f"--topics {opts.topics!r} matches no topic (full match of a regular expression); "
-                         f"{topics}{fix}")  # fmt: skip
+        raise UsageError(
+            f"--topics {opts.topics!r} matches no topic (full match of a regular expression); {topics}{fix}"
+        )
 
 
 def check_output_path(flag: str, uri: str) -> None:
@@ -140,9 +161,11 @@ def check_output_path(flag: str, uri: str) -> None:
 def _one_holder(holder: dict, key: tuple[str, int], name: str, uri: str) -> None:
     """`UsageError` where a second log dir holds a partition: one --output-dir holds each once."""
     if key in holder:
-        raise UsageError(f"{name} is in both --log-dir {shown(holder[key])} and --log-dir {shown(uri)}: one "
-                         "--output-dir holds each partition once; write them to separate output dirs or narrow "
-                         "--topics / --partitions")  # fmt: skip
+        raise UsageError(
+            f"{name} is in both --log-dir {shown(holder[key])} and --log-dir {shown(uri)}: one "
+            "--output-dir holds each partition once; write them to separate output dirs or narrow "
+            "--topics / --partitions"
+        )
     holder[key] = uri
 
 
@@ -153,12 +176,15 @@ def find_java(env: dict[str, str]) -> str:
         java = os.path.join(home, "bin", "java")
         if os.access(java, os.X_OK):
             return java
-        raise UsageError(f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17+ install or "
-                         "unset it")  # fmt: skip
+        raise UsageError(
+            f"JAVA_HOME={home} has no bin/java; point JAVA_HOME at a Java 17+ install or unset it"
+        )
     java = shutil.which("java", path=env.get("PATH"))
     if java is None:
-        raise UsageError("no Java found: Spark needs Java 17 or newer; install it (e.g. apt-get install "
-                         "openjdk-17-jre-headless) or set JAVA_HOME")  # fmt: skip
+        raise UsageError(
+            "no Java found: Spark needs Java 17 or newer; install it (e.g. apt-get install "
+            "openjdk-17-jre-headless) or set JAVA_HOME"
+        )
     return java
 
 
@@ -168,14 +194,20 @@ def check_round(opts) -> list[str]:
     archive = getattr(opts, "output_dir", None)
     partitions, holder = [], {}
     for uri in opts.log_dirs:
-        for name, is_dir in check_log_dir(uri, writable=not opts.dry_run and not archive):  # --output-dir: only read
+        for name, is_dir in check_log_dir(
+            uri, writable=not opts.dry_run and not archive
+        ):  # --output-dir: only read
             parsed = parse_partition_dir_name(name) if is_dir else None
             if parsed is not None and parsed[0] not in INTERNAL_TOPICS_NOT_CLEANED:
                 partitions.append(parsed)
                 if archive and opts.wants(*parsed):
                     _one_holder(holder, parsed, name, uri)
     check_selection(opts, partitions)
-    outputs = (("--report", opts.report), ("--report-html", opts.report_html), ("--metrics-file", opts.metrics_file))
+    outputs = (
+        ("--report", opts.report),
+        ("--report-html", opts.report_html),
+        ("--metrics-file", opts.metrics_file),
+    )
     for flag, uri in outputs:
         if uri:
             check_output_path(flag, uri)
@@ -203,23 +235,34 @@ def check_versioning(opts) -> list[str]:
             status = storage.bucket_versioning(path)
         except OSError as exc:
             if opts.erase_keys and writes and not purge:
-                raise UsageError(f"--log-dir {shown(uri)}: cannot tell whether bucket {bucket} is versioned ({exc}); "
-                                 "erased records would stay in old versions of a versioned bucket: grant "
-                                 "s3:GetBucketVersioning, or add --purge-noncurrent-versions") from None  # fmt: skip
-            warnings.append(f"--log-dir {shown(uri)}: cannot tell whether bucket {bucket} is versioned: {exc}")
+                raise UsageError(
+                    f"--log-dir {shown(uri)}: cannot tell whether bucket {bucket} is versioned ({exc}); "
+                    "erased records would stay in old versions of a versioned bucket: grant "
+                    "s3:GetBucketVersioning, or add --purge-noncurrent-versions"
+                ) from None
+            warnings.append(
+                f"--log-dir {shown(uri)}: cannot tell whether bucket {bucket} is versioned: {exc}"
+            )
             continue
         if status not in VERSIONED:
             continue
         if opts.erase_keys and writes and not purge:
-            raise UsageError(f"--log-dir {shown(uri)}: bucket {bucket} is versioned ({status}): the erased records "
-                             "would stay readable in the noncurrent versions of the segments this pass replaces; "
-                             "add --purge-noncurrent-versions to delete those versions (s3:ListBucketVersions, "
-                             "s3:DeleteObjectVersion), or erase in an unversioned bucket")  # fmt: skip
-        then = ("this round deletes the noncurrent versions of the objects it replaces (--purge-noncurrent-versions)"
-                if purge and writes else "the segments a round replaces stay as noncurrent versions and keep "
-                "their space until deleted (a lifecycle rule's NoncurrentVersionExpiration, or "
-                "--purge-noncurrent-versions)")  # fmt: skip
+            raise UsageError(
+                f"--log-dir {shown(uri)}: bucket {bucket} is versioned ({status}): the erased records "
+                "would stay readable in the noncurrent versions of the segments this pass replaces; "
+                "add --purge-noncurrent-versions to delete those versions (s3:ListBucketVersions, "
+                "s3:DeleteObjectVersion), or erase in an unversioned bucket"
+            )
+        then = (
+            "this round deletes the noncurrent versions of the objects it replaces (--purge-noncurrent-versions)"
+            if purge and writes
+            else "the segments a round replaces stay as noncurrent versions and keep "
+            "their space until deleted (a lifecycle rule's NoncurrentVersionExpiration, or "
+            "--purge-noncurrent-versions)"
+        )
         warnings.append(f"--log-dir {shown(uri)}: bucket {bucket} is versioned ({status}): {then}")
     if purge and not on_s3:
-        raise UsageError("--purge-noncurrent-versions: no --log-dir is on S3 (it deletes old versions of S3 objects)")
+        raise UsageError(
+            "--purge-noncurrent-versions: no --log-dir is on S3 (it deletes old versions of S3 objects)"
+        )
     return warnings

@@ -15,8 +15,8 @@ import logging
 import os
 import sys
 import threading
-from collections import deque
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from compaction.settings import PROGRESS_SECONDS
@@ -159,14 +159,28 @@ class Reporter:
             self._stream.write(f"\r{bar(s)} {describe(s, partitions)}\033[K{end}")
             self._stream.flush()
         else:
-            log.info("progress: %s", describe(s, partitions), extra={"fields": {
-                "event": "progress", "tasksDone": s.tasks_done, "tasksTotal": s.tasks_total,
-                "tasksRunning": s.running, "bytesRead": s.read, "bytesWritten": s.written,
-                "workDone": s.work_done, "workTotal": s.work_total, "bytesTotal": s.total_bytes,
-                "partitions": partitions, "fraction": round(s.fraction, 4),
-                "bytesPerSecond": round(s.rate), "elapsedSeconds": round(s.elapsed, 3),
-                "etaSeconds": None if s.eta is None else round(s.eta, 1),
-            }})  # fmt: skip
+            log.info(
+                "progress: %s",
+                describe(s, partitions),
+                extra={
+                    "fields": {
+                        "event": "progress",
+                        "tasksDone": s.tasks_done,
+                        "tasksTotal": s.tasks_total,
+                        "tasksRunning": s.running,
+                        "bytesRead": s.read,
+                        "bytesWritten": s.written,
+                        "workDone": s.work_done,
+                        "workTotal": s.work_total,
+                        "bytesTotal": s.total_bytes,
+                        "partitions": partitions,
+                        "fraction": round(s.fraction, 4),
+                        "bytesPerSecond": round(s.rate),
+                        "elapsedSeconds": round(s.elapsed, 3),
+                        "etaSeconds": None if s.eta is None else round(s.eta, 1),
+                    }
+                },
+            )
 
     @property
     def tick(self) -> float:
@@ -186,8 +200,12 @@ class _Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            log.info("%s ... %.0f s", self._what, time.monotonic() - self._t0,
-                     extra={"fields": {"event": "waiting"}})  # fmt: skip
+            log.info(
+                "%s ... %.0f s",
+                self._what,
+                time.monotonic() - self._t0,
+                extra={"fields": {"event": "waiting"}},
+            )
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
@@ -195,8 +213,15 @@ class _Heartbeat:
 
 
 class _Watch:
-    def __init__(self, reporter: Reporter, counter: StageCounter, total_bytes: int, partitions: int,
-                 channel=None, work_total: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        reporter: Reporter,
+        counter: StageCounter,
+        total_bytes: int,
+        partitions: int,
+        channel=None,
+        work_total: int = 0,
+    ) -> None:
         self._r, self._counter, self._channel = reporter, counter, channel
         self._total, self._partitions, self._work_total = total_bytes, partitions, work_total
         self._stop = threading.Event()
@@ -226,8 +251,20 @@ class _Watch:
         # The executors see a task from its first beat; the tracker (fed by Spark's listener bus)
         # may not have heard of it yet.
         running = 0 if finished else max(running, ex.running)
-        return Snapshot(done, total, running, elapsed, self._total, ex.read, ex.written, ex.done,
-                        self._work_total, rate, work_rate, finished)  # fmt: skip
+        return Snapshot(
+            done,
+            total,
+            running,
+            elapsed,
+            self._total,
+            ex.read,
+            ex.written,
+            ex.done,
+            self._work_total,
+            rate,
+            work_rate,
+            finished,
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self._r.tick):

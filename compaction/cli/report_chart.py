@@ -36,8 +36,10 @@ def _short(label: str) -> str:
 
 def _bar(x: float, y: float, width: float, fill: str, tip: str) -> str:
     # Whole pixels and crisp edges: the fill colour then reaches the screen unblended.
-    return (f'<rect x="{x:.0f}" y="{y:.0f}" width="{max(width, 0):.0f}" height="{_BAR_H}" fill="{fill}">'
-            f"<title>{escape(tip)}</title></rect>")  # fmt: skip
+    return (
+        f'<rect x="{x:.0f}" y="{y:.0f}" width="{max(width, 0):.0f}" height="{_BAR_H}" fill="{fill}">'
+        f"<title>{escape(tip)}</title></rect>"
+    )
 
 
 def axis_ticks(peak: int) -> list[int]:
@@ -70,15 +72,19 @@ def _grid(ticks: list[int], scale: float, top: float, bottom: float) -> list[str
 def _pair(y: int, label: str, before: int, after: int, axis_max: int, scale: float) -> list[str]:
     """A topic's label and its two bars, from the top `y`."""
     pair_h = 2 * _BAR_H + _PAIR_GAP
-    out = [f'<text x="{_LABEL_W - 10}" y="{y + pair_h / 2 + 4:.0f}" class="label">'
-           f"<title>{escape(label)}</title>{escape(_short(label))}</text>"]  # fmt: skip
+    out = [
+        f'<text x="{_LABEL_W - 10}" y="{y + pair_h / 2 + 4:.0f}" class="label">'
+        f"<title>{escape(label)}</title>{escape(_short(label))}</text>"
+    ]
     bars = ((before, BEFORE_FILL, "before"), (after, AFTER_FILL, "after"))
     for row, (value, fill, word) in enumerate(bars):
         top = y + row * (_BAR_H + _PAIR_GAP)
         width = value / axis_max * scale if axis_max else 0
         out.append(_bar(_LABEL_W, top, width, fill, f"{label}: {word} {value:,} bytes"))
-        out.append(f'<text x="{_LABEL_W + width + 6:.0f}" y="{top + _BAR_H - 3}" class="value">'
-                   f"{escape(human_bytes(value))}</text>")  # fmt: skip
+        out.append(
+            f'<text x="{_LABEL_W + width + 6:.0f}" y="{top + _BAR_H - 3}" class="value">'
+            f"{escape(human_bytes(value))}</text>"
+        )
     return out
 
 
@@ -90,9 +96,11 @@ def bar_chart(groups: list[tuple[str, int, int]]) -> str:
     step = 2 * _BAR_H + _PAIR_GAP + _GROUP_GAP
     height = _TOP + len(groups) * step + _BOTTOM
     scale = _WIDTH - _LABEL_W - _VALUE_W
-    parts = [f'<svg class="chart" role="img" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" '
-             f'height="{height}" shape-rendering="crispEdges" '
-             'aria-label="log bytes before and after per topic">']  # fmt: skip
+    parts = [
+        f'<svg class="chart" role="img" viewBox="0 0 {_WIDTH} {height}" width="{_WIDTH}" '
+        f'height="{height}" shape-rendering="crispEdges" '
+        'aria-label="log bytes before and after per topic">'
+    ]
     parts += _grid(ticks, scale, _TOP - 4, height - _BOTTOM + 2)
     for i, (label, before, after) in enumerate(groups):
         parts += _pair(_TOP + i * step, label, before, after, ticks[-1], scale)

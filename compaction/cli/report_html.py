@@ -42,21 +42,45 @@ class Wording:
     scanned: bool = True  # False: nothing was read, so the byte columns have no value
 
 
-DRY_RUN = Wording("Dry run: what a compaction round would free", "read by a round", "written by a round",
-                  "reclaimable bytes", "reclaimable records", "of the bytes a round reads")  # fmt: skip
-ROUND = Wording("Compaction round", "bytes read", "bytes written", "reclaimed bytes", "records removed",
-                "of the bytes read")  # fmt: skip
-PLAN_ONLY = Wording("Plan only: what a round would clean", "read by a round", "written by a round",
-                    "reclaimable bytes", "reclaimable records", "", scanned=False)  # fmt: skip
-RECOVER_ONLY = Wording("Recovery only", "bytes read", "bytes written", "reclaimed bytes", "records removed",
-                       "", scanned=False)  # fmt: skip
+DRY_RUN = Wording(
+    "Dry run: what a compaction round would free",
+    "read by a round",
+    "written by a round",
+    "reclaimable bytes",
+    "reclaimable records",
+    "of the bytes a round reads",
+)
+ROUND = Wording(
+    "Compaction round",
+    "bytes read",
+    "bytes written",
+    "reclaimed bytes",
+    "records removed",
+    "of the bytes read",
+)
+PLAN_ONLY = Wording(
+    "Plan only: what a round would clean",
+    "read by a round",
+    "written by a round",
+    "reclaimable bytes",
+    "reclaimable records",
+    "",
+    scanned=False,
+)
+RECOVER_ONLY = Wording(
+    "Recovery only", "bytes read", "bytes written", "reclaimed bytes", "records removed", "", scanned=False
+)
 
 
 def wording_of(args: dict) -> Wording:
     from compaction.cli import logs
 
-    return {logs.ROUND: ROUND, logs.DRY_RUN: DRY_RUN, logs.PLAN_ONLY: PLAN_ONLY,
-            logs.RECOVER_ONLY: RECOVER_ONLY}[logs.mode_of(args)]  # fmt: skip
+    return {
+        logs.ROUND: ROUND,
+        logs.DRY_RUN: DRY_RUN,
+        logs.PLAN_ONLY: PLAN_ONLY,
+        logs.RECOVER_ONLY: RECOVER_ONLY,
+    }[logs.mode_of(args)]
 
 
 def render(report: dict) -> str:
@@ -67,17 +91,19 @@ def render(report: dict) -> str:
     totals = report.get("totals") or {}
     failed = bool(report.get("failure")) or any(e.get("status") == FAILED for e in partitions)
     order = f"failed first, then most {words.freed}" if failed else f"most {words.freed} first"
-    body = "\n".join((
-        _banner(report, partitions, totals, words),
-        _header(report, words),
-        _cards(totals, words),
-        _chart_section(topics, words),
-        _section("Per topic", _topic_table(topics, totals, words)),
-        _section(f"Per partition, {order}", _partition_table(partitions, words)),
-        _section("Options and thresholds", _options_table(report.get("args") or {})),
-        f"<footer>{escape(_tool(report))} &middot; report version {escape(str(report.get('version', '')))}"
-        "</footer>",
-    ))  # fmt: skip
+    body = "\n".join(
+        (
+            _banner(report, partitions, totals, words),
+            _header(report, words),
+            _cards(totals, words),
+            _chart_section(topics, words),
+            _section("Per topic", _topic_table(topics, totals, words)),
+            _section(f"Per partition, {order}", _partition_table(partitions, words)),
+            _section("Options and thresholds", _options_table(report.get("args") or {})),
+            f"<footer>{escape(_tool(report))} &middot; report version {escape(str(report.get('version', '')))}"
+            "</footer>",
+        )
+    )
     title = f"{'FAILED: ' if failed else ''}{words.title} \u2013 {_started(report)}"
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -118,13 +144,19 @@ def _banner(report: dict, partitions: list[dict], totals: dict, words: Wording) 
         if failure:
             parts.append(f"The round failed ({failure.get('phase')}): {failure.get('reason')}.")
         if failed:
-            parts.append(f"{len(failed)} of {n} partitions failed: {names}{more}; listed first below, with "
-                         "their reasons.")  # fmt: skip
-        return (f'<div id="outcome" class="banner failed" role="alert"><strong>FAILED</strong> '
-                f'{escape(" ".join(parts))}</div>')  # fmt: skip
+            parts.append(
+                f"{len(failed)} of {n} partitions failed: {names}{more}; listed first below, with "
+                "their reasons."
+            )
+        return (
+            f'<div id="outcome" class="banner failed" role="alert"><strong>FAILED</strong> '
+            f"{escape(' '.join(parts))}</div>"
+        )
     done = [f"{totals[s]:,} {s}" for s in ("cleaned", "eligible", "skipped") if totals.get(s)]
-    return (f'<div id="outcome" class="banner ok"><strong>OK</strong> {escape(words.title)}: {n:,} partitions'
-            f'{escape(", " + ", ".join(done) if done else "")}, none failed.</div>')  # fmt: skip
+    return (
+        f'<div id="outcome" class="banner ok"><strong>OK</strong> {escape(words.title)}: {n:,} partitions'
+        f"{escape(', ' + ', '.join(done) if done else '')}, none failed.</div>"
+    )
 
 
 def _header(report: dict, words: Wording) -> str:
@@ -153,9 +185,11 @@ def _header(report: dict, words: Wording) -> str:
 
 
 def _card(label: str, value: str, detail: str) -> str:
-    return (f'<div class="card"><div class="card-label">{escape(label)}</div>'
-            f'<div class="card-value">{escape(value)}</div>'
-            f'<div class="card-detail">{escape(detail)}</div></div>')  # fmt: skip
+    return (
+        f'<div class="card"><div class="card-label">{escape(label)}</div>'
+        f'<div class="card-value">{escape(value)}</div>'
+        f'<div class="card-detail">{escape(detail)}</div></div>'
+    )
 
 
 def _share(part: int, whole: int) -> str:
@@ -198,8 +232,9 @@ def _chart_section(topics: list[tuple[str, dict]], words: Wording) -> str:
         f'<div class="chart-box">{bar_chart(groups)}</div>',
     ]
     if len(groups) > MAX_BARS:
-        parts.append(f'<p class="note">The {MAX_BARS} largest of {len(groups)} topics; the table lists them '
-                     "all.</p>")  # fmt: skip
+        parts.append(
+            f'<p class="note">The {MAX_BARS} largest of {len(groups)} topics; the table lists them all.</p>'
+        )
     return _section(heading, "\n".join(parts))
 
 
@@ -221,8 +256,11 @@ def _table(table_id: str, heads: list[tuple[str, bool]], rows: list[str], foot: 
     """`heads`: (label, is a number column)."""
     ths = "".join(f'<th class="num">{escape(h)}</th>' if num else f"<th>{escape(h)}</th>" for h, num in heads)
     tfoot = f"\n<tfoot>{foot}</tfoot>" if foot else ""
-    return (f'<table id="{table_id}">\n<thead><tr>{ths}</tr></thead>\n<tbody>\n' + "\n".join(rows)
-            + f"\n</tbody>{tfoot}\n</table>")  # fmt: skip
+    return (
+        f'<table id="{table_id}">\n<thead><tr>{ths}</tr></thead>\n<tbody>\n'
+        + "\n".join(rows)
+        + f"\n</tbody>{tfoot}\n</table>"
+    )
 
 
 def _scan_cells(entry: dict, words: Wording) -> str:
@@ -238,21 +276,35 @@ def _scan_heads(words: Wording) -> list[tuple[str, bool]]:
 
 
 def _topic_table(topics: list[tuple[str, dict]], totals: dict, words: Wording) -> str:
-    heads = [("topic", False), ("partitions", True), ("dirty bytes", True), *_scan_heads(words),
-             ("saving", True)]  # fmt: skip
+    heads = [
+        ("topic", False),
+        ("partitions", True),
+        ("dirty bytes", True),
+        *_scan_heads(words),
+        ("saving", True),
+    ]
     rows = [_topic_row(name, t, words) for name, t in topics]
     return _table("topics", heads, rows, _topic_row("all topics", totals, words))
 
 
 def _topic_row(name: str, t: dict, words: Wording) -> str:
     saving = _share(t.get("reclaimableBytes", 0), t.get("bytesRead", 0)) if words.scanned else None
-    return (f"<tr>{_td(name, num=False)}{_td(t.get('partitions'))}{_td(t.get('dirtyBytes'), bytes_=True)}"
-            f"{_scan_cells(t, words)}{_td(saving)}</tr>")  # fmt: skip
+    return (
+        f"<tr>{_td(name, num=False)}{_td(t.get('partitions'))}{_td(t.get('dirtyBytes'), bytes_=True)}"
+        f"{_scan_cells(t, words)}{_td(saving)}</tr>"
+    )
 
 
 def _partition_table(partitions: list[dict], words: Wording) -> str:
-    heads = [("topic", False), ("partition", True), ("status", False), ("dirty ratio", True),
-             ("dirty bytes", True), *_scan_heads(words), ("reason", False)]  # fmt: skip
+    heads = [
+        ("topic", False),
+        ("partition", True),
+        ("status", False),
+        ("dirty ratio", True),
+        ("dirty bytes", True),
+        *_scan_heads(words),
+        ("reason", False),
+    ]
     rows = [_partition_row(e, words) for e in partitions]
     if not rows:
         rows = [f'<tr><td colspan="{len(heads)}" class="empty">No partitions in this run.</td></tr>']
@@ -263,10 +315,12 @@ def _partition_row(e: dict, words: Wording) -> str:
     ratio = None if e.get("dirtyRatio") is None else f"{e['dirtyRatio']:.3f}"
     status = str(e.get("status", ""))
     badge = re.sub(r"[^a-z]", "", status.lower())  # a class name, whatever the report holds
-    return (f"<tr>{_td(str(e['topic']), num=False)}{_td(e['partition'])}"
-            f'<td><span class="status {badge}">{escape(status)}</span></td>{_td(ratio)}'
-            f"{_td(e.get('dirtyBytes'), bytes_=True)}{_scan_cells(e, words)}"
-            f'<td class="reason">{escape(str(e.get("reason") or ""))}</td></tr>')  # fmt: skip
+    return (
+        f"<tr>{_td(str(e['topic']), num=False)}{_td(e['partition'])}"
+        f'<td><span class="status {badge}">{escape(status)}</span></td>{_td(ratio)}'
+        f"{_td(e.get('dirtyBytes'), bytes_=True)}{_scan_cells(e, words)}"
+        f'<td class="reason">{escape(str(e.get("reason") or ""))}</td></tr>'
+    )
 
 
 # --- the options that decided ---------------------------------------------------------------------
@@ -292,25 +346,47 @@ def _options_table(args: dict) -> str:
         rows += [(f"{topic}: {k}", v, "--topic-config") for k, v in sorted(configs.items())]
     rate = args.get("io_max_bytes_per_second")
     rows += [
-        ("log.cleaner.io.max.bytes.per.second", "unthrottled" if rate is None else f"{human_bytes(int(rate))}/s",
-         "--io-max-bytes-per-second"),
-        ("max inflated batch", human_bytes(args["max_inflated_batch_bytes"]) if args.get("max_inflated_batch_bytes")
-         else NO_VALUE_TEXT, "--max-inflated-batch-bytes"),
-        ("read / write mode", f"{args.get('read_mode')} / {args.get('write_mode')}", "--read-mode, --write-mode"),
+        (
+            "log.cleaner.io.max.bytes.per.second",
+            "unthrottled" if rate is None else f"{human_bytes(int(rate))}/s",
+            "--io-max-bytes-per-second",
+        ),
+        (
+            "max inflated batch",
+            human_bytes(args["max_inflated_batch_bytes"])
+            if args.get("max_inflated_batch_bytes")
+            else NO_VALUE_TEXT,
+            "--max-inflated-batch-bytes",
+        ),
+        (
+            "read / write mode",
+            f"{args.get('read_mode')} / {args.get('write_mode')}",
+            "--read-mode, --write-mode",
+        ),
         ("tasks per core", args.get("tasks_per_core"), "--tasks-per-core"),
-    ]  # fmt: skip
+    ]
     if args.get("erase_keys"):
-        rows.append(("erase keys", args["erase_keys"], "--erase-keys" + (" --erase-only" if args.get("erase_only") else "")))
+        rows.append(
+            (
+                "erase keys",
+                args["erase_keys"],
+                "--erase-keys" + (" --erase-only" if args.get("erase_only") else ""),
+            )
+        )
     if args.get("ignore_broker_lock"):
         rows.append(("broker lock", "ignored", "--ignore-broker-lock"))
-    cells = [f"<tr><td><code>{escape(str(n))}</code></td><td>{escape(str(v))}</td><td>{escape(s)}</td></tr>"
-             for n, v, s in rows]  # fmt: skip
+    cells = [
+        f"<tr><td><code>{escape(str(n))}</code></td><td>{escape(str(v))}</td><td>{escape(s)}</td></tr>"
+        for n, v, s in rows
+    ]
     return _table("options", [("setting", False), ("value", False), ("from", False)], cells)
 
 
 # Our own style, inline: system fonts only (a web font would be a fetch).
-STYLE = f"""
-:root {{ --before: {BEFORE_FILL}; --after: {AFTER_FILL}; }}""" + """
+STYLE = (
+    f"""
+:root {{ --before: {BEFORE_FILL}; --after: {AFTER_FILL}; }}"""
+    + """
 :root { color-scheme: light; --ink: #1c2430; --muted: #5b6776; --line: #dde3ea; --bg: #f5f7fa; }
 * { box-sizing: border-box; }
 body { margin: 0; background: var(--bg); color: var(--ink);
@@ -363,3 +439,4 @@ td:first-child { min-width: 9em; overflow-wrap: anywhere; }  /* a 249-character 
 footer { margin-top: 28px; color: var(--muted); font-size: 12px; }
 @media print { body { background: #fff; } main { padding: 0; } }
 """
+)

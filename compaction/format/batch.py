@@ -128,9 +128,20 @@ class BatchHeader:
 
     def pack(self) -> bytes:
         return BATCH_HEADER.pack(
-            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
-            self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
-            self.producer_id, self.producer_epoch, self.base_sequence, self.records_count)
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        )
 
     @property
     def last_offset(self) -> int:
@@ -185,18 +196,26 @@ class RecordBatch:
         self.position = position
         self.path = path
         if len(self.raw) < RECORD_BATCH_OVERHEAD:
-            raise self._corrupt(f"record batch of {len(self.raw)} bytes is smaller than the "
-                                f"{RECORD_BATCH_OVERHEAD}-byte v2 header")
+            raise self._corrupt(
+                f"record batch of {len(self.raw)} bytes is smaller than the "
+                f"{RECORD_BATCH_OVERHEAD}-byte v2 header"
+            )
         self.header = BatchHeader.unpack_from(self.raw)
         if self.header.magic != MAGIC_V2:
             raise self._corrupt(f"magic {self.header.magic} is not a v2 record batch")
         if self.header.size != len(self.raw):
-            raise self._corrupt(f"batch length field says {self.header.size} bytes, buffer has {len(self.raw)}")
+            raise self._corrupt(
+                f"batch length field says {self.header.size} bytes, buffer has {len(self.raw)}"
+            )
 
     def _corrupt(self, message: str) -> CorruptRecordError:
         offset = getattr(self, "header", None)
-        return CorruptRecordError(message, path=self.path, position=self.position,
-                                  offset=None if offset is None else offset.base_offset)
+        return CorruptRecordError(
+            message,
+            path=self.path,
+            position=self.position,
+            offset=None if offset is None else offset.base_offset,
+        )
 
     @property
     def magic(self) -> int:
@@ -211,17 +230,23 @@ class RecordBatch:
     def ensure_valid(self) -> None:
         actual = self.computed_crc()
         if actual != self.header.crc:
-            raise CrcMismatchError("record batch checksum mismatch", expected=self.header.crc,
-                                   actual=actual, path=self.path, position=self.position,
-                                   offset=self.header.base_offset)
+            raise CrcMismatchError(
+                "record batch checksum mismatch",
+                expected=self.header.crc,
+                actual=actual,
+                path=self.path,
+                position=self.position,
+                offset=self.header.base_offset,
+            )
 
     def records_payload(self) -> bytes | memoryview:
         """The (decompressed) concatenated records."""
         body = self.raw[RECORD_BATCH_OVERHEAD:]
         if self.header.codec == compression.CODEC_NONE:
             return body
-        return compression.decompress(self.header.codec, body, MAGIC_V2, path=self.path,
-                                      position=self.position + RECORD_BATCH_OVERHEAD)
+        return compression.decompress(
+            self.header.codec, body, MAGIC_V2, path=self.path, position=self.position + RECORD_BATCH_OVERHEAD
+        )
 
     def records(self) -> list[Record]:
         """Decode every record. LogAppendTime batches report maxTimestamp for every record."""
@@ -256,7 +281,9 @@ def decode_records(payload, header: BatchHeader) -> list[Record]:
     if pos != len(payload):
         raise CorruptRecordError(
             f"Incorrect declared batch size: {len(payload) - pos} bytes left after "
-            f"{header.records_count} records", position=pos)
+            f"{header.records_count} records",
+            position=pos,
+        )
     return out
 
 
@@ -265,7 +292,7 @@ def _read_bytes(buf, pos: int, length: int, what: str) -> tuple[bytes | None, in
         return None, pos
     if pos + length > len(buf):
         raise CorruptRecordError(f"{what} of {length} bytes runs past the end", position=pos)
-    return bytes(buf[pos:pos + length]), pos + length
+    return bytes(buf[pos : pos + length]), pos + length
 
 
 def _decode_record(buf, pos: int, base_offset: int, base_timestamp: int) -> tuple[Record, int]:
@@ -285,8 +312,10 @@ def _decode_record(buf, pos: int, base_offset: int, base_timestamp: int) -> tupl
     value, pos = _read_bytes(view, pos, value_len, "value")
     headers, pos = _decode_headers(view, pos)
     if pos != buf_end:
-        raise CorruptRecordError(f"Invalid record size: expected {size} bytes in record payload, "
-                                 f"read {pos - body_start}", position=start)
+        raise CorruptRecordError(
+            f"Invalid record size: expected {size} bytes in record payload, read {pos - body_start}",
+            position=start,
+        )
     return Record(base_offset + offset_delta, base_timestamp + ts_delta, key, value, headers), pos
 
 
@@ -309,6 +338,7 @@ def _decode_headers(buf, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...]
 
 # --- control records -----------------------------------------------------------------------------
 
+
 def control_record(control_type: int, coordinator_epoch: int = 0) -> tuple[bytes, bytes]:
     """Key and value of an end-transaction marker (COMMIT or ABORT), as the broker writes them."""
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
@@ -323,10 +353,14 @@ def parse_control_type(key: bytes | None, where: RecordBatch | None = None) -> i
     path = "<memory>" if where is None else where.path
     position = None if where is None else where.position
     if key is None or len(key) < CONTROL_KEY.size:
-        raise CorruptRecordError("invalid control record key (fewer than 4 bytes)", path=path, position=position)
+        raise CorruptRecordError(
+            "invalid control record key (fewer than 4 bytes)", path=path, position=position
+        )
     version, control_type = CONTROL_KEY.unpack_from(key)
     if version < 0:
-        raise CorruptRecordError(f"invalid control record key version {version}", path=path, position=position)
+        raise CorruptRecordError(
+            f"invalid control record key version {version}", path=path, position=position
+        )
     return control_type
 
 

@@ -36,6 +36,7 @@ from compaction.format.layout import (
 )
 from compaction.format.varint import write_varint, write_varlong
 
+
 def encode_record(out: bytearray, record: Record, offset_delta: int, timestamp_delta: int) -> None:
     """Append one record (DefaultRecord.writeTo) to `out`."""
     body = bytearray([RECORD_ATTRIBUTES])
@@ -59,13 +60,16 @@ def _write_nullable(out: bytearray, data: bytes | None) -> None:
         out += data
 
 
-def _attributes(codec: int, timestamp_type: int, is_transactional: bool, is_control: bool,
-                has_delete_horizon: bool) -> int:
-    return ((codec & COMPRESSION_CODEC_MASK)
-            | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
-            | (TRANSACTIONAL_MASK if is_transactional else 0)
-            | (CONTROL_MASK if is_control else 0)
-            | (DELETE_HORIZON_MASK if has_delete_horizon else 0))
+def _attributes(
+    codec: int, timestamp_type: int, is_transactional: bool, is_control: bool, has_delete_horizon: bool
+) -> int:
+    return (
+        (codec & COMPRESSION_CODEC_MASK)
+        | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
+        | (TRANSACTIONAL_MASK if is_transactional else 0)
+        | (CONTROL_MASK if is_control else 0)
+        | (DELETE_HORIZON_MASK if has_delete_horizon else 0)
+    )
 
 
 def _seal(header: BatchHeader, payload: bytes) -> bytes:
@@ -79,8 +83,9 @@ def _seal(header: BatchHeader, payload: bytes) -> bytes:
     return bytes(buf)
 
 
-def _validate_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int,
-                              is_transactional: bool, is_control: bool) -> None:
+def _validate_producer_fields(
+    producer_id: int, producer_epoch: int, base_sequence: int, is_transactional: bool, is_control: bool
+) -> None:
     # MemoryRecordsBuilder's constructor checks, so that we never write what Kafka would refuse.
     if is_transactional and producer_id == NO_PRODUCER_ID:
         raise ValueError("cannot write transactional messages without a valid producer id")
@@ -95,8 +100,10 @@ def _check_offsets(records: Sequence[Record], base_offset: int) -> None:
     previous = None
     for record in records:
         if record.offset < base_offset or (previous is not None and record.offset <= previous):
-            raise ValueError(f"illegal offset {record.offset} (base {base_offset}, previous {previous}); "
-                             "offsets must increase")
+            raise ValueError(
+                f"illegal offset {record.offset} (base {base_offset}, previous {previous}); "
+                "offsets must increase"
+            )
         previous = record.offset
 
 
@@ -138,7 +145,9 @@ def build_batch(
     if last_offset_delta is None:
         last_offset_delta = natural_last_delta
     elif last_offset_delta < natural_last_delta:
-        raise ValueError(f"last_offset_delta {last_offset_delta} is below the last record's {natural_last_delta}")
+        raise ValueError(
+            f"last_offset_delta {last_offset_delta} is below the last record's {natural_last_delta}"
+        )
 
     has_horizon = delete_horizon_ms is not None and delete_horizon_ms >= 0
     base_timestamp = delete_horizon_ms if has_horizon else records[0].timestamp
@@ -150,12 +159,20 @@ def build_batch(
     else:  # MemoryRecordsBuilder starts from NO_TIMESTAMP and keeps the largest
         max_timestamp = max([NO_TIMESTAMP, *(r.timestamp for r in records)])
     header = BatchHeader(
-        base_offset=base_offset, batch_length=0, partition_leader_epoch=partition_leader_epoch,
-        magic=MAGIC_V2, crc=0,
+        base_offset=base_offset,
+        batch_length=0,
+        partition_leader_epoch=partition_leader_epoch,
+        magic=MAGIC_V2,
+        crc=0,
         attributes=_attributes(codec, timestamp_type, is_transactional, is_control, has_horizon),
-        last_offset_delta=last_offset_delta, base_timestamp=base_timestamp, max_timestamp=max_timestamp,
-        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-        records_count=len(records))
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=len(records),
+    )
     return _seal(header, compression.compress(codec, bytes(payload), MAGIC_V2))
 
 
@@ -168,13 +185,20 @@ def build_empty_batch(header: BatchHeader) -> bytes:
     baseTimestamp -1; no records; fresh CRC.
     """
     empty = BatchHeader(
-        base_offset=header.base_offset, batch_length=0, partition_leader_epoch=header.partition_leader_epoch,
-        magic=MAGIC_V2, crc=0,
-        attributes=_attributes(compression.CODEC_NONE, header.timestamp_type, header.is_transactional,
-                               header.is_control, False),
-        last_offset_delta=header.last_offset_delta, base_timestamp=NO_TIMESTAMP,
-        max_timestamp=header.max_timestamp, producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch, base_sequence=header.base_sequence, records_count=0)
+        base_offset=header.base_offset,
+        batch_length=0,
+        partition_leader_epoch=header.partition_leader_epoch,
+        magic=MAGIC_V2,
+        crc=0,
+        attributes=_attributes(
+            compression.CODEC_NONE, header.timestamp_type, header.is_transactional, header.is_control, False
+        ),
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=NO_TIMESTAMP,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        records_count=0,
+    )
     return _seal(empty, b"")
-
-

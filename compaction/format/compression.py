@@ -62,11 +62,24 @@ import zstandard
 from isal import igzip, isal_zlib
 
 from compaction.errors import CorruptRecordError, InflateLimitError, UnsupportedCodecError
-from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD, MAGIC_V0, MAGIC_V2
+from compaction.format.layout import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    MAGIC_V0,
+    MAGIC_V2,
+)
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
-CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4",
-               CODEC_ZSTD: "zstd"}
+CODEC_NAMES = {
+    CODEC_NONE: "none",
+    CODEC_GZIP: "gzip",
+    CODEC_SNAPPY: "snappy",
+    CODEC_LZ4: "lz4",
+    CODEC_ZSTD: "zstd",
+}
 
 # Kafka writes zlib level 6 (Deflater.DEFAULT_COMPRESSION); ISA-L's levels are 0-3, and its 3
 # matches zlib 6's ratio on record data at ~5x the speed. Any level decodes the same.
@@ -83,8 +96,16 @@ XERIAL_BLOCK_SIZE = 32 * 1024  # SnappyOutputStream.DEFAULT_BLOCK_SIZE (bytes of
 
 # What the libraries raise on undecodable input (gzip.BadGzipFile is an OSError, lz4 raises
 # RuntimeError, cramjam and ISA-L have their own errors that derive from Exception only).
-_DECODE_ERRORS = (OSError, EOFError, ValueError, RuntimeError, zlib.error, zstandard.ZstdError,
-                  cramjam.DecompressionError, isal_zlib.error)
+_DECODE_ERRORS = (
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    zlib.error,
+    zstandard.ZstdError,
+    cramjam.DecompressionError,
+    isal_zlib.error,
+)
 
 # --- LZ4 frame -------------------------------------------------------------------------------
 LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
@@ -121,8 +142,9 @@ def _check_codec(codec: int, magic: int, path: str, position: int | None) -> Non
     if codec not in CODEC_NAMES:
         raise UnsupportedCodecError(f"unknown compression codec id {codec}", path=path, position=position)
     if codec == CODEC_ZSTD and magic < MAGIC_V2:
-        raise UnsupportedCodecError(f"zstd is not allowed in magic v{magic} messages",
-                                    path=path, position=position)
+        raise UnsupportedCodecError(
+            f"zstd is not allowed in magic v{magic} messages", path=path, position=position
+        )
 
 
 def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
@@ -140,16 +162,30 @@ def compress(codec: int, data: bytes, magic: int = MAGIC_V2) -> bytes:
     return _lz4_compress(data, broken_header_checksum=magic == MAGIC_V0)
 
 
-def decompress(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, path: str = "<memory>",
-               position: int | None = None, limit: int = MAX_INFLATED_BATCH_BYTES) -> bytes:  # fmt: skip
+def decompress(
+    codec: int,
+    data: bytes | memoryview,
+    magic: int = MAGIC_V2,
+    *,
+    path: str = "<memory>",
+    position: int | None = None,
+    limit: int = MAX_INFLATED_BATCH_BYTES,
+) -> bytes:
     """Inverse of `compress`; also reads the variants real producers write (see module doc).
     One buffer: `inflate`'s pieces joined."""
     pieces = inflate(codec, data, magic, path=path, position=position, limit=limit)
     return bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
 
 
-def inflate(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, path: str = "<memory>",
-            position: int | None = None, limit: int = MAX_INFLATED_BATCH_BYTES) -> list:  # fmt: skip
+def inflate(
+    codec: int,
+    data: bytes | memoryview,
+    magic: int = MAGIC_V2,
+    *,
+    path: str = "<memory>",
+    position: int | None = None,
+    limit: int = MAX_INFLATED_BATCH_BYTES,
+) -> list:
     """The decompressed bytes of `data` as a list of buffers (one, unless the output may pass
     PIECE_BYTES), at most `limit` bytes in all: `InflateLimitError` beyond it.
 
@@ -173,14 +209,20 @@ def inflate(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2, *, path
     except CorruptRecordError as err:
         raise CorruptRecordError(err.message, path=path, position=position) from err
     except _DECODE_ERRORS as err:
-        raise CorruptRecordError(f"cannot decompress {codec_name(codec)} data: {err}",
-                                 path=path, position=position) from err
+        raise CorruptRecordError(
+            f"cannot decompress {codec_name(codec)} data: {err}", path=path, position=position
+        ) from err
 
 
 def _limit_error(codec: int, data, limit: int, path: str, position: int | None) -> InflateLimitError:
-    return InflateLimitError(f"{codec_name(codec)} records of {len(data)} compressed bytes inflate to more "
-                             f"than {limit} bytes (--max-inflated-batch-bytes)", codec=codec_name(codec),
-                             limit=limit, path=path, position=position)  # fmt: skip
+    return InflateLimitError(
+        f"{codec_name(codec)} records of {len(data)} compressed bytes inflate to more "
+        f"than {limit} bytes (--max-inflated-batch-bytes)",
+        codec=codec_name(codec),
+        limit=limit,
+        path=path,
+        position=position,
+    )
 
 
 def _read_pieces(read, limit: int) -> list:
@@ -197,6 +239,7 @@ def _read_pieces(read, limit: int) -> list:
 
 
 # --- gzip ------------------------------------------------------------------------------------
+
 
 def _gzip_inflate(data, limit: int) -> list:
     if len(data) * DEFLATE_MAX_RATIO <= min(PIECE_BYTES, limit):
@@ -232,6 +275,7 @@ def _gzip_inflate(data, limit: int) -> list:
 
 # --- snappy ----------------------------------------------------------------------------------
 
+
 def _xerial_compress(data) -> bytes:
     parts = [XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION)]
     view = memoryview(data)
@@ -242,7 +286,9 @@ def _xerial_compress(data) -> bytes:
 
 
 def _is_xerial_header(view: memoryview, pos: int) -> bool:
-    return len(view) - pos >= XERIAL_HEADER.size and bytes(view[pos:pos + len(XERIAL_MAGIC)]) == XERIAL_MAGIC
+    return (
+        len(view) - pos >= XERIAL_HEADER.size and bytes(view[pos : pos + len(XERIAL_MAGIC)]) == XERIAL_MAGIC
+    )
 
 
 def _xerial_inflate(view: memoryview, limit: int) -> list:
@@ -299,8 +345,7 @@ def _snappy_run(run: list, total: int) -> bytearray:
 
 # --- lz4 -------------------------------------------------------------------------------------
 
-_XXH_P1, _XXH_P2, _XXH_P3, _XXH_P4, _XXH_P5 = (2654435761, 2246822519, 3266489917, 668265263,
-                                               374761393)
+_XXH_P1, _XXH_P2, _XXH_P3, _XXH_P4, _XXH_P5 = (2654435761, 2246822519, 3266489917, 668265263, 374761393)
 _U32 = 0xFFFFFFFF
 
 
@@ -320,7 +365,7 @@ def xxh32(data: bytes, seed: int = 0) -> int:
     h = (seed + _XXH_P5 + n) & _U32
     pos = 0
     while pos + 4 <= n:
-        h = (h + int.from_bytes(data[pos:pos + 4], "little") * _XXH_P3) & _U32
+        h = (h + int.from_bytes(data[pos : pos + 4], "little") * _XXH_P3) & _U32
         h = (_rotl32(h, 17) * _XXH_P4) & _U32
         pos += 4
     while pos < n:
@@ -353,18 +398,18 @@ def _lz4_compress(data: bytes, broken_header_checksum: bool) -> bytes:
         return frame
     hc_index = _lz4_header_checksum_index(frame)
     broken = (xxh32(frame[:hc_index]) >> 8) & 0xFF  # over magic+FLG+BD, as Kafka 0.8/0.9 did
-    return frame[:hc_index] + bytes([broken]) + frame[hc_index + 1:]
+    return frame[:hc_index] + bytes([broken]) + frame[hc_index + 1 :]
 
 
 def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
-    if len(frame) < LZ4_MIN_HEADER or frame[:len(LZ4_FRAME_MAGIC)] != LZ4_FRAME_MAGIC:
+    if len(frame) < LZ4_MIN_HEADER or frame[: len(LZ4_FRAME_MAGIC)] != LZ4_FRAME_MAGIC:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
     if not frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT:
         raise CorruptRecordError("Dependent block stream is unsupported (lz4 FLG without block independence)")
     if magic == MAGIC_V0:
         hc_index = _lz4_header_checksum_index(frame)
         correct = (xxh32(frame[LZ4_FLG_OFFSET:hc_index]) >> 8) & 0xFF
-        frame = frame[:hc_index] + bytes([correct]) + frame[hc_index + 1:]
+        frame = frame[:hc_index] + bytes([correct]) + frame[hc_index + 1 :]
     if len(frame) * LZ4_MAX_RATIO <= min(PIECE_BYTES, limit):
         return [lz4.frame.decompress(frame)]
     reader = lz4.frame.LZ4FrameDecompressor()

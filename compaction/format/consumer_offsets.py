@@ -73,8 +73,12 @@ def _member_metadata(r: Reader, version: int) -> dict:
 
 
 def _group_metadata_value(r: Reader, version: int) -> dict:
-    out = {"protocolType": r.string(), "generation": r.int32(), "protocol": r.string(nullable=True),
-           "leader": r.string(nullable=True)}  # fmt: skip
+    out = {
+        "protocolType": r.string(),
+        "generation": r.int32(),
+        "protocol": r.string(nullable=True),
+        "leader": r.string(nullable=True),
+    }
     if version >= 2:
         out["currentStateTimestamp"] = r.int64()
     members = r.array(lambda: _member_metadata(r, version))
@@ -155,8 +159,12 @@ def _cg_partition_metadata_value(r: Reader, version: int) -> dict:
         return _tagged(r, {"partition": r.int32(), "racks": r.array(r.string)}, {})
 
     def topic() -> dict:
-        out = {"topicId": _uuid(r), "topicName": r.string(), "numPartitions": r.int32(),
-               "partitionRacks": r.array(partition)}  # fmt: skip
+        out = {
+            "topicId": _uuid(r),
+            "topicName": r.string(),
+            "numPartitions": r.int32(),
+            "partitionRacks": r.array(partition),
+        }
         return _tagged(r, out, {})
 
     return _tagged(r, {"epoch": r.int32(), "topics": r.array(topic)}, {})
@@ -174,10 +182,16 @@ def _classic_member_metadata(raw: bytes) -> dict:
 
 
 def _cg_member_metadata_value(r: Reader, version: int) -> dict:
-    out = {"instanceId": r.string(nullable=True), "rackId": r.string(nullable=True), "clientId": r.string(),
-           "clientHost": r.string(), "subscribedTopicNames": r.array(r.string),
-           "subscribedTopicRegex": r.string(nullable=True), "rebalanceTimeoutMs": r.int32(),
-           "serverAssignor": r.string(nullable=True)}  # fmt: skip
+    out = {
+        "instanceId": r.string(nullable=True),
+        "rackId": r.string(nullable=True),
+        "clientId": r.string(),
+        "clientHost": r.string(),
+        "subscribedTopicNames": r.array(r.string),
+        "subscribedTopicRegex": r.string(nullable=True),
+        "rebalanceTimeoutMs": r.int32(),
+        "serverAssignor": r.string(nullable=True),
+    }
     return _tagged(r, out, {0: ("classicMemberMetadata", _classic_member_metadata)})
 
 
@@ -202,9 +216,13 @@ def _int32_array(raw: bytes) -> list[int] | None:
 
 def _cg_current_member_assignment_value(r: Reader, version: int) -> dict:
     tags = {0: ("assignmentEpochs", _int32_array)}
-    out = {"memberEpoch": r.int32(), "previousMemberEpoch": r.int32(), "state": r.int8(),
-           "assignedPartitions": r.array(lambda: _topic_id_partitions(r, tags)),
-           "partitionsPendingRevocation": r.array(lambda: _topic_id_partitions(r, tags))}  # fmt: skip
+    out = {
+        "memberEpoch": r.int32(),
+        "previousMemberEpoch": r.int32(),
+        "state": r.int8(),
+        "assignedPartitions": r.array(lambda: _topic_id_partitions(r, tags)),
+        "partitionsPendingRevocation": r.array(lambda: _topic_id_partitions(r, tags)),
+    }
     return _tagged(r, out, {})
 
 
@@ -219,8 +237,14 @@ _OFFSETS_VALUES = {  # key type -> (value decoder, highest version, first flexib
     7: (_cg_target_assignment_member_value, 0, 0),
     8: (_cg_current_member_assignment_value, 0, 0),
 }
-CONSUMER_GROUP_KEYS = {3: ("groupId",), 4: ("groupId",), 5: ("groupId", "memberId"), 6: ("groupId",),
-                       7: ("groupId", "memberId"), 8: ("groupId", "memberId")}  # fmt: skip
+CONSUMER_GROUP_KEYS = {
+    3: ("groupId",),
+    4: ("groupId",),
+    5: ("groupId", "memberId"),
+    6: ("groupId",),
+    7: ("groupId", "memberId"),
+    8: ("groupId", "memberId"),
+}
 
 
 def offsets_key(data: bytes) -> tuple[int, dict]:
@@ -275,5 +299,3 @@ def format_offsets_record(offset: int, key: bytes | None, value: bytes | None) -
         return f"Unknown record type {exc.record_type} at offset {offset}, skipping.", None
     except (DecodeError, UnicodeDecodeError) as exc:
         return f"Error at offset {offset}, skipping. {exc}", None
-
-

@@ -1,9 +1,9 @@
 """Checksums of the three record formats (docs/kafka-rules.md#crc, #legacy-messages).
 
-| format | algorithm                           | range covered                         | Kafka source                  |
-|--------|-------------------------------------|---------------------------------------|-------------------------------|
-| v2     | CRC-32C (Castagnoli, 0x1EDC6F41)    | batch bytes [21, end): attributes on  | `DefaultRecordBatch`, `Crc32C` |
-| v0/v1  | CRC-32 (IEEE, `java.util.zip.CRC32`) | message bytes from `magic` to the end | `LegacyRecord`                 |
+| format | algorithm                            | range covered                     | Kafka source                   |
+|--------|--------------------------------------|-----------------------------------|--------------------------------|
+| v2     | CRC-32C (Castagnoli, 0x1EDC6F41)     | batch bytes [21, end): attributes | `DefaultRecordBatch`, `Crc32C` |
+| v0/v1  | CRC-32 (IEEE, `java.util.zip.CRC32`) | message bytes from `magic` to end | `LegacyRecord`                 |
 
 Both are stored as unsigned 32-bit big-endian integers. The `crc32c` package is the C
 implementation (SSE4.2/ARMv8 when available); `zlib.crc32` is IEEE CRC-32.
@@ -47,7 +47,6 @@ def crc32(data: bytes | bytearray | memoryview) -> int:
 # ARMv8 kernel. The call goes through a symbol registered with LLVM under a name of our own, so
 # the kernels stay cacheable (`cache=True`); where a library does not export its function, a
 # compiled table implementation (~0.5 GB/s) is registered under that name instead.
-
 
 
 # raw(crc, pointer, length) -> crc, with each library's own convention (see crc32_at, crc32c_at)
@@ -145,8 +144,6 @@ def _raw_call(symbol: str):
 
 _crc32_raw = _raw_call(_CRC32_SYMBOL)
 _crc32c_raw = _raw_call(_CRC32C_SYMBOL)
-
-
 
 
 @_njit

@@ -38,7 +38,6 @@ from compaction.format.index import (
 from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES
 from compaction.kernels.jit import njit as _njit
 
-
 # --- the entry rule ---------------------------------------------------------------------------
 
 # Kernel status codes (numba cannot raise our typed errors with context).
@@ -104,8 +103,16 @@ def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_o
             offset_of_max = last_offsets[i]
         if bytes_since > interval:
             if n_offset > 0 and last_offsets[i] <= index_offsets[n_offset - 1]:
-                return (_OFFSETS_NOT_INCREASING, i, index_offsets, index_positions, 0,
-                        time_timestamps, time_offsets, 0)
+                return (
+                    _OFFSETS_NOT_INCREASING,
+                    i,
+                    index_offsets,
+                    index_positions,
+                    0,
+                    time_timestamps,
+                    time_offsets,
+                    0,
+                )
             index_offsets[n_offset] = last_offsets[i]
             index_positions[n_offset] = positions[i]
             n_offset += 1
@@ -164,11 +171,14 @@ def build_indexes(
     offset_entries, time_entries = index_entries(
         positions, sizes, last_offsets, max_timestamps, base_offset, index_interval_bytes
     )
-    return (encode_offset_index(offset_entries, base_offset, path),
-            encode_time_index(time_entries, base_offset, path))  # fmt: skip
+    return (
+        encode_offset_index(offset_entries, base_offset, path),
+        encode_time_index(time_entries, base_offset, path),
+    )
 
 
 # --- rebuild from a .log buffer ---------------------------------------------------------------
+
 
 def rebuild_indexes_from_log(
     buf,
@@ -195,5 +205,11 @@ def rebuild_indexes_from_log(
             position=cols.stop_position,
         )
     return build_indexes(
-        cols.position, cols.size, cols.last_offset, cols.max_timestamp, base_offset, index_interval_bytes, path
+        cols.position,
+        cols.size,
+        cols.last_offset,
+        cols.max_timestamp,
+        base_offset,
+        index_interval_bytes,
+        path,
     )

@@ -104,7 +104,7 @@ def _read_nullable(buf, pos: int, end: int) -> tuple[bytes | None, int]:
         return None, pos
     if pos + length > end:
         raise CorruptRecordError(f"message key/value of {length} bytes runs past the end", position=pos)
-    return bytes(buf[pos:pos + length]), pos + length
+    return bytes(buf[pos : pos + length]), pos + length
 
 
 def decode_message(buf, pos: int = 0) -> tuple[_Message, int]:
@@ -124,7 +124,9 @@ def decode_message(buf, pos: int = 0) -> tuple[_Message, int]:
     key, p = _read_nullable(buf, pos + header.size, end)
     value, p = _read_nullable(buf, p, end)
     if p != end:
-        raise CorruptRecordError(f"{end - p} bytes left over in a v{magic} message", position=pos, offset=offset)
+        raise CorruptRecordError(
+            f"{end - p} bytes left over in a v{magic} message", position=pos, offset=offset
+        )
     return _Message(offset, fields[2], magic, fields[4], timestamp, key, value), end
 
 
@@ -165,11 +167,20 @@ class LegacyBatch:
             records = self.records()
             base = records[0].offset
             self._header = BatchHeader(
-                base_offset=base, batch_length=len(self.raw) - LOG_OVERHEAD,
-                partition_leader_epoch=NO_PARTITION_LEADER_EPOCH, magic=m.magic, crc=m.crc,
-                attributes=m.attributes & 0xFF, last_offset_delta=m.offset - base,
-                base_timestamp=m.timestamp, max_timestamp=m.timestamp, producer_id=NO_PRODUCER_ID,
-                producer_epoch=NO_PRODUCER_EPOCH, base_sequence=NO_SEQUENCE, records_count=len(records))
+                base_offset=base,
+                batch_length=len(self.raw) - LOG_OVERHEAD,
+                partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+                magic=m.magic,
+                crc=m.crc,
+                attributes=m.attributes & 0xFF,
+                last_offset_delta=m.offset - base,
+                base_timestamp=m.timestamp,
+                max_timestamp=m.timestamp,
+                producer_id=NO_PRODUCER_ID,
+                producer_epoch=NO_PRODUCER_EPOCH,
+                base_sequence=NO_SEQUENCE,
+                records_count=len(records),
+            )
         return self._header
 
     @property
@@ -186,8 +197,14 @@ class LegacyBatch:
     def ensure_valid(self) -> None:
         actual = self.computed_crc()
         if actual != self._message.crc:
-            raise CrcMismatchError("message checksum mismatch", expected=self._message.crc, actual=actual,
-                                   path=self.path, position=self.position, offset=self._message.offset)
+            raise CrcMismatchError(
+                "message checksum mismatch",
+                expected=self._message.crc,
+                actual=actual,
+                path=self.path,
+                position=self.position,
+                offset=self._message.offset,
+            )
 
     def control_type(self) -> None:
         return None  # legacy formats have no control records
@@ -206,8 +223,9 @@ class LegacyBatch:
         if wrapper.value is None:
             raise self._corrupt("compressed wrapper message with a null value", wrapper.offset)
         value_position = self.position + len(self.raw) - len(wrapper.value)
-        data = compression.decompress(wrapper.codec, wrapper.value, wrapper.magic, path=self.path,
-                                      position=value_position)
+        data = compression.decompress(
+            wrapper.codec, wrapper.value, wrapper.magic, path=self.path, position=value_position
+        )
         inner = self._inner_messages(data)
         if wrapper.magic > MAGIC_V0:
             last_relative = inner[-1].offset
@@ -227,8 +245,10 @@ class LegacyBatch:
             try:
                 m, pos = decode_message(data, pos)
             except CorruptRecordError as err:
-                raise self._corrupt(f"inner message at byte {err.position} of the decompressed "
-                                    f"value: {err.message}", self._message.offset) from err
+                raise self._corrupt(
+                    f"inner message at byte {err.position} of the decompressed value: {err.message}",
+                    self._message.offset,
+                ) from err
             if m.codec != compression.CODEC_NONE:
                 raise self._corrupt("compressed message inside a compressed wrapper", self._message.offset)
             inner.append(m)
@@ -246,8 +266,10 @@ class LegacyBatch:
 
 # --- writing -------------------------------------------------------------------------------------
 
-def encode_message(offset: int, magic: int, attributes: int, timestamp: int, key: bytes | None,
-                   value: bytes | None) -> bytes:
+
+def encode_message(
+    offset: int, magic: int, attributes: int, timestamp: int, key: bytes | None, value: bytes | None
+) -> bytes:
     """One log entry: offset, size, crc, magic, attributes, [timestamp], key, value."""
     header = _HEADER_BY_MAGIC[magic]
     body = bytearray()
@@ -291,14 +313,18 @@ def build_legacy_message_set(
         return log_append_time if timestamp_type == LOG_APPEND_TIME else r.timestamp
 
     if codec == compression.CODEC_NONE:
-        return b"".join(encode_message(r.offset, magic, ts_bit, timestamp(r), r.key, r.value) for r in records)
+        return b"".join(
+            encode_message(r.offset, magic, ts_bit, timestamp(r), r.key, r.value) for r in records
+        )
     if not records:
         raise ValueError("a compressed wrapper needs at least one record")
     first = records[0].offset
     inner = b"".join(
-        encode_message(r.offset if magic == MAGIC_V0 else r.offset - first, magic, ts_bit, timestamp(r),
-                       r.key, r.value)
-        for r in records)
+        encode_message(
+            r.offset if magic == MAGIC_V0 else r.offset - first, magic, ts_bit, timestamp(r), r.key, r.value
+        )
+        for r in records
+    )
     wrapper_ts = NO_TIMESTAMP if magic == MAGIC_V0 else max([NO_TIMESTAMP, *map(timestamp, records)])
     value = compression.compress(codec, inner, magic)
     return encode_message(records[-1].offset, magic, codec | ts_bit, wrapper_ts, None, value)

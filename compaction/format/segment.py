@@ -61,8 +61,15 @@ class SegmentReader:
     how many bytes of a partial entry follow it (0 for a clean file).
     """
 
-    def __init__(self, buf, path: str = "<memory>", start: int = 0, end: int | None = None,
-                 verify_crc: bool = True, allow_trailing: bool = True) -> None:
+    def __init__(
+        self,
+        buf,
+        path: str = "<memory>",
+        start: int = 0,
+        end: int | None = None,
+        verify_crc: bool = True,
+        allow_trailing: bool = True,
+    ) -> None:
         self.buf = memoryview(buf)
         if self.buf.format != "B" or self.buf.ndim != 1:
             self.buf = self.buf.cast("B")
@@ -99,46 +106,66 @@ class SegmentReader:
             return None
         offset, size = ENTRY_PREFIX.unpack_from(self.buf, pos)
         if size < MIN_ENTRY_SIZE:
-            raise CorruptRecordError(f"record size {size} is smaller than the minimum record overhead "
-                                     f"({MIN_ENTRY_SIZE})", path=self.path, position=pos, offset=offset)
+            raise CorruptRecordError(
+                f"record size {size} is smaller than the minimum record overhead ({MIN_ENTRY_SIZE})",
+                path=self.path,
+                position=pos,
+                offset=offset,
+            )
         if remaining < HEADER_SIZE_UP_TO_MAGIC:
             return None
         magic = struct.unpack_from(">b", self.buf, pos + MAGIC_OFFSET)[0]
         if magic not in VALID_MAGICS:
-            raise CorruptRecordError(f"invalid magic byte {magic}", path=self.path, position=pos, offset=offset)
+            raise CorruptRecordError(
+                f"invalid magic byte {magic}", path=self.path, position=pos, offset=offset
+            )
         if remaining < size + LOG_OVERHEAD:
             return None
         return size + LOG_OVERHEAD
 
     def _make_batch(self, pos: int, size: int) -> RecordBatch | LegacyBatch:
-        raw = self.buf[pos:pos + size]
+        raw = self.buf[pos : pos + size]
         if raw[MAGIC_OFFSET] == MAGIC_V2:
             return RecordBatch(raw, pos, self.path)
         return LegacyBatch(raw, pos, self.path)
 
     def _verify_crc(self, pos: int, size: int) -> None:
         """Check the checksum before parsing, so a flipped byte reads as a CRC error, not garbage."""
-        raw = self.buf[pos:pos + size]
+        raw = self.buf[pos : pos + size]
         v2 = raw[MAGIC_OFFSET] == MAGIC_V2
         if v2 and size < RECORD_BATCH_OVERHEAD:
             return  # too short to hold a CRC: RecordBatch reports it as corrupt
-        crc_at, covered_from, crc_fn = ((CRC_OFFSET, CRC_COVERED_FROM, crc32c) if v2
-                                        else (LEGACY_CRC_OFFSET, LEGACY_CRC_COVERED_FROM, crc32))
+        crc_at, covered_from, crc_fn = (
+            (CRC_OFFSET, CRC_COVERED_FROM, crc32c)
+            if v2
+            else (LEGACY_CRC_OFFSET, LEGACY_CRC_COVERED_FROM, crc32)
+        )
         (expected,) = CRC_FIELD.unpack_from(raw, crc_at)
         actual = crc_fn(raw[covered_from:])
         if actual != expected:
             offset = ENTRY_PREFIX.unpack_from(raw)[0]
             kind = "record batch" if v2 else "message"
-            raise CrcMismatchError(f"{kind} checksum mismatch", expected=expected, actual=actual,
-                                   path=self.path, position=pos, offset=offset)
+            raise CrcMismatchError(
+                f"{kind} checksum mismatch",
+                expected=expected,
+                actual=actual,
+                path=self.path,
+                position=pos,
+                offset=offset,
+            )
 
     def _stop(self, pos: int) -> None:
         self.stop_position = pos
         self.trailing_bytes = self.end - pos
         if self.trailing_bytes and not self.allow_trailing:
             needed = self._declared_size(pos)
-            raise TruncatedBatchError("partial batch at the end of the segment", available=self.trailing_bytes,
-                                      needed=needed, path=self.path, position=pos)
+            raise TruncatedBatchError(
+                "partial batch at the end of the segment",
+                available=self.trailing_bytes,
+                needed=needed,
+                path=self.path,
+                position=pos,
+            )
 
     def _declared_size(self, pos: int) -> int:
         if self.end - pos < LOG_OVERHEAD:
@@ -146,8 +173,14 @@ class SegmentReader:
         return ENTRY_PREFIX.unpack_from(self.buf, pos)[1] + LOG_OVERHEAD
 
 
-def iter_batches(buf, path: str = "<memory>", start: int = 0, end: int | None = None,
-                 verify_crc: bool = True, allow_trailing: bool = True) -> Iterator[RecordBatch | LegacyBatch]:
+def iter_batches(
+    buf,
+    path: str = "<memory>",
+    start: int = 0,
+    end: int | None = None,
+    verify_crc: bool = True,
+    allow_trailing: bool = True,
+) -> Iterator[RecordBatch | LegacyBatch]:
     """Yield the batches of `buf[start:end]` (docs/kafka-rules.md#log-file-parsing). Use `SegmentReader` to
     see trailing bytes."""
     return iter(SegmentReader(buf, path, start, end, verify_crc, allow_trailing))

@@ -14,8 +14,16 @@ import struct
 
 from compaction.format.coordinator import DecodeError, Parsed, Reader
 
-TXN_STATES = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit",
-              5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence"}  # fmt: skip
+TXN_STATES = {
+    0: "Empty",
+    1: "Ongoing",
+    2: "PrepareCommit",
+    3: "PrepareAbort",
+    4: "CompleteCommit",
+    5: "CompleteAbort",
+    6: "Dead",
+    7: "PrepareEpochFence",
+}
 
 
 def txn_key(data: bytes) -> tuple[int, str | None]:
@@ -53,8 +61,11 @@ def txn_value(data: bytes) -> dict:
     out["startTimestampMs"] = r.int64()
     tags = r.tagged_fields()
     r.end()
-    for tag, name, fmt in ((0, "previousProducerId", ">q"), (1, "nextProducerId", ">q"),
-                           (2, "clientTransactionVersion", ">h")):  # fmt: skip
+    for tag, name, fmt in (
+        (0, "previousProducerId", ">q"),
+        (1, "nextProducerId", ">q"),
+        (2, "clientTransactionVersion", ">h"),
+    ):
         if tag in tags:
             out[name] = struct.unpack(fmt, tags[tag])[0]
     return out
@@ -77,6 +88,8 @@ def format_txn_record(offset: int, key: bytes | None, value: bytes | None) -> Pa
         v = txn_value(value)
     except (DecodeError, UnicodeDecodeError, struct.error) as exc:
         return f"Error at offset {offset}, skipping. {exc}", None
-    return key_text, (f"producerId:{v['producerId']},producerEpoch:{v['producerEpoch']},state={v['state']},"
-                      f"partitions=[{','.join(v['partitions'])}],txnLastUpdateTimestamp={v['lastUpdateTimestampMs']},"
-                      f"txnTimeoutMs={v['timeoutMs']}")  # fmt: skip
+    return key_text, (
+        f"producerId:{v['producerId']},producerEpoch:{v['producerEpoch']},state={v['state']},"
+        f"partitions=[{','.join(v['partitions'])}],txnLastUpdateTimestamp={v['lastUpdateTimestampMs']},"
+        f"txnTimeoutMs={v['timeoutMs']}"
+    )

@@ -35,8 +35,7 @@ class AbortedTxn(NamedTuple):
 
 def read_txn_index(data: bytes | memoryview) -> list[AbortedTxn]:
     return [
-        AbortedTxn(*fields[1:])
-        for fields in ABORTED_TXN.iter_unpack(whole_entries(data, ABORTED_TXN_SIZE))
+        AbortedTxn(*fields[1:]) for fields in ABORTED_TXN.iter_unpack(whole_entries(data, ABORTED_TXN_SIZE))
     ]
 
 

@@ -47,6 +47,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from numba.core import event
 from numba.core.caching import CompileResultCacheImpl, FunctionCache, _Cache, _CacheLocator
@@ -102,7 +103,9 @@ def kernel_source_files(package_dir: str = PACKAGE_DIR) -> list[str]:
         if entry.endswith("/"):
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                out += [os.path.relpath(os.path.join(root, f), package_dir) for f in files if f.endswith(".py")]
+                out += [
+                    os.path.relpath(os.path.join(root, f), package_dir) for f in files if f.endswith(".py")
+                ]
         elif os.path.isfile(path):
             out.append(entry)
     return sorted(p.replace(os.sep, "/") for p in out)
@@ -170,11 +173,13 @@ class _Locator(_CacheLocator):
         rel = os.path.relpath(os.path.abspath(py_file), PACKAGE_DIR).replace(os.sep, "/")
         if rel not in _package_kernel_files():
             return None
-        return cls(py_file, py_func.__code__.co_firstlineno, os.path.join(local_dir(), posixpath.dirname(rel)))
+        return cls(
+            py_file, py_func.__code__.co_firstlineno, os.path.join(local_dir(), posixpath.dirname(rel))
+        )
 
 
 class _Impl(CompileResultCacheImpl):
-    _locator_classes = [_Locator]
+    _locator_classes: ClassVar = [_Locator]
 
 
 class _KernelCache(FunctionCache):
@@ -185,7 +190,7 @@ class _KernelCache(FunctionCache):
     def load_overload(self, sig, target_context):
         try:
             return super().load_overload(sig, target_context)
-        except Exception:  # noqa: BLE001 - a damaged index or data file: compile instead
+        except Exception:
             return None
 
     def save_overload(self, sig, data):
@@ -193,11 +198,11 @@ class _KernelCache(FunctionCache):
             super().save_overload(sig, data)
         except OSError:
             return  # an unwritable cache dir: the kernel stays compiled in this process only
-        except Exception:  # noqa: BLE001 - the index is damaged: a fresh one with this entry
+        except Exception:
             try:
                 self.flush()
                 super().save_overload(sig, data)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 return
 
 
@@ -217,7 +222,7 @@ class LazyKernelCache(_Cache):
             self._tried = True
             try:
                 self._cache = _KernelCache(self._py_func)
-            except Exception:  # noqa: BLE001 - "no locator available": not cached
+            except Exception:
                 self._cache = None
         return self._cache
 
@@ -268,7 +273,10 @@ def pack(directory: str, key: CacheKey) -> bytes:
     for rel in files:
         with open(os.path.join(directory, rel), "rb") as fh:
             contents[rel] = fh.read()
-    manifest = {"key": asdict(key), "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in contents.items()}}
+    manifest = {
+        "key": asdict(key),
+        "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in contents.items()},
+    }
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         zf.writestr(KEY_FILE, json.dumps(manifest, indent=1, sort_keys=True))
@@ -323,7 +331,7 @@ def verify(data: bytes, key: CacheKey) -> dict[str, bytes]:
             return files
     except CacheRejected:
         raise
-    except Exception as exc:  # noqa: BLE001 - BadZipFile, a bad CRC, bad JSON, a missing entry
+    except Exception as exc:
         raise CacheRejected(f"not a readable cache archive: {exc}") from None
 
 

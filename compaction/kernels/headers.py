@@ -122,5 +122,10 @@ def walk_headers_py(file, side, split, start, has_headers):
             vp.append(pos)
             vl.append(vlen)
             pos += max(vlen, 0)
-    return (np.array(counts, np.int32), np.array(kp, np.int64), np.array(kl, np.int32), np.array(vp, np.int64),
-            np.array(vl, np.int32))  # fmt: skip
+    return (
+        np.array(counts, np.int32),
+        np.array(kp, np.int64),
+        np.array(kl, np.int32),
+        np.array(vp, np.int64),
+        np.array(vl, np.int32),
+    )

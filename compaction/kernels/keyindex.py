@@ -86,7 +86,7 @@ def _parts(keys: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if keys.type not in (pa.binary(), pa.large_binary()):
         keys = keys.cast(pa.binary())
     n = len(keys)
-    vbuf, obuf, dbuf = keys.buffers()[:3]
+    _vbuf, obuf, dbuf = keys.buffers()[:3]
     width = np.int64 if keys.type == pa.large_binary() else np.int32
     start = keys.offset * np.dtype(width).itemsize
     offs = np.frombuffer(obuf, width, count=n + 1, offset=start).astype(np.int64)

@@ -76,8 +76,24 @@ def _region_counts(key_len, hashes, log_p, rec_starts, byte_starts, out):
 
 
 @_njit
-def _distribute(packed, packed_offs, key_len, usable, dirty, offsets, log_p, hashes, rec_starts, byte_starts,
-                order, h_ord, flags_ord, off_ord, stage_offs, stage):  # fmt: skip
+def _distribute(
+    packed,
+    packed_offs,
+    key_len,
+    usable,
+    dirty,
+    offsets,
+    log_p,
+    hashes,
+    rec_starts,
+    byte_starts,
+    order,
+    h_ord,
+    flags_ord,
+    off_ord,
+    stage_offs,
+    stage,
+):
     """Pass 2, in record order (reads sequential, writes in one stream per region): each keyed
     record's index, hash, flags, offset and key bytes, laid out region by region."""
     p = 1 << log_p
@@ -130,12 +146,36 @@ def _prefetch_probe(i, h_ord, log_p, slots, n_slots, arena, arena_cap, offs, cap
 
 
 @_njit
-def _probe_regions(order, counts, h_ord, stage, stage_offs, flags_ord, off_ord, log_p, slots, n_slots, arena,
-                   arena_cap, offs, cap, latest, count, used, out, first):  # fmt: skip
+def _probe_regions(
+    order,
+    counts,
+    h_ord,
+    stage,
+    stage_offs,
+    flags_ord,
+    off_ord,
+    log_p,
+    slots,
+    n_slots,
+    arena,
+    arena_cap,
+    offs,
+    cap,
+    latest,
+    count,
+    used,
+    out,
+    first,
+):
     """Probe (and insert into) each region for the ordered records from position `first` on.
     Returns (position reached, what must grow): the caller grows the regions and resumes."""
     h_ord, stage, slots, arena, offs, latest = (
-        borrow(h_ord), borrow(stage), borrow(slots), borrow(arena), borrow(offs), borrow(latest)
+        borrow(h_ord),
+        borrow(stage),
+        borrow(slots),
+        borrow(arena),
+        borrow(offs),
+        borrow(latest),
     )
     p = 1 << log_p
     mask = np.int64(n_slots - 1)  # int64 indexes throughout: uint64 + int64 is float64 in numba
@@ -255,13 +295,47 @@ class KeyTable:
         stage_offs = self._scratch("stage_offs", keyed + 1, np.int64)
         h_ord, flags_ord = self._scratch("h", keyed, np.uint64), self._scratch("flags", keyed, np.uint8)
         stage = self._scratch("stage", max(1, int(byte_starts[p])), np.uint8)
-        _distribute(packed, packed_offs, key_len, usable, dirty, offsets, self.log_p, hashes, rec_starts, byte_starts,
-                    order, h_ord, flags_ord, off_ord, stage_offs, stage)  # fmt: skip
+        _distribute(
+            packed,
+            packed_offs,
+            key_len,
+            usable,
+            dirty,
+            offsets,
+            self.log_p,
+            hashes,
+            rec_starts,
+            byte_starts,
+            order,
+            h_ord,
+            flags_ord,
+            off_ord,
+            stage_offs,
+            stage,
+        )
         at = 0
         while True:
-            at, grow = _probe_regions(order, rec_starts, h_ord, stage, stage_offs, flags_ord, off_ord, self.log_p,
-                                      self.slots, self.n_slots, self.arena, self.arena_cap, self.offs, self.cap,
-                                      self.latest, self.count, self.used, out, at)  # fmt: skip
+            at, grow = _probe_regions(
+                order,
+                rec_starts,
+                h_ord,
+                stage,
+                stage_offs,
+                flags_ord,
+                off_ord,
+                self.log_p,
+                self.slots,
+                self.n_slots,
+                self.arena,
+                self.arena_cap,
+                self.offs,
+                self.cap,
+                self.latest,
+                self.count,
+                self.used,
+                out,
+                at,
+            )
             if not grow:
                 return out
             self._grow(grow, int(stage_offs[at + 1] - stage_offs[at]))
@@ -284,12 +358,16 @@ class KeyTable:
         cap = share + share // 8
         held = int(self.count.sum())
         per_key = int(self.used.sum()) // held + 1 if held else self.ARENA_BYTES_PER_KEY
-        self._resize(cap, 1 << (2 * cap - 1).bit_length(), max(self.arena_cap, per_key * cap + per_key * cap // 4))
+        self._resize(
+            cap, 1 << (2 * cap - 1).bit_length(), max(self.arena_cap, per_key * cap + per_key * cap // 4)
+        )
 
     def _grow(self, what: int, key_len: int) -> None:
         cap = 2 * self.cap if what & _GROW_IDS else self.cap
         n_slots = 2 * self.n_slots if what & _GROW_SLOTS else self.n_slots
-        arena_cap = max(2 * self.arena_cap, self.arena_cap + key_len) if what & _GROW_ARENA else self.arena_cap
+        arena_cap = (
+            max(2 * self.arena_cap, self.arena_cap + key_len) if what & _GROW_ARENA else self.arena_cap
+        )
         self._resize(cap, n_slots, arena_cap)
 
     def _resize(self, cap: int, n_slots: int, arena_cap: int) -> None:
@@ -317,8 +395,10 @@ class KeyTable:
 
     def mapped(self) -> int:
         """Keys with a dirty record (latest offset >= 0)."""
-        return sum(int(np.count_nonzero(self.latest[t * self.cap : t * self.cap + int(self.count[t])] >= 0))
-                   for t in range(self.regions))  # fmt: skip
+        return sum(
+            int(np.count_nonzero(self.latest[t * self.cap : t * self.cap + int(self.count[t])] >= 0))
+            for t in range(self.regions)
+        )
 
     def dense_starts(self) -> np.ndarray:
         """Where each region's keys start in the dense numbering (`dense_ids`, `export`)."""

@@ -117,9 +117,24 @@ def _message(buf, pos, end):
 
 
 @_njit
-def walk_legacy_kernel(buf, start, end, inner, wrapper_offset, wrapper_magic, wrapper_lat, wrapper_ts,
-                       capacity, batch_index, offset, timestamp, key_pos, key_len, value_pos,
-                       value_len):  # fmt: skip
+def walk_legacy_kernel(
+    buf,
+    start,
+    end,
+    inner,
+    wrapper_offset,
+    wrapper_magic,
+    wrapper_lat,
+    wrapper_ts,
+    capacity,
+    batch_index,
+    offset,
+    timestamp,
+    key_pos,
+    key_len,
+    value_pos,
+    value_len,
+):
     """Messages of the regions buf[start[j]:end[j]] -> columns (batch_index = j). Returns
     (records written, error code, error position, error region)."""
     buf = borrow(buf)
@@ -183,8 +198,13 @@ def _entry_crcs_kernel(buf, position, size, magic, out):
 def entry_crcs(buf: np.ndarray, position: np.ndarray, size: np.ndarray, magic: np.ndarray) -> np.ndarray:
     """The checksum each entry should store (entries found by `scan.scan_batches`, so in bounds)."""
     out = np.empty(len(position), dtype=np.uint32)
-    _entry_crcs_kernel(buf, np.ascontiguousarray(position, np.int64), np.ascontiguousarray(size, np.int64),
-                       np.ascontiguousarray(magic, np.int8), out)  # fmt: skip
+    _entry_crcs_kernel(
+        buf,
+        np.ascontiguousarray(position, np.int64),
+        np.ascontiguousarray(size, np.int64),
+        np.ascontiguousarray(magic, np.int8),
+        out,
+    )
     return out
 
 
@@ -201,8 +221,9 @@ def region_capacity(start: np.ndarray, end: np.ndarray, inner: np.ndarray) -> in
 # --- plain-Python reference ------------------------------------------------------------------------
 
 
-def walk_legacy_py(buf, start, end, inner, wrapper_offset, wrapper_magic, wrapper_lat,
-                   wrapper_ts) -> tuple[list[tuple], int, int, int]:  # fmt: skip
+def walk_legacy_py(
+    buf, start, end, inner, wrapper_offset, wrapper_magic, wrapper_lat, wrapper_ts
+) -> tuple[list[tuple], int, int, int]:
     """Plain-Python reference of `walk_legacy_kernel`: (rows of (region, offset, timestamp,
     key_pos, key_len, value_pos, value_len), error code, error position, error region)."""
     from compaction.format.legacy import decode_message
@@ -226,8 +247,17 @@ def walk_legacy_py(buf, start, end, inner, wrapper_offset, wrapper_magic, wrappe
             kp = pos + (LEGACY_KEY_LENGTH_OFFSET_V1 if m.magic == MAGIC_V1 else LEGACY_KEY_LENGTH_OFFSET_V0)
             kp += LEGACY_LENGTH_SIZE
             vp = kp + (len(m.key) if m.key is not None else 0) + LEGACY_LENGTH_SIZE
-            mine.append([j, m.offset, m.timestamp, kp, -1 if m.key is None else len(m.key), vp,
-                         -1 if m.value is None else len(m.value)])  # fmt: skip
+            mine.append(
+                [
+                    j,
+                    m.offset,
+                    m.timestamp,
+                    kp,
+                    -1 if m.key is None else len(m.key),
+                    vp,
+                    -1 if m.value is None else len(m.value),
+                ]
+            )
             pos = nxt
         if inner[j]:
             if not mine:

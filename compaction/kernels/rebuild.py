@@ -41,7 +41,14 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.layout import MAGIC_V2, RECORD_BATCH_OVERHEAD
-from compaction.kernels.rebuild_headers import HEADER_DTYPE, header_for, headers_for, seal, seal_all, seal_plain
+from compaction.kernels.rebuild_headers import (
+    HEADER_DTYPE,
+    header_for,
+    headers_for,
+    seal,
+    seal_all,
+    seal_plain,
+)
 from compaction.kernels.rebuild_kernels import (
     ERR_LAYOUT,
     ERR_NAMES,
@@ -61,10 +68,24 @@ from compaction.kernels.scan_columns import ERR_OK
 from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 __all__ = [
-    "ERR_LAYOUT", "ERR_NAMES", "HEADER_DTYPE", "NEEDS_FALLBACK", "NO_HORIZON", "SRC_FILE", "SRC_NONE",
-    "SRC_SIDE", "RebuildError", "header_for", "headers_for", "rebuild_records", "rebuild_records_py",
-    "record_regions", "seal", "seal_all", "seal_plain",
-]  # fmt: skip
+    "ERR_LAYOUT",
+    "ERR_NAMES",
+    "HEADER_DTYPE",
+    "NEEDS_FALLBACK",
+    "NO_HORIZON",
+    "SRC_FILE",
+    "SRC_NONE",
+    "SRC_SIDE",
+    "RebuildError",
+    "header_for",
+    "headers_for",
+    "rebuild_records",
+    "rebuild_records_py",
+    "record_regions",
+    "seal",
+    "seal_all",
+    "seal_plain",
+]
 
 MAX_GROWTH_PER_RECORD = 14  # timestampDelta may grow from 1 to 10 bytes, the length varint by <= 5
 
@@ -92,8 +113,9 @@ def record_regions(scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarra
         s = np.empty(len(packed), dtype=np.int64)
         e = np.empty(len(packed), dtype=np.int64)
         r = scan.records
-        bad = _region_ends(scan.side, bounds[packed], bounds[packed + 1], r.value_pos, r.value_len,
-                           scan.split, s, e)  # fmt: skip
+        bad = _region_ends(
+            scan.side, bounds[packed], bounds[packed + 1], r.value_pos, r.value_len, scan.split, s, e
+        )
         if bad >= 0:
             raise RebuildError(ERR_LAYOUT, int(packed[bad]), -1)
         src[packed] = SRC_SIDE
@@ -103,12 +125,30 @@ def record_regions(scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def _capacity(start, end, count) -> int:
-    return int(np.sum(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64))) + \
-        MAX_GROWTH_PER_RECORD * int(np.sum(count))
+    return int(
+        np.sum(np.asarray(end, dtype=np.int64) - np.asarray(start, dtype=np.int64))
+    ) + MAX_GROWTH_PER_RECORD * int(np.sum(count))
 
 
-def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                    expect_key_pos, records, split, base_offset, room=0):  # fmt: skip
+def rebuild_records(
+    file,
+    side,
+    src,
+    start,
+    end,
+    count,
+    keep,
+    keep_start,
+    base_ts,
+    ts_type,
+    max_ts,
+    horizon,
+    expect_key_pos,
+    records,
+    split,
+    base_offset,
+    room=0,
+):
     """Re-encode the kept records of `len(src)` regions (numba).
 
     Per region i: records in `file` (src 0) or `side` (src 1) at [start[i], end[i]), exactly
@@ -128,11 +168,27 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
     malformed input.
     """
     n = len(src)
-    args = _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                   expect_key_pos)  # fmt: skip
+    args = _arrays(
+        file,
+        side,
+        src,
+        start,
+        end,
+        count,
+        keep,
+        keep_start,
+        base_ts,
+        ts_type,
+        max_ts,
+        horizon,
+        expect_key_pos,
+    )
     i64 = np.int64
-    cols = (np.int64(split), np.asarray(base_offset, dtype=i64),
-            *(np.asarray(getattr(records, f), dtype=i64) for f in _RECORD_COLUMNS))  # fmt: skip
+    cols = (
+        np.int64(split),
+        np.asarray(base_offset, dtype=i64),
+        *(np.asarray(getattr(records, f), dtype=i64) for f in _RECORD_COLUMNS),
+    )
     cap = _capacity(args[3], args[4], args[5]) + room * n
     out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
     res = [np.empty(n, dtype=np.int64) for _ in range(5)] + [np.empty(n, dtype=np.int8)]
@@ -146,12 +202,22 @@ def rebuild_records(file, side, src, start, end, count, keep, keep_start, base_t
 _RECORD_COLUMNS = ("offset", "timestamp", "key_pos", "key_len", "value_pos", "value_len")
 
 
-def _arrays(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-            expect_key_pos):  # fmt: skip
+def _arrays(
+    file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon, expect_key_pos
+):
     i64 = np.int64
     return (
-        _u8(file), _u8(side), np.asarray(src, dtype=np.int8), np.asarray(start, dtype=i64),
-        np.asarray(end, dtype=i64), np.asarray(count, dtype=i64), np.asarray(keep, dtype=np.bool_),
-        np.asarray(keep_start, dtype=i64), np.asarray(base_ts, dtype=i64), np.asarray(ts_type, dtype=np.int8),
-        np.asarray(max_ts, dtype=i64), np.asarray(horizon, dtype=i64), np.asarray(expect_key_pos, dtype=i64),
-    )  # fmt: skip
+        _u8(file),
+        _u8(side),
+        np.asarray(src, dtype=np.int8),
+        np.asarray(start, dtype=i64),
+        np.asarray(end, dtype=i64),
+        np.asarray(count, dtype=i64),
+        np.asarray(keep, dtype=np.bool_),
+        np.asarray(keep_start, dtype=i64),
+        np.asarray(base_ts, dtype=i64),
+        np.asarray(ts_type, dtype=np.int8),
+        np.asarray(max_ts, dtype=i64),
+        np.asarray(horizon, dtype=i64),
+        np.asarray(expect_key_pos, dtype=i64),
+    )

@@ -28,47 +28,109 @@ from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at, put_be32
 
 
-def header_for(*, base_offset: int, partition_leader_epoch: int, attributes: int, last_offset_delta: int,
-               base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
-               base_sequence: int, records_count: int, horizon: int) -> fb.BatchHeader:  # fmt: skip
+def header_for(
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+    horizon: int,
+) -> fb.BatchHeader:
     """The rebuilt batch's header fields (batch_length and crc filled by `seal`). `attributes` are
     the original ones: codec, timestamp type, transactional and control bits are kept; the
     delete-horizon bit is set when `horizon >= 0` (or was already set)."""
-    attrs = attributes & (layout.COMPRESSION_CODEC_MASK | layout.TIMESTAMP_TYPE_MASK
-                          | layout.TRANSACTIONAL_MASK | layout.CONTROL_MASK
-                          | layout.DELETE_HORIZON_MASK)  # fmt: skip
+    attrs = attributes & (
+        layout.COMPRESSION_CODEC_MASK
+        | layout.TIMESTAMP_TYPE_MASK
+        | layout.TRANSACTIONAL_MASK
+        | layout.CONTROL_MASK
+        | layout.DELETE_HORIZON_MASK
+    )
     if horizon >= 0:
         attrs |= layout.DELETE_HORIZON_MASK
-    return fb.BatchHeader(base_offset, 0, partition_leader_epoch, MAGIC_V2, 0, attrs, last_offset_delta,
-                          base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-                          records_count)  # fmt: skip
+    return fb.BatchHeader(
+        base_offset,
+        0,
+        partition_leader_epoch,
+        MAGIC_V2,
+        0,
+        attrs,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count,
+    )
 
 
 # The v2 batch header as a packed big-endian numpy record (same fields and order as
 # batch.BATCH_HEADER), so the headers of all rebuilt batches of a segment are filled at once.
 HEADER_DTYPE = np.dtype(
-    [("base_offset", ">i8"), ("batch_length", ">i4"), ("partition_leader_epoch", ">i4"), ("magic", "i1"),
-     ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"), ("base_timestamp", ">i8"),
-     ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
-     ("records_count", ">i4")]
-)  # fmt: skip
+    [
+        ("base_offset", ">i8"),
+        ("batch_length", ">i4"),
+        ("partition_leader_epoch", ">i4"),
+        ("magic", "i1"),
+        ("crc", ">u4"),
+        ("attributes", ">i2"),
+        ("last_offset_delta", ">i4"),
+        ("base_timestamp", ">i8"),
+        ("max_timestamp", ">i8"),
+        ("producer_id", ">i8"),
+        ("producer_epoch", ">i2"),
+        ("base_sequence", ">i4"),
+        ("records_count", ">i4"),
+    ]
+)
 assert HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
-_KEPT_ATTRS = (layout.COMPRESSION_CODEC_MASK | layout.TIMESTAMP_TYPE_MASK | layout.TRANSACTIONAL_MASK
-               | layout.CONTROL_MASK | layout.DELETE_HORIZON_MASK)  # fmt: skip
+_KEPT_ATTRS = (
+    layout.COMPRESSION_CODEC_MASK
+    | layout.TIMESTAMP_TYPE_MASK
+    | layout.TRANSACTIONAL_MASK
+    | layout.CONTROL_MASK
+    | layout.DELETE_HORIZON_MASK
+)
 
 
-def headers_for(*, base_offset, partition_leader_epoch, attributes, last_offset_delta, base_timestamp,
-                max_timestamp, producer_id, producer_epoch, base_sequence, records_count, horizon) -> np.ndarray:  # fmt: skip
+def headers_for(
+    *,
+    base_offset,
+    partition_leader_epoch,
+    attributes,
+    last_offset_delta,
+    base_timestamp,
+    max_timestamp,
+    producer_id,
+    producer_epoch,
+    base_sequence,
+    records_count,
+    horizon,
+) -> np.ndarray:
     """`header_for` over arrays (one element per rebuilt batch): a HEADER_DTYPE array whose
     batch_length and crc `seal_all` fills."""
     h = np.zeros(len(base_offset), HEADER_DTYPE)
     attrs = np.asarray(attributes, np.int64) & _KEPT_ATTRS
     attrs = np.where(np.asarray(horizon) >= 0, attrs | layout.DELETE_HORIZON_MASK, attrs)
-    for name, values in (("base_offset", base_offset), ("partition_leader_epoch", partition_leader_epoch),
-                         ("attributes", attrs), ("last_offset_delta", last_offset_delta),
-                         ("base_timestamp", base_timestamp), ("max_timestamp", max_timestamp),
-                         ("producer_id", producer_id), ("producer_epoch", producer_epoch),
-                         ("base_sequence", base_sequence), ("records_count", records_count)):  # fmt: skip
+    for name, values in (
+        ("base_offset", base_offset),
+        ("partition_leader_epoch", partition_leader_epoch),
+        ("attributes", attrs),
+        ("last_offset_delta", last_offset_delta),
+        ("base_timestamp", base_timestamp),
+        ("max_timestamp", max_timestamp),
+        ("producer_id", producer_id),
+        ("producer_epoch", producer_epoch),
+        ("base_sequence", base_sequence),
+        ("records_count", records_count),
+    ):
         h[name] = values
     h["magic"] = MAGIC_V2
     return h
@@ -81,8 +143,9 @@ def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
     view = memoryview(payload)
     out = []
     covered = layout.CRC_COVERED_FROM
-    for j, (s, e, codec) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(),
-                                          np.asarray(codecs).tolist())):  # fmt: skip
+    for j, (s, e, codec) in enumerate(
+        zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(), np.asarray(codecs).tolist())
+    ):
         records = view[s:e]
         if codec:
             body = compression.compress(codec, records, MAGIC_V2)

@@ -29,8 +29,10 @@ class RebuildError(ValueError):
     """The kernel could not re-encode a region (`code`, batch `index`, byte `position`)."""
 
     def __init__(self, code: int, index: int, position: int) -> None:
-        super().__init__(f"rebuild error {code} ({ERR_NAMES.get(code, 'malformed record')}) in batch "
-                         f"{index} at byte {position}")  # fmt: skip
+        super().__init__(
+            f"rebuild error {code} ({ERR_NAMES.get(code, 'malformed record')}) in batch "
+            f"{index} at byte {position}"
+        )
         self.code, self.index, self.position = code, index, position
 
 
@@ -139,8 +141,27 @@ def _batch_layout_ok(buf, shift, start, stop, first, count, expect_key_pos, r_kp
 
 
 @_njit
-def _rebuild_one(buf, shift, start, stop, first, count, keep, log_append, max_ts, horizon, base_offset, r_off,
-                 r_ts, r_kp, r_kl, r_vp, r_vl, out, o):  # fmt: skip
+def _rebuild_one(
+    buf,
+    shift,
+    start,
+    stop,
+    first,
+    count,
+    keep,
+    log_append,
+    max_ts,
+    horizon,
+    base_offset,
+    r_off,
+    r_ts,
+    r_kp,
+    r_kl,
+    r_vp,
+    r_vl,
+    out,
+    o,
+):
     """Re-encode the kept records of one batch into out[o:], reading them where the scan's columns
     put them (buffer position = column position - shift). Dropped records (most of them, in a first
     clean) are not read at all: walking from record to record was a chain of cache misses, each
@@ -173,8 +194,16 @@ def _rebuild_one(buf, shift, start, stop, first, count, keep, log_append, max_ts
         off_delta = r_off[r] - base_offset
         klen = max(kl, 0)
         vlen = max(vl, 0)
-        body = (1 + _varint_size(tsd) + _varint32_size(off_delta) + _varint32_size(kl) + klen
-                + _varint32_size(vl) + vlen + hsize)  # fmt: skip
+        body = (
+            1
+            + _varint_size(tsd)
+            + _varint32_size(off_delta)
+            + _varint32_size(kl)
+            + klen
+            + _varint32_size(vl)
+            + vlen
+            + hsize
+        )
         o = _write_varint(out, o, body)
         out[o] = 0
         o = _write_varlong(out, o + 1, tsd)
@@ -193,9 +222,37 @@ def _rebuild_one(buf, shift, start, stop, first, count, keep, log_append, max_ts
 
 
 @_njit
-def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts, horizon,
-                    expect_key_pos, split, base_offset, r_off, r_ts, r_kp, r_kl, r_vp, r_vl, out, out_start, out_end,
-                    out_base_ts, out_max_ts, out_count, flags, room):  # fmt: skip
+def _rebuild_kernel(
+    file,
+    side,
+    src,
+    start,
+    end,
+    count,
+    keep,
+    keep_start,
+    base_ts,
+    ts_type,
+    max_ts,
+    horizon,
+    expect_key_pos,
+    split,
+    base_offset,
+    r_off,
+    r_ts,
+    r_kp,
+    r_kl,
+    r_vp,
+    r_vl,
+    out,
+    out_start,
+    out_end,
+    out_base_ts,
+    out_max_ts,
+    out_count,
+    flags,
+    room,
+):
     file, side, keep, out = borrow(file), borrow(side), borrow(keep), borrow(out)
     r_off, r_ts, r_kp, r_kl = borrow(r_off), borrow(r_ts), borrow(r_kp), borrow(r_kl)
     r_vp, r_vl = borrow(r_vp), borrow(r_vl)
@@ -213,8 +270,26 @@ def _rebuild_kernel(file, side, src, start, end, count, keep, keep_start, base_t
         o += room
         out_start[i] = o
         err, err_pos, o, nb, nm, kept, fallback = _rebuild_one(
-            buf, shift, pos, stop, first, count[i], keep, ts_type[i] == LOG_APPEND_TIME, max_ts[i], horizon[i],
-            base_offset[i], r_off, r_ts, r_kp, r_kl, r_vp, r_vl, out, o)  # fmt: skip
+            buf,
+            shift,
+            pos,
+            stop,
+            first,
+            count[i],
+            keep,
+            ts_type[i] == LOG_APPEND_TIME,
+            max_ts[i],
+            horizon[i],
+            base_offset[i],
+            r_off,
+            r_ts,
+            r_kp,
+            r_kl,
+            r_vp,
+            r_vl,
+            out,
+            o,
+        )
         if err != ERR_OK:
             return err, i, err_pos
         out_end[i] = o

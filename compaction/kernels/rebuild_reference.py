@@ -12,9 +12,25 @@ from compaction.kernels.rebuild_kernels import ERR_LAYOUT, NEEDS_FALLBACK, SRC_F
 from compaction.kernels.scan_columns import ERR_RECORD_SIZE
 
 
-def rebuild_records_py(file, side, src, start, end, count, keep, keep_start, base_ts, ts_type, max_ts,
-                       horizon, expect_key_pos, records=None, split=None, base_offset=None,
-                       room=0):  # fmt: skip
+def rebuild_records_py(
+    file,
+    side,
+    src,
+    start,
+    end,
+    count,
+    keep,
+    keep_start,
+    base_ts,
+    ts_type,
+    max_ts,
+    horizon,
+    expect_key_pos,
+    records=None,
+    split=None,
+    base_offset=None,
+    room=0,
+):
     """Plain-Python reference of `rebuild_records` (same signature, same results): it walks each
     region record by record, decoding every record into a `format.batch.Record`, and encodes the
     kept ones with `encode_record`, i.e. exactly what `build_batch` does with them. It does not

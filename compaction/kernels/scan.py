@@ -85,11 +85,32 @@ from compaction.kernels.scan_reference import _py_be, scan_batches_py, walk_reco
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 __all__ = [
-    "BATCH_DTYPES", "BATCH_FIELDS", "ERR_BAD_COUNT", "ERR_BAD_REGION", "ERR_BAD_VARINT", "ERR_COUNT_MISMATCH",
-    "ERR_NAMES", "ERR_NEGATIVE_LENGTH", "ERR_OK", "ERR_RECORD_SIZE", "ERR_TRUNCATED", "RECORD_DTYPES",
-    "RECORD_FIELDS", "STOP_CORRUPT", "STOP_END", "STOP_PARTIAL", "BatchColumns", "RecordColumns", "SegmentScan",
-    "gather_keys", "scan_batches", "scan_batches_py", "scan_segment", "walk_records", "walk_records_py",
-]  # fmt: skip
+    "BATCH_DTYPES",
+    "BATCH_FIELDS",
+    "ERR_BAD_COUNT",
+    "ERR_BAD_REGION",
+    "ERR_BAD_VARINT",
+    "ERR_COUNT_MISMATCH",
+    "ERR_NAMES",
+    "ERR_NEGATIVE_LENGTH",
+    "ERR_OK",
+    "ERR_RECORD_SIZE",
+    "ERR_TRUNCATED",
+    "RECORD_DTYPES",
+    "RECORD_FIELDS",
+    "STOP_CORRUPT",
+    "STOP_END",
+    "STOP_PARTIAL",
+    "BatchColumns",
+    "RecordColumns",
+    "SegmentScan",
+    "gather_keys",
+    "scan_batches",
+    "scan_batches_py",
+    "scan_segment",
+    "walk_records",
+    "walk_records_py",
+]
 
 
 def scan_batches(buf, start: int = 0, end: int = -1) -> BatchColumns:
@@ -103,8 +124,9 @@ def scan_batches(buf, start: int = 0, end: int = -1) -> BatchColumns:
     return BatchColumns(*cols, stop_position=int(stop_position), stop_reason=int(stop_reason))
 
 
-def walk_records(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts,
-                 records_count=None) -> RecordColumns:  # fmt: skip
+def walk_records(
+    buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, records_count=None
+) -> RecordColumns:
     """Decode the v2 records of many batches in one compiled call (numba).
 
     Batch i's records are buf[rec_start[i]:rec_end[i]]. `ts_type` is the batch timestamp type (1 =
@@ -118,8 +140,9 @@ def walk_records(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, 
     cap = _capacity(args[0], args[1], args[6])
     cols = [np.empty(cap, dtype=dt) for dt in RECORD_DTYPES]
     k, code, pos, batch = _walk_kernel(buf, *args, cap, *cols)
-    return RecordColumns(*(c[:k] for c in cols), error_code=int(code), error_position=int(pos),
-                         error_batch=int(batch))  # fmt: skip
+    return RecordColumns(
+        *(c[:k] for c in cols), error_code=int(code), error_position=int(pos), error_batch=int(batch)
+    )
 
 
 def gather_keys(buf, key_pos, key_len, *, large: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +175,6 @@ def _gather(file, side, split, key_pos, key_len, large):
     data = np.empty(total, dtype=np.uint8)
     _gather_kernel(file, side, split, key_pos, key_len, offsets, data)
     return data, (offsets if large else offsets.astype(np.int32))
-
 
 
 @dataclass(slots=True)
@@ -215,13 +237,23 @@ class SegmentScan:
         if null_count:
             validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
         typ = pa.large_binary() if large else pa.binary()
-        return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                     null_count=null_count)  # fmt: skip
+        return pa.Array.from_buffers(
+            typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=null_count
+        )
 
 
-def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, verify_crc: bool = True,
-                 allow_trailing: bool = False, hash_keys: bool = False, max_batch_bytes: int | None = None,
-                 inflate_limit: int = MAX_INFLATED_BATCH_BYTES) -> SegmentScan:  # fmt: skip
+def scan_segment(
+    buf,
+    path: str = "<memory>",
+    *,
+    start: int = 0,
+    end: int = -1,
+    verify_crc: bool = True,
+    allow_trailing: bool = False,
+    hash_keys: bool = False,
+    max_batch_bytes: int | None = None,
+    inflate_limit: int = MAX_INFLATED_BATCH_BYTES,
+) -> SegmentScan:
     """Scan buf[start:end] into batch and record columns; with `hash_keys`, also the keys packed
     and hashed (`SegmentScan.keys`).
 
@@ -250,16 +282,17 @@ def scan_segment(buf, path: str = "<memory>", *, start: int = 0, end: int = -1, 
     packed = np.flatnonzero(v2 & (codec != 0) & (batches.size > RECORD_BATCH_OVERHEAD))
     # The side buffer is built once per kind and only concatenated when a segment mixes
     # compressed v2 batches with compressed legacy wrappers, which is rare.
-    packed_records, packed_side, packed_keys = _walk_compressed(file, batches, packed, path, len(file),
-                                                                hash_keys, inflate_limit)  # fmt: skip
+    packed_records, packed_side, packed_keys = _walk_compressed(
+        file, batches, packed, path, len(file), hash_keys, inflate_limit
+    )
     # Legacy errors in file order: wrappers after the first malformed message are not read.
     bad_message = int(message_records.error_batch)
     wrappers = np.flatnonzero(~v2 & (codec != 0))
     if bad_message >= 0:
         wrappers = wrappers[wrappers < bad_message]
-    wrapped_records, wrapped_side, wrapped_keys = _walk_wrappers(file, batches, wrappers, path,
-                                                                 len(file) + len(packed_side), hash_keys,
-                                                                 inflate_limit)  # fmt: skip
+    wrapped_records, wrapped_side, wrapped_keys = _walk_wrappers(
+        file, batches, wrappers, path, len(file) + len(packed_side), hash_keys, inflate_limit
+    )
     if bad_message >= 0:
         _raise_legacy_error(file, batches, bad_message, path, message_records.error_code)
     side = packed_side if not len(wrapped_side) else np.concatenate([packed_side, wrapped_side])
@@ -276,7 +309,10 @@ def check_batch_sizes(batches: BatchColumns, max_batch_bytes: int, path: str) ->
         i = int(too_big[0])
         raise CorruptRecordError(
             f"batch of {int(batches.size[i])} bytes is larger than max.message.bytes {max_batch_bytes}",
-            path=path, position=int(batches.position[i]), offset=int(batches.base_offset[i]))  # fmt: skip
+            path=path,
+            position=int(batches.position[i]),
+            offset=int(batches.base_offset[i]),
+        )
 
 
 def _check_stop(file, batches: BatchColumns, path: str, allow_trailing: bool) -> None:
@@ -288,8 +324,13 @@ def _check_stop(file, batches: BatchColumns, path: str, allow_trailing: bool) ->
         needed = LOG_OVERHEAD
         if available >= LOG_OVERHEAD:
             needed = _py_be(file, pos + SIZE_OFFSET, 4) + LOG_OVERHEAD
-        raise TruncatedBatchError("partial trailing batch, log segment may be corrupt",
-                                  available=available, needed=needed, path=path, position=pos)  # fmt: skip
+        raise TruncatedBatchError(
+            "partial trailing batch, log segment may be corrupt",
+            available=available,
+            needed=needed,
+            path=path,
+            position=pos,
+        )
 
 
 def _corrupt_entry_message(file, pos: int) -> str:
@@ -300,4 +341,3 @@ def _corrupt_entry_message(file, pos: int) -> str:
     if magic not in (MAGIC_V0, MAGIC_V1, MAGIC_V2):
         return f"invalid magic {magic}"
     return f"entry size {size + LOG_OVERHEAD} is smaller than the magic v{magic} header"
-

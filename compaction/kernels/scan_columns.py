@@ -65,7 +65,9 @@ class BatchColumns:
     producer_id: np.ndarray  # int64 (legacy: -1)
     producer_epoch: np.ndarray  # int16 (legacy: -1)
     base_sequence: np.ndarray  # int32 (legacy: -1)
-    records_count: np.ndarray  # int32 (legacy: 1 uncompressed; a wrapper: -1 here, its count after scan_segment)
+    records_count: (
+        np.ndarray
+    )  # int32 (legacy: 1 uncompressed; a wrapper: -1 here, its count after scan_segment)
     crc: np.ndarray  # uint32 as stored (v2: CRC-32C, legacy: CRC-32)
     stop_position: int  # where the scan stopped
     stop_reason: int  # STOP_END / STOP_PARTIAL / STOP_CORRUPT
@@ -83,15 +85,37 @@ class BatchColumns:
 
 
 BATCH_FIELDS = (
-    "position", "size", "base_offset", "last_offset", "magic", "attributes", "partition_leader_epoch",
-    "base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence",
-    "records_count", "crc",
-)  # fmt: skip
+    "position",
+    "size",
+    "base_offset",
+    "last_offset",
+    "magic",
+    "attributes",
+    "partition_leader_epoch",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "records_count",
+    "crc",
+)
 BATCH_DTYPES = (
-    np.int64, np.int64, np.int64, np.int64, np.int8, np.int16, np.int32,
-    np.int64, np.int64, np.int64, np.int16, np.int32,
-    np.int32, np.uint32,
-)  # fmt: skip
+    np.int64,
+    np.int64,
+    np.int64,
+    np.int64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.int64,
+    np.int64,
+    np.int16,
+    np.int32,
+    np.int32,
+    np.uint32,
+)
 
 
 @dataclass(slots=True)
@@ -132,7 +156,6 @@ def _bounds(buf: np.ndarray, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-
 def _records_limit(records_count, n: int) -> np.ndarray:
     if records_count is None:
         return np.full(n, NO_LIMIT, dtype=np.int64)
@@ -161,7 +184,6 @@ def _capacity(rec_start, rec_end, limit) -> int:
     # allocation even when recordsCount is corrupt.
     by_bytes = np.maximum(rec_end - rec_start, 0) // MIN_RECORD_SIZE
     return int(np.minimum(np.maximum(limit, 0), by_bytes).sum())
-
 
 
 def _empty_records() -> RecordColumns:

@@ -127,8 +127,25 @@ def _count_entries(buf, start, end):
 
 
 @_njit
-def _fill_entries(buf, start, n, position, size, base_offset, last_offset, magic, attributes, ple,
-                  base_ts, max_ts, producer_id, producer_epoch, base_sequence, records_count, crc):  # fmt: skip
+def _fill_entries(
+    buf,
+    start,
+    n,
+    position,
+    size,
+    base_offset,
+    last_offset,
+    magic,
+    attributes,
+    ple,
+    base_ts,
+    max_ts,
+    producer_id,
+    producer_epoch,
+    base_sequence,
+    records_count,
+    crc,
+):
     buf = borrow(buf)
     pos = start
     ahead = pos
@@ -306,8 +323,24 @@ def _read_record(buf, pos, end):
 
 
 @_njit
-def _walk_kernel(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, count,
-                 capacity, batch_index, offset, timestamp, key_pos, key_len, value_pos, value_len):  # fmt: skip
+def _walk_kernel(
+    buf,
+    rec_start,
+    rec_end,
+    base_offset,
+    base_timestamp,
+    ts_type,
+    max_ts,
+    count,
+    capacity,
+    batch_index,
+    offset,
+    timestamp,
+    key_pos,
+    key_len,
+    value_pos,
+    value_len,
+):
     """Returns (records written, error code, error position, error batch)."""
     buf = borrow(buf)
     k = 0
@@ -351,4 +384,3 @@ def _gather_kernel(file, side, split, key_pos, key_len, offsets, out):
     for i in range(len(key_pos)):
         if key_len[i] > 0:
             copy_bytes(file, side, split, key_pos[i], key_len[i], out, offsets[i])
-

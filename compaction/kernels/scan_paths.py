@@ -44,8 +44,15 @@ from compaction.settings import MAX_INFLATED_BATCH_BYTES
 CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache
 
 
-def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, messages: np.ndarray, path: str,
-                           verify: bool, hashing: bool = False) -> tuple[_SubsetWalk, _LegacyWalk]:  # fmt: skip
+def _verify_and_walk_plain(
+    file,
+    batches: BatchColumns,
+    plain: np.ndarray,
+    messages: np.ndarray,
+    path: str,
+    verify: bool,
+    hashing: bool = False,
+) -> tuple[_SubsetWalk, _LegacyWalk]:
     """Every batch's CRC (raising the first mismatch), the records of the uncompressed v2
     batches `plain` and the messages of the uncompressed legacy entries `messages`, ~CHUNK_BYTES
     of batches at a time: the CRC pass streams a chunk into the cache and the walks, whose every
@@ -57,8 +64,14 @@ def _verify_and_walk_plain(file, batches: BatchColumns, plain: np.ndarray, messa
     cuts = _chunk_cuts(batches.position + batches.size)
     plain_cuts = np.searchsorted(plain, cuts).tolist()
     message_cuts = np.searchsorted(messages, cuts).tolist()
-    walk = _SubsetWalk(file, batches, plain, batches.position[plain] + RECORD_BATCH_OVERHEAD,
-                       batches.position[plain] + batches.size[plain], hashing)  # fmt: skip
+    walk = _SubsetWalk(
+        file,
+        batches,
+        plain,
+        batches.position[plain] + RECORD_BATCH_OVERHEAD,
+        batches.position[plain] + batches.size[plain],
+        hashing,
+    )
     at = batches.position[messages]
     legacy = _LegacyWalk(file, messages, at, at + batches.size[messages], hashing=hashing)
     lo = 0
@@ -89,10 +102,18 @@ class _SubsetWalk:
 
     kernel = staticmethod(_walk_kernel)
 
-    def __init__(self, file, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end, hashing: bool = False) -> None:
-        args = _walk_inputs(rec_start, rec_end, batches.base_offset[idx], batches.base_timestamp[idx],
-                            batches.timestamp_type[idx], batches.max_timestamp[idx],
-                            batches.records_count[idx])  # fmt: skip
+    def __init__(
+        self, file, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end, hashing: bool = False
+    ) -> None:
+        args = _walk_inputs(
+            rec_start,
+            rec_end,
+            batches.base_offset[idx],
+            batches.base_timestamp[idx],
+            batches.timestamp_type[idx],
+            batches.max_timestamp[idx],
+            batches.records_count[idx],
+        )
         self._setup(file, idx, args, _capacity(args[0], args[1], args[6]), hashing)
 
     def _setup(self, file, idx: np.ndarray, args: tuple, capacity: int, hashing: bool) -> None:
@@ -112,8 +133,9 @@ class _SubsetWalk:
         a, b = self.done, upto
         if b <= a or self.error[0] != ERR_OK:
             return
-        w, code, pos, batch = self.kernel(self.file, *(x[a:b] for x in self.args), self.capacity - self.k,
-                                           *(c[self.k :] for c in self.cols))  # fmt: skip
+        w, code, pos, batch = self.kernel(
+            self.file, *(x[a:b] for x in self.args), self.capacity - self.k, *(c[self.k :] for c in self.cols)
+        )
         self.cols[0][self.k : self.k + w] += a  # batch indexes relative to the call
         if self.hashing and w:
             self._hash(self.k, self.k + w)
@@ -129,8 +151,19 @@ class _SubsetWalk:
             grown = np.empty(max(need, 2 * len(self.packed)), np.uint8)
             grown[: self.packed_end] = self.packed[: self.packed_end]
             self.packed = grown
-        self.packed_end = hash_keys(self.file, self.file[:0], len(self.file), key_pos, key_len, first, last,
-                                    self.packed, self.packed_offs, self.hashes, self.packed_end)  # fmt: skip
+        self.packed_end = hash_keys(
+            self.file,
+            self.file[:0],
+            len(self.file),
+            key_pos,
+            key_len,
+            first,
+            last,
+            self.packed,
+            self.packed_offs,
+            self.hashes,
+            self.packed_end,
+        )
 
     def keys(self) -> tuple | None:
         if not self.hashing:
@@ -141,8 +174,12 @@ class _SubsetWalk:
 
     def columns(self) -> RecordColumns:
         code, pos, batch = self.error
-        cols = RecordColumns(*(c[: self.k] for c in self.cols), error_code=code, error_position=pos,
-                             error_batch=int(self.idx[batch]) if batch >= 0 else -1)  # fmt: skip
+        cols = RecordColumns(
+            *(c[: self.k] for c in self.cols),
+            error_code=code,
+            error_position=pos,
+            error_batch=int(self.idx[batch]) if batch >= 0 else -1,
+        )
         cols.batch_index = self.idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
         return cols
 
@@ -155,22 +192,38 @@ class _LegacyWalk(_SubsetWalk):
 
     kernel = staticmethod(walk_legacy_kernel)
 
-    def __init__(self, buf, idx: np.ndarray, start, end, inner=None, wrapper_offset=None, wrapper_magic=None,
-                 wrapper_lat=None, wrapper_ts=None, hashing: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        buf,
+        idx: np.ndarray,
+        start,
+        end,
+        inner=None,
+        wrapper_offset=None,
+        wrapper_magic=None,
+        wrapper_lat=None,
+        wrapper_ts=None,
+        hashing: bool = False,
+    ) -> None:
         n = len(idx)
         zeros = np.zeros(n, dtype=np.int64)
         args = (
-            np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(end, dtype=np.int64),
+            np.ascontiguousarray(start, dtype=np.int64),
+            np.ascontiguousarray(end, dtype=np.int64),
             np.zeros(n, dtype=np.bool_) if inner is None else np.ascontiguousarray(inner, dtype=np.bool_),
             zeros if wrapper_offset is None else np.ascontiguousarray(wrapper_offset, dtype=np.int64),
             zeros if wrapper_magic is None else np.ascontiguousarray(wrapper_magic, dtype=np.int64),
-            np.zeros(n, dtype=np.bool_) if wrapper_lat is None else np.ascontiguousarray(wrapper_lat, dtype=np.bool_),
+            np.zeros(n, dtype=np.bool_)
+            if wrapper_lat is None
+            else np.ascontiguousarray(wrapper_lat, dtype=np.bool_),
             zeros if wrapper_ts is None else np.ascontiguousarray(wrapper_ts, dtype=np.int64),
-        )  # fmt: skip
+        )
         self._setup(buf, idx, args, region_capacity(args[0], args[1], args[2]), hashing)
 
 
-def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None) -> None:
+def _verify_crcs(
+    file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0, hi: int | None = None
+) -> None:
     """CRC-32C over [21, size) for v2, CRC-32 over [16, size) for v0/v1 (docs/kafka-rules.md#crc,
     #legacy-messages), of batches [lo, hi), in one compiled call (`legacywalk.entry_crcs`)."""
     hi = len(batches.position) if hi is None else hi
@@ -178,9 +231,14 @@ def _verify_crcs(file: np.ndarray, batches: BatchColumns, path: str, lo: int = 0
     bad = np.flatnonzero(actual != batches.crc[lo:hi])
     if len(bad):
         i = lo + int(bad[0])
-        raise CrcMismatchError(f"magic v{int(batches.magic[i])} batch checksum mismatch", expected=int(batches.crc[i]),
-                               actual=int(actual[i - lo]), path=path, position=int(batches.position[i]),
-                               offset=int(batches.base_offset[i]))  # fmt: skip
+        raise CrcMismatchError(
+            f"magic v{int(batches.magic[i])} batch checksum mismatch",
+            expected=int(batches.crc[i]),
+            actual=int(actual[i - lo]),
+            path=path,
+            position=int(batches.position[i]),
+            offset=int(batches.base_offset[i]),
+        )
 
 
 def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path: str) -> None:
@@ -188,13 +246,16 @@ def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path
     bad = np.flatnonzero((codec > MAX_CODEC) | (~v2 & (codec > MAX_LEGACY_CODEC)))
     if len(bad):
         i = int(bad[0])
-        raise UnsupportedCodecError(f"unsupported compression codec id {int(codec[i])} "
-                                    f"in a magic v{int(batches.magic[i])} batch",
-                                    path=path, position=int(batches.position[i]),
-                                    offset=int(batches.base_offset[i]))  # fmt: skip
+        raise UnsupportedCodecError(
+            f"unsupported compression codec id {int(codec[i])} in a magic v{int(batches.magic[i])} batch",
+            path=path,
+            position=int(batches.position[i]),
+            offset=int(batches.base_offset[i]),
+        )
 
 
 _NO_BYTES = np.empty(0, dtype=np.uint8)
+
 
 def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end) -> RecordColumns:
     walk = _SubsetWalk(buf, batches, idx, rec_start, rec_end)
@@ -202,8 +263,15 @@ def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end
     return walk.columns()
 
 
-def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
-                     hashing: bool = False, limit: int = MAX_INFLATED_BATCH_BYTES) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+def _walk_compressed(
+    file,
+    batches: BatchColumns,
+    idx: np.ndarray,
+    path: str,
+    base: int,
+    hashing: bool = False,
+    limit: int = MAX_INFLATED_BATCH_BYTES,
+) -> tuple[RecordColumns, np.ndarray, tuple | None]:
     """Compressed v2 batches: decompress each record stream (at most `limit` bytes a batch,
     `compression.inflate`) into the side buffer, walking (and with `hashing`, packing and hashing
     the keys of) ~CHUNK_BYTES of it at a time, right after it is copied there, while it is in the
@@ -222,8 +290,16 @@ def _walk_compressed(file, batches: BatchColumns, idx: np.ndarray, path: str, ba
     for j, i in enumerate(idx.tolist()):
         pos, size = int(batches.position[i]), int(batches.size[i])
         codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
-        pieces = _inflate(inflate, codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size], 2, path, pos,
-                          int(batches.base_offset[i]), limit)  # fmt: skip
+        pieces = _inflate(
+            inflate,
+            codec,
+            mv[pos + RECORD_BATCH_OVERHEAD : pos + size],
+            2,
+            path,
+            pos,
+            int(batches.base_offset[i]),
+            limit,
+        )
         side_chunks.append(pieces)
         start[j] = at
         at += sum(len(p) for p in pieces)
@@ -264,12 +340,17 @@ def _inflate(inflate, codec: int, data, magic: int, path: str, pos: int, offset:
         e.offset = offset
         raise
     except Exception as e:  # anything a codec library raises that compression.py does not map
-        raise CorruptRecordError(f"cannot decompress codec {codec} records: {type(e).__name__}: {e}",
-                                 path=path, position=pos, offset=offset) from e  # fmt: skip
+        raise CorruptRecordError(
+            f"cannot decompress codec {codec} records: {type(e).__name__}: {e}",
+            path=path,
+            position=pos,
+            offset=offset,
+        ) from e
 
 
-def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, in_side: bool,
-                      side_start=None) -> None:  # fmt: skip
+def _raise_walk_error(
+    cols: RecordColumns, batches: BatchColumns, path: str, *, in_side: bool, side_start=None
+) -> None:
     if cols.error_code == ERR_OK:
         return
     i = cols.error_batch
@@ -278,14 +359,29 @@ def _raise_walk_error(cols: RecordColumns, batches: BatchColumns, path: str, *, 
     if in_side:  # the position is inside a decompressed stream: report the batch, and where in it
         j = int(np.searchsorted(side_start, cols.error_position, side="right") - 1)
         inner = cols.error_position - int(side_start[j])
-        raise CorruptRecordError(f"{what} at byte {inner} of the decompressed records of the batch",
-                                 path=path, position=batch_pos, offset=int(batches.base_offset[i]))  # fmt: skip
-    raise CorruptRecordError(f"{what} (in the batch at byte {batch_pos})", path=path,
-                             position=cols.error_position, offset=int(batches.base_offset[i]))  # fmt: skip
+        raise CorruptRecordError(
+            f"{what} at byte {inner} of the decompressed records of the batch",
+            path=path,
+            position=batch_pos,
+            offset=int(batches.base_offset[i]),
+        )
+    raise CorruptRecordError(
+        f"{what} (in the batch at byte {batch_pos})",
+        path=path,
+        position=cols.error_position,
+        offset=int(batches.base_offset[i]),
+    )
 
 
-def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base: int,
-                   hashing: bool = False, limit: int = MAX_INFLATED_BATCH_BYTES) -> tuple[RecordColumns, np.ndarray, tuple | None]:  # fmt: skip
+def _walk_wrappers(
+    file,
+    batches: BatchColumns,
+    idx: np.ndarray,
+    path: str,
+    base: int,
+    hashing: bool = False,
+    limit: int = MAX_INFLATED_BATCH_BYTES,
+) -> tuple[RecordColumns, np.ndarray, tuple | None]:
     """Compressed v0/v1 wrappers `idx`: each one's value decompressed into the side buffer and its
     inner messages walked there in one kernel call (and with `hashing`, their keys packed and
     hashed). Sets each wrapper's `base_offset` (its first inner offset) and `records_count`.
@@ -308,17 +404,36 @@ def _walk_wrappers(file, batches: BatchColumns, idx: np.ndarray, path: str, base
             if vl < 0:
                 _raise_legacy_error(file, batches, i, path, ERR_OK)  # a null value
             codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
-            pieces = _inflate(inflate, codec, mv[vp : vp + vl], int(batches.magic[i]), path, vp,
-                              int(batches.last_offset[i]), limit)  # fmt: skip
+            pieces = _inflate(
+                inflate,
+                codec,
+                mv[vp : vp + vl],
+                int(batches.magic[i]),
+                path,
+                vp,
+                int(batches.last_offset[i]),
+                limit,
+            )
         except KafkaFormatError:  # after the errors of the wrappers before it, if any (raised here)
-            _walk_inner(file, batches, idx[:j], _joined(chunks, end[j - 1] if j else 0), start[:j], end[:j],
-                        path, base, False)  # fmt: skip
+            _walk_inner(
+                file,
+                batches,
+                idx[:j],
+                _joined(chunks, end[j - 1] if j else 0),
+                start[:j],
+                end[:j],
+                path,
+                base,
+                False,
+            )
             raise
         chunks.append(pieces)
         start[j], at = at, at + sum(len(p) for p in pieces)
         end[j] = at
     if n_ok < len(idx):  # the wrappers before it were read: their errors come first
-        _walk_inner(file, batches, idx[:n_ok], _joined(chunks, at), start[:n_ok], end[:n_ok], path, base, False)
+        _walk_inner(
+            file, batches, idx[:n_ok], _joined(chunks, at), start[:n_ok], end[:n_ok], path, base, False
+        )
         _raise_legacy_error(file, batches, int(idx[n_ok]), path, heads.error_code)
     side = _joined(chunks, at)
     side.flags.writeable = False
@@ -339,15 +454,26 @@ def _joined(chunks: list[list], total: int) -> np.ndarray:
     return side
 
 
-def _walk_inner(file, batches: BatchColumns, idx: np.ndarray, side, start, end, path: str, base: int,
-                hashing: bool) -> tuple[RecordColumns, tuple | None]:  # fmt: skip
+def _walk_inner(
+    file, batches: BatchColumns, idx: np.ndarray, side, start, end, path: str, base: int, hashing: bool
+) -> tuple[RecordColumns, tuple | None]:
     """The inner messages of the wrappers `idx`, decompressed to side[start[j]:end[j]]; raises
     the first malformed one's error; positions moved by `base` (the side's combined address)."""
     magic = batches.magic[idx].astype(np.int64)
     lat = (magic > MAGIC_V0) & ((batches.attributes[idx] & TIMESTAMP_TYPE_MASK) != 0)
     inner = np.ones(len(idx), dtype=np.bool_)
-    walk = _LegacyWalk(side, idx, start, end, inner, batches.last_offset[idx], magic, lat,
-                       batches.max_timestamp[idx], hashing)  # fmt: skip
+    walk = _LegacyWalk(
+        side,
+        idx,
+        start,
+        end,
+        inner,
+        batches.last_offset[idx],
+        magic,
+        lat,
+        batches.max_timestamp[idx],
+        hashing,
+    )
     walk.advance(len(idx))
     cols = walk.columns()
     if cols.error_code != ERR_OK:
@@ -367,8 +493,12 @@ def _raise_legacy_error(file, batches: BatchColumns, i: int, path: str, code: in
 
     pos, size = int(batches.position[i]), int(batches.size[i])
     LegacyBatch(memoryview(file)[pos : pos + size], pos, path).records()
-    raise CorruptRecordError(LEGACY_ERR_NAMES.get(code, f"legacy error {code}"), path=path, position=pos,
-                             offset=int(batches.last_offset[i]))  # fmt: skip
+    raise CorruptRecordError(
+        LEGACY_ERR_NAMES.get(code, f"legacy error {code}"),
+        path=path,
+        position=pos,
+        offset=int(batches.last_offset[i]),
+    )
 
 
 def _merge(parts: list[RecordColumns], keys: list | None = None) -> tuple[RecordColumns, tuple | None]:

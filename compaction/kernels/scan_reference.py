@@ -90,13 +90,21 @@ def _py_entry_fields(b, pos: int, total: int) -> tuple:
     magic = b[pos + MAGIC_OFFSET]
     if magic == MAGIC_V2:
         return (
-            pos, total, off, off + _py_be(b, pos + LAST_OFFSET_DELTA_OFFSET, 4), magic,
-            _py_be(b, pos + ATTRIBUTES_OFFSET, 2), _py_be(b, pos + PARTITION_LEADER_EPOCH_OFFSET, 4),
-            _py_be(b, pos + BASE_TIMESTAMP_OFFSET, 8), _py_be(b, pos + MAX_TIMESTAMP_OFFSET, 8),
-            _py_be(b, pos + PRODUCER_ID_OFFSET, 8), _py_be(b, pos + PRODUCER_EPOCH_OFFSET, 2),
-            _py_be(b, pos + BASE_SEQUENCE_OFFSET, 4), _py_be(b, pos + RECORDS_COUNT_OFFSET, 4),
+            pos,
+            total,
+            off,
+            off + _py_be(b, pos + LAST_OFFSET_DELTA_OFFSET, 4),
+            magic,
+            _py_be(b, pos + ATTRIBUTES_OFFSET, 2),
+            _py_be(b, pos + PARTITION_LEADER_EPOCH_OFFSET, 4),
+            _py_be(b, pos + BASE_TIMESTAMP_OFFSET, 8),
+            _py_be(b, pos + MAX_TIMESTAMP_OFFSET, 8),
+            _py_be(b, pos + PRODUCER_ID_OFFSET, 8),
+            _py_be(b, pos + PRODUCER_EPOCH_OFFSET, 2),
+            _py_be(b, pos + BASE_SEQUENCE_OFFSET, 4),
+            _py_be(b, pos + RECORDS_COUNT_OFFSET, 4),
             _py_be(b, pos + CRC_OFFSET, 4, signed=False),
-        )  # fmt: skip
+        )
     attr = b[pos + LEGACY_ATTRIBUTES_OFFSET]
     ts = _py_be(b, pos + LEGACY_TIMESTAMP_OFFSET, 8) if magic == MAGIC_V1 else -1
     count = 1 if attr & COMPRESSION_CODEC_MASK == 0 else LEGACY_COUNT_UNKNOWN
@@ -206,15 +214,15 @@ def _wrap64(v: int) -> int:
     return (v + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
-def walk_records_py(buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts,
-                    records_count=None) -> RecordColumns:  # fmt: skip
+def walk_records_py(
+    buf, rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, records_count=None
+) -> RecordColumns:
     """Plain-Python reference of `walk_records`."""
     arr = _as_u8(buf)
     b = arr.tobytes()
     rs, re_, bo, bt, tt, mt, limit = (
         a.tolist()
-        for a in _walk_inputs(rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts,
-                              records_count)  # fmt: skip
+        for a in _walk_inputs(rec_start, rec_end, base_offset, base_timestamp, ts_type, max_ts, records_count)
     )
     rows: list[tuple] = []
     error = (ERR_OK, -1, -1)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.errors import CorruptRecordError, KafkaFormatError
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
@@ -39,12 +38,13 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
 )
+from compaction.format.varint import read_varint
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
 from compaction.kernels.scan import RecordColumns, SegmentScan
 from compaction.kernels.scan_kernels import _skip_headers
-from compaction.format.varint import read_varint
+from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 FAR = np.int64(1) << np.int64(62)  # the position of a record not copied: past any buffer
 ERR_OK, ERR_LAYOUT = 0, 1
@@ -144,13 +144,36 @@ def pack_side(scan: SegmentScan, may_keep: np.ndarray, kernel=pack_records) -> S
     key_pos, value_pos = rec.key_pos.copy(), rec.value_pos.copy()
     cap = len(scan.side)
     out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, np.uint8)
-    err, j, used = kernel(scan.side, np.int64(scan.split), first, last, np.ascontiguousarray(may_keep, np.bool_),
-                          key_pos, rec.key_len, value_pos, rec.value_len, out)  # fmt: skip
+    err, j, used = kernel(
+        scan.side,
+        np.int64(scan.split),
+        first,
+        last,
+        np.ascontiguousarray(may_keep, np.bool_),
+        key_pos,
+        rec.key_len,
+        value_pos,
+        rec.value_len,
+        out,
+    )
     if err != ERR_OK:
         i = int(idx[j])
-        raise CorruptRecordError("a record's layout in the decompressed records does not match the scan",
-                                 path=scan.path, position=int(scan.batches.position[i]),
-                                 offset=int(scan.batches.base_offset[i]))  # fmt: skip
-    packed = RecordColumns(rec.batch_index, rec.offset, rec.timestamp, key_pos, rec.key_len, value_pos,
-                           rec.value_len, rec.error_code, rec.error_position, rec.error_batch)  # fmt: skip
+        raise CorruptRecordError(
+            "a record's layout in the decompressed records does not match the scan",
+            path=scan.path,
+            position=int(scan.batches.position[i]),
+            offset=int(scan.batches.base_offset[i]),
+        )
+    packed = RecordColumns(
+        rec.batch_index,
+        rec.offset,
+        rec.timestamp,
+        key_pos,
+        rec.key_len,
+        value_pos,
+        rec.value_len,
+        rec.error_code,
+        rec.error_position,
+        rec.error_batch,
+    )
     return SegmentScan(scan.path, scan.file, out[:used], scan.batches, packed, scan.keys)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
 from compaction.format.crc import crc32c_at
@@ -53,6 +52,7 @@ from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes, memcpy_at, put_be32, put_be64
 from compaction.kernels.varints import _varint32_size, _varint_size, _write_varint, _write_varlong
+from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 HEADER = RECORD_BATCH_OVERHEAD
 # a record's bytes beyond its key and value: length <= 5, attributes 1, timestampDelta <= 10,
@@ -70,8 +70,24 @@ _TEMPLATE[HEADER - 1] = 1  # the low byte of recordsCount
 
 
 @_njit
-def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len, value_pos, value_len,
-                    log_append, horizon, template, out, out_end, out_max_ts):  # fmt: skip
+def _convert_kernel(
+    file,
+    side,
+    split,
+    rec,
+    offset,
+    timestamp,
+    key_pos,
+    key_len,
+    value_pos,
+    value_len,
+    log_append,
+    horizon,
+    template,
+    out,
+    out_end,
+    out_max_ts,
+):
     file, side, template, out = borrow(file), borrow(side), borrow(template), borrow(out)
     o = np.int64(0)
     for j in range(len(rec)):
@@ -81,8 +97,9 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
         max_ts = ts if log_append[j] else max(np.int64(-1), ts)
         kl, vl = np.int64(key_len[r]), np.int64(value_len[r])
         tsd = ts - base_ts
-        body = (1 + _varint_size(tsd) + 1 + _varint32_size(kl) + max(kl, 0) + _varint32_size(vl) + max(vl, 0)
-                + 1)  # fmt: skip
+        body = (
+            1 + _varint_size(tsd) + 1 + _varint32_size(kl) + max(kl, 0) + _varint32_size(vl) + max(vl, 0) + 1
+        )
         size = HEADER + _varint32_size(body) + body
         memcpy_at(out, o, template, 0, HEADER)
         put_be64(out, o, offset[r])
@@ -113,8 +130,9 @@ def _convert_kernel(file, side, split, rec, offset, timestamp, key_pos, key_len,
     return o
 
 
-def convert_messages(file, side, split: int, rec: np.ndarray, records, log_append: np.ndarray,
-                     horizon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def convert_messages(
+    file, side, split: int, rec: np.ndarray, records, log_append: np.ndarray, horizon: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The v2 batches of messages `rec` (indexes into `records`, a scan's `RecordColumns` whose
     positions address `file`, then `side` from `split`): per message, its v1 LogAppendTime flag
     and the delete horizon to set (-1: none). Returns (bytes, end of each batch in them, each
@@ -125,11 +143,24 @@ def convert_messages(file, side, split: int, rec: np.ndarray, records, log_appen
     out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
     ends = np.empty(len(rec), dtype=np.int64)
     max_ts = np.empty(len(rec), dtype=np.int64)
-    used = _convert_kernel(_u8(file), _u8(side), np.int64(split), rec, records.offset, records.timestamp,
-                           records.key_pos, records.key_len, records.value_pos, records.value_len,
-                           np.ascontiguousarray(log_append, dtype=np.bool_),
-                           np.ascontiguousarray(horizon, dtype=np.int64), _TEMPLATE, out, ends,
-                           max_ts)  # fmt: skip
+    used = _convert_kernel(
+        _u8(file),
+        _u8(side),
+        np.int64(split),
+        rec,
+        records.offset,
+        records.timestamp,
+        records.key_pos,
+        records.key_len,
+        records.value_pos,
+        records.value_len,
+        np.ascontiguousarray(log_append, dtype=np.bool_),
+        np.ascontiguousarray(horizon, dtype=np.int64),
+        _TEMPLATE,
+        out,
+        ends,
+        max_ts,
+    )
     return out[:used], ends, max_ts
 
 
@@ -139,8 +170,9 @@ def _u8(buf) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
-def convert_messages_py(file, side, split: int, rec: np.ndarray, records, log_append: np.ndarray,
-                        horizon: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def convert_messages_py(
+    file, side, split: int, rec: np.ndarray, records, log_append: np.ndarray, horizon: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Plain-Python reference of `convert_messages`: `build_batch` over each message."""
     file, side = bytes(_u8(file)), bytes(_u8(side))
 
@@ -154,11 +186,18 @@ def convert_messages_py(file, side, split: int, rec: np.ndarray, records, log_ap
         ts = int(records.timestamp[r])
         lat = bool(log_append[j])
         h = int(horizon[j])
-        record = fb.Record(int(records.offset[r]), ts, data(int(records.key_pos[r]), int(records.key_len[r])),
-                           data(int(records.value_pos[r]), int(records.value_len[r])))  # fmt: skip
-        out += build_batch([record], timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
-                              delete_horizon_ms=h if h >= 0 else None,
-                              log_append_time=ts if lat else None)  # fmt: skip
+        record = fb.Record(
+            int(records.offset[r]),
+            ts,
+            data(int(records.key_pos[r]), int(records.key_len[r])),
+            data(int(records.value_pos[r]), int(records.value_len[r])),
+        )
+        out += build_batch(
+            [record],
+            timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
+            delete_horizon_ms=h if h >= 0 else None,
+            log_append_time=ts if lat else None,
+        )
         ends.append(len(out))
         max_ts.append(ts if lat else max(-1, ts))
     i64 = np.int64
@@ -176,9 +215,31 @@ def convert_messages_py(file, side, split: int, rec: np.ndarray, records, log_ap
 
 
 @_njit
-def _encode_kept_kernel(file, side, split, first, count, keep, offset, timestamp, key_pos, key_len, value_pos,
-                        value_len, log_append, wrapper_ts, horizon, out, out_start, out_end, out_base,
-                        out_last, out_base_ts, out_max_ts, out_kept):  # fmt: skip
+def _encode_kept_kernel(
+    file,
+    side,
+    split,
+    first,
+    count,
+    keep,
+    offset,
+    timestamp,
+    key_pos,
+    key_len,
+    value_pos,
+    value_len,
+    log_append,
+    wrapper_ts,
+    horizon,
+    out,
+    out_start,
+    out_end,
+    out_base,
+    out_last,
+    out_base_ts,
+    out_max_ts,
+    out_kept,
+):
     file, side, out = borrow(file), borrow(side), borrow(out)
     o = np.int64(0)
     for j in range(len(first)):
@@ -202,8 +263,16 @@ def _encode_kept_kernel(file, side, split, first, count, keep, offset, timestamp
             kl, vl = np.int64(key_len[r]), np.int64(value_len[r])
             tsd = ts - base_ts
             delta = offset[r] - base
-            body = (1 + _varint_size(tsd) + _varint32_size(delta) + _varint32_size(kl) + max(kl, 0)
-                    + _varint32_size(vl) + max(vl, 0) + 1)  # fmt: skip
+            body = (
+                1
+                + _varint_size(tsd)
+                + _varint32_size(delta)
+                + _varint32_size(kl)
+                + max(kl, 0)
+                + _varint32_size(vl)
+                + max(vl, 0)
+                + 1
+            )
             o = _write_varint(out, o, body)
             out[o] = 0  # record attributes
             o = _write_varlong(out, o + 1, tsd)
@@ -228,8 +297,18 @@ def _encode_kept_kernel(file, side, split, first, count, keep, offset, timestamp
     return o
 
 
-def encode_kept(file, side, split: int, first: np.ndarray, count: np.ndarray, keep: np.ndarray, records,
-                log_append: np.ndarray, wrapper_ts: np.ndarray, horizon: np.ndarray) -> tuple:  # fmt: skip
+def encode_kept(
+    file,
+    side,
+    split: int,
+    first: np.ndarray,
+    count: np.ndarray,
+    keep: np.ndarray,
+    records,
+    log_append: np.ndarray,
+    wrapper_ts: np.ndarray,
+    horizon: np.ndarray,
+) -> tuple:
     """The kept records (`keep`) of batches j = records first[j] .. first[j] + count[j] - 1 of
     `records` (a scan's columns; positions address `file`, then `side` from `split`), each batch's
     re-encoded back to back: (payload, start, end, base offset, last kept offset, base timestamp,
@@ -245,9 +324,23 @@ def encode_kept(file, side, split: int, first: np.ndarray, count: np.ndarray, ke
     cap = int((at[first + count] - at[first]).sum()) + MAX_RECORD_OVERHEAD * int(count.sum())
     out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, dtype=np.uint8)
     res = [np.empty(n, dtype=np.int64) for _ in range(7)]
-    used = _encode_kept_kernel(_u8(file), _u8(side), np.int64(split), first, count, keep, records.offset,
-                               records.timestamp, records.key_pos, records.key_len, records.value_pos,
-                               records.value_len, np.ascontiguousarray(log_append, dtype=np.bool_),
-                               np.ascontiguousarray(wrapper_ts, dtype=np.int64),
-                               np.ascontiguousarray(horizon, dtype=np.int64), out, *res)  # fmt: skip
+    used = _encode_kept_kernel(
+        _u8(file),
+        _u8(side),
+        np.int64(split),
+        first,
+        count,
+        keep,
+        records.offset,
+        records.timestamp,
+        records.key_pos,
+        records.key_len,
+        records.value_pos,
+        records.value_len,
+        np.ascontiguousarray(log_append, dtype=np.bool_),
+        np.ascontiguousarray(wrapper_ts, dtype=np.int64),
+        np.ascontiguousarray(horizon, dtype=np.int64),
+        out,
+        *res,
+    )
     return (out[:used], *res)

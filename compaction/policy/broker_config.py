@@ -40,32 +40,78 @@ IO_MAX_BYTES_PER_SECOND = "log.cleaner.io.max.bytes.per.second"
 # Every topic-level config of Kafka 2.x-4.x (TopicConfig). Those the cleaner does not read are accepted
 # and ignored, as a broker's cleaner ignores them.
 TOPIC_CONFIGS = frozenset(CLEANER_SYNONYMS) | {
-    "compression.type", "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
-    "file.delete.delay.ms", "flush.messages", "flush.ms", "follower.replication.throttled.replicas",
-    "leader.replication.throttled.replicas", "local.retention.bytes", "local.retention.ms",
-    "message.downconversion.enable", "message.format.version", "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "message.timestamp.type",
-    "min.insync.replicas", "preallocate", "remote.log.copy.disable", "remote.log.delete.on.disable",
-    "remote.storage.enable", "retention.bytes", "retention.ms", "segment.jitter.ms", "segment.ms",
+    "compression.type",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
+    "file.delete.delay.ms",
+    "flush.messages",
+    "flush.ms",
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "local.retention.bytes",
+    "local.retention.ms",
+    "message.downconversion.enable",
+    "message.format.version",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "preallocate",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+    "remote.storage.enable",
+    "retention.bytes",
+    "retention.ms",
+    "segment.jitter.ms",
+    "segment.ms",
     "unclean.leader.election.enable",
-}  # fmt: skip
+}
 
 # Every broker `log.*` config of Kafka 2.x-4.x (ServerLogConfigs, CleanerConfig). Those the cleaner
 # does not read are accepted and ignored (log.cleaner.threads, dedupe buffer sizes: this job has its
 # own parallelism and an exact offset map; log.cleaner.enable: running the job is the decision).
-BROKER_LOG_CONFIGS = frozenset(BROKER_TO_TOPIC) | {IO_MAX_BYTES_PER_SECOND} | {
-    "log.dir", "log.dirs", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms", "log.roll.jitter.hours",
-    "log.retention.ms", "log.retention.minutes", "log.retention.hours", "log.retention.bytes",
-    "log.retention.check.interval.ms", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor", "log.cleaner.backoff.ms",
-    "log.cleaner.enable", "log.flush.interval.messages", "log.flush.interval.ms",
-    "log.flush.scheduler.interval.ms", "log.flush.offset.checkpoint.interval.ms",
-    "log.flush.start.offset.checkpoint.interval.ms", "log.segment.delete.delay.ms", "log.preallocate",
-    "log.message.format.version", "log.message.timestamp.type", "log.message.timestamp.difference.max.ms",
-    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
-    "log.message.downconversion.enable", "log.local.retention.ms", "log.local.retention.bytes",
-    "log.initial.task.delay.ms", "log.dir.failure.timeout.ms",
-}  # fmt: skip
+BROKER_LOG_CONFIGS = (
+    frozenset(BROKER_TO_TOPIC)
+    | {IO_MAX_BYTES_PER_SECOND}
+    | {
+        "log.dir",
+        "log.dirs",
+        "log.roll.ms",
+        "log.roll.hours",
+        "log.roll.jitter.ms",
+        "log.roll.jitter.hours",
+        "log.retention.ms",
+        "log.retention.minutes",
+        "log.retention.hours",
+        "log.retention.bytes",
+        "log.retention.check.interval.ms",
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.enable",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.flush.scheduler.interval.ms",
+        "log.flush.offset.checkpoint.interval.ms",
+        "log.flush.start.offset.checkpoint.interval.ms",
+        "log.segment.delete.delay.ms",
+        "log.preallocate",
+        "log.message.format.version",
+        "log.message.timestamp.type",
+        "log.message.timestamp.difference.max.ms",
+        "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms",
+        "log.message.downconversion.enable",
+        "log.local.retention.ms",
+        "log.local.retention.bytes",
+        "log.initial.task.delay.ms",
+        "log.dir.failure.timeout.ms",
+    }
+)
 
 
 class ConfigError(CompactionError, ValueError):
@@ -76,8 +122,9 @@ def is_known_topic_config(name: str) -> bool:
     return name in TOPIC_CONFIGS
 
 
-def split_job_config(entries: dict[str, object], source: str,
-                     where: dict[str, str] | None = None) -> tuple[dict[str, object], dict[str, object]]:  # fmt: skip
+def split_job_config(
+    entries: dict[str, object], source: str, where: dict[str, str] | None = None
+) -> tuple[dict[str, object], dict[str, object]]:
     """A job-wide config (a `server.properties`, or topic-level names for every topic) split into
     (broker defaults, job-wide topic values), both keyed by topic-level names, every value the
     cleaner reads checked as Kafka checks it.

@@ -40,9 +40,10 @@ line's values.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 NO_TIMESTAMP = -1
 
@@ -128,8 +129,9 @@ def parse_as_of_time(text: str) -> int:
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time "
-                         "(e.g. 2026-11-27T10:00:00Z)") from None
+        raise ValueError(
+            f"{text!r} is neither epoch milliseconds nor an ISO-8601 time (e.g. 2026-11-27T10:00:00Z)"
+        ) from None
     if when.tzinfo is None:
         raise ValueError(f"{text!r} has no zone: add Z (UTC) or an offset such as +01:00")
     ms = round(when.timestamp() * 1000)

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from compaction.format.layout import INT32_MAX
 
@@ -27,8 +28,15 @@ def group_segments_by_size(
         time_index_bytes = segments[i].time_index_bytes
         i += 1
         while i < len(segments) and _fits(
-            segments, i, group[0], log_bytes, index_bytes, time_index_bytes,
-            max_size, max_index_size, first_uncleanable_offset,
+            segments,
+            i,
+            group[0],
+            log_bytes,
+            index_bytes,
+            time_index_bytes,
+            max_size,
+            max_index_size,
+            first_uncleanable_offset,
         ):
             log_bytes += segments[i].size
             index_bytes += segments[i].offset_index_bytes
@@ -40,8 +48,15 @@ def group_segments_by_size(
 
 
 def _fits(
-    segments: Sequence[SegmentMeta], i: int, first: SegmentMeta, log_bytes: int, index_bytes: int,
-    time_index_bytes: int, max_size: int, max_index_size: int, first_uncleanable_offset: int,
+    segments: Sequence[SegmentMeta],
+    i: int,
+    first: SegmentMeta,
+    log_bytes: int,
+    index_bytes: int,
+    time_index_bytes: int,
+    max_size: int,
+    max_index_size: int,
+    first_uncleanable_offset: int,
 ) -> bool:
     candidate = segments[i]
     if log_bytes + candidate.size > max_size:

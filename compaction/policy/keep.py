@@ -95,8 +95,9 @@ def aborted_batches(b, aborted: tuple[AbortedTxn, ...]) -> np.ndarray:
     return out
 
 
-def map_masks(b, rec, aborted: tuple[AbortedTxn, ...], first_dirty_offset: int,
-              upper_bound: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def map_masks(
+    b, rec, aborted: tuple[AbortedTxn, ...], first_dirty_offset: int, upper_bound: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(control, usable, dirty) per record: in a control batch; usable records build the offset
     map (keyed, not in a control batch, not in an aborted transaction); dirty ones are usable and
     lie in [first dirty offset, upper bound)."""
@@ -132,8 +133,9 @@ def keep_records(
     return keep, invalid
 
 
-def retain_deletes(v2: np.ndarray, has_horizon: np.ndarray, base_timestamp: np.ndarray, now_ms: int,
-                   retain_legacy: bool) -> np.ndarray:  # fmt: skip
+def retain_deletes(
+    v2: np.ndarray, has_horizon: np.ndarray, base_timestamp: np.ndarray, now_ms: int, retain_legacy: bool
+) -> np.ndarray:
     """`should_retain_deletes` per batch: a v2 batch's tombstones stay until its delete horizon
     (stored as its base timestamp), a legacy batch's while its segment is newer than the legacy
     horizon (`retain_legacy`, one answer per segment)."""
@@ -151,13 +153,15 @@ def may_keep(rec, found: np.ndarray, upper_bound: int) -> np.ndarray:
 # --- batches ---------------------------------------------------------------------------------
 
 
-def last_data_batches(last_records: dict[int, LastRecord], producer_id: np.ndarray,
-                      last_offset: np.ndarray) -> np.ndarray:  # fmt: skip
+def last_data_batches(
+    last_records: dict[int, LastRecord], producer_id: np.ndarray, last_offset: np.ndarray
+) -> np.ndarray:
     """`is_last_of_producer` for data batches, vectorized: the batch holds its producer's last
     data offset."""
     out = np.zeros(len(producer_id), dtype=bool)
-    pairs = sorted((pid, r.last_data_offset) for pid, r in last_records.items()
-                   if r.last_data_offset is not None)  # fmt: skip
+    pairs = sorted(
+        (pid, r.last_data_offset) for pid, r in last_records.items() if r.last_data_offset is not None
+    )
     if not pairs:
         return out
     pids = np.array([p for p, _ in pairs], dtype=np.int64)
@@ -166,9 +170,15 @@ def last_data_batches(last_records: dict[int, LastRecord], producer_id: np.ndarr
     return (pids[j] == producer_id) & (last[j] == last_offset)
 
 
-def decide_plain(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, has_horizon: np.ndarray,
-                 last_records: dict[int, LastRecord],
-                 retain_empty_offset: int | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def decide_plain(
+    b,
+    count: np.ndarray,
+    n_keep: np.ndarray,
+    n_tomb: np.ndarray,
+    has_horizon: np.ndarray,
+    last_records: dict[int, LastRecord],
+    retain_empty_offset: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
     """`checkBatchRetention` + `filterTo`'s branch for every v2 data batch outside transactions
     at once: (kind, needs a new delete horizon). Such a batch is never discarded (it is not
     aborted data) and never changes the transaction state, so it need not go through the
@@ -185,9 +195,15 @@ def decide_plain(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, h
     return np.where(n_keep > 0, kept_kind, empty_kind).astype(np.int8), need_horizon
 
 
-def decide_fast(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, has_horizon: np.ndarray,
-                last_records: dict[int, LastRecord],
-                retain_empty_offset: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def decide_fast(
+    b,
+    count: np.ndarray,
+    n_keep: np.ndarray,
+    n_tomb: np.ndarray,
+    has_horizon: np.ndarray,
+    last_records: dict[int, LastRecord],
+    retain_empty_offset: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(kind, needs a new delete horizon, fast) for every batch of a segment: `fast` marks the
     batches decided here, the v2 data batches outside transactions (`decide_plain`) and the
     uncompressed v0/v1 entries, batches of one message outside transactions: the same branch,
@@ -197,7 +213,9 @@ def decide_fast(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, ha
     attrs = b.attributes.astype(np.int64)
     v2 = b.magic >= 2
     plain = v2 & ((attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)) == 0)
-    kind, need_horizon = decide_plain(b, count, n_keep, n_tomb, has_horizon, last_records, retain_empty_offset)
+    kind, need_horizon = decide_plain(
+        b, count, n_keep, n_tomb, has_horizon, last_records, retain_empty_offset
+    )
     messages = ~v2 & ((attrs & fb.COMPRESSION_CODEC_MASK) == 0)
     kind[messages & (n_keep > 0)] = CONVERT
     fast = plain | (messages & (kind != EMPTY))
@@ -205,8 +223,9 @@ def decide_fast(b, count: np.ndarray, n_keep: np.ndarray, n_tomb: np.ndarray, ha
     return kind, need_horizon, fast
 
 
-def decide_batch(view: BatchView, decision: BatchDecision, n_keep: int, n_tomb: int,
-                 new_horizon: int) -> tuple[int, int, int]:  # fmt: skip
+def decide_batch(
+    view: BatchView, decision: BatchDecision, n_keep: int, n_tomb: int, new_horizon: int
+) -> tuple[int, int, int]:
     """One batch of the per-batch path (transactional, control and legacy batches) once
     `check_batch_retention` has not deleted it: (kind, records kept, new delete horizon or
     NO_NEW_HORIZON). A discarded batch keeps no record, a control batch all of them

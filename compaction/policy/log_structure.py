@@ -70,8 +70,14 @@ def _span(first: int, last: int) -> str:
 # --- one segment -------------------------------------------------------------------------------
 
 
-def check_segment_offsets(path: str, base_offset: int, batches: Batches, next_base: int | None = None,
-                          next_path: str | None = None, first_only: bool = False) -> None:  # fmt: skip
+def check_segment_offsets(
+    path: str,
+    base_offset: int,
+    batches: Batches,
+    next_base: int | None = None,
+    next_path: str | None = None,
+    first_only: bool = False,
+) -> None:
     """A segment's batches against its base offset, each other and the next segment's base
     (`next_base`; None: the last segment, or unknown). `first_only`: `batches` is the segment's
     first batch alone (the reason says so)."""
@@ -81,26 +87,41 @@ def check_segment_offsets(path: str, base_offset: int, batches: Batches, next_ba
     name = file_name(path)
     if first[0] < base_offset:
         raise LogStructureError(
-            f"{name} starts at offset {int(first[0])}, below its base offset {base_offset}", rule=RULE_BASE,
-            path=path, position=int(pos[0]), offset=int(first[0]))  # fmt: skip
+            f"{name} starts at offset {int(first[0])}, below its base offset {base_offset}",
+            rule=RULE_BASE,
+            path=path,
+            position=int(pos[0]),
+            offset=int(first[0]),
+        )
     back = last < first
     back[1:] |= first[1:] <= last[:-1]
     for i in np.flatnonzero(back)[:1].tolist():
         after = f"offsets {_span(int(first[i - 1]), int(last[i - 1]))}" if i else "its own first offset"
         what = f"last offset {int(last[i])} below its first" if last[i] < first[i] else f"follows {after}"
         raise LogStructureError(
-            f"batch of offsets {_span(int(first[i]), int(last[i]))} in {name}: {what}", rule=RULE_ORDER,
-            path=path, position=int(pos[i]), offset=int(first[i]))  # fmt: skip
+            f"batch of offsets {_span(int(first[i]), int(last[i]))} in {name}: {what}",
+            rule=RULE_ORDER,
+            path=path,
+            position=int(pos[i]),
+            offset=int(first[i]),
+        )
     if next_base is not None and last[-1] >= next_base:
         i = int(np.argmax(last >= next_base))
         other = file_name(next_path) if next_path else f"the segment at {next_base}"
         head = _span(int(first[0]), int(last[0]))
-        held = f"offsets from {int(first[0])} (first batch: {head})" if first_only \
+        held = (
+            f"offsets from {int(first[0])} (first batch: {head})"
+            if first_only
             else f"offsets {int(first[0])}-{int(last[-1])}"
+        )
         raise LogStructureError(
             f"{name} holds {held}, overlapping {other} from {next_base}",
-            rule=RULE_NEXT, other_path=next_path, path=path, position=int(pos[i]),
-            offset=int(first[i]))  # fmt: skip
+            rule=RULE_NEXT,
+            other_path=next_path,
+            path=path,
+            position=int(pos[i]),
+            offset=int(first[i]),
+        )
 
 
 def live_index_entries(entries: np.ndarray, base_offset: int) -> np.ndarray:
@@ -109,8 +130,9 @@ def live_index_entries(entries: np.ndarray, base_offset: int) -> np.ndarray:
     return entries[: int(real[-1]) + 1] if len(real) else entries[:0]
 
 
-def check_index_entries(index_path: str, log_path: str, base_offset: int, entries: np.ndarray,
-                        batches: Batches) -> None:  # fmt: skip
+def check_index_entries(
+    index_path: str, log_path: str, base_offset: int, entries: np.ndarray, batches: Batches
+) -> None:
     """Offset-index `entries` (`(n, 2)` [offset, position], as read) against the batches of the
     segment they index: each entry at a batch's position, with an offset from that batch's first
     up to the segment's last (v0/v1 columns of a bare header scan carry a wrapper's last offset:
@@ -136,12 +158,19 @@ def check_index_entries(index_path: str, log_path: str, base_offset: int, entrie
         else:
             span = _span(int(first[i]), int(last[i]))
             what = f"points at byte {position} of {log}, a batch of offsets {span}"
-        raise LogStructureError(f"entry for offset {offset} {what}", rule=RULE_INDEX, other_path=log_path,
-                                path=index_path, position=k * OFFSET_ENTRY_SIZE, offset=offset)  # fmt: skip
+        raise LogStructureError(
+            f"entry for offset {offset} {what}",
+            rule=RULE_INDEX,
+            other_path=log_path,
+            path=index_path,
+            position=k * OFFSET_ENTRY_SIZE,
+            offset=offset,
+        )
 
 
-def check_time_index_entries(index_path: str, log_path: str, base_offset: int, entries: np.ndarray,
-                             batches: Batches) -> None:  # fmt: skip
+def check_time_index_entries(
+    index_path: str, log_path: str, base_offset: int, entries: np.ndarray, batches: Batches
+) -> None:
     """Time-index `entries` (`(n, 2)` [timestamp, offset], as read) name offsets of the segment
     they index: from its first batch's first offset to its last (preallocated trailing (0, base)
     entries of an active index left out)."""
@@ -155,8 +184,12 @@ def check_time_index_entries(index_path: str, log_path: str, base_offset: int, e
         offset = int(entries[k, 1])
         raise LogStructureError(
             f"entry for offset {offset} lies outside {file_name(log_path)}'s offsets {_span(lo, hi)}",
-            rule=RULE_INDEX, other_path=log_path, path=index_path, position=k * TIME_ENTRY_SIZE,
-            offset=offset)  # fmt: skip
+            rule=RULE_INDEX,
+            other_path=log_path,
+            path=index_path,
+            position=k * TIME_ENTRY_SIZE,
+            offset=offset,
+        )
 
 
 # --- leader epochs across the partition ----------------------------------------------------------
@@ -183,9 +216,14 @@ def segment_epochs(path: str, base_offset: int, batches: Batches) -> SegmentEpoc
     ends = np.append(starts[1:], len(keep)).astype(np.int64) - 1
     if not len(keep):
         ends = starts
-    return SegmentEpochs(path, base_offset, epoch[starts], batches.base_offset[keep[starts]].astype(np.int64),
-                         batches.last_offset[keep[ends]].astype(np.int64),
-                         batches.position[keep[starts]].astype(np.int64))  # fmt: skip
+    return SegmentEpochs(
+        path,
+        base_offset,
+        epoch[starts],
+        batches.base_offset[keep[starts]].astype(np.int64),
+        batches.last_offset[keep[ends]].astype(np.int64),
+        batches.position[keep[starts]].astype(np.int64),
+    )
 
 
 _EPOCH_FIELDS = ("epoch", "first", "last", "position")
@@ -213,21 +251,30 @@ def epochs_from_columns(columns: dict[str, np.ndarray], path_of) -> list[Segment
     return out
 
 
-def check_leader_epochs(segments: Sequence[SegmentEpochs],
-                        checkpoint: Sequence[tuple[int, int]] | None = None,
-                        checkpoint_path: str = LEADER_EPOCH_CHECKPOINT) -> None:  # fmt: skip
+def check_leader_epochs(
+    segments: Sequence[SegmentEpochs],
+    checkpoint: Sequence[tuple[int, int]] | None = None,
+    checkpoint_path: str = LEADER_EPOCH_CHECKPOINT,
+) -> None:
     """Leader epochs of a partition's segments (any order; sorted by base offset here) never
     decrease, and agree with `checkpoint` ((epoch, start offset) entries of
     `leader-epoch-checkpoint`; None or empty: nothing to agree with)."""
-    runs = [(int(e), int(f), int(la), int(p), s) for s in sorted(segments, key=lambda s: s.base_offset)
-            for e, f, la, p in zip(s.epoch, s.first, s.last, s.position)]  # fmt: skip
+    runs = [
+        (int(e), int(f), int(la), int(p), s)
+        for s in sorted(segments, key=lambda s: s.base_offset)
+        for e, f, la, p in zip(s.epoch, s.first, s.last, s.position)
+    ]
     for (e0, _, last0, _, s0), (e1, first1, _, p1, s1) in zip(runs, runs[1:]):
         if e1 < e0:
             raise LogStructureError(
                 f"{file_name(s1.path)} has leader epoch {e1} from offset {first1}, after epoch {e0} up to "
-                f"offset {last0} in {file_name(s0.path)}", rule=RULE_EPOCH_ORDER,
-                other_path=None if s0 is s1 else s0.path, path=s1.path, position=p1,
-                offset=first1)  # fmt: skip
+                f"offset {last0} in {file_name(s0.path)}",
+                rule=RULE_EPOCH_ORDER,
+                other_path=None if s0 is s1 else s0.path,
+                path=s1.path,
+                position=p1,
+                offset=first1,
+            )
     if checkpoint:
         _check_checkpoint(list(checkpoint), checkpoint_path)
         for run in runs:
@@ -237,8 +284,11 @@ def check_leader_epochs(segments: Sequence[SegmentEpochs],
 def _check_checkpoint(entries: list[tuple[int, int]], path: str) -> None:
     for (e0, s0), (e1, s1) in zip(entries, entries[1:]):
         if e1 <= e0 or s1 <= s0:  # LeaderEpochFileCache keeps both increasing
-            raise LogStructureError(f"entry ({e1}, {s1}) follows ({e0}, {s0}): epochs and start offsets must "
-                                    f"both increase", rule=RULE_EPOCH_CHECKPOINT, path=path)  # fmt: skip
+            raise LogStructureError(
+                f"entry ({e1}, {s1}) follows ({e0}, {s0}): epochs and start offsets must both increase",
+                rule=RULE_EPOCH_CHECKPOINT,
+                path=path,
+            )
 
 
 def _check_run(run: tuple, entries: list[tuple[int, int]], path: str) -> None:
@@ -256,16 +306,28 @@ def _check_run(run: tuple, entries: list[tuple[int, int]], path: str) -> None:
         last_epoch, last_start = entries[-1]
         if epoch > last_epoch and first >= last_start:
             return
-        raise LogStructureError(f"{held}, an epoch {file_name(path)} does not list",
-                                rule=RULE_EPOCH_CHECKPOINT, other_path=path, **where)  # fmt: skip
+        raise LogStructureError(
+            f"{held}, an epoch {file_name(path)} does not list",
+            rule=RULE_EPOCH_CHECKPOINT,
+            other_path=path,
+            **where,
+        )
     k, start = starts[epoch]
     if first < start and k > 0:
-        raise LogStructureError(f"{held}, but {file_name(path)} starts epoch {epoch} at {start}",
-                                rule=RULE_EPOCH_CHECKPOINT, other_path=path, **where)  # fmt: skip
+        raise LogStructureError(
+            f"{held}, but {file_name(path)} starts epoch {epoch} at {start}",
+            rule=RULE_EPOCH_CHECKPOINT,
+            other_path=path,
+            **where,
+        )
     if k + 1 < len(entries) and last >= entries[k + 1][1]:
         e2, s2 = entries[k + 1]
-        raise LogStructureError(f"{held}, but {file_name(path)} starts epoch {e2} at {s2}",
-                                rule=RULE_EPOCH_CHECKPOINT, other_path=path, **where)  # fmt: skip
+        raise LogStructureError(
+            f"{held}, but {file_name(path)} starts epoch {e2} at {s2}",
+            rule=RULE_EPOCH_CHECKPOINT,
+            other_path=path,
+            **where,
+        )
 
 
 # --- the dry run's audit: first batch headers only ---------------------------------------------------
@@ -303,16 +365,21 @@ def first_batch(head: bytes) -> FirstBatches:
     return FirstBatches(*(np.array([v], dtype=np.int64) for v in (0, base, last, magic, epoch)))
 
 
-def check_first_batches(paths: Sequence[str], bases: Sequence[int], heads: Sequence[bytes],
-                        checkpoint: Sequence[tuple[int, int]] | None = None,
-                        checkpoint_path: str = LEADER_EPOCH_CHECKPOINT) -> None:  # fmt: skip
+def check_first_batches(
+    paths: Sequence[str],
+    bases: Sequence[int],
+    heads: Sequence[bytes],
+    checkpoint: Sequence[tuple[int, int]] | None = None,
+    checkpoint_path: str = LEADER_EPOCH_CHECKPOINT,
+) -> None:
     """What the first batch header of every segment of a partition (log order) shows: each
     segment's first batch at or above its base and below the next segment's base, and their
     leader epochs in order and within the checkpoint. A subset of what the executors' scan checks."""
     firsts = [first_batch(h) for h in heads]
     for i, (path, base, fb) in enumerate(zip(paths, bases, firsts)):
         nxt = i + 1 < len(bases)
-        check_segment_offsets(path, base, fb, bases[i + 1] if nxt else None, paths[i + 1] if nxt else None,
-                              first_only=True)  # fmt: skip
+        check_segment_offsets(
+            path, base, fb, bases[i + 1] if nxt else None, paths[i + 1] if nxt else None, first_only=True
+        )
     epochs = [segment_epochs(p, b, fb) for p, b, fb in zip(paths, bases, firsts)]
     check_leader_epochs(epochs, checkpoint, checkpoint_path)

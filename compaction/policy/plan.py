@@ -16,8 +16,9 @@ however many), so a round always maps the whole dirty range and Kafka's
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from compaction.format.layout import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from compaction.policy.grouping import group_segments_by_size
@@ -30,6 +31,7 @@ REASON_LSO_BOUND = "nothing cleanable: bounded by the last stable offset"
 REASON_LAG_BOUND = "nothing cleanable: within min.compaction.lag.ms"
 REASON_NOTHING_CLEANABLE = "nothing cleanable"
 REASON_BELOW_RATIO = "below min.cleanable.dirty.ratio"
+
 
 @dataclass(frozen=True)
 class SegmentMeta:
@@ -58,6 +60,7 @@ class SegmentMeta:
     def effective_largest_timestamp(self) -> int:
         """``LogSegment.largestTimestamp``: the max timestamp if known (>= 0), else the mtime."""
         return self.largest_timestamp if self.largest_timestamp >= 0 else self.mtime_ms
+
 
 @dataclass(frozen=True)
 class PartitionState:
@@ -154,7 +157,9 @@ def last_stable_offset(
     return lso
 
 
-def high_watermark_in_reach(high_watermark: int | None, log_end_offset: int | None, active_base: int) -> int | None:
+def high_watermark_in_reach(
+    high_watermark: int | None, log_end_offset: int | None, active_base: int
+) -> int | None:
     """The log's high watermark (``UnifiedLog.highWatermark``) if a batch below the active segment
     can end at it, else None. Offline it is the checkpointed one capped at the log end offset, or
     the log end offset without a checkpoint entry (a leader's high watermark catches up with it).
@@ -318,9 +323,11 @@ def _not_cleanable_reason(
         return REASON_ACTIVE_ONLY
     if state.last_stable_offset is not None and bound == max(first_dirty, state.last_stable_offset):
         return REASON_LSO_BOUND
-    if config.min_compaction_lag_ms > 0 and find_first_uncleanable_segment(
-        state, first_dirty, now_ms, config.min_compaction_lag_ms
-    ) is not None:
+    if (
+        config.min_compaction_lag_ms > 0
+        and find_first_uncleanable_segment(state, first_dirty, now_ms, config.min_compaction_lag_ms)
+        is not None
+    ):
         return REASON_LAG_BOUND
     return REASON_NOTHING_CLEANABLE
 

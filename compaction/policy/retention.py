@@ -17,8 +17,9 @@ cleaned transaction index.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from compaction.format.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_TIMESTAMP
 from compaction.format.layout import MAGIC_V2
@@ -207,11 +208,17 @@ def should_retain_record(
     return KEEP if latest_for_key and keep_value else DROP
 
 
-def should_map_record(batch: Any, record_offset: int, key: bytes | None, aborted: bool, start_offset: int,
-                      end_offset: int) -> bool:  # fmt: skip
+def should_map_record(
+    batch: Any, record_offset: int, key: bytes | None, aborted: bool, start_offset: int, end_offset: int
+) -> bool:
     """``Cleaner.buildOffsetMap``'s record filter: a keyed record of a data batch that is not
     aborted data (``aborted``: ``on_batch_read``), within [start_offset, end_offset)."""
-    return key is not None and not batch.is_control and not aborted and start_offset <= record_offset < end_offset
+    return (
+        key is not None
+        and not batch.is_control
+        and not aborted
+        and start_offset <= record_offset < end_offset
+    )
 
 
 # ----------------------------------------------------------------------------------------------

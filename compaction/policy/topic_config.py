@@ -5,8 +5,8 @@ default, validated against ConfigDef's bounds; docs/kafka-rules.md#configs)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_MAX_INDEX_SIZE, RECORD_OVERHEAD_V0
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_TIMESTAMP
 from compaction.policy.retention import has_producer_id
-
 
 # ----------------------------------------------------------------------------------------------
 # Transaction bookkeeping (docs/kafka-rules.md#transactions)
@@ -124,7 +124,7 @@ class _ProducerEntry:
     last_timestamp: int = NO_TIMESTAMP
     in_transaction: bool = False
 
-    def with_epoch(self, epoch: int) -> "_ProducerEntry":
+    def with_epoch(self, epoch: int) -> _ProducerEntry:
         """``maybeUpdateProducerEpoch``: a new epoch clears the batch metadata."""
         if epoch == self.producer_epoch:
             return self
@@ -137,8 +137,9 @@ def _apply_batch(entry: _ProducerEntry, batch: Any) -> _ProducerEntry:
         if batch.records_count == 0:
             return entry  # an empty (cleaned) control batch is not replayed
         # appendEndTxnMarker: epoch bump clears metadata; the transaction ends.
-        return replace(entry.with_epoch(batch.producer_epoch), in_transaction=False,
-                       last_timestamp=batch.max_timestamp)
+        return replace(
+            entry.with_epoch(batch.producer_epoch), in_transaction=False, last_timestamp=batch.max_timestamp
+        )
     # appendDataBatch: an empty retained data batch still re-creates lastDataOffset.
     return replace(
         entry.with_epoch(batch.producer_epoch),
@@ -170,7 +171,8 @@ def last_records_of_active_producers(
         entries[batch.producer_id] = _apply_batch(entries.get(batch.producer_id, _ProducerEntry()), batch)
     if now_ms is not None and producer_id_expiration_ms is not None:
         entries = {
-            pid: e for pid, e in entries.items()
+            pid: e
+            for pid, e in entries.items()
             if e.in_transaction or now_ms - e.last_timestamp < producer_id_expiration_ms
         }
     return {pid: LastRecord(e.last_data_offset, e.producer_epoch) for pid, e in entries.items()}

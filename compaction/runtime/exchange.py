@@ -41,8 +41,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -52,9 +52,16 @@ from compaction.errors import CompactionError
 from compaction.runtime.storage import Storage
 
 INDEX_LENGTH = struct.Struct("<Q")  # the trailer: length of the index stream
-_INDEX = pa.schema([pa.field("range_id", pa.int32()), pa.field("kind", pa.int32()), pa.field("bucket", pa.int32()),
-                    pa.field("seq", pa.int64()), pa.field("offset", pa.int64()),
-                    pa.field("length", pa.int64())])  # fmt: skip
+_INDEX = pa.schema(
+    [
+        pa.field("range_id", pa.int32()),
+        pa.field("kind", pa.int32()),
+        pa.field("bucket", pa.int32()),
+        pa.field("seq", pa.int64()),
+        pa.field("offset", pa.int64()),
+        pa.field("length", pa.int64()),
+    ]
+)
 PREFIX = ".kafka-compaction-exchange-"
 # How often a waiting task looks for the others' markers: a local directory costs a stat, an
 # object store a request.
@@ -72,7 +79,7 @@ class ExchangeError(CompactionError):
     """A peer's file or marker is missing or unreadable."""
 
 
-class PeerGone(BaseException):  # noqa: N818 - not an error: the task stops early, the driver finishes
+class PeerGone(BaseException):
     """The peer a task waits for is gone or not running: the task stops where it is and leaves the
     rest to the driver's follow-up stages. A BaseException, so that the handlers that turn a
     partition's error into its failed rows (`except Exception`) let it through: nothing failed."""
@@ -85,14 +92,16 @@ class PeerGone(BaseException):  # noqa: N818 - not an error: the task stops earl
 class Exchange:
     """The exchange directory of one stage (picklable: tasks receive it in their closure)."""
 
-    def __init__(self, storage: Storage, root: str, local_temp: bool = False,
-                 peer_wait: float = PEER_WAIT_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self, storage: Storage, root: str, local_temp: bool = False, peer_wait: float = PEER_WAIT_SECONDS
+    ) -> None:
         self.storage, self.root, self._local_temp = storage, root, local_temp
         self.peer_wait = peer_wait  # 0: never wait (the driver's follow-up stages: all is there)
 
     @classmethod
-    def create(cls, configured: str | None, local_master: bool, log_dir: str,
-               peer_wait: float = PEER_WAIT_SECONDS) -> Exchange:  # fmt: skip
+    def create(
+        cls, configured: str | None, local_master: bool, log_dir: str, peer_wait: float = PEER_WAIT_SECONDS
+    ) -> Exchange:
         """The stage's directory (see the module docstring), created empty."""
         if configured:
             storage, base = Storage.for_uri(configured)
@@ -117,7 +126,9 @@ class Exchange:
             return
         # Object by object through the storage layer: on S3 that leaves no directory marker.
         try:
-            infos = self.storage.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True, recursive=True))
+            infos = self.storage.fs.get_file_info(
+                pafs.FileSelector(self.root, allow_not_found=True, recursive=True)
+            )
             for info in infos:
                 if info.type == pafs.FileType.File:
                     self.storage.delete(info.path, missing_ok=True)
@@ -157,8 +168,14 @@ class Exchange:
         with self._create(name) as out:
             for b in blocks:
                 out.write(b.data)
-                for k, v in (("range_id", b.range_id), ("kind", b.kind), ("bucket", b.bucket), ("seq", b.seq),
-                             ("offset", at), ("length", len(b.data))):  # fmt: skip
+                for k, v in (
+                    ("range_id", b.range_id),
+                    ("kind", b.kind),
+                    ("bucket", b.bucket),
+                    ("seq", b.seq),
+                    ("offset", at),
+                    ("length", len(b.data)),
+                ):
                     index[k].append(v)
                 at += len(b.data)
             sink = pa.BufferOutputStream()
@@ -193,8 +210,13 @@ class Exchange:
         with self.storage.open_input(self.path(name)) as f:
             for i in rows.tolist():
                 data = f.read_at(int(index["length"][i]), int(index["offset"][i]))
-                yield Block(int(index["range_id"][i]), int(index["kind"][i]), int(index["bucket"][i]),
-                            int(index["seq"][i]), bytes(data))  # fmt: skip
+                yield Block(
+                    int(index["range_id"][i]),
+                    int(index["kind"][i]),
+                    int(index["bucket"][i]),
+                    int(index["seq"][i]),
+                    bytes(data),
+                )
 
     # --- phases --------------------------------------------------------------------------
 
@@ -253,6 +275,7 @@ class Exchange:
             stop.set()
             thread.join()
 
+
 class _Pulse:
     """Whether a peer is worth waiting for: not gone, and its heartbeat file changed within the
     last `peer_wait` seconds of this host's clock (the file's own mtime comes from the peer's host
@@ -279,4 +302,4 @@ class _Pulse:
         return now - self.since < self.ex.peer_wait
 
 
-__all__ = ["Exchange", "ExchangeError", "PREFIX", "PeerGone"]
+__all__ = ["PREFIX", "Exchange", "ExchangeError", "PeerGone"]

@@ -91,8 +91,9 @@ class ObjectDeleter:
             from botocore import UNSIGNED
 
             config = config.merge(Config(signature_version=UNSIGNED))
-        self._client = session.client("s3", endpoint_url=endpoint, config=config,
-                                      verify=kw.get("tls_ca_file_path") or None)  # fmt: skip
+        self._client = session.client(
+            "s3", endpoint_url=endpoint, config=config, verify=kw.get("tls_ca_file_path") or None
+        )
 
     def delete(self, path: str) -> None:
         """Delete the object `bucket/key` (no error if it is already gone)."""
@@ -135,8 +136,10 @@ class ObjectDeleter:
                 out = self._client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
                 if out.get("Errors"):
                     e = out["Errors"][0]
-                    raise OSError(f"s3://{bucket}/{e.get('Key')} version {e.get('VersionId')}: could not delete it: "
-                                  f"{e.get('Code')} {e.get('Message')}")  # fmt: skip
+                    raise OSError(
+                        f"s3://{bucket}/{e.get('Key')} version {e.get('VersionId')}: could not delete it: "
+                        f"{e.get('Code')} {e.get('Message')}"
+                    )
         return len(versions), sum(v.get("Size", 0) for v in versions)
 
 

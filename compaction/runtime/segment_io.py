@@ -185,7 +185,9 @@ def _read_into_buffer(fd: int, size: int, block: int) -> np.ndarray:
     view, got = memoryview(buf), 0
     chunk = BUFFERED_CHUNK if block == 1 else READ_CHUNK
     while got < size:
-        n = os.readv(fd, [view[got : got + min(-(-(size - got) // block) * block, chunk)]])  # from offset 0 on
+        n = os.readv(
+            fd, [view[got : got + min(-(-(size - got) // block) * block, chunk)]]
+        )  # from offset 0 on
         if n <= 0:
             break
         throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request
@@ -222,7 +224,9 @@ class ReadAhead:
 
     def __init__(self, read, paths: list[str]) -> None:
         self._read, self._paths = read, paths
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="segment-read-ahead") if len(paths) > 1 else None
+        self._pool = (
+            ThreadPoolExecutor(1, thread_name_prefix="segment-read-ahead") if len(paths) > 1 else None
+        )
         self._pending: dict[int, Future] = {}
 
     def get(self, i: int) -> np.ndarray:

@@ -152,7 +152,10 @@ class Storage:
         if info.type == pafs.FileType.NotFound:
             return None
         return FileInfo(
-            info.base_name, info.path, -1 if info.size is None else info.size, info.mtime_ns,
+            info.base_name,
+            info.path,
+            -1 if info.size is None else info.size,
+            info.mtime_ns,
             info.type == pafs.FileType.Directory,
         )
 
@@ -272,7 +275,9 @@ class Storage:
             return None
         deleter = self._s3_deleter()
         if deleter is None:
-            raise OSError("an assumed role (role_arn) is known to pyarrow only: the bucket's versioning cannot be read")
+            raise OSError(
+                "an assumed role (role_arn) is known to pyarrow only: the bucket's versioning cannot be read"
+            )
         return deleter.versioning(self._s3_path(path).partition("/")[0])
 
     def purge_noncurrent_versions(self, directory: str, wanted) -> tuple[int, int]:
@@ -280,7 +285,9 @@ class Storage:
         `directory` whose name `wanted(name)` accepts (s3.py `purge_noncurrent`); (count, bytes)."""
         deleter = self._s3_deleter()
         if deleter is None:
-            raise OSError("noncurrent versions can be purged on S3 only, and not under an assumed role (role_arn)")
+            raise OSError(
+                "noncurrent versions can be purged on S3 only, and not under an assumed role (role_arn)"
+            )
         return deleter.purge_noncurrent(self._s3_path(directory), wanted)
 
     def _s3_deleter(self) -> ObjectDeleter | None:

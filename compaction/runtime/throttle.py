@@ -69,8 +69,13 @@ class FileClock:
 class Throttler:
     """Sleeps before each request so that the bytes of all users of `clock` stay under `rate`/s."""
 
-    def __init__(self, rate: float, clock, now: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rate: float,
+        clock,
+        now: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not rate > 0:
             raise ValueError(f"the I/O rate must be positive, not {rate}")
         self.rate, self.clock, self.now, self.sleep = rate, clock, now, sleep

@@ -124,8 +124,14 @@ def keep_freed_heap() -> bool:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
-    _heap_kept = all(mallopt(param, value) for param, value in (
-        (M_MMAP_THRESHOLD, HEAP_MMAP_BYTES), (M_TRIM_THRESHOLD, HEAP_TRIM_BYTES), (M_TOP_PAD, HEAP_PAD_BYTES)))
+    _heap_kept = all(
+        mallopt(param, value)
+        for param, value in (
+            (M_MMAP_THRESHOLD, HEAP_MMAP_BYTES),
+            (M_TRIM_THRESHOLD, HEAP_TRIM_BYTES),
+            (M_TOP_PAD, HEAP_PAD_BYTES),
+        )
+    )
     return _heap_kept
 
 

@@ -35,15 +35,15 @@ def preload() -> float:
     try:
         from compaction.kernels.cache import count_compiles, local_dir
         from compaction.runtime.worker import pyarrow_without_pandas
-        from compaction.spark.warmup import warm_best_effort
         from compaction.settings import WorkerSettings
+        from compaction.spark.warmup import warm_best_effort
 
         count_compiles()
         if not os.path.isdir(local_dir()):
             return 0.0
         pyarrow_without_pandas()
         return warm_best_effort(WorkerSettings())
-    except Exception:  # noqa: BLE001 - an import failed: the workers will say why, in a task
+    except Exception:
         return 0.0
     finally:
         sys.stdout.flush()

@@ -20,12 +20,12 @@ def one_line(exc: BaseException) -> str:
     if java is not None:
         try:
             name, text = java.getClass().getSimpleName(), java.getMessage() or java.toString()
-        except Exception:  # noqa: BLE001 - the gateway died with the JVM: Python's own text below
+        except Exception:
             text = None
     if text is None:
         try:
             text = str(exc)
-        except Exception:  # noqa: BLE001 - a broken __str__ must not cost the report
+        except Exception:
             text = ""
     line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
     line = f"{name}: {line}" if line else name

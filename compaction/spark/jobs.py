@@ -14,9 +14,9 @@ import time
 from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
 from compaction.runtime.task_progress import ProgressDir
+from compaction.settings import Settings
 from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
-from compaction.settings import Settings
 from compaction.steps import report as rpt
 from compaction.steps.outcome import task_rows
 from compaction.steps.plan_round import (
@@ -29,11 +29,17 @@ from compaction.steps.plan_round import (
     task_count,
 )
 
-
 log = logging.getLogger("compaction")
 
-def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts: JobOptions, progress,
-                     timings: dict[str, float]) -> tuple[list[Planned], dict[int, dict]]:  # fmt: skip
+
+def scan_and_rewrite(
+    starter,
+    todo: list[Planned],
+    planned: list[Planned],
+    opts: JobOptions,
+    progress,
+    timings: dict[str, float],
+) -> tuple[list[Planned], dict[int, dict]]:
     """The Spark stages of the round over `todo` (`starter`: a `SparkStarter`); returns the
     partitions to commit (after any re-plan for an open transaction) and the rewrite rows by
     group id."""
@@ -46,26 +52,32 @@ def scan_and_rewrite(starter, todo: list[Planned], planned: list[Planned], opts:
     watch = NoExecutorWatch(sc, starter.settings.no_executor_seconds)
     # What the executors have read, written and finished so far (runtime/task_progress.py): the
     # scan and the rewrite each go through every source segment once.
-    channel = ProgressDir.create(starter.settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri)
+    channel = ProgressDir.create(
+        starter.settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri
+    )
     work = 2 * sum(seg.size for p in todo for s in p.specs for seg in s.segments)
     with channel, progress.watch(sc, sum(map(partition_bytes, todo)), len(todo), channel, work), watch:
         try:
             results, replan = run_stages(sc, todo, opts, starter.settings, timings, channel.uri)
             if replan:
-                todo = _replan_open_transactions(sc, todo, planned, replan, results, opts, starter.settings,
-                                                 next_id, timings, channel.uri)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - the cause of a cancelled job, named
+                todo = _replan_open_transactions(
+                    sc, todo, planned, replan, results, opts, starter.settings, next_id, timings, channel.uri
+                )
+        except Exception as exc:
             if watch.fired:
-                raise NoExecutors(f"no executor was alive for {watch.seconds:.0f} s (spark.kafka.compaction."
-                                  "noExecutorSeconds): the round's Spark jobs were cancelled") from exc  # fmt: skip
+                raise NoExecutors(
+                    f"no executor was alive for {watch.seconds:.0f} s (spark.kafka.compaction."
+                    "noExecutorSeconds): the round's Spark jobs were cancelled"
+                ) from exc
             raise
     timings["stagesSeconds"] = time.monotonic() - t
     starter.stop_when_done()
     return todo, results
 
 
-def _replan_open_transactions(sc, todo, planned, replan, results, opts, settings, next_id,
-                              timings=None, progress: str | None = None) -> list[Planned]:  # fmt: skip
+def _replan_open_transactions(
+    sc, todo, planned, replan, results, opts, settings, next_id, timings=None, progress: str | None = None
+) -> list[Planned]:
     """Partitions whose scan found an open transaction below the planned bound (Kafka's LSO,
     docs/kafka-rules.md#last-stable-offset): plan them again with that bound and run the stages once more for
     them. Returns the new list of partitions to commit; `planned` and `results` are updated in place."""
@@ -89,12 +101,17 @@ def _replan_open_transactions(sc, todo, planned, replan, results, opts, settings
 
 def _cut(sc, todo: list[Planned], settings: Settings) -> list[bool]:
     sizes = [partition_bytes(p) for p in todo]
-    return cut_into_ranges(sizes, [len(p.specs) for p in todo], sc.defaultParallelism,
-                           settings.partition_task_max_bytes)  # fmt: skip
+    return cut_into_ranges(
+        sizes, [len(p.specs) for p in todo], sc.defaultParallelism, settings.partition_task_max_bytes
+    )
 
 
 def run_stages(
-    sc, todo: list[Planned], opts: JobOptions, settings: Settings, timings: dict[str, float] | None = None,
+    sc,
+    todo: list[Planned],
+    opts: JobOptions,
+    settings: Settings,
+    timings: dict[str, float] | None = None,
     progress: str | None = None,
 ) -> tuple[dict[int, dict], dict[int, int]]:
     """Scan, then rewrite. Also returns {index in `todo`: first unstable offset} for the partitions
@@ -107,8 +124,10 @@ def run_stages(
     ranged = [i for i, c in enumerate(cut) if c]
     results: dict[int, dict] = {}
     replan: dict[int, int] = {}
-    for idx, stage, key in ((whole, _run_partition_tasks, "partitionTasksSeconds"),
-                            (ranged, _run_ranges, "rangesSeconds")):  # fmt: skip
+    for idx, stage, key in (
+        (whole, _run_partition_tasks, "partitionTasksSeconds"),
+        (ranged, _run_ranges, "rangesSeconds"),
+    ):
         if idx:
             t = time.monotonic()
             r, rp = stage(sc, [todo[i] for i in idx], opts, timings, settings, progress)
@@ -122,8 +141,14 @@ def run_stages(
     return results, replan
 
 
-def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float],
-                         settings: Settings, progress: str | None = None):  # fmt: skip
+def _run_partition_tasks(
+    sc,
+    todo: list[Planned],
+    opts: JobOptions,
+    timings: dict[str, float],
+    settings: Settings,
+    progress: str | None = None,
+):
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
@@ -134,24 +159,35 @@ def _run_partition_tasks(sc, todo: list[Planned], opts: JobOptions, timings: dic
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
     parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     holds = [[todo[i].result.name for i in ids] for ids in bins]
-    return task_rows(collected(st.fused(sc, len(bins), parts, settings.worker, progress), holds), todo, timings)
+    return task_rows(
+        collected(st.fused(sc, len(bins), parts, settings.worker, progress), holds), todo, timings
+    )
 
 
-def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, float], settings: Settings,
-                progress: str | None = None):  # fmt: skip
+def _run_ranges(
+    sc,
+    todo: list[Planned],
+    opts: JobOptions,
+    timings: dict[str, float],
+    settings: Settings,
+    progress: str | None = None,
+):
     """Partitions cut into ranges: one stage whose tasks scan their ranges, merge the key
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py),
     then, when one of its tasks stopped early (a lost executor, a slot that never came), stages
     for what it left undone."""
-    from compaction.spark import stages as st
     from compaction.runtime.exchange import Exchange
+    from compaction.spark import stages as st
     from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
 
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     bplan = sc.broadcast(plan)
-    sc.setJobGroup("ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite")
-    with Exchange.create(settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri,
-                         settings.peer_wait_seconds) as ex:  # fmt: skip
+    sc.setJobGroup(
+        "ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite"
+    )
+    with Exchange.create(
+        settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri, settings.peer_wait_seconds
+    ) as ex:
         names = [p.result.name for p in todo]
         holds = [sorted({names[plan.ranges[r][1]] for r in rids}) for rids in plan.tasks]
         rows = collected(st.ranged(sc, bplan, ex, settings.worker, progress), holds)
@@ -160,13 +196,26 @@ def _run_ranges(sc, todo: list[Planned], opts: JobOptions, timings: dict[str, fl
             if not items:
                 return []
             # Not an error: a task's peer was lost, or never got a slot; the bytes are the same.
-            log.warning("ranges: a task stopped early (a peer lost or not started); running what it left: "
-                        "%d %s task(s)", len(items), kind)  # fmt: skip
+            log.warning(
+                "ranges: a task stopped early (a peer lost or not started); running what it left: "
+                "%d %s task(s)",
+                len(items),
+                kind,
+            )
             sc.setJobGroup("ranges", f"ranges left undone: {kind}, {len(items)} tasks")
-            held = {MERGE: lambda k: names, PART: lambda r: [names[plan.ranges[r][1]]], REWRITE: lambda i: [names[i[1]]]}
-            return collected(st.resumed(sc, bplan, ex, kind, items, settings.worker, progress), [held[kind](i) for i in items])
+            held = {
+                MERGE: lambda k: names,
+                PART: lambda r: [names[plan.ranges[r][1]]],
+                REWRITE: lambda i: [names[i[1]]],
+            }
+            return collected(
+                st.resumed(sc, bplan, ex, kind, items, settings.worker, progress),
+                [held[kind](i) for i in items],
+            )
 
-        rows = [st.typed(r) for r in finish(plan, ex, rows, run)]  # the damaged partitions' rows come from here
+        rows = [
+            st.typed(r) for r in finish(plan, ex, rows, run)
+        ]  # the damaged partitions' rows come from here
     return task_rows(rows, todo, timings)
 
 
@@ -184,7 +233,7 @@ def collected(rdd, holds: list[list[str]]) -> list:
     partitions `holds[task]` (Spark's own message names the task by its index in the stage)."""
     try:
         return rdd.collect()
-    except Exception as exc:  # noqa: BLE001 - Py4JJavaError; anything else is raised as it is
+    except Exception as exc:
         found = re.search(r"Task (\d+) in stage [\d.]+ failed", one_line(exc))
         if found is None or int(found.group(1)) >= len(holds):
             raise

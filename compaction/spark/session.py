@@ -45,7 +45,9 @@ class SparkStarter:
         # The compiled kernels from the job's store (as the options and the environment name it)
         # while the JVM starts: in local mode the Python workers' daemon, started by the warm-up,
         # finds them on this host (runtime/kernel_store.py).
-        self._kernels = threading.Thread(target=_fetch_kernels, args=(settings,), name="kernel-fetch", daemon=True)
+        self._kernels = threading.Thread(
+            target=_fetch_kernels, args=(settings,), name="kernel-fetch", daemon=True
+        )
         self._kernels.start()
         self._thread = threading.Thread(target=self._start, name="spark-start", daemon=True)
         self._thread.start()
@@ -73,7 +75,7 @@ class SparkStarter:
                 seconds, compiled = warm_executors(sc, settings.worker)
                 self._out["workerWarmupSeconds"], self._out["workerKernelCompiles"] = seconds, compiled
             self._out["sc"] = sc
-        except BaseException as exc:  # noqa: BLE001 - raised again on the main thread by get()
+        except BaseException as exc:
             self._out["error"] = exc
 
     def join(self) -> None:
@@ -127,5 +129,5 @@ def _stop(sc) -> None:
     # thread, gone with the process.
     try:
         sc._jsc.stop()
-    except Exception:  # noqa: BLE001 - the JVM stops it at exit anyway
+    except Exception:
         pass

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from pyspark.sql import types as T
 
-from compaction.steps import ranges
 from compaction.errors import error_text
 from compaction.runtime import task_progress
 from compaction.settings import WorkerSettings
+from compaction.steps import ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_unit
 
@@ -36,7 +36,10 @@ RESULT_FIELDS = (
     ("invalid_records", T.LongType()),
     ("seconds", T.DoubleType()),
     ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process
-    ("erased_records", T.LongType()),  # --erase-keys (compaction/steps/erase.py): records of listed keys removed
+    (
+        "erased_records",
+        T.LongType(),
+    ),  # --erase-keys (compaction/steps/erase.py): records of listed keys removed
     ("erased_bytes", T.LongType()),
     ("erase_found", T.StringType()),  # which listed keys the unit met (a bitmap; first row of a unit)
     ("unchanged", T.IntegerType()),  # an erasing-only group that erased nothing: nothing written
@@ -50,7 +53,7 @@ def task_slots(sc) -> int:
     try:
         jsc = sc._jsc.sc()
         n = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-    except Exception:  # noqa: BLE001 - an internal API: fall back to the public figure
+    except Exception:
         n = 0
     return max(1, n or sc.defaultParallelism)
 
@@ -77,8 +80,15 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
 
 
-def resumed(sc, plan, ex, kind: str, items: list, worker: WorkerSettings = WorkerSettings(),
-            progress: str | None = None):  # fmt: skip
+def resumed(
+    sc,
+    plan,
+    ex,
+    kind: str,
+    items: list,
+    worker: WorkerSettings = WorkerSettings(),
+    progress: str | None = None,
+):
     """What the ranges stage left undone, of one `kind` (`range_task.finish`): one task per item,
     as an RDD of result rows."""
 
@@ -118,16 +128,17 @@ def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_r
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
 
-    from compaction.steps.validate import checked_alongside
     from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
+    from compaction.steps.validate import checked_alongside
 
     started, cpu = time.monotonic(), time.process_time()
     cache = ScanCache(scan_reuse_bytes) if scan_reuse_bytes > 0 else None
     epochs: list = []  # leader-epoch runs per segment: checked before anything is written
     # The index checks the driver leaves to the task that reads the partition anyway; their
     # error, like the scan's, becomes the partition's rows in `fused`.
-    pmap, producers = checked_alongside(specs[0].storage, specs[0].part_path,
-                                        lambda: scan_partition(specs, cache, epochs=epochs))  # fmt: skip
+    pmap, producers = checked_alongside(
+        specs[0].storage, specs[0].part_path, lambda: scan_partition(specs, cache, epochs=epochs)
+    )
     check_partition_epochs(specs, epochs)
     state = ranges.producer_state(producers)
     scanned = time.monotonic()
@@ -178,7 +189,7 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
                 for specs in table[bin_id]:
                     try:
                         rows = _profiled(compact, specs, worker.profile_dir)
-                    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+                    except Exception as exc:
                         rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
                     yield from map(typed, rows)
 
@@ -207,4 +218,14 @@ def typed(row: dict) -> dict:
     return {n: None if row.get(n) is None else kind(row[n]) for n, kind in _KINDS.items()}
 
 
-__all__ = ["FUSED_FIELDS", "GroupSpec", "compact_partition", "fused", "pack", "ranged", "resumed", "task_slots", "typed"]
+__all__ = [
+    "FUSED_FIELDS",
+    "GroupSpec",
+    "compact_partition",
+    "fused",
+    "pack",
+    "ranged",
+    "resumed",
+    "task_slots",
+    "typed",
+]

@@ -19,19 +19,21 @@ import shutil
 import tempfile
 import time
 
-from compaction.runtime import faults
-from compaction.settings import WorkerSettings
 from compaction.format import batch as fb
 from compaction.format import compression
 from compaction.format.batch_build import build_batch
 from compaction.format.naming import segment_file_name
+from compaction.runtime import faults
+from compaction.settings import WorkerSettings
 
 _NOW_MS = 1_700_000_000_000
 
 
 def _segment(base: int, codec: int, n: int = 6) -> bytes:
-    records = [fb.Record(base + i, _NOW_MS + i, b"warm-up-key-%08d" % (i % (n // 2)), None if i == 4 else b"v%d" % i)
-               for i in range(n)]  # fmt: skip
+    records = [
+        fb.Record(base + i, _NOW_MS + i, b"warm-up-key-%08d" % (i % (n // 2)), None if i == 4 else b"v%d" % i)
+        for i in range(n)
+    ]
     return build_batch(records, base_offset=base, codec=codec)
 
 
@@ -39,19 +41,22 @@ def _legacy(n: int = 8) -> bytes:
     """Offsets 0..n-1: v0 messages (older records of keys, a kept one, a tombstone), then a v1 gzip wrapper."""
     from compaction.format.legacy import build_legacy_message_set
 
-    records = [fb.Record(i, _NOW_MS + i, b"warm-up-legacy-%d" % (i % 6), None if i == 3 else b"v%d" % i)
-               for i in range(n)]  # fmt: skip
+    records = [
+        fb.Record(i, _NOW_MS + i, b"warm-up-legacy-%d" % (i % 6), None if i == 3 else b"v%d" % i)
+        for i in range(n)
+    ]
     half = n // 2
-    return (build_legacy_message_set(records[:half], 0)
-            + build_legacy_message_set(records[half:], 1, compression.CODEC_GZIP))  # fmt: skip
+    return build_legacy_message_set(records[:half], 0) + build_legacy_message_set(
+        records[half:], 1, compression.CODEC_GZIP
+    )
 
 
 def warm(worker: WorkerSettings = WorkerSettings()) -> float:
     """Compact a tiny partition in a temporary directory as a task of a round with `worker`
     settings would; returns the seconds it took."""
-    from compaction.steps.group import GroupSpec, SourceSegment
-    from compaction.spark.stages import compact_partition
     from compaction.runtime.storage import Storage
+    from compaction.spark.stages import compact_partition
+    from compaction.steps.group import GroupSpec, SourceSegment
 
     started = time.monotonic()
     root = tempfile.mkdtemp(prefix="kafka-compaction-warmup-")
@@ -65,17 +70,37 @@ def warm(worker: WorkerSettings = WorkerSettings()) -> float:
         # and arena): its growth kernels are loaded here too.
         # The second segment holds only a gzip batch whose older records are superseded: the scan
         # packs its decompressed records (kernels/sidepack.py), which mixed segments skip.
-        data = {0: _legacy(8) + _segment(8, compression.CODEC_NONE, 5000) + _segment(5008, compression.CODEC_GZIP),
-                5014: _segment(5014, compression.CODEC_GZIP), 5020: _segment(5020, compression.CODEC_NONE)}  # fmt: skip
+        data = {
+            0: _legacy(8)
+            + _segment(8, compression.CODEC_NONE, 5000)
+            + _segment(5008, compression.CODEC_GZIP),
+            5014: _segment(5014, compression.CODEC_GZIP),
+            5020: _segment(5020, compression.CODEC_NONE),
+        }
         for base, payload in data.items():
             with open(os.path.join(part, segment_file_name(base, ".log")), "wb") as fh:
                 fh.write(payload)
-        seg = lambda b: SourceSegment(b, len(data[b]), os.stat(os.path.join(part, segment_file_name(b, ".log"))).st_mtime_ns)  # noqa: E731
+
+        def seg(b):
+            return SourceSegment(
+                b, len(data[b]), os.stat(os.path.join(part, segment_file_name(b, ".log"))).st_mtime_ns
+            )
+
         spec = GroupSpec(
-            group_id=0, topic="warmup", partition=0, storage=Storage.local(), part_path=part,
-            segments=(seg(0), seg(5014)), first_dirty_offset=0, upper_bound=5020, now_ms=_NOW_MS,
-            delete_retention_ms=0, legacy_delete_horizon_ms=0, index_interval_bytes=4096, tail_segments=(seg(5020),),
-        )  # fmt: skip
+            group_id=0,
+            topic="warmup",
+            partition=0,
+            storage=Storage.local(),
+            part_path=part,
+            segments=(seg(0), seg(5014)),
+            first_dirty_offset=0,
+            upper_bound=5020,
+            now_ms=_NOW_MS,
+            delete_retention_ms=0,
+            legacy_delete_horizon_ms=0,
+            index_interval_bytes=4096,
+            tail_segments=(seg(5020),),
+        )
         rows = compact_partition([spec], worker.scan_reuse_max_bytes)
         if rows[0].get("error"):
             raise RuntimeError(rows[0]["error"])
@@ -93,8 +118,8 @@ def warm(worker: WorkerSettings = WorkerSettings()) -> float:
 def _warm_ranges(spec) -> None:
     """The tiny partition as one range through a ranges task: its kernels loaded too."""
     from compaction.runtime.exchange import Exchange
-    from compaction.steps.range_task import RangePlan, run_task
     from compaction.runtime.storage import Storage
+    from compaction.steps.range_task import RangePlan, run_task
 
     root = os.path.join(os.path.dirname(spec.part_path), "exchange")
     os.mkdir(root)
@@ -114,7 +139,7 @@ def warm_best_effort(worker: WorkerSettings) -> float:
         return 0.0
     try:
         seconds = warm(worker)
-    except Exception:  # noqa: BLE001 - a best effort
+    except Exception:
         return 0.0
     _warmed = True
     return seconds

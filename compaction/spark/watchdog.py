@@ -46,7 +46,7 @@ class NoExecutorWatch:
         while not self._stop.wait(POLL_SECONDS):
             try:
                 n = executors(self.sc)
-            except Exception:  # noqa: BLE001 - the JVM going away ends the round anyway
+            except Exception:
                 return
             now = time.monotonic()
             since = None if n else (since or now)

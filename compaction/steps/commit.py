@@ -13,11 +13,11 @@ Each step fsyncs the directory before the next one starts. The job runs step 4
 (`remove_replaced`) after it has advanced the checkpoint, as Kafka deletes replaced segments
 asynchronously (`file.delete.delay.ms` later): the cleaned data is durable and live after step 3,
 and unlinking large files is slow on some filesystems (~14 ms per 64 MiB with ext4's `discard`).
-Before step 1 we also write a small intent file naming the old and new segments. Kafka's own recovery can only infer the replaced
-range from the `.swap` segment's next offset, which misses old segments past the last batch the
-cleaner kept (docs/kafka-rules.md#swap-protocol); with the intent file our recovery
-(compaction/steps/recover.py) rolls forward or back exactly. A broker ignores the file (it is neither a
-segment nor an index).
+Before step 1 we also write a small intent file naming the old and new segments. Kafka's own
+recovery can only infer the replaced range from the `.swap` segment's next offset, which misses
+old segments past the last batch the cleaner kept (docs/kafka-rules.md#swap-protocol); with the
+intent file our recovery (compaction/steps/recover.py) rolls forward or back exactly. A broker
+ignores the file (it is neither a segment nor an index).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def file_names(storage: Storage, part: str) -> set[str]:
     return {info.name for info in storage.list_dir(part) if not info.is_dir}
 
 
-def commit_partition(storage: Storage, part: str, replacements: list[Replacement], remove_old: bool = True) -> None:
+def commit_partition(
+    storage: Storage, part: str, replacements: list[Replacement], remove_old: bool = True
+) -> None:
     """Swap every cleaned group of one partition in, durably, in Kafka's order; with
     `remove_old=False` the replaced files stay as `*.deleted` (and the intent file with them)
     until `remove_replaced`."""
@@ -137,8 +139,11 @@ def commit(p: Planned, results: dict[int, dict]) -> None:
     if rows is None:
         _discard_cleaned(p)
         return
-    replacements = [Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
-                    for s, row in zip(p.specs, rows) if not row.get("unchanged")]  # fmt: skip
+    replacements = [
+        Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
+        for s, row in zip(p.specs, rows)
+        if not row.get("unchanged")
+    ]
     record_sizes(p, rows)
     if not replacements:  # erasing only, and no listed key in it
         p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact"
@@ -146,7 +151,10 @@ def commit(p: Planned, results: dict[int, dict]) -> None:
     for rebuilt in p.rebuilt:  # before the intent: a replaced segment's rebuilt index goes with it
         p.result.recovery.append(write_rebuilt(p.log_dir.storage, rebuilt))
     commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
-    p.result.status, p.result.reason = rpt.CLEANED, None if p.compacting else "erased (erase only, not compacted)"
+    p.result.status, p.result.reason = (
+        rpt.CLEANED,
+        None if p.compacting else "erased (erase only, not compacted)",
+    )
 
 
 def _discard_cleaned(p: Planned) -> None:
@@ -163,7 +171,9 @@ def advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> None
         for p in planned:
             if p.log_dir is not ld or p.plan is None:
                 continue
-            if p.result.status == rpt.CLEANED and p.compacting:  # erasing alone leaves the dirty section as it was
+            if (
+                p.result.status == rpt.CLEANED and p.compacting
+            ):  # erasing alone leaves the dirty section as it was
                 updates[p.part.key] = p.plan.first_uncleanable_offset
             elif p.plan.force_update_checkpoint and p.result.status != rpt.FAILED:
                 updates[p.part.key] = p.plan.first_dirty_offset  # Kafka resets invalid checkpoints

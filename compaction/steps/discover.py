@@ -158,7 +158,6 @@ def read_small(storage: Storage, path: str, offset: int = 0, length: int | None 
         os.close(fd)
 
 
-
 @dataclass
 class SegmentFiles:
     base_offset: int
@@ -202,7 +201,9 @@ class LogDirState:
     high_watermarks: dict
 
 
-def read_log_dir(uri: str, topics: str | None = None, partitions: tuple[str, ...] | None = None) -> LogDirState:
+def read_log_dir(
+    uri: str, topics: str | None = None, partitions: tuple[str, ...] | None = None
+) -> LogDirState:
     """List one log dir (the partitions `topics`, a regex, and `partitions`, dir names, select). A
     malformed checkpoint raises `CheckpointError` before anything is written."""
     with gc_paused():
@@ -224,7 +225,11 @@ def _read_log_dir(uri: str, topics: str | None, partitions: tuple[str, ...] | No
         if partitions is not None and info.name not in partitions:
             continue
         if getattr(info, "is_link", False):  # a broker follows it (log dirs on other disks are linked)
-            log.info("%s is a symbolic link to %s: followed, as a broker does", info.path, os.path.realpath(info.path))
+            log.info(
+                "%s is a symbolic link to %s: followed, as a broker does",
+                info.path,
+                os.path.realpath(info.path),
+            )
         todo.append((info.path, *parsed))
     partitions = map_threads(lambda t: list_partition(storage, uri, *t), todo)
     partitions.sort(key=lambda p: p.key)
@@ -254,8 +259,9 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
         if getattr(info, "is_link", False):
             # A broker makes no link in a partition dir, and a rewrite would replace the link by a
             # file, leaving its target orphaned (or a stranger's file written through it).
-            part.problems.append(f"{info.path}: is a symbolic link (to {_link_target(info.path)}), which a broker "
-                                 "never makes")  # fmt: skip
+            part.problems.append(
+                f"{info.path}: is a symbolic link (to {_link_target(info.path)}), which a broker never makes"
+            )
             continue
         # Fast path (nearly every entry): <20 digits>.log/.index/.timeindex/.txnindex, a file.
         attr = _SLOTS.get(name[20:])
@@ -335,9 +341,14 @@ def first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int:
 
 
 def segment_meta(
-    storage: Storage, seg: SegmentFiles, *, largest_ts: bool = False, first_batch_ts: bool = False,
-    index_sizes: bool = True, sizes: bool = True,
-) -> SegmentMeta:  # fmt: skip
+    storage: Storage,
+    seg: SegmentFiles,
+    *,
+    largest_ts: bool = False,
+    first_batch_ts: bool = False,
+    index_sizes: bool = True,
+    sizes: bool = True,
+) -> SegmentMeta:
     """The numbers `LogCleanerManager` and `groupSegmentsBySize` look at for one segment. Only the
     listing's `.log` size and mtime unless asked: `largest_ts` reads the last `.timeindex` entry,
     `first_batch_ts` the first batch header, `index_sizes` stats the index files (grouping only);

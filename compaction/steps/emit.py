@@ -28,7 +28,6 @@ from compaction.policy.keep import (
 )
 from compaction.steps.writer import Output, Runs
 
-
 # Source bytes of a segment whose batches are re-encoded and written together. The writer's
 # thread writes one slice while the next is rebuilt (segment_io.WRITE_AHEAD queues the output of
 # one slice whole); a segment-sized step would leave the disk idle through each rebuild and the
@@ -36,8 +35,15 @@ from compaction.steps.writer import Output, Runs
 SLICE_BYTES = 16 << 20
 
 
-def emit_segment(scan: SegmentScan, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray, keep: np.ndarray,
-                 bounds: np.ndarray, out: Output) -> None:  # fmt: skip
+def emit_segment(
+    scan: SegmentScan,
+    kind: np.ndarray,
+    kept: np.ndarray,
+    horizon: np.ndarray,
+    keep: np.ndarray,
+    bounds: np.ndarray,
+    out: Output,
+) -> None:
     """Write the batches of one segment in log order (`Runs`), SLICE_BYTES of the source at a
     time: every v2 rebuild of a slice re-encoded by one kernel call (format/rebuild.py), every
     kept legacy message by another (format/upconvert.py); a run of consecutive batches built
@@ -60,8 +66,17 @@ def slices(position: np.ndarray, step: int) -> list[int]:
     return [0, *cuts[(cuts > 0) & (cuts < n)].tolist(), n]
 
 
-def _emit_slice(scan: SegmentScan, lo: int, hi: int, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,
-                keep: np.ndarray, bounds: np.ndarray, runs: Runs) -> None:  # fmt: skip
+def _emit_slice(
+    scan: SegmentScan,
+    lo: int,
+    hi: int,
+    kind: np.ndarray,
+    kept: np.ndarray,
+    horizon: np.ndarray,
+    keep: np.ndarray,
+    bounds: np.ndarray,
+    runs: Runs,
+) -> None:
     """Batches lo to hi of the segment."""
     of = lambda k: np.flatnonzero(kind[lo:hi] == k) + lo  # noqa: E731
     rebuilt, plain = _rebuild_v2(scan, of(REBUILD_V2), kept, horizon, keep, bounds)
@@ -81,8 +96,17 @@ def _emit_slice(scan: SegmentScan, lo: int, hi: int, kind: np.ndarray, kept: np.
             _emit_batches(scan, emitted[a:b], kind, kept, horizon, keep, bounds, rebuilt, runs)
 
 
-def _emit_batches(scan: SegmentScan, batches: np.ndarray, kind: np.ndarray, kept: np.ndarray, horizon: np.ndarray,
-                  keep: np.ndarray, bounds: np.ndarray, rebuilt: dict, runs: Runs) -> None:  # fmt: skip
+def _emit_batches(
+    scan: SegmentScan,
+    batches: np.ndarray,
+    kind: np.ndarray,
+    kept: np.ndarray,
+    horizon: np.ndarray,
+    keep: np.ndarray,
+    bounds: np.ndarray,
+    rebuilt: dict,
+    runs: Runs,
+) -> None:
     """The batches `batches` (none converted), one at a time."""
     b = scan.batches
     mv = runs.source
@@ -132,8 +156,13 @@ class _Chunked:
         lo = int(np.searchsorted(self.idx, batches[0]))
         hi = lo + len(batches)
         sizes = self.ends[lo:hi] - self.starts[lo:hi]
-        out.append_columns(self.data[int(self.starts[lo]) : int(self.ends[hi - 1])], sizes, last_offset[batches],
-                           self.max_ts[lo:hi], int(self.records[lo:hi].sum()))  # fmt: skip
+        out.append_columns(
+            self.data[int(self.starts[lo]) : int(self.ends[hi - 1])],
+            sizes,
+            last_offset[batches],
+            self.max_ts[lo:hi],
+            int(self.records[lo:hi].sum()),
+        )
 
 
 def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np.ndarray) -> _Chunked:
@@ -143,14 +172,27 @@ def _convert(scan: SegmentScan, idx: np.ndarray, horizon: np.ndarray, bounds: np
         return _Chunked.empty()
     b = scan.batches
     log_append = (b.magic[idx] == 1) & ((b.attributes[idx] & fb.TIMESTAMP_TYPE_MASK) != 0)
-    data, ends, max_ts = upconvert.convert_messages(scan.file, scan.side, scan.split, bounds[idx], scan.records,
-                                                    log_append, horizon[idx])  # fmt: skip
-    return _Chunked(idx, data, np.concatenate([[0], ends[:-1]]).astype(np.int64), ends, max_ts,
-                    np.ones(len(idx), np.int64))
+    data, ends, max_ts = upconvert.convert_messages(
+        scan.file, scan.side, scan.split, bounds[idx], scan.records, log_append, horizon[idx]
+    )
+    return _Chunked(
+        idx,
+        data,
+        np.concatenate([[0], ends[:-1]]).astype(np.int64),
+        ends,
+        max_ts,
+        np.ones(len(idx), np.int64),
+    )
 
 
-def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray, keep: np.ndarray,
-                bounds: np.ndarray) -> tuple[dict[int, tuple], _Chunked]:  # fmt: skip
+def _rebuild_v2(
+    scan: SegmentScan,
+    idx: np.ndarray,
+    kept: np.ndarray,
+    new_horizon: np.ndarray,
+    keep: np.ndarray,
+    bounds: np.ndarray,
+) -> tuple[dict[int, tuple], _Chunked]:
     """The v2 REBUILD batches `idx` of a segment, re-encoded in one `rebuild_records` call and
     sealed together: the uncompressed ones whole in the kernel's buffer (`seal_plain`), the
     compressed ones as {batch index: ([header, payload], max timestamp)}; batches the kernel
@@ -168,36 +210,72 @@ def _rebuild_v2(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizo
     expect = np.where(has_first, rec.key_pos[np.where(has_first, first, 0)] if len(rec.key_pos) else -1, -1)
     expect = np.where(has_first & (src == rebuild.SRC_SIDE), expect - scan.split, expect)
     payload, o_start, o_end, new_base, new_max, n_kept, flags = rebuild.rebuild_records(
-        scan.file, scan.side, src, start, end, count, keep, first, b.base_timestamp[idx],
-        b.timestamp_type[idx], b.max_timestamp[idx], horizons, expect, rec, scan.split, b.base_offset[idx],
+        scan.file,
+        scan.side,
+        src,
+        start,
+        end,
+        count,
+        keep,
+        first,
+        b.base_timestamp[idx],
+        b.timestamp_type[idx],
+        b.max_timestamp[idx],
+        horizons,
+        expect,
+        rec,
+        scan.split,
+        b.base_offset[idx],
         room=fb.RECORD_BATCH_OVERHEAD,
-    )  # fmt: skip
+    )
     wrong = np.flatnonzero(n_kept != kept[idx])
     if len(wrong):  # the kernel walked other records than the scan: never expected
         i = int(idx[wrong[0]])
-        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
-                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+        raise CorruptRecordError(
+            f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+            path=scan.path,
+            position=int(b.position[i]),
+            offset=int(b.base_offset[i]),
+        )
     ok = flags == 0
     sel = idx[ok]
     headers = rebuild.headers_for(
-        base_offset=b.base_offset[sel], partition_leader_epoch=b.partition_leader_epoch[sel],
-        attributes=attrs[ok], last_offset_delta=b.last_offset[sel] - b.base_offset[sel],
-        base_timestamp=new_base[ok], max_timestamp=new_max[ok], producer_id=b.producer_id[sel],
-        producer_epoch=b.producer_epoch[sel], base_sequence=b.base_sequence[sel], records_count=n_kept[ok],
+        base_offset=b.base_offset[sel],
+        partition_leader_epoch=b.partition_leader_epoch[sel],
+        attributes=attrs[ok],
+        last_offset_delta=b.last_offset[sel] - b.base_offset[sel],
+        base_timestamp=new_base[ok],
+        max_timestamp=new_max[ok],
+        producer_id=b.producer_id[sel],
+        producer_epoch=b.producer_epoch[sel],
+        base_sequence=b.base_sequence[sel],
+        records_count=n_kept[ok],
         horizon=horizons[ok],
-    )  # fmt: skip
+    )
     codec = attrs[ok] & fb.COMPRESSION_CODEC_MASK
     plain = codec == 0
     rebuild.seal_plain(headers[plain], payload, o_start[ok][plain], o_end[ok][plain])
-    whole = _Chunked(sel[plain], payload, o_start[ok][plain] - fb.RECORD_BATCH_OVERHEAD, o_end[ok][plain],
-                     new_max[ok][plain], n_kept[ok][plain])  # fmt: skip
+    whole = _Chunked(
+        sel[plain],
+        payload,
+        o_start[ok][plain] - fb.RECORD_BATCH_OVERHEAD,
+        o_end[ok][plain],
+        new_max[ok][plain],
+        n_kept[ok][plain],
+    )
     packed = ~plain
     sealed = rebuild.seal_all(headers[packed], payload, o_start[ok][packed], o_end[ok][packed], codec[packed])
     return dict(zip(sel[packed].tolist(), zip(sealed, new_max[ok][packed].tolist()))), whole
 
 
-def _rebuild_wrappers(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_horizon: np.ndarray,
-                      keep: np.ndarray, bounds: np.ndarray) -> dict[int, tuple]:  # fmt: skip
+def _rebuild_wrappers(
+    scan: SegmentScan,
+    idx: np.ndarray,
+    kept: np.ndarray,
+    new_horizon: np.ndarray,
+    keep: np.ndarray,
+    bounds: np.ndarray,
+) -> dict[int, tuple]:
     """{batch index: ([header, payload], last offset, max timestamp)} for the compressed legacy
     wrappers `idx` to rebuild: their kept messages as one v2 batch each with the wrapper's codec
     (what `_rebuild` builds with `build_batch`), encoded in one `upconvert.encode_kept` call."""
@@ -207,26 +285,48 @@ def _rebuild_wrappers(scan: SegmentScan, idx: np.ndarray, kept: np.ndarray, new_
     attrs = b.attributes[idx].astype(np.int64)
     log_append = (b.magic[idx] == 1) & ((attrs & fb.TIMESTAMP_TYPE_MASK) != 0)
     payload, start, end, base, last, base_ts, max_ts, n_kept = upconvert.encode_kept(
-        scan.file, scan.side, scan.split, bounds[idx], bounds[idx + 1] - bounds[idx], keep, scan.records, log_append,
-        b.max_timestamp[idx], new_horizon[idx])  # fmt: skip
+        scan.file,
+        scan.side,
+        scan.split,
+        bounds[idx],
+        bounds[idx + 1] - bounds[idx],
+        keep,
+        scan.records,
+        log_append,
+        b.max_timestamp[idx],
+        new_horizon[idx],
+    )
     wrong = np.flatnonzero(n_kept != kept[idx])
     if len(wrong):  # never expected: the decision counted other records
         i = int(idx[wrong[0]])
-        raise CorruptRecordError(f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
-                                 path=scan.path, position=int(b.position[i]), offset=int(b.base_offset[i]))  # fmt: skip
+        raise CorruptRecordError(
+            f"rebuild kept {int(n_kept[wrong[0]])} records, the decision {int(kept[i])}",
+            path=scan.path,
+            position=int(b.position[i]),
+            offset=int(b.base_offset[i]),
+        )
     minus_one = np.full(len(idx), -1, dtype=np.int64)
     codec = attrs & fb.COMPRESSION_CODEC_MASK
     headers = rebuild.headers_for(
-        base_offset=base, partition_leader_epoch=minus_one, attributes=codec | np.where(log_append, fb.TIMESTAMP_TYPE_MASK, 0),
-        last_offset_delta=last - base, base_timestamp=base_ts, max_timestamp=max_ts, producer_id=minus_one,
-        producer_epoch=minus_one, base_sequence=minus_one, records_count=n_kept, horizon=new_horizon[idx],
-    )  # fmt: skip
+        base_offset=base,
+        partition_leader_epoch=minus_one,
+        attributes=codec | np.where(log_append, fb.TIMESTAMP_TYPE_MASK, 0),
+        last_offset_delta=last - base,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        producer_id=minus_one,
+        producer_epoch=minus_one,
+        base_sequence=minus_one,
+        records_count=n_kept,
+        horizon=new_horizon[idx],
+    )
     sealed = rebuild.seal_all(headers, payload, start, end, codec)
     return dict(zip(idx.tolist(), zip(sealed, last.tolist(), max_ts.tolist(), strict=True), strict=True))
 
 
-
-def _rebuild(scan: SegmentScan, i: int, view: BatchView, kept_offsets: set[int], horizon: int | None) -> bytes:
+def _rebuild(
+    scan: SegmentScan, i: int, view: BatchView, kept_offsets: set[int], horizon: int | None
+) -> bytes:
     """`MemoryRecordsBuilder` over the retained records via `build_batch`
     (docs/kafka-rules.md#writing-retained-batches) for the rare v2 batch whose header keys are not valid UTF-8
     (see format/rebuild.py); every other v2 batch goes through `_rebuild_v2`, legacy wrappers through

@@ -49,20 +49,34 @@ EARLIEST, LATEST = -2, -1  # Spark's Kafka source's offsets JSON: -2 earliest, -
 INT32_MAX = 2**31 - 1
 
 KAFKA_FIELDS = (
-    ("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
-    ("timestamp", "timestamp"), ("timestampType", "int"),
-)  # fmt: skip
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "long"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+)
 HEADERS_FIELD = ("headers", "array<struct<key:string,value:binary>>")
 LOG_FIELDS = (
-    ("leaderEpoch", "int"), ("producerId", "long"), ("producerEpoch", "int"), ("baseSequence", "int"),
-    ("sequence", "int"), ("isTransactional", "boolean"), ("isControl", "boolean"),
-)  # fmt: skip
+    ("leaderEpoch", "int"),
+    ("producerId", "long"),
+    ("producerEpoch", "int"),
+    ("baseSequence", "int"),
+    ("sequence", "int"),
+    ("isTransactional", "boolean"),
+    ("isControl", "boolean"),
+)
 
 _ARROW_TYPES = {
-    "binary": pa.binary(), "string": pa.string(), "int": pa.int32(), "long": pa.int64(),
-    "timestamp": pa.timestamp("us", tz="UTC"), "boolean": pa.bool_(),
+    "binary": pa.binary(),
+    "string": pa.string(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "boolean": pa.bool_(),
     HEADERS_FIELD[1]: pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
-}  # fmt: skip
+}
 
 
 def fields(include_headers: bool) -> tuple[tuple[str, str], ...]:
@@ -101,8 +115,10 @@ def _offsets_json(options: Mapping[str, str], name: str, default: int) -> tuple[
         parsed = json.loads(raw)
         out = {(str(t), int(p)): int(o) for t, parts in parsed.items() for p, o in parts.items()}
     except (ValueError, AttributeError, TypeError) as exc:
-        raise UsageError(f"option {name}: expected earliest, latest or JSON such as "
-                         f'{{"topic":{{"0":23,"1":-2}}}}, got {raw!r} ({exc})') from None  # fmt: skip
+        raise UsageError(
+            f"option {name}: expected earliest, latest or JSON such as "
+            f'{{"topic":{{"0":23,"1":-2}}}}, got {raw!r} ({exc})'
+        ) from None
     for key, offset in out.items():
         if offset < EARLIEST:
             raise UsageError(f"option {name}: offset {offset} of {key[0]}-{key[1]} is below -2")
@@ -142,7 +158,7 @@ class ReadOptions:
         opts = {k.lower(): v for k, v in options.items()}
         path = opts.get("path")
         if not path:
-            raise UsageError("no log dir: load(\"/path/to/kafka-logs\") or option path")
+            raise UsageError('no log dir: load("/path/to/kafka-logs") or option path')
         pattern, listed = opts.get("subscribepattern"), opts.get("subscribe")
         if pattern and listed:
             raise UsageError("options subscribe and subscribePattern: give one of them")
@@ -155,16 +171,21 @@ class ReadOptions:
                 raise UsageError(f"option subscribePattern: {exc}") from None
         isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
         if isolation not in ("read_committed", "read_uncommitted"):
-            raise UsageError(f"option kafka.isolation.level: read_committed or read_uncommitted, "
-                             f"not {isolation!r}")
+            raise UsageError(
+                f"option kafka.isolation.level: read_committed or read_uncommitted, not {isolation!r}"
+            )
         out = cls(
-            path=path, topics=pattern or None,
+            path=path,
+            topics=pattern or None,
             starting=_offsets_json(opts, "startingOffsets", EARLIEST),
             ending=_offsets_json(opts, "endingOffsets", LATEST),
-            starting_ts=_millis(opts, "startingTimestamp"), ending_ts=_millis(opts, "endingTimestamp"),
-            include_headers=_bool(opts, "includeHeaders", False), compacted=_bool(opts, "compacted", False),
-            read_committed=isolation == "read_committed", include_control=_bool(opts, "includeControl", False),
-        )  # fmt: skip
+            starting_ts=_millis(opts, "startingTimestamp"),
+            ending_ts=_millis(opts, "endingTimestamp"),
+            include_headers=_bool(opts, "includeHeaders", False),
+            compacted=_bool(opts, "compacted", False),
+            read_committed=isolation == "read_committed",
+            include_control=_bool(opts, "includeControl", False),
+        )
         try:
             as_of_time = parse_as_of_time(opts["asoftime"]) if opts.get("asoftime") else None
             as_of_offsets = parse_as_of_offsets(opts["asofoffsets"]) if opts.get("asofoffsets") else {}
@@ -293,10 +314,15 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
         lo, hi = _offset_range(opts, bounds, part.topic, part.partition)
         if not segs or lo >= hi:
             continue
-        refs = [SegmentRef(s.log.path, s.base_offset, s.log.size, n.base_offset if n else None)
-                for s, n in zip(segs, segs[1:] + [None])]  # fmt: skip
-        keep = [i for i, r in enumerate(refs)
-                if r.base_offset < hi and (r.next_base_offset is None or r.next_base_offset > lo)]
+        refs = [
+            SegmentRef(s.log.path, s.base_offset, s.log.size, n.base_offset if n else None)
+            for s, n in zip(segs, [*segs[1:], None])
+        ]
+        keep = [
+            i
+            for i, r in enumerate(refs)
+            if r.base_offset < hi and (r.next_base_offset is None or r.next_base_offset > lo)
+        ]
         if not keep:
             continue
         first, last = keep[0], keep[-1] + 1
@@ -309,16 +335,36 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
         chosen = list(range(first, last))
         if bounds.ts_lo is not None and not opts.compacted:
             # A closed segment whose largest timestamp is below the bound holds no row of it.
-            chosen = [i for i in chosen if refs[i].next_base_offset is None or refs[i].ts_from is not None
-                      or _largest_ts(storage, segs[i]) >= bounds.ts_lo]  # fmt: skip
+            chosen = [
+                i
+                for i in chosen
+                if refs[i].next_base_offset is None
+                or refs[i].ts_from is not None
+                or _largest_ts(storage, segs[i]) >= bounds.ts_lo
+            ]
         if not chosen:
             continue
         aborted = ()
         if opts.compacted or opts.read_committed:
-            aborted = tuple(t for s in segs if s.txnindex is not None and s.txnindex.size
-                            for t in read_txn_index(read_small(storage, s.txnindex.path)))  # fmt: skip
-        base = Split(part.topic, part.partition, storage, (), lo, hi, aborted, bounds.ts_lo, bounds.ts_hi,
-                     opts.as_of_time, opts.as_of_offsets.get((part.topic, part.partition)))  # fmt: skip
+            aborted = tuple(
+                t
+                for s in segs
+                if s.txnindex is not None and s.txnindex.size
+                for t in read_txn_index(read_small(storage, s.txnindex.path))
+            )
+        base = Split(
+            part.topic,
+            part.partition,
+            storage,
+            (),
+            lo,
+            hi,
+            aborted,
+            bounds.ts_lo,
+            bounds.ts_hi,
+            opts.as_of_time,
+            opts.as_of_offsets.get((part.topic, part.partition)),
+        )
         chosen_refs = [refs[i] for i in chosen]
         if opts.compacted:
             splits.append(replace(base, segments=tuple(chosen_refs)))
@@ -345,8 +391,11 @@ def _group_small(refs: list[SegmentRef]) -> list[tuple[SegmentRef, ...]]:
 
 
 def _scan(split: Split, ref: SegmentRef, hash_keys: bool = False) -> SegmentScan:
-    data = read_segment_bytes(split.storage, ref.path, "mmap") if split.storage.is_local else \
-        np.frombuffer(split.storage.read_bytes(ref.path), dtype=np.uint8)  # fmt: skip
+    data = (
+        read_segment_bytes(split.storage, ref.path, "mmap")
+        if split.storage.is_local
+        else np.frombuffer(split.storage.read_bytes(ref.path), dtype=np.uint8)
+    )
     # The active segment may end in a batch a broker was writing when it stopped (a broker
     # truncates it on recovery): not an error for a reader. Any other damage is.
     return scan_segment(data, ref.path, allow_trailing=ref.next_base_offset is None, hash_keys=hash_keys)
@@ -411,8 +460,9 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
             txn = (b.attributes.astype(np.int64) & TRANSACTIONAL_MASK) != 0
             for pid, first in open_txns.items():
                 usable &= ~(txn & (b.producer_id == pid) & (b.base_offset >= first))[rec.batch_index]
-        ids = table.assign(scan.file, scan.side, scan.split, rec.key_pos, rec.key_len, usable, usable, rec.offset,
-                           scan.keys)  # fmt: skip
+        ids = table.assign(
+            scan.file, scan.side, scan.split, rec.key_pos, rec.key_len, usable, usable, rec.offset, scan.keys
+        )
         latest = np.where(ids >= 0, table.latest_of(np.maximum(ids, 0)), -1)
         rows = np.flatnonzero(usable & (rec.offset == latest) & (rec.value_len >= 0))
         yield from record_batches(split, scan, rows, opts.include_headers)
@@ -434,15 +484,25 @@ class _Header(NamedTuple):
 def _headers_in_order(split: Split) -> Iterator[_Header]:
     """The partition's batch headers in log order, read segment by segment as asked for."""
     for ref in split.segments:
-        data = read_segment_bytes(split.storage, ref.path, "mmap") if split.storage.is_local else \
-            np.frombuffer(split.storage.read_bytes(ref.path), dtype=np.uint8)  # fmt: skip
+        data = (
+            read_segment_bytes(split.storage, ref.path, "mmap")
+            if split.storage.is_local
+            else np.frombuffer(split.storage.read_bytes(ref.path), dtype=np.uint8)
+        )
         b = scan_batches(data)
         v2 = b.magic == MAGIC_V2
         attrs = b.attributes.astype(np.int64)
         txn, ctl = v2 & (attrs & TRANSACTIONAL_MASK != 0), v2 & (attrs & CONTROL_MASK != 0)
         for i in range(len(b)):
-            yield _Header(int(b.base_offset[i]), int(b.last_offset[i]), int(b.max_timestamp[i]), int(b.producer_id[i]),
-                          bool(txn[i]), bool(ctl[i]), int(b.records_count[i]))  # fmt: skip
+            yield _Header(
+                int(b.base_offset[i]),
+                int(b.last_offset[i]),
+                int(b.max_timestamp[i]),
+                int(b.producer_id[i]),
+                bool(txn[i]),
+                bool(ctl[i]),
+                int(b.records_count[i]),
+            )
 
 
 def _cut(split: Split) -> tuple[int, dict[int, int]]:
@@ -501,8 +561,9 @@ def _headers(scan: SegmentScan, rows: np.ndarray, v2: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pairs)
 
 
-def record_batches(split: Split, scan: SegmentScan, rows: np.ndarray,
-                   include_headers: bool) -> Iterator[pa.RecordBatch]:  # fmt: skip
+def record_batches(
+    split: Split, scan: SegmentScan, rows: np.ndarray, include_headers: bool
+) -> Iterator[pa.RecordBatch]:
     """The rows `rows` (indexes into the scan's records) as record batches of the schema."""
     rec, b = scan.records, scan.batches
     schema = arrow_schema(include_headers)
@@ -517,9 +578,13 @@ def record_batches(split: Split, scan: SegmentScan, rows: np.ndarray,
         ts = rec.timestamp[r]
         no_ts = magic == MAGIC_V0
         timestamp = pa.Array.from_buffers(
-            pa.timestamp("us", tz="UTC"), n,
-            [pa.py_buffer(np.packbits(~no_ts, bitorder="little")) if no_ts.any() else None,
-             pa.py_buffer(ts * 1000)])  # fmt: skip
+            pa.timestamp("us", tz="UTC"),
+            n,
+            [
+                pa.py_buffer(np.packbits(~no_ts, bitorder="little")) if no_ts.any() else None,
+                pa.py_buffer(ts * 1000),
+            ],
+        )
         ts_type = np.where(no_ts, -1, (attrs & TIMESTAMP_TYPE_MASK != 0).astype(np.int32)).astype(np.int32)
         columns = [
             _binary(scan, rec.key_pos[r], rec.key_len[r]),

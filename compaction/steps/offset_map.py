@@ -45,8 +45,9 @@ class PartitionMap:
 
     def add(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         """Add the segment's records; returns their key ids (for `keep_ids`, `latest`)."""
-        _, usable, dirty = map_masks(scan.batches, scan.records, spec.aborted_txns, spec.first_dirty_offset,
-                                     spec.upper_bound)  # fmt: skip
+        _, usable, dirty = map_masks(
+            scan.batches, scan.records, spec.aborted_txns, spec.first_dirty_offset, spec.upper_bound
+        )
         return self._assign(scan, usable, dirty)
 
     def keep_ids(self, spec: GroupSpec, seg: SourceSegment, ids: np.ndarray) -> None:
@@ -64,8 +65,9 @@ class PartitionMap:
 
     def _assign(self, scan: SegmentScan, usable: np.ndarray, dirty: np.ndarray) -> np.ndarray:
         r = scan.records
-        return self.table.assign(scan.file, scan.side, scan.split, r.key_pos, r.key_len, usable, dirty, r.offset,
-                                 scan.keys)  # fmt: skip
+        return self.table.assign(
+            scan.file, scan.side, scan.split, r.key_pos, r.key_len, usable, dirty, r.offset, scan.keys
+        )
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         ids = self._ids.pop((spec.group_id, seg.base_offset), None)
@@ -93,4 +95,3 @@ class Unmapped:
 
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         return np.full(len(scan.records.offset), -1, np.int64)
-

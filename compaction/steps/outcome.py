@@ -78,9 +78,13 @@ def record_sizes(p: Planned, rows: list[dict]) -> None:
     r.endOffset = p.plan.first_uncleanable_offset
     r.groups = len(p.specs)
     r.segmentsAfter = r.segmentsBefore - sum(len(s.segments) for s in p.specs) + len(p.specs)
-    for key, total in (("bytes_read", "bytesRead"), ("bytes_written", "bytesWritten"),
-                       ("records_read", "recordsRead"), ("records_written", "recordsWritten"),
-                       ("invalid_records", "invalidRecords")):  # fmt: skip
+    for key, total in (
+        ("bytes_read", "bytesRead"),
+        ("bytes_written", "bytesWritten"),
+        ("records_read", "recordsRead"),
+        ("records_written", "recordsWritten"),
+        ("invalid_records", "invalidRecords"),
+    ):
         setattr(r, total, sum(int(row[key] or 0) for row in rows))
     r.reclaimableBytes = r.bytesRead - r.bytesWritten
     r.reclaimableRecords = r.recordsRead - r.recordsWritten
@@ -98,5 +102,8 @@ def dry_outcome(p: Planned, results: dict[int, dict]) -> None:
         if not p.compacting:
             p.result.reason = "a round would erase listed keys in it (dry run)"
             if all(row.get("unchanged") for row in rows):
-                p.result.status, p.result.reason = rpt.SKIPPED, "no listed key in it, nothing to compact (dry run)"
+                p.result.status, p.result.reason = (
+                    rpt.SKIPPED,
+                    "no listed key in it, nothing to compact (dry run)",
+                )
         record_sizes(p, rows)

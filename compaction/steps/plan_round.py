@@ -99,9 +99,16 @@ def sized_segments(segs, checkpoint: int | None, start: int):
 
 
 def partition_state(
-    ld: LogDirState, part: PartitionDir, config: TopicConfig, first_unstable: int | None = None, *,
-    now_ms: int | None = None, exact_lso: bool = True, index_sizes: bool = True, exact_hw: bool = False,
-) -> PartitionState:  # fmt: skip
+    ld: LogDirState,
+    part: PartitionDir,
+    config: TopicConfig,
+    first_unstable: int | None = None,
+    *,
+    now_ms: int | None = None,
+    exact_lso: bool = True,
+    index_sizes: bool = True,
+    exact_hw: bool = False,
+) -> PartitionState:
     """The partition as `plan_partition` sees it, reading only what its rules look at: segment
     sizes and mtimes come from the listing, and
 
@@ -140,8 +147,14 @@ def partition_state(
     return PartitionState(tuple(metas), start, end, checkpoint, lso, high_watermark_in_reach(hw, leo, base))
 
 
-def _lag_timestamps(storage: Storage, part: PartitionDir, metas: list, config: TopicConfig, first_dirty: int,
-                    now_ms: int | None) -> None:  # fmt: skip
+def _lag_timestamps(
+    storage: Storage,
+    part: PartitionDir,
+    metas: list,
+    config: TopicConfig,
+    first_dirty: int,
+    now_ms: int | None,
+) -> None:
     """Fill in `metas` the timestamps the lag rules read: largest timestamps (last `.timeindex`
     entry) only with min.compaction.lag.ms > 0, for the dirty non-active segments up to the first
     one too recent (findFirstUncleanableSegment stops there; with `now_ms` None, all of them);
@@ -191,25 +204,39 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
     groups = [(tuple(g), False) for g in plan.groups] if p.compacting else []
     if p.erasing:  # the erasing-only groups read every other segment: no tail is left to read apart
         covered = {b for g, _ in groups for b in g}
-        groups = sorted(groups + [((s.base_offset,), True) for s in part.segments if s.base_offset not in covered])
+        groups = sorted(
+            groups + [((s.base_offset,), True) for s in part.segments if s.base_offset not in covered]
+        )
         tail = ()
     # An erasing-only partition has no dirty section: nothing enters the offset map as dirty,
     # and no open transaction bounds it.
     first_dirty, bound = (plan.first_dirty_offset, plan.first_uncleanable_offset) if p.compacting else (0, 0)
     return [
         GroupSpec(
-            group_id=next_id + n, topic=part.topic, partition=part.partition, storage=ld.storage,
-            part_path=part.path, segments=tuple(src(by_base[b]) for b in group),
-            first_dirty_offset=first_dirty, upper_bound=bound, now_ms=opts.now_ms,
-            delete_retention_ms=config.delete_retention_ms, legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
-            index_interval_bytes=config.index_interval_bytes, aborted_txns=aborted,
+            group_id=next_id + n,
+            topic=part.topic,
+            partition=part.partition,
+            storage=ld.storage,
+            part_path=part.path,
+            segments=tuple(src(by_base[b]) for b in group),
+            first_dirty_offset=first_dirty,
+            upper_bound=bound,
+            now_ms=opts.now_ms,
+            delete_retention_ms=config.delete_retention_ms,
+            legacy_delete_horizon_ms=plan.legacy_delete_horizon_ms,
+            index_interval_bytes=config.index_interval_bytes,
+            aborted_txns=aborted,
             retain_empty_offset=plan.high_watermark if p.compacting else None,
             tail_segments=tail if n == len(groups) - 1 else (),
-            max_message_bytes=config.max_message_bytes, max_inflated_batch_bytes=opts.max_inflated_batch_bytes,
-            read_mode=opts.read_mode, write_mode=opts.write_mode,
+            max_message_bytes=config.max_message_bytes,
+            max_inflated_batch_bytes=opts.max_inflated_batch_bytes,
+            read_mode=opts.read_mode,
+            write_mode=opts.write_mode,
             dry_run=opts.dry_run,
-            leader_epoch_checkpoint=part.leader_epoch_checkpoint, erase=erase, erase_only=erase_only,
-        )  # fmt: skip
+            leader_epoch_checkpoint=part.leader_epoch_checkpoint,
+            erase=erase,
+            erase_only=erase_only,
+        )
         for n, (group, erase_only) in enumerate(groups)
     ]
 
@@ -248,8 +275,12 @@ def plan_one(
     (after `validate_contents` has read its index files; otherwise those checks run in the
     partition's task, or on the driver for a dry run). A skipped partition is read no further than
     its plan needs (`partition_state`), so a damaged file in it is not seen: it is left as found."""
-    result = rpt.PartitionResult(part.topic, part.partition, redact_uri(ld.uri),  # no credentials in the report
-                                 segmentsBefore=len(part.segments))  # fmt: skip
+    result = rpt.PartitionResult(
+        part.topic,
+        part.partition,
+        redact_uri(ld.uri),  # no credentials in the report
+        segmentsBefore=len(part.segments),
+    )
     p = Planned(ld, part, result)
     try:
         check_listing(part)
@@ -369,8 +400,10 @@ def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int)
     holds more than `limit` bytes, or more than a core's share of the round (one big partition
     alone would leave the other cores idle) and either several groups or RANGES_MIN_BYTES."""
     share = sum(sizes) / max(1, cores)
-    return [size > limit or (size > share and (n > 1 or size >= RANGES_MIN_BYTES))
-            for size, n in zip(sizes, groups)]  # fmt: skip
+    return [
+        size > limit or (size > share and (n > 1 or size >= RANGES_MIN_BYTES))
+        for size, n in zip(sizes, groups)
+    ]
 
 
 def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:

@@ -19,13 +19,14 @@ more of its records). Each task goes through three phases:
    without waiting for the others' merge, the task rewrites the units that need nothing from it:
    groups of one range that is the last of its partition (no later range holds a key of it).
 3. **rewrite** its other ranges (or units), once every merge is done, with their held ids, their
-   latest offsets and the FOUND entries of every merge task, after checking the partition's leader epochs and deriving its
-   producer state from every range's PRODUCERS, exactly as a whole-partition task does. A group
-   of a partition without transactions that is cut between tasks is rewritten by its rewriter
-   from the range it holds; each other range is cleaned by the task that holds it, into
-   `part-<range>.log` (first, before the task's own groups, so no task waits on one that waits on
-   it), and copied into the group's `.cleaned` file by the rewriter, before or after its own
-   range's records: no segment is read twice, and the range that keeps most is not copied.
+   latest offsets and the FOUND entries of every merge task, after checking the partition's
+   leader epochs and deriving its producer state from every range's PRODUCERS, exactly as a
+   whole-partition task does. A group of a partition without transactions that is cut between
+   tasks is rewritten by its rewriter from the range it holds; each other range is cleaned by
+   the task that holds it, into `part-<range>.log` (first, before the task's own groups, so no
+   task waits on one that waits on it), and copied into the group's `.cleaned` file by the
+   rewriter, before or after its own range's records: no segment is read twice, and the range
+   that keeps most is not copied.
 
 A damaged range fails its partition in every task that owns a part of it; the other partitions
 go on. The rows it returns are those of a whole-partition task (`spark_stages.FUSED_FIELDS`), plus
@@ -74,7 +75,9 @@ class RangePlan:
         """The groups of `partitions` cut into ranges over at most `slots` tasks (every task of
         the stage runs at once): segments in log order, each to the task whose share of the
         bytes holds its middle."""
-        segs = [(n, spec, seg) for n, specs in enumerate(partitions) for spec in specs for seg in spec.segments]
+        segs = [
+            (n, spec, seg) for n, specs in enumerate(partitions) for spec in specs for seg in spec.segments
+        ]
         total = sum(seg.size for _, _, seg in segs)
         n_tasks = max(1, min(slots, len(segs)))
         ranges, groups, tasks = {}, {}, [[] for _ in range(n_tasks)]
@@ -93,7 +96,10 @@ class RangePlan:
             rid = last[2]
             scan = ranges[rid][0]
             tail = spec.tail_segments if seg is spec.segments[-1] else ()
-            ranges[rid] = (dataclasses.replace(scan, segments=(*scan.segments, seg), tail_segments=tail), *ranges[rid][1:])
+            ranges[rid] = (
+                dataclasses.replace(scan, segments=(*scan.segments, seg), tail_segments=tail),
+                *ranges[rid][1:],
+            )
             held.setdefault(spec.group_id, {})[t] = held.get(spec.group_id, {}).get(t, 0) + seg.size
         # A tie goes to the later task: its range is the newer, which keeps more of its records.
         rewriter = {g: max(by_task, key=lambda t: (by_task[t], t)) for g, by_task in held.items()}
@@ -133,9 +139,13 @@ class Work:
                 units[gids[0]] = gids
             else:
                 units.update({g: [g] for g in gids})
-                split.update(g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None)
+                split.update(
+                    g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None
+                )
         holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
-        task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}  # a cut group is its own unit
+        task_of = {
+            g: plan.rewriter[first] for first, gids in units.items() for g in gids
+        }  # a cut group is its own unit
         buckets = _deal(plan, scans, dead, units, task_of, holder)
         early = frozenset(g for g, unit in units.items() if _needs_no_merge(unit, plan))
         return cls(dead, units, frozenset(split), task_of, holder, buckets, early)
@@ -144,15 +154,22 @@ class Work:
         """{partition: its units} that task `t` rewrites, those that need no merge or the others."""
         out: dict[int, list[list[int]]] = {}
         for p, gids in plan.parts.items():
-            mine = [self.units[g] for g in gids if g in self.units and self.task_of[g] == t and (g in self.early) == early]
+            mine = [
+                self.units[g]
+                for g in gids
+                if g in self.units and self.task_of[g] == t and (g in self.early) == early
+            ]
             if mine:
                 out[p] = mine
         return out
 
     def parts_of(self, t: int, plan: RangePlan) -> list[int]:
         """The ranges task `t` cleans as parts of cut groups another task rewrites."""
-        return [r for r in plan.tasks[t] if plan.ranges[r][0].group_id in self.split
-                and self.task_of[plan.ranges[r][0].group_id] != t]  # fmt: skip
+        return [
+            r
+            for r in plan.tasks[t]
+            if plan.ranges[r][0].group_id in self.split and self.task_of[plan.ranges[r][0].group_id] != t
+        ]
 
 
 def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[dict]:
@@ -175,9 +192,17 @@ def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[di
     ended = time.monotonic()
     scanned = marks.get("scanned", ended)
     # The merge, and the wait for the others' merges: what a whole-partition task spends on its map.
-    map_seconds = (marks.get("posted", scanned) - scanned) + (marks.get("merged", ended) - marks.get("rewritten", ended))
-    rows.append({"group_id": STATS_ROW, "scan_seconds": scanned - started, "map_seconds": map_seconds,
-                 "cpu_seconds": time.process_time() - cpu})  # fmt: skip
+    map_seconds = (marks.get("posted", scanned) - scanned) + (
+        marks.get("merged", ended) - marks.get("rewritten", ended)
+    )
+    rows.append(
+        {
+            "group_id": STATS_ROW,
+            "scan_seconds": scanned - started,
+            "map_seconds": map_seconds,
+            "cpu_seconds": time.process_time() - cpu,
+        }
+    )
     return rows
 
 
@@ -203,8 +228,16 @@ def _run(t: int, plan: RangePlan, ex: Exchange, cache, held: dict, rows: list[di
         rows += _rewrite_after_merge(p, units, plan, ex, held, cache, work, merge_errors)
 
 
-def _rewrite_after_merge(p: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,
-                         work: Work, merge_errors: list[str]) -> list[dict]:  # fmt: skip
+def _rewrite_after_merge(
+    p: int,
+    units: list[list[int]],
+    plan: RangePlan,
+    ex: Exchange,
+    held: dict,
+    cache,
+    work: Work,
+    merge_errors: list[str],
+) -> list[dict]:
     if merge_errors:
         return [{"group_id": g, "error": merge_errors[0]} for unit in units for g in unit]
     return _rewrite(p, units, plan, ex, held, cache, work)
@@ -229,8 +262,17 @@ def finish(plan: RangePlan, ex: Exchange, rows: list[dict], run) -> list[dict]:
     if any(g not in work.early for g in todo):
         rows += run(MERGE, [k for k in range(len(plan.tasks)) if not ex.posted("merge", k)])
         failed = any(s["error"] for s in ex.gather("merge", len(plan.tasks)))
-        parts = [] if failed else [r for g in todo if g in work.split for r in plan.groups[g][1]
-                                   if r != _own_range(g, plan, work.holder) and not ex.posted(f"part-{r}", work.holder[r])]  # fmt: skip
+        parts = (
+            []
+            if failed
+            else [
+                r
+                for g in todo
+                if g in work.split
+                for r in plan.groups[g][1]
+                if r != _own_range(g, plan, work.holder) and not ex.posted(f"part-{r}", work.holder[r])
+            ]
+        )
         rows += run(PART, parts)
     by_task: dict[tuple[int, int], list[int]] = {}  # (rewriter, partition) -> first group ids of its units
     for g in sorted(todo):
@@ -254,7 +296,11 @@ def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> 
     t, p, gids = item if kind == REWRITE else (work.holder[item], None, [])
     later = [work.units[g] for g in gids if g not in work.early]
     # Every merge is posted before a part or a unit that needs one is resumed (`finish`).
-    merge_errors = [s["error"] for s in ex.gather("merge", len(plan.tasks)) if s["error"]] if kind == PART or later else []
+    merge_errors = (
+        [s["error"] for s in ex.gather("merge", len(plan.tasks)) if s["error"]]
+        if kind == PART or later
+        else []
+    )
     if kind == PART:
         _write_part(t, item, plan, ex, {}, cache, merge_errors)
         return []
@@ -271,12 +317,19 @@ def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
         # the index checks the driver leaves to the task that reads the partition anyway
         held[rid], blocks = checked_alongside(spec.storage, spec.part_path, scan) if validate else scan()
         ex.write_blocks(f"scan-{rid}", blocks)
-    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+    except Exception as exc:
         held.pop(rid, None)
         return {"error": error_text(exc), "txn": False}
-    stats = [sum(seg.size for seg in spec.segments), sum(len(ids) for ids in held[rid].ids), len(held[rid].latest)]
-    return {"error": None, "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS),
-            "stats": stats}  # fmt: skip
+    stats = [
+        sum(seg.size for seg in spec.segments),
+        sum(len(ids) for ids in held[rid].ids),
+        len(held[rid].latest),
+    ]
+    return {
+        "error": None,
+        "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS),
+        "stats": stats,
+    }
 
 
 def _transactional(block: ranges.Block) -> bool:
@@ -292,7 +345,7 @@ def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, work: Work) ->
             g = plan.ranges[r][0].group_id
             if r in held and work.task_of.get(g, t) != t and g not in work.split:
                 _leave(ex, {r: held[r]})
-    except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
+    except Exception as exc:
         return error_text(exc)
     return None
 
@@ -318,16 +371,21 @@ def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]
         index = {r: ex.read_index(f"scan-{r}") for r in live}
         found = []
         for bucket in buckets:
-            rows = [(b.range_id, b.data) for r in live
-                    for b in ex.read_blocks(f"scan-{r}", _summary_of(bucket), index[r])]  # fmt: skip
+            rows = [
+                (b.range_id, b.data)
+                for r in live
+                for b in ex.read_blocks(f"scan-{r}", _summary_of(bucket), index[r])
+            ]
             found.extend(ranges.merge_bucket(rows))
         ex.write_blocks(f"found-{t}", found)
-    except Exception as exc:  # noqa: BLE001 - fails every partition of the stage, never the job
+    except Exception as exc:
         return error_text(exc)
     return None
 
 
-def _deal(plan: RangePlan, scans: dict, dead: dict, units: dict, task_of: dict, holder: dict) -> list[list[int]]:
+def _deal(
+    plan: RangePlan, scans: dict, dead: dict, units: dict, task_of: dict, holder: dict
+) -> list[list[int]]:
     """Each task's merge buckets (compaction/steps/deal.py), the same in every task: from the
     ranges' counts, each range's rewrite estimated for the task that will rewrite it."""
     rewrite, rows = [0.0] * len(plan.tasks), 0
@@ -372,14 +430,19 @@ def _of_kind(*kinds: int):
 def _partition_state(part: int, plan: RangePlan, ex: Exchange) -> ranges.ProducerState:
     """The partition's producer state from every range's blocks, once its leader epochs check."""
     specs = [plan.groups[g][0] for g in plan.parts[part]]
-    side = [b for g in plan.parts[part] for r in plan.groups[g][1]
-            for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))]  # fmt: skip
+    side = [
+        b
+        for g in plan.parts[part]
+        for r in plan.groups[g][1]
+        for b in ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))
+    ]
     _check_epochs(specs, [b for b in side if b.kind == ranges.EPOCHS])
     return ranges.producer_state([ranges.from_block(b.data) for b in side if b.kind == ranges.PRODUCERS])
 
 
-def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache,
-             work: Work) -> list[dict]:  # fmt: skip
+def _rewrite(
+    part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, held: dict, cache, work: Work
+) -> list[dict]:
     """Rewrite the units (groups, log order) of partition `part` this task rewrites, after its
     leader epochs are checked and its producer state derived, once, from every range's blocks.
     `work.split`: the cut groups whose other ranges come as parts, from the task `work.holder[range]`."""
@@ -387,16 +450,30 @@ def _rewrite(part: int, units: list[list[int]], plan: RangePlan, ex: Exchange, h
         return []
     try:
         state = _partition_state(part, plan, ex)
-    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+    except Exception as exc:
         return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
-    if state.first_unstable is not None and state.first_unstable < plan.groups[plan.parts[part][0]][0].upper_bound:
+    if (
+        state.first_unstable is not None
+        and state.first_unstable < plan.groups[plan.parts[part][0]][0].upper_bound
+    ):
         return [{"group_id": g, "first_unstable": state.first_unstable} for unit in units for g in unit]
-    return [row for unit in units for row in _rewrite_unit(unit, state, plan, ex, held, cache, work.split,
-                                                            work.holder)]  # fmt: skip
+    return [
+        row
+        for unit in units
+        for row in _rewrite_unit(unit, state, plan, ex, held, cache, work.split, work.holder)
+    ]
 
 
-def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: dict, cache,
-                  split: set, holder: dict[int, int]) -> list[dict]:  # fmt: skip
+def _rewrite_unit(
+    unit: list[int],
+    state,
+    plan: RangePlan,
+    ex: Exchange,
+    held: dict,
+    cache,
+    split: set,
+    holder: dict[int, int],
+) -> list[dict]:
     """Rewrite the groups `unit` from their ranges: held here, handed over as their ids, or
     (the other ranges of a cut group) cleaned by their holders as parts."""
     own = {g: _own_range(g, plan, holder) for g in unit if g in split}
@@ -409,7 +486,7 @@ def _rewrite_unit(unit: list[int], state, plan: RangePlan, ex: Exchange, held: d
     except PeerGone:  # waiting for a part: the unit is left to a follow-up, from these ids
         _leave(ex, mine)
         raise
-    except Exception as exc:  # noqa: BLE001 - reported per partition, never fatal
+    except Exception as exc:
         return [{"group_id": g, "error": error_text(exc)} for g in unit]
 
 
@@ -450,13 +527,25 @@ def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache
         shipped = _shipped([r], plan, ex, held)
         path = ex.path(f"part-{r}.log")
         writer = Discard(path) if spec.dry_run else LogWriter(ex.storage, path, spec.write_mode)
-        out, stats = rewrite_part(dataclasses.replace(spec, last_records=state.last_records), shipped, writer, cache)
+        out, stats = rewrite_part(
+            dataclasses.replace(spec, last_records=state.last_records), shipped, writer, cache
+        )
         cols = dict(zip(_PART_COLUMNS, out.columns()))
-        ex.write_blocks(f"part-{r}", (ranges.Block(r, ranges.PART, -1, at, ranges.to_block(
-            **{n: c[at : at + ranges.BLOCK_ROWS] for n, c in cols.items()}))
-            for at in range(0, len(cols["size"]), ranges.BLOCK_ROWS)))  # fmt: skip
+        ex.write_blocks(
+            f"part-{r}",
+            (
+                ranges.Block(
+                    r,
+                    ranges.PART,
+                    -1,
+                    at,
+                    ranges.to_block(**{n: c[at : at + ranges.BLOCK_ROWS] for n, c in cols.items()}),
+                )
+                for at in range(0, len(cols["size"]), ranges.BLOCK_ROWS)
+            ),
+        )
         status.update({n: getattr(stats, n) for n in _PART_STATS}, records=out.records)
-    except Exception as exc:  # noqa: BLE001 - reported by the group's rewriter, never fatal
+    except Exception as exc:
         status["error"] = error_text(exc)
     finally:
         ex.post(f"part-{r}", t, status)
@@ -474,8 +563,12 @@ def _parts(g: int, own: int, plan: RangePlan, holder: dict[int, int], ex: Exchan
     rids = plan.groups[g][1]
     at = rids.index(own)
     lo = sum(len(plan.ranges[r][0].segments) for r in rids[:at])
-    return (lo, lo + len(plan.ranges[own][0].segments), _appender(rids[:at], holder, ex),
-            _appender(rids[at + 1 :], holder, ex))  # fmt: skip
+    return (
+        lo,
+        lo + len(plan.ranges[own][0].segments),
+        _appender(rids[:at], holder, ex),
+        _appender(rids[at + 1 :], holder, ex),
+    )
 
 
 def _appender(rids: list[int], holder: dict[int, int], ex: Exchange):
@@ -491,7 +584,9 @@ def _appender(rids: list[int], holder: dict[int, int], ex: Exchange):
                 setattr(stats, n, getattr(stats, n) + status[n])
             blocks = [ranges.from_block(b.data) for b in ex.read_blocks(f"part-{r}")]
             if blocks:
-                cols = [np.concatenate([ranges.column(b, n, np.int64) for b in blocks]) for n in _PART_COLUMNS]
+                cols = [
+                    np.concatenate([ranges.column(b, n, np.int64) for b in blocks]) for n in _PART_COLUMNS
+                ]
                 _append_part(out, ex, ex.path(f"part-{r}.log"), *cols, status["records"])
 
     return append
@@ -503,8 +598,9 @@ def configure(part_chunk_bytes: int) -> None:
     _part_chunk_bytes = part_chunk_bytes
 
 
-def _append_part(out: Output, ex: Exchange, path: str, position, size, last_offset, max_timestamp,
-                 records: int) -> None:  # fmt: skip
+def _append_part(
+    out: Output, ex: Exchange, path: str, position, size, last_offset, max_timestamp, records: int
+) -> None:
     """The part's bytes added to `out` whole batches at a time, at most `_part_chunk_bytes` each
     (a dry run's part has no bytes: its sizes are counted)."""
     ends = position + size
@@ -515,7 +611,9 @@ def _append_part(out: Output, ex: Exchange, path: str, position, size, last_offs
         while i < len(size):
             j = max(i + 1, int(np.searchsorted(ends, position[i] + _part_chunk_bytes, side="right")))
             chunk = b"" if dry else memoryview(f.read_at(int(ends[j - 1] - position[i]), int(position[i])))
-            out.append_columns(chunk, size[i:j], last_offset[i:j], max_timestamp[i:j], records if i == 0 else 0)
+            out.append_columns(
+                chunk, size[i:j], last_offset[i:j], max_timestamp[i:j], records if i == 0 else 0
+            )
             i = j
     finally:
         if f is not None:

@@ -35,7 +35,8 @@ Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -108,8 +109,9 @@ def bucket_of(data: np.ndarray, starts: np.ndarray, stops: np.ndarray, buckets: 
 
 
 def _binary(data: np.ndarray, offs: np.ndarray) -> pa.Array:
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offs) - 1,
-                                            [None, pa.py_buffer(offs), pa.py_buffer(data)])  # fmt: skip
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)]
+    )
 
 
 # --- 1. scan --------------------------------------------------------------------------------
@@ -123,8 +125,9 @@ class Held(NamedTuple):
     latest: np.ndarray
 
 
-def scan_range(rid: int, spec: GroupSpec, part: int, cache=None,
-               buckets: int = FINE_BUCKETS) -> tuple[Held, list[Block]]:  # fmt: skip
+def scan_range(
+    rid: int, spec: GroupSpec, part: int, cache=None, buckets: int = FINE_BUCKETS
+) -> tuple[Held, list[Block]]:
     """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
     `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
     it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
@@ -148,7 +151,9 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
     """A held range as IDS and LATEST blocks, for the task that rewrites its group."""
     for i, ids in enumerate(held.ids):
         for at in range(0, max(1, len(ids)), BLOCK_ROWS):
-            yield Block(rid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS]))
+            yield Block(
+                rid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS])
+            )
     for at in range(0, max(1, len(held.latest)), BLOCK_ROWS):
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
@@ -164,8 +169,18 @@ def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -
     for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
             to = min(at + BLOCK_ROWS, int(ends[b + 1]))
-            yield Block(rid, SUMMARY, b, at, to_block(key=keys.slice(at, to - at), latest=key_latest[at:to],
-                                                      id=ids[at:to], part=np.full(to - at, part, np.int32)))  # fmt: skip
+            yield Block(
+                rid,
+                SUMMARY,
+                b,
+                at,
+                to_block(
+                    key=keys.slice(at, to - at),
+                    latest=key_latest[at:to],
+                    id=ids[at:to],
+                    part=np.full(to - at, part, np.int32),
+                ),
+            )
 
 
 @_njit
@@ -228,7 +243,9 @@ def _latest_by_key(keys: list[pa.Array], part: np.ndarray, latest: np.ndarray) -
     return out
 
 
-def _latest_by_key_table(data: np.ndarray, offs: np.ndarray, part: np.ndarray, latest: np.ndarray) -> np.ndarray:
+def _latest_by_key_table(
+    data: np.ndarray, offs: np.ndarray, part: np.ndarray, latest: np.ndarray
+) -> np.ndarray:
     """`_latest_by_key` for a bucket too big for the CPU cache: in a `KeyTable`, which probes its
     cache-sized regions one at a time. The partition number is prefixed to the key bytes, so that
     one table serves every partition of the bucket."""
@@ -236,8 +253,16 @@ def _latest_by_key_table(data: np.ndarray, offs: np.ndarray, part: np.ndarray, l
     if np.any(part != part[0]) if n else False:
         data, offs = _prefixed(data, offs, part)
     table = KeyTable(n)
-    ids = table.assign(data, np.empty(0, np.uint8), len(data), offs[:-1].copy(), np.diff(offs), np.ones(n, bool),
-                       latest >= 0, latest)  # fmt: skip
+    ids = table.assign(
+        data,
+        np.empty(0, np.uint8),
+        len(data),
+        offs[:-1].copy(),
+        np.diff(offs),
+        np.ones(n, bool),
+        latest >= 0,
+        latest,
+    )
     return table.latest_of(ids)
 
 
@@ -306,8 +331,11 @@ def _max_by_key(data, offs, part, latest, slots, rep, out):
                 rep[i], out[i] = i, latest[i]
                 break
             k = np.int64(s & _ROW) - 1
-            if (s >> _TAG) == tag and part[k] == part[i] and equal_bytes(data, offs[k], offs[k + 1], data, offs[i],
-                                                                          offs[i + 1]):  # fmt: skip
+            if (
+                (s >> _TAG) == tag
+                and part[k] == part[i]
+                and equal_bytes(data, offs[k], offs[k + 1], data, offs[i], offs[i + 1])
+            ):
                 rep[i] = k
                 if latest[i] > out[k]:
                     out[k] = latest[i]
@@ -343,8 +371,10 @@ class ShippedMap:
         by_kind: dict[int, list[Block]] = {}
         for b in sorted(blocks, key=lambda b: b.seq):
             by_kind.setdefault(b.kind, []).append(b)
-        latest = np.concatenate([column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
-                                or [np.empty(0, np.int64)])  # fmt: skip
+        latest = np.concatenate(
+            [column(from_block(b.data), "latest", np.int64) for b in by_kind.get(LATEST, [])]
+            or [np.empty(0, np.int64)]
+        )
         parts: dict[int, list[np.ndarray]] = {}
         for b in by_kind.get(IDS, []):
             parts.setdefault(b.seq >> 20, []).append(column(from_block(b.data), "id", np.int32))
@@ -359,8 +389,10 @@ class ShippedMap:
     def found(self, spec: GroupSpec, seg: SourceSegment, scan: SegmentScan) -> np.ndarray:
         rid, ids = self._ids.pop((spec.group_id, seg.base_offset))
         if len(ids) != len(scan.records.offset):  # the bytes were checked for size; this is paranoia
-            raise CorruptRecordError(f"segment has {len(scan.records.offset)} records, its scan had {len(ids)}",
-                                     path=spec.segment_path(seg.base_offset))  # fmt: skip
+            raise CorruptRecordError(
+                f"segment has {len(scan.records.offset)} records, its scan had {len(ids)}",
+                path=spec.segment_path(seg.base_offset),
+            )
         latest = self._latest[rid]
         return np.where(ids >= 0, latest[np.maximum(ids, 0)] if len(latest) else -1, -1)
 
@@ -372,8 +404,16 @@ class HeaderRow:
     """A producer batch header as `txn_state.last_records_of_active_producers` and
     `first_unstable_offset` read it."""
 
-    __slots__ = ("producer_id", "producer_epoch", "base_offset", "last_offset", "is_transactional",
-                 "is_control", "records_count", "max_timestamp")  # fmt: skip
+    __slots__ = (
+        "base_offset",
+        "is_control",
+        "is_transactional",
+        "last_offset",
+        "max_timestamp",
+        "producer_epoch",
+        "producer_id",
+        "records_count",
+    )
 
     def __init__(self, pid, epoch, base, last, attrs, count, max_ts) -> None:
         self.producer_id, self.producer_epoch, self.base_offset, self.last_offset = pid, epoch, base, last
@@ -382,8 +422,15 @@ class HeaderRow:
         self.records_count, self.max_timestamp = count, max_ts
 
 
-HEADER_COLUMNS = ("producer_id", "producer_epoch", "base_offset", "last_offset", "attributes", "records_count",
-                  "max_timestamp")  # fmt: skip
+HEADER_COLUMNS = (
+    "producer_id",
+    "producer_epoch",
+    "base_offset",
+    "last_offset",
+    "attributes",
+    "records_count",
+    "max_timestamp",
+)
 
 
 def header_rows(tables: list) -> list[HeaderRow]:
@@ -392,8 +439,10 @@ def header_rows(tables: list) -> list[HeaderRow]:
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return []
-    cols = [np.concatenate([t.column(n).to_numpy(zero_copy_only=False) for t in tables]).tolist()
-            for n in HEADER_COLUMNS]  # fmt: skip
+    cols = [
+        np.concatenate([t.column(n).to_numpy(zero_copy_only=False) for t in tables]).tolist()
+        for n in HEADER_COLUMNS
+    ]
     return sorted((HeaderRow(*row) for row in zip(*cols)), key=lambda r: r.base_offset)
 
 
@@ -407,5 +456,8 @@ def producer_state(tables: list) -> ProducerState:
     from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
 
     rows = header_rows(tables)
-    return ProducerState(first_unstable_offset(rows), last_records_of_active_producers(rows),
-                         any(r.is_transactional or r.is_control for r in rows))  # fmt: skip
+    return ProducerState(
+        first_unstable_offset(rows),
+        last_records_of_active_producers(rows),
+        any(r.is_transactional or r.is_control for r in rows),
+    )

@@ -35,8 +35,11 @@ def lock_log_dirs(opts: JobOptions) -> list:
         if not storage.is_local:
             continue  # object stores have no locks; documented: one run per prefix (Airflow max_active_runs=1)
         if ensure_kafka_not_running(path, ignore=opts.ignore_broker_lock):
-            log.warning("%s is locked: a Kafka broker may be serving this log dir; compacting it anyway "
-                        "(--ignore-broker-lock)", f"{path}/{KAFKA_LOCK_FILE}")  # fmt: skip
+            log.warning(
+                "%s is locked: a Kafka broker may be serving this log dir; compacting it anyway "
+                "(--ignore-broker-lock)",
+                f"{path}/{KAFKA_LOCK_FILE}",
+            )
         if not opts.dry_run:
             locks.append(acquire_run_lock(path))
     return locks

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, fields
 
 from compaction import __version__
 
-
 CLEANED, SKIPPED, FAILED = "cleaned", "skipped", "failed"
 ELIGIBLE = "eligible"  # a dry run's verdict: a round would clean it (sizes as it would write them)
 MB = 1_048_576
@@ -63,8 +62,14 @@ class RoundFailure:
     reason: str
 
 
-def build_report(results: list[PartitionResult], args: dict, timings: dict, started_ms: int,
-                 failure: RoundFailure | None = None, where: dict | None = None) -> dict:  # fmt: skip
+def build_report(
+    results: list[PartitionResult],
+    args: dict,
+    timings: dict,
+    started_ms: int,
+    failure: RoundFailure | None = None,
+    where: dict | None = None,
+) -> dict:
     """`where`: metadata of the run's place (`host`, `sparkAppId`, `finishedAtMs`)."""
     totals = {
         "partitions": len(results),
@@ -84,8 +89,12 @@ def build_report(results: list[PartitionResult], args: dict, timings: dict, star
     }
     return {
         "version": REPORT_VERSION,
-        "metadata": {"tool": "kafka-offline-compaction", "toolVersion": __version__, "startedAtMs": started_ms,
-                     **(where or {})},
+        "metadata": {
+            "tool": "kafka-offline-compaction",
+            "toolVersion": __version__,
+            "startedAtMs": started_ms,
+            **(where or {}),
+        },
         "args": args,
         "timings": timings,
         "failure": failure and {"phase": failure.phase, "reason": failure.reason},
@@ -123,12 +132,21 @@ def reclaim_table(report: dict) -> str:
     freed) its dirty ratio and bytes and what the round freed (a dry run: would free; a plan,
     which scans nothing, knows only the dirty bytes), then per topic and overall."""
     args = report.get("args", {})
-    freed = () if args.get("plan_only") or args.get("recover_only") else (
-        ("reclaimable MiB", "reclaimable records") if args.get("dry_run") else ("reclaimed MiB", "records removed"))
+    freed = (
+        ()
+        if args.get("plan_only") or args.get("recover_only")
+        else (
+            ("reclaimable MiB", "reclaimable records")
+            if args.get("dry_run")
+            else ("reclaimed MiB", "records removed")
+        )
+    )
     rows = [("partition", "status", "dirty ratio", "dirty MiB", *freed)]
 
     def sizes(e: dict) -> tuple:
-        return (_mib(e["dirtyBytes"]), _mib(e["reclaimableBytes"]), f"{e['reclaimableRecords']:,}")[: 1 + len(freed)]
+        return (_mib(e["dirtyBytes"]), _mib(e["reclaimableBytes"]), f"{e['reclaimableRecords']:,}")[
+            : 1 + len(freed)
+        ]
 
     for e in sorted(report["partitions"], key=table_order):
         ratio = "-" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}"
@@ -138,8 +156,10 @@ def reclaim_table(report: dict) -> str:
     tot = report["totals"]
     rows.append(("all", f"{tot['partitions']} partitions", "", *sizes(tot)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
+    return "\n".join(
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in rows
+    )
 
 
 _FIELDS = tuple(f.name for f in fields(PartitionResult))

@@ -19,9 +19,9 @@ import errno
 import os
 import posixpath
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from compaction.policy.retention import (
 from compaction.policy.txn_state import CleanedTransactionMetadata
 from compaction.runtime import durability, task_progress
 from compaction.steps.emit import emit_segment
-from compaction.steps.erase import ERASED, ErasingMap, EraseError
+from compaction.steps.erase import ERASED, EraseError, ErasingMap
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.steps.offset_map import OffsetMap
 from compaction.steps.scan import ScanCache, read_ahead, read_segment
@@ -71,9 +71,16 @@ def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
     return fb.parse_control_type(scan.key(first))
 
 
-def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, txn: CleanedTransactionMetadata,
-                   out: Output, stats: _Stats, scan: SegmentScan | None = None,
-                   data: np.ndarray | None = None) -> None:  # fmt: skip
+def _clean_segment(
+    spec: GroupSpec,
+    seg: SourceSegment,
+    offset_map: OffsetMap,
+    txn: CleanedTransactionMetadata,
+    out: Output,
+    stats: _Stats,
+    scan: SegmentScan | None = None,
+    data: np.ndarray | None = None,
+) -> None:
     """Clean one source segment into `out`: from its kept `scan`, else from `data` (its bytes,
     read ahead) or read now."""
     if scan is None:
@@ -98,27 +105,45 @@ def _clean_segment(spec: GroupSpec, seg: SourceSegment, offset_map: OffsetMap, t
     v2 = b.magic >= 2
     has_horizon = v2 & ((b.attributes.astype(np.int64) & fb.DELETE_HORIZON_MASK) != 0)
     retain = retain_deletes(v2, has_horizon, b.base_timestamp, spec.now_ms, retain_legacy)
-    keep, invalid = keep_records(rec.offset, rec.key_len, rec.value_len, found, spec.upper_bound - 1,
-                                 retain[rec.batch_index])  # fmt: skip
+    keep, invalid = keep_records(
+        rec.offset, rec.key_len, rec.value_len, found, spec.upper_bound - 1, retain[rec.batch_index]
+    )
     bi = rec.batch_index
     n_keep = np.bincount(bi[keep], minlength=nb)
     n_invalid = np.bincount(bi[invalid], minlength=nb)
     n_tomb = np.bincount(bi[keep & (rec.value_len < 0)], minlength=nb)
-    kind, need_horizon, fast = decide_fast(b, count, n_keep, n_tomb, has_horizon, spec.last_records,
-                                           spec.retain_empty_offset)  # fmt: skip
+    kind, need_horizon, fast = decide_fast(
+        b, count, n_keep, n_tomb, has_horizon, spec.last_records, spec.retain_empty_offset
+    )
     kept = np.where(fast, n_keep, 0)
     stats.records_read += int(count[fast].sum())
     stats.invalid_records += int(n_invalid[fast].sum())
     new_horizon = delete_horizon_ms(spec.now_ms, spec.delete_retention_ms)
     horizon = np.where(need_horizon, new_horizon, NO_NEW_HORIZON)
     for i in np.flatnonzero(~fast).tolist():
-        _decide_one(spec, scan, i, int(bounds[i]), int(bounds[i + 1]), txn, keep, int(n_keep[i]), int(n_tomb[i]),
-                    int(n_invalid[i]), new_horizon, kind, kept, horizon, stats)  # fmt: skip
+        _decide_one(
+            spec,
+            scan,
+            i,
+            int(bounds[i]),
+            int(bounds[i + 1]),
+            txn,
+            keep,
+            int(n_keep[i]),
+            int(n_tomb[i]),
+            int(n_invalid[i]),
+            new_horizon,
+            kind,
+            kept,
+            horizon,
+            stats,
+        )
     emit_segment(scan, kind, kept, horizon, keep, bounds, out)
 
 
-def _erase_segment(spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, found: np.ndarray, out: Output,
-                   stats: _Stats) -> None:  # fmt: skip
+def _erase_segment(
+    spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, found: np.ndarray, out: Output, stats: _Stats
+) -> None:
     """An erasing-only group's segment: only the records of listed keys go (`decide_erase_only`).
     A batch left empty stays, as an empty batch, where Kafka's rules keep one: the last data batch
     of its producer (producer state), and the log's last batch, so that the log end offset a
@@ -136,9 +161,12 @@ def _erase_segment(spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, found
     if seg.next_base_offset is None and nb:  # the log's last batch holds the log end offset
         retain[-1] = True
         if b.magic[-1] < 2 and n_keep[-1] == 0:
-            raise EraseError("erasing the log's last message, a v0/v1 one, would move the log end offset",
-                             path=spec.segment_path(seg.base_offset), position=int(b.position[-1]),
-                             offset=int(b.last_offset[-1]))  # fmt: skip
+            raise EraseError(
+                "erasing the log's last message, a v0/v1 one, would move the log end offset",
+                path=spec.segment_path(seg.base_offset),
+                position=int(b.position[-1]),
+                offset=int(b.last_offset[-1]),
+            )
     kind = decide_erase_only(b, count, n_keep, retain)
     stats.bytes_read += seg.size
     stats.batches_read += nb
@@ -154,20 +182,35 @@ def _erase_only_txn_entries(spec: GroupSpec, seg: SourceSegment) -> list[Aborted
     return [a for a in spec.aborted_txns if seg.base_offset <= a.last_offset < end]
 
 
-def _decide_one(spec: GroupSpec, scan: SegmentScan, i: int, first: int, last: int, txn: CleanedTransactionMetadata,
-                keep: np.ndarray, n_keep: int, n_tomb: int, n_invalid: int, new_horizon: int, kind: np.ndarray,
-                kept: np.ndarray, horizon: np.ndarray, stats: _Stats) -> None:  # fmt: skip
+def _decide_one(
+    spec: GroupSpec,
+    scan: SegmentScan,
+    i: int,
+    first: int,
+    last: int,
+    txn: CleanedTransactionMetadata,
+    keep: np.ndarray,
+    n_keep: int,
+    n_tomb: int,
+    n_invalid: int,
+    new_horizon: int,
+    kind: np.ndarray,
+    kept: np.ndarray,
+    horizon: np.ndarray,
+    stats: _Stats,
+) -> None:
     """The per-batch path (transactional, control and legacy batches), in log order: the
     transaction state moves here. Fills kind/kept/horizon[i]; overrides `keep` for the records of
     discarded batches (all dropped) and of control batches (all kept)."""
     view = batch_view(scan.batches, i, last - first)
     decision = check_batch_retention(
-        view, txn,
+        view,
+        txn,
         control_type=_control_type(scan, first, last) if view.is_control else None,
         last_records_of_active_producers=spec.last_records,
         retain_empty_offset=spec.retain_empty_offset,
         current_time_ms=spec.now_ms,
-    )  # fmt: skip
+    )
     if decision.retention is BatchRetention.DELETE:
         return  # dropped unread: its records are not counted (CleanerStats.messagesRead)
     stats.records_read += last - first
@@ -209,7 +252,11 @@ def _disk_full(specs: list[GroupSpec]):
         raise DiskFullError(
             f"{path}: {exc.strerror or 'no space left'} while writing the partition's cleaned segments, which "
             f"need up to {needed} bytes (the {sum(len(s.segments) for s in specs)} segments they replace)"
-            f"{written}{free_text}", path=path, needed=needed, free=free) from None  # fmt: skip
+            f"{written}{free_text}",
+            path=path,
+            needed=needed,
+            free=free,
+        ) from None
 
 
 def _free_bytes(spec: GroupSpec, directory: str) -> int | None:
@@ -222,7 +269,9 @@ def _free_bytes(spec: GroupSpec, directory: str) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn], writing: _Writing | None = None) -> None:
+def _write_cleaned(
+    spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn], writing: _Writing | None = None
+) -> None:
     storage, base = spec.storage, spec.new_base
     out.open(spec)  # a group always has segments; this only matters for an empty one
     out.writer.close()
@@ -230,8 +279,11 @@ def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn], 
         return
     # An offset that does not fit the index names the group's first segment (its base is the new one's).
     offset_index, time_index = build_indexes(
-        *out.columns(), base, spec.index_interval_bytes, spec.segment_path(base),
-    )  # fmt: skip
+        *out.columns(),
+        base,
+        spec.index_interval_bytes,
+        spec.segment_path(base),
+    )
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
         files[".txnindex"] = write_txn_index(txn_entries)
@@ -246,9 +298,13 @@ def _write_cleaned(spec: GroupSpec, out: Output, txn_entries: list[AbortedTxn], 
             storage.set_mtime(path, mtime_ns)
 
 
-def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache | None = None,
-                 parts: dict[int, tuple[int, int, Callable[[Output, _Stats], None], Callable[[Output, _Stats], None]]]
-                 | None = None) -> list[dict]:  # fmt: skip
+def rewrite_unit(
+    specs: list[GroupSpec],
+    offset_map: OffsetMap,
+    cache: ScanCache | None = None,
+    parts: dict[int, tuple[int, int, Callable[[Output, _Stats], None], Callable[[Output, _Stats], None]]]
+    | None = None,
+) -> list[dict]:
     """Clean the groups of one unit in log order; one stats dict per group. `offset_map` answers
     map.get(key) per record (see `OffsetMap`). Segments whose scan `cache` holds (from
     `scan_partition` in the same task) are not walked again; the segment bytes it did not keep
@@ -262,8 +318,12 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     if specs and specs[0].erase is not None:  # both paths' maps (PartitionMap, ShippedMap) erase alike
         offset_map = ErasingMap(offset_map, specs[0].erase, specs[0].topic)
     results = []
-    own = {spec.group_id: spec.segments[slice(*parts[spec.group_id][:2])] if spec.group_id in parts else spec.segments
-           for spec in specs}  # fmt: skip
+    own = {
+        spec.group_id: spec.segments[slice(*parts[spec.group_id][:2])]
+        if spec.group_id in parts
+        else spec.segments
+        for spec in specs
+    }
     todo = [(spec, seg) for spec in specs for seg in own[spec.group_id]]
     # The groups' files are made durable together when the unit is done (runtime/durability.py):
     # inside `_disk_full`, which names the file of a late ENOSPC.
@@ -312,7 +372,9 @@ def rewrite_unit(specs: list[GroupSpec], offset_map: OffsetMap, cache: ScanCache
     return results
 
 
-def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCache | None = None) -> tuple[Output, _Stats]:
+def rewrite_part(
+    spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCache | None = None
+) -> tuple[Output, _Stats]:
     """The segments of `spec` (a stretch of a group that another task rewrites, of a partition
     without transactions: no transaction state crosses into it) cleaned into `writer` exactly as
     `rewrite_unit` would clean them in the group; the output's columns (positions from the part's
@@ -320,7 +382,10 @@ def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCach
     out, stats = Output(writer=writer), _Stats()
     txn = CleanedTransactionMetadata()
     txn.set_cleaned_index([])
-    with _segment_inputs([spec], [(spec, seg) for seg in spec.segments], cache) as inputs, durability.deferred():
+    with (
+        _segment_inputs([spec], [(spec, seg) for seg in spec.segments], cache) as inputs,
+        durability.deferred(),
+    ):
         for seg in spec.segments:
             scan, data = next(inputs)
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
@@ -331,7 +396,9 @@ def rewrite_part(spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCach
 
 
 @contextmanager
-def _segment_inputs(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]], cache: ScanCache | None):
+def _segment_inputs(
+    specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]], cache: ScanCache | None
+):
     """(kept scan or None, bytes or None) of each (spec, segment) of `todo`, in order: the scan
     `cache` kept, else the segment's bytes, read one segment ahead."""
     reading = [cache is None or cache.needs_read(spec.group_id, seg.base_offset) for spec, seg in todo]

@@ -9,7 +9,6 @@ segment is decompressed and walked once.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from compaction.errors import CorruptRecordError
@@ -34,42 +33,62 @@ from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.offset_map import PartitionMap, Unmapped
 
 
-def _planned_segment_bytes(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None) -> tuple[str, np.ndarray]:
+def _planned_segment_bytes(
+    spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None
+) -> tuple[str, np.ndarray]:
     """(path, bytes) of a source segment (read now unless `data` was read ahead), which must
     still have the size it was planned with."""
     path = spec.segment_path(seg.base_offset)
     if data is None:
         data = read_segment_bytes(spec.storage, path, spec.read_mode)
     if len(data) != seg.size:
-        raise CorruptRecordError(f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path)
+        raise CorruptRecordError(
+            f"segment changed size since planning ({seg.size} -> {len(data)} bytes)", path=path
+        )
     return path, data
 
 
-def read_segment(spec: GroupSpec, seg: SourceSegment, data: np.ndarray | None = None,
-                 hash_keys: bool = True, epochs: list[SegmentEpochs] | None = None,
-                 verify_crc: bool = True) -> SegmentScan:  # fmt: skip
+def read_segment(
+    spec: GroupSpec,
+    seg: SourceSegment,
+    data: np.ndarray | None = None,
+    hash_keys: bool = True,
+    epochs: list[SegmentEpochs] | None = None,
+    verify_crc: bool = True,
+) -> SegmentScan:
     """The checked scan of a source segment; `epochs` (if given) receives its leader-epoch runs
     for `check_partition_epochs`. `verify_crc=False` only for a segment this round's scan has
     verified already (its size is checked again)."""
     path, data = _planned_segment_bytes(spec, seg, data)
     # A partial batch at the end of a non-active segment is corruption here, as in Kafka's cleaner.
-    scan = scan_segment(data, path, hash_keys=hash_keys, verify_crc=verify_crc,
-                        max_batch_bytes=spec.max_message_bytes, inflate_limit=spec.max_inflated_batch_bytes)
+    scan = scan_segment(
+        data,
+        path,
+        hash_keys=hash_keys,
+        verify_crc=verify_crc,
+        max_batch_bytes=spec.max_message_bytes,
+        inflate_limit=spec.max_inflated_batch_bytes,
+    )
     check_structure(spec, seg, path, scan.batches, epochs)
     return scan
 
 
-def check_structure(spec: GroupSpec, seg: SourceSegment, path: str, batches,
-                    epochs: list[SegmentEpochs] | None = None) -> None:  # fmt: skip
+def check_structure(
+    spec: GroupSpec, seg: SourceSegment, path: str, batches, epochs: list[SegmentEpochs] | None = None
+) -> None:
     """The segment's place in its log (log_structure.py): its offsets against its base, each
     other and the next segment's base, and its `.index` entries against its batches (the index
     is read here: a missing one is rebuilt by the driver before a round). Raises
     `LogStructureError`."""
     nxt = seg.next_base_offset
-    check_segment_offsets(path, seg.base_offset, batches, nxt, None if nxt is None else spec.segment_path(nxt))
+    check_segment_offsets(
+        path, seg.base_offset, batches, nxt, None if nxt is None else spec.segment_path(nxt)
+    )
     base = seg.base_offset
-    for suffix, read, check in ((".index", read_offset_index, check_index_entries),
-                                (".timeindex", read_time_index, check_time_index_entries)):  # fmt: skip
+    for suffix, read, check in (
+        (".index", read_offset_index, check_index_entries),
+        (".timeindex", read_time_index, check_time_index_entries),
+    ):
         index_path = spec.segment_path(base, suffix)
         try:
             data = read_small(spec.storage, index_path)  # plain os calls on a local disk
@@ -152,9 +171,11 @@ class ScanCache:
         scan = got[0]
         if isinstance(scan.file, _Absent):
             if data is None or len(data) != len(scan.file):
-                raise CorruptRecordError(f"segment changed size between the scan and the rewrite "
-                                         f"({len(scan.file)} -> {None if data is None else len(data)} bytes)",
-                                         path=scan.path)  # fmt: skip
+                raise CorruptRecordError(
+                    f"segment changed size between the scan and the rewrite "
+                    f"({len(scan.file)} -> {None if data is None else len(data)} bytes)",
+                    path=scan.path,
+                )
             scan = SegmentScan(scan.path, data, scan.side, scan.batches, scan.records)
         return scan
 
@@ -171,8 +192,9 @@ class _Absent:
         return self.n
 
 
-def segment_producers(spec: GroupSpec, base_offset: int,
-                      epochs: list[SegmentEpochs] | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+def segment_producers(
+    spec: GroupSpec, base_offset: int, epochs: list[SegmentEpochs] | None = None
+) -> dict[str, np.ndarray]:
     """Producer batch headers of a segment read for producer state only (above the cleanable
     range; the active one may end in a partial batch after a broker crash: not our business).
     Its place in the log is checked as a source segment's is (`check_structure`)."""
@@ -189,8 +211,12 @@ def tail_producers(spec: GroupSpec, epochs: list[SegmentEpochs] | None = None) -
     return [segment_producers(spec, seg.base_offset, epochs) for seg in spec.tail_segments]
 
 
-def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment]],
-               last: bool = False, indexes: bool = False) -> ReadAhead:
+def read_ahead(
+    specs: list[GroupSpec],
+    todo: list[tuple[GroupSpec, SourceSegment]],
+    last: bool = False,
+    indexes: bool = False,
+) -> ReadAhead:
     """The bytes of the (spec, segment)s `todo`, in order, each read while the previous is worked
     on; `last`: the run's last read of them (`read_segment_bytes`). `indexes`: the reads of a
     local segment's `.index` and `.timeindex` are started first (`check_structure` reads them):
@@ -212,9 +238,12 @@ def read_ahead(specs: list[GroupSpec], todo: list[tuple[GroupSpec, SourceSegment
 PROJECT_MIN_BYTES = 1 << 20
 
 
-def scan_partition(specs: list[GroupSpec], cache: ScanCache | None = None,
-                   keep_ids: bool = False, epochs: list[SegmentEpochs] | None = None,
-                   ) -> tuple[PartitionMap | Unmapped, list[dict]]:  # fmt: skip
+def scan_partition(
+    specs: list[GroupSpec],
+    cache: ScanCache | None = None,
+    keep_ids: bool = False,
+    epochs: list[SegmentEpochs] | None = None,
+) -> tuple[PartitionMap | Unmapped, list[dict]]:
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments). Every segment's place in the
     log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
@@ -269,4 +298,3 @@ def producer_batches(b) -> dict[str, np.ndarray]:
         "records_count": b.records_count[sel].astype(np.int32),
         "max_timestamp": b.max_timestamp[sel].astype(np.int64),
     }
-

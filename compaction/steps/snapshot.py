@@ -119,8 +119,15 @@ class _Copier:
         self.written.append(base)
 
 
-def stage_partition(src: Storage, part: PartitionDir, log_start_offset: int, dst: Storage, staging_root: str,
-                    as_of_time_ms: int | None, as_of_offset: int | None) -> Staged:  # fmt: skip
+def stage_partition(
+    src: Storage,
+    part: PartitionDir,
+    log_start_offset: int,
+    dst: Storage,
+    staging_root: str,
+    as_of_time_ms: int | None,
+    as_of_offset: int | None,
+) -> Staged:
     """Copy one source partition up to its cut into `staging_root` (a leftover copy replaced)."""
     name = f"{part.topic}-{part.partition}"
     dst_dir = f"{staging_root}/{name}"
@@ -133,11 +140,13 @@ def stage_partition(src: Storage, part: PartitionDir, log_start_offset: int, dst
     for suffix in (".log", ".index", ".timeindex"):  # the copy's active segment, empty
         dst.write_durable(f"{dst_dir}/{naming.segment_file_name(cut.end_offset, suffix)}", b"")
     if part.leader_epoch_checkpoint:
-        epochs = ckpt.parse_leader_epoch_checkpoint(src.read_bytes(part.leader_epoch_checkpoint),
-                                                    part.leader_epoch_checkpoint)  # fmt: skip
+        epochs = ckpt.parse_leader_epoch_checkpoint(
+            src.read_bytes(part.leader_epoch_checkpoint), part.leader_epoch_checkpoint
+        )
         kept = [(e, o) for e, o in epochs if o < cut.end_offset]  # LeaderEpochFileCache.truncateFromEnd
-        dst.write_durable(f"{dst_dir}/{ckpt.LEADER_EPOCH_CHECKPOINT}",
-                          ckpt.format_leader_epoch_checkpoint(kept).encode())  # fmt: skip
+        dst.write_durable(
+            f"{dst_dir}/{ckpt.LEADER_EPOCH_CHECKPOINT}", ckpt.format_leader_epoch_checkpoint(kept).encode()
+        )
     metadata = f"{part.path}/{PARTITION_METADATA}"
     if src.exists(metadata):
         dst.write_durable(f"{dst_dir}/{PARTITION_METADATA}", src.read_bytes(metadata))
@@ -195,8 +204,10 @@ def promote(staging: Storage, staged_dir: str, out: Storage, out_root: str, mark
             out.write_durable(f"{target}/{info.name}", staging.read_bytes(info.path))
         delete_tree(staging, staged_dir)
     crash_point("promoted")
-    out.write_atomic(marker_path(out_root, marker["topic"], marker["partition"]),
-                     json.dumps(marker, sort_keys=True).encode())  # fmt: skip
+    out.write_atomic(
+        marker_path(out_root, marker["topic"], marker["partition"]),
+        json.dumps(marker, sort_keys=True).encode(),
+    )
     return target
 
 

@@ -9,9 +9,10 @@ would (`rebuild_missing_index`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -26,7 +27,6 @@ from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition, read_small
-
 
 T = TypeVar("T")
 
@@ -114,8 +114,13 @@ def audit_structure(storage: Storage, part: PartitionDir) -> None:
     heads = [_read_checked(storage, s.log.path, 0, RECORD_BATCH_OVERHEAD) for s in segs]
     path = part.leader_epoch_checkpoint
     entries = ckpt.parse_leader_epoch_checkpoint(_read_checked(storage, path), path) if path else None
-    check_first_batches([s.log.path for s in segs], [s.base_offset for s in segs], heads, entries,
-                        path or ckpt.LEADER_EPOCH_CHECKPOINT)  # fmt: skip
+    check_first_batches(
+        [s.log.path for s in segs],
+        [s.base_offset for s in segs],
+        heads,
+        entries,
+        path or ckpt.LEADER_EPOCH_CHECKPOINT,
+    )
 
 
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -125,8 +130,9 @@ def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | No
         raise PartitionInvalid(f"{path}: cannot read: {exc}") from exc
 
 
-def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
-                       next_base: int | None = None) -> bytes:  # fmt: skip
+def check_offset_index(
+    storage: Storage, seg: SegmentFiles, active: bool, next_base: int | None = None
+) -> bytes:
     """Broker sanity checks (docs/kafka-rules.md#broker-load-checks) plus: offsets and positions strictly
     increasing, no offset below the base, no position at or past the end of the `.log`
     (docs/kafka-rules.md#index-invariants), no offset at or past `next_base` (the next segment's base: an
@@ -150,7 +156,11 @@ def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
         i = int(past[0])
         raise LogStructureError(
             f"entry for offset {int(offs[i])} lies at or past the next segment's base offset {next_base}",
-            rule=RULE_INDEX, path=path, position=i * OFFSET_ENTRY_SIZE, offset=int(offs[i]))  # fmt: skip
+            rule=RULE_INDEX,
+            path=path,
+            position=i * OFFSET_ENTRY_SIZE,
+            offset=int(offs[i]),
+        )
     for i in map(int, first_bad[:1]):
         offset, position = int(entries[i, 0]), int(entries[i, 1])
         where = {"path": path, "position": i * OFFSET_ENTRY_SIZE, "offset": offset}
@@ -159,11 +169,15 @@ def check_offset_index(storage: Storage, seg: SegmentFiles, active: bool,
         if position >= max(seg.log.size, 1):
             raise IndexCorruptError(
                 f"index entry points to byte {position}, past the end of {seg.log.path} "
-                f"({seg.log.size} bytes)", **where)  # fmt: skip
+                f"({seg.log.size} bytes)",
+                **where,
+            )
         if i and (offset <= entries[i - 1, 0] or position <= entries[i - 1, 1]):
             raise IndexCorruptError(
                 f"index entry ({offset}, {position}) goes backwards after "
-                f"({int(entries[i - 1, 0])}, {int(entries[i - 1, 1])})", **where)  # fmt: skip
+                f"({int(entries[i - 1, 0])}, {int(entries[i - 1, 1])})",
+                **where,
+            )
     return data
 
 
@@ -193,7 +207,9 @@ class RebuiltIndex:
     files: dict[str, PendingFile]  # suffix -> file
 
 
-def rebuilt_index(storage: Storage, part: PartitionDir, seg: SegmentFiles, index_interval_bytes: int) -> RebuiltIndex:
+def rebuilt_index(
+    storage: Storage, part: PartitionDir, seg: SegmentFiles, index_interval_bytes: int
+) -> RebuiltIndex:
     """The `.index` of `seg` (and its `.timeindex` when that is missing too) rebuilt from the
     `.log`, with CRC checks, as a broker's `LogSegment.recover` does when the index is missing;
     `seg` lists them as `PendingFile`s from now on. Nothing is written.
@@ -204,8 +220,15 @@ def rebuilt_index(storage: Storage, part: PartitionDir, seg: SegmentFiles, index
     # The active segment may end in a partial batch after a broker crash: index the valid prefix.
     scan = scan_segment(np.frombuffer(data, dtype=np.uint8), seg.log.path, allow_trailing=active)
     b = scan.batches
-    index, timeindex = build_indexes(b.position, b.size, b.last_offset, b.max_timestamp, seg.base_offset,
-                                     index_interval_bytes, seg.log.path)  # fmt: skip
+    index, timeindex = build_indexes(
+        b.position,
+        b.size,
+        b.last_offset,
+        b.max_timestamp,
+        seg.base_offset,
+        index_interval_bytes,
+        seg.log.path,
+    )
     contents = {".index": index} if seg.timeindex is not None else {".index": index, ".timeindex": timeindex}
     files = {}
     for suffix, content in contents.items():

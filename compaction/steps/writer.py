@@ -123,15 +123,22 @@ class Output:
         self.records += sum(records)
         self.batches += len(sizes)
 
-    def append_columns(self, chunk, sizes: np.ndarray, last_offsets: np.ndarray, max_timestamps: np.ndarray,
-                       records: int) -> None:  # fmt: skip
+    def append_columns(
+        self, chunk, sizes: np.ndarray, last_offsets: np.ndarray, max_timestamps: np.ndarray, records: int
+    ) -> None:
         """`append_run` for many batches in one chunk, their columns as arrays."""
         self.writer.write(chunk)
         self._seal()
         ends = self.size + np.cumsum(sizes, dtype=np.int64)
         i64 = np.int64
-        self._done.append((ends - sizes, np.asarray(sizes, i64), np.asarray(last_offsets, i64),
-                           np.asarray(max_timestamps, i64)))  # fmt: skip
+        self._done.append(
+            (
+                ends - sizes,
+                np.asarray(sizes, i64),
+                np.asarray(last_offsets, i64),
+                np.asarray(max_timestamps, i64),
+            )
+        )
         self.size = int(ends[-1])
         self.records += records
         self.batches += len(sizes)
@@ -201,4 +208,3 @@ def _joined(chunks: list, most: int) -> list:
     if small:
         out.append(b"".join(small))
     return out
-

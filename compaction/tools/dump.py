@@ -46,6 +46,8 @@ from compaction.tools.dump_index import print_offset_index, print_time_index, pr
 from compaction.tools.dump_log import print_log
 
 EXIT_OK, EXIT_PROBLEM = 0, 1
+
+
 @dataclass
 class DumpOptions:
     deep_iteration: bool = False
@@ -53,7 +55,9 @@ class DumpOptions:
     json: bool = False
     index_sanity_check: bool = False
     verify_index_only: bool = False
-    decoder: str | None = None  # "offsets" or "transaction-log": coordinator records (format/consumer_offsets.py, transaction_log.py)
+    decoder: str | None = (
+        None  # "offsets" or "transaction-log": coordinator records (format/consumer_offsets.py, transaction_log.py)
+    )
     max_bytes: int | None = None  # read at most this many bytes of a .log
     skip_record_metadata: bool = False
 
@@ -92,31 +96,56 @@ class Output:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="*", metavar="FILE",
-                        help=".log, .index, .timeindex or .txnindex files (local paths or URIs)")
-    parser.add_argument("--files", dest="files_csv", default=None,
-                        help="comma-separated files, as kafka-dump-log takes them")
-    parser.add_argument("--deep-iteration", action="store_true",
-                        help="print every record, not only batch headers")
-    parser.add_argument("--print-data-log", action="store_true",
-                        help="also print keys and payloads as UTF-8 (implies --deep-iteration)")
+    parser.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help=".log, .index, .timeindex or .txnindex files (local paths or URIs)",
+    )
+    parser.add_argument(
+        "--files", dest="files_csv", default=None, help="comma-separated files, as kafka-dump-log takes them"
+    )
+    parser.add_argument(
+        "--deep-iteration", action="store_true", help="print every record, not only batch headers"
+    )
+    parser.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="also print keys and payloads as UTF-8 (implies --deep-iteration)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("--index-sanity-check", action="store_true",
-                        help="only run the broker's sanity check on index files")
-    parser.add_argument("--verify-index-only", action="store_true",
-                        help="check index entries against the .log without printing them")
+    parser.add_argument(
+        "--index-sanity-check", action="store_true", help="only run the broker's sanity check on index files"
+    )
+    parser.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="check index entries against the .log without printing them",
+    )
     decoders = parser.add_mutually_exclusive_group()
-    decoders.add_argument("--offsets-decoder", action="store_true",
-                          help="decode the records as __consumer_offsets' offset commits and group metadata "
-                               "(implies --print-data-log)")
-    decoders.add_argument("--transaction-log-decoder", action="store_true",
-                          help="decode the records as __transaction_state's transaction metadata "
-                               "(implies --print-data-log)")
-    parser.add_argument("--max-bytes", type=_positive_int, default=None, metavar="N",
-                        help="read only the first N bytes (e.g. 64k, 1m) of each .log (the whole batches within them)")
-    parser.add_argument("--skip-record-metadata", action="store_true",
-                        help="print only the key and payload of each record, not its offset, timestamp, "
-                             "sizes and headers")
+    decoders.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode the records as __consumer_offsets' offset commits and group metadata "
+        "(implies --print-data-log)",
+    )
+    decoders.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="decode the records as __transaction_state's transaction metadata (implies --print-data-log)",
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="read only the first N bytes (e.g. 64k, 1m) of each .log (the whole batches within them)",
+    )
+    parser.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="print only the key and payload of each record, not its offset, timestamp, sizes and headers",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -133,13 +162,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if not files:
         (err or sys.stderr).write("dump: no files given\n")
         return 2
-    decoder = ("offsets" if args.offsets_decoder
-               else "transaction-log" if args.transaction_log_decoder else None)  # fmt: skip
+    decoder = (
+        "offsets" if args.offsets_decoder else "transaction-log" if args.transaction_log_decoder else None
+    )
     print_data = args.print_data_log or decoder is not None  # as Kafka: a decoder implies printing the data
     options = DumpOptions(
-        deep_iteration=args.deep_iteration or print_data, print_data_log=print_data,
-        json=args.json, index_sanity_check=args.index_sanity_check, verify_index_only=args.verify_index_only,
-        decoder=decoder, max_bytes=args.max_bytes, skip_record_metadata=args.skip_record_metadata)
+        deep_iteration=args.deep_iteration or print_data,
+        print_data_log=print_data,
+        json=args.json,
+        index_sanity_check=args.index_sanity_check,
+        verify_index_only=args.verify_index_only,
+        decoder=decoder,
+        max_bytes=args.max_bytes,
+        skip_record_metadata=args.skip_record_metadata,
+    )
     return dump_files(files, options, out or sys.stdout, err or sys.stderr)
 
 
@@ -182,5 +218,9 @@ def _classify(name: str) -> tuple[str | None, int]:
     return suffix, int(prefix) if prefix.isdigit() else 0
 
 
-_DUMPERS = {LOG_SUFFIX: print_log, INDEX_SUFFIX: print_offset_index,
-            TIME_INDEX_SUFFIX: print_time_index, TXN_INDEX_SUFFIX: print_txn_index}
+_DUMPERS = {
+    LOG_SUFFIX: print_log,
+    INDEX_SUFFIX: print_offset_index,
+    TIME_INDEX_SUFFIX: print_time_index,
+    TXN_INDEX_SUFFIX: print_txn_index,
+}

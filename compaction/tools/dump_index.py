@@ -120,14 +120,23 @@ def _max_timestamps(log: bytes, file: str) -> dict[int, int]:
 def _check_time_entry(file, i, timestamp, offset, previous, max_ts_by_last, output: Output) -> None:
     position = i * TIME_ENTRY_SIZE
     if offset not in max_ts_by_last:
-        output.error(file, position, f"{file}: indexed offset {offset} is not the last offset of a batch "
-                     "in the log")
+        output.error(
+            file, position, f"{file}: indexed offset {offset} is not the last offset of a batch in the log"
+        )
     elif max_ts_by_last[offset] != timestamp:
-        output.error(file, position, f"{file}: timestamp mismatch: index timestamp {timestamp}, "
-                     f"log timestamp {max_ts_by_last[offset]} (offset {offset})")
+        output.error(
+            file,
+            position,
+            f"{file}: timestamp mismatch: index timestamp {timestamp}, "
+            f"log timestamp {max_ts_by_last[offset]} (offset {offset})",
+        )
     if previous >= timestamp:
-        output.error(file, position, f"{file}: out of order timestamp: index timestamp {timestamp}, "
-                     f"previously indexed timestamp {previous}")
+        output.error(
+            file,
+            position,
+            f"{file}: out of order timestamp: index timestamp {timestamp}, "
+            f"previously indexed timestamp {previous}",
+        )
 
 
 def print_txn_index(file: str, data: bytes, base_offset: int, storage, path, output: Output) -> None:
@@ -135,11 +144,24 @@ def print_txn_index(file: str, data: bytes, base_offset: int, storage, path, out
         _sanity(file, sanity_check_txn_index, data, base_offset, output)
         return
     for txn in read_txn_index(data):
-        output.text(f"version: 0 producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
-                    f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}")
-        output.obj({"type": "txnindex", "producerId": txn.producer_id, "firstOffset": txn.first_offset,
-                    "lastOffset": txn.last_offset, "lastStableOffset": txn.last_stable_offset})
+        output.text(
+            f"version: 0 producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
+            f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}"
+        )
+        output.obj(
+            {
+                "type": "txnindex",
+                "producerId": txn.producer_id,
+                "firstOffset": txn.first_offset,
+                "lastOffset": txn.last_offset,
+                "lastStableOffset": txn.last_stable_offset,
+            }
+        )
     if len(data) % ABORTED_TXN_SIZE:
         whole = len(data) - len(data) % ABORTED_TXN_SIZE
-        output.error(file, whole, f"{file}: byte {whole}: {len(data) - whole} bytes of a partial "
-                     f"{ABORTED_TXN_SIZE}-byte aborted transaction entry at the end")
+        output.error(
+            file,
+            whole,
+            f"{file}: byte {whole}: {len(data) - whole} bytes of a partial "
+            f"{ABORTED_TXN_SIZE}-byte aborted transaction entry at the end",
+        )

@@ -19,8 +19,15 @@ if TYPE_CHECKING:
     from compaction.tools.dump import Output
 
 TIMESTAMP_TYPE_NAMES = {CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
-CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT", 2: "LEADER_CHANGE",
-                      3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+CONTROL_TYPE_NAMES = {
+    CONTROL_ABORT: "ABORT",
+    CONTROL_COMMIT: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
 
 
 # --- .log ----------------------------------------------------------------------------------------
@@ -65,19 +72,36 @@ def _add_sequence(base: int, delta: int) -> int:
 def _emit_batch(file: str, batch, output: Output) -> None:
     h = batch.header
     crc_valid = batch.crc_valid()
-    output.obj({
-        "type": "batch", "baseOffset": h.base_offset, "lastOffset": batch_last_offset(batch),
-        "count": h.records_count, "position": batch.position, "size": h.size, "magic": batch.magic,
-        "compression": CODEC_NAMES.get(h.codec, str(h.codec)), "crcValid": crc_valid,
-        "isTransactional": h.is_transactional, "isControl": h.is_control, "producerId": h.producer_id,
-        "producerEpoch": h.producer_epoch, "baseSequence": h.base_sequence,
-        "partitionLeaderEpoch": h.partition_leader_epoch, "maxTimestamp": h.max_timestamp,
-        "timestampType": _timestamp_type_name(h), "deleteHorizonMs": h.delete_horizon_ms,
-    })
+    output.obj(
+        {
+            "type": "batch",
+            "baseOffset": h.base_offset,
+            "lastOffset": batch_last_offset(batch),
+            "count": h.records_count,
+            "position": batch.position,
+            "size": h.size,
+            "magic": batch.magic,
+            "compression": CODEC_NAMES.get(h.codec, str(h.codec)),
+            "crcValid": crc_valid,
+            "isTransactional": h.is_transactional,
+            "isControl": h.is_control,
+            "producerId": h.producer_id,
+            "producerEpoch": h.producer_epoch,
+            "baseSequence": h.base_sequence,
+            "partitionLeaderEpoch": h.partition_leader_epoch,
+            "maxTimestamp": h.max_timestamp,
+            "timestampType": _timestamp_type_name(h),
+            "deleteHorizonMs": h.delete_horizon_ms,
+        }
+    )
     output.text(_batch_line(batch, crc_valid))
     if not crc_valid:
-        output.error(file, batch.position, f"{file}: byte {batch.position}: CRC mismatch in the batch at "
-                     f"offset {h.base_offset} (stored {h.crc}, computed {batch.computed_crc()})")
+        output.error(
+            file,
+            batch.position,
+            f"{file}: byte {batch.position}: CRC mismatch in the batch at "
+            f"offset {h.base_offset} (stored {h.crc}, computed {batch.computed_crc()})",
+        )
 
 
 def _batch_line(batch, crc_valid: bool) -> str:
@@ -85,17 +109,21 @@ def _batch_line(batch, crc_valid: bool) -> str:
     if batch.magic == MAGIC_V2:
         horizon = h.delete_horizon_ms
         horizon = "OptionalLong.empty" if horizon is None else f"OptionalLong[{horizon}]"
-        head = (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
-                f"baseSequence: {h.base_sequence} lastSequence: {_last_sequence(h)} "
-                f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
-                f"partitionLeaderEpoch: {h.partition_leader_epoch} "
-                f"isTransactional: {_java(h.is_transactional)} isControl: {_java(h.is_control)} "
-                f"deleteHorizonMs: {horizon}")
+        head = (
+            f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
+            f"baseSequence: {h.base_sequence} lastSequence: {_last_sequence(h)} "
+            f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+            f"partitionLeaderEpoch: {h.partition_leader_epoch} "
+            f"isTransactional: {_java(h.is_transactional)} isControl: {_java(h.is_control)} "
+            f"deleteHorizonMs: {horizon}"
+        )
     else:
         head = f"offset: {batch.last_offset}"
-    return (f"{head} position: {batch.position} {_timestamp_type_name(h)}: {h.max_timestamp} size: {h.size} "
-            f"magic: {batch.magic} compresscodec: {CODEC_NAMES.get(h.codec, h.codec)} crc: {h.crc} "
-            f"isvalid: {_java(crc_valid)}")
+    return (
+        f"{head} position: {batch.position} {_timestamp_type_name(h)}: {h.max_timestamp} size: {h.size} "
+        f"magic: {batch.magic} compresscodec: {CODEC_NAMES.get(h.codec, h.codec)} crc: {h.crc} "
+        f"isvalid: {_java(crc_valid)}"
+    )
 
 
 def _java(flag: bool) -> str:
@@ -119,9 +147,14 @@ def _emit_records(batch, output: Output) -> None:
         if options.print_data_log and not h.is_control:
             data = decode(record.offset, record.key, record.value)
         if options.json:
-            obj = {"type": "record", "offset": record.offset, "timestamp": record.timestamp,
-                   "key": _b64(record.key), "value": _b64(record.value),
-                   "headers": [[name, _b64(value)] for name, value in record.headers]}
+            obj = {
+                "type": "record",
+                "offset": record.offset,
+                "timestamp": record.timestamp,
+                "key": _b64(record.key),
+                "value": _b64(record.value),
+                "headers": [[name, _b64(value)] for name, value in record.headers],
+            }
             if control is not None:
                 obj["controlType"] = control[0]
             if data is not None and options.decoder is not None:
@@ -133,8 +166,10 @@ def _emit_records(batch, output: Output) -> None:
 
 def _string_decoder(offset: int, key: bytes | None, value: bytes | None) -> tuple[str | None, str | None]:
     """kafka-dump-log's default StringDecoder (UTF-8; malformed bytes replaced)."""
-    return (None if key is None else key.decode("utf-8", "replace"),
-            None if value is None else value.decode("utf-8", "replace"))  # fmt: skip
+    return (
+        None if key is None else key.decode("utf-8", "replace"),
+        None if value is None else value.decode("utf-8", "replace"),
+    )
 
 
 def _control_fields(batch, record) -> tuple[str, str]:
@@ -153,8 +188,10 @@ def _record_line(batch, record, control, data: tuple | None, skip_metadata: bool
     h = batch.header
     line, prefix = "", "| "
     if not skip_metadata:
-        line += (f"{prefix}offset: {record.offset} {_timestamp_type_name(h)}: {record.timestamp} "
-                 f"keySize: {_size(record.key)} valueSize: {_size(record.value)}")
+        line += (
+            f"{prefix}offset: {record.offset} {_timestamp_type_name(h)}: {record.timestamp} "
+            f"keySize: {_size(record.key)} valueSize: {_size(record.value)}"
+        )
         prefix = " "
         if batch.magic == MAGIC_V2:
             delta = record.offset - h.base_offset

@@ -45,10 +45,16 @@ from compaction.tools.generator_plan import (
 from compaction.tools.generator_segments import Scratch, write_file, write_partition
 
 __all__ = [
-    "TXN_ABORTED", "TXN_COMMITTED", "TXN_NONE", "GenerateOptions", "Manifest", "ManifestRecord",
-    "PartitionManifest", "SegmentInfo", "generate_log_dir",
+    "TXN_ABORTED",
+    "TXN_COMMITTED",
+    "TXN_NONE",
+    "GenerateOptions",
+    "Manifest",
+    "ManifestRecord",
+    "PartitionManifest",
+    "SegmentInfo",
+    "generate_log_dir",
 ]
-
 
 
 # --- public API --------------------------------------------------------------------------------
@@ -95,8 +101,10 @@ def _topic_id(seed: int, topic: str) -> str:
 
 
 def _write_partition_files(part_dir: str, plan: GeneratedPartition, topic_id: str) -> None:
-    write_file(os.path.join(part_dir, ckpt.LEADER_EPOCH_CHECKPOINT),
-                ckpt.format_leader_epoch_checkpoint(plan.leader_epoch_entries()).encode())
+    write_file(
+        os.path.join(part_dir, ckpt.LEADER_EPOCH_CHECKPOINT),
+        ckpt.format_leader_epoch_checkpoint(plan.leader_epoch_entries()).encode(),
+    )
     # PartitionMetadataFile writes no trailing newline (as in the real-kafka fixtures).
     write_file(os.path.join(part_dir, "partition.metadata"), f"version: 0\ntopic_id: {topic_id}".encode())
 
@@ -151,12 +159,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--batch-records", type=_range, default=d.batch_records, help="N or MIN:MAX records per batch")
     from compaction.cli.options import byte_size  # `1m`, `64k`: Spark's size suffixes
 
-    a("--segment-bytes", type=byte_size, default=d.segment_bytes, help="roll size, like segment.bytes (1 MiB)")
+    a(
+        "--segment-bytes",
+        type=byte_size,
+        default=d.segment_bytes,
+        help="roll size, like segment.bytes (1 MiB)",
+    )
     a("--index-interval-bytes", type=byte_size, default=d.index_interval_bytes, help="index.interval.bytes")
     a("--tombstone-ratio", type=float, default=d.tombstone_ratio, help="fraction of null values")
     a("--headers", type=int, default=d.headers, help="headers per record (default 0)")
-    a("--transactions", type=float, default=d.transactions,
-      help="fraction of batches from transactional producers")
+    a(
+        "--transactions",
+        type=float,
+        default=d.transactions,
+        help="fraction of batches from transactional producers",
+    )
     a("--idempotent", type=float, default=d.idempotent, help="fraction of batches from idempotent producers")
     a("--abort-ratio", type=float, default=d.abort_ratio, help="fraction of transactions aborted")
     a("--txn-producers", type=int, default=d.txn_producers, help="transactional producers (default 4)")
@@ -167,8 +184,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--timestamp-step-ms", type=int, default=d.timestamp_step_ms, help="timestamp increment per offset")
     a("--leader-epochs", type=int, default=d.leader_epochs, help="leader epochs over the log (default 1)")
     a("--seed", type=int, default=d.seed)
-    a("--checkpoint", type=_checkpoint, default=(),
-      help="cleaner-offset-checkpoint entries, comma-separated: topic:partition=N, topic=N or *=N")
+    a(
+        "--checkpoint",
+        type=_checkpoint,
+        default=(),
+        help="cleaner-offset-checkpoint entries, comma-separated: topic:partition=N, topic=N or *=N",
+    )
     a("--broker-id", type=int, default=d.broker_id)
     a("--summary", metavar="FILE", help="also write a JSON summary of what was generated")
 
@@ -191,8 +212,10 @@ def run(args: argparse.Namespace) -> int:
             json.dump(manifest.summary() | {"seconds": round(seconds, 3)}, f, indent=1)
     records = sum(m.summary()["records"] for m in manifest.partitions.values())
     size = manifest.bytes_written
-    print(f"generated {len(manifest.partitions)} partitions, {records} records, {size} bytes "
-          f"in {seconds:.2f} s ({size / max(seconds, 1e-9) / 1e6:.1f} MB/s) under {args.out_dir}")
+    print(
+        f"generated {len(manifest.partitions)} partitions, {records} records, {size} bytes "
+        f"in {seconds:.2f} s ({size / max(seconds, 1e-9) / 1e6:.1f} MB/s) under {args.out_dir}"
+    )
     return 0
 
 
@@ -221,6 +244,7 @@ def _checkpoint(text: str) -> tuple[tuple[str, int | None, int], ...]:
         topic, colon, partition = where.partition(":")
         if not eq or not topic or not offset.lstrip("-").isdigit() or (colon and not partition.isdigit()):
             raise argparse.ArgumentTypeError(
-                f"expected topic:partition=offset, topic=offset or *=offset, got {item!r}")
+                f"expected topic:partition=offset, topic=offset or *=offset, got {item!r}"
+            )
         out.append((topic, int(partition) if colon else None, int(offset)))
     return tuple(out)

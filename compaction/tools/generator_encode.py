@@ -119,8 +119,17 @@ def encode_records(out, pos, first, count, base_ts, rec_ts, key_id, key_size, vp
     hsize = _headers_size(n_headers)
     for r in range(first, first + count):
         pos = _write_record(
-            out, pos, rec_ts[r] - base_ts, r - first, key_id[r], key_size, vpos[r], vlen[r], pool,
-            n_headers, hsize,
+            out,
+            pos,
+            rec_ts[r] - base_ts,
+            r - first,
+            key_id[r],
+            key_size,
+            vpos[r],
+            vlen[r],
+            pool,
+            n_headers,
+            hsize,
         )
     return pos
 
@@ -143,8 +152,25 @@ def _write_header(out, pos, end, base_offset, ple, attributes, count, base_ts, m
 
 
 @njit(cache=True)
-def encode_batches(out, b_first, b_count, b_base_offset, b_attr, b_ple, b_pid, b_epoch, b_seq,
-                   rec_ts, key_id, key_size, vpos, vlen, pool, n_headers, b_pos):
+def encode_batches(
+    out,
+    b_first,
+    b_count,
+    b_base_offset,
+    b_attr,
+    b_ple,
+    b_pid,
+    b_epoch,
+    b_seq,
+    rec_ts,
+    key_id,
+    key_size,
+    vpos,
+    vlen,
+    pool,
+    n_headers,
+    b_pos,
+):
     """Write whole uncompressed v2 batches (CRC zero) back to back; b_pos[i] gets batch i's start.
 
     Record offsets inside a batch are contiguous (offsetDelta = index in the batch), as a producer
@@ -158,10 +184,34 @@ def encode_batches(out, b_first, b_count, b_base_offset, b_attr, b_ple, b_pid, b
         for r in range(first, first + count):
             max_ts = max(max_ts, rec_ts[r])
         b_pos[b] = pos
-        end = encode_records(out, pos + RECORD_BATCH_OVERHEAD, first, count, base_ts, rec_ts, key_id,
-                             key_size, vpos, vlen, pool, n_headers)
-        _write_header(out, pos, end, b_base_offset[b], b_ple[b], b_attr[b], count, base_ts, max_ts,
-                      b_pid[b], b_epoch[b], b_seq[b])
+        end = encode_records(
+            out,
+            pos + RECORD_BATCH_OVERHEAD,
+            first,
+            count,
+            base_ts,
+            rec_ts,
+            key_id,
+            key_size,
+            vpos,
+            vlen,
+            pool,
+            n_headers,
+        )
+        _write_header(
+            out,
+            pos,
+            end,
+            b_base_offset[b],
+            b_ple[b],
+            b_attr[b],
+            count,
+            base_ts,
+            max_ts,
+            b_pid[b],
+            b_epoch[b],
+            b_seq[b],
+        )
         pos = end
     return pos
 

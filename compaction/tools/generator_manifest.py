@@ -20,14 +20,25 @@ from compaction.format.batch import control_record
 from compaction.format.txnindex import AbortedTxn
 from compaction.tools.generator_plan import (
     HEADER_VALUE_SIZE,
-    GenerateOptions,
     GeneratedPartition,
+    GenerateOptions,
     header_name,
     key_bytes,
 )
 
-RECORD_COLUMNS = ("timestamp", "key_id", "value_pos", "value_len", "producer_id", "producer_epoch",
-                  "sequence", "txn", "control_type", "coordinator_epoch", "batch")
+RECORD_COLUMNS = (
+    "timestamp",
+    "key_id",
+    "value_pos",
+    "value_len",
+    "producer_id",
+    "producer_epoch",
+    "sequence",
+    "txn",
+    "control_type",
+    "coordinator_epoch",
+    "batch",
+)
 
 
 class SegmentInfo(NamedTuple):
@@ -102,7 +113,7 @@ class PartitionManifest:
         if length < 0:
             return None
         pos = int(self.plan.value_pos[offset])
-        return self.pool[pos:pos + length].tobytes()
+        return self.pool[pos : pos + length].tobytes()
 
     def _marker(self, offset: int) -> tuple[bytes, bytes]:
         return control_record(int(self.plan.control_type[offset]), int(self.plan.coordinator_epoch[offset]))
@@ -111,15 +122,25 @@ class PartitionManifest:
         if self.plan.control_type[offset] >= 0:
             return ()
         pos = int(self.plan.value_pos[offset])
-        return tuple((header_name(j), self.pool[pos + j:pos + j + HEADER_VALUE_SIZE].tobytes())
-                     for j in range(self.headers_per_record))
+        return tuple(
+            (header_name(j), self.pool[pos + j : pos + j + HEADER_VALUE_SIZE].tobytes())
+            for j in range(self.headers_per_record)
+        )
 
     def record(self, offset: int) -> ManifestRecord:
         p = self.plan
         return ManifestRecord(
-            offset, int(p.timestamp[offset]), self.key(offset), self.value(offset), self.headers(offset),
-            int(p.producer_id[offset]), int(p.producer_epoch[offset]), int(p.sequence[offset]),
-            int(p.txn[offset]), int(p.control_type[offset]))
+            offset,
+            int(p.timestamp[offset]),
+            self.key(offset),
+            self.value(offset),
+            self.headers(offset),
+            int(p.producer_id[offset]),
+            int(p.producer_epoch[offset]),
+            int(p.sequence[offset]),
+            int(p.txn[offset]),
+            int(p.control_type[offset]),
+        )
 
     def records(self) -> Iterator[ManifestRecord]:
         return (self.record(i) for i in range(self.log_end_offset))
@@ -128,9 +149,13 @@ class PartitionManifest:
         if self._summary is not None:
             return self._summary
         return {
-            "topic": self.topic, "partition": self.partition, "logEndOffset": self.log_end_offset,
-            "records": int((~self.is_control).sum()), "markers": int(self.is_control.sum()),
-            "tombstones": int(self.is_tombstone.sum()), "abortedTxns": len(self.plan.aborted),
+            "topic": self.topic,
+            "partition": self.partition,
+            "logEndOffset": self.log_end_offset,
+            "records": int((~self.is_control).sum()),
+            "markers": int(self.is_control.sum()),
+            "tombstones": int(self.is_tombstone.sum()),
+            "abortedTxns": len(self.plan.aborted),
             "segments": [s._asdict() for s in self.segments],
         }
 
@@ -144,7 +169,11 @@ class Manifest:
     bytes_written: int = 0
 
     def summary(self) -> dict:
-        return {"version": 1, "outDir": self.out_dir, "options": asdict(self.options),
-                "bytesWritten": self.bytes_written,
-                "cleanerCheckpoint": [[t, p, o] for (t, p), o in sorted(self.cleaner_checkpoint.items())],
-                "partitions": [m.summary() for _, m in sorted(self.partitions.items())]}
+        return {
+            "version": 1,
+            "outDir": self.out_dir,
+            "options": asdict(self.options),
+            "bytesWritten": self.bytes_written,
+            "cleanerCheckpoint": [[t, p, o] for (t, p), o in sorted(self.cleaner_checkpoint.items())],
+            "partitions": [m.summary() for _, m in sorted(self.partitions.items())],
+        }

@@ -32,7 +32,13 @@ from compaction.format.layout import (
 TXN_NONE, TXN_COMMITTED, TXN_ABORTED = 0, 1, 2
 KIND_PLAIN, KIND_IDEMPOTENT, KIND_TRANSACTIONAL = 0, 1, 2
 MARKER_ABORT, MARKER_COMMIT = 0, 1  # ControlRecordType ids (docs/kafka-rules.md#control-records)
-CODEC_IDS = {"none": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+CODEC_IDS = {
+    "none": CODEC_NONE,
+    "gzip": CODEC_GZIP,
+    "snappy": CODEC_SNAPPY,
+    "lz4": CODEC_LZ4,
+    "zstd": CODEC_ZSTD,
+}
 TXN_PRODUCER_BASE_ID = 1000
 IDEMPOTENT_PRODUCER_BASE_ID = 2000
 KEY_PREFIX = b"key-"
@@ -184,8 +190,10 @@ def make_producers(options: GenerateOptions) -> tuple[list[Producer], list[Produ
         Producer(TXN_PRODUCER_BASE_ID + i, int(rng.integers(0, 6)), int(rng.integers(0, 30)))
         for i in range(options.txn_producers)
     ]
-    idem = [Producer(IDEMPOTENT_PRODUCER_BASE_ID + i, int(rng.integers(0, 3)), -1)
-            for i in range(options.idempotent_producers)]
+    idem = [
+        Producer(IDEMPOTENT_PRODUCER_BASE_ID + i, int(rng.integers(0, 3)), -1)
+        for i in range(options.idempotent_producers)
+    ]
     return txn, idem
 
 
@@ -217,8 +225,13 @@ def draw_key_ids(rng: np.random.Generator, n: int, keys: int, skew: float) -> np
     return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), keys - 1).astype(np.int64)
 
 
-def plan_partition(options: GenerateOptions, topic: str, partition: int,
-                   producers: tuple[list[Producer], list[Producer]], pool_size: int) -> GeneratedPartition:
+def plan_partition(
+    options: GenerateOptions,
+    topic: str,
+    partition: int,
+    producers: tuple[list[Producer], list[Producer]],
+    pool_size: int,
+) -> GeneratedPartition:
     """All batches and records of one partition, in log order, starting at offset 0."""
     rng = partition_rng(options.seed, topic, partition, 1)
     sizes = draw_batch_sizes(rng, options.records, *options.batch_records)
@@ -236,9 +249,11 @@ class _BatchDraws:
 
     def __init__(self, rng: np.random.Generator, nb: int, options: GenerateOptions) -> None:
         u = rng.random(nb)
-        self.kind = np.where(u < options.transactions, KIND_TRANSACTIONAL,
-                             np.where(u < options.transactions + options.idempotent, KIND_IDEMPOTENT,
-                                      KIND_PLAIN))
+        self.kind = np.where(
+            u < options.transactions,
+            KIND_TRANSACTIONAL,
+            np.where(u < options.transactions + options.idempotent, KIND_IDEMPOTENT, KIND_PLAIN),
+        )
         self.pick = rng.integers(0, 1 << 30, nb)
         self.abort = rng.random(nb) < options.abort_ratio
         self.txn_len = rng.integers(1, options.txn_batches + 1, nb)
@@ -293,8 +308,22 @@ class _LogBuilder:
             if txn is None:
                 txn = self.open[index] = self._begin(first, draws, b)
             txn_id = txn.txn_id
-        self.rows.append((first, count, codec, producer.producer_id, producer.epoch, seq,
-                          kind == KIND_TRANSACTIONAL, False, leader_epoch, txn_id, -1, -1))
+        self.rows.append(
+            (
+                first,
+                count,
+                codec,
+                producer.producer_id,
+                producer.epoch,
+                seq,
+                kind == KIND_TRANSACTIONAL,
+                False,
+                leader_epoch,
+                txn_id,
+                -1,
+                -1,
+            )
+        )
         if kind == KIND_TRANSACTIONAL:
             self.open[index].batches_left -= 1
             if self.open[index].batches_left == 0:
@@ -313,8 +342,22 @@ class _LogBuilder:
         self.next_offset += 1
         self.txn_status[txn.txn_id] = TXN_ABORTED if txn.abort else TXN_COMMITTED
         control = MARKER_ABORT if txn.abort else MARKER_COMMIT
-        self.rows.append((marker, 1, 0, producer.producer_id, producer.epoch, -1, True, True,
-                          self.epoch, txn.txn_id, producer.coordinator_epoch, control))
+        self.rows.append(
+            (
+                marker,
+                1,
+                0,
+                producer.producer_id,
+                producer.epoch,
+                -1,
+                True,
+                True,
+                self.epoch,
+                txn.txn_id,
+                producer.coordinator_epoch,
+                control,
+            )
+        )
         if txn.abort:
             # LSO when the abort completes: first offset of another ongoing transaction, else marker + 1
             others = [t.first_offset for t in self.open.values()]
@@ -325,8 +368,9 @@ class _LogBuilder:
         for index in sorted(self.open):
             self._end(index)
 
-    def finish(self, topic: str, partition: int, sizes: np.ndarray,
-               data: dict[str, np.ndarray]) -> GeneratedPartition:
+    def finish(
+        self, topic: str, partition: int, sizes: np.ndarray, data: dict[str, np.ndarray]
+    ) -> GeneratedPartition:
         rows = self.rows
         total = self.next_offset
         col = lambda i, dtype=np.int64: np.array([r[i] for r in rows], dtype=dtype)  # noqa: E731
@@ -335,22 +379,31 @@ class _LogBuilder:
         batch = np.repeat(np.arange(len(rows), dtype=np.int64), b_count)
         offset = np.arange(total, dtype=np.int64)
         data_rows = ~b_control[batch]
-        status = np.array(self.txn_status + [TXN_NONE], dtype=np.int8)  # txn id -1 -> TXN_NONE
+        status = np.array([*self.txn_status, TXN_NONE], dtype=np.int8)  # txn id -1 -> TXN_NONE
         in_batch = offset - b_first[batch]
         plan = GeneratedPartition(
-            topic=topic, partition=partition,
+            topic=topic,
+            partition=partition,
             timestamp=self._timestamps(offset),
             key_id=_scatter(total, data_rows, data["key_id"], -1),
             value_pos=_scatter(total, data_rows, data["value_pos"], -1),
             value_len=_scatter(total, data_rows, data["value_len"], 6),
-            producer_id=b_pid[batch], producer_epoch=b_epoch[batch],
+            producer_id=b_pid[batch],
+            producer_epoch=b_epoch[batch],
             sequence=np.where(b_seq[batch] >= 0, b_seq[batch] + in_batch, -1),
             txn=status[b_txn[batch]],
             control_type=col(11)[batch],
             coordinator_epoch=col(10)[batch],
             batch=batch,
-            b_first=b_first, b_count=b_count, b_codec=col(2), b_pid=b_pid, b_epoch=b_epoch, b_seq=b_seq,
-            b_transactional=col(6, bool), b_control=b_control, b_leader_epoch=col(8),
+            b_first=b_first,
+            b_count=b_count,
+            b_codec=col(2),
+            b_pid=b_pid,
+            b_epoch=b_epoch,
+            b_seq=b_seq,
+            b_transactional=col(6, bool),
+            b_control=b_control,
+            b_leader_epoch=col(8),
             aborted=self.aborted,
         )
         assert int(data_rows.sum()) == int(sizes.sum())
@@ -368,8 +421,9 @@ def _scatter(total: int, mask: np.ndarray, values: np.ndarray, fill: int) -> np.
     return out
 
 
-def _draw_records(rng: np.random.Generator, options: GenerateOptions,
-                  pool_size: int) -> dict[str, np.ndarray]:
+def _draw_records(
+    rng: np.random.Generator, options: GenerateOptions, pool_size: int
+) -> dict[str, np.ndarray]:
     n = options.records
     lo, hi = options.value_size
     value_len = rng.integers(lo, hi + 1, n, dtype=np.int64)

@@ -79,7 +79,7 @@ class _SegmentWriter:
 
     def flush(self) -> None:
         for i in range(0, len(self.pending), IOV_MAX):
-            _writev_all(self.fd, self.pending[i:i + IOV_MAX])
+            _writev_all(self.fd, self.pending[i : i + IOV_MAX])
         self.pending.clear()
 
     def add_aborted(self, txn: AbortedTxn) -> None:
@@ -94,8 +94,11 @@ class _SegmentWriter:
         write_file(self._path(TIME_INDEX_SUFFIX), time_index)
         if self.aborted:
             write_file(self._path(TXN_INDEX_SUFFIX), write_txn_index(self.aborted))
-        self.segments.append(SegmentInfo(self.base_offset, self.size, len(self.columns[0]),
-                                         self.next_offset, bool(self.aborted)))
+        self.segments.append(
+            SegmentInfo(
+                self.base_offset, self.size, len(self.columns[0]), self.next_offset, bool(self.aborted)
+            )
+        )
 
     def _path(self, suffix: str) -> str:
         return os.path.join(self.dir, segment_file_name(self.base_offset, suffix))
@@ -111,7 +114,7 @@ def _writev_all(fd: int, buffers: list) -> None:
     if written < total:  # short write (rare on local files): finish the rest one buffer at a time
         rest = b"".join(bytes(b) for b in buffers)[written:]
         while rest:
-            rest = rest[os.write(fd, rest):]
+            rest = rest[os.write(fd, rest) :]
 
 
 class Scratch:
@@ -127,8 +130,9 @@ class Scratch:
         return self.buf
 
 
-def write_partition(part_dir: str, plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions,
-                     scratch: Scratch) -> list[SegmentInfo]:
+def write_partition(
+    part_dir: str, plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, scratch: Scratch
+) -> list[SegmentInfo]:
     writer = _SegmentWriter(part_dir, opts)
     aborted_by_marker = {a[2]: AbortedTxn(*a) for a in plan.aborted}
     for start in range(0, len(plan.b_first), CHUNK_BATCHES):
@@ -142,8 +146,9 @@ def write_partition(part_dir: str, plan: GeneratedPartition, pool: np.ndarray, o
     return writer.finish()
 
 
-def _chunk_bytes(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
-                 scratch: Scratch):
+def _chunk_bytes(
+    plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray, scratch: Scratch
+):
     """(batch row, bytes, index entries) in log order; v2 data batches come from the numba path."""
     is_fast = ~plan.b_control[rows] & (opts.magic == MAGIC_V2)
     encoded = iter(_encode_fast(plan, pool, opts, rows[is_fast], scratch))
@@ -156,8 +161,9 @@ def _chunk_bytes(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptio
             yield b, data, _entries_of(data)
 
 
-def _encode_fast(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray,
-                 scratch: Scratch) -> list[tuple[memoryview, int, int]]:
+def _encode_fast(
+    plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, rows: np.ndarray, scratch: Scratch
+) -> list[tuple[memoryview, int, int]]:
     """(bytes, last offset, max timestamp) of each batch row, encoded into the scratch buffer."""
     # Imported here: the numba kernels compile on first use; the CLI's --help should not wait.
     from compaction.tools.generator_encode import encode_batches, records_upper_bound
@@ -166,14 +172,31 @@ def _encode_fast(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptio
         return []
     p = plan
     lo, hi = int(p.b_first[rows[0]]), int(p.b_first[rows[-1]] + p.b_count[rows[-1]])
-    out = scratch.get(records_upper_bound(p.value_len[lo:hi], opts.key_size, opts.headers)
-                      + RECORD_BATCH_OVERHEAD * len(rows))
+    out = scratch.get(
+        records_upper_bound(p.value_len[lo:hi], opts.key_size, opts.headers)
+        + RECORD_BATCH_OVERHEAD * len(rows)
+    )
     attributes = (np.where(p.b_transactional[rows], TRANSACTIONAL_MASK, 0) | p.b_codec[rows]).astype(np.int64)
     starts = np.empty(len(rows), dtype=np.int64)
-    end = encode_batches(out, p.b_first[rows], p.b_count[rows], p.b_first[rows], attributes,
-                         p.b_leader_epoch[rows], p.b_pid[rows], p.b_epoch[rows], p.b_seq[rows],
-                         p.timestamp, p.key_id, opts.key_size, p.value_pos, p.value_len, pool, opts.headers,
-                         starts)
+    end = encode_batches(
+        out,
+        p.b_first[rows],
+        p.b_count[rows],
+        p.b_first[rows],
+        attributes,
+        p.b_leader_epoch[rows],
+        p.b_pid[rows],
+        p.b_epoch[rows],
+        p.b_seq[rows],
+        p.timestamp,
+        p.key_id,
+        opts.key_size,
+        p.value_pos,
+        p.value_len,
+        pool,
+        opts.headers,
+        starts,
+    )
     view = memoryview(out)
     bounds = np.append(starts, end).tolist()
     lasts = (p.b_first[rows] + p.b_count[rows] - 1).tolist()
@@ -211,8 +234,10 @@ def _batch_max(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np
 def _records_of(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, b: int) -> list[Record]:
     first, count = int(plan.b_first[b]), int(plan.b_count[b])
     manifest = PartitionManifest(plan.topic, plan.partition, plan, pool, opts.key_size, opts.headers)
-    return [Record(o, int(plan.timestamp[o]), manifest.key(o), manifest.value(o), manifest.headers(o))
-            for o in range(first, first + count)]
+    return [
+        Record(o, int(plan.timestamp[o]), manifest.key(o), manifest.value(o), manifest.headers(o))
+        for o in range(first, first + count)
+    ]
 
 
 def _build_slow(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOptions, b: int) -> bytes:
@@ -223,16 +248,29 @@ def _build_slow(plan: GeneratedPartition, pool: np.ndarray, opts: GenerateOption
     if opts.magic < MAGIC_V2:
         return build_legacy_message_set(records, opts.magic, codec)
     return build_batch(
-        records, codec=codec, producer_id=int(plan.b_pid[b]), producer_epoch=int(plan.b_epoch[b]),
-        base_sequence=int(plan.b_seq[b]), is_transactional=bool(plan.b_transactional[b]),
-        is_control=bool(plan.b_control[b]), partition_leader_epoch=int(plan.b_leader_epoch[b]))
+        records,
+        codec=codec,
+        producer_id=int(plan.b_pid[b]),
+        producer_epoch=int(plan.b_epoch[b]),
+        base_sequence=int(plan.b_seq[b]),
+        is_transactional=bool(plan.b_transactional[b]),
+        is_control=bool(plan.b_control[b]),
+        partition_leader_epoch=int(plan.b_leader_epoch[b]),
+    )
 
 
 def _entries_of(data: bytes) -> list[tuple[int, int, int, int]]:
     # A legacy uncompressed message set is one append of several entries, each a "batch" for the
     # index rule; reading them back through segment.py keeps one definition of a batch.
-    return [(b.position, b.header.size, b.last_offset if b.magic < MAGIC_V2 else b.header.last_offset,
-             b.header.max_timestamp) for b in iter_batches(data, verify_crc=False)]
+    return [
+        (
+            b.position,
+            b.header.size,
+            b.last_offset if b.magic < MAGIC_V2 else b.header.last_offset,
+            b.header.max_timestamp,
+        )
+        for b in iter_batches(data, verify_crc=False)
+    ]
 
 
 def write_file(path: str, data) -> None:

@@ -27,8 +27,11 @@ from e2ekit import REPO, cleanable_bound, decode_partition, latest_per_key
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
 
 DAG_FOLDER = os.path.join(REPO, "jobs", "airflow")
-AIRFLOW_REQUIREMENTS = ("apache-airflow>=3,<4", "apache-airflow-providers-apache-spark",
-                        "apache-airflow-providers-standard")  # fmt: skip
+AIRFLOW_REQUIREMENTS = (
+    "apache-airflow>=3,<4",
+    "apache-airflow-providers-apache-spark",
+    "apache-airflow-providers-standard",
+)
 
 
 def airflow_venv() -> str:
@@ -45,10 +48,19 @@ def airflow(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow-home")
     dropped = ("AIRFLOW", "PYTHONPATH", "SPARK_", "PYSPARK_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    env.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=DAG_FOLDER,
-               AIRFLOW__CORE__LOAD_EXAMPLES="False", KAFKA_COMPACTION_PYTHON=sys.executable)  # fmt: skip
-    migrate = subprocess.run([os.path.join(venv, "bin", "airflow"), "db", "migrate"], env=env,
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=DAG_FOLDER,
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        KAFKA_COMPACTION_PYTHON=sys.executable,
+    )
+    migrate = subprocess.run(
+        [os.path.join(venv, "bin", "airflow"), "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     return venv, env
 
@@ -80,8 +92,13 @@ PROBE = (
 
 
 def _probe(venv, env) -> dict:
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", PROBE], env=env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -112,21 +129,55 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
     venv, env = airflow
     log_dir, reports = tmp_path / "kafka-logs", tmp_path / "reports"
     reports.mkdir()
-    subprocess.run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", "orders:2",
-                    "--records", "3000", "--keys", "250", "--codec", "mixed", "--segment-bytes", "30000",
-                    "--seed", "3"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "generate",
+            str(log_dir),
+            "--topics",
+            "orders:2",
+            "--records",
+            "3000",
+            "--keys",
+            "250",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "30000",
+            "--seed",
+            "3",
+        ],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
     bounds = {p: cleanable_bound(str(log_dir / f"orders-{p}")) for p in range(2)}
-    conf = {"log_dirs": [str(log_dir)], "report_dir": str(reports), "report_html": True,
-            "spark_conf": {"spark.ui.enabled": "false"}}  # fmt: skip
+    conf = {
+        "log_dirs": [str(log_dir)],
+        "report_dir": str(reports),
+        "report_html": True,
+        "spark_conf": {"spark.ui.enabled": "false"},
+    }
     # The master is the connection's (Airflow reads AIRFLOW_CONN_<ID> as a connection).
     connection = json.dumps({"conn_type": "spark", "host": "local[1]"})
     proc = subprocess.run(
-        [os.path.join(venv, "bin", "airflow"), "dags", "test", "kafka_log_compaction",
-         "--conf", json.dumps(conf)],
-        env={**env, "AIRFLOW_CONN_SPARK_DEFAULT": connection}, capture_output=True, text=True, cwd=tmp_path,
+        [
+            os.path.join(venv, "bin", "airflow"),
+            "dags",
+            "test",
+            "kafka_log_compaction",
+            "--conf",
+            json.dumps(conf),
+        ],
+        env={**env, "AIRFLOW_CONN_SPARK_DEFAULT": connection},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
         timeout=800,
-    )  # fmt: skip
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
     assert "state=success" in log, log[-5000:]
@@ -151,10 +202,22 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
 def test_without_the_connection_the_task_says_how_to_make_it(airflow, tmp_path):
     venv, env = airflow
     proc = subprocess.run(
-        [os.path.join(venv, "bin", "airflow"), "dags", "test", "kafka_log_compaction",
-         "--conf", json.dumps({"log_dirs": [str(tmp_path)]})],
-        env=env, capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        [
+            os.path.join(venv, "bin", "airflow"),
+            "dags",
+            "test",
+            "kafka_log_compaction",
+            "--conf",
+            json.dumps({"log_dirs": [str(tmp_path)]}),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
     log = proc.stdout + proc.stderr
     assert "state=success" not in log
-    assert "no Airflow connection 'spark_default'" in log and "airflow connections add spark_default" in log, log[-5000:]
+    assert (
+        "no Airflow connection 'spark_default'" in log and "airflow connections add spark_default" in log
+    ), log[-5000:]

@@ -47,13 +47,36 @@ def sources(tmp_path_factory):
     root = tmp_path_factory.mktemp("archive")
     src, legacy = str(root / "src"), str(root / "legacy")
     generate_log_dir(
-        src, topics=(("ledger", 2),), records=2500, keys=150, codec="mixed", batch_records=(1, 12),
-        segment_bytes=30_000, tombstone_ratio=0.15, transactions=0.45, idempotent=0.25, abort_ratio=0.35,
-        txn_producers=4, idempotent_producers=2, txn_batches=3, headers=1, seed=SEED,
-    )  # fmt: skip
-    generate_log_dir(legacy, topics=(("old", 1),), records=800, keys=80, codec="gzip", legacy="v1",
-                     batch_records=(1, 6), segment_bytes=12_000, tombstone_ratio=0.1, timestamp_step_ms=3,
-                     seed=SEED + 1)  # fmt: skip
+        src,
+        topics=(("ledger", 2),),
+        records=2500,
+        keys=150,
+        codec="mixed",
+        batch_records=(1, 12),
+        segment_bytes=30_000,
+        tombstone_ratio=0.15,
+        transactions=0.45,
+        idempotent=0.25,
+        abort_ratio=0.35,
+        txn_producers=4,
+        idempotent_producers=2,
+        txn_batches=3,
+        headers=1,
+        seed=SEED,
+    )
+    generate_log_dir(
+        legacy,
+        topics=(("old", 1),),
+        records=800,
+        keys=80,
+        codec="gzip",
+        legacy="v1",
+        batch_records=(1, 6),
+        segment_bytes=12_000,
+        tombstone_ratio=0.1,
+        timestamp_step_ms=3,
+        seed=SEED + 1,
+    )
     hashes = {d: tree_hashes(d) for d in (src, legacy)}
     _set_writable(src, False)
     _set_writable(legacy, False)
@@ -100,8 +123,9 @@ def _records(part_dir: str) -> set:
 
 def _run(root, src, legacy, name, *args, check=True):
     out = str(root / name)
-    code, report, err = run_job(src, "--log-dir", legacy, "--output-dir", out, *args,
-                                report=str(root / f"{name}.json"))  # fmt: skip
+    code, report, err = run_job(
+        src, "--log-dir", legacy, "--output-dir", out, *args, report=str(root / f"{name}.json")
+    )
     if check:
         assert code == 0, err
     return out, report, code, err
@@ -117,8 +141,9 @@ def _check_output(out, report, src, legacy, time_ms, offsets, now):
     assert set(by_part) == {*V2_PARTS, LEGACY_PART}
     opened = 0
     for part in V2_PARTS:
-        expected, entries, end, unstable = expected_archive(snapshot(os.path.join(src, part)), time_ms,
-                                                        offsets.get(part), now)  # fmt: skip
+        expected, entries, end, unstable = expected_archive(
+            snapshot(os.path.join(src, part)), time_ms, offsets.get(part), now
+        )
         got = snapshot(os.path.join(out, part))
         assert {e for _, _, es in got.segments for e in es} == entries, part
         assert [(b.base, b.last) for b in got.batches] == [(b.base, b.last) for b in expected], part
@@ -130,9 +155,14 @@ def _check_output(out, report, src, legacy, time_ms, offsets, now):
     want, end = _expected_legacy(os.path.join(legacy, LEGACY_PART), time_ms, offsets.get(LEGACY_PART))
     assert _records(os.path.join(out, LEGACY_PART)) == want
     assert snapshot_end(os.path.join(out, LEGACY_PART)) == end
-    checkpoints = {n: open(os.path.join(out, n)).read().split("\n")
-                   for n in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
-                             "cleaner-offset-checkpoint")}  # fmt: skip
+    checkpoints = {
+        n: open(os.path.join(out, n)).read().split("\n")
+        for n in (
+            "recovery-point-offset-checkpoint",
+            "log-start-offset-checkpoint",
+            "cleaner-offset-checkpoint",
+        )
+    }
     for part, entry in by_part.items():
         topic, p = part.rsplit("-", 1)
         assert f"{topic} {p} {entry['cut']['endOffset']}" in checkpoints["recovery-point-offset-checkpoint"]
@@ -201,14 +231,26 @@ def test_full_compaction_of_a_copy_then_nothing_to_clean(sources):
     _check_output(out, report, src, legacy, None, {}, now)
     # The job and the dump tool read the output back: a round finds nothing to clean, and every
     # segment's indexes match its batches.
-    code, again, err = run_job(out, "--dry-run", "--min-cleanable-dirty-ratio", "0", "--now-ms", str(now),
-                               report=str(root / "full-again.json"))  # fmt: skip
+    code, again, err = run_job(
+        out,
+        "--dry-run",
+        "--min-cleanable-dirty-ratio",
+        "0",
+        "--now-ms",
+        str(now),
+        report=str(root / "full-again.json"),
+    )
     assert code == 0, err
     assert {(p["status"], p["reason"]) for p in again["partitions"]} == {
-        ("skipped", "nothing cleanable: active segment only")}
+        ("skipped", "nothing cleanable: active segment only")
+    }
     logs = [log for part in (*V2_PARTS, LEGACY_PART) for log in segment_logs(os.path.join(out, part))]
-    dump = subprocess.run([sys.executable, "-m", "compaction", "dump", "--verify-index-only", *logs],
-                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    dump = subprocess.run(
+        [sys.executable, "-m", "compaction", "dump", "--verify-index-only", *logs],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert dump.returncode == 0 and "mismatch" not in dump.stdout.lower(), dump.stdout[-2000:] + dump.stderr
 
 
@@ -218,8 +260,9 @@ def test_erase_into_a_copy(sources):
     keys = sorted({r.key for r in decode_log(segment_logs(os.path.join(src, "ledger-0"))[0]) if r.key})[:5]
     key_file = root / "erase.txt"
     key_file.write_text("".join(f"ledger\t{k.decode()}\n" for k in keys))
-    out, report, _, _ = _run(root, src, legacy, "erased", "--as-of-time", str(time_ms),
-                             "--erase-keys", str(key_file))  # fmt: skip
+    out, report, _, _ = _run(
+        root, src, legacy, "erased", "--as-of-time", str(time_ms), "--erase-keys", str(key_file)
+    )
     _assert_sources_unchanged(src, legacy, hashes)
     for part in V2_PARTS:
         got = {r[1] for r in _records(os.path.join(out, part))}
@@ -228,7 +271,7 @@ def test_erase_into_a_copy(sources):
 
 
 def test_two_sources_holding_one_partition_are_a_usage_error(sources):
-    root, src, legacy, _ = sources
+    root, src, _legacy, _ = sources
     copy = str(root / "src-copy")
     shutil.copytree(src, copy)
     _set_writable(copy, True)
@@ -259,23 +302,33 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_same_output(sources, as_
             break
         interrupted += 1
     assert interrupted, "no run was killed before it finished"
-    code, report, err = run_job(src, "--log-dir", legacy, "--output-dir", out, *args,
-                                report=str(root / "rerun.json"))  # fmt: skip
+    code, report, err = run_job(
+        src, "--log-dir", legacy, "--output-dir", out, *args, report=str(root / "rerun.json")
+    )
     assert code == 0, err
     assert _partition_hashes(out) == want
-    assert {p["output"] for p in report["partitions"]} == {os.path.join(out, p) for p in (*V2_PARTS, LEGACY_PART)}
+    assert {p["output"] for p in report["partitions"]} == {
+        os.path.join(out, p) for p in (*V2_PARTS, LEGACY_PART)
+    }
     assert _checkpoints(out) == _checkpoints(reference)
     _assert_sources_unchanged(src, legacy, hashes)
 
 
 def _partition_hashes(out: str) -> dict[str, dict[str, str]]:
-    return {part: tree_hashes(os.path.join(out, part))
-            for part in (*V2_PARTS, LEGACY_PART) if os.path.isdir(os.path.join(out, part))}  # fmt: skip
+    return {
+        part: tree_hashes(os.path.join(out, part))
+        for part in (*V2_PARTS, LEGACY_PART)
+        if os.path.isdir(os.path.join(out, part))
+    }
 
 
 def _checkpoints(out: str) -> dict[str, str]:
-    names = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint",
-             "meta.properties")  # fmt: skip
+    names = (
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "cleaner-offset-checkpoint",
+        "meta.properties",
+    )
     return {n: open(os.path.join(out, n)).read() for n in names}
 
 
@@ -295,7 +348,9 @@ def test_what_an_archive_refuses(sources, tmp_path, case):
         code, _, err = run_job(src, *args, "--as-of-time", str(T0 + 500), report=str(tmp_path / "r.json"))
         assert code == 0, err
         done = run_driver_only(src, *args, "--as-of-time", str(T0 + 900))
-        assert done.returncode == 2 and "'timeMs': 1700000000500}, not as this run asks" in done.stderr, done.stderr
+        assert done.returncode == 2 and "'timeMs': 1700000000500}, not as this run asks" in done.stderr, (
+            done.stderr
+        )
         return
     elif case == "absent-partition":
         done = run_driver_only(src, *args, "--as-of-offset", "ledger:7=5")
@@ -306,7 +361,9 @@ def test_what_an_archive_refuses(sources, tmp_path, case):
         _set_writable(copy, True)
         log = segment_logs(os.path.join(copy, LEGACY_PART))[0]
         os.rename(log, log + ".swap")
-        code, report, err = run_job(copy, "--log-dir", src, "--output-dir", str(out), report=str(tmp_path / "r.json"))
+        code, report, err = run_job(
+            copy, "--log-dir", src, "--output-dir", str(out), report=str(tmp_path / "r.json")
+        )
         assert code == 1, err
         by = {(p["topic"], p["partition"]): p for p in report["partitions"]}
         assert by[("old", 0)]["status"] == "failed" and "interrupted swap" in by[("old", 0)]["reason"]
@@ -325,8 +382,12 @@ def test_killed_at_a_step_then_rerun_gives_the_same_output(sources, as_of_time, 
     reference, _, time_ms = as_of_time
     out, mark = str(tmp_path / "out"), str(tmp_path / "mark")
     args = ("--output-dir", out, "--as-of-time", str(time_ms))
-    proc = start_submit([src, legacy], str(tmp_path / "killed.json"), *args,
-                        env={"COMPACTION_CRASH_AT": step, "COMPACTION_CRASH_MARK": mark})  # fmt: skip
+    proc = start_submit(
+        [src, legacy],
+        str(tmp_path / "killed.json"),
+        *args,
+        env={"COMPACTION_CRASH_AT": step, "COMPACTION_CRASH_MARK": mark},
+    )
     deadline = time.monotonic() + 300
     while proc.poll() is None and not os.path.exists(mark) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -30,15 +30,23 @@ def _script(rng: random.Random) -> Script:
     s = Script()
     s.topic(TOPIC, 1, **{"cleanup.policy": "compact", "internal.segment.bytes": 8192})
     s.producer("p", compression_type="lz4", linger_ms=2, batch_size=2048)
-    s.producer("t", compression_type="gzip", linger_ms=2, batch_size=2048, transactional_id="tx-snap").init("t")
+    s.producer("t", compression_type="gzip", linger_ms=2, batch_size=2048, transactional_id="tx-snap").init(
+        "t"
+    )
     for block in range(18):
         txn = block % 2 == 1
         if txn:
             s.begin("t")
         for i in range(rng.randint(10, 30)):
             value = None if rng.random() < 0.1 else b"value-%d-%d" % (block, i)
-            s.send("t" if txn else "p", TOPIC, 0, b"key-%02d" % rng.randint(0, 25), value,
-                   headers=(("block", b"%d" % block),))  # fmt: skip
+            s.send(
+                "t" if txn else "p",
+                TOPIC,
+                0,
+                b"key-%02d" % rng.randint(0, 25),
+                value,
+                headers=(("block", b"%d" % block),),
+            )
         if txn:
             s.abort("t") if block % 4 == 3 else s.commit("t")
         else:
@@ -67,8 +75,16 @@ def test_a_broker_loads_a_snapshot_and_serves_exactly_its_records(tmp_path):
     stable = [e for e in ends[len(ends) // 3 : -len(ends) // 4] if cut_snapshot(source, None, e)[2] is None]
     cut = rng.choice(stable)
     out = tmp_path / "out"
-    code, report, err = run_job(str(broker.log_dir), "--topics", TOPIC, "--output-dir", str(out),
-                                "--as-of-offset", f"{TOPIC}:0={cut}", report=str(tmp_path / "report.json"))  # fmt: skip
+    code, report, err = run_job(
+        str(broker.log_dir),
+        "--topics",
+        TOPIC,
+        "--output-dir",
+        str(out),
+        "--as-of-offset",
+        f"{TOPIC}:0={cut}",
+        report=str(tmp_path / "report.json"),
+    )
     assert code == 0, err
     assert [(p["status"], p["cut"]["endOffset"]) for p in report["partitions"]] == [("cleaned", cut)]
 
@@ -76,14 +92,21 @@ def test_a_broker_loads_a_snapshot_and_serves_exactly_its_records(tmp_path):
     shutil.copytree(out / f"{TOPIC}-0", part)
     for name in CHECKPOINTS:
         _merge_checkpoint(broker.log_dir / name, kafka4.read_checkpoint(out / name))
-    kept = [(r[0], r[1], r[2], r[3], r[4]) for b in snapshot(str(part)).batches if not b.control for r in b.records]
+    kept = [
+        (r[0], r[1], r[2], r[3], r[4])
+        for b in snapshot(str(part)).batches
+        if not b.control
+        for r in b.records
+    ]
     try:
         broker.start()
         loading = broker.log_text().split("Kafka Server started")[0]
         served = broker.consume(TOPIC)[(TOPIC, 0)]
     finally:
         broker.stop()
-    assert not [line for line in loading.splitlines() if f"{TOPIC}-0" in line and kafka4.RECOVERY_LINES.search(line)]
+    assert not [
+        line for line in loading.splitlines() if f"{TOPIC}-0" in line and kafka4.RECOVERY_LINES.search(line)
+    ]
     assert served == kept
     assert kept and all(o < cut for o, *_ in kept)
     assert len({r[2] for r in kept}) == len(kept)  # one record per key: the snapshot is compacted

@@ -19,8 +19,8 @@ import urllib.parse
 import pytest
 from e2ekit import REPO, SUBMIT
 from faultkit import kill_session, start_submit
-from s3kit import moto_server, upload
 from round_model import expected_archive, snapshot
+from s3kit import moto_server, upload
 
 from compaction.tools.generator import generate_log_dir
 
@@ -31,9 +31,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 REGION = "us-east-1"
 PARTS = ("ledger-0", "ledger-1")
-READ_ONLY = {"Version": "2012-10-17", "Statement": [{
-    "Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],
-    "Resource": ["arn:aws:s3:::backup", "arn:aws:s3:::backup/*"]}]}  # fmt: skip
+READ_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": ["arn:aws:s3:::backup", "arn:aws:s3:::backup/*"],
+        }
+    ],
+}
 READ_WRITE = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
 IAM_SET_UP_CALLS = 6  # create_user, put_user_policy, create_access_key for each of two users
 
@@ -47,8 +54,13 @@ def iam_s3(tmp_path_factory):
 
 
 def _users(endpoint: str) -> dict[str, tuple[str, str]]:
-    iam = boto3.client("iam", endpoint_url=endpoint, aws_access_key_id="set-up", aws_secret_access_key="set-up",
-                       region_name=REGION)  # fmt: skip
+    iam = boto3.client(
+        "iam",
+        endpoint_url=endpoint,
+        aws_access_key_id="set-up",
+        aws_secret_access_key="set-up",
+        region_name=REGION,
+    )
     keys = {}
     for user, policy in (("reader", READ_ONLY), ("writer", READ_WRITE)):
         iam.create_user(UserName=user)
@@ -59,8 +71,13 @@ def _users(endpoint: str) -> dict[str, tuple[str, str]]:
 
 
 def _client(endpoint, key):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key[0], aws_secret_access_key=key[1],
-                        region_name=REGION)  # fmt: skip
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=key[0],
+        aws_secret_access_key=key[1],
+        region_name=REGION,
+    )
 
 
 def _user_info(key) -> str:
@@ -86,10 +103,21 @@ def runs(iam_s3, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("archive-s3"))
     local = os.path.join(root, "input")
     generate_log_dir(
-        local, topics=(("ledger", 2),), records=1500, keys=100, codec="mixed", batch_records=(1, 10),
-        segment_bytes=20_000, tombstone_ratio=0.15, transactions=0.45, idempotent=0.25, abort_ratio=0.35,
-        txn_producers=3, txn_batches=3, seed=17,
-    )  # fmt: skip
+        local,
+        topics=(("ledger", 2),),
+        records=1500,
+        keys=100,
+        codec="mixed",
+        batch_records=(1, 10),
+        segment_bytes=20_000,
+        tombstone_ratio=0.15,
+        transactions=0.45,
+        idempotent=0.25,
+        abort_ratio=0.35,
+        txn_producers=3,
+        txn_batches=3,
+        seed=17,
+    )
     writer, reader = _client(endpoint, keys["writer"]), _client(endpoint, keys["reader"])
     writer.create_bucket(Bucket="out")
     upload(writer, "backup", local)
@@ -104,15 +132,35 @@ def runs(iam_s3, tmp_path_factory):
     args = ("--as-of-time", str(time_ms))
 
     def run(prefix):
-        cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", source,
-               "--output-dir", out(prefix), "--report", os.path.join(root, f"{prefix}.json"), *args]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
-                              env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+        cmd = [
+            SUBMIT,
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--log-dir",
+            source,
+            "--output-dir",
+            out(prefix),
+            "--report",
+            os.path.join(root, f"{prefix}.json"),
+            *args,
+        ]
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=900,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
+        )
         assert done.returncode == 0, done.stderr[-6000:]
         return json.load(open(os.path.join(root, f"{prefix}.json")))
 
     report = run("reference")
-    proc = start_submit([source], os.path.join(root, "killed.json"), "--output-dir", out("killed"), *args, env=env)
+    proc = start_submit(
+        [source], os.path.join(root, "killed.json"), "--output-dir", out("killed"), *args, env=env
+    )
     time.sleep(random.Random(18).uniform(4.0, 14.0))
     interrupted = proc.poll() is None
     kill_session(proc.pid)
@@ -120,9 +168,17 @@ def runs(iam_s3, tmp_path_factory):
     rerun = run("killed")
     for prefix in ("reference", "killed"):
         _download(writer, "out", prefix, os.path.join(root, "download"))
-    return {"root": root, "local": local, "time_ms": time_ms, "report": report, "rerun": rerun,
-            "interrupted": interrupted, "before": before, "after": _objects(writer, "backup"),
-            "writer": writer}  # fmt: skip
+    return {
+        "root": root,
+        "local": local,
+        "time_ms": time_ms,
+        "report": report,
+        "rerun": rerun,
+        "interrupted": interrupted,
+        "before": before,
+        "after": _objects(writer, "backup"),
+        "writer": writer,
+    }
 
 
 def test_the_backup_bucket_is_unchanged(runs):
@@ -133,8 +189,9 @@ def test_the_snapshot_holds_what_the_model_decides(runs):
     for prefix in ("reference", "killed"):
         out = os.path.join(runs["root"], "download", prefix)
         for part in PARTS:
-            expected, entries, end, _ = expected_archive(snapshot(os.path.join(runs["local"], part)),
-                                                         runs["time_ms"], None, runs["time_ms"])  # fmt: skip
+            expected, entries, end, _ = expected_archive(
+                snapshot(os.path.join(runs["local"], part)), runs["time_ms"], None, runs["time_ms"]
+            )
             got = snapshot(os.path.join(out, part))
             assert got.batches == expected, (prefix, part)
             assert {e for _, _, es in got.segments for e in es} == entries

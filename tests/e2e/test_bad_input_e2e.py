@@ -19,8 +19,8 @@ import pytest
 from e2ekit import tree_hashes
 from faultkit import (
     assert_compacted,
-    healthy_log_dir,
     expected_after,
+    healthy_log_dir,
     lock_held_by_other,
     run_driver_only,
     small_partition,
@@ -107,8 +107,12 @@ def _tmpfs(path: str, size: int) -> bool:
     os.makedirs(path, exist_ok=True)
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
-                          capture_output=True).returncode == 0  # fmt: skip
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +130,9 @@ def outcome(tmp_path_factory):
     # Disk full: a second log dir on a tmpfs with less free space than the cleaned segment needs.
     full_dir, staging = os.path.join(root, "full"), os.path.join(root, "full-staging")
     # Few repeated keys: the cleaned group is nearly as big as its input.
-    generate_log_dir(staging, topics=(("full", 1),), records=2000, keys=2000, codec="none",
-                     segment_bytes=40_000, seed=5)  # fmt: skip
+    generate_log_dir(
+        staging, topics=(("full", 1),), records=2000, keys=2000, codec="none", segment_bytes=40_000, seed=5
+    )
     pages = sum(-(-os.path.getsize(os.path.join(d, f)) // 4096) for d, _, fs in os.walk(staging) for f in fs)
     mounted = _tmpfs(full_dir, (pages + 24) * 4096)  # ~96 KB free: less than one cleaned group
     try:
@@ -156,10 +161,20 @@ def _run(root, log_dir, want, hashes, expected, mounted, full_dir, full_hashes):
     _, stderr = proc.communicate(timeout=900)
     seconds = time.monotonic() - started
     data = json.load(open(report)) if os.path.exists(report) else {}
-    yield dict(log_dir=log_dir, code=proc.returncode, report=data, stderr=stderr[-6000:], want=want,
-               hashes=hashes, expected=expected, seconds=seconds, second=second,
-               second_seconds=second_seconds,
-               full_dir=full_dir if mounted else None, full_hashes=full_hashes)  # fmt: skip
+    yield dict(
+        log_dir=log_dir,
+        code=proc.returncode,
+        report=data,
+        stderr=stderr[-6000:],
+        want=want,
+        hashes=hashes,
+        expected=expected,
+        seconds=seconds,
+        second=second,
+        second_seconds=second_seconds,
+        full_dir=full_dir if mounted else None,
+        full_hashes=full_hashes,
+    )
 
 
 def _by_name(report):
@@ -171,8 +186,19 @@ def test_run_exits_1_and_reports_every_partition(outcome):
     assert set(_by_name(outcome["report"])) >= set(outcome["want"]) == set(DAMAGED)
 
 
-DAMAGED = ["crc-0", "truncated-0", "badmagic-0", "smallsize-0", "toobig-0", "indexpast-0", "indexback-0",
-           "unknown-0", "badname-0", "empty-0", "unreadable-0"]  # fmt: skip
+DAMAGED = [
+    "crc-0",
+    "truncated-0",
+    "badmagic-0",
+    "smallsize-0",
+    "toobig-0",
+    "indexpast-0",
+    "indexback-0",
+    "unknown-0",
+    "badname-0",
+    "empty-0",
+    "unreadable-0",
+]
 
 
 @pytest.mark.parametrize("name", DAMAGED)
@@ -186,8 +212,9 @@ def test_damaged_partition_failed_with_file_and_position_and_untouched(outcome, 
 
 @pytest.mark.parametrize("name", ["good-0", "good-1", "noindex-0"])
 def test_healthy_partitions_compacted(outcome, name):
-    assert_compacted(_by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name),
-                     outcome["expected"][name])
+    assert_compacted(
+        _by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name), outcome["expected"][name]
+    )
 
 
 def test_missing_index_rebuilt_and_reported_in_recovery(outcome):
@@ -202,13 +229,19 @@ def test_disk_full_mid_rewrite_leaves_input_untouched(outcome):
     assert entry["status"] == "failed", entry
     # One line naming the file being written, the bytes the cleaned segments need and the free space.
     reason = entry["reason"]
-    match = re.fullmatch(rf"{re.escape(outcome['full_dir'])}/full-0/\d{{20}}\.(log|index|timeindex)\.cleaned: "
-                         r"No space left on device while writing the partition's cleaned segments, which need "
-                         r"up to (\d+) bytes \(the \d+ segments they replace\); \d+ bytes of its group written, "
-                         r"(\d+) bytes free there", reason)  # fmt: skip
+    match = re.fullmatch(
+        rf"{re.escape(outcome['full_dir'])}/full-0/\d{{20}}\.(log|index|timeindex)\.cleaned: "
+        r"No space left on device while writing the partition's cleaned segments, which need "
+        r"up to (\d+) bytes \(the \d+ segments they replace\); \d+ bytes of its group written, "
+        r"(\d+) bytes free there",
+        reason,
+    )
     assert match, reason
-    logs = sum(os.path.getsize(os.path.join(outcome["full_dir"], "full-0", n))
-               for n in os.listdir(os.path.join(outcome["full_dir"], "full-0")) if n.endswith(".log"))  # fmt: skip
+    logs = sum(
+        os.path.getsize(os.path.join(outcome["full_dir"], "full-0", n))
+        for n in os.listdir(os.path.join(outcome["full_dir"], "full-0"))
+        if n.endswith(".log")
+    )
     needed, free = int(match[2]), int(match[3])
     assert free < 40_000 < needed <= logs, reason
     after = tree_hashes(outcome["full_dir"])

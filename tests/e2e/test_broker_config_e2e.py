@@ -42,14 +42,28 @@ log.cleaner.io.max.bytes.per.second={RATE}
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("broker-config")
     log_dir = str(root / "logs")
-    generate_log_dir(log_dir, topics=(("orders", 1), ("events", 1)), records=6000, keys=300, codec="mixed",
-                     segment_bytes=60_000, seed=5)  # fmt: skip
+    generate_log_dir(
+        log_dir,
+        topics=(("orders", 1), ("events", 1)),
+        records=6000,
+        keys=300,
+        codec="mixed",
+        segment_bytes=60_000,
+        seed=5,
+    )
     (root / "server.properties").write_text(SERVER_PROPERTIES)
     (root / "topics.properties").write_text("orders.cleanup.policy=compact\n")
     expected = expected_after(os.path.join(log_dir, "orders-0"))
     events_before = tree_hashes(os.path.join(log_dir, "events-0"))
-    code, report, err = run_job(log_dir, "--now-ms", str(NOW), "--config", str(root / "server.properties"),
-                                "--topic-config", str(root / "topics.properties"))  # fmt: skip
+    code, report, err = run_job(
+        log_dir,
+        "--now-ms",
+        str(NOW),
+        "--config",
+        str(root / "server.properties"),
+        "--topic-config",
+        str(root / "topics.properties"),
+    )
     assert code == 0, err
     by_topic = {p["topic"]: p for p in report["partitions"]}
     return log_dir, by_topic, report, expected, events_before

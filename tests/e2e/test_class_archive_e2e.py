@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from e2ekit import SUBMIT, REPO, segment_logs
+from e2ekit import REPO, SUBMIT, segment_logs
 
 from compaction.tools.generator import generate_log_dir
 
@@ -43,8 +43,17 @@ def _round(tmp_path, name: str, cache: str, corrupt: bool = False):
         first = segment_logs(os.path.join(log_dir, "t-0"))[0]
         os.truncate(first, os.path.getsize(first) - 7)
     report = str(tmp_path / f"{name}.json")
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", log_dir,
-           "--report", report]  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        log_dir,
+        "--report",
+        report,
+    ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "KAFKA_COMPACTION_CDS_DIR": cache}
     watch = MapWatch(cache)
     watch.start()

@@ -78,15 +78,25 @@ def run(tmp_path_factory):
         cluster.add_worker(2)
         # every partition cut into ranges: the ranges stage's tasks, one per worker, meet
         # through an exchange directory beside the log dir (not local mode: no shared temp dir)
-        code, _, stderr = standalone.submit(cluster, python, log_dir, report_path, "--conf",
-                                            "spark.kafka.compaction.partitionTaskMaxBytes=0", "--conf",
-                                            f"spark.executorEnv.{COMPILE_LOG_ENV}={compile_log}", timeout=400)  # fmt: skip
+        code, _, stderr = standalone.submit(
+            cluster,
+            python,
+            log_dir,
+            report_path,
+            "--conf",
+            "spark.kafka.compaction.partitionTaskMaxBytes=0",
+            "--conf",
+            f"spark.executorEnv.{COMPILE_LOG_ENV}={compile_log}",
+            timeout=400,
+        )
         zips = standalone.executor_zips(cluster)
         apps = cluster.state().get("completedapps", [])
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return {
         "compiles": compile_log.read_text().splitlines() if compile_log.exists() else [],
-        "worker_caches": sorted(p.relative_to(root) for p in (root / "spark").glob("worker-*/tmp/*/kernels-*")),
+        "worker_caches": sorted(
+            p.relative_to(root) for p in (root / "spark").glob("worker-*/tmp/*/kernels-*")
+        ),
         "store": sorted(p.name for p in store.iterdir()),
         "code": code,
         "stderr": stderr,
@@ -101,7 +111,9 @@ def run(tmp_path_factory):
 
 def test_the_exchange_directory_is_removed(run):
     assert run["report"]["timings"].get("rangesSeconds"), run["report"]["timings"]
-    assert not [p.name for p in run["log_dir"].parent.iterdir() if p.name.startswith(".kafka-compaction-exchange")]
+    assert not [
+        p.name for p in run["log_dir"].parent.iterdir() if p.name.startswith(".kafka-compaction-exchange")
+    ]
 
 
 def test_job_exits_0_and_cleans_every_partition(run):
@@ -149,5 +161,7 @@ def test_fresh_executors_load_every_kernel_from_the_store_and_compile_none(run):
     assert run["report"]["timings"]["workerKernelCompiles"] == 0
     # each worker's empty temp dir got the key's cache from the store, which was left as it was
     dirs = {(p.parts[1], p.name) for p in run["worker_caches"]}
-    assert dirs == {("worker-1", current_key().dir_name), ("worker-2", current_key().dir_name)}, run["worker_caches"]
+    assert dirs == {("worker-1", current_key().dir_name), ("worker-2", current_key().dir_name)}, run[
+        "worker_caches"
+    ]
     assert run["store"] == [current_key().archive_name]

@@ -33,9 +33,13 @@ _spec.loader.exec_module(standalone)
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
 
 TOPIC, PARTITIONS = "orders", 2
-RANGES = ["--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
-          # a task gives up on a lost peer after 5 s, not a minute: the test's round stays short
-          "--conf", "spark.kafka.compaction.peerWaitSeconds=5"]  # fmt: skip
+RANGES = [
+    "--conf",
+    "spark.kafka.compaction.partitionTaskMaxBytes=0",
+    # a task gives up on a lost peer after 5 s, not a minute: the test's round stays short
+    "--conf",
+    "spark.kafka.compaction.peerWaitSeconds=5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +47,50 @@ def source(tmp_path_factory):
     """The input, and the bytes an uninterrupted round leaves (local mode, same clock)."""
     root = tmp_path_factory.mktemp("faults")
     log_dir = root / "input"
-    subprocess.run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", f"{TOPIC}:{PARTITIONS}",
-                    "--records", "160000", "--keys", "40000", "--value-size", "100:1024", "--codec", "mixed",
-                    "--segment-bytes", "4000000", "--seed", "11"],
-                   check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "generate",
+            str(log_dir),
+            "--topics",
+            f"{TOPIC}:{PARTITIONS}",
+            "--records",
+            "160000",
+            "--keys",
+            "40000",
+            "--value-size",
+            "100:1024",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "4000000",
+            "--seed",
+            "11",
+        ],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     reference = root / "reference"
     shutil.copytree(log_dir, reference)
-    proc = subprocess.run(["./spark-submit.sh", "--master", "local[2]", "--log-dir", str(reference),
-                           "--now-ms", str(standalone.NOW_MS), *RANGES],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            "./spark-submit.sh",
+            "--master",
+            "local[2]",
+            "--log-dir",
+            str(reference),
+            "--now-ms",
+            str(standalone.NOW_MS),
+            *RANGES,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, log_dir, _files(reference)
 
@@ -62,8 +101,11 @@ def cluster_python(source):
 
 
 def _files(log_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(log_dir)): p.read_bytes() for p in sorted(log_dir.rglob("*"))
-            if p.is_file() and p.name != ".lock"}  # fmt: skip
+    return {
+        str(p.relative_to(log_dir)): p.read_bytes()
+        for p in sorted(log_dir.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 # --- what is killed --------------------------------------------------------------------------
@@ -114,7 +156,9 @@ def _kill(target: str, cluster) -> str:
     return f"worker {worker.pid}"
 
 
-def _watch(exchange_parent: Path, phase: str, target: str, cluster, done: threading.Event, killed: list) -> None:
+def _watch(
+    exchange_parent: Path, phase: str, target: str, cluster, done: threading.Event, killed: list
+) -> None:
     """Wait for `phase` of the ranges stage to begin (seen in its exchange directory), then kill
     `target` at a random moment of it."""
     signs = {"scan": "alive-", "merge": "done-scan-", "rewrite": "done-merge-"}
@@ -137,7 +181,9 @@ def cluster(source):
         yield c
 
 
-def _round(source, python, cluster, tmp: Path, *extra: str, phase: str | None = None, target: str | None = None):
+def _round(
+    source, python, cluster, tmp: Path, *extra: str, phase: str | None = None, target: str | None = None
+):
     _, log_dir, _ = source
     cluster.replace_lost_workers(2)  # a worker killed by the round before
     work = tmp / "logs"
@@ -147,24 +193,39 @@ def _round(source, python, cluster, tmp: Path, *extra: str, phase: str | None = 
     done = threading.Event()
     watcher = None
     if phase:
-        watcher = threading.Thread(target=_watch, args=(work, phase, target, cluster, done, killed), daemon=True)
+        watcher = threading.Thread(
+            target=_watch, args=(work, phase, target, cluster, done, killed), daemon=True
+        )
         watcher.start()
     try:
-        code, _, out = standalone.submit(cluster, python, work / "kafka-logs", report, *RANGES, *extra, timeout=600)
+        code, _, out = standalone.submit(
+            cluster, python, work / "kafka-logs", report, *RANGES, *extra, timeout=600
+        )
     finally:
         done.set()
         if watcher:
             watcher.join()
-    return code, out, (json.loads(report.read_text()) if report.exists() else None), work / "kafka-logs", killed
+    return (
+        code,
+        out,
+        (json.loads(report.read_text()) if report.exists() else None),
+        work / "kafka-logs",
+        killed,
+    )
 
 
 @pytest.mark.parametrize("target", ["python worker", "executor", "worker"])
 @pytest.mark.parametrize("phase", ["scan", "merge", "rewrite"])
-def test_a_round_that_loses_a_process_completes_with_the_same_bytes(source, cluster_python, cluster, tmp_path, phase,
-                                                                   target):  # fmt: skip
+def test_a_round_that_loses_a_process_completes_with_the_same_bytes(
+    source, cluster_python, cluster, tmp_path, phase, target
+):
     if (phase, target) not in _CHOSEN:
-        pytest.skip("a sample of the phase x target matrix runs (CI time); KAFKA_COMPACTION_FAULT_MATRIX=all runs it all")
-    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, phase=phase, target=target)
+        pytest.skip(
+            "a sample of the phase x target matrix runs (CI time); KAFKA_COMPACTION_FAULT_MATRIX=all runs it all"
+        )
+    code, out, report, logs, killed = _round(
+        source, cluster_python, cluster, tmp_path, phase=phase, target=target
+    )
     assert killed, f"nothing was killed during the {phase} phase: the round ended first?\n{out}"
     assert code == 0, f"killed {killed}:\n{out}"
     assert all(p["status"] == "cleaned" for p in report["partitions"]), report["partitions"]
@@ -173,15 +234,28 @@ def test_a_round_that_loses_a_process_completes_with_the_same_bytes(source, clus
 
 
 # Each target once, each phase once (a Latin square); the whole matrix on demand.
-_CHOSEN = ({(p, t) for p in ("scan", "merge", "rewrite") for t in ("python worker", "executor", "worker")}
-           if os.environ.get("KAFKA_COMPACTION_FAULT_MATRIX") == "all"
-           else {("scan", "python worker"), ("merge", "executor"), ("rewrite", "worker")})  # fmt: skip
+_CHOSEN = (
+    {(p, t) for p in ("scan", "merge", "rewrite") for t in ("python worker", "executor", "worker")}
+    if os.environ.get("KAFKA_COMPACTION_FAULT_MATRIX") == "all"
+    else {("scan", "python worker"), ("merge", "executor"), ("rewrite", "worker")}
+)
 
 
-def test_a_round_under_dynamic_allocation_completes_with_the_same_bytes(source, cluster_python, cluster, tmp_path):
-    code, out, report, logs, _ = _round(source, cluster_python, cluster, tmp_path, "--conf", "spark.dynamicAllocation.enabled=true",
-                                        "--conf", "spark.dynamicAllocation.shuffleTracking.enabled=true",
-                                        "--conf", "spark.dynamicAllocation.executorIdleTimeout=2s")  # fmt: skip
+def test_a_round_under_dynamic_allocation_completes_with_the_same_bytes(
+    source, cluster_python, cluster, tmp_path
+):
+    code, out, report, logs, _ = _round(
+        source,
+        cluster_python,
+        cluster,
+        tmp_path,
+        "--conf",
+        "spark.dynamicAllocation.enabled=true",
+        "--conf",
+        "spark.dynamicAllocation.shuffleTracking.enabled=true",
+        "--conf",
+        "spark.dynamicAllocation.executorIdleTimeout=2s",
+    )
     assert code == 0, out
     assert report["timings"].get("rangesSeconds"), report["timings"]
     assert all(p["status"] == "cleaned" for p in report["partitions"]), report["partitions"]
@@ -192,8 +266,16 @@ def test_a_round_whose_job_aborts_reports_it_and_a_rerun_completes(source, clust
     """No retry left (`spark.task.maxFailures=1`: the first lost task aborts the job): the round
     fails as a whole, exit 75, with its report; every input file is as it was; a rerun completes
     with the bytes of an uninterrupted round."""
-    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, "--conf",
-                                             "spark.task.maxFailures=1", phase="merge", target="python worker")  # fmt: skip
+    code, out, report, logs, killed = _round(
+        source,
+        cluster_python,
+        cluster,
+        tmp_path,
+        "--conf",
+        "spark.task.maxFailures=1",
+        phase="merge",
+        target="python worker",
+    )
     assert killed, out
     assert code == 75, out
     assert report["failure"], report
@@ -208,14 +290,22 @@ def test_a_round_whose_job_aborts_reports_it_and_a_rerun_completes(source, clust
     assert _files(logs) == source[2]
 
 
-def test_a_round_left_with_no_executor_fails_with_its_report_and_a_rerun_completes(source, cluster_python, cluster,
-                                                                                  tmp_path):  # fmt: skip
+def test_a_round_left_with_no_executor_fails_with_its_report_and_a_rerun_completes(
+    source, cluster_python, cluster, tmp_path
+):
     """Every worker lost during the rewrite, none coming back: Spark would wait forever; the round
     gives up after `noExecutorSeconds`, exit 75 with its report, every input file as it was. Once
     workers are back, a rerun completes with the bytes of an uninterrupted round."""
-    code, out, report, logs, killed = _round(source, cluster_python, cluster, tmp_path, "--conf",
-                                             "spark.kafka.compaction.noExecutorSeconds=5", phase="rewrite",
-                                             target="every worker")  # fmt: skip
+    code, out, report, logs, killed = _round(
+        source,
+        cluster_python,
+        cluster,
+        tmp_path,
+        "--conf",
+        "spark.kafka.compaction.noExecutorSeconds=5",
+        phase="rewrite",
+        target="every worker",
+    )
     assert killed, out
     assert code == 75, out
     assert "no executor was alive for 5 s" in report["failure"]["reason"], report["failure"]
@@ -223,6 +313,8 @@ def test_a_round_left_with_no_executor_fails_with_its_report_and_a_rerun_complet
     left = {k: v for k, v in _files(logs).items() if not k.endswith(".cleaned")}
     assert left == _files(source[1]), "an input file changed in a round that failed"
     cluster.replace_lost_workers(2)
-    code, _, out = standalone.submit(cluster, cluster_python, logs, logs.parent / "rerun.json", *RANGES, timeout=600)
+    code, _, out = standalone.submit(
+        cluster, cluster_python, logs, logs.parent / "rerun.json", *RANGES, timeout=600
+    )
     assert code == 0, out
     assert _files(logs) == source[2]

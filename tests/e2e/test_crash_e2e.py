@@ -27,8 +27,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 NOW = 1_800_000_000_000
 # A step with ":2" crashes in the second partition's commit (the first one is then committed).
-STEPS = ["rewrite", "cleaned", "intent", "swap", "swap:2", "deleted", "renamed:2", "checkpoint",
-         "checkpointed"]
+STEPS = [
+    "rewrite",
+    "cleaned",
+    "intent",
+    "swap",
+    "swap:2",
+    "deleted",
+    "renamed:2",
+    "checkpoint",
+    "checkpointed",
+]
 # The commit's steps in order (compaction/steps/commit.py), as a partition's files show them.
 COMMIT_STEPS = ("cleaned", "intent", "swap", "deleted", "renamed")
 # The same steps with every partition cut into ranges (the ranges stage: scan, merge, rewrite).
@@ -38,8 +47,16 @@ RANGE_STEPS = ["rewrite", "cleaned:2"]
 
 def _make(root: str, tag: str, seed: int) -> tuple[str, dict]:
     log_dir = os.path.join(root, tag)
-    generate_log_dir(log_dir, topics=((f"t{tag}", 3),), records=400, keys=30, codec="mixed",
-                     segment_bytes=5000, tombstone_ratio=0.05, seed=seed)  # fmt: skip
+    generate_log_dir(
+        log_dir,
+        topics=((f"t{tag}", 3),),
+        records=400,
+        keys=30,
+        codec="mixed",
+        segment_bytes=5000,
+        tombstone_ratio=0.05,
+        seed=seed,
+    )
     before = {p: decode_partition(os.path.join(log_dir, p)) for p in parts(log_dir)}
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in parts(log_dir)}
     return log_dir, {"before": before, "expected": expected}
@@ -59,8 +76,12 @@ def _crash_run(log_dir: str, env: dict | None, kill_after: float | None = None, 
             break
         time.sleep(0.02)
     proc.wait(timeout=60)
-    return {"killed": killed, "code": proc.returncode, "seconds": time.monotonic() - started,
-            "marked": os.path.exists(mark)}  # fmt: skip
+    return {
+        "killed": killed,
+        "code": proc.returncode,
+        "seconds": time.monotonic() - started,
+        "marked": os.path.exists(mark),
+    }
 
 
 def _commit_step(part_dir: str) -> int:
@@ -140,8 +161,12 @@ def test_sigkill_at_every_commit_step_then_rerun(tmp_path):
         _check_after_recovery(log_dir, info)
         dirs[log_dir] = info
     final = _finish_and_check(root, dirs)
-    print("crash runs:", {s: round(r["seconds"], 1) for s, r in runs.items()},
-          "final run:", round(final["seconds"], 1))
+    print(
+        "crash runs:",
+        {s: round(r["seconds"], 1) for s, r in runs.items()},
+        "final run:",
+        round(final["seconds"], 1),
+    )
 
 
 @pytest.mark.crash_random
@@ -166,7 +191,12 @@ def test_sigkill_at_random_times_then_rerun(tmp_path):
         dirs[log_dir] = info
     final = _finish_and_check(root, dirs)
     killed = sum(r["killed"] for _, r in runs)
-    print(f"seed {seed}: {killed}/{n} runs killed, full run {full['seconds']:.1f}s,",
-          f"final {final['seconds']:.1f}s, kills at", [d for d, _ in runs])  # fmt: skip
+    print(
+        f"seed {seed}: {killed}/{n} runs killed, full run {full['seconds']:.1f}s,",
+        f"final {final['seconds']:.1f}s, kills at",
+        [d for d, _ in runs],
+    )
     # A sweep whose every kill landed after the run ended tested nothing but clean runs.
-    assert killed > 0, f"no run was killed (COMPACTION_RANDOM_SEED={seed} to repeat): kills at {[d for d, _ in runs]}"
+    assert killed > 0, (
+        f"no run was killed (COMPACTION_RANDOM_SEED={seed} to repeat): kills at {[d for d, _ in runs]}"
+    )

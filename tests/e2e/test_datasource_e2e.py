@@ -14,9 +14,15 @@ import pytest
 from chispa import assert_df_equality
 from e2ekit import REPO, decode_partition, latest_per_key, state_offsets_as_of
 from e2ekit import decode_log_dir as kafka_python
-from test_s3_e2e import KEY, REGION, SECRET, _client, _download, _upload
-from test_s3_e2e import s3_endpoint  # noqa: F401 - moto's S3 server, a fixture of that module
-
+from test_s3_e2e import (
+    KEY,
+    REGION,
+    SECRET,
+    _client,
+    _download,
+    _upload,
+    s3_endpoint,  # noqa: F401 - moto's S3 server, a fixture of that module
+)
 
 import compaction
 from compaction.tools.generator import generate_log_dir
@@ -29,8 +35,19 @@ UTC = datetime.timezone.utc
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("frames"))
-    generate_log_dir(root, topics=(("orders", 2), ("users", 1)), records=1500, keys=90, codec="mixed", headers=1,
-                     segment_bytes=15_000, tombstone_ratio=0.1, transactions=0.3, abort_ratio=0.3, seed=8)  # fmt: skip
+    generate_log_dir(
+        root,
+        topics=(("orders", 2), ("users", 1)),
+        records=1500,
+        keys=90,
+        codec="mixed",
+        headers=1,
+        segment_bytes=15_000,
+        tombstone_ratio=0.1,
+        transactions=0.3,
+        abort_ratio=0.3,
+        seed=8,
+    )
     return root
 
 
@@ -42,27 +59,56 @@ def kafka_log(spark):
 
 
 def expected_df(spark, records):
-    schema = "topic string, partition int, offset long, key binary, value binary, timestamp timestamp, headers array<struct<key:string,value:binary>>"
+    schema = (
+        "topic string, partition int, offset long, key binary, value binary, timestamp timestamp, "
+        "headers array<struct<key:string,value:binary>>"
+    )
     return spark.createDataFrame(
-        [(t, p, o, k, v, None if ts is None else datetime.datetime.fromtimestamp(ts / 1000, UTC), [h for h in hs])
-         for t, p, o, k, v, ts, hs in records], schema)  # fmt: skip
+        [
+            (
+                t,
+                p,
+                o,
+                k,
+                v,
+                None if ts is None else datetime.datetime.fromtimestamp(ts / 1000, UTC),
+                [h for h in hs],
+            )
+            for t, p, o, k, v, ts, hs in records
+        ],
+        schema,
+    )
 
 
 def test_rows_are_what_kafka_python_decodes(spark, kafka_log, log_dir):
-    df = kafka_log(log_dir, includeHeaders="true").select("topic", "partition", "offset", "key", "value", "timestamp",
-                                                          "headers")  # fmt: skip
-    assert_df_equality(df, expected_df(spark, kafka_python(log_dir)), ignore_row_order=True, ignore_nullable=True)
+    df = kafka_log(log_dir, includeHeaders="true").select(
+        "topic", "partition", "offset", "key", "value", "timestamp", "headers"
+    )
+    assert_df_equality(
+        df, expected_df(spark, kafka_python(log_dir)), ignore_row_order=True, ignore_nullable=True
+    )
 
 
 def test_compacted_is_latest_per_key_of_committed_records(spark, kafka_log, log_dir):
-    committed = {(r["partition"], r["offset"]) for r in kafka_log(log_dir, subscribe="orders", **{
-        "kafka.isolation.level": "read_committed"}).select("partition", "offset").collect()}  # fmt: skip
+    committed = {
+        (r["partition"], r["offset"])
+        for r in kafka_log(log_dir, subscribe="orders", **{"kafka.isolation.level": "read_committed"})
+        .select("partition", "offset")
+        .collect()
+    }
     want = []
     for p in (0, 1):
-        records = [r for r in decode_partition(os.path.join(log_dir, f"orders-{p}")) if (p, r.offset) in committed]
-        want += [("orders", p, r.offset, r.key, r.value) for r in latest_per_key(records, 2**62).values()
-                 if r.value is not None]  # fmt: skip
-    got = kafka_log(log_dir, subscribe="orders", compacted="true").select("topic", "partition", "offset", "key", "value")
+        records = [
+            r for r in decode_partition(os.path.join(log_dir, f"orders-{p}")) if (p, r.offset) in committed
+        ]
+        want += [
+            ("orders", p, r.offset, r.key, r.value)
+            for r in latest_per_key(records, 2**62).values()
+            if r.value is not None
+        ]
+    got = kafka_log(log_dir, subscribe="orders", compacted="true").select(
+        "topic", "partition", "offset", "key", "value"
+    )
     schema = "topic string, partition int, offset long, key binary, value binary"
     assert_df_equality(got, spark.createDataFrame(want, schema), ignore_row_order=True, ignore_nullable=True)
 
@@ -78,8 +124,12 @@ def test_pushed_filters_read_only_matching_segments(spark, kafka_log, log_dir):
     reader = PushdownKafkaLogReader(ReadOptions.parse({"path": log_dir}))
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan
 
-    filters = [EqualTo(("topic",), "orders"), EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), 1000),
-               LessThan(("offset",), 1010)]  # fmt: skip
+    filters = [
+        EqualTo(("topic",), "orders"),
+        EqualTo(("partition",), 1),
+        GreaterThanOrEqual(("offset",), 1000),
+        LessThan(("offset",), 1010),
+    ]
     assert list(reader.pushFilters(filters)) == filters  # Spark still applies them to the rows
     parts = reader.partitions()
     assert [(p.value.topic, p.value.partition) for p in parts] == [("orders", 1)]
@@ -108,18 +158,50 @@ def test_export_on_s3_reads_back_in_pyarrow_and_duckdb(tmp_path, s3_endpoint):  
     import pyarrow.fs as pafs
 
     local = str(tmp_path / "logs")
-    manifest = generate_log_dir(local, topics=(("orders", 2),), records=1200, keys=70, codec="mixed",
-                                segment_bytes=12_000, tombstone_ratio=0.1, transactions=0.3, abort_ratio=0.4,
-                                seed=21)  # fmt: skip
+    manifest = generate_log_dir(
+        local,
+        topics=(("orders", 2),),
+        records=1200,
+        keys=70,
+        codec="mixed",
+        segment_bytes=12_000,
+        tombstone_ratio=0.1,
+        transactions=0.3,
+        abort_ratio=0.4,
+        seed=21,
+    )
     client = _client(s3_endpoint)
     _upload(client, "src", local)
     client.create_bucket(Bucket="dst")
     cut = {0: 700, 1: manifest.partitions[("orders", 1)].log_end_offset}
-    env = {**os.environ, "AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true",
-           "PYSPARK_PYTHON": sys.executable}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "compaction", "export", "--log-dir", f"s3://{KEY}:{SECRET}@src/logs",
-                           "--out", f"s3://{KEY}:{SECRET}@dst/state", "--as-of-offset", "orders:0=700",
-                           "--master", "local[2]"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)  # fmt: skip
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "export",
+            "--log-dir",
+            f"s3://{KEY}:{SECRET}@src/logs",
+            "--out",
+            f"s3://{KEY}:{SECRET}@dst/state",
+            "--as-of-offset",
+            "orders:0=700",
+            "--master",
+            "local[2]",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     want = set()
@@ -129,8 +211,9 @@ def test_export_on_s3_reads_back_in_pyarrow_and_duckdb(tmp_path, s3_endpoint):  
         want |= {(p, o, k, decoded[o].value) for k, o in state.items() if decoded[o].key == k}
         assert len(want) == sum(1 for w in want if w[0] < p) + len(state)
 
-    fs = pafs.S3FileSystem(access_key=KEY, secret_key=SECRET, endpoint_override=s3_endpoint, scheme="http",
-                           region=REGION)  # fmt: skip
+    fs = pafs.S3FileSystem(
+        access_key=KEY, secret_key=SECRET, endpoint_override=s3_endpoint, scheme="http", region=REGION
+    )
     table = ds.dataset("dst/state", filesystem=fs, partitioning="hive").to_table()
     got = {(r["partition"], r["offset"], r["key"], r["value"]) for r in table.to_pylist()}
     assert got == want
@@ -138,16 +221,35 @@ def test_export_on_s3_reads_back_in_pyarrow_and_duckdb(tmp_path, s3_endpoint):  
 
     down = str(tmp_path / "down")
     _download(client, "dst", down)
-    rows = duckdb.sql(f"SELECT partition, \"offset\", key, value FROM read_parquet('{down}/state/**/*.parquet', "
-                      "hive_partitioning = true)").fetchall()  # fmt: skip
+    rows = duckdb.sql(
+        f"SELECT partition, \"offset\", key, value FROM read_parquet('{down}/state/**/*.parquet', "
+        "hive_partitioning = true)"
+    ).fetchall()
     assert {(int(p), o, bytes(k), bytes(v)) for p, o, k, v in rows} == want
 
 
 def test_export_cli_locally(tmp_path, log_dir, spark):
     out = str(tmp_path / "state")
-    proc = subprocess.run([sys.executable, "-m", "compaction", "export", "--log-dir", log_dir, "--out", out,
-                           "--topics", "orders", "--master", "local[1]"], capture_output=True, text=True, cwd=REPO,
-                          timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "export",
+            "--log-dir",
+            log_dir,
+            "--out",
+            out,
+            "--topics",
+            "orders",
+            "--master",
+            "local[1]",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     import pyarrow.dataset as ds
 

@@ -43,10 +43,13 @@ def dockerfile_steps(text: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
 
 
 def test_the_images_steps_install_warm_up_and_run_the_job(tmp_path):
-    args, steps = dockerfile_steps(open(os.path.join(REPO, "deploy", "Dockerfile")).read())
+    _args, steps = dockerfile_steps(open(os.path.join(REPO, "deploy", "Dockerfile")).read())
     root = tmp_path / "image"
-    paths = {"/opt/kafka-compaction": str(root / "opt"), "/tmp/dist": str(root / "dist"),
-             "/tmp/warmup": str(root / "warmup")}  # fmt: skip
+    paths = {
+        "/opt/kafka-compaction": str(root / "opt"),
+        "/tmp/dist": str(root / "dist"),
+        "/tmp/warmup": str(root / "warmup"),
+    }
 
     def mapped(text: str) -> str:
         for image_path, here in paths.items():
@@ -54,8 +57,11 @@ def test_the_images_steps_install_warm_up_and_run_the_job(tmp_path):
         return text
 
     # The wheel the Dockerfile's COPY takes, built from this checkout as its comment says.
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "wheel"), REPO],
-                   check=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "wheel"), REPO],
+        check=True,
+        timeout=600,
+    )
     dropped = ("PYTHONPATH", "SPARK_", "PYSPARK_", "KAFKA_COMPACTION_", "NUMBA_", "VIRTUAL_ENV")
     env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
     # The image's Spark release, as this host has it (pip finds it in its cache, no 400 MB download).
@@ -72,8 +78,14 @@ def test_the_images_steps_install_warm_up_and_run_the_job(tmp_path):
                 env[name] = os.path.expandvars(mapped(value).replace("$PATH", env["PATH"]))
         elif instruction == "RUN" and not arg.startswith(SKIPPED):
             command = mapped(arg).replace("python3 -m venv", f"{sys.executable} -m venv", 1)
-            done = subprocess.run(["bash", "-ec", command], env=env, cwd=str(tmp_path), capture_output=True,
-                                  text=True, timeout=1500)  # fmt: skip
+            done = subprocess.run(
+                ["bash", "-ec", command],
+                env=env,
+                cwd=str(tmp_path),
+                capture_output=True,
+                text=True,
+                timeout=1500,
+            )
             assert done.returncode == 0, f"RUN {arg}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
             ran.append(arg)
     assert len(ran) == 3, ran  # the venv, the package's fixed path, the warm-up
@@ -91,20 +103,58 @@ def test_the_images_steps_install_warm_up_and_run_the_job(tmp_path):
     assert not os.path.exists(paths["/tmp/warmup"])
     # The manifests' entry file, through the fixed path.
     app = paths["/opt/kafka-compaction"] + "/app"
-    assert os.path.isfile(os.path.join(app, "job.py")) and os.path.isfile(os.path.join(app, "log4j2.properties"))
+    assert os.path.isfile(os.path.join(app, "job.py")) and os.path.isfile(
+        os.path.join(app, "log4j2.properties")
+    )
     assert os.path.realpath(app).startswith(os.path.realpath(paths["/opt/kafka-compaction"]))
 
     # The installed job on a sample, through the image's PATH (its kafka-compaction).
     log_dir, report = tmp_path / "sample" / "kafka-logs", tmp_path / "report.json"
     env["TMPDIR"] = str(tmp_path)
-    subprocess.run(["kafka-compaction", "generate", str(log_dir), "--topics", "orders:2", "--records", "3000",
-                    "--keys", "250", "--codec", "mixed", "--segment-bytes", "30000", "--seed", "5"],
-                   env=env, check=True, timeout=300, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            "kafka-compaction",
+            "generate",
+            str(log_dir),
+            "--topics",
+            "orders:2",
+            "--records",
+            "3000",
+            "--keys",
+            "250",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "30000",
+            "--seed",
+            "5",
+        ],
+        env=env,
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+    )
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
     os.utime(archives[0], (1, 1))  # the launcher touches the archive it has the JVM map
-    done = subprocess.run(["kafka-compaction", "compact", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                           "--log-dir", str(log_dir), "--report", str(report)],
-                          env=env, capture_output=True, text=True, timeout=900, cwd=str(tmp_path))  # fmt: skip
+    done = subprocess.run(
+        [
+            "kafka-compaction",
+            "compact",
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--log-dir",
+            str(log_dir),
+            "--report",
+            str(report),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-5000:]
     assert os.path.getmtime(archives[0]) > 1, "the round did not map the image's class-data archive"
     result = json.loads(report.read_text())

@@ -10,13 +10,13 @@ import os
 import subprocess
 import sys
 
-import pytest
 import headless_chromium
+import pytest
 from e2ekit import REPO, SUBMIT, tree_hashes
 from html_page import Page, expected_rows, partition_rows
 
-from compaction.tools.generator import generate_log_dir
 from compaction.cli.report_chart import AFTER_FILL, BEFORE_FILL
+from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -24,8 +24,22 @@ NOW = 1_800_000_000_000
 
 
 def _submit(log_dir: str, report: str, *args: str) -> subprocess.CompletedProcess:
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", log_dir,
-           "--report", report, "--now-ms", str(NOW), "--segment-bytes", "300000", *args]  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        log_dir,
+        "--report",
+        report,
+        "--now-ms",
+        str(NOW),
+        "--segment-bytes",
+        "300000",
+        *args,
+    ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
 
@@ -44,21 +58,40 @@ def rounds(root):
     import json
 
     log_dir = str(root / "logs")
-    generate_log_dir(log_dir, topics=(("orders", 2), ("payments", 1)), records=5000, keys=300, codec="mixed",
-                     segment_bytes=100_000, tombstone_ratio=0.1, transactions=0.3, abort_ratio=0.3,
-                     idempotent=0.2, seed=11)  # fmt: skip
+    generate_log_dir(
+        log_dir,
+        topics=(("orders", 2), ("payments", 1)),
+        records=5000,
+        keys=300,
+        codec="mixed",
+        segment_bytes=100_000,
+        tombstone_ratio=0.1,
+        transactions=0.3,
+        abort_ratio=0.3,
+        idempotent=0.2,
+        seed=11,
+    )
     parts = sorted(d for d in os.listdir(log_dir) if os.path.isdir(os.path.join(log_dir, d)))
     before = tree_hashes(log_dir)
     sizes = {p: _log_bytes(os.path.join(log_dir, p)) for p in parts}
     # the biggest partition (several groups of 300 KB) is cut into ranges, the others whole
     ranged = ("--conf", f"spark.kafka.compaction.partitionTaskMaxBytes={max(sizes.values()) - 1}")
-    dry = _submit(log_dir, str(root / "dry.json"), "--dry-run", *ranged,
-                  "--report-html", str(root / "dry.html"))  # fmt: skip
+    dry = _submit(
+        log_dir, str(root / "dry.json"), "--dry-run", *ranged, "--report-html", str(root / "dry.html")
+    )
     after_dry = tree_hashes(log_dir)
     real = _submit(log_dir, str(root / "real.json"), *ranged, "--report-html", str(root / "real.html"))
     after = {p: _log_bytes(os.path.join(log_dir, p)) for p in parts}
-    return (dry, json.load(open(root / "dry.json")), before, after_dry, real, json.load(open(root / "real.json")),
-            sizes, after)  # fmt: skip
+    return (
+        dry,
+        json.load(open(root / "dry.json")),
+        before,
+        after_dry,
+        real,
+        json.load(open(root / "real.json")),
+        sizes,
+        after,
+    )
 
 
 def test_dry_run_writes_nothing_and_exits_0(rounds):
@@ -108,8 +141,11 @@ def _rgb(colour: str) -> tuple[int, int, int]:
 
 def _pixels_near(image, colour: str, tolerance: int = 3) -> int:
     want = _rgb(colour)
-    return sum(count for count, rgb in image.getcolors(maxcolors=1 << 24)
-               if all(abs(a - b) <= tolerance for a, b in zip(rgb, want)))  # fmt: skip
+    return sum(
+        count
+        for count, rgb in image.getcolors(maxcolors=1 << 24)
+        if all(abs(a - b) <= tolerance for a, b in zip(rgb, want))
+    )
 
 
 def test_the_dry_runs_page_renders_offline_with_its_rows_and_bars(rounds, root):
@@ -122,7 +158,8 @@ def test_the_dry_runs_page_renders_offline_with_its_rows_and_bars(rounds, root):
     dom = Page(headless_chromium.dump_dom(chromium, url))
     assert partition_rows(dom) == expected_rows(report)
     assert [row[0] for row in dom.tables["topics"]["tbody"]] == sorted(
-        report["topics"], key=lambda t: -report["topics"][t]["reclaimableBytes"])  # fmt: skip
+        report["topics"], key=lambda t: -report["topics"][t]["reclaimableBytes"]
+    )
     shot = root / "dry.png"
     headless_chromium.screenshot(chromium, url, str(shot))
     image = Image.open(shot).convert("RGB")

@@ -29,8 +29,19 @@ def _hashes(log_dir: str) -> dict[str, str]:
 def test_sigkill_mid_erase_then_rerun(tmp_path):
     root = str(tmp_path)
     pristine = os.path.join(root, "pristine")
-    generate_log_dir(pristine, topics=(("t", 3),), records=500, keys=30, codec="mixed", segment_bytes=5000,
-                     tombstone_ratio=0.1, transactions=0.3, abort_ratio=0.3, idempotent=0.2, seed=41)  # fmt: skip
+    generate_log_dir(
+        pristine,
+        topics=(("t", 3),),
+        records=500,
+        keys=30,
+        codec="mixed",
+        segment_bytes=5000,
+        tombstone_ratio=0.1,
+        transactions=0.3,
+        abort_ratio=0.3,
+        idempotent=0.2,
+        seed=41,
+    )
     before = {p: decode_partition(os.path.join(pristine, p)) for p in parts(pristine)}
     keys = os.path.join(root, "keys.txt")
     with open(keys, "w") as fh:

@@ -23,11 +23,11 @@ import pytest
 from e2ekit import decode_partition, run_job, segment_logs, tree_hashes
 from faultkit import assert_loads, parts
 
-from compaction.steps.discover import log_end_offset, read_log_dir
-from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches
-from compaction.tools.generator import generate_log_dir
+from compaction.kernels.scan import scan_batches
 from compaction.runtime.storage import Storage
+from compaction.steps.discover import log_end_offset, read_log_dir
+from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -40,20 +40,43 @@ NEVER = b"no-such-key"
 
 def _generate(log_dir: str) -> None:
     generate_log_dir(
-        log_dir, topics=(("ledger", 2), ("users", 1)), records=4000, keys=200, codec="mixed",
-        batch_records=(1, 12), segment_bytes=60_000, tombstone_ratio=0.15, transactions=0.45,
-        idempotent=0.25, abort_ratio=0.35, txn_producers=4, idempotent_producers=2, txn_batches=3,
-        headers=1, seed=23,
-    )  # fmt: skip
+        log_dir,
+        topics=(("ledger", 2), ("users", 1)),
+        records=4000,
+        keys=200,
+        codec="mixed",
+        batch_records=(1, 12),
+        segment_bytes=60_000,
+        tombstone_ratio=0.15,
+        transactions=0.45,
+        idempotent=0.25,
+        abort_ratio=0.35,
+        txn_producers=4,
+        idempotent_producers=2,
+        txn_batches=3,
+        headers=1,
+        seed=23,
+    )
     # A partition without transactions, whose log ends in a data batch (in the others a marker
     # ends it): all of that batch's keys are listed, so erasing empties the log's last batch.
     tail = log_dir + ".tail"
-    generate_log_dir(tail, topics=(("tail", 1),), records=600, keys=80, codec="none", batch_records=(2, 4),
-                     segment_bytes=8000, tombstone_ratio=0.1, seed=5)  # fmt: skip
+    generate_log_dir(
+        tail,
+        topics=(("tail", 1),),
+        records=600,
+        keys=80,
+        codec="none",
+        batch_records=(2, 4),
+        segment_bytes=8000,
+        tombstone_ratio=0.1,
+        seed=5,
+    )
     shutil.move(os.path.join(tail, "tail-0"), os.path.join(log_dir, "tail-0"))
     # A partition none of whose keys is listed (longer keys): erasing only leaves it alone.
     quiet = log_dir + ".quiet"
-    generate_log_dir(quiet, topics=(("quiet", 1),), records=300, keys=40, key_size=14, segment_bytes=8000, seed=9)
+    generate_log_dir(
+        quiet, topics=(("quiet", 1),), records=300, keys=40, key_size=14, segment_bytes=8000, seed=9
+    )
     shutil.move(os.path.join(quiet, "quiet-0"), os.path.join(log_dir, "quiet-0"))
 
 
@@ -88,9 +111,15 @@ def _key_file(path: str, before: dict, tail_keys: set[bytes]) -> dict[str, set[b
     ledger = before["ledger-0"]
     tomb = next(r.key for r in ledger if r.value is None and r.key is not None)
     lasts = {_last_data_key(recs) for part, recs in before.items() if part != "quiet-0"}
-    lines = ["# right-to-be-forgotten requests", "", *sorted(k.decode() for k in lasts), f"hex:{tomb.hex()}",
-             f"users\t{ONLY_IN_USERS.decode()}", f"text:{NEVER.decode()}",
-             *(f"tail\tbase64:{base64.b64encode(k).decode()}" for k in sorted(tail_keys))]  # fmt: skip
+    lines = [
+        "# right-to-be-forgotten requests",
+        "",
+        *sorted(k.decode() for k in lasts),
+        f"hex:{tomb.hex()}",
+        f"users\t{ONLY_IN_USERS.decode()}",
+        f"text:{NEVER.decode()}",
+        *(f"tail\tbase64:{base64.b64encode(k).decode()}" for k in sorted(tail_keys)),
+    ]
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     common = lasts | {tomb, NEVER}
@@ -158,8 +187,9 @@ def test_erase_only_keeps_log_end_offset_txn_indexes_checkpoint_and_loads(runs):
             if name.endswith(".txnindex"):
                 old, new = (open(os.path.join(d, part, name), "rb").read() for d in (pristine, only))
                 assert new == old, name
-        assert sorted(n for n in os.listdir(part_dir) if n.endswith(".log")) == \
-            sorted(n for n in os.listdir(os.path.join(pristine, part)) if n.endswith(".log"))  # fmt: skip
+        assert sorted(n for n in os.listdir(part_dir) if n.endswith(".log")) == sorted(
+            n for n in os.listdir(os.path.join(pristine, part)) if n.endswith(".log")
+        )
     for name in ("cleaner-offset-checkpoint",):
         assert open(os.path.join(only, name)).read() == open(os.path.join(pristine, name)).read()
 
@@ -181,8 +211,14 @@ def test_report_counts_and_dry_run_says_the_same(runs):
         gone = [r for r in records if r.key in listed]
         e = entries[part]
         if part == "quiet-0":  # nothing listed in it: not rewritten, and said so
-            assert (e["status"], e["erasedRecords"], dry_entries[part]["status"]) == ("skipped", 0, "skipped"), e
-            assert _hashes(os.path.join(runs["dirs"]["only"], part)) == _hashes(os.path.join(runs["pristine"], part))
+            assert (e["status"], e["erasedRecords"], dry_entries[part]["status"]) == (
+                "skipped",
+                0,
+                "skipped",
+            ), e
+            assert _hashes(os.path.join(runs["dirs"]["only"], part)) == _hashes(
+                os.path.join(runs["pristine"], part)
+            )
             continue
         assert e["status"] == "cleaned", e
         assert e["erasedRecords"] == len(gone), part
@@ -191,8 +227,14 @@ def test_report_counts_and_dry_run_says_the_same(runs):
         assert (e["eraseKeysFound"], e["eraseKeysNotFound"]) == (len(found), len(listed) - len(found)), part
         d = dry_entries[part]
         assert d["status"] == "eligible", d
-        for k in ("erasedRecords", "erasedBytes", "eraseKeysFound", "eraseKeysNotFound", "reclaimableBytes",
-                  "reclaimableRecords"):  # fmt: skip
+        for k in (
+            "erasedRecords",
+            "erasedBytes",
+            "eraseKeysFound",
+            "eraseKeysNotFound",
+            "reclaimableBytes",
+            "reclaimableRecords",
+        ):
             assert d[k] == e[k], (part, k)
     text = json.dumps(report)
     for keys in runs["listed"].values():

@@ -50,7 +50,9 @@ BOMBS = [
 
 
 def _tree_memory():
-    spec = importlib.util.spec_from_file_location("tree_memory", os.path.join(REPO, "bench", "tree_memory.py"))
+    spec = importlib.util.spec_from_file_location(
+        "tree_memory", os.path.join(REPO, "bench", "tree_memory.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.TreeMemory
@@ -71,8 +73,13 @@ def _foreign_without_index(log_dir: str) -> None:
     """Segment 10 holds offsets 10-25 (copied from another replica), overlapping the active segment
     at 20, and came without its index: the scan refuses it, after the planner rebuilt the index."""
     part = os.path.join(log_dir, "foreign-0")
-    write_partition(part, [[batch(range(o, o + 2)) for o in range(0, 10, 2)],
-                           [batch(range(o, o + 2)) for o in range(10, 26, 2)]])  # fmt: skip
+    write_partition(
+        part,
+        [
+            [batch(range(o, o + 2)) for o in range(0, 10, 2)],
+            [batch(range(o, o + 2)) for o in range(10, 26, 2)],
+        ],
+    )
     write_partition(part, [[batch([20, 21])]])
     os.remove(os.path.join(part, SEG1 + ".index"))
     os.remove(os.path.join(part, SEG1 + ".timeindex"))
@@ -90,8 +97,12 @@ def _bomb_partition(part_dir: str, codec: int, inflated: int) -> int:
     """Segments 0 (offsets 0-9), 10 (10-11, the bomb at 12, 13-16) and active 17; returns the
     bomb's byte position in segment 10."""
     first = batch(range(10, 12))
-    seg1 = [first, bomb_batch(codec, inflated, base_offset=12, timestamp=1_700_000_000_012),
-            batch(range(13, 15)), batch(range(15, 17))]  # fmt: skip
+    seg1 = [
+        first,
+        bomb_batch(codec, inflated, base_offset=12, timestamp=1_700_000_000_012),
+        batch(range(13, 15)),
+        batch(range(15, 17)),
+    ]
     write_partition(part_dir, [[batch(range(o, o + 2)) for o in range(0, 10, 2)], seg1, [batch([17, 18])]])
     return len(first)
 
@@ -113,8 +124,15 @@ def outcome(tmp_path_factory):
     _same_offsets_twice(log_dir)
     # A partition dir that is itself a link (a broker follows it): cleaned like any other.
     linked_target = os.path.join(root, "disk2", "linked-0")
-    generate_log_dir(os.path.join(root, "staging"), topics=(("linked", 1),), records=600, keys=30, codec="zstd",
-                     segment_bytes=8_000, seed=3)  # fmt: skip
+    generate_log_dir(
+        os.path.join(root, "staging"),
+        topics=(("linked", 1),),
+        records=600,
+        keys=30,
+        codec="zstd",
+        segment_bytes=8_000,
+        seed=3,
+    )
     shutil.move(os.path.join(root, "staging", "linked-0"), linked_target)
     os.symlink(linked_target, os.path.join(log_dir, "linked-0"))
     healthy = ["good-0", "good-1", "linked-0"]
@@ -124,20 +142,48 @@ def outcome(tmp_path_factory):
     config = os.path.join(root, "topics.json")
     json.dump(topic_config, open(config, "w"))
     report = os.path.join(root, "report.json")
-    cmd = submit_cmd([log_dir], report, "--now-ms", str(NOW), "--max-message-bytes", str(MAX_MESSAGE_BYTES),
-                     "--max-inflated-batch-bytes", str(LIMIT), "--topic-config", config)  # fmt: skip
+    cmd = submit_cmd(
+        [log_dir],
+        report,
+        "--now-ms",
+        str(NOW),
+        "--max-message-bytes",
+        str(MAX_MESSAGE_BYTES),
+        "--max-inflated-batch-bytes",
+        str(LIMIT),
+        "--topic-config",
+        config,
+    )
     # The driver's log lines and Spark's, in one stream.
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     memory = _tree_memory()(proc.pid, interval=0.05).start()
     started = time.monotonic()
     stderr, _ = proc.communicate(timeout=900)
     memory.stop()
     data = json.load(open(report)) if os.path.exists(report) else {}
-    return dict(log_dir=log_dir, code=proc.returncode, report=data, stderr=stderr, want=want,
-                hashes=hashes, expected=expected, seconds=time.monotonic() - started, outside=outside,
-                link_target=link_target, linked_target=linked_target,
-                worker_hwm=memory.max_worker_hwm(), workers=len(memory.workers))  # fmt: skip
+    return dict(
+        log_dir=log_dir,
+        code=proc.returncode,
+        report=data,
+        stderr=stderr,
+        want=want,
+        hashes=hashes,
+        expected=expected,
+        seconds=time.monotonic() - started,
+        outside=outside,
+        link_target=link_target,
+        linked_target=linked_target,
+        worker_hwm=memory.max_worker_hwm(),
+        workers=len(memory.workers),
+    )
 
 
 def _by_name(report):
@@ -150,8 +196,9 @@ def test_run_exits_1_and_reports_every_partition(outcome):
 
 
 @pytest.mark.parametrize("name, codec, inflated, max_message_bytes", BOMBS, ids=[b[0] for b in BOMBS])
-def test_bomb_fails_its_partition_naming_file_position_codec_and_bound(outcome, name, codec, inflated,
-                                                                       max_message_bytes):  # fmt: skip
+def test_bomb_fails_its_partition_naming_file_position_codec_and_bound(
+    outcome, name, codec, inflated, max_message_bytes
+):
     entry = _by_name(outcome["report"])[name]
     assert entry["status"] == "failed", entry
     path = os.path.join(outcome["log_dir"], name, SEG1 + ".log")
@@ -167,8 +214,10 @@ def test_bomb_fails_its_partition_naming_file_position_codec_and_bound(outcome, 
 
 # Refused partitions -> what their reason must say ({log_dir} and {outside} filled in).
 REFUSED = {
-    "symlog-0": ("{log_dir}/symlog-0/" + SEG1 + ".log: is a symbolic link (to {outside}/elsewhere.log), "
-                 "which a broker never makes"),
+    "symlog-0": (
+        "{log_dir}/symlog-0/" + SEG1 + ".log: is a symbolic link (to {outside}/elsewhere.log), "
+        "which a broker never makes"
+    ),
     "foreign-0": "{log_dir}/foreign-0/" + SEG1 + ".log: byte ",
     "twice-0": "{log_dir}/twice-0/" + SEG1 + ".log: relative offset -",
 }
@@ -195,14 +244,16 @@ def test_a_symlinked_partition_dir_is_followed_and_said_at_info(outcome):
     link = os.path.join(outcome["log_dir"], "linked-0")
     assert os.path.islink(link)
     lines = [line for line in outcome["stderr"].splitlines() if f"{link} is a symbolic link to" in line]
-    assert len(lines) == 1 and "INFO" in lines[0] and outcome["linked_target"] in lines[0], \
-        [line for line in outcome["stderr"].splitlines() if "symbolic" in line or "linked" in line][:5]
+    assert len(lines) == 1 and "INFO" in lines[0] and outcome["linked_target"] in lines[0], [
+        line for line in outcome["stderr"].splitlines() if "symbolic" in line or "linked" in line
+    ][:5]
 
 
 @pytest.mark.parametrize("name", ["good-0", "good-1", "linked-0"])
 def test_healthy_partitions_compacted(outcome, name):
-    assert_compacted(_by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name),
-                     outcome["expected"][name])
+    assert_compacted(
+        _by_name(outcome["report"])[name], os.path.join(outcome["log_dir"], name), outcome["expected"][name]
+    )
 
 
 def test_workers_peak_memory_is_bounded_by_the_setting_not_the_bombs(outcome, record_property):

@@ -17,8 +17,8 @@ from e2ekit import decode_log, decode_partition, latest_per_key, run_job, segmen
 from compaction.format.batch import RecordBatch
 from compaction.format.checkpoint import parse_offset_checkpoint
 from compaction.format.index_build import build_indexes
-from compaction.kernels.scan import scan_batches
 from compaction.format.segment import iter_batches
+from compaction.kernels.scan import scan_batches
 from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -31,9 +31,16 @@ SEGMENT_BYTES = 400_000  # the job may merge ~3 cleaned segments into one group
 
 def _generate(log_dir):
     generate_log_dir(
-        log_dir, topics=(("orders", 2), ("users", 1)), records=6000, keys=300, codec="mixed",
-        segment_bytes=GENERATED_SEGMENT_BYTES, tombstone_ratio=0.1, headers=1, seed=7,
-    )  # fmt: skip
+        log_dir,
+        topics=(("orders", 2), ("users", 1)),
+        records=6000,
+        keys=300,
+        codec="mixed",
+        segment_bytes=GENERATED_SEGMENT_BYTES,
+        tombstone_ratio=0.1,
+        headers=1,
+        seed=7,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +69,10 @@ def _active_base(part_dir):
 
 
 def test_every_partition_is_cleaned_and_reported(compacted):
-    log_dir, before, _, report = compacted
+    _log_dir, before, _, report = compacted
     by_name = {f"{p['topic']}-{p['partition']}": p for p in report["partitions"]}
     assert set(by_name) == set(before)
-    for name, entry in by_name.items():
+    for _name, entry in by_name.items():
         assert entry["status"] == "cleaned", entry
         assert entry["recordsWritten"] < entry["recordsRead"]
         assert entry["segmentsAfter"] < entry["segmentsBefore"]
@@ -77,8 +84,14 @@ def test_start_up_is_reported_apart_from_the_round(compacted):
     """The fixed cost of a run (Spark session, Python workers warmed up on a thread while the
     driver plans) is reported apart from planning, stages and commit."""
     t = compacted[3]["timings"]
-    for key in ("sparkStartSeconds", "workerWarmupSeconds", "sparkWaitSeconds", "planSeconds", "stagesSeconds",
-                "commitSeconds"):  # fmt: skip
+    for key in (
+        "sparkStartSeconds",
+        "workerWarmupSeconds",
+        "sparkWaitSeconds",
+        "planSeconds",
+        "stagesSeconds",
+        "commitSeconds",
+    ):
         assert t[key] >= 0, key
     assert t["workerWarmupSeconds"] > 0
     # The stages start only once the session is up: the wait covers what planning did not hide.
@@ -136,7 +149,9 @@ def test_new_segments_are_valid_kafka_segments(compacted):
             assert all(isinstance(b, RecordBatch) and b.crc_valid() for b in batches)
             cols = scan_batches(np.frombuffer(data, dtype=np.uint8))
             base = int(os.path.basename(log)[:20])
-            index, timeindex = build_indexes(cols.position, cols.size, cols.last_offset, cols.max_timestamp, base, 4096)
+            index, timeindex = build_indexes(
+                cols.position, cols.size, cols.last_offset, cols.max_timestamp, base, 4096
+            )
             assert _read(log[: -len(".log")] + ".index") == index
             assert _read(log[: -len(".log")] + ".timeindex") == timeindex
             assert not [n for n in os.listdir(part_dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
@@ -170,7 +185,12 @@ def test_decodes_with_kafka_python_record_for_record(compacted):
     log_dir, _, _, _ = compacted
     for part in _parts(log_dir):
         for log in segment_logs(os.path.join(log_dir, part)):
-            ours = [r.offset for b in iter_batches(_read(log), log) if not b.header.is_control for r in b.records()]
+            ours = [
+                r.offset
+                for b in iter_batches(_read(log), log)
+                if not b.header.is_control
+                for r in b.records()
+            ]
             assert [r.offset for r in decode_log(log)] == ours
 
 
@@ -184,9 +204,16 @@ def test_partitions_cut_into_ranges_write_the_same_bytes(compacted, tmp_path):
     other = str(tmp_path / "logs")
     _generate(other)
     code, report, err = run_job(
-        other, "--now-ms", str(NOW), "--segment-bytes", str(SEGMENT_BYTES),
-        "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0", "--conf", "spark.kafka.compaction.partChunkBytes=1",
-    )  # fmt: skip
+        other,
+        "--now-ms",
+        str(NOW),
+        "--segment-bytes",
+        str(SEGMENT_BYTES),
+        "--conf",
+        "spark.kafka.compaction.partitionTaskMaxBytes=0",
+        "--conf",
+        "spark.kafka.compaction.partChunkBytes=1",
+    )
     assert report["timings"].get("rangesSeconds"), report["timings"]
     assert code == 0, err
     assert {p["status"] for p in report["partitions"]} == {"cleaned"}

@@ -60,7 +60,6 @@ def _read(path):
         return fh.read()
 
 
-
 def _split_partition(part_dir: str, pieces: int = 3) -> None:
     """Re-cut a single-segment partition into `pieces` segments at batch boundaries, as a broker
     rolling its segment would have (no index files: the snapshots had none either)."""
@@ -82,9 +81,10 @@ def _selected(log_dir):
 
     pattern = re.compile(TOPICS)
     return sorted(
-        n for n in os.listdir(log_dir)
+        n
+        for n in os.listdir(log_dir)
         if os.path.isdir(os.path.join(log_dir, n)) and pattern.fullmatch(n.rpartition("-")[0])
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +99,18 @@ def run(tmp_path_factory):
         _split_partition(os.path.join(dirs["mscaldas"], part))
     os.remove(os.path.join(dirs["v09-reset"], "cleaner-offset-checkpoint"))
     before = {
-        name: {p: decode_partition(os.path.join(d, p)) for p in os.listdir(d) if os.path.isdir(os.path.join(d, p))}
+        name: {
+            p: decode_partition(os.path.join(d, p))
+            for p in os.listdir(d)
+            if os.path.isdir(os.path.join(d, p))
+        }
         for name, d in dirs.items()
     }
     hashes = {name: tree_hashes(d) for name, d in dirs.items()}
     args = [a for d in dirs.values() for a in ("--log-dir", d)][2:]  # run_job passes the first
-    code, report, err = run_job(dirs["mscaldas"], *args, "--topics", TOPICS, "--now-ms", str(NOW),
-                                report=str(root / "report.json"))  # fmt: skip
+    code, report, err = run_job(
+        dirs["mscaldas"], *args, "--topics", TOPICS, "--now-ms", str(NOW), report=str(root / "report.json")
+    )
     assert code == 0, err
     return dirs, before, hashes, report
 
@@ -152,8 +157,14 @@ def test_split_and_reset_partitions_are_cleaned(run):
         entry = _entries(report, dirs[name])[part]
         assert entry["status"] == "cleaned", (name, part, entry)
         assert entry["recordsWritten"] <= entry["recordsRead"]
-    assert sum(_entries(report, dirs["mscaldas"])[p]["recordsWritten"] < _entries(report, dirs["mscaldas"])[p]
-               ["recordsRead"] for p in SPLIT) >= 3  # fmt: skip
+    assert (
+        sum(
+            _entries(report, dirs["mscaldas"])[p]["recordsWritten"]
+            < _entries(report, dirs["mscaldas"])[p]["recordsRead"]
+            for p in SPLIT
+        )
+        >= 3
+    )
 
 
 def _active_base(part_dir):
@@ -172,7 +183,9 @@ def test_latest_record_per_key_kept_at_its_offset(run):
             # v0 has no timestamps and no headers: compare offsets, keys and values.
             strip = lambda rs: [(r.offset, r.key, r.value) for r in rs]  # noqa: E731
             assert strip(r for r in after if r.offset < bound) == strip(expected)
-            assert strip(r for r in after if r.offset >= bound) == strip(r for r in records if r.offset >= bound)
+            assert strip(r for r in after if r.offset >= bound) == strip(
+                r for r in records if r.offset >= bound
+            )
         else:
             assert [r for r in after if r.offset < bound] == expected, part
             assert [r for r in after if r.offset >= bound] == [r for r in records if r.offset >= bound], part
@@ -191,7 +204,9 @@ def test_v09_compacted_to_v2_with_tombstone_horizons(run):
             if any(r.value is None for r in batch.records()):
                 tombstones += 1
                 assert batch.header.delete_horizon_ms == NOW + RETENTION
-    expected_tombstones = [r for r in latest_per_key(before["v09-reset"]["compacted-0"], 2964).values() if r.value is None]
+    expected_tombstones = [
+        r for r in latest_per_key(before["v09-reset"]["compacted-0"], 2964).values() if r.value is None
+    ]
     assert tombstones > 0 and len(expected_tombstones) > 0
     assert _read(logs[-1]) == _read(os.path.join(V09, "compacted-0", "00000000000000002964.log"))
 

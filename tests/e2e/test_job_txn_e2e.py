@@ -26,7 +26,16 @@ from dataclasses import replace
 import pytest
 from e2ekit import REPO, run_job, segment_logs, v2_batches
 from kafka.record.memory_records import MemoryRecords
-from round_model import ABORT, TXN_ENTRY, KBatch, R, decode_batches, expected_round, read_txn_entries, snapshot
+from round_model import (
+    ABORT,
+    TXN_ENTRY,
+    KBatch,
+    R,
+    decode_batches,
+    expected_round,
+    read_txn_entries,
+    snapshot,
+)
 
 from compaction.format.batch import RecordBatch
 from compaction.format.segment import iter_batches
@@ -53,10 +62,23 @@ def rounds(tmp_path_factory):
     root = tmp_path_factory.mktemp("txn")
     log_dir = str(root / "logs")
     manifest = generate_log_dir(
-        log_dir, topics=(("ledger", 2),), records=5000, keys=250, codec="mixed", batch_records=(1, 12),
-        segment_bytes=GENERATED_SEGMENT_BYTES, tombstone_ratio=0.15, transactions=0.45, idempotent=0.25,
-        abort_ratio=0.35, txn_producers=4, idempotent_producers=2, txn_batches=3, headers=1, seed=23,
-    )  # fmt: skip
+        log_dir,
+        topics=(("ledger", 2),),
+        records=5000,
+        keys=250,
+        codec="mixed",
+        batch_records=(1, 12),
+        segment_bytes=GENERATED_SEGMENT_BYTES,
+        tombstone_ratio=0.15,
+        transactions=0.45,
+        idempotent=0.25,
+        abort_ratio=0.35,
+        txn_producers=4,
+        idempotent_producers=2,
+        txn_batches=3,
+        headers=1,
+        seed=23,
+    )
     checkpoint = os.path.join(log_dir, "cleaner-offset-checkpoint")
     out = []
     for n, now in enumerate(NOWS):
@@ -65,8 +87,14 @@ def rounds(tmp_path_factory):
         if os.path.exists(checkpoint):
             os.remove(checkpoint)  # runTwoPassClean: every pass cleans from offset 0
         before = {p: snapshot(os.path.join(log_dir, p)) for p in _parts(log_dir)}
-        code, report, err = run_job(log_dir, "--now-ms", str(now), "--segment-bytes", str(SEGMENT_BYTES[n]),
-                                    report=str(root / f"report-{n}.json"))  # fmt: skip
+        code, report, err = run_job(
+            log_dir,
+            "--now-ms",
+            str(now),
+            "--segment-bytes",
+            str(SEGMENT_BYTES[n]),
+            report=str(root / f"report-{n}.json"),
+        )
         assert code == 0, err
         after = {p: snapshot(os.path.join(log_dir, p)) for p in _parts(log_dir)}
         out.append((now, before, after, report))
@@ -81,8 +109,11 @@ def _dry_run_after_first_round(log_dir, now):
     from compaction.cli.options import parse_args
     from compaction.round import run
 
-    code, report = run(parse_args(["--log-dir", log_dir, "--now-ms", str(now), "--plan-only",
-                                   "--min-cleanable-dirty-ratio", "0"]))  # fmt: skip
+    code, report = run(
+        parse_args(
+            ["--log-dir", log_dir, "--now-ms", str(now), "--plan-only", "--min-cleanable-dirty-ratio", "0"]
+        )
+    )
     assert code == 0
     return report
 
@@ -194,7 +225,9 @@ def test_tombstones_and_markers_leave_when_the_rules_say(rounds):
     for part in out[0][1]:
         r1, r2, r3 = (o[2][part] for o in out)
         assert tomb(r1) and tomb(r2) == tomb(r1)  # one ms before the horizon they are all still there
-        assert all(b.horizon == NOW + R for b in below(r1) if not b.control and any(r[3] is None for r in b.records))
+        assert all(
+            b.horizon == NOW + R for b in below(r1) if not b.control and any(r[3] is None for r in b.records)
+        )
         assert tomb(r3) == []
         assert len(markers(r1)) == len(markers(out[0][1][part]))  # round 1 keeps every marker
         with_horizon = [b for b in markers(r2) if b.horizon is not None]
@@ -219,7 +252,6 @@ def test_everything_decodes_with_our_reader_too(rounds):
 # --- an open transaction bounds the round (docs/kafka-rules.md#last-stable-offset, #cleanable-range) --------
 
 
-
 def _open_a_transaction(part_dir: str) -> int:
     """Make the transaction of the next-to-last segment's first transactional batch open (no marker
     up to the end of the log) by removing its producer's later batches, as if the log ended while
@@ -228,16 +260,20 @@ def _open_a_transaction(part_dir: str) -> int:
     seg = decode_batches(logs[-2])
     first = next(b for b in seg if b.txn and not b.control)
     for log in logs[-2:]:
-        kept = [raw for base, raw in v2_batches(open(log, "rb").read())
-                if not (decode_batches_raw(raw).pid == first.pid and base > first.base)]  # fmt: skip
+        kept = [
+            raw
+            for base, raw in v2_batches(open(log, "rb").read())
+            if not (decode_batches_raw(raw).pid == first.pid and base > first.base)
+        ]
         with open(log, "wb") as fh:
             fh.write(b"".join(kept))
         stem = log[: -len(".log")]
         for suffix in (".index", ".timeindex"):  # positions changed: let them be rebuilt
             if os.path.exists(stem + suffix):
                 os.remove(stem + suffix)
-        entries = [e for e in read_txn_entries(stem + ".txnindex")
-                   if not (e[0] == first.pid and e[2] > first.base)]  # fmt: skip
+        entries = [
+            e for e in read_txn_entries(stem + ".txnindex") if not (e[0] == first.pid and e[2] > first.base)
+        ]
         if os.path.exists(stem + ".txnindex"):
             with open(stem + ".txnindex", "wb") as fh:
                 fh.write(b"".join(TXN_ENTRY.pack(0, *e) for e in entries))
@@ -253,8 +289,16 @@ def _open_a_transaction(part_dir: str) -> int:
 
 def decode_batches_raw(raw: bytes) -> KBatch:
     b = MemoryRecords(raw).next_batch()
-    return KBatch(b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, bool(b.is_transactional),
-                  bool(b.is_control_batch), None, ())  # fmt: skip
+    return KBatch(
+        b.base_offset,
+        b.last_offset,
+        b.producer_id,
+        b.producer_epoch,
+        bool(b.is_transactional),
+        bool(b.is_control_batch),
+        None,
+        (),
+    )
 
 
 # Both paths re-plan a partition whose scan finds an open transaction below the planned bound: a
@@ -268,15 +312,28 @@ def open_txn(tmp_path_factory, request):
     root = tmp_path_factory.mktemp(f"open-txn-{request.param}")
     log_dir = str(root / "logs")
     generate_log_dir(
-        log_dir, topics=(("ledger", 1),), records=3000, keys=150, codec="none", batch_records=(1, 12),
-        segment_bytes=40_000, tombstone_ratio=0.1, transactions=0.5, idempotent=0.2, abort_ratio=0.3,
-        txn_producers=4, txn_batches=3, seed=5,
-    )  # fmt: skip
+        log_dir,
+        topics=(("ledger", 1),),
+        records=3000,
+        keys=150,
+        codec="none",
+        batch_records=(1, 12),
+        segment_bytes=40_000,
+        tombstone_ratio=0.1,
+        transactions=0.5,
+        idempotent=0.2,
+        abort_ratio=0.3,
+        txn_producers=4,
+        txn_batches=3,
+        seed=5,
+    )
     part_dir = os.path.join(log_dir, "ledger-0")
     first_unstable = _open_a_transaction(part_dir)
     before = snapshot(part_dir)
     raw_before = {log: open(log, "rb").read() for log in segment_logs(part_dir)}
-    code, report, err = run_job(log_dir, "--now-ms", str(NOW), *PATHS[request.param], report=str(root / "report.json"))
+    code, report, err = run_job(
+        log_dir, "--now-ms", str(NOW), *PATHS[request.param], report=str(root / "report.json")
+    )
     assert code == 0, err
     assert bool(report["timings"].get("rangesSeconds")) == (request.param == "ranges"), report["timings"]
     return part_dir, first_unstable, before, raw_before, report

@@ -42,25 +42,51 @@ SEGMENT_BYTES = 8192
 RETENTION_MS = 2000  # short: the next round, half a minute later, is past every horizon
 ROUNDS = 3
 TOPIC_CONFIGS = {
-    "cleanup.policy": "compact", "internal.segment.bytes": SEGMENT_BYTES,
-    "delete.retention.ms": RETENTION_MS, "min.cleanable.dirty.ratio": 0.01,
-}  # fmt: skip
-JOB_ARGS = ("--segment-bytes", str(SEGMENT_BYTES), "--delete-retention-ms", str(RETENTION_MS),
-            "--min-cleanable-dirty-ratio", "0.01", "--topics", "(?!__).*")  # fmt: skip
+    "cleanup.policy": "compact",
+    "internal.segment.bytes": SEGMENT_BYTES,
+    "delete.retention.ms": RETENTION_MS,
+    "min.cleanable.dirty.ratio": 0.01,
+}
+JOB_ARGS = (
+    "--segment-bytes",
+    str(SEGMENT_BYTES),
+    "--delete-retention-ms",
+    str(RETENTION_MS),
+    "--min-cleanable-dirty-ratio",
+    "0.01",
+    "--topics",
+    "(?!__).*",
+)
 TRANSACTIONAL = 0x10
 CLEANER_ON = {"log.cleaner.enable": "true", "log.cleaner.backoff.ms": 100, "log.segment.delete.delay.ms": 0}
 MATRIX = [f"{c}-{m}" for c in CODECS for m in MODES]
 LOG_APPEND = "gzip-txn-logappend"  # a cell more: the broker stamps LogAppendTime on every batch
 MATRIX.append(LOG_APPEND)
 MIXED = "mixed"
-WORDS = ("order", "shipped", "customer", "amount", "currency", "EUR", "status", "pending", "address",
-         "street", "city", "total", "discount", "item", "quantity", "warehouse")  # fmt: skip
+WORDS = (
+    "order",
+    "shipped",
+    "customer",
+    "amount",
+    "currency",
+    "EUR",
+    "status",
+    "pending",
+    "address",
+    "street",
+    "city",
+    "total",
+    "discount",
+    "item",
+    "quantity",
+    "warehouse",
+)
 
 
 def _value(rng: random.Random, i: int) -> bytes:
     """JSON-like text, compressible as real payloads are."""
-    return ('{"seq":%d,%s}' % (i, ",".join(f'"{rng.choice(WORDS)}":"{rng.choice(WORDS)}"'
-                                           for _ in range(rng.randint(2, 14))))).encode()  # fmt: skip
+    fields = ",".join(f'"{rng.choice(WORDS)}":"{rng.choice(WORDS)}"' for _ in range(rng.randint(2, 14)))
+    return f'{{"seq":{i},{fields}}}'.encode()
 
 
 def _matrix_script(s: Script, rng: random.Random) -> None:
@@ -70,8 +96,9 @@ def _matrix_script(s: Script, rng: random.Random) -> None:
         s.topic(topic, 2, **TOPIC_CONFIGS, **timestamps)
         s.producer("p", compression_type=codec, linger_ms=2, batch_size=2048)
         if mode == "txn":
-            s.producer("t", compression_type=codec, linger_ms=2, batch_size=2048,
-                       transactional_id=f"tx-{topic}").init("t")  # fmt: skip
+            s.producer(
+                "t", compression_type=codec, linger_ms=2, batch_size=2048, transactional_id=f"tx-{topic}"
+            ).init("t")
         seq = 0
         for block in range(24):
             txn = mode == "txn" and block % 2 == 1
@@ -97,17 +124,31 @@ def _mixed_script(s: Script, rng: random.Random) -> None:
     s.topic(MIXED, 3, **TOPIC_CONFIGS)
     for codec in CODECS:
         s.producer(f"idem-{codec}", compression_type=codec, linger_ms=2, batch_size=4096)
-        s.producer(f"plain-{codec}", compression_type=codec, linger_ms=2, batch_size=4096, acks=1,
-                   enable_idempotence="false")  # fmt: skip
-    s.producer("tx", compression_type="lz4", transactional_id="tx-mixed", linger_ms=2, batch_size=4096).init("tx")
+        s.producer(
+            f"plain-{codec}",
+            compression_type=codec,
+            linger_ms=2,
+            batch_size=4096,
+            acks=1,
+            enable_idempotence="false",
+        )
+    s.producer("tx", compression_type="lz4", transactional_id="tx-mixed", linger_ms=2, batch_size=4096).init(
+        "tx"
+    )
     for block in range(40):
         name = rng.choice([f"{kind}-{codec}" for kind in ("idem", "plain") for codec in CODECS] + ["tx"])
         if name == "tx":
             s.begin("tx")
         for i in range(rng.randint(5, 30)):
             value = None if rng.random() < 0.1 else _value(rng, block * 100 + i)
-            s.send(name, MIXED, rng.randint(0, 2), b"m-%02d" % rng.randint(0, 60), value,
-                   headers=(("block", b"%d" % block),))  # fmt: skip
+            s.send(
+                name,
+                MIXED,
+                rng.randint(0, 2),
+                b"m-%02d" % rng.randint(0, 60),
+                value,
+                headers=(("block", b"%d" % block),),
+            )
         if name == "tx":
             s.abort("tx") if block % 3 == 0 else s.commit("tx")
         else:
@@ -123,8 +164,9 @@ def _partitions(topics) -> list[tuple[str, int]]:
 
 def _snapshot(log_dir: Path, dest: Path) -> None:
     for topic, part in _partitions([*MATRIX, MIXED]):
-        shutil.copytree(log_dir / f"{topic}-{part}", dest / f"{topic}-{part}",
-                        ignore=shutil.ignore_patterns("*.deleted"))  # fmt: skip
+        shutil.copytree(
+            log_dir / f"{topic}-{part}", dest / f"{topic}-{part}", ignore=shutil.ignore_patterns("*.deleted")
+        )
     shutil.copy2(log_dir / "cleaner-offset-checkpoint", dest / "cleaner-offset-checkpoint")
 
 
@@ -167,7 +209,7 @@ def rounds(tmp_path_factory):
     yield root, stamped
 
 
-@pytest.mark.parametrize("cell", [f"{t}-{p}" for t, p in _partitions(MATRIX + [MIXED])])
+@pytest.mark.parametrize("cell", [f"{t}-{p}" for t, p in _partitions([*MATRIX, MIXED])])
 @pytest.mark.parametrize("round_no", range(1, ROUNDS + 1))
 def test_kafka_cleaner_and_ours_agree(rounds, cell, round_no):
     root, stamped = rounds
@@ -192,14 +234,18 @@ def _file_records(part_dir: Path) -> list[tuple]:
     aborted = []
     for path in sorted(part_dir.glob("*.txnindex")):
         data = path.read_bytes()
-        aborted += [TXNINDEX_ENTRY.unpack_from(data, i)[1:4] for i in range(0, len(data), TXNINDEX_ENTRY.size)]
+        aborted += [
+            TXNINDEX_ENTRY.unpack_from(data, i)[1:4] for i in range(0, len(data), TXNINDEX_ENTRY.size)
+        ]
     out = []
     for path in sorted(part_dir.glob("*.log")):
         for batch in logdiff.read_batches(path):
             h = batch.header()
             if h["attributes"] & logdiff.CONTROL:
                 continue
-            in_aborted = any(pid == h["producer_id"] and first <= h["base_offset"] <= end for pid, first, end in aborted)
+            in_aborted = any(
+                pid == h["producer_id"] and first <= h["base_offset"] <= end for pid, first, end in aborted
+            )
             if h["attributes"] & TRANSACTIONAL and in_aborted:
                 continue
             out += batch.records()
@@ -207,7 +253,9 @@ def _file_records(part_dir: Path) -> list[tuple]:
 
 
 def _log_end(part_dir: Path) -> int:
-    return max((b.last_offset + 1 for p in part_dir.glob("*.log") for b in logdiff.read_batches(p)), default=0)
+    return max(
+        (b.last_offset + 1 for p in part_dir.glob("*.log") for b in logdiff.read_batches(p)), default=0
+    )
 
 
 def _more_script(rng: random.Random) -> tuple[Script, dict]:
@@ -219,8 +267,9 @@ def _more_script(rng: random.Random) -> tuple[Script, dict]:
         parts = 3 if topic == MIXED else 2
         codec = "lz4" if topic == MIXED else topic.split("-")[0]
         s.producer("more", compression_type=codec, linger_ms=2, batch_size=2048)
-        s.producer("tx", compression_type=codec, transactional_id=f"tx-{topic}", linger_ms=2,
-                   batch_size=2048).init("tx")  # fmt: skip
+        s.producer(
+            "tx", compression_type=codec, transactional_id=f"tx-{topic}", linger_ms=2, batch_size=2048
+        ).init("tx")
         for block in range(12):
             name = "tx" if block % 3 else "more"
             if name == "tx":
@@ -250,9 +299,11 @@ def served(rounds):
     broker = Broker(root / "ours", {})
     topics = [*MATRIX, MIXED]
     parts = {tp: broker.log_dir / f"{tp[0]}-{tp[1]}" for tp in _partitions(topics)}
-    out = {"clean_shutdown_file": (broker.log_dir / ".kafka_cleanshutdown").exists(),
-           "files": {tp: _file_records(d) for tp, d in parts.items()},
-           "log_end": {tp: _log_end(d) for tp, d in parts.items()}}  # fmt: skip
+    out = {
+        "clean_shutdown_file": (broker.log_dir / ".kafka_cleanshutdown").exists(),
+        "files": {tp: _file_records(d) for tp, d in parts.items()},
+        "log_end": {tp: _log_end(d) for tp, d in parts.items()},
+    }
     script, out["committed"] = _more_script(random.Random(7))
     try:
         broker.start()

@@ -35,20 +35,35 @@ ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def _submit(logs, *args, cwd=REPO):
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-           "--log-dir", str(logs), "--now-ms", str(NOW), *args]  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        str(logs),
+        "--now-ms",
+        str(NOW),
+        *args,
+    ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
 def _series(path) -> dict:
     """{(name, labels): value} of a metrics file, by Prometheus' own parser."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(open(path).read()) for s in fam.samples}  # fmt: skip
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(open(path).read())
+        for s in fam.samples
+    }
 
 
 def _value(series: dict, name: str, **labels) -> float:
-    (value,) = [v for (n, ls), v in series.items() if n == name and all((k, w) in ls for k, w in labels.items())]
+    (value,) = [
+        v for (n, ls), v in series.items() if n == name and all((k, w) in ls for k, w in labels.items())
+    ]
     return value
 
 
@@ -58,23 +73,65 @@ def runs(tmp_path_factory):
     selection, all over one log dir, with the same metrics file."""
     root = tmp_path_factory.mktemp("ops")
     logs = root / "kafka-logs"
-    subprocess.run([sys.executable, "-m", "compaction", "generate", str(logs), "--topics", "orders:2,users:1",
-                    "--records", "4000", "--keys", "300", "--codec", "mixed", "--segment-bytes", "30k",
-                    "--seed", "7"], check=True, cwd=REPO, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "generate",
+            str(logs),
+            "--topics",
+            "orders:2,users:1",
+            "--records",
+            "4000",
+            "--keys",
+            "300",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "30k",
+            "--seed",
+            "7",
+        ],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     corrupt_first_batch(logs / "users-0")
     prom = root / "textfile" / "kafka_compaction.prom"
     prom.parent.mkdir()
     out = {"root": root, "logs": logs, "prom": prom}
     out["dry"] = _submit(logs, "--dry-run", "--metrics-file", str(prom), "--report", str(root / "dry.json"))
-    out["real"] = _submit("kafka-logs", "--metrics-file", str(prom), "--report", str(root / "real.json"),
-                          "--report-html", str(root / "real.html"), "--segment-bytes", "1g",
-                          "--max-message-bytes", "2m", "--io-max-bytes-per-second", "1g", cwd=root)  # fmt: skip
+    out["real"] = _submit(
+        "kafka-logs",
+        "--metrics-file",
+        str(prom),
+        "--report",
+        str(root / "real.json"),
+        "--report-html",
+        str(root / "real.html"),
+        "--segment-bytes",
+        "1g",
+        "--max-message-bytes",
+        "2m",
+        "--io-max-bytes-per-second",
+        "1g",
+        cwd=root,
+    )
     out["after_real"] = prom.read_text()
     out["hashes"] = tree_hashes(str(logs))
     out["typo"] = _submit(logs, "--topics", "ordrs", "--metrics-file", str(prom))
     out["after_typo"] = prom.read_text()
-    out["allowed"] = _submit(logs, "--topics", "ordrs", "--allow-empty", "--metrics-file", str(prom),
-                             "--report", str(root / "empty.json"))  # fmt: skip
+    out["allowed"] = _submit(
+        logs,
+        "--topics",
+        "ordrs",
+        "--allow-empty",
+        "--metrics-file",
+        str(prom),
+        "--report",
+        str(root / "empty.json"),
+    )
     return out
 
 
@@ -85,7 +142,10 @@ def test_a_failed_rounds_page_cannot_be_missed_and_says_where_and_how_it_ran(run
     dom = Page(headless_chromium.dump_dom(chromium, (runs["root"] / "real.html").as_uri()))
     # The banner is the page's first element in <main>, with the failed partition named.
     tags = [(t, a) for t, a in dom.elements if t in ("main", "div", "header", "h1")]
-    assert tags[0][0] == "main" and tags[1] == ("div", {"id": "outcome", "class": "banner failed", "role": "alert"})
+    assert tags[0][0] == "main" and tags[1] == (
+        "div",
+        {"id": "outcome", "class": "banner failed", "role": "alert"},
+    )
     text = " ".join(dom.text)
     assert re.search(r"FAILED\s+1 of 3 partitions failed: users-0; listed first below", text)
     assert "FAILED" in next(t for t in dom.text if "Compaction round" in t)  # the tab's title too
@@ -117,14 +177,21 @@ def test_the_summary_speaks_the_truth_of_each_mode(runs):
         lines = out.splitlines()
         head = next(i for i, line in enumerate(lines) if line.startswith("partition "))
         assert freed in lines[head]
-        assert [line.split()[0] for line in lines[head + 1 : head + 4]] == ["users-0", "orders-0", "orders-1"] or \
-            [line.split()[0] for line in lines[head + 1 : head + 4]] == ["users-0", "orders-1", "orders-0"]
+        assert [line.split()[0] for line in lines[head + 1 : head + 4]] == [
+            "users-0",
+            "orders-0",
+            "orders-1",
+        ] or [line.split()[0] for line in lines[head + 1 : head + 4]] == ["users-0", "orders-1", "orders-0"]
         assert lines[head + 1].split()[1] == "failed"
     totals = next(line for line in real.splitlines() if "round done" in line)
     assert "reclaimed" in totals and "reclaimable" not in totals and "dry run" not in totals
     assert re.search(r"2 cleaned, 0 skipped, 1 failed", totals)
     dry_totals = next(line for line in dry.splitlines() if "dry run done" in line)
-    assert "MB written" not in dry_totals and "reclaimable" in dry_totals and dry_totals.endswith("nothing written")
+    assert (
+        "MB written" not in dry_totals
+        and "reclaimable" in dry_totals
+        and dry_totals.endswith("nothing written")
+    )
     # A partition's Kafka-style line is timed over its whole task (scan, map, rewrite).
     cleaned = [p for p in report["partitions"] if p["status"] == "cleaned"]
     assert sum(p["seconds"] for p in cleaned) > report["timings"]["taskRewriteSeconds"]
@@ -140,7 +207,11 @@ def test_plan_only_calls_eligible_partitions_eligible(runs, tmp_path):
     status = {f"{p['topic']}-{p['partition']}": p["status"] for p in report["partitions"]}
     assert status == {"users-0": "eligible", "orders-0": "skipped", "orders-1": "skipped"}
     out = proc.stdout + proc.stderr
-    assert "plan done" in out and "1 eligible, 2 skipped" in out and "reclaimable" not in out.split("plan done")[1]
+    assert (
+        "plan done" in out
+        and "1 eligible, 2 skipped" in out
+        and "reclaimable" not in out.split("plan done")[1]
+    )
     assert "users-0: eligible (plan only): a round would take it" in out
 
 
@@ -164,15 +235,20 @@ def test_an_allowed_empty_selection_exits_0_and_is_no_success(runs):
 
 
 def _series_text(text: str) -> dict:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def test_metrics_carry_the_log_dir_and_a_dry_run_has_its_own_file(runs):
     prom, dry = runs["prom"], runs["prom"].parent / "kafka_compaction.dry-run.prom"
     assert sorted(os.listdir(prom.parent)) == ["kafka_compaction.dry-run.prom", "kafka_compaction.prom"]
     real_series, dry_series = _series_text(runs["after_real"]), _series(dry)
-    assert {dict(k[1])["round"] for k in real_series} == {str(runs["logs"])}  # absolute, though typed relative
+    assert {dict(k[1])["round"] for k in real_series} == {
+        str(runs["logs"])
+    }  # absolute, though typed relative
     assert {dict(k[1])["mode"] for k in real_series} == {"round"}
     assert {dict(k[1])["mode"] for k in dry_series} == {"dry_run"}
     assert not set(real_series) & set(dry_series)  # one collector reads both files
@@ -187,8 +263,19 @@ def test_two_log_dirs_on_one_host_write_distinct_series(runs, tmp_path):
     proc = _submit(other, "--topics", "none", "--allow-empty", "--metrics-file", str(prom))
     assert proc.returncode == 0, proc.stderr[-3000:]
     named = tmp_path / "named.prom"
-    assert _submit(other, "--topics", "none", "--allow-empty", "--metrics-file", str(named),
-                   "--metrics-name", "eu-west-broker-3").returncode == 0  # fmt: skip
+    assert (
+        _submit(
+            other,
+            "--topics",
+            "none",
+            "--allow-empty",
+            "--metrics-file",
+            str(named),
+            "--metrics-name",
+            "eu-west-broker-3",
+        ).returncode
+        == 0
+    )
     mine, theirs = _series_text(runs["after_real"]), _series(prom)
     assert mine.keys().isdisjoint(theirs.keys())
     assert {dict(k[1])["round"] for k in theirs} == {str(other)}
@@ -218,6 +305,13 @@ def test_the_command_line_of_a_mature_tool(runs):
     size = _submit(logs, "--segment-bytes", "1q")
     assert size.returncode == 2 and "512m, 1g" in size.stderr
     for command in ("compact", "dump", "generate"):
-        proc = subprocess.run([sys.executable, "-m", "compaction", command, "--version"], capture_output=True,
-                              text=True, cwd=REPO)  # fmt: skip
-        assert proc.returncode == 0 and proc.stdout.startswith("kafka-offline-compaction "), (command, proc.stderr)
+        proc = subprocess.run(
+            [sys.executable, "-m", "compaction", command, "--version"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert proc.returncode == 0 and proc.stdout.startswith("kafka-offline-compaction "), (
+            command,
+            proc.stderr,
+        )

@@ -19,7 +19,15 @@ import sys
 import time
 
 import pytest
-from e2ekit import REPO, SUBMIT, cleanable_bound, corrupt_first_batch, decode_partition, latest_per_key, tree_hashes
+from e2ekit import (
+    REPO,
+    SUBMIT,
+    cleanable_bound,
+    corrupt_first_batch,
+    decode_partition,
+    latest_per_key,
+    tree_hashes,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 NOW = 1_800_000_000_000
@@ -39,11 +47,29 @@ def log_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("operator")
     path = root / "kafka-logs"
     subprocess.run(
-        [sys.executable, "-m", "compaction", "generate", str(path), "--topics", "orders:2,users:1",
-         "--records", "4000", "--keys", "300", "--codec", "mixed", "--segment-bytes", "30000",
-         "--seed", "11"],
-        check=True, cwd=REPO, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "generate",
+            str(path),
+            "--topics",
+            "orders:2,users:1",
+            "--records",
+            "4000",
+            "--keys",
+            "300",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "30000",
+            "--seed",
+            "11",
+        ],
+        check=True,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+    )
     return path
 
 
@@ -66,20 +92,30 @@ USAGE_ERRORS = [
     ("not-kafka", ["--log-dir", "{root}/notes"], ["not a Kafka log dir"]),
     ("regex", ["--log-dir", "{log}", "--topics", "orders("], ["--topics", "not a regular expression"]),
     ("ratio", ["--log-dir", "{log}", "--min-cleanable-dirty-ratio", "5"], ["min.cleanable.dirty.ratio=5.0"]),
-    ("config-line", ["--log-dir", "{log}", "--topic-config", "{root}/bad.properties"],
-     ["{root}/bad.properties line 1: "]),
-    ("report-dir", ["--log-dir", "{log}", "--report", "{root}/no/such/dir/r.json"],
-     ["--report", "does not exist"]),
-    ("report-html-dir", ["--log-dir", "{log}", "--dry-run", "--report-html", "{root}/no/such/dir/r.html"],
-     ["--report-html {root}/no/such/dir/r.html", "does not exist"]),
+    (
+        "config-line",
+        ["--log-dir", "{log}", "--topic-config", "{root}/bad.properties"],
+        ["{root}/bad.properties line 1: "],
+    ),
+    (
+        "report-dir",
+        ["--log-dir", "{log}", "--report", "{root}/no/such/dir/r.json"],
+        ["--report", "does not exist"],
+    ),
+    (
+        "report-html-dir",
+        ["--log-dir", "{log}", "--dry-run", "--report-html", "{root}/no/such/dir/r.html"],
+        ["--report-html {root}/no/such/dir/r.html", "does not exist"],
+    ),
     ("unknown-flag", ["--log-dir", "{log}", "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
     ("no-java", ["--log-dir", "{log}"], ["no Java found", "JAVA_HOME"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, args, words", USAGE_ERRORS, ids=[u[0] for u in USAGE_ERRORS])
-def test_usage_errors_exit_2_with_one_line_before_any_jvm_and_write_nothing(log_dir, no_java, name, args,
-                                                                           words):  # fmt: skip
+def test_usage_errors_exit_2_with_one_line_before_any_jvm_and_write_nothing(
+    log_dir, no_java, name, args, words
+):
     root = log_dir.parent
     (root / "empty").mkdir(exist_ok=True)
     (root / "notes").mkdir(exist_ok=True)
@@ -89,8 +125,14 @@ def test_usage_errors_exit_2_with_one_line_before_any_jvm_and_write_nothing(log_
     fill = {"log": str(log_dir), "root": str(root)}
     for label, cmd in _entry_points():
         t = time.monotonic()
-        proc = subprocess.run([*cmd, *(a.format(**fill) for a in args)], capture_output=True, text=True,
-                              env=no_java, cwd=REPO, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [*cmd, *(a.format(**fill) for a in args)],
+            capture_output=True,
+            text=True,
+            env=no_java,
+            cwd=REPO,
+            timeout=60,
+        )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2, (label, proc.stderr)
         assert len(lines) == 1 and "error: " in lines[0], (label, proc.stderr)
@@ -102,13 +144,24 @@ def test_usage_errors_exit_2_with_one_line_before_any_jvm_and_write_nothing(log_
 
 def test_help_and_version_need_no_java(no_java):
     for label, cmd in _entry_points():
-        proc = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=no_java, cwd=REPO,
-                              timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [*cmd, "--help"], capture_output=True, text=True, env=no_java, cwd=REPO, timeout=60
+        )
         assert proc.returncode == 0, (label, proc.stderr)
         out = proc.stdout
-        for needle in ("--log-dir", "--dry-run", "--report-html", "--metrics-file", "--log-format",
-                       "--driver-memory", "'--opt=value'", "Exit codes:", "Environment:", "JAVA_HOME",
-                       "SPARK_HOME"):  # fmt: skip
+        for needle in (
+            "--log-dir",
+            "--dry-run",
+            "--report-html",
+            "--metrics-file",
+            "--log-format",
+            "--driver-memory",
+            "'--opt=value'",
+            "Exit codes:",
+            "Environment:",
+            "JAVA_HOME",
+            "SPARK_HOME",
+        ):
             assert needle in out, (label, needle)
         version = subprocess.run([*cmd, "--version"], capture_output=True, text=True, env=no_java, cwd=REPO)
         assert version.returncode == 0 and version.stdout.startswith("kafka-offline-compaction "), label
@@ -133,11 +186,29 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     cmd = [CONSOLE, "compact"] if os.path.exists(CONSOLE) else [sys.executable, "-m", "compaction", "compact"]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "KAFKA_COMPACTION_PROGRESS_SECONDS": "0.2"}
     proc = subprocess.run(
-        [*cmd, "--master=local[2]", "--driver-memory=1g", "--conf", "spark.ui.enabled=false",
-         "--log-dir", str(work), "--now-ms", str(NOW), "--report", str(report), "--log-format", "json",
-         "--metrics-file", str(prom)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=500,
-    )  # fmt: skip
+        [
+            *cmd,
+            "--master=local[2]",
+            "--driver-memory=1g",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--log-dir",
+            str(work),
+            "--now-ms",
+            str(NOW),
+            "--report",
+            str(report),
+            "--log-format",
+            "json",
+            "--metrics-file",
+            str(prom),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=500,
+    )
     assert proc.returncode == 1, proc.stderr[-4000:]  # one partition failed, the others cleaned
     # spark-submit runs the Python driver with its stderr joined to its stdout (PythonRunner)
     ours = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"time"')]
@@ -161,7 +232,10 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
     # the result itself, decoded by kafka-python
     data = json.loads(report.read_text())
     assert sorted((p["topic"], p["partition"], p["status"]) for p in data["partitions"]) == [
-        ("orders", 0, "cleaned"), ("orders", 1, "cleaned"), ("users", 0, "failed")]
+        ("orders", 0, "cleaned"),
+        ("orders", 1, "cleaned"),
+        ("users", 0, "failed"),
+    ]
     for p in data["partitions"]:
         if p["topic"] == "orders":
             name = f"orders-{p['partition']}"
@@ -170,14 +244,19 @@ def test_a_round_through_kafka_compaction_compact(log_dir, tmp_path):
             want = latest_per_key(before[name], bounds[name])
             assert {r.key: r for r in after if r.offset < bounds[name]} == want
             assert len([r for r in after if r.offset < bounds[name]]) == len(want)
-            assert [r for r in after if r.offset >= bounds[name]] == [r for r in before[name] if r.offset >= bounds[name]]
+            assert [r for r in after if r.offset >= bounds[name]] == [
+                r for r in before[name] if r.offset >= bounds[name]
+            ]
     assert tree_hashes(str(work / "users-0")) == damaged
     assert not (work / ".compaction.lock").exists()
     # the metrics file, read by Prometheus' own parser
     families = list(text_string_to_metric_families(prom.read_text()))
     assert {s.labels["round"] for fam in families for s in fam.samples} == {str(work)}  # absolute
-    samples = {(s.name, tuple((k, v) for k, v in s.labels.items() if k not in ("round", "mode"))): s.value
-               for fam in families for s in fam.samples}  # fmt: skip
+    samples = {
+        (s.name, tuple((k, v) for k, v in s.labels.items() if k not in ("round", "mode"))): s.value
+        for fam in families
+        for s in fam.samples
+    }
     assert samples[("kafka_compaction_last_run_exit_code", ())] == 1
     assert samples[("kafka_compaction_last_run_partitions", (("status", "cleaned"),))] == 2
     assert samples[("kafka_compaction_last_run_partitions", (("status", "failed"),))] == 1

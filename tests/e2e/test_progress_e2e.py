@@ -25,17 +25,40 @@ MB = 1_048_576
 @pytest.fixture()
 def big_partition(tmp_path):
     """One partition of ~20 MB in 5 segments: compacted whole, in one task."""
-    generate_log_dir(str(tmp_path / "logs"), topics=(("orders", 1),), records=24_000, keys=500,
-                     value_size=(1000, 1000), segment_bytes=4 * MB, seed=5)  # fmt: skip
+    generate_log_dir(
+        str(tmp_path / "logs"),
+        topics=(("orders", 1),),
+        records=24_000,
+        keys=500,
+        value_size=(1000, 1000),
+        segment_bytes=4 * MB,
+        seed=5,
+    )
     return tmp_path
 
 
 def _round(root, *args, **popen):
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "KAFKA_COMPACTION_PROGRESS_SECONDS": "0.3",
-           "KAFKA_COMPACTION_IO_THROTTLE_FILE": str(root / "throttle")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "KAFKA_COMPACTION_PROGRESS_SECONDS": "0.3",
+        "KAFKA_COMPACTION_IO_THROTTLE_FILE": str(root / "throttle"),
+    }
     env.pop("KAFKA_COMPACTION_PROGRESS_TTY", None)
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", str(root / "logs"),
-           "--now-ms", str(NOW), "--io-max-bytes-per-second", "6m", *args]  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        str(root / "logs"),
+        "--now-ms",
+        str(NOW),
+        "--io-max-bytes-per-second",
+        "6m",
+        *args,
+    ]
     return cmd, env
 
 
@@ -43,7 +66,9 @@ def test_progress_lines_show_the_executors_bytes_growing_inside_one_task(big_par
     cmd, env = _round(big_partition, "--log-format", "json", "--report", str(big_partition / "r.json"))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith('{"time"')]
+    rows = [
+        json.loads(line) for line in (proc.stdout + proc.stderr).splitlines() if line.startswith('{"time"')
+    ]
     progress = [r for r in rows if r.get("event") == "progress"]
     assert progress, rows[-5:]
     # While the one task runs (none done yet), from inside it: bytes read growing, the task running.
@@ -72,7 +97,9 @@ def test_a_live_bar_when_the_users_terminal_shows_the_output(big_partition):
     """spark-submit pipes the driver's output; the launcher sees the terminal and says so."""
     cmd, env = _round(big_partition)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env, cwd=REPO
+    )
     os.close(follower)
     out = b""
     while True:

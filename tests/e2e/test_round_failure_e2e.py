@@ -29,15 +29,30 @@ NOW = 1_800_000_000_000
 @pytest.mark.parametrize("stage", ["partitions", "ranges"])
 def test_an_aborted_spark_job_exits_75_with_the_report_written(tmp_path, stage):
     log_dir = str(tmp_path / "logs")
-    generate_log_dir(log_dir, topics=(("t", 3),), records=600, keys=40, codec="mixed", segment_bytes=6000,
-                     seed=11)  # fmt: skip
+    generate_log_dir(
+        log_dir, topics=(("t", 3),), records=600, keys=40, codec="mixed", segment_bytes=6000, seed=11
+    )
     before = tree_hashes(log_dir)
     report, page, metrics = (str(tmp_path / n) for n in ("report.json", "report.html", "metrics.prom"))
-    cmd = submit_cmd([log_dir], report, "--now-ms", str(NOW), "--report-html", page,
-                     "--metrics-file", metrics, "--conf", "spark.task.maxFailures=1",
-                     *(RANGES if stage == "ranges" else ()))  # fmt: skip
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "COMPACTION_CRASH_AT": "rewrite",
-           "COMPACTION_CRASH_HOW": "kill"}  # fmt: skip
+    cmd = submit_cmd(
+        [log_dir],
+        report,
+        "--now-ms",
+        str(NOW),
+        "--report-html",
+        page,
+        "--metrics-file",
+        metrics,
+        "--conf",
+        "spark.task.maxFailures=1",
+        *(RANGES if stage == "ranges" else ()),
+    )
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "COMPACTION_CRASH_AT": "rewrite",
+        "COMPACTION_CRASH_HOW": "kill",
+    }
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr  # spark-submit joins the Python driver's stderr to its stdout
     assert proc.returncode == 75, out[-6000:]
@@ -48,12 +63,15 @@ def test_an_aborted_spark_job_exits_75_with_the_report_written(tmp_path, stage):
     assert reason.startswith("the round's Spark job failed: TaskFailed: a task holding t-")
     assert "failed every attempt: SparkException: Job aborted due to stage failure" in reason
     assert "\n" not in reason and "Traceback" not in reason
-    assert [(e["partition"], e["status"], e["reason"]) for e in data["partitions"]] == \
-        [(i, "failed", reason) for i in range(3)]  # fmt: skip
+    assert [(e["partition"], e["status"], e["reason"]) for e in data["partitions"]] == [
+        (i, "failed", reason) for i in range(3)
+    ]
     assert (data["totals"]["failed"], data["totals"]["cleaned"], data["totals"]["bytesWritten"]) == (3, 0, 0)
 
-    prom = {re.sub(r'round="[^"]*",mode="round",?', "", k).replace("{}", ""): v
-            for k, v in (ln.rsplit(" ", 1) for ln in open(metrics).read().splitlines() if not ln.startswith("#"))}
+    prom = {
+        re.sub(r'round="[^"]*",mode="round",?', "", k).replace("{}", ""): v
+        for k, v in (ln.rsplit(" ", 1) for ln in open(metrics).read().splitlines() if not ln.startswith("#"))
+    }
     assert prom["kafka_compaction_last_run_exit_code"] == "75"
     assert prom['kafka_compaction_last_run_partitions{status="failed"}'] == "3"
     assert "The round failed (stages)" in open(page).read()

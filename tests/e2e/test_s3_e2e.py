@@ -66,8 +66,16 @@ def _download(client, bucket: str, dest: str) -> None:
 def rounds(s3_endpoint, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("s3"))
     local = os.path.join(root, "input")
-    generate_log_dir(local, topics=(("orders", 2),), records=1500, keys=60, codec="mixed",
-                     segment_bytes=8000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    generate_log_dir(
+        local,
+        topics=(("orders", 2),),
+        records=1500,
+        keys=60,
+        codec="mixed",
+        segment_bytes=8000,
+        tombstone_ratio=0.05,
+        seed=11,
+    )
     expected = {p: expected_after(os.path.join(local, p)) for p in parts(local)}
     client = _client(s3_endpoint)
     for bucket in ("clean", "crashed"):
@@ -99,13 +107,35 @@ def rounds(s3_endpoint, tmp_path_factory):
     report_path = os.path.join(root, "report.json")
     client.create_bucket(Bucket="reports")
     # Every partition cut into ranges, whose tasks meet through an exchange directory on S3 too.
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", uri["clean"],
-           "--log-dir", uri["crashed"], "--now-ms", str(NOW), "--report", report_path,
-           "--report-html", f"s3://{KEY}:{SECRET}@reports/round.html",
-           "--conf", "spark.kafka.compaction.partitionTaskMaxBytes=0",
-           "--conf", f"spark.kafka.compaction.exchangeDir=s3://{KEY}:{SECRET}@reports/exchange"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
-                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        uri["clean"],
+        "--log-dir",
+        uri["crashed"],
+        "--now-ms",
+        str(NOW),
+        "--report",
+        report_path,
+        "--report-html",
+        f"s3://{KEY}:{SECRET}@reports/round.html",
+        "--conf",
+        "spark.kafka.compaction.partitionTaskMaxBytes=0",
+        "--conf",
+        f"spark.kafka.compaction.exchangeDir=s3://{KEY}:{SECRET}@reports/exchange",
+    ]
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     report = json.load(open(report_path))
     err = crash_err + done.stdout + done.stderr
@@ -115,8 +145,17 @@ def rounds(s3_endpoint, tmp_path_factory):
         _download(client, bucket, out[bucket])
     page = client.get_object(Bucket="reports", Key="round.html")["Body"].read().decode()
     reports = sorted(o["Key"] for o in client.list_objects_v2(Bucket="reports").get("Contents", []))
-    return {"client": client, "expected": expected, "report": report, "err": err, "out": out,
-            "mid_crash": mid_crash, "root": root, "page": page, "reports": reports}  # fmt: skip
+    return {
+        "client": client,
+        "expected": expected,
+        "report": report,
+        "err": err,
+        "out": out,
+        "mid_crash": mid_crash,
+        "root": root,
+        "page": page,
+        "reports": reports,
+    }
 
 
 def test_the_crash_happened_mid_commit(rounds):
@@ -193,8 +232,18 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
     the active segment erased too, indexes valid, no object of ours left."""
     root = str(tmp_path)
     local = os.path.join(root, "input")
-    generate_log_dir(local, topics=(("orders", 2),), records=1500, keys=60, codec="mixed", segment_bytes=8000,
-                     tombstone_ratio=0.05, transactions=0.3, abort_ratio=0.3, seed=13)  # fmt: skip
+    generate_log_dir(
+        local,
+        topics=(("orders", 2),),
+        records=1500,
+        keys=60,
+        codec="mixed",
+        segment_bytes=8000,
+        tombstone_ratio=0.05,
+        transactions=0.3,
+        abort_ratio=0.3,
+        seed=13,
+    )
     listed = {b"key-000004", b"key-000021", b"key-000042"}
     keys = os.path.join(root, "keys.txt")
     with open(keys, "w") as fh:
@@ -204,10 +253,20 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
     client.upload_file(keys, "erase", "requests/keys.txt")  # read by the driver from the bucket
     env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
     report_path = os.path.join(root, "report.json")
-    erase = ["--now-ms", str(NOW), "--erase-keys", f"s3://{KEY}:{SECRET}@erase/requests/keys.txt", "--erase-only"]
+    erase = [
+        "--now-ms",
+        str(NOW),
+        "--erase-keys",
+        f"s3://{KEY}:{SECRET}@erase/requests/keys.txt",
+        "--erase-only",
+    ]
     mark = os.path.join(root, "crashed.mark")
-    proc = start_submit([f"s3://{KEY}:{SECRET}@erase/logs"], os.path.join(root, "crash-report.json"), *erase,
-                        env={**env, "COMPACTION_CRASH_AT": "deleted:2", "COMPACTION_CRASH_MARK": mark})  # fmt: skip
+    proc = start_submit(
+        [f"s3://{KEY}:{SECRET}@erase/logs"],
+        os.path.join(root, "crash-report.json"),
+        *erase,
+        env={**env, "COMPACTION_CRASH_AT": "deleted:2", "COMPACTION_CRASH_MARK": mark},
+    )
     deadline = time.monotonic() + 600
     while proc.poll() is None and not os.path.exists(mark) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -215,18 +274,35 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
     proc.wait(timeout=60)
     assert os.path.exists(mark), proc.stderr.read()[-4000:]
     assert [k for k in _objects(client, "erase") if k.endswith(".deleted")]  # killed mid-commit
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir",
-           f"s3://{KEY}:{SECRET}@erase/logs", "--report", report_path, *erase]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900,
-                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env})  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        f"s3://{KEY}:{SECRET}@erase/logs",
+        "--report",
+        report_path,
+        *erase,
+    ]
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **env},
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     out = os.path.join(root, "out")
     _download(client, "erase", out)
     for p in parts(local):
         part_dir = os.path.join(out, "logs", p)
         assert_loads(part_dir)
-        assert decode_partition(part_dir) == [r for r in decode_partition(os.path.join(local, p))
-                                              if r.key not in listed], p  # fmt: skip
+        assert decode_partition(part_dir) == [
+            r for r in decode_partition(os.path.join(local, p)) if r.key not in listed
+        ], p
     report = json.load(open(report_path))
     # The partition the crash left half-swapped is finished by recovery and erased again (nothing
     # left to erase there: skipped), the other erased now.
@@ -244,8 +320,16 @@ def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_
     versions as they were. The log dir is given as `s3a://`, Hadoop's name for the same bucket."""
     root = str(tmp_path)
     local = os.path.join(root, "input")
-    generate_log_dir(local, topics=(("orders", 2), ("payments", 1)), records=1500, keys=60, codec="none",
-                     segment_bytes=8000, tombstone_ratio=0.05, seed=17)  # fmt: skip
+    generate_log_dir(
+        local,
+        topics=(("orders", 2), ("payments", 1)),
+        records=1500,
+        keys=60,
+        codec="none",
+        segment_bytes=8000,
+        tombstone_ratio=0.05,
+        seed=17,
+    )
     listed = {b"key-000004", b"key-000021", b"key-000042"}
     keys = os.path.join(root, "keys.txt")
     with open(keys, "w") as fh:
@@ -254,14 +338,32 @@ def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_
     c.create_bucket(Bucket="versioned")
     c.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
     upload(c, "versioned", local, create=False)
-    upload(c, "versioned", os.path.join(local, "payments-0"), prefix="logs/payments-0/", create=False)  # 2 versions each
+    upload(
+        c, "versioned", os.path.join(local, "payments-0"), prefix="logs/payments-0/", create=False
+    )  # 2 versions each
     c.put_object(Bucket="versioned", Key="notes/readme.txt", Body=b"one")
     c.put_object(Bucket="versioned", Key="notes/readme.txt", Body=b"two")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "AWS_ENDPOINT_URL": s3_endpoint, "AWS_REGION": REGION,
-           "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     log_dir = f"s3a://{KEY}:{SECRET}@versioned/logs"
-    base = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", log_dir,
-            "--now-ms", str(NOW), "--topics", "orders"]  # fmt: skip
+    base = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        log_dir,
+        "--now-ms",
+        str(NOW),
+        "--topics",
+        "orders",
+    ]
 
     def others():
         vs, ms = versions(c, "versioned")
@@ -269,13 +371,17 @@ def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_
 
     def noncurrent_in_orders():
         vs, ms = versions(c, "versioned")
-        return [v["Key"] for v in vs if not v["IsLatest"] and v["Key"].startswith("logs/orders-")] + \
-               [m["Key"] for m in ms if m["Key"].startswith("logs/orders-")]  # fmt: skip
+        return [v["Key"] for v in vs if not v["IsLatest"] and v["Key"].startswith("logs/orders-")] + [
+            m["Key"] for m in ms if m["Key"].startswith("logs/orders-")
+        ]
 
     # 1. a plain round: said at WARN, and the replaced segments stay as noncurrent versions
     done = subprocess.run(base, capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-6000:]
-    assert "WARN" in done.stdout + done.stderr and "bucket versioned is versioned (Enabled)" in done.stdout + done.stderr
+    assert (
+        "WARN" in done.stdout + done.stderr
+        and "bucket versioned is versioned (Enabled)" in done.stdout + done.stderr
+    )
     assert noncurrent_in_orders(), "a round on a versioned bucket left no noncurrent version"
     untouched = others()
     assert any(key.startswith("logs/payments-0/") for key, _ in untouched)
@@ -289,8 +395,14 @@ def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_
     assert versions(c, "versioned") == before
     # 3. erasing with the purge
     report_path = os.path.join(root, "report.json")
-    done = subprocess.run(base + erase + ["--purge-noncurrent-versions", "--report", report_path],
-                          capture_output=True, text=True, cwd=REPO, timeout=900, env=env)  # fmt: skip
+    done = subprocess.run(
+        base + erase + ["--purge-noncurrent-versions", "--report", report_path],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=900,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     assert {e["status"] for e in json.load(open(report_path))["partitions"]} == {"cleaned"}
     assert noncurrent_in_orders() == []

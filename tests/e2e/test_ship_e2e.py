@@ -47,8 +47,9 @@ def wheel(tmp_path_factory):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(REPO, name), src / name)
-    shutil.copytree(os.path.join(REPO, "compaction"), src / "compaction",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        os.path.join(REPO, "compaction"), src / "compaction", ignore=shutil.ignore_patterns("__pycache__")
+    )
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(src)])
     (path,) = (root / "dist").glob("kafka_offline_compaction-*.whl")
     return path
@@ -60,8 +61,13 @@ def test_the_wheel_installs_one_top_level_package_with_the_launcher_and_the_appl
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"compaction"}
-    for needed in ("compaction/job.py", "compaction/cli/launcher.py", "compaction/log4j2.properties",
-                   "compaction/round.py", "compaction/kernels/scan.py"):  # fmt: skip
+    for needed in (
+        "compaction/job.py",
+        "compaction/cli/launcher.py",
+        "compaction/log4j2.properties",
+        "compaction/round.py",
+        "compaction/kernels/scan.py",
+    ):
         assert needed in names
     assert "kafka-compaction = compaction.__main__:main" in entry_points
 
@@ -104,9 +110,22 @@ def packed(wheel, tmp_path_factory):
     _run([_base_python(), "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel), "venv-pack"])
     archive = root / "env.tar.gz"
-    _run([str(venv / "bin" / "venv-pack"), "-q", "-p", str(venv), "--python-prefix", worker_prefix,
-          "--exclude", "lib/python*/site-packages/pyspark/*", "--compress-level", "1",
-          "-o", str(archive)])  # fmt: skip
+    _run(
+        [
+            str(venv / "bin" / "venv-pack"),
+            "-q",
+            "-p",
+            str(venv),
+            "--python-prefix",
+            worker_prefix,
+            "--exclude",
+            "lib/python*/site-packages/pyspark/*",
+            "--compress-level",
+            "1",
+            "-o",
+            str(archive),
+        ]
+    )
     return venv, archive, worker_python
 
 
@@ -124,31 +143,74 @@ def test_the_packed_environment_links_the_workers_python_not_the_build_machines(
 def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
     venv, archive, _ = packed
     log_dir = tmp_path / "kafka-logs"
-    _run([sys.executable, "-m", "compaction", "generate", str(log_dir), "--topics", "orders:2",
-          "--records", "3000", "--keys", "400", "--codec", "mixed", "--segment-bytes", "40000",
-          "--seed", "5"], cwd=REPO)  # fmt: skip
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "generate",
+            str(log_dir),
+            "--topics",
+            "orders:2",
+            "--records",
+            "3000",
+            "--keys",
+            "400",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "40000",
+            "--seed",
+            "5",
+        ],
+        cwd=REPO,
+    )
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
     bounds = {p: cleanable_bound(str(log_dir / f"orders-{p}")) for p in range(2)}
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "PYTHON"))}
-    env.update(PYSPARK_PYTHON="./environment/bin/python", SPARK_LOCAL_IP="127.0.0.1",
-               KAFKA_COMPACTION_DIST_DIR=str(tmp_path / "dist"), SPARK_APP_NAME="compaction-ship-check")  # fmt: skip
+    env.update(
+        PYSPARK_PYTHON="./environment/bin/python",
+        SPARK_LOCAL_IP="127.0.0.1",
+        KAFKA_COMPACTION_DIST_DIR=str(tmp_path / "dist"),
+        SPARK_APP_NAME="compaction-ship-check",
+    )
     with standalone.StandaloneCluster(tmp_path / "spark", timeout=120) as cluster:
         cluster.add_worker(2)
         proc = subprocess.run(
-            [str(venv / "bin" / "kafka-compaction"), "compact", "--master", cluster.url,
-             f"--archives={archive}#environment", "--conf", "spark.ui.enabled=false",
-             "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-             # the package is installed in the executors' Python: their daemon can preload it (README)
-             "--conf", "spark.python.daemon.module=compaction.spark.daemon",
-             "--log-dir", str(log_dir), "--report", str(report), "--now-ms", str(NOW)],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
-        )  # fmt: skip
+            [
+                str(venv / "bin" / "kafka-compaction"),
+                "compact",
+                "--master",
+                cluster.url,
+                f"--archives={archive}#environment",
+                "--conf",
+                "spark.ui.enabled=false",
+                "--conf",
+                "spark.scheduler.minRegisteredResourcesRatio=1.0",
+                # the package is installed in the executors' Python: their daemon can preload it (README)
+                "--conf",
+                "spark.python.daemon.module=compaction.spark.daemon",
+                "--log-dir",
+                str(log_dir),
+                "--report",
+                str(report),
+                "--now-ms",
+                str(NOW),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=600,
+        )
         unpacked = sorted(cluster.root.glob("worker-*/app-*/*/environment/bin/python"))
         apps = cluster.state().get("completedapps", [])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert {p.parts[-6] for p in unpacked} == {"worker-1", "worker-2"}, unpacked  # both used the archive
-    assert [(a["state"], a["name"]) for a in apps] == [("FINISHED", "compaction-ship-check")]  # the launcher's --name
+    assert [(a["state"], a["name"]) for a in apps] == [
+        ("FINISHED", "compaction-ship-check")
+    ]  # the launcher's --name
     data = json.loads(report.read_text())
     assert [p["status"] for p in data["partitions"]] == ["cleaned", "cleaned"]
     for p in data["partitions"]:
@@ -158,6 +220,8 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
         want = latest_per_key(before[p["partition"]], bound)
         assert {r.key: r for r in after if r.offset < bound} == want
         assert len([r for r in after if r.offset < bound]) == len(want)
-        assert [r for r in after if r.offset >= bound] == [r for r in before[p["partition"]] if r.offset >= bound]
+        assert [r for r in after if r.offset >= bound] == [
+            r for r in before[p["partition"]] if r.offset >= bound
+        ]
     # the driver ran the installed package, not a checkout's
     assert str(Path(REPO) / "compaction") not in proc.stdout + proc.stderr

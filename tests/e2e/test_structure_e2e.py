@@ -15,8 +15,8 @@ from faultkit import assert_loads, expected_after, run_driver_only
 from structkit import bases, copy_segment, offsets, read_epoch_checkpoint, seg_path, set_epochs
 
 from compaction.format.naming import segment_file_name
-from compaction.tools.generator import generate_log_dir
 from compaction.policy.log_structure import RULE_BASE, RULE_EPOCH_CHECKPOINT, RULE_NEXT
+from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -64,8 +64,12 @@ def _damage(log_dir: str) -> dict[str, tuple[str, ...]]:
     # a segment from a replica that saw the next leader earlier: whole segment in the epoch that
     # the checkpoint starts inside it
     part = d("epochs-0")
-    b, (epoch, start) = next((b, e) for b in bases(part) for e in read_epoch_checkpoint(part)[1:]
-                             if b < e[1] <= offsets(part, b)[1])  # fmt: skip
+    b, (epoch, start) = next(
+        (b, e)
+        for b in bases(part)
+        for e in read_epoch_checkpoint(part)[1:]
+        if b < e[1] <= offsets(part, b)[1]
+    )
     set_epochs(part, b, epoch)
     held = f"{name(b)} holds leader epoch {epoch} at offsets {b}-"
     starts = f"leader-epoch-checkpoint starts epoch {epoch} at {start}"
@@ -77,11 +81,23 @@ def _damage(log_dir: str) -> dict[str, tuple[str, ...]]:
 def outcome(tmp_path_factory):
     root = tmp_path_factory.mktemp("structure")
     log_dir = str(root / "logs")
-    generate_log_dir(log_dir, topics=TOPICS, records=3000, keys=300, codec="mixed", segment_bytes=30_000,
-                     tombstone_ratio=0.0, leader_epochs=4, seed=5)  # fmt: skip
+    generate_log_dir(
+        log_dir,
+        topics=TOPICS,
+        records=3000,
+        keys=300,
+        codec="mixed",
+        segment_bytes=30_000,
+        tombstone_ratio=0.0,
+        leader_epochs=4,
+        seed=5,
+    )
     want = _damage(log_dir)
-    before = {p: tree_hashes(os.path.join(log_dir, p)) for p in os.listdir(log_dir) if os.path.isdir(
-        os.path.join(log_dir, p))}  # fmt: skip
+    before = {
+        p: tree_hashes(os.path.join(log_dir, p))
+        for p in os.listdir(log_dir)
+        if os.path.isdir(os.path.join(log_dir, p))
+    }
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in ("healthy-0", "healthy-1", "foreign-0")}
     dry = run_driver_only(log_dir, "--now-ms", str(NOW), "--plan-only", "--report", str(root / "dry.json"))
     dry_report = __import__("json").load(open(root / "dry.json"))

@@ -96,8 +96,10 @@ def _move(rng, part, segs, others):
 
 def _swap_indexes(rng, part, segs, _):
     a, b = rng.sample(segs, 2)
-    same = all(open(seg_path(part, a, s), "rb").read() == open(seg_path(part, b, s), "rb").read()
-               for s in (".index", ".timeindex"))  # fmt: skip
+    same = all(
+        open(seg_path(part, a, s), "rb").read() == open(seg_path(part, b, s), "rb").read()
+        for s in (".index", ".timeindex")
+    )
     swap_indexes(part, a, b)
     return {part: CLEAN if same else FAIL}
 
@@ -109,8 +111,15 @@ def _restamp(rng, part, segs, _):
     return {part: FAIL}
 
 
-DAMAGE = {"duplicate": _duplicate, "drop": _drop, "rename": _rename, "truncate": _truncate, "move": _move,
-          "swap_indexes": _swap_indexes, "restamp": _restamp}  # fmt: skip
+DAMAGE = {
+    "duplicate": _duplicate,
+    "drop": _drop,
+    "rename": _rename,
+    "truncate": _truncate,
+    "move": _move,
+    "swap_indexes": _swap_indexes,
+    "restamp": _restamp,
+}
 
 
 def _damage(log_dir: str, rng: random.Random, operations=OPERATIONS) -> dict[str, tuple[str, str]]:
@@ -149,10 +158,20 @@ def test_structural_damage_fails_or_cleans_exactly(conf, tmp_path, seed):
 
     log_dir = str(tmp_path / "logs")
     legacy = seed % 4 == 3
-    generate_log_dir(log_dir, topics=(("fuzz", PARTITIONS),), records=700, keys=120,
-                     codec="gzip" if legacy else "mixed", legacy="v1" if legacy else None,
-                     batch_records=(1, 12), segment_bytes=7_000, index_interval_bytes=1024,
-                     tombstone_ratio=0.0, leader_epochs=3, seed=1000 + seed)  # fmt: skip
+    generate_log_dir(
+        log_dir,
+        topics=(("fuzz", PARTITIONS),),
+        records=700,
+        keys=120,
+        codec="gzip" if legacy else "mixed",
+        legacy="v1" if legacy else None,
+        batch_records=(1, 12),
+        segment_bytes=7_000,
+        index_interval_bytes=1024,
+        tombstone_ratio=0.0,
+        leader_epochs=3,
+        seed=1000 + seed,
+    )
     rng = random.Random(seed)
     damaged = _damage(log_dir, rng, [op for op in OPERATIONS if not (legacy and op == "restamp")])
     parts = sorted(n for n in os.listdir(log_dir) if os.path.isdir(os.path.join(log_dir, n)))

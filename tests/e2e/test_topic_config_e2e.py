@@ -27,9 +27,14 @@ def run(tmp_path_factory):
     # Checkpoints at 80% leave a small dirty tail: ratio well under 0.5 for "forced" and "below".
     checkpoint = (("forced", 0, RECORDS * 8 // 10), ("below", 0, RECORDS * 8 // 10))
     generate_log_dir(
-        log_dir, topics=tuple((t, 1) for t in TOPICS), records=RECORDS, keys=200,
-        segment_bytes=30_000, checkpoint=checkpoint, seed=3,
-    )  # fmt: skip
+        log_dir,
+        topics=tuple((t, 1) for t in TOPICS),
+        records=RECORDS,
+        keys=200,
+        segment_bytes=30_000,
+        checkpoint=checkpoint,
+        seed=3,
+    )
     config = {
         "lagged": {"min.compaction.lag.ms": NOW},  # every segment is younger than that
         "logs": {"cleanup.policy": "delete"},
@@ -84,10 +89,12 @@ def test_max_compaction_lag_forces_cleaning_below_ratio(run):
     first_dirty = entry["firstDirtyOffset"]
     dirty_latest = latest_per_key([r for r in records["forced"] if r.offset >= first_dirty], bound)
     expected = [
-        r for r in records["forced"]
-        if r.offset < bound and r.key is not None
+        r
+        for r in records["forced"]
+        if r.offset < bound
+        and r.key is not None
         and (r.key not in dirty_latest or dirty_latest[r.key].offset == r.offset)
-    ]  # fmt: skip
+    ]
     assert after == expected
 
 

@@ -49,8 +49,14 @@ def _gzip(n: int) -> bytes:
 def lz4_bomb(n: int) -> bytes:
     """One LZ4 frame of independent 64 KiB blocks of zeros (the one block repeated)."""
     block = 64 << 10
-    frame = lz4.frame.compress(bytes(block), block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-                               content_checksum=False, block_checksum=False, store_size=False)  # fmt: skip
+    frame = lz4.frame.compress(
+        bytes(block),
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        block_checksum=False,
+        store_size=False,
+    )
     header, body, end = frame[:7], frame[7:-4], frame[-4:]  # magic FLG BD HC | one block | end mark
     assert n % block == 0
     return header + body * (n // block) + end
@@ -67,10 +73,23 @@ def snappy_bomb(n: int) -> bytes:
 BOMBS = {CODEC_ZSTD: zstd_bomb, CODEC_GZIP: gzip_bomb, CODEC_LZ4: lz4_bomb, CODEC_SNAPPY: snappy_bomb}
 
 
-def bomb_batch(codec: int, inflated: int, base_offset: int = 0, records: int = 1, timestamp: int = 0) -> bytes:
+def bomb_batch(
+    codec: int, inflated: int, base_offset: int = 0, records: int = 1, timestamp: int = 0
+) -> bytes:
     """A v2 batch of `records` records whose `codec` payload inflates to `inflated` zero bytes."""
-    header = BatchHeader(base_offset=base_offset, batch_length=0, partition_leader_epoch=0, magic=MAGIC_V2,
-                         crc=0, attributes=codec, last_offset_delta=records - 1, base_timestamp=timestamp,
-                         max_timestamp=timestamp, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                         records_count=records)  # fmt: skip
+    header = BatchHeader(
+        base_offset=base_offset,
+        batch_length=0,
+        partition_leader_epoch=0,
+        magic=MAGIC_V2,
+        crc=0,
+        attributes=codec,
+        last_offset_delta=records - 1,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        records_count=records,
+    )
     return _seal(header, BOMBS[codec](inflated))

@@ -4,7 +4,7 @@ partition to clean first. The job cleans every eligible partition in a round; th
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from compaction.policy.plan import PartitionPlan
 

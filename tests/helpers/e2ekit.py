@@ -31,11 +31,23 @@ class KRecord:
     headers: tuple
 
 
-def run_job(log_dir: str, *args: str, report: str | None = None, env: dict | None = None) -> tuple[int, dict, str]:
+def run_job(
+    log_dir: str, *args: str, report: str | None = None, env: dict | None = None
+) -> tuple[int, dict, str]:
     """`./spark-submit.sh --log-dir DIR ...`; returns (exit code, JSON report, stderr tail)."""
     report = report or os.path.join(os.path.dirname(log_dir.rstrip("/")), "report.json")
-    cmd = [SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--log-dir", log_dir,
-           "--report", report, *args]  # fmt: skip
+    cmd = [
+        SUBMIT,
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--log-dir",
+        log_dir,
+        "--report",
+        report,
+        *args,
+    ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     data = json.load(open(report)) if os.path.exists(report) else {}

@@ -24,8 +24,10 @@ TRANSIENT = (".cleaned", ".swap", ".deleted", ".tmp")
 
 
 def batch(offsets, value_bytes: int = 8) -> bytes:
-    recs = [fb.Record(o, T0 + o, f"k{o % 5}".encode(), (f"v{o}-".encode() * value_bytes)[:value_bytes])
-            for o in offsets]  # fmt: skip
+    recs = [
+        fb.Record(o, T0 + o, f"k{o % 5}".encode(), (f"v{o}-".encode() * value_bytes)[:value_bytes])
+        for o in offsets
+    ]
     return build_batch(recs)
 
 
@@ -59,8 +61,15 @@ def submit_cmd(log_dirs, report, *args):
 
 def start_submit(log_dirs, report, *args, env=None) -> subprocess.Popen:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})}
-    return subprocess.Popen(submit_cmd(log_dirs, report, *args), cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        submit_cmd(log_dirs, report, *args),
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def run_driver_only(log_dir: str, *args: str) -> subprocess.CompletedProcess:
@@ -118,8 +127,16 @@ def healthy_log_dir(log_dir: str) -> list[str]:
     each, tombstones) for damaged ones to sit beside; returns their names."""
     from compaction.tools.generator import generate_log_dir
 
-    generate_log_dir(log_dir, topics=(("good", 2),), records=1500, keys=60, codec="mixed",
-                     segment_bytes=20_000, tombstone_ratio=0.05, seed=11)  # fmt: skip
+    generate_log_dir(
+        log_dir,
+        topics=(("good", 2),),
+        records=1500,
+        keys=60,
+        codec="mixed",
+        segment_bytes=20_000,
+        tombstone_ratio=0.05,
+        seed=11,
+    )
     return ["good-0", "good-1"]
 
 

@@ -17,8 +17,23 @@ NOW_MS = 1_795_305_600_000
 
 
 def generate(out: Path, *args: str) -> Path:
-    subprocess.run([sys.executable, "-m", "compaction", "generate", str(out), "--topics", "t:1", "--seed", "3",
-                    "--timestamp-start", str(NOW_MS - 3_600_000), *args], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compaction",
+            "generate",
+            str(out),
+            "--topics",
+            "t:1",
+            "--seed",
+            "3",
+            "--timestamp-start",
+            str(NOW_MS - 3_600_000),
+            *args,
+        ],
+        check=True,
+    )
     return out / "t-0"
 
 
@@ -27,15 +42,26 @@ def specs_for(part: Path, groups: int, first_dirty: int = 0) -> list[GroupSpec]:
     segs = []
     for f in sorted(part.glob("*.log")):
         st_ = f.stat()
-        segs.append(SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns))
+        segs.append(
+            SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns)
+        )
     body, tail = segs[:-1], segs[-1]
     cuts = np.array_split(np.arange(len(body)), groups)
     return [
         GroupSpec(
-            group_id=10 + n, topic="t", partition=0, storage=Storage.local(), part_path=str(part),
-            segments=tuple(body[i] for i in idx), first_dirty_offset=first_dirty, upper_bound=tail.base_offset,
-            now_ms=NOW_MS, delete_retention_ms=60_000, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
+            group_id=10 + n,
+            topic="t",
+            partition=0,
+            storage=Storage.local(),
+            part_path=str(part),
+            segments=tuple(body[i] for i in idx),
+            first_dirty_offset=first_dirty,
+            upper_bound=tail.base_offset,
+            now_ms=NOW_MS,
+            delete_retention_ms=60_000,
+            legacy_delete_horizon_ms=0,
+            index_interval_bytes=4096,
             tail_segments=(tail,) if n == groups - 1 else (),
-        )  # fmt: skip
+        )
         for n, idx in enumerate(cuts)
     ]

@@ -17,11 +17,19 @@ import pytest
 
 NAMES = ("chromium", "chromium-browser")
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
     "--force-color-profile=srgb",  # pixels in the page's own sRGB values, not a display's profile
-    "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "--host-resolver-rules=MAP * ~NOTFOUND",
-)  # fmt: skip
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--proxy-server=127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+)
 TIMEOUT = 120
 
 
@@ -39,10 +47,13 @@ def require() -> str:
     if binary:
         return binary
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail("chromium is not installed: CI must render the HTML report (.ci/run installs Debian's "
-                    "chromium)")  # fmt: skip
-    pytest.skip("chromium is not installed (Debian: apt-get install chromium): the HTML report's rendering "
-                "is not checked")  # fmt: skip
+        pytest.fail(
+            "chromium is not installed: CI must render the HTML report (.ci/run installs Debian's chromium)"
+        )
+    pytest.skip(
+        "chromium is not installed (Debian: apt-get install chromium): the HTML report's rendering "
+        "is not checked"
+    )
 
 
 def _offline_prefix() -> list[str]:

@@ -67,16 +67,34 @@ def partition_rows(page: Page) -> list[dict]:
     dirty ratio as shown."""
     out = []
     for topic, partition, status, ratio, *numbers, reason in page.tables["partitions"]["tbody"]:
-        out.append({"topic": topic, "partition": int(partition), "status": status, "dirtyRatio": ratio,
-                    **dict(zip(BYTE_COLUMNS, map(number, numbers))), "reason": reason})  # fmt: skip
+        out.append(
+            {
+                "topic": topic,
+                "partition": int(partition),
+                "status": status,
+                "dirtyRatio": ratio,
+                **dict(zip(BYTE_COLUMNS, map(number, numbers))),
+                "reason": reason,
+            }
+        )
     return out
 
 
 def expected_rows(report: dict) -> list[dict]:
     """What `partition_rows` must read for `report`: every entry, failed ones first, then the most
     reclaimable bytes first."""
-    order = sorted(report["partitions"], key=lambda e: (e["status"] != "failed", -e["reclaimableBytes"], e["topic"],
-                                                        e["partition"]))  # fmt: skip
-    return [{"topic": e["topic"], "partition": e["partition"], "status": e["status"],
-             "dirtyRatio": "\u2013" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}",
-             **{k: e[k] for k in BYTE_COLUMNS}, "reason": e["reason"] or ""} for e in order]  # fmt: skip
+    order = sorted(
+        report["partitions"],
+        key=lambda e: (e["status"] != "failed", -e["reclaimableBytes"], e["topic"], e["partition"]),
+    )
+    return [
+        {
+            "topic": e["topic"],
+            "partition": e["partition"],
+            "status": e["status"],
+            "dirtyRatio": "\u2013" if e["dirtyRatio"] is None else f"{e['dirtyRatio']:.3f}",
+            **{k: e[k] for k in BYTE_COLUMNS},
+            "reason": e["reason"] or "",
+        }
+        for e in order
+    ]

@@ -74,5 +74,7 @@ def entries(data: bytes, base: int, interval: int) -> tuple[list[tuple[int, int]
 def index_files(data: bytes, base: int, interval: int = 4096) -> tuple[bytes, bytes]:
     """The `.index` and `.timeindex` bytes (trimmed: no preallocated tail)."""
     offsets, times = entries(data, base, interval)
-    return (b"".join(OFFSET_ENTRY.pack(o, p) for o, p in offsets),
-            b"".join(TIME_ENTRY.pack(t, o) for t, o in times))  # fmt: skip
+    return (
+        b"".join(OFFSET_ENTRY.pack(o, p) for o, p in offsets),
+        b"".join(TIME_ENTRY.pack(t, o) for t, o in times),
+    )

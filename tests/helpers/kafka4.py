@@ -31,7 +31,9 @@ from pathlib import Path
 
 VERSION = "4.4.0"  # the newest Kafka release Maven Central serves at the time of writing
 SCALA = "2.13"
-CACHE = Path(os.environ.get("KAFKA4_CACHE") or Path.home() / ".cache" / "kafka-compaction") / f"kafka-{VERSION}"
+CACHE = (
+    Path(os.environ.get("KAFKA4_CACHE") or Path.home() / ".cache" / "kafka-compaction") / f"kafka-{VERSION}"
+)
 LIBS = CACHE / "libs"
 CLASSES = CACHE / "classes"
 COMPLETE = LIBS / ".complete"  # written last by install(): a half-filled cache is never used
@@ -116,13 +118,26 @@ def install() -> None:
         (CACHE / "pom.xml").write_text(POM.format(scala=SCALA, version=VERSION))
         if LIBS.exists():
             shutil.rmtree(LIBS)
-        subprocess.run(["mvn", "-q", "-B", "-f", str(CACHE / "pom.xml"), "dependency:copy-dependencies",
-                        f"-DoutputDirectory={LIBS}", "-DincludeScope=runtime"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-f",
+                str(CACHE / "pom.xml"),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={LIBS}",
+                "-DincludeScope=runtime",
+            ],
+            check=True,
+        )
         COMPLETE.write_text("\n".join(sorted(p.name for p in LIBS.glob("*.jar"))) + "\n")
     out = CLASSES / "Kafka4Client.class"
     if not out.exists() or out.stat().st_mtime < CLIENT_SRC.stat().st_mtime:
         CLASSES.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["javac", "-nowarn", "-cp", f"{LIBS}/*", "-d", str(CLASSES), str(CLIENT_SRC)], check=True)
+        subprocess.run(
+            ["javac", "-nowarn", "-cp", f"{LIBS}/*", "-d", str(CLASSES), str(CLIENT_SRC)], check=True
+        )
     print(f"Kafka {VERSION}: jars in {LIBS}, client in {CLASSES}")
 
 
@@ -205,22 +220,33 @@ class Broker:
 
     def _properties(self, port: int, controller_port: int, extra: dict) -> str:
         props = {
-            "process.roles": "broker,controller", "node.id": 1,
+            "process.roles": "broker,controller",
+            "node.id": 1,
             "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": self.log_dir, "metadata.log.dir": self.root / "metadata",
-            "offsets.topic.replication.factor": 1, "offsets.topic.num.partitions": 1,
-            "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
-            "transaction.state.log.num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
-            "num.network.threads": 2, "num.io.threads": 2, "background.threads": 2,
-            "num.recovery.threads.per.data.dir": 1, "log.cleaner.threads": 1,
-            "log.cleaner.dedupe.buffer.size": 32 << 20, "auto.create.topics.enable": "false",
+            "log.dirs": self.log_dir,
+            "metadata.log.dir": self.root / "metadata",
+            "offsets.topic.replication.factor": 1,
+            "offsets.topic.num.partitions": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "num.network.threads": 2,
+            "num.io.threads": 2,
+            "background.threads": 2,
+            "num.recovery.threads.per.data.dir": 1,
+            "log.cleaner.threads": 1,
+            "log.cleaner.dedupe.buffer.size": 32 << 20,
+            "auto.create.topics.enable": "false",
             "log.cleaner.enable": "false",
-            **self.configs, **extra,
-        }  # fmt: skip
+            **self.configs,
+            **extra,
+        }
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def start(self, **extra) -> Broker:
@@ -237,15 +263,31 @@ class Broker:
         props.write_text(self._properties(self.port, controller_port, extra))
         log4j = self.root / "log4j2.properties"
         log4j.write_text(LOG4J2)
-        java = ["java", *self.jvm, *COMMON_JVM, f"-Dlog4j2.configurationFile={log4j}", "-cp", java_classpath()]
+        java = [
+            "java",
+            *self.jvm,
+            *COMMON_JVM,
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            java_classpath(),
+        ]
         if not (self.root / "metadata" / "meta.properties").exists():
-            subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(props)],
-                           check=True, capture_output=True, timeout=self.timeout)  # fmt: skip
+            subprocess.run(
+                [*java, "kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c", str(props)],
+                check=True,
+                capture_output=True,
+                timeout=self.timeout,
+            )
         self.starts += 1
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=self.root, start_new_session=True,
-                                         preexec_fn=_die_with_parent)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [*java, "kafka.Kafka", str(props)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         _RUNNING[self.proc.pid] = self.proc
         deadline = time.monotonic() + self.timeout
         while "Kafka Server started" not in self.log_text():
@@ -278,12 +320,27 @@ class Broker:
         text = script.text() if isinstance(script, Script) else script
         path = self.root / "logs" / f"client-{time.monotonic_ns()}.txt"
         path.write_text(text)
-        proc = subprocess.run(["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", *COMMON_JVM,
-                               f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
-                               "-cp", java_classpath(), "Kafka4Client", self.bootstrap, str(path)],
-                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        proc = subprocess.run(
+            [
+                "java",
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                *COMMON_JVM,
+                f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+                "-cp",
+                java_classpath(),
+                "Kafka4Client",
+                self.bootstrap,
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if proc.returncode != 0:
-            raise KafkaHarnessError(f"Kafka4Client failed ({proc.returncode}) on {path}:\n{proc.stderr[-4000:]}")
+            raise KafkaHarnessError(
+                f"Kafka4Client failed ({proc.returncode}) on {path}:\n{proc.stderr[-4000:]}"
+            )
         return proc.stdout.splitlines()
 
     def consume(self, *topics: str) -> dict[tuple[str, int], list[tuple]]:
@@ -309,13 +366,17 @@ class Broker:
         checkpoint = self.log_dir / "cleaner-offset-checkpoint"
         while True:
             done = read_checkpoint(checkpoint)
-            todo = [tp for tp in partitions
-                    if done.get(tp, -1) < active_segment_base(self.log_dir / f"{tp[0]}-{tp[1]}")]  # fmt: skip
+            todo = [
+                tp
+                for tp in partitions
+                if done.get(tp, -1) < active_segment_base(self.log_dir / f"{tp[0]}-{tp[1]}")
+            ]
             if not todo:
                 return
             if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
-                raise KafkaHarnessError(f"the cleaner did not reach the active segment of {todo}:\n"
-                                        f"{self.log_text()[-4000:]}")  # fmt: skip
+                raise KafkaHarnessError(
+                    f"the cleaner did not reach the active segment of {todo}:\n{self.log_text()[-4000:]}"
+                )
             time.sleep(0.3)
 
 
@@ -343,16 +404,34 @@ class Script:
         return self
 
     def topic(self, name: str, partitions: int, **configs) -> Script:
-        return self._add("topic", name, partitions, *(f"{k.replace('_', '.')}={v}" for k, v in configs.items()))
+        return self._add(
+            "topic", name, partitions, *(f"{k.replace('_', '.')}={v}" for k, v in configs.items())
+        )
 
     def producer(self, name: str, **configs) -> Script:
         return self._add("producer", name, *(f"{k.replace('_', '.')}={v}" for k, v in configs.items()))
 
-    def send(self, name: str, topic: str, partition: int, key: bytes | None, value: bytes | None,
-             timestamp: int | None = None, headers: tuple = ()) -> Script:  # fmt: skip
+    def send(
+        self,
+        name: str,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: tuple = (),
+    ) -> Script:
         hs = [f"{k.encode().hex()}={_hex(v)}" for k, v in headers]
-        return self._add("send", name, topic, partition, _hex(key), _hex(value),
-                         "-" if timestamp is None else timestamp, *hs)  # fmt: skip
+        return self._add(
+            "send",
+            name,
+            topic,
+            partition,
+            _hex(key),
+            _hex(value),
+            "-" if timestamp is None else timestamp,
+            *hs,
+        )
 
     def consume(self, topic: str) -> Script:
         return self._add("consume", topic)
@@ -360,11 +439,33 @@ class Script:
     def alter(self, topic: str, **configs) -> Script:
         return self._add("alter", topic, *(f"{k.replace('_', '.')}={v}" for k, v in configs.items()))
 
-    def workload(self, name: str, topic: str, partition: int, nbytes: int, keys: int, key_size: tuple[int, int],
-                 value_size: tuple[int, int], seed: int, tombstones: float = 0.0, text: bool = False) -> Script:  # fmt: skip
+    def workload(
+        self,
+        name: str,
+        topic: str,
+        partition: int,
+        nbytes: int,
+        keys: int,
+        key_size: tuple[int, int],
+        value_size: tuple[int, int],
+        seed: int,
+        tombstones: float = 0.0,
+        text: bool = False,
+    ) -> Script:
         """Keyed records until `nbytes` of keys and values were sent (Kafka4Client.workload)."""
-        return self._add("workload", name, topic, partition, nbytes, keys, *key_size, *value_size, seed, tombstones,
-                         "text" if text else "random")  # fmt: skip
+        return self._add(
+            "workload",
+            name,
+            topic,
+            partition,
+            nbytes,
+            keys,
+            *key_size,
+            *value_size,
+            seed,
+            tombstones,
+            "text" if text else "random",
+        )
 
     def __getattr__(self, command: str):
         if command in ("init", "begin", "commit", "abort", "flush", "close"):

@@ -22,8 +22,21 @@ from kafka.record.util import calc_crc32c, decode_varint, encode_varint
 # base offset, length, leader epoch, magic, crc, attributes, last offset delta, base timestamp,
 # max timestamp, producer id, producer epoch, base sequence, record count: 61 bytes
 HEADER = struct.Struct(">qiibIhiqqqhii")
-FIELDS = ("base_offset", "length", "leader_epoch", "magic", "crc", "attributes", "last_offset_delta",
-          "base_timestamp", "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "count")  # fmt: skip
+FIELDS = (
+    "base_offset",
+    "length",
+    "leader_epoch",
+    "magic",
+    "crc",
+    "attributes",
+    "last_offset_delta",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "count",
+)
 CODEC_MASK, CONTROL, HORIZON = 0x07, 0x20, 0x40
 OFFSET_ENTRY, TIME_ENTRY = struct.Struct(">ii"), struct.Struct(">qi")
 
@@ -58,7 +71,9 @@ class Batch:
         """(offset, timestamp, key, value, headers) as kafka-python decodes them."""
         if self.attributes & CONTROL:
             return [("control", self.raw[61:])]
-        return [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in DefaultRecordBatch(self.raw)]
+        return [
+            (r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in DefaultRecordBatch(self.raw)
+        ]
 
 
 def read_batches(path: Path) -> list[Batch]:
@@ -115,8 +130,13 @@ def mtime_ms(path: Path) -> int:
     return os.stat(path).st_mtime_ns // 1_000_000
 
 
-def compare_partition(kafka_dir: Path, ours_dir: Path, stamped: dict[int, tuple[int, int]],
-                      delete_retention_ms: int, interval: int = 4096) -> list[str]:  # fmt: skip
+def compare_partition(
+    kafka_dir: Path,
+    ours_dir: Path,
+    stamped: dict[int, tuple[int, int]],
+    delete_retention_ms: int,
+    interval: int = 4096,
+) -> list[str]:
     """Every difference between Kafka's cleaned partition and ours, as readable lines.
 
     `stamped` maps each of our rounds' `now` to the window (first, last ms) in which Kafka's cleaner
@@ -135,8 +155,10 @@ def compare_partition(kafka_dir: Path, ours_dir: Path, stamped: dict[int, tuple[
         kb, ob = read_batches(kpath), read_batches(opath)
         if len(kb) != len(ob):
             kbases, obases = ([b.header()["base_offset"] for b in bs][:40] for bs in (kb, ob))
-            diffs.append(f"{name}: {len(kb)} batches (Kafka) vs {len(ob)} (ours); base offsets: Kafka {kbases}, "
-                         f"ours {obases}")  # fmt: skip
+            diffs.append(
+                f"{name}: {len(kb)} batches (Kafka) vs {len(ob)} (ours); base offsets: Kafka {kbases}, "
+                f"ours {obases}"
+            )
             continue
         for k, o in zip(kb, ob):
             at = k.header()["base_offset"]
@@ -147,17 +169,22 @@ def compare_partition(kafka_dir: Path, ours_dir: Path, stamped: dict[int, tuple[
             kidx, oidx = kafka_dir / f"{stem}.{which}", ours_dir / f"{stem}.{which}"
             reader = read_offset_index if which == "index" else read_time_index
             kentries, oentries = reader(kidx), reader(oidx)
-            kafka_rule, ours_rule = (index_oracle.entries(p.read_bytes(), base, interval)[kind_rule]
-                                     for p in (kpath, opath))  # fmt: skip
+            kafka_rule, ours_rule = (
+                index_oracle.entries(p.read_bytes(), base, interval)[kind_rule] for p in (kpath, opath)
+            )
             if kentries != kafka_rule:
-                diffs.append(f"{stem}.{which}: Kafka's entries {kentries} do not follow the rule here: {kafka_rule}")
+                diffs.append(
+                    f"{stem}.{which}: Kafka's entries {kentries} do not follow the rule here: {kafka_rule}"
+                )
             if oentries != ours_rule:
                 diffs.append(f"{stem}.{which}: ours {oentries} vs the rule {ours_rule}")
             if all(b.codec == 0 for b in kb) and kentries != oentries:
                 diffs.append(f"{stem}.{which}: Kafka {kentries} vs ours {oentries}")
         ktxn, otxn = kafka_dir / f"{stem}.txnindex", ours_dir / f"{stem}.txnindex"
         if ktxn.exists() and ktxn.read_bytes() != otxn.read_bytes():
-            diffs.append(f"{stem}.txnindex: Kafka {ktxn.read_bytes().hex()} vs ours {otxn.read_bytes().hex()}")
+            diffs.append(
+                f"{stem}.txnindex: Kafka {ktxn.read_bytes().hex()} vs ours {otxn.read_bytes().hex()}"
+            )
     return diffs
 
 
@@ -170,7 +197,9 @@ def compare_batch(k: Batch, o: Batch, stamped: dict[int, tuple[int, int]], reten
         window = stamped.get(o.horizon - retention)
         same_clock = window is not None and window[0] <= k.horizon - retention <= window[1]
         if not same_clock:
-            return [f"horizon Kafka {k.horizon} vs ours {o.horizon}: not stamped in the same round ({stamped})"]
+            return [
+                f"horizon Kafka {k.horizon} vs ours {o.horizon}: not stamped in the same round ({stamped})"
+            ]
     if k.codec == 0 and o.codec == 0:
         expect = rebase(k, o.horizon) if o.horizon is not None else k.raw
         if expect != o.raw:

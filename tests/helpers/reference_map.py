@@ -26,8 +26,9 @@ def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Tabl
             cache.offer(spec.group_id, seg.base_offset, scan)
         producers.append(producer_batches(scan.batches))
         rec = scan.records
-        _, usable, dirty = map_masks(scan.batches, scan.records, spec.aborted_txns, spec.first_dirty_offset,
-                                     spec.upper_bound)  # fmt: skip
+        _, usable, dirty = map_masks(
+            scan.batches, scan.records, spec.aborted_txns, spec.first_dirty_offset, spec.upper_bound
+        )
         keys = scan.keys_arrow().filter(pa.array(usable))
         tables.append(
             pa.table(
@@ -40,8 +41,13 @@ def scan_group(spec: GroupSpec, cache: ScanCache | None = None) -> tuple[pa.Tabl
         )
     prod = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if not tables:
-        empty = pa.table({"key": pa.array([], pa.binary()), "max_offset": pa.array([], pa.int64()),
-                          "dirty_offset": pa.array([], pa.int64())})  # fmt: skip
+        empty = pa.table(
+            {
+                "key": pa.array([], pa.binary()),
+                "max_offset": pa.array([], pa.int64()),
+                "dirty_offset": pa.array([], pa.int64()),
+            }
+        )
         return empty, prod
     agg = pa.concat_tables(tables).group_by("key").aggregate([("max_offset", "max"), ("dirty_offset", "max")])
     keys = agg.select(["key", "max_offset_max", "dirty_offset_max"])

@@ -49,10 +49,23 @@ def decode_batches(path: str) -> list[KBatch]:
         if b.is_control_batch:
             recs = tuple((r.offset, r.type) for r in b)
         else:
-            recs = tuple((r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in b)
+            recs = tuple(
+                (r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in b
+            )
         horizon = b.first_timestamp if b.attributes & 0x40 else None
-        out.append(KBatch(b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, bool(b.is_transactional),
-                          bool(b.is_control_batch), horizon, recs, b.max_timestamp))  # fmt: skip
+        out.append(
+            KBatch(
+                b.base_offset,
+                b.last_offset,
+                b.producer_id,
+                b.producer_epoch,
+                bool(b.is_transactional),
+                bool(b.is_control_batch),
+                horizon,
+                recs,
+                b.max_timestamp,
+            )
+        )
     return out
 
 
@@ -96,7 +109,9 @@ def producer_last(batches: list[KBatch]) -> dict[int, tuple[int, int | None]]:
     return state
 
 
-def expected_round(snap: PartitionSnapshot, now: int, upper: int | None = None) -> tuple[list[KBatch], set[tuple]]:
+def expected_round(
+    snap: PartitionSnapshot, now: int, upper: int | None = None
+) -> tuple[list[KBatch], set[tuple]]:
     """The partition after one round over [0, `upper`) (default: the active base) at `now`, and
     the `.txnindex` entries the cleaned segments must hold."""
     upper = snap.active_base if upper is None else upper
@@ -146,8 +161,10 @@ def expected_round(snap: PartitionSnapshot, now: int, upper: int | None = None) 
             assert can_discard == ab
             discard = can_discard
         epoch, last_data = last.get(b.pid, (None, None))
-        is_last = b.pid >= 0 and b.pid in last and (
-            b.last == last_data if last_data is not None else (b.control and b.epoch == epoch)
+        is_last = (
+            b.pid >= 0
+            and b.pid in last
+            and (b.last == last_data if last_data is not None else (b.control and b.epoch == epoch))
         )
         retain_empty = is_last or b.last + 1 == high_watermark  # Kafka 4.4+ (KAFKA-20452)
         if discard and not retain_empty:
@@ -159,9 +176,10 @@ def expected_round(snap: PartitionSnapshot, now: int, upper: int | None = None) 
         else:
             retain_deletes = b.horizon is None or now < b.horizon
             kept = tuple(
-                r for r in b.records
+                r
+                for r in b.records
                 if r[2] is not None and r[0] >= latest.get(r[2], -1) and (r[3] is not None or retain_deletes)
-            )  # fmt: skip
+            )
         if kept:
             tombstones = not b.control and any(r[3] is None for r in kept)
             need = (tombstones or (b.control and can_discard)) and b.horizon is None

@@ -25,8 +25,12 @@ def moto_server(log_path: str, env: dict | None = None):
     is added to its environment (e.g. `INITIAL_NO_AUTH_ACTION_COUNT`, which turns IAM on)."""
     port = free_port()
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
     deadline = time.monotonic() + 60
     try:
         while True:
@@ -35,7 +39,9 @@ def moto_server(log_path: str, env: dict | None = None):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start: {open(log_path).read()[-2000:]}") from None
+                    raise RuntimeError(
+                        f"moto server did not start: {open(log_path).read()[-2000:]}"
+                    ) from None
                 time.sleep(0.2)
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -47,8 +53,9 @@ def moto_server(log_path: str, env: dict | None = None):
 def client(endpoint: str):
     import boto3
 
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                        region_name=REGION)  # fmt: skip
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET, region_name=REGION
+    )
 
 
 def upload(s3, bucket: str, local: str, prefix: str = "logs/", create: bool = True) -> None:

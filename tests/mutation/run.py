@@ -30,10 +30,16 @@ PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly -W ignore"
 # module -> the tests that must kill its mutants (unit tests, no Spark job; the quickest to fail first)
 MODULES = {
     "compaction/policy/keep.py": ["tests/unit/test_keep_policy.py", "tests/unit/test_logcleaner_ports.py"],
-    "compaction/steps/commit.py": ["tests/unit/test_power_loss.py", "tests/unit/test_commit.py",
-                                   "tests/unit/test_commit_object_store.py"],
-    "compaction/steps/recover.py": ["tests/unit/test_power_loss.py", "tests/unit/test_commit.py",
-                                    "tests/unit/test_broker_lock.py"],
+    "compaction/steps/commit.py": [
+        "tests/unit/test_power_loss.py",
+        "tests/unit/test_commit.py",
+        "tests/unit/test_commit_object_store.py",
+    ],
+    "compaction/steps/recover.py": [
+        "tests/unit/test_power_loss.py",
+        "tests/unit/test_commit.py",
+        "tests/unit/test_broker_lock.py",
+    ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/storage.py": ["tests/unit/test_storage.py", "tests/unit/test_power_loss.py"],
@@ -46,18 +52,53 @@ MODULES = {
 # arithmetic operator to its inverse, constants, conditions, loops, exception handlers) rather than
 # every operator to every other one, which multiplies the mutants tenfold and kills no more of them.
 OPERATORS = [
-    "AddNot", "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceAndWithOr", "ReplaceOrWithAnd",
-    "NumberReplacer", "ZeroIterationForLoop", "ExceptionReplacer", "ReplaceBreakWithContinue",
-    "ReplaceContinueWithBreak", "ReplaceUnaryOperator_Not_Delete", "ReplaceUnaryOperator_USub_Delete",
-    *(f"ReplaceComparisonOperator_{a}_{b}" for a, b in [
-        ("Lt", "LtE"), ("LtE", "Lt"), ("Gt", "GtE"), ("GtE", "Gt"), ("Lt", "GtE"), ("GtE", "Lt"),
-        ("Gt", "LtE"), ("LtE", "Gt"), ("Eq", "NotEq"), ("NotEq", "Eq"), ("Is", "IsNot"), ("IsNot", "Is"),
-        ("In", "NotIn"), ("NotIn", "In")]),
-    *(f"ReplaceBinaryOperator_{a}_{b}" for a, b in [
-        ("Add", "Sub"), ("Sub", "Add"), ("Mul", "Div"), ("Div", "Mul"), ("FloorDiv", "Mul"),
-        ("Mod", "FloorDiv"), ("BitAnd", "BitOr"), ("BitOr", "BitAnd"), ("LShift", "RShift"),
-        ("RShift", "LShift")]),
-]  # fmt: skip
+    "AddNot",
+    "ReplaceTrueWithFalse",
+    "ReplaceFalseWithTrue",
+    "ReplaceAndWithOr",
+    "ReplaceOrWithAnd",
+    "NumberReplacer",
+    "ZeroIterationForLoop",
+    "ExceptionReplacer",
+    "ReplaceBreakWithContinue",
+    "ReplaceContinueWithBreak",
+    "ReplaceUnaryOperator_Not_Delete",
+    "ReplaceUnaryOperator_USub_Delete",
+    *(
+        f"ReplaceComparisonOperator_{a}_{b}"
+        for a, b in [
+            ("Lt", "LtE"),
+            ("LtE", "Lt"),
+            ("Gt", "GtE"),
+            ("GtE", "Gt"),
+            ("Lt", "GtE"),
+            ("GtE", "Lt"),
+            ("Gt", "LtE"),
+            ("LtE", "Gt"),
+            ("Eq", "NotEq"),
+            ("NotEq", "Eq"),
+            ("Is", "IsNot"),
+            ("IsNot", "Is"),
+            ("In", "NotIn"),
+            ("NotIn", "In"),
+        ]
+    ),
+    *(
+        f"ReplaceBinaryOperator_{a}_{b}"
+        for a, b in [
+            ("Add", "Sub"),
+            ("Sub", "Add"),
+            ("Mul", "Div"),
+            ("Div", "Mul"),
+            ("FloorDiv", "Mul"),
+            ("Mod", "FloorDiv"),
+            ("BitAnd", "BitOr"),
+            ("BitOr", "BitAnd"),
+            ("LShift", "RShift"),
+            ("RShift", "LShift"),
+        ]
+    ),
+]
 
 
 def copy_checkout(dest: Path) -> None:
@@ -81,7 +122,7 @@ def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict
             f'module-path = "{module}"\n'
             f"timeout = {timeout}\n"
             "excluded-modules = []\n"
-            f'test-command = "{sys.executable} -m {PYTEST[len("python -m "):]} {" ".join(tests)}"\n'
+            f'test-command = "{sys.executable} -m {PYTEST[len("python -m ") :]} {" ".join(tests)}"\n'
             '[cosmic-ray.distributor]\nname = "local"\n'
             "[cosmic-ray.filters.operators-filter]\n"
             f'exclude-operators = ["core/(?!(?:{"|".join(OPERATORS)})$).*"]\n'
@@ -91,12 +132,17 @@ def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict
         env = {**os.environ, "PYTHONPATH": str(scratch), "CI": ""}
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", str(config), str(session)], cwd=scratch, env=env, check=True)
-        subprocess.run([sys.executable, "-m", "cosmic_ray.tools.filters.operators_filter", str(session),
-                        str(config)], cwd=scratch, env=env, check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "cosmic_ray.tools.filters.operators_filter", str(session), str(config)],
+            cwd=scratch,
+            env=env,
+            check=True,
+        )
         t = time.monotonic()
         subprocess.run([*cr, "exec", str(config), str(session)], cwd=scratch, env=env, check=True)
-        dump = subprocess.run([*cr, "dump", str(session)], cwd=scratch, env=env, check=True,
-                              capture_output=True, text=True).stdout  # fmt: skip
+        dump = subprocess.run(
+            [*cr, "dump", str(session)], cwd=scratch, env=env, check=True, capture_output=True, text=True
+        ).stdout
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     rows = [json.loads(line) for line in dump.splitlines() if line.strip()]
@@ -104,8 +150,14 @@ def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict
     done = [(job, result) for job, result in tried if result.get("test_outcome") in ("killed", "survived")]
     survived = [(job, result) for job, result in done if result["test_outcome"] == "survived"]
     killed = len(done) - len(survived)
-    return {"module": module, "mutants": len(tried), "done": len(done), "killed": killed,
-            "survived": survived, "seconds": round(time.monotonic() - t)}  # fmt: skip
+    return {
+        "module": module,
+        "mutants": len(tried),
+        "done": len(done),
+        "killed": killed,
+        "survived": survived,
+        "seconds": round(time.monotonic() - t),
+    }
 
 
 def main() -> int:
@@ -120,11 +172,16 @@ def main() -> int:
     for module in args.modules:
         r = run_module(module, MODULES[module], out, args.timeout)
         score = r["killed"] / r["done"] if r["done"] else 0.0
-        print(f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}), {len(r['survived'])} survived, "
-              f"{r['mutants']} mutants, {r['seconds']} s", flush=True)  # fmt: skip
+        print(
+            f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}), {len(r['survived'])} survived, "
+            f"{r['mutants']} mutants, {r['seconds']} s",
+            flush=True,
+        )
         for job, result in r["survived"]:
             for m in job["mutations"]:
-                print(f"  survived: {m['operator_name']} line {m['start_pos'][0]} occurrence {m['occurrence']}")
+                print(
+                    f"  survived: {m['operator_name']} line {m['start_pos'][0]} occurrence {m['occurrence']}"
+                )
             print("    " + (result.get("diff") or "").replace("\n", "\n    "))
         total_survived += len(r["survived"])
     return 1 if total_survived else 0

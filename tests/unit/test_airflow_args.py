@@ -12,8 +12,13 @@ import pytest
 
 import compaction
 
-STUBBED = ("airflow", "airflow.providers", "airflow.providers.apache", "airflow.providers.apache.spark",
-           "airflow.providers.apache.spark.operators")  # fmt: skip
+STUBBED = (
+    "airflow",
+    "airflow.providers",
+    "airflow.providers.apache",
+    "airflow.providers.apache.spark",
+    "airflow.providers.apache.spark.operators",
+)
 
 
 @pytest.fixture
@@ -31,8 +36,13 @@ def dag_args(monkeypatch):
 
 
 def test_report_html_puts_the_page_next_to_the_json_report(dag_args):
-    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/data/logs"], "report_dir": "/data/reports/",
-              "report_html": True, "dry_run": True}  # fmt: skip
+    params = {
+        **dag_args.DEFAULT_PARAMS,
+        "log_dirs": ["/data/logs"],
+        "report_dir": "/data/reports/",
+        "report_html": True,
+        "dry_run": True,
+    }
     args = dag_args.job_args(params, 5, "manual__2026-01-01T00:00:00+00:00")
     run = "/data/reports/manual__2026-01-01T00_00_00_00_00"
     assert args[args.index("--report") + 1] == f"{run}.json"
@@ -43,26 +53,36 @@ def test_report_html_puts_the_page_next_to_the_json_report(dag_args):
 def test_no_page_unless_asked_and_never_without_a_report_dir(dag_args):
     params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/data/logs"], "report_dir": "/data/reports"}
     assert "--report-html" not in dag_args.job_args(params, 5, "r")
-    with pytest.raises(ValueError, match="report_html needs params.report_dir"):
+    with pytest.raises(ValueError, match=r"report_html needs params\.report_dir"):
         dag_args.job_args({**params, "report_dir": None, "report_html": True}, 5, "r")
 
 
 def test_erase_params_pass_the_key_file(dag_args):
-    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"], "erase_keys": "s3://b/keys.txt", "erase_only": True}
+    params = {
+        **dag_args.DEFAULT_PARAMS,
+        "log_dirs": ["/d"],
+        "erase_keys": "s3://b/keys.txt",
+        "erase_only": True,
+    }
     args = dag_args.job_args(params, 5, "r")
     assert args[args.index("--erase-keys") + 1] == "s3://b/keys.txt" and "--erase-only" in args
     assert "--erase-keys" not in dag_args.job_args({**dag_args.DEFAULT_PARAMS, "log_dirs": ["/d"]}, 5, "r")
 
 
-@pytest.mark.parametrize("conn_type, host, port, master", [
-    ("spark", "local[*]", None, "local[*]"),
-    ("spark", "yarn", None, "yarn"),
-    ("spark", "spark://master", 7077, "spark://master:7077"),
-    ("spark", "master", 7077, "spark://master:7077"),  # a bare host with a port: the type is the scheme
-    ("spark", "k8s://https://api.internal", 443, "k8s://https://api.internal:443"),
-    ("k8s", "https://api.internal", None, "k8s://https://api.internal"),
-])  # fmt: skip
-def test_the_master_is_read_from_the_connection_as_the_provider_reads_it(dag_args, conn_type, host, port, master):
+@pytest.mark.parametrize(
+    "conn_type, host, port, master",
+    [
+        ("spark", "local[*]", None, "local[*]"),
+        ("spark", "yarn", None, "yarn"),
+        ("spark", "spark://master", 7077, "spark://master:7077"),
+        ("spark", "master", 7077, "spark://master:7077"),  # a bare host with a port: the type is the scheme
+        ("spark", "k8s://https://api.internal", 443, "k8s://https://api.internal:443"),
+        ("k8s", "https://api.internal", None, "k8s://https://api.internal"),
+    ],
+)
+def test_the_master_is_read_from_the_connection_as_the_provider_reads_it(
+    dag_args, conn_type, host, port, master
+):
     assert dag_args.connection_master(conn_type, host, port) == master
 
 
@@ -74,5 +94,10 @@ def test_every_param_is_typed_and_described(dag_args):
 
 
 def test_the_purge_param_passes_the_option(dag_args):
-    params = {**dag_args.DEFAULT_PARAMS, "log_dirs": ["s3://b/l"], "erase_keys": "k", "purge_noncurrent_versions": True}
+    params = {
+        **dag_args.DEFAULT_PARAMS,
+        "log_dirs": ["s3://b/l"],
+        "erase_keys": "k",
+        "purge_noncurrent_versions": True,
+    }
     assert "--purge-noncurrent-versions" in dag_args.job_args(params, 5, "r")

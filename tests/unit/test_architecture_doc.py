@@ -19,8 +19,11 @@ FOLDERS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__ini
 
 def _modules() -> list[Path]:
     """Every module of the package, relative to it, `__init__.py` files left out."""
-    return sorted(p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
-                  if p.name != "__init__.py" and "__pycache__" not in p.parts)  # fmt: skip
+    return sorted(
+        p.relative_to(PACKAGE)
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    )
 
 
 def _named_paths(text: str) -> set[str]:

@@ -3,12 +3,12 @@ corruption, kafka-python interop both ways, hypothesis round trips."""
 
 import struct
 
+import kafka_python_shims
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-import kafka_python_shims
 from compaction.errors import CorruptRecordError, CrcMismatchError
 from compaction.format import layout as L
 from compaction.format.batch import (
@@ -56,8 +56,13 @@ def test_kafka_memory_records_checksum_v2_lz4():
 
 
 def test_batch_fields_and_crc_range():
-    raw = build_batch([Record(100, 1000, b"k", b"v"), Record(105, 900, None, None)],
-                      producer_id=7, producer_epoch=3, base_sequence=11, partition_leader_epoch=4)
+    raw = build_batch(
+        [Record(100, 1000, b"k", b"v"), Record(105, 900, None, None)],
+        producer_id=7,
+        producer_epoch=3,
+        base_sequence=11,
+        partition_leader_epoch=4,
+    )
     h = RecordBatch(raw).header
     assert (h.base_offset, h.last_offset_delta, h.last_offset, h.next_offset) == (100, 5, 105, 106)
     assert (h.base_timestamp, h.max_timestamp, h.records_count) == (1000, 1000, 2)
@@ -71,13 +76,16 @@ def test_batch_fields_and_crc_range():
     assert RecordBatch(patched).crc_valid()
 
 
-@pytest.mark.parametrize(("kwargs", "flag"), [
-    ({"codec": 2}, 0x02),
-    ({"timestamp_type": LOG_APPEND_TIME, "log_append_time": 5}, 0x08),
-    ({"is_transactional": True, "producer_id": 1, "producer_epoch": 0, "base_sequence": 0}, 0x10),
-    ({"is_control": True, "producer_id": 1, "producer_epoch": 0}, 0x20),
-    ({"delete_horizon_ms": 10}, 0x40),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "flag"),
+    [
+        ({"codec": 2}, 0x02),
+        ({"timestamp_type": LOG_APPEND_TIME, "log_append_time": 5}, 0x08),
+        ({"is_transactional": True, "producer_id": 1, "producer_epoch": 0, "base_sequence": 0}, 0x10),
+        ({"is_control": True, "producer_id": 1, "producer_epoch": 0}, 0x20),
+        ({"delete_horizon_ms": 10}, 0x40),
+    ],
+)
 def test_attribute_bits_in_byte_22(kwargs, flag):
     raw = build_batch([Record(0, 1, b"k", b"v")], **kwargs)
     assert raw[22] == flag and raw[21] == 0
@@ -98,8 +106,13 @@ def test_zero_length_key_is_not_null():
 def test_commit_marker_is_78_bytes_as_the_broker_writes_it():
     key, value = control_record(CONTROL_COMMIT, coordinator_epoch=9)
     assert key == b"\x00\x00\x00\x01" and value == b"\x00\x00\x00\x00\x00\x09"
-    raw = build_batch([Record(42, 1700, key, value)], producer_id=5, producer_epoch=2,
-                      is_transactional=True, is_control=True)
+    raw = build_batch(
+        [Record(42, 1700, key, value)],
+        producer_id=5,
+        producer_epoch=2,
+        is_transactional=True,
+        is_control=True,
+    )
     assert len(raw) == 78 and struct.unpack_from(">i", raw, 8)[0] == 66 and raw[22] == 0x30
     assert raw[61:] == bytes([0x20, 0, 0, 0, 0x08]) + key + b"\x0c" + value + b"\x00"
     batch = RecordBatch(raw)
@@ -117,8 +130,16 @@ def test_rebuild_rules_of_filter_to():
     # Original batch covered 10..15; records 11 and 14 survive, with a tombstone -> horizon.
     horizon = 2_000_000
     kept = [Record(11, 1000, b"a", None), Record(14, 1500, b"b", b"x")]
-    raw = build_batch(kept, base_offset=10, last_offset_delta=5, delete_horizon_ms=horizon,
-                      producer_id=3, producer_epoch=1, base_sequence=20, partition_leader_epoch=8)
+    raw = build_batch(
+        kept,
+        base_offset=10,
+        last_offset_delta=5,
+        delete_horizon_ms=horizon,
+        producer_id=3,
+        producer_epoch=1,
+        base_sequence=20,
+        partition_leader_epoch=8,
+    )
     batch = RecordBatch(raw)
     h = batch.header
     assert (h.base_offset, h.last_offset, h.base_sequence) == (10, 15, 20)
@@ -129,18 +150,29 @@ def test_rebuild_rules_of_filter_to():
 
 
 def test_log_append_time_batch_reports_max_timestamp_for_every_record():
-    raw = build_batch([Record(0, 1, b"a", b"1"), Record(1, 2, b"b", b"2")],
-                      timestamp_type=LOG_APPEND_TIME, log_append_time=777)
+    raw = build_batch(
+        [Record(0, 1, b"a", b"1"), Record(1, 2, b"b", b"2")],
+        timestamp_type=LOG_APPEND_TIME,
+        log_append_time=777,
+    )
     batch = RecordBatch(raw)
     assert batch.header.max_timestamp == 777 and batch.header.timestamp_type == LOG_APPEND_TIME
     assert [r.timestamp for r in batch.records()] == [777, 777]
 
 
 def test_empty_batch_per_spec_section_10():
-    original = RecordBatch(build_batch(
-        [Record(50, 5000, b"k", None), Record(53, 6000, b"k2", b"v")], codec=1,
-        delete_horizon_ms=9999, producer_id=4, producer_epoch=2, base_sequence=7,
-        partition_leader_epoch=3, is_transactional=True)).header
+    original = RecordBatch(
+        build_batch(
+            [Record(50, 5000, b"k", None), Record(53, 6000, b"k2", b"v")],
+            codec=1,
+            delete_horizon_ms=9999,
+            producer_id=4,
+            producer_epoch=2,
+            base_sequence=7,
+            partition_leader_epoch=3,
+            is_transactional=True,
+        )
+    ).header
     raw = build_empty_batch(original)
     assert len(raw) == 61
     e = RecordBatch(raw)
@@ -231,19 +263,31 @@ INTEROP_RECORDS = [
 
 
 def _kafka_python_build(records, codec, producer=(-1, -1, -1)):
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
-                                        producer_id=producer[0], producer_epoch=producer[1],
-                                        base_sequence=producer[2], batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=producer[0],
+        producer_epoch=producer[1],
+        base_sequence=producer[2],
+        batch_size=1 << 20,
+    )
     for r in records:
         assert builder.append(r.offset, r.timestamp, r.key, r.value, list(r.headers)) is not None
     return bytes(builder.build())
 
 
 def _as_records(kp_batch):
-    return [Record(r.offset, r.timestamp, None if r.key is None else bytes(r.key),
-                   None if r.value is None else bytes(r.value),
-                   tuple((k, None if v is None else bytes(v)) for k, v in r.headers))
-            for r in kp_batch]
+    return [
+        Record(
+            r.offset,
+            r.timestamp,
+            None if r.key is None else bytes(r.key),
+            None if r.value is None else bytes(r.value),
+            tuple((k, None if v is None else bytes(v)) for k, v in r.headers),
+        )
+        for r in kp_batch
+    ]
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -265,8 +309,14 @@ def test_kafka_python_reads_what_we_write(codec):
 
 
 def test_kafka_python_reads_our_horizon_and_log_append_time_batches():
-    raw = build_batch(INTEROP_RECORDS, base_offset=0, last_offset_delta=9, delete_horizon_ms=1_700_000_000_000,
-                      timestamp_type=LOG_APPEND_TIME, log_append_time=1_650_000_000_000)
+    raw = build_batch(
+        INTEROP_RECORDS,
+        base_offset=0,
+        last_offset_delta=9,
+        delete_horizon_ms=1_700_000_000_000,
+        timestamp_type=LOG_APPEND_TIME,
+        log_append_time=1_650_000_000_000,
+    )
     kp = DefaultRecordBatch(bytearray(raw))
     assert kp.validate_crc() and kp.last_offset_delta == 9
     assert [r.timestamp for r in kp] == [1_650_000_000_000] * 4
@@ -287,13 +337,27 @@ def batches(draw):
     for g in gaps:
         offsets.append(offsets[-1] + g)
     ts0 = draw(st.integers(10**6, 2**41))  # Kafka timestamps are >= 0 (or -1 = none)
-    records = [Record(o, ts0 + draw(st.integers(-10**6, 10**6)), draw(_bytes_or_none), draw(_bytes_or_none),
-                      draw(_headers)) for o in offsets]
-    kwargs = {"codec": draw(st.sampled_from(CODECS)),
-              "partition_leader_epoch": draw(st.integers(-1, 2**31 - 1))}
+    records = [
+        Record(
+            o,
+            ts0 + draw(st.integers(-(10**6), 10**6)),
+            draw(_bytes_or_none),
+            draw(_bytes_or_none),
+            draw(_headers),
+        )
+        for o in offsets
+    ]
+    kwargs = {
+        "codec": draw(st.sampled_from(CODECS)),
+        "partition_leader_epoch": draw(st.integers(-1, 2**31 - 1)),
+    }
     if draw(st.booleans()):
-        kwargs.update(producer_id=draw(st.integers(0, 2**62)), producer_epoch=draw(st.integers(0, 32767)),
-                      base_sequence=draw(st.integers(0, 2**31 - 1)), is_transactional=draw(st.booleans()))
+        kwargs.update(
+            producer_id=draw(st.integers(0, 2**62)),
+            producer_epoch=draw(st.integers(0, 32767)),
+            base_sequence=draw(st.integers(0, 2**31 - 1)),
+            is_transactional=draw(st.booleans()),
+        )
     if draw(st.booleans()):
         kwargs["delete_horizon_ms"] = draw(st.integers(0, 2**42))
     if draw(st.booleans()):
@@ -312,17 +376,26 @@ def test_build_parse_round_trip(case):
     h = batch.header
     assert batch.crc_valid() and h.size == len(raw)
     assert h.codec == kwargs["codec"] and h.records_count == len(records)
-    assert h.last_offset == kwargs.get("last_offset_delta", records[-1].offset - records[0].offset) + h.base_offset
+    assert (
+        h.last_offset
+        == kwargs.get("last_offset_delta", records[-1].offset - records[0].offset) + h.base_offset
+    )
     assert h.delete_horizon_ms == kwargs.get("delete_horizon_ms")
     log_append = kwargs.get("timestamp_type") == LOG_APPEND_TIME
-    expected = [Record(r.offset, kwargs["log_append_time"] if log_append else r.timestamp, r.key, r.value,
-                       r.headers) for r in records]
+    expected = [
+        Record(r.offset, kwargs["log_append_time"] if log_append else r.timestamp, r.key, r.value, r.headers)
+        for r in records
+    ]
     assert batch.records() == expected
     assert h.max_timestamp == (kwargs["log_append_time"] if log_append else max(r.timestamp for r in records))
     # kafka-python agrees on every record (it ignores the horizon bit, which is fine: same base).
     assert _as_records(DefaultRecordBatch(bytearray(raw))) == expected
     empty = RecordBatch(build_empty_batch(h))
-    assert empty.crc_valid() and empty.header.last_offset == h.last_offset and not empty.header.has_delete_horizon
+    assert (
+        empty.crc_valid()
+        and empty.header.last_offset == h.last_offset
+        and not empty.header.has_delete_horizon
+    )
 
 
 def test_batch_header_round_trips_through_pack():

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from compaction.policy.broker_config import BROKER_TO_TOPIC, CLEANER_SYNONYMS
 from compaction.cli.options import parse_args
+from compaction.policy.broker_config import BROKER_TO_TOPIC, CLEANER_SYNONYMS
 from compaction.policy.topic_config import resolve_topic_config
 
 SERVER_PROPERTIES = """\
@@ -123,21 +123,42 @@ def test_flag_beats_the_files_io_limit(tmp_path):
     )
 
 
-@pytest.mark.parametrize("option, name, text, message", [
-    ("--config", "s.properties", "log.cleaner.min.cleanable.dirty.ratio=0.1\n",
-     "unknown Kafka config 'log.cleaner.min.cleanable.dirty.ratio'"),
-    ("--config", "s.properties", "log.segment.byte=10\n", "did you mean 'log.segment.bytes'"),
-    ("--topic-config", "t.properties", "orders.delete.retention=1\n", "line 1: expected <topic>.<topic"),
-    ("--topic-config", "t.json", '{"orders": {"delete.retension.ms": 1}}', "unknown topic config 'delete.re"),
-    ("--topic-config", "t.json", '{"retention": 1}', "'retention' is neither a topic"),
-    ("--config", "s.properties", "log.cleaner.min.cleanable.ratio=2\n", "outside [0, 1]"),
-    ("--config", "s.properties", "log.segment.bytes=big\n", "line 1: log.segment.bytes='big' is not an integer"),
-    ("--topic-config", "t.json", '{"orders": {"segment.bytes": 1}}',
-     't.json at $["orders"]["segment.bytes"]: segment.bytes=1 is outside [14, 2147483647]'),
-    ("--config", "s.properties", "log.cleaner.io.max.bytes.per.second=fast\n", "is not a number"),
-    ("--config", "missing.properties", None, "No such file"),
-    ("--config", "s.json", '{"orders": {"segment.bytes": 1}}', "per-topic configs go in --topic-config"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "option, name, text, message",
+    [
+        (
+            "--config",
+            "s.properties",
+            "log.cleaner.min.cleanable.dirty.ratio=0.1\n",
+            "unknown Kafka config 'log.cleaner.min.cleanable.dirty.ratio'",
+        ),
+        ("--config", "s.properties", "log.segment.byte=10\n", "did you mean 'log.segment.bytes'"),
+        ("--topic-config", "t.properties", "orders.delete.retention=1\n", "line 1: expected <topic>.<topic"),
+        (
+            "--topic-config",
+            "t.json",
+            '{"orders": {"delete.retension.ms": 1}}',
+            "unknown topic config 'delete.re",
+        ),
+        ("--topic-config", "t.json", '{"retention": 1}', "'retention' is neither a topic"),
+        ("--config", "s.properties", "log.cleaner.min.cleanable.ratio=2\n", "outside [0, 1]"),
+        (
+            "--config",
+            "s.properties",
+            "log.segment.bytes=big\n",
+            "line 1: log.segment.bytes='big' is not an integer",
+        ),
+        (
+            "--topic-config",
+            "t.json",
+            '{"orders": {"segment.bytes": 1}}',
+            't.json at $["orders"]["segment.bytes"]: segment.bytes=1 is outside [14, 2147483647]',
+        ),
+        ("--config", "s.properties", "log.cleaner.io.max.bytes.per.second=fast\n", "is not a number"),
+        ("--config", "missing.properties", None, "No such file"),
+        ("--config", "s.json", '{"orders": {"segment.bytes": 1}}', "per-topic configs go in --topic-config"),
+    ],
+)
 def test_bad_names_and_values_are_one_line_usage_errors(tmp_path, capsys, option, name, text, message):
     if text is not None:
         (tmp_path / name).write_text(text)

@@ -45,13 +45,17 @@ def _holder(path: str, kind: str, tmp_path) -> subprocess.Popen:
         cmd = ["java", str(source), path]
     else:
         call = {"flock": "fcntl.flock", "lockf": "fcntl.lockf"}[kind]
-        cmd = [sys.executable, "-c", textwrap.dedent(f"""
+        cmd = [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import fcntl, os, sys
             fd = os.open({path!r}, os.O_RDWR | os.O_CREAT)
             {call}(fd, fcntl.LOCK_EX)
             print("locked", flush=True)
             sys.stdin.read()
-        """)]
+        """),
+        ]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "locked\n"
     return proc
@@ -77,7 +81,9 @@ def test_a_held_lock_stops_the_run_and_is_overridden_with_one_warning(log_dir, t
         assert kafka_lock_held(log_dir)
         refused = run_driver_only(log_dir, "--plan-only")
         assert refused.returncode == 2, refused.stderr
-        assert f"{log_dir}/{KAFKA_LOCK_FILE} is locked: a Kafka broker is serving this log dir" in refused.stderr
+        assert (
+            f"{log_dir}/{KAFKA_LOCK_FILE} is locked: a Kafka broker is serving this log dir" in refused.stderr
+        )
         assert tree_hashes(log_dir) == before
         forced = run_driver_only(log_dir, "--plan-only", "--ignore-broker-lock")
         assert forced.returncode == 0, forced.stderr

@@ -5,6 +5,7 @@ import glob
 import os
 
 import pytest
+from e2ekit import SHARED_FIXTURES
 
 from compaction.errors import CheckpointError
 from compaction.format.checkpoint import (
@@ -18,7 +19,6 @@ from compaction.format.checkpoint import (
     write_checkpoint,
 )
 from compaction.runtime.storage import Storage
-from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 FIXTURES = SHARED_FIXTURES
 
@@ -105,7 +105,7 @@ def test_leader_epoch_checkpoint():
     entries = parse_leader_epoch_checkpoint(text)
     assert entries == [(0, 0), (2, 150), (5, 4000)]
     assert format_leader_epoch_checkpoint(entries) == text
-    with pytest.raises(CheckpointError, match="line 3: .*expected 2 fields"):
+    with pytest.raises(CheckpointError, match=r"line 3: .*expected 2 fields"):
         parse_leader_epoch_checkpoint("0\n1\n0 0 0\n", "lec")
     with pytest.raises(CheckpointError, match="line 1"):
         parse_leader_epoch_checkpoint("1\n0\n", "lec")

@@ -21,9 +21,22 @@ def test_probe_skips_when_asked():
 
 def _probe(ci: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CI": ci, "COMPACTION_SKIP_PROBE": "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"{HERE}::test_probe_skips_when_asked"], capture_output=True, text=True, env=env,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(HERE))), timeout=120)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"{HERE}::test_probe_skips_when_asked",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(HERE))),
+        timeout=120,
+    )
 
 
 def test_an_environment_skip_fails_under_ci_and_only_there():
@@ -35,12 +48,23 @@ def test_an_environment_skip_fails_under_ci_and_only_there():
     # the probe itself passes in this run, where COMPACTION_SKIP_PROBE is not set.
 
 
-@pytest.mark.parametrize(("nodeid", "reason", "benign"), [
-    ("tests/unit/test_compression.py::test_x[zstd-0]", "zstd is illegal for magic < 2 (tested below)", True),
-    ("tests/unit/test_compression.py::test_x[zstd-0]", "no zstd library", False),
-    ("tests/e2e/test_ship_e2e.py::test_a", "zstd is illegal for magic < 2", False),  # another file
-    ("tests/e2e/test_cluster_faults.py::test_y[a-b]", "a sample of the phase x target matrix runs (CI time)", True),
-    ("tests/e2e/test_kafka4_e2e.py::test_z", "Kafka 4.1 broker tests skipped: no jars", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("nodeid", "reason", "benign"),
+    [
+        (
+            "tests/unit/test_compression.py::test_x[zstd-0]",
+            "zstd is illegal for magic < 2 (tested below)",
+            True,
+        ),
+        ("tests/unit/test_compression.py::test_x[zstd-0]", "no zstd library", False),
+        ("tests/e2e/test_ship_e2e.py::test_a", "zstd is illegal for magic < 2", False),  # another file
+        (
+            "tests/e2e/test_cluster_faults.py::test_y[a-b]",
+            "a sample of the phase x target matrix runs (CI time)",
+            True,
+        ),
+        ("tests/e2e/test_kafka4_e2e.py::test_z", "Kafka 4.1 broker tests skipped: no jars", False),
+    ],
+)
 def test_benign_skips_are_named_by_test_and_reason(nodeid, reason, benign):
     assert benign_skip(nodeid, reason) is benign

@@ -40,9 +40,14 @@ def _write(path, data: bytes) -> str:
 def test_a_run_writes_the_archive_when_none_is_ready_then_later_runs_map_it(tmp_path):
     pid = _dead_pid()
     assert ca.java_options(str(tmp_path), KEY, pid) == [
-        f"-XX:ArchiveClassesAtExit={tmp_path}/{KEY}.{pid}.partial", *ca.COMMON]
+        f"-XX:ArchiveClassesAtExit={tmp_path}/{KEY}.{pid}.partial",
+        *ca.COMMON,
+    ]
     _write(tmp_path / f"{KEY}.{pid}.partial", HEADER + b"\0" * 4096)  # its JVM wrote it and exited
-    assert ca.java_options(str(tmp_path), KEY, 1) == [f"-XX:SharedArchiveFile={tmp_path}/{KEY}.jsa", *ca.COMMON]
+    assert ca.java_options(str(tmp_path), KEY, 1) == [
+        f"-XX:SharedArchiveFile={tmp_path}/{KEY}.jsa",
+        *ca.COMMON,
+    ]
     assert os.listdir(tmp_path) == [f"{KEY}.jsa"]
 
 
@@ -65,8 +70,10 @@ def test_a_gone_writers_archive_is_promoted_only_with_its_header(tmp_path, conte
 
 def _process_with_cmdline(template: str) -> subprocess.Popen:
     """A live process whose command line carries `template % its pid` (it execs itself so)."""
-    code = ("import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', "
-            "sys.argv[1] % os.getpid()])")
+    code = (
+        "import os, sys; os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', "
+        "sys.argv[1] % os.getpid()])"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, template])
     want = (template % proc.pid).encode()
     for _ in range(500):
@@ -138,16 +145,24 @@ def test_the_launcher_adds_the_archive_to_the_client_drivers_java_options(tmp_pa
     java = shutil.which("java") or sys.executable
 
     def driver_options(argv, env=env):
-        cmd, _ = launcher.submit_command(launcher.split_argv([*argv, "--log-dir", "d"]), env, java=java, pid=7)
+        cmd, _ = launcher.submit_command(
+            launcher.split_argv([*argv, "--log-dir", "d"]), env, java=java, pid=7
+        )
         return [c for c in cmd if c.startswith("spark.driver.extraJavaOptions=")]
 
     (opts,) = driver_options([])
-    assert f"-XX:ArchiveClassesAtExit={tmp_path}/jvm/" in opts and opts.endswith(f".7.partial {' '.join(ca.COMMON)}")
+    assert f"-XX:ArchiveClassesAtExit={tmp_path}/jvm/" in opts and opts.endswith(
+        f".7.partial {' '.join(ca.COMMON)}"
+    )
     assert "-Dlog4j2.configurationFile=" in opts
     # The driver runs on the cluster: this host's archive is not its.
-    assert "ArchiveClasses" not in " ".join(driver_options(["--master", "spark://h:7077", "--deploy-mode", "cluster"]))
+    assert "ArchiveClasses" not in " ".join(
+        driver_options(["--master", "spark://h:7077", "--deploy-mode", "cluster"])
+    )
     # The user's own driver options are the driver's, as for log4j.
-    assert driver_options(["--conf", "spark.driver.extraJavaOptions=-Dx=1"]) == ["spark.driver.extraJavaOptions=-Dx=1"]
+    assert driver_options(["--conf", "spark.driver.extraJavaOptions=-Dx=1"]) == [
+        "spark.driver.extraJavaOptions=-Dx=1"
+    ]
     for off in ("off", "0", "", str(tmp_path / "with space")):
         assert "ArchiveClasses" not in driver_options([], {**env, "KAFKA_COMPACTION_CDS_DIR": off})[0]
 

@@ -22,12 +22,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
-from compaction.steps.recover import recover_partition
 from compaction.format import batch as fb
 from compaction.format import naming
 from compaction.format.batch_build import build_batch
 from compaction.runtime.storage import Storage
+from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
+from compaction.steps.recover import recover_partition
 
 T0 = 1_700_000_000_000
 OTHER_FILES = {"leader-epoch-checkpoint": b"0\n1\n0 0\n", "partition.metadata": b"version: 0\ntopic_id: x\n"}
@@ -157,8 +157,9 @@ def test_replaced_files_can_be_removed_later(tmp_path):
     state = snapshot(part)
     pending = {n for n in state if n.endswith(".deleted")} | {INTENT_FILE}
     assert pending - {INTENT_FILE} and {n: d for n, d in state.items() if n not in pending} == NEW_STATE
-    assert {n.removesuffix(".deleted") for n in pending - {INTENT_FILE}} == set(OLD_STATE) - set(NEW_STATE) | {
-        n for n in set(OLD_STATE) & set(NEW_STATE) if OLD_STATE[n] != NEW_STATE[n]}
+    assert {n.removesuffix(".deleted") for n in pending - {INTENT_FILE}} == set(OLD_STATE) - set(
+        NEW_STATE
+    ) | {n for n in set(OLD_STATE) & set(NEW_STATE) if OLD_STATE[n] != NEW_STATE[n]}
     later = setup_dir(tmp_path, "later")
     commit_partition(Storage.local(), later, REPLACEMENTS, remove_old=False)
     remove_replaced(Storage.local(), later)
@@ -193,7 +194,9 @@ def test_crash_at_every_step_recovers_to_old_or_new(tmp_path):
 
 @settings(max_examples=40, deadline=None)
 @given(st.data())
-def test_any_subset_of_the_old_files_renames_surviving_a_crash_recovers_to_the_new_set(tmp_path_factory, data):
+def test_any_subset_of_the_old_files_renames_surviving_a_crash_recovers_to_the_new_set(
+    tmp_path_factory, data
+):
     """Step 2's renames (old files -> `.deleted`) share one directory fsync, so a crash before it
     may leave any subset of them done. Each such state rolls forward to exactly the new set."""
     part = setup_dir(tmp_path_factory.mktemp("subset"))
@@ -266,12 +269,18 @@ def test_recovery_with_intent_ignores_foreign_cleaned_files(tmp_path):
 # offsets 3 and 9 (the batch ending at the upper bound stays, KAFKA-17076), so its readNextOffset
 # (10) covers both old segments.
 K_OLD = {
-    name(0): _batch(range(0, 5)), name(0, ".index"): b"a" * 8, name(0, ".timeindex"): b"b" * 12,
-    name(5): _batch(range(5, 10)), name(5, ".index"): b"c" * 8, name(5, ".timeindex"): b"d" * 12,
+    name(0): _batch(range(0, 5)),
+    name(0, ".index"): b"a" * 8,
+    name(0, ".timeindex"): b"b" * 12,
+    name(5): _batch(range(5, 10)),
+    name(5, ".index"): b"c" * 8,
+    name(5, ".timeindex"): b"d" * 12,
     name(5, ".snapshot"): b"snap5",
-    name(10): _batch([10]), name(10, ".index"): b"", name(10, ".timeindex"): b"",
+    name(10): _batch([10]),
+    name(10, ".index"): b"",
+    name(10, ".timeindex"): b"",
     **OTHER_FILES,
-}  # fmt: skip
+}
 K_NEW_SEG = {name(0): _batch([3]) + _batch([9]), name(0, ".index"): b"", name(0, ".timeindex"): b"e" * 12}
 K_NEW = {**{n: d for n, d in K_OLD.items() if not n.startswith(("0" * 20, name(5)[:20]))}, **K_NEW_SEG}
 
@@ -388,8 +397,11 @@ def test_sigkill_mid_commit_recovers(tmp_path):
         part = setup_dir(tmp_path, f"kill{stop}")
         proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, part, str(stop), reps],
-            stdout=subprocess.PIPE, text=True, env=env, cwd=repo,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=repo,
+        )
         children.append((stop, part, proc))
     outcomes = {}
     for stop, part, proc in children:

@@ -54,7 +54,7 @@ def test_snappy_writes_xerial_framing_in_32k_chunks():
     pos, chunks = 16, []
     while pos < len(out):
         (n,) = struct.unpack_from(">i", out, pos)
-        chunks.append(bytes(cramjam.snappy.decompress_raw(out[pos + 4:pos + 4 + n])))
+        chunks.append(bytes(cramjam.snappy.decompress_raw(out[pos + 4 : pos + 4 + n])))
         pos += 4 + n
     assert [len(c) for c in chunks] == [XERIAL_BLOCK_SIZE, XERIAL_BLOCK_SIZE, 10]
     assert b"".join(chunks) == data
@@ -157,8 +157,14 @@ def test_unknown_codec(codec):
 @pytest.mark.parametrize("codec", [CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD])
 def test_garbage_is_a_corrupt_record_error_with_location(codec):
     with pytest.raises(CorruptRecordError) as info:
-        decompress(codec, b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x05garbage"
-                   if codec == CODEC_SNAPPY else b"garbage bytes", path="seg.log", position=99)
+        decompress(
+            codec,
+            b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x05garbage"
+            if codec == CODEC_SNAPPY
+            else b"garbage bytes",
+            path="seg.log",
+            position=99,
+        )
     assert info.value.path == "seg.log" and info.value.position == 99
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 import compaction
@@ -31,7 +31,10 @@ def _load(name: str) -> dict:
 
 def _apps() -> list[tuple[str, dict]]:
     app, scheduled = _load("sparkapplication.yaml"), _load("scheduledsparkapplication.yaml")
-    return [("sparkapplication.yaml", app["spec"]), ("scheduledsparkapplication.yaml", scheduled["spec"]["template"])]
+    return [
+        ("sparkapplication.yaml", app["spec"]),
+        ("scheduledsparkapplication.yaml", scheduled["spec"]["template"]),
+    ]
 
 
 def _dockerfile_env() -> dict[str, str]:
@@ -45,7 +48,10 @@ def _dockerfile_env() -> dict[str, str]:
 def test_the_manifests_are_the_operators_kinds():
     app, scheduled = _load("sparkapplication.yaml"), _load("scheduledsparkapplication.yaml")
     assert (app["apiVersion"], app["kind"]) == ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
-    assert (scheduled["apiVersion"], scheduled["kind"]) == ("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication")
+    assert (scheduled["apiVersion"], scheduled["kind"]) == (
+        "sparkoperator.k8s.io/v1beta2",
+        "ScheduledSparkApplication",
+    )
     # Two rounds on one prefix at once would corrupt it: a schedule never overlaps its runs.
     assert scheduled["spec"]["concurrencyPolicy"] == "Forbid"
     assert scheduled["spec"]["template"] == app["spec"]  # the nightly round is the same round
@@ -53,11 +59,15 @@ def test_the_manifests_are_the_operators_kinds():
 
 @pytest.mark.parametrize("name, spec", _apps())
 def test_they_run_the_image_the_dockerfile_builds(name, spec):
-    assert f"-t {spec['image']} " in DOCKERFILE, f"{name}: the image is not the one deploy/Dockerfile is built as"
+    assert f"-t {spec['image']} " in DOCKERFILE, (
+        f"{name}: the image is not the one deploy/Dockerfile is built as"
+    )
     assert spec["image"] == f"kafka-compaction:{VERSION}"
     spark = re.search(r"^ARG SPARK_VERSION=(\S+)$", DOCKERFILE, re.M).group(1)
     assert spec["sparkVersion"] == spark
-    assert re.search(r"^FROM spark:\$\{SPARK_VERSION\}-", DOCKERFILE, re.M)  # the official image of that release
+    assert re.search(
+        r"^FROM spark:\$\{SPARK_VERSION\}-", DOCKERFILE, re.M
+    )  # the official image of that release
 
 
 @pytest.mark.parametrize("name, spec", _apps())
@@ -69,7 +79,9 @@ def test_they_name_the_entry_file_and_python_the_image_has(name, spec):
     assert spec["mainApplicationFile"] == f"local://{app_dir}/job.py" and (PACKAGE / "job.py").is_file()
     conf = spec["sparkConf"]
     assert conf["spark.pyspark.python"] == conf["spark.pyspark.driver.python"] == env["PYSPARK_PYTHON"]
-    log4j = re.search(r"-Dlog4j2.configurationFile=file:(\S+)", conf["spark.driver.extraJavaOptions"]).group(1)
+    log4j = re.search(r"-Dlog4j2.configurationFile=file:(\S+)", conf["spark.driver.extraJavaOptions"]).group(
+        1
+    )
     assert log4j.startswith(app_dir + "/") and (PACKAGE / os.path.relpath(log4j, app_dir)).is_file()
     daemon = conf["spark.python.daemon.module"]
     assert (PACKAGE.parent / (daemon.replace(".", "/") + ".py")).is_file()

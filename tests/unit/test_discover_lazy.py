@@ -18,23 +18,21 @@ import pyarrow.fs as pafs
 import pytest
 from faultkit import small_partition
 
-from compaction.steps import discover
-
-from compaction.steps import plan_round, recover, validate
+from compaction.cli.options import LONG_MAX, parse_args
+from compaction.errors import IndexCorruptError
+from compaction.policy.plan import PartitionState, plan_partition
+from compaction.policy.topic_config import resolve_topic_config
+from compaction.runtime.storage import Storage
+from compaction.steps import discover, plan_round, recover, validate
 from compaction.steps.discover import (
-    list_partition,
     first_batch_timestamp,
     last_time_entry_ts,
+    list_partition,
     log_end_offset,
     read_log_dir,
     segment_meta,
 )
-from compaction.errors import IndexCorruptError
 from compaction.tools.generator import generate_log_dir
-from compaction.cli.options import LONG_MAX, parse_args
-from compaction.policy.plan import PartitionState, plan_partition
-from compaction.policy.topic_config import resolve_topic_config
-from compaction.runtime.storage import Storage
 
 SEG1 = "00000000000000000010"
 
@@ -59,8 +57,9 @@ def _eager_plan(ld, part, opts, first_unstable=None):
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("lazy") / "logs")
-    generate_log_dir(root, topics=(("a", 2), ("b", 1)), records=3000, keys=200, codec="mixed",
-                     segment_bytes=8_000, seed=3)  # fmt: skip
+    generate_log_dir(
+        root, topics=(("a", 2), ("b", 1)), records=3000, keys=200, codec="mixed", segment_bytes=8_000, seed=3
+    )
     return root
 
 
@@ -103,7 +102,10 @@ def test_lazy_plan_equals_eager_plan(log_dir):
                 # that cleans) stay unknown. Everything the report and the round use is equal.
                 assert not want.eligible and want.dirty_bytes == 0 and want.cleanable_ratio == 0
                 unknown = dict(clean_bytes=0, legacy_delete_horizon_ms=0)
-                lazy_plan, want = dataclasses.replace(lazy.plan, **unknown), dataclasses.replace(want, **unknown)
+                lazy_plan, want = (
+                    dataclasses.replace(lazy.plan, **unknown),
+                    dataclasses.replace(want, **unknown),
+                )
                 settled += 1
             else:
                 lazy_plan = lazy.plan
@@ -155,12 +157,16 @@ def test_skipped_partition_is_not_read_and_a_damaged_index_there_is_not_seen(tmp
     opened = _counting_reads(monkeypatch)
     ld = read_log_dir(log_dir)
     opened.clear()
-    p = plan_round.plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
+    p = plan_round.plan_one(
+        ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"])
+    )
     assert p.result.status == "skipped" and not p.plan.eligible, p.result
     assert opened == []
     # the same partition, dirty: it is read, and the damage is reported
     del ld.cleaner_checkpoint[("t", 0)]
-    p = plan_round.plan_one(ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"]))
+    p = plan_round.plan_one(
+        ld, ld.partitions[0], parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0"])
+    )
     assert p.result.status == "failed" and "goes backwards" in p.result.reason and index in p.result.reason
 
 
@@ -169,8 +175,13 @@ def test_default_config_plan_reads_no_file(log_dir, monkeypatch):
     part = ld.partitions[0]
     ld.cleaner_checkpoint[part.key] = part.segments[1].base_offset
     opened = _counting_reads(monkeypatch)
-    p = plan_round.plan_one(ld, part, parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0",
-                                            "--min-cleanable-dirty-ratio", "1"]))  # fmt: skip
+    p = plan_round.plan_one(
+        ld,
+        part,
+        parse_args(
+            ["--log-dir", log_dir, "--plan-only", "--now-ms", "0", "--min-cleanable-dirty-ratio", "1"]
+        ),
+    )
     assert not p.plan.eligible and opened == []
 
 
@@ -184,8 +195,19 @@ def test_min_lag_reads_dirty_segments_up_to_the_first_too_recent(log_dir, monkey
     lag = now - stamps[4]  # segment 5 is the first too recent (strictly newer than the horizon)
     assert stamps[5] > stamps[4]
     opened = _counting_reads(monkeypatch)
-    opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", str(now), "--min-compaction-lag-ms",
-                       str(lag), "--min-cleanable-dirty-ratio", "1"])  # fmt: skip
+    opts = parse_args(
+        [
+            "--log-dir",
+            log_dir,
+            "--plan-only",
+            "--now-ms",
+            str(now),
+            "--min-compaction-lag-ms",
+            str(lag),
+            "--min-cleanable-dirty-ratio",
+            "1",
+        ]
+    )
     p = plan_round.plan_one(ld, part, opts)
     assert not p.plan.eligible
     assert sorted(os.path.basename(x) for x in opened) == [
@@ -231,8 +253,19 @@ def test_max_lag_default_reads_nothing_and_set_reads_first_batches(log_dir, monk
     part = ld.partitions[1]
     ld.cleaner_checkpoint[part.key] = part.segments[3].base_offset
     opened = _counting_reads(monkeypatch)
-    opts = parse_args(["--log-dir", log_dir, "--plan-only", "--now-ms", "0", "--min-cleanable-dirty-ratio", "1",
-                       "--max-compaction-lag-ms", str(LONG_MAX - 1)])  # fmt: skip
+    opts = parse_args(
+        [
+            "--log-dir",
+            log_dir,
+            "--plan-only",
+            "--now-ms",
+            "0",
+            "--min-cleanable-dirty-ratio",
+            "1",
+            "--max-compaction-lag-ms",
+            str(LONG_MAX - 1),
+        ]
+    )
     plan_round.plan_one(ld, part, opts)
     logs = {discover.naming.segment_file_name(s.base_offset, ".log") for s in part.segments[3:-1]}
     assert {os.path.basename(x) for x in opened} == logs

@@ -14,31 +14,60 @@ import subprocess
 import sys
 
 import pytest
+from e2ekit import SHARED_FIXTURES
 from kafka.record.memory_records import MemoryRecords
 
 from compaction.__main__ import main
 from compaction.format.index import read_offset_index, read_time_index
 from compaction.format.txnindex import read_txn_index
 from compaction.tools.generator import generate_log_dir
-from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 REAL = SHARED_FIXTURES
 V0_PLAIN = f"{REAL}/kafka-0.9.0.1/kafka-logs/plain-0/00000000000000000112"
 V0_COMPACTED = f"{REAL}/kafka-0.9.0.1/kafka-logs/compacted-0/00000000000000000000.log"
-V2_LZ4 = (f"{REAL}/mscaldas2012+kafka-connect-spooldir/kafka-data/"
-          "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0/00000000000000000000.log")
-BATCH_KEYS = ["type", "baseOffset", "lastOffset", "count", "position", "size", "magic", "compression",
-              "crcValid",
-              "isTransactional", "isControl", "producerId", "producerEpoch", "baseSequence",
-              "partitionLeaderEpoch", "maxTimestamp", "timestampType", "deleteHorizonMs"]
+V2_LZ4 = (
+    f"{REAL}/mscaldas2012+kafka-connect-spooldir/kafka-data/"
+    "_confluent-controlcenter-5-1-2-1-actual-group-consumption-rekey-0/00000000000000000000.log"
+)
+BATCH_KEYS = [
+    "type",
+    "baseOffset",
+    "lastOffset",
+    "count",
+    "position",
+    "size",
+    "magic",
+    "compression",
+    "crcValid",
+    "isTransactional",
+    "isControl",
+    "producerId",
+    "producerEpoch",
+    "baseSequence",
+    "partitionLeaderEpoch",
+    "maxTimestamp",
+    "timestampType",
+    "deleteHorizonMs",
+]
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("dump") / "logs")
-    manifest = generate_log_dir(out, topics=(("t", 1),), records=3000, keys=200, codec="mixed", headers=1,
-                                transactions=0.4, idempotent=0.2, abort_ratio=0.5, segment_bytes=80_000,
-                                batch_records=(1, 30), seed=5)
+    manifest = generate_log_dir(
+        out,
+        topics=(("t", 1),),
+        records=3000,
+        keys=200,
+        codec="mixed",
+        headers=1,
+        transactions=0.4,
+        idempotent=0.2,
+        abort_ratio=0.5,
+        segment_bytes=80_000,
+        batch_records=(1, 30),
+        seed=5,
+    )
     return os.path.join(out, "t-0"), manifest.partitions[("t", 0)]
 
 
@@ -87,7 +116,10 @@ def test_batch_json_matches_kafka_python(generated, capsys):
             position += ours["size"]
             assert ours["compression"] == ["none", "gzip", "snappy", "lz4", "zstd"][b.compression_type]
             assert (ours["producerId"], ours["producerEpoch"], ours["baseSequence"]) == (
-                b.producer_id, b.producer_epoch, b.base_sequence)
+                b.producer_id,
+                b.producer_epoch,
+                b.base_sequence,
+            )
             assert (ours["isTransactional"], ours["isControl"]) == (b.is_transactional, b.is_control_batch)
             assert ours["partitionLeaderEpoch"] == b.leader_epoch and ours["maxTimestamp"] == b.max_timestamp
             assert ours["crcValid"] is True and ours["magic"] == 2
@@ -128,8 +160,10 @@ def test_index_timeindex_txnindex_json(generated, capsys):
             assert code == 0
             with open(stem + ".txnindex", "rb") as fh:
                 assert len(objs) == len(read_txn_index(fh.read()))
-            txns += [tuple(o[k] for k in ("producerId", "firstOffset", "lastOffset", "lastStableOffset"))
-                     for o in objs]
+            txns += [
+                tuple(o[k] for k in ("producerId", "firstOffset", "lastOffset", "lastStableOffset"))
+                for o in objs
+            ]
     assert txns == [tuple(a) for a in pm.aborted] and txns
 
 
@@ -156,11 +190,13 @@ def test_real_v0_broker_files(capsys):
     assert code == 0  # the 0.9 broker's own index agrees with its log
     batches = [o for o in objs if o["type"] == "batch"]
     assert {(b["magic"], b["timestampType"], b["crcValid"], b["producerId"]) for b in batches} == {
-        (0, "NoTimestampType", True, -1)}
+        (0, "NoTimestampType", True, -1)
+    }
     records = [o for o in objs if o["type"] == "record"]
     theirs = [r for b in _kafka_python_batches(V0_PLAIN + ".log") for r in b]
     assert [(o["offset"], o["key"], o["value"]) for o in records] == [
-        (r.offset, _b64(r.key), _b64(r.value)) for r in theirs]
+        (r.offset, _b64(r.key), _b64(r.value)) for r in theirs
+    ]
     assert [o for o in objs if o["type"] == "index"]
     code, objs = dump_json(capsys, V0_COMPACTED)  # cleaned by the 0.9 broker: lz4 wrappers, gaps
     assert code == 0 and {o["compression"] for o in objs} >= {"lz4"}
@@ -174,7 +210,8 @@ def test_real_v2_lz4_file(capsys):
     theirs = [r for b in _kafka_python_batches(V2_LZ4) for r in b]
     records = [o for o in objs if o["type"] == "record"]
     assert [(o["offset"], o["key"], o["value"], o["timestamp"]) for o in records] == [
-        (r.offset, _b64(r.key), _b64(r.value), r.timestamp) for r in theirs]
+        (r.offset, _b64(r.key), _b64(r.value), r.timestamp) for r in theirs
+    ]
     assert sum(b["count"] for b in batches) == len(records) > 0
 
 
@@ -252,7 +289,7 @@ def test_index_entry_not_pointing_at_its_batch_fails(generated, tmp_path, capsys
 def test_unknown_and_missing_files(tmp_path, capsys):
     other = tmp_path / "notes.txt"
     other.write_text("x")
-    code, out, err = dump_text(capsys, str(other))
+    code, _out, err = dump_text(capsys, str(other))
     assert code == 0 and err == [f"Ignoring unknown file {other}"]
     code, objs = dump_json(capsys, str(tmp_path / "00000000000000000000.log"))
     assert code == 1 and objs[0]["type"] == "error"
@@ -261,6 +298,10 @@ def test_unknown_and_missing_files(tmp_path, capsys):
 def test_module_entry_point_runs(generated):
     part_dir, _ = generated
     log = _segments(part_dir)[0]
-    done = subprocess.run([sys.executable, "-m", "compaction", "dump", "--json", "--files", log],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "compaction", "dump", "--json", "--files", log],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0 and json.loads(done.stdout.splitlines()[0])["type"] == "batch"

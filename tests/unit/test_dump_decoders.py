@@ -22,11 +22,11 @@ import pytest
 from e2ekit import SHARED_FIXTURES
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
-from compaction.tools import dump
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
 from compaction.format.consumer_offsets import format_offsets_record
 from compaction.format.transaction_log import format_txn_record
+from compaction.tools import dump
 
 T = 1_700_000_000_000
 
@@ -148,9 +148,16 @@ def txn_value(version, pid, epoch, timeout, status, partitions, last_update, sta
 
 
 def member(version_extra=None, **kw):
-    m = {"memberId": "m-1", "groupInstanceId": None, "clientId": "c", "clientHost": "/10.0.0.1",
-         "rebalanceTimeout": 300000, "sessionTimeout": 45000,
-         "subscription": b"", "assignment": b""}  # fmt: skip
+    m = {
+        "memberId": "m-1",
+        "groupInstanceId": None,
+        "clientId": "c",
+        "clientHost": "/10.0.0.1",
+        "rebalanceTimeout": 300000,
+        "sessionTimeout": 45000,
+        "subscription": b"",
+        "assignment": b"",
+    }
     m.update(kw)
     return m
 
@@ -158,17 +165,29 @@ def member(version_extra=None, **kw):
 # --- __consumer_offsets -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version, value, data", [
-    (0, offset_commit_value(0, 42, "m", T), {"offset": 42, "metadata": "m", "commitTimestamp": T}),
-    (1, offset_commit_value(1, 42, "", T, expire_ts=T + 5),
-     {"offset": 42, "metadata": "", "commitTimestamp": T, "expireTimestamp": T + 5}),
-    (2, offset_commit_value(2, 7, "x", T), {"offset": 7, "metadata": "x", "commitTimestamp": T}),
-    (3, offset_commit_value(3, 7, "", T, leader_epoch=4),
-     {"offset": 7, "leaderEpoch": 4, "metadata": "", "commitTimestamp": T}),
-    # flexible; an unknown tagged field (a later Kafka's addition) is skipped
-    (4, offset_commit_value(4, 2**40, "ü", T, leader_epoch=-1, tagged=[(7, b"\x01\x02")]),
-     {"offset": 2**40, "leaderEpoch": -1, "metadata": "ü", "commitTimestamp": T}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "version, value, data",
+    [
+        (0, offset_commit_value(0, 42, "m", T), {"offset": 42, "metadata": "m", "commitTimestamp": T}),
+        (
+            1,
+            offset_commit_value(1, 42, "", T, expire_ts=T + 5),
+            {"offset": 42, "metadata": "", "commitTimestamp": T, "expireTimestamp": T + 5},
+        ),
+        (2, offset_commit_value(2, 7, "x", T), {"offset": 7, "metadata": "x", "commitTimestamp": T}),
+        (
+            3,
+            offset_commit_value(3, 7, "", T, leader_epoch=4),
+            {"offset": 7, "leaderEpoch": 4, "metadata": "", "commitTimestamp": T},
+        ),
+        # flexible; an unknown tagged field (a later Kafka's addition) is skipped
+        (
+            4,
+            offset_commit_value(4, 2**40, "ü", T, leader_epoch=-1, tagged=[(7, b"\x01\x02")]),
+            {"offset": 2**40, "leaderEpoch": -1, "metadata": "ü", "commitTimestamp": T},
+        ),
+    ],
+)
 def test_offset_commit_values_of_every_version(version, value, data):
     key_text, value_text = format_offsets_record(5, offset_commit_key("g", "orders", 3), value)
     assert key_text == '{"type":"1","data":{"group":"g","topic":"orders","partition":3}}'
@@ -189,9 +208,14 @@ def _subscription(version):
     owned = (
         [ConsumerProtocolSubscription.TopicPartition(topic="a", partitions=[0, 2])] if version >= 1 else []
     )
-    return ConsumerProtocolSubscription(version=version, topics=["a", "b"], user_data=b"\x01",
-                                        owned_partitions=owned,
-                                        generation_id=9, rack_id="r1").encode(version=version)  # fmt: skip
+    return ConsumerProtocolSubscription(
+        version=version,
+        topics=["a", "b"],
+        user_data=b"\x01",
+        owned_partitions=owned,
+        generation_id=9,
+        rack_id="r1",
+    ).encode(version=version)
 
 
 def _assignment(version):
@@ -212,8 +236,14 @@ def test_group_metadata_values_of_every_version_decode_consumer_members(version)
     assert key_text == '{"type":"2","data":{"group":"grp"}}'
     got = json.loads(value_text)
     assert got["version"] == str(version)
-    want_member = {"memberId": "m-1", "groupInstanceId": "i-1", "clientId": "c", "clientHost": "/10.0.0.1",
-                   "rebalanceTimeout": 300000, "sessionTimeout": 45000}  # fmt: skip
+    want_member = {
+        "memberId": "m-1",
+        "groupInstanceId": "i-1",
+        "clientId": "c",
+        "clientHost": "/10.0.0.1",
+        "rebalanceTimeout": 300000,
+        "sessionTimeout": 45000,
+    }
     if version < 3:
         del want_member["groupInstanceId"]
     if version < 1:
@@ -261,33 +291,111 @@ def topic_id_partitions(enc, tp):
     enc.array(tp[0], lambda en, p: en.i32(p)).tags(tp[1])
 
 
-@pytest.mark.parametrize("record_type, key_fields, value, data", [
-    (3, ("g",), Enc(True).i16(0).i32(7).tags().done(), {"epoch": 7}),
-    (3, ("g",), Enc(True).i16(0).i32(7).tags([(0, struct.pack(">q", -3)), (1, struct.pack(">q", T))]).done(),
-     {"epoch": 7, "metadataHash": -3, "creationTimeMs": T}),
-    (4, ("g",), Enc(True).i16(0).i32(2).array([0], lambda e, _: (
-        e.out.extend(UUID), e.str("orders").i32(3),
-        e.array([(0, ["r1", "r2"])], lambda e2, pr: e2.i32(pr[0]).array(pr[1], Enc.str).tags()),
-        e.tags())).tags().done(),
-     {"epoch": 2, "topics": [{"topicId": UUID_TEXT, "topicName": "orders", "numPartitions": 3,
-                              "partitionRacks": [{"partition": 0, "racks": ["r1", "r2"]}]}]}),
-    (5, ("g", "m-1"), Enc(True).i16(0).str(None).str("rack").str("cli").str("/10.0.0.2").array(["a"], Enc.str)
-     .str(None).i32(30000).str("uniform").tags([(0, Enc(True).array([0], lambda e, _: e.str("range")
-                                                .bytes(b"\x00\x01").tags()).tags().done())]).done(),
-     {"instanceId": None, "rackId": "rack", "clientId": "cli", "clientHost": "/10.0.0.2",
-      "subscribedTopicNames": ["a"], "subscribedTopicRegex": None, "rebalanceTimeoutMs": 30000,
-      "serverAssignor": "uniform", "classicMemberMetadata": {"supportedProtocols": [{"name": "range",
-                                                                                     "metadata": "AAE="}]}}),
-    (6, ("g",), Enc(True).i16(0).i32(4).tags().done(), {"assignmentEpoch": 4}),
-    (7, ("g", "m-1"), Enc(True).i16(0).array([([0, 1], ())], topic_id_partitions).tags().done(),
-     {"topicPartitions": [{"topicId": UUID_TEXT, "partitions": [0, 1]}]}),
-    (8, ("g", "m-1"), Enc(True).i16(0).i32(5).i32(4).i8(0)
-     .array([([2], [(0, Enc(True).array([5], lambda e, p: e.i32(p)).done())])], topic_id_partitions)
-     .array([], topic_id_partitions).tags().done(),
-     {"memberEpoch": 5, "previousMemberEpoch": 4, "state": 0,
-      "assignedPartitions": [{"topicId": UUID_TEXT, "partitions": [2], "assignmentEpochs": [5]}],
-      "partitionsPendingRevocation": []}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "record_type, key_fields, value, data",
+    [
+        (3, ("g",), Enc(True).i16(0).i32(7).tags().done(), {"epoch": 7}),
+        (
+            3,
+            ("g",),
+            Enc(True).i16(0).i32(7).tags([(0, struct.pack(">q", -3)), (1, struct.pack(">q", T))]).done(),
+            {"epoch": 7, "metadataHash": -3, "creationTimeMs": T},
+        ),
+        (
+            4,
+            ("g",),
+            Enc(True)
+            .i16(0)
+            .i32(2)
+            .array(
+                [0],
+                lambda e, _: (
+                    e.out.extend(UUID),
+                    e.str("orders").i32(3),
+                    e.array([(0, ["r1", "r2"])], lambda e2, pr: e2.i32(pr[0]).array(pr[1], Enc.str).tags()),
+                    e.tags(),
+                ),
+            )
+            .tags()
+            .done(),
+            {
+                "epoch": 2,
+                "topics": [
+                    {
+                        "topicId": UUID_TEXT,
+                        "topicName": "orders",
+                        "numPartitions": 3,
+                        "partitionRacks": [{"partition": 0, "racks": ["r1", "r2"]}],
+                    }
+                ],
+            },
+        ),
+        (
+            5,
+            ("g", "m-1"),
+            Enc(True)
+            .i16(0)
+            .str(None)
+            .str("rack")
+            .str("cli")
+            .str("/10.0.0.2")
+            .array(["a"], Enc.str)
+            .str(None)
+            .i32(30000)
+            .str("uniform")
+            .tags(
+                [
+                    (
+                        0,
+                        Enc(True)
+                        .array([0], lambda e, _: e.str("range").bytes(b"\x00\x01").tags())
+                        .tags()
+                        .done(),
+                    )
+                ]
+            )
+            .done(),
+            {
+                "instanceId": None,
+                "rackId": "rack",
+                "clientId": "cli",
+                "clientHost": "/10.0.0.2",
+                "subscribedTopicNames": ["a"],
+                "subscribedTopicRegex": None,
+                "rebalanceTimeoutMs": 30000,
+                "serverAssignor": "uniform",
+                "classicMemberMetadata": {"supportedProtocols": [{"name": "range", "metadata": "AAE="}]},
+            },
+        ),
+        (6, ("g",), Enc(True).i16(0).i32(4).tags().done(), {"assignmentEpoch": 4}),
+        (
+            7,
+            ("g", "m-1"),
+            Enc(True).i16(0).array([([0, 1], ())], topic_id_partitions).tags().done(),
+            {"topicPartitions": [{"topicId": UUID_TEXT, "partitions": [0, 1]}]},
+        ),
+        (
+            8,
+            ("g", "m-1"),
+            Enc(True)
+            .i16(0)
+            .i32(5)
+            .i32(4)
+            .i8(0)
+            .array([([2], [(0, Enc(True).array([5], lambda e, p: e.i32(p)).done())])], topic_id_partitions)
+            .array([], topic_id_partitions)
+            .tags()
+            .done(),
+            {
+                "memberEpoch": 5,
+                "previousMemberEpoch": 4,
+                "state": 0,
+                "assignedPartitions": [{"topicId": UUID_TEXT, "partitions": [2], "assignmentEpochs": [5]}],
+                "partitionsPendingRevocation": [],
+            },
+        ),
+    ],
+)
 def test_kip_848_consumer_group_records(record_type, key_fields, value, data):
     key_text, value_text = format_offsets_record(0, cg_key(record_type, *key_fields), value)
     names = ("groupId", "memberId")[: len(key_fields)]
@@ -297,12 +405,15 @@ def test_kip_848_consumer_group_records(record_type, key_fields, value, data):
     assert list(json.loads(value_text)["data"]) == list(data)  # the schema's order
 
 
-@pytest.mark.parametrize("key, value, text", [
-    (Enc().i16(9).str("g").done(), b"\x00\x00", "Unknown record type 9 at offset 9, skipping."),
-    (offset_commit_key("g", "t", 0), Enc().i16(9).done(), "Error at offset 9, skipping. value version 9"),
-    (offset_commit_key("g", "t", 0)[:-2], None, "Error at offset 9, skipping. needs 4 bytes"),
-    (group_key("g"), group_value(3, "consumer", 1, "r", "l", 0, [])[:-3], "Error at offset 9, skipping."),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "key, value, text",
+    [
+        (Enc().i16(9).str("g").done(), b"\x00\x00", "Unknown record type 9 at offset 9, skipping."),
+        (offset_commit_key("g", "t", 0), Enc().i16(9).done(), "Error at offset 9, skipping. value version 9"),
+        (offset_commit_key("g", "t", 0)[:-2], None, "Error at offset 9, skipping. needs 4 bytes"),
+        (group_key("g"), group_value(3, "consumer", 1, "r", "l", 0, [])[:-3], "Error at offset 9, skipping."),
+    ],
+)
 def test_undecodable_records_print_kafkas_skip_lines(key, value, text):
     key_text, value_text = format_offsets_record(9, key, value)
     assert key_text.startswith(text)

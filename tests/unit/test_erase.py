@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from reference_map import KeyLookup
 from test_rewrite_unit import Log, batches_of, one, rec
 
+from compaction.cli.erase_keys import KeyFileError, parse_key_file, parse_line
+from compaction.cli.options import check_options, parse_unchecked
+from compaction.errors import UsageError
 from compaction.steps.erase import (
     ERASED,
     build_erase_set,
@@ -23,9 +26,6 @@ from compaction.steps.erase import (
     pack_bits,
     unpack_bits,
 )
-from compaction.cli.erase_keys import KeyFileError, parse_key_file, parse_line
-from compaction.errors import UsageError
-from compaction.cli.options import check_options, parse_unchecked
 
 # line -> (topic, key) or None (skipped)
 GOOD = [
@@ -108,8 +108,10 @@ keys_st = st.binary(min_size=0, max_size=6)
 
 
 @settings(max_examples=200, deadline=None)
-@given(listed=st.lists(keys_st, max_size=12, unique=True),
-       records=st.lists(st.tuples(st.one_of(st.none(), keys_st), st.booleans()), max_size=60))  # fmt: skip
+@given(
+    listed=st.lists(keys_st, max_size=12, unique=True),
+    records=st.lists(st.tuples(st.one_of(st.none(), keys_st), st.booleans()), max_size=60),
+)
 def test_erased_records_match_the_reference(listed, records):
     """The compiled lookup (numba `KeyIndex`) finds exactly the records the dict does, control
     records never; the map's answer is ERASED exactly there; the found bitmap survives its text."""
@@ -142,8 +144,14 @@ def test_a_bad_key_file_stops_the_launcher_before_spark(tmp_path):
     keys = tmp_path / "keys.txt"
     keys.write_bytes(b"ok\nt\tx\ty\n")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.run([SUBMIT, "--log-dir", log_dir, "--erase-keys", str(keys)], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [SUBMIT, "--log-dir", log_dir, "--erase-keys", str(keys)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"--erase-keys {keys}: line 2 (byte 3): more than one TAB" in proc.stderr
     assert sorted(os.listdir(log_dir)) == before
@@ -154,9 +162,15 @@ def _erasing(log, segs, erase, last_records=None):
     import dataclasses
 
     after = {a.base_offset: b.base_offset for a, b in zip(segs, segs[1:])}
-    return [dataclasses.replace(log.spec([s], upper_bound=0, last_records=last_records, gid=i), erase=erase,
-                                erase_only=True, segments=(dataclasses.replace(s, next_base_offset=after.get(s.base_offset)),))
-            for i, s in enumerate(segs)]  # fmt: skip
+    return [
+        dataclasses.replace(
+            log.spec([s], upper_bound=0, last_records=last_records, gid=i),
+            erase=erase,
+            erase_only=True,
+            segments=(dataclasses.replace(s, next_base_offset=after.get(s.base_offset)),),
+        )
+        for i, s in enumerate(segs)
+    ]
 
 
 def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_path):
@@ -170,8 +184,14 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
 
     log = Log(tmp_path)
     pid = dict(producer_id=7, producer_epoch=0)
-    log.segment(0, [one(0, "x", base_sequence=0, **pid), one(1, "y", base_sequence=1, **pid),
-                      one(2, "x", base_sequence=2, **pid)])  # fmt: skip
+    log.segment(
+        0,
+        [
+            one(0, "x", base_sequence=0, **pid),
+            one(1, "y", base_sequence=1, **pid),
+            one(2, "x", base_sequence=2, **pid),
+        ],
+    )
     log.segment(3, [one(3, "z")])
     log.segment(4, [build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
     erase = build_erase_set([(None, b"x")])
@@ -180,30 +200,38 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     assert [r["unchanged"] for r in rows] == [0, 1, 0]
     assert [r["erased_records"] for r in rows] == [2, 0, 2]
     first = batches_of(log.read(0, ".cleaned"))
-    assert [(h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) for h, _, _ in first] \
-        == [(1, 1, 1, 7, 1), (2, 2, 0, 7, 2)]  # fmt: skip
+    assert [
+        (h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) for h, _, _ in first
+    ] == [(1, 1, 1, 7, 1), (2, 2, 0, 7, 2)]
     assert not os.path.exists(log.file(3, ".log", ".cleaned"))
     last = batches_of(log.read(4, ".cleaned"))
-    assert [(h.base_offset, h.last_offset, [r.key for r in recs]) for h, recs, _ in last] == \
-        [(4, 5, [b"w"]), (6, 6, [])]  # fmt: skip
+    assert [(h.base_offset, h.last_offset, [r.key for r in recs]) for h, recs, _ in last] == [
+        (4, 5, [b"w"]),
+        (6, 6, []),
+    ]
 
 
 def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_path):
 
-    from compaction.steps.erase import EraseError
     from compaction.format.legacy import build_legacy_message_set
+    from compaction.steps.erase import EraseError
     from compaction.steps.rewrite import rewrite_unit
 
     log = Log(tmp_path)
-    log.segment(0, [build_legacy_message_set([rec(0, "y", "v")], 1), build_legacy_message_set([rec(1, "x", "v")], 1)])
+    log.segment(
+        0, [build_legacy_message_set([rec(0, "y", "v")], 1), build_legacy_message_set([rec(1, "x", "v")], 1)]
+    )
     specs = _erasing(log, log.segments, build_erase_set([(None, b"x")]))
     with pytest.raises(EraseError, match="log end offset"):
         rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
 
 
 KEYS = [b"a", b"b", b"c", None]
-batch_st = st.tuples(st.sampled_from([-1, 1, 2]), st.sampled_from([0, 1, 3]),  # producer, codec
-                     st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from([b"v", None])), min_size=1, max_size=4))
+batch_st = st.tuples(
+    st.sampled_from([-1, 1, 2]),
+    st.sampled_from([0, 1, 3]),  # producer, codec
+    st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from([b"v", None])), min_size=1, max_size=4),
+)
 
 
 def _expected(segments, listed):
@@ -227,15 +255,16 @@ def _expected(segments, listed):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(batch_st, min_size=1, max_size=4), min_size=1, max_size=3),
-       st.sets(st.sampled_from(KEYS[:3])))  # fmt: skip
+@given(
+    st.lists(st.lists(batch_st, min_size=1, max_size=4), min_size=1, max_size=3),
+    st.sets(st.sampled_from(KEYS[:3])),
+)
 def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
     """Random segments of plain and producer batches (codecs, null keys, tombstones) erased of a
     random key set: what each segment holds afterwards is the reference's (kept whole batches byte
     for byte, empty batches where producer state or the log end need them, offsets kept)."""
     import tempfile
     from pathlib import Path
-
 
     from compaction.format.batch_build import build_batch
     from compaction.policy.txn_state import LastRecord
@@ -249,10 +278,25 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
             for pid, codec, records in seg:
                 seq = seqs.get(pid, 0) if pid >= 0 else -1
                 recs = [(offset + k, key, value) for k, (key, value) in enumerate(records)]
-                raws.append(build_batch([rec(o, k, v) for o, k, v in recs], codec=codec, producer_id=pid,
-                                           producer_epoch=0 if pid >= 0 else -1, base_sequence=seq))  # fmt: skip
-                batches.append({"base": offset, "last": offset + len(recs) - 1, "pid": pid, "seq": seq, "records": recs,
-                                "raw": raws[-1]})  # fmt: skip
+                raws.append(
+                    build_batch(
+                        [rec(o, k, v) for o, k, v in recs],
+                        codec=codec,
+                        producer_id=pid,
+                        producer_epoch=0 if pid >= 0 else -1,
+                        base_sequence=seq,
+                    )
+                )
+                batches.append(
+                    {
+                        "base": offset,
+                        "last": offset + len(recs) - 1,
+                        "pid": pid,
+                        "seq": seq,
+                        "records": recs,
+                        "raw": raws[-1],
+                    }
+                )
                 if pid >= 0:
                     seqs[pid] = seq + len(recs)
                     last[pid] = LastRecord(offset + len(recs) - 1, 0)
@@ -265,8 +309,17 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
             base = spec.new_base
             assert row["unchanged"] == (not os.path.exists(log.file(base, ".log", ".cleaned")))
             data = log.read(base) if row["unchanged"] else log.read(base, ".cleaned")
-            got = [(h.base_offset, h.last_offset, h.producer_id, h.base_sequence,
-                    [(r.offset, r.key, r.value) for r in recs], raw) for h, recs, raw in batches_of(data)]  # fmt: skip
+            got = [
+                (
+                    h.base_offset,
+                    h.last_offset,
+                    h.producer_id,
+                    h.base_sequence,
+                    [(r.offset, r.key, r.value) for r in recs],
+                    raw,
+                )
+                for h, recs, raw in batches_of(data)
+            ]
             assert [g[:5] for g in got] == [w[:5] for w in want]
             raws = {b["base"]: b["raw"] for b in batches}
             for g, w in zip(got, want):

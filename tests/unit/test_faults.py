@@ -86,11 +86,14 @@ def test_a_crash_point_stops_every_thread_at_the_arrival_it_names(tmp_path, cras
 
 def test_kill_mode_kills_the_process_at_its_arrival(tmp_path):
     mark = tmp_path / "mark"
-    env = {**os.environ, "COMPACTION_CRASH_AT": "swap:2", "COMPACTION_CRASH_HOW": "kill",
-           "COMPACTION_CRASH_MARK": str(mark)}
+    env = {
+        **os.environ,
+        "COMPACTION_CRASH_AT": "swap:2",
+        "COMPACTION_CRASH_HOW": "kill",
+        "COMPACTION_CRASH_MARK": str(mark),
+    }
     child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], env=env, timeout=60)
     assert child.returncode == -signal.SIGKILL
     assert mark.exists()
     assert len(list(tmp_path.glob("passed-*"))) <= 1
     assert not (tmp_path / "result.json").exists()
-

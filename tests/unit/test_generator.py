@@ -24,10 +24,21 @@ from compaction.tools.generator import TXN_ABORTED, TXN_COMMITTED, TXN_NONE, gen
 
 SEGMENT_BYTES = 60_000
 OPTIONS = dict(
-    topics=(("orders", 2), ("users", 1)), records=4000, keys=500, codec="mixed", batch_records=(1, 40),
-    segment_bytes=SEGMENT_BYTES, tombstone_ratio=0.1, headers=2, transactions=0.3, idempotent=0.2,
-    abort_ratio=0.4, leader_epochs=3, seed=11, checkpoint=(("orders", 0, 1200), ("users", None, 7)),
-)  # fmt: skip
+    topics=(("orders", 2), ("users", 1)),
+    records=4000,
+    keys=500,
+    codec="mixed",
+    batch_records=(1, 40),
+    segment_bytes=SEGMENT_BYTES,
+    tombstone_ratio=0.1,
+    headers=2,
+    transactions=0.3,
+    idempotent=0.2,
+    abort_ratio=0.4,
+    leader_epochs=3,
+    seed=11,
+    checkpoint=(("orders", 0, 1200), ("users", None, 7)),
+)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +118,7 @@ def test_segments_roll_before_overflowing_segment_bytes(generated):
 
 def test_indexes_equal_a_rebuild_from_the_log(generated):
     out, manifest = generated
-    for (topic, partition), pm in manifest.partitions.items():
+    for (topic, partition), _pm in manifest.partitions.items():
         for log in _logs(_part_dir(out, topic, partition)):
             base = int(os.path.basename(log)[:20])
             index, time_index = rebuild_indexes_from_log(_read(log), base)
@@ -188,14 +199,15 @@ def test_checkpoints_and_partition_files_parse(generated):
     assert read("cleaner-offset-checkpoint") == {("orders", 0): 1200, ("users", 0): 7}
     props = _read(os.path.join(out, "meta.properties")).decode()
     assert "broker.id=0" in props and "version=0" in props and "cluster.id=" in props
-    for (topic, partition), pm in manifest.partitions.items():
+    for (topic, partition), _pm in manifest.partitions.items():
         part = _part_dir(out, topic, partition)
         epochs = parse_leader_epoch_checkpoint(_read(os.path.join(part, "leader-epoch-checkpoint")))
         assert [e for e, _ in epochs] == [0, 1, 2] and epochs[0][1] == 0
         assert [o for _, o in epochs] == sorted(o for _, o in epochs)
         for epoch, start in epochs:  # the batch starting an epoch carries it
-            batch = next(b for log in _logs(part) for b in iter_batches(_read(log))
-                         if b.header.base_offset == start)
+            batch = next(
+                b for log in _logs(part) for b in iter_batches(_read(log)) if b.header.base_offset == start
+            )
             assert batch.header.partition_leader_epoch == epoch
         meta = _read(os.path.join(part, "partition.metadata")).decode()
         assert meta.startswith("version: 0\ntopic_id: ") and len(meta.split(": ")[-1]) == 22
@@ -209,12 +221,20 @@ def test_fast_path_bytes_equal_build_batch(generated):
     for log in _logs(_part_dir(out, "orders", 1)):
         for batch in iter_batches(_read(log)):
             h = batch.header
-            records = [Record(o, pm.record(o).timestamp, pm.key(o), pm.value(o), pm.headers(o))
-                       for o in range(h.base_offset, h.last_offset + 1)]
-            rebuilt = build_batch(records, codec=h.codec, producer_id=h.producer_id,
-                                  producer_epoch=h.producer_epoch,
-                                  base_sequence=h.base_sequence, is_transactional=h.is_transactional,
-                                  is_control=h.is_control, partition_leader_epoch=h.partition_leader_epoch)
+            records = [
+                Record(o, pm.record(o).timestamp, pm.key(o), pm.value(o), pm.headers(o))
+                for o in range(h.base_offset, h.last_offset + 1)
+            ]
+            rebuilt = build_batch(
+                records,
+                codec=h.codec,
+                producer_id=h.producer_id,
+                producer_epoch=h.producer_epoch,
+                base_sequence=h.base_sequence,
+                is_transactional=h.is_transactional,
+                is_control=h.is_control,
+                partition_leader_epoch=h.partition_leader_epoch,
+            )
             assert bytes(batch.raw) == rebuilt
             checked.add(h.codec)
     assert checked == {0, 1, 2, 3, 4}
@@ -240,8 +260,9 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 @pytest.mark.parametrize("legacy,codec", [("v0", "none"), ("v1", "mixed"), ("v0", "gzip")])
 def test_legacy_formats_decode_with_kafka_python(tmp_path, legacy, codec):
     out = str(tmp_path / "legacy")
-    manifest = generate_log_dir(out, topics=(("old", 1),), records=1500, legacy=legacy, codec=codec,
-                                segment_bytes=20_000, seed=3)
+    manifest = generate_log_dir(
+        out, topics=(("old", 1),), records=1500, legacy=legacy, codec=codec, segment_bytes=20_000, seed=3
+    )
     pm = manifest.partitions[("old", 0)]
     offsets = []
     for log in _logs(_part_dir(out, "old", 0)):
@@ -261,8 +282,9 @@ def test_legacy_formats_decode_with_kafka_python(tmp_path, legacy, codec):
 
 
 def test_key_skew_makes_low_key_ids_hot(tmp_path):
-    manifest = generate_log_dir(str(tmp_path / "s"), topics=(("t", 1),), records=20_000, keys=1000,
-                                key_skew=1.2)
+    manifest = generate_log_dir(
+        str(tmp_path / "s"), topics=(("t", 1),), records=20_000, keys=1000, key_skew=1.2
+    )
     counts = np.bincount(manifest.partitions[("t", 0)].key_id, minlength=1000)
     assert counts[0] == counts.max() and counts[0] > 20 * np.median(counts)
 
@@ -271,16 +293,29 @@ def test_empty_partition_has_one_empty_segment(tmp_path):
     out = str(tmp_path / "e")
     manifest = generate_log_dir(out, topics=(("t", 1),), records=0)
     assert [n for n in sorted(os.listdir(os.path.join(out, "t-0"))) if n[0] == "0"] == [
-        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"]
-    assert all(os.path.getsize(os.path.join(out, "t-0", n)) == 0 for n in os.listdir(os.path.join(out, "t-0"))
-               if n[0] == "0")
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+    ]
+    assert all(
+        os.path.getsize(os.path.join(out, "t-0", n)) == 0
+        for n in os.listdir(os.path.join(out, "t-0"))
+        if n[0] == "0"
+    )
     assert manifest.partitions[("t", 0)].log_end_offset == 0
 
 
-@pytest.mark.parametrize("bad", [
-    dict(key_size=5, keys=1000), dict(value_size=(10, 5)), dict(legacy="v1", headers=1),
-    dict(legacy="v0", transactions=0.1), dict(codec="brotli"), dict(legacy="v1", codec="zstd"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(key_size=5, keys=1000),
+        dict(value_size=(10, 5)),
+        dict(legacy="v1", headers=1),
+        dict(legacy="v0", transactions=0.1),
+        dict(codec="brotli"),
+        dict(legacy="v1", codec="zstd"),
+    ],
+)
 def test_invalid_options_are_refused(tmp_path, bad):
     with pytest.raises(ValueError):
         generate_log_dir(str(tmp_path / "x"), **bad)
@@ -288,15 +323,32 @@ def test_invalid_options_are_refused(tmp_path, bad):
 
 def test_cli_generate(tmp_path, capsys):
     out = str(tmp_path / "cli")
-    argv = ["generate", out, "--topics", "a:1,b", "--records", "300", "--value-size", "10:30",
-            "--batch-records", "5", "--codec", "lz4", "--checkpoint", "a:0=3,*=1",
-            "--summary", str(tmp_path / "s.json")]
+    argv = [
+        "generate",
+        out,
+        "--topics",
+        "a:1,b",
+        "--records",
+        "300",
+        "--value-size",
+        "10:30",
+        "--batch-records",
+        "5",
+        "--codec",
+        "lz4",
+        "--checkpoint",
+        "a:0=3,*=1",
+        "--summary",
+        str(tmp_path / "s.json"),
+    ]
     assert main(argv) == 0
     assert "generated 2 partitions, 600 records" in capsys.readouterr().out
     with open(tmp_path / "s.json") as fh:
         summary = json.load(fh)
     assert [(p["topic"], p["records"], p["logEndOffset"]) for p in summary["partitions"]] == [
-        ("a", 300, 300), ("b", 300, 300)]
+        ("a", 300, 300),
+        ("b", 300, 300),
+    ]
     cleaner = parse_offset_checkpoint(_read(os.path.join(out, "cleaner-offset-checkpoint")))
     assert cleaner == {("a", 0): 1, ("b", 0): 1}
     batches = list(iter_batches(_read(os.path.join(out, "a-0", "00000000000000000000.log"))))

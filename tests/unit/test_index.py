@@ -5,8 +5,10 @@ import glob
 import os
 import struct
 
+import index_oracle
 import numpy as np
 import pytest
+from e2ekit import SHARED_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,8 +30,6 @@ from compaction.format.index_build import (
     rebuild_indexes_from_log,
 )
 from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
-import index_oracle
-from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 FIXTURES = SHARED_FIXTURES
 
@@ -230,49 +230,103 @@ HAND_CASES = [
         # interval 100, five 60-byte batches at 0, 60, 120, 180, 240.
         # bytes-before: 0, 60, 120(>100: entry at batch 2, reset), 60, 120(>100: entry at batch 4).
         # max so far: (1000,4) (1000,4) (1200,14) (1200,14) (1300,24); final (1300,24) already there.
-        [60] * 5, [4, 9, 14, 19, 24], [1000, 900, 1200, 1100, 1300], 0, 100,
-        [(14, 120), (24, 240)], [(1200, 14), (1300, 24)], id="worked-example",
+        [60] * 5,
+        [4, 9, 14, 19, 24],
+        [1000, 900, 1200, 1100, 1300],
+        0,
+        100,
+        [(14, 120), (24, 240)],
+        [(1200, 14), (1300, 24)],
+        id="worked-example",
     ),
     pytest.param(
         # Strict '>': 50-byte batches reach exactly 100 before batch 2 (no entry), 150 before batch 3.
-        [50] * 5, [0, 1, 2, 3, 4], [-1] * 5, 0, 100,
-        [(3, 150)], [], id="strictly-greater-than-interval",
+        [50] * 5,
+        [0, 1, 2, 3, 4],
+        [-1] * 5,
+        0,
+        100,
+        [(3, 150)],
+        [],
+        id="strictly-greater-than-interval",
     ),
     pytest.param(
         # 51-byte batches: 102 > 100 before batch 2 -> entry; then 51, 102 -> entry at batch 4.
-        [51] * 5, [0, 1, 2, 3, 4], [-1] * 5, 0, 100,
-        [(2, 102), (4, 204)], [], id="one-byte-over",
+        [51] * 5,
+        [0, 1, 2, 3, 4],
+        [-1] * 5,
+        0,
+        100,
+        [(2, 102), (4, 204)],
+        [],
+        id="one-byte-over",
     ),
     pytest.param(
         # A single batch never gets an offset entry; the time index gets the final entry only.
-        [5000], [49], [7], 0, 4096,
-        [], [(7, 49)], id="single-batch-final-time-entry",
+        [5000],
+        [49],
+        [7],
+        0,
+        4096,
+        [],
+        [(7, 49)],
+        id="single-batch-final-time-entry",
     ),
     pytest.param(
         # Max timestamp in an early batch: the entry at batch 2 repeats (500, 0) -> not appended.
-        [20, 20, 20], [0, 1, 2], [500, 100, 400], 0, 10,
-        [(1, 20), (2, 40)], [(500, 0)], id="time-entry-only-when-greater",
+        [20, 20, 20],
+        [0, 1, 2],
+        [500, 100, 400],
+        0,
+        10,
+        [(1, 20), (2, 40)],
+        [(500, 0)],
+        id="time-entry-only-when-greater",
     ),
     pytest.param(
         # Equal max timestamps keep the first batch reaching it (strict '>' on update).
-        [20, 20, 20], [0, 1, 2], [300, 300, 300], 0, 10,
-        [(1, 20), (2, 40)], [(300, 0)], id="first-batch-reaching-the-max",
+        [20, 20, 20],
+        [0, 1, 2],
+        [300, 300, 300],
+        0,
+        10,
+        [(1, 20), (2, 40)],
+        [(300, 0)],
+        id="first-batch-reaching-the-max",
     ),
     pytest.param(
         # v0 data (-1 everywhere): never a time entry; timestamp 0 is indexed (0 > -1).
-        [20, 20, 20], [0, 1, 2], [-1, -1, 0], 0, 10,
-        [(1, 20), (2, 40)], [(0, 2)], id="no-timestamp-then-zero",
+        [20, 20, 20],
+        [0, 1, 2],
+        [-1, -1, 0],
+        0,
+        10,
+        [(1, 20), (2, 40)],
+        [(0, 2)],
+        id="no-timestamp-then-zero",
     ),
     pytest.param(
         # Cleaned segment: base 1000, first batch ends at 1050 (earlier records removed),
         # batches of many records: the entry uses the batch's LAST offset and its START position.
-        [3000, 3000, 3000], [1050, 1099, 1200], [10, 30, 20], 1000, 4096,
-        [(1200, 6000)], [(30, 1099)], id="cleaned-segment-last-offset-start-position",
+        [3000, 3000, 3000],
+        [1050, 1099, 1200],
+        [10, 30, 20],
+        1000,
+        4096,
+        [(1200, 6000)],
+        [(30, 1099)],
+        id="cleaned-segment-last-offset-start-position",
     ),
     pytest.param(
         # Interval 0: every batch after the first gets an entry.
-        [1, 1, 1], [0, 1, 2], [5, 6, 7], 0, 0,
-        [(1, 1), (2, 2)], [(6, 1), (7, 2)], id="interval-zero",
+        [1, 1, 1],
+        [0, 1, 2],
+        [5, 6, 7],
+        0,
+        0,
+        [(1, 1), (2, 2)],
+        [(6, 1), (7, 2)],
+        id="interval-zero",
     ),
     pytest.param([], [], [], 0, 4096, [], [], id="empty-segment"),
 ]
@@ -327,7 +381,7 @@ def test_kernel_matches_reference_and_invariants(raw, base, gap, interval):
     max_ts = [t for _, _, t in raw]
     batches = _batches(sizes, last_offsets, max_ts)
     off, tim = _both(batches, base, interval)
-    positions, sizes_a, last_a, ts_a = batches
+    positions, _sizes_a, last_a, ts_a = batches
 
     # Offset index: strictly increasing; every position is a batch start; every batch starting
     # before P ends before O; O is that batch's last offset.
@@ -379,11 +433,15 @@ def test_kernel_is_fast_enough():
 
     n = 2_000_000
     sizes = np.full(n, 1000, np.int64)
-    batches = (np.arange(n, dtype=np.int64) * 1000, sizes, np.arange(n, dtype=np.int64) * 10 + 9,
-               np.arange(n, dtype=np.int64) % 1_000_000)
+    batches = (
+        np.arange(n, dtype=np.int64) * 1000,
+        sizes,
+        np.arange(n, dtype=np.int64) * 10 + 9,
+        np.arange(n, dtype=np.int64) % 1_000_000,
+    )
     index_entries(*[b[:10] for b in batches], 0, 4096)  # compile / load from cache
     start = time.perf_counter()
-    off, tim = index_entries(*batches, 0, 4096)
+    off, _tim = index_entries(*batches, 0, 4096)
     assert time.perf_counter() - start < 2.0
     assert len(off) == (n - 1) // 5  # an entry every 5th 1000-byte batch (4000 !> 4096, 5000 > 4096)
 

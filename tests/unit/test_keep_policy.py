@@ -69,10 +69,13 @@ class Segment:
         def col(values, dtype):
             return np.array(list(values), dtype=dtype)
 
-        attrs = [b.codec | (fb.TRANSACTIONAL_MASK if b.info.is_transactional else 0)
-                 | (fb.CONTROL_MASK if b.info.is_control else 0)
-                 | (fb.DELETE_HORIZON_MASK if b.info.delete_horizon_ms is not None else 0)
-                 for b in self.batches]  # fmt: skip
+        attrs = [
+            b.codec
+            | (fb.TRANSACTIONAL_MASK if b.info.is_transactional else 0)
+            | (fb.CONTROL_MASK if b.info.is_control else 0)
+            | (fb.DELETE_HORIZON_MASK if b.info.delete_horizon_ms is not None else 0)
+            for b in self.batches
+        ]
         batches = SimpleNamespace(
             position=col(range(len(infos)), np.int64),
             base_offset=col((i.base_offset for i in infos), np.int64),
@@ -80,8 +83,9 @@ class Segment:
             magic=col((i.magic for i in infos), np.int8),
             attributes=col(attrs, np.int16),
             # A v2 batch's delete horizon is its base timestamp; otherwise any time before now.
-            base_timestamp=col((NOW - 7 if i.delete_horizon_ms is None else i.delete_horizon_ms
-                                for i in infos), np.int64),  # fmt: skip
+            base_timestamp=col(
+                (NOW - 7 if i.delete_horizon_ms is None else i.delete_horizon_ms for i in infos), np.int64
+            ),
             max_timestamp=col((i.max_timestamp for i in infos), np.int64),
             producer_id=col((i.producer_id for i in infos), np.int64),
             producer_epoch=col((i.producer_epoch for i in infos), np.int16),
@@ -106,7 +110,9 @@ def segments(draw) -> Segment:
     for _ in range(draw(st.integers(0, 12))):
         what = draw(st.sampled_from(WHAT))
         pid = draw(st.integers(0, 1))
-        if what in ("commit", "abort") and pid not in open_txns or what == "idempotent" and pid in open_txns:
+        if (what in ("commit", "abort") and pid not in open_txns) or (
+            what == "idempotent" and pid in open_txns
+        ):
             what = "txn"
         horizon = draw(st.one_of(st.none(), st.integers(NOW - 2, NOW + 2)))
         ts = draw(st.integers(NOW - 100, NOW))
@@ -130,8 +136,18 @@ def segments(draw) -> Segment:
             open_txns.setdefault(pid, offset)
         producer = pid if what in ("idempotent", "txn") else -1
         magic = draw(st.sampled_from([0, 1])) if legacy else 2
-        info = BatchInfo(offset, last, producer, 0 if producer >= 0 else -1, what == "txn", False, n, magic,
-                         None if legacy else horizon, ts)  # fmt: skip
+        info = BatchInfo(
+            offset,
+            last,
+            producer,
+            0 if producer >= 0 else -1,
+            what == "txn",
+            False,
+            n,
+            magic,
+            None if legacy else horizon,
+            ts,
+        )
         batches.append(Batch(info, records, codec=1 if what == "wrapper" else 0))
         offset = last + 1 + draw(st.integers(0, 1))
     return Segment(batches, tuple(aborted))
@@ -174,9 +190,19 @@ def test_batch_view_reads_the_header_the_rules_read(seg):
     b, _ = seg.columns()
     for i, batch in enumerate(seg.batches):
         view, info = pk.batch_view(b, i, batch.info.records_count), batch.info
-        for name in ("base_offset", "last_offset", "next_offset", "producer_id", "producer_epoch",
-                     "is_transactional", "is_control", "records_count", "magic", "delete_horizon_ms",
-                     "max_timestamp"):  # fmt: skip
+        for name in (
+            "base_offset",
+            "last_offset",
+            "next_offset",
+            "producer_id",
+            "producer_epoch",
+            "is_transactional",
+            "is_control",
+            "records_count",
+            "magic",
+            "delete_horizon_ms",
+            "max_timestamp",
+        ):
             assert getattr(view, name) == getattr(info, name), (i, name)
 
 
@@ -218,9 +244,17 @@ def retained(seg: Segment, omap: dict, map_latest: int, retain_legacy: bool) -> 
     out = []
     for batch in seg.batches:
         for offset, key, has_value in batch.records:
-            d = should_retain_record(batch.info, offset, key, has_value, discard_batch_records=False,
-                                     offset_map=omap, map_latest_offset=map_latest, current_time_ms=NOW,
-                                     retain_legacy_deletes=retain_legacy)  # fmt: skip
+            d = should_retain_record(
+                batch.info,
+                offset,
+                key,
+                has_value,
+                discard_batch_records=False,
+                offset_map=omap,
+                map_latest_offset=map_latest,
+                current_time_ms=NOW,
+                retain_legacy_deletes=retain_legacy,
+            )
             out.append((d.retain, d.invalid))
     return out
 
@@ -230,8 +264,9 @@ def vector_keep(seg: Segment, omap: dict, map_latest: int, retain_legacy: bool):
     v2 = b.magic >= 2
     has_horizon = v2 & ((b.attributes.astype(np.int64) & fb.DELETE_HORIZON_MASK) != 0)
     retain = pk.retain_deletes(v2, has_horizon, b.base_timestamp, NOW, retain_legacy)
-    keep, invalid = pk.keep_records(rec.offset, rec.key_len, rec.value_len, found_for(seg, omap), map_latest,
-                                    retain[rec.batch_index])  # fmt: skip
+    keep, invalid = pk.keep_records(
+        rec.offset, rec.key_len, rec.value_len, found_for(seg, omap), map_latest, retain[rec.batch_index]
+    )
     return retain, keep, invalid
 
 
@@ -255,14 +290,22 @@ def test_may_keep_is_should_retain_record_with_every_delete_kept(case):
     """`may_keep`: what `should_retain_record` keeps of a record that has a value, whatever the
     record holds; so nothing `keep_records` keeps is left out of a packed scan."""
     seg, omap, upper = case
-    b, rec = seg.columns()
+    _b, rec = seg.columns()
     got = pk.may_keep(rec, found_for(seg, omap), upper)
     want = []
     for batch in seg.batches:
         for offset, key, _ in batch.records:
-            d = should_retain_record(batch.info, offset, key, True, discard_batch_records=False,
-                                     offset_map=omap, map_latest_offset=upper - 1, current_time_ms=NOW,
-                                     retain_legacy_deletes=False)  # fmt: skip
+            d = should_retain_record(
+                batch.info,
+                offset,
+                key,
+                True,
+                discard_batch_records=False,
+                offset_map=omap,
+                map_latest_offset=upper - 1,
+                current_time_ms=NOW,
+                retain_legacy_deletes=False,
+            )
             want.append(d.retain)
     data = [not seg.batches[i].info.is_control for i, _ in seg.records]
     assert [g for g, d in zip(got.tolist(), data) if d] == [w for w, d in zip(want, data) if d]
@@ -313,8 +356,11 @@ def test_keep_records_boundaries(offset, key_len, value_len, found, latest, reta
 )
 def test_may_keep_boundaries(offset, key_len, found, expected):
     for value_len in (5, -1):  # a value or a tombstone: may_keep does not look
-        rec = SimpleNamespace(offset=np.array([offset]), key_len=np.array([key_len], np.int32),
-                              value_len=np.array([value_len], np.int32))  # fmt: skip
+        rec = SimpleNamespace(
+            offset=np.array([offset]),
+            key_len=np.array([key_len], np.int32),
+            value_len=np.array([value_len], np.int32),
+        )
         assert bool(pk.may_keep(rec, np.array([found]), 20)[0]) == expected
 
 
@@ -340,14 +386,24 @@ def per_batch(seg: Segment, omap: dict, upper: int, lasts: dict, retain_last: bo
     txn.add_aborted(seg.aborted)
     out = []
     for batch in seg.batches:
-        d = check_batch_retention(batch.info, txn, control_type=batch.control_type,
-                                  last_records_of_active_producers=lasts,
-                                  retain_empty_offset=upper if retain_last else None, current_time_ms=NOW)  # fmt: skip
+        d = check_batch_retention(
+            batch.info,
+            txn,
+            control_type=batch.control_type,
+            last_records_of_active_producers=lasts,
+            retain_empty_offset=upper if retain_last else None,
+            current_time_ms=NOW,
+        )
         if d.retention is BatchRetention.DELETE:
             out.append((BatchOutput.DROP, 0, False))
             continue
-        rules = dict(discard_batch_records=d.discard_batch_records, offset_map=omap,
-                     map_latest_offset=upper - 1, current_time_ms=NOW, retain_legacy_deletes=retain_legacy)
+        rules = dict(
+            discard_batch_records=d.discard_batch_records,
+            offset_map=omap,
+            map_latest_offset=upper - 1,
+            current_time_ms=NOW,
+            retain_legacy_deletes=retain_legacy,
+        )
         kept = [r for r in batch.records if should_retain_record(batch.info, *r, **rules).retain]
         tombstones = any(not has_value for _, _, has_value in kept)
         need = bool(kept) and needs_delete_horizon(batch.info, tombstones, d.contains_marker_for_empty_txn)
@@ -374,8 +430,11 @@ def kind_of(batch: Batch, output) -> int | str:
 
 
 @settings(max_examples=400, deadline=None)
-@given(segment_and_map().flatmap(lambda c: st.tuples(st.just(c), last_records(c[0]))), st.booleans(),
-       st.booleans())  # fmt: skip
+@given(
+    segment_and_map().flatmap(lambda c: st.tuples(st.just(c), last_records(c[0]))),
+    st.booleans(),
+    st.booleans(),
+)
 def test_segment_decisions_match_the_per_batch_rules(case, retain_last, retain_legacy):
     """The rewrite's decision for a segment (`keep_records` over all records, `decide_fast` over
     all batches, `decide_batch` for those it leaves to the per-batch path, in log order) against
@@ -389,15 +448,22 @@ def test_segment_decisions_match_the_per_batch_rules(case, retain_last, retain_l
     n_keep = np.bincount(rec.batch_index[keep], minlength=nb)
     n_tomb = np.bincount(rec.batch_index[keep & (rec.value_len < 0)], minlength=nb)
     has_horizon = (b.magic >= 2) & ((b.attributes.astype(np.int64) & fb.DELETE_HORIZON_MASK) != 0)
-    kind, need, fast = pk.decide_fast(b, count, n_keep, n_tomb, has_horizon, lasts, upper if retain_last else None)
+    kind, need, fast = pk.decide_fast(
+        b, count, n_keep, n_tomb, has_horizon, lasts, upper if retain_last else None
+    )
     got = [(int(kind[i]), int(n_keep[i]), bool(need[i])) if fast[i] else None for i in range(nb)]
     txn = CleanedTransactionMetadata()
     txn.add_aborted(seg.aborted)
     for i in np.flatnonzero(~fast).tolist():
         view = pk.batch_view(b, i, int(count[i]))
-        d = check_batch_retention(view, txn, control_type=seg.batches[i].control_type,
-                                  last_records_of_active_producers=lasts,
-                                  retain_empty_offset=upper if retain_last else None, current_time_ms=NOW)  # fmt: skip
+        d = check_batch_retention(
+            view,
+            txn,
+            control_type=seg.batches[i].control_type,
+            last_records_of_active_producers=lasts,
+            retain_empty_offset=upper if retain_last else None,
+            current_time_ms=NOW,
+        )
         if d.retention is BatchRetention.DELETE:
             got[i] = (pk.DROP, 0, False)
             continue

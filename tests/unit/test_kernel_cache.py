@@ -32,7 +32,9 @@ from compaction.settings import KERNEL_CACHE_KEEP_SECONDS, KERNEL_CACHE_NAME, Se
 from compaction.spark.warmup import compiled_kernels
 
 REPO = Path(__file__).resolve().parents[2]
-KEY = CacheKey("0.68.1", "0.50.0", "cpython-311 3.11.7", "ab" * 32, "x86_64-unknown-linux-gnu", "znver4", "+avx2,+sse4.2")
+KEY = CacheKey(
+    "0.68.1", "0.50.0", "cpython-311 3.11.7", "ab" * 32, "x86_64-unknown-linux-gnu", "znver4", "+avx2,+sse4.2"
+)
 
 # One small kernel, run in a fresh process: prints the compiles numba made for it there.
 RUN_KERNEL = """
@@ -49,7 +51,9 @@ print(sum(cache.compiles().values()), cache.local_dir())
 
 def run_kernel(root: Path, **env) -> tuple[int, Path]:
     full = {"PATH": os.environ["PATH"], "NUMBA_CACHE_DIR": str(root), "PYTHONPATH": str(REPO), **env}
-    out = subprocess.run([sys.executable, "-c", RUN_KERNEL], env=full, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN_KERNEL], env=full, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     count, directory = out.stdout.split()
     return int(count), Path(directory)
@@ -132,8 +136,16 @@ def test_an_archive_unpacks_to_the_same_files_without_numbas_temporary_ones(tmp_
     assert cache.unpack(data, KEY, str(tmp_path / "b")) == 0  # there already: left as it is
 
 
-@pytest.mark.parametrize("part, value", [("cpu", "skylake-avx512"), ("features", "+avx2,-sse4.2"),
-                                         ("sources", "cd" * 32), ("numba", "0.61.0"), ("python", "cpython-312")])  # fmt: skip
+@pytest.mark.parametrize(
+    "part, value",
+    [
+        ("cpu", "skylake-avx512"),
+        ("features", "+avx2,-sse4.2"),
+        ("sources", "cd" * 32),
+        ("numba", "0.61.0"),
+        ("python", "cpython-312"),
+    ],
+)
 def test_an_archive_of_another_key_is_not_used(tmp_path, part, value):
     make_cache(tmp_path / "a")
     foreign = dataclasses.replace(KEY, **{part: value})
@@ -171,15 +183,19 @@ def _escape(entries):
     entries[cache.KEY_FILE] = json.dumps(manifest).encode()
 
 
-@pytest.mark.parametrize("damage", [
-    lambda d: d[: len(d) // 2],  # truncated
-    lambda d: d[:200] + bytes([d[200] ^ 0xFF]) + d[201:],  # a flipped byte (CRC or deflate stream)
-    lambda d: b"not a zip at all",
-    lambda d: _rezip(d, _flip_object_code),  # a file whose bytes differ from the manifest's sha256
-    lambda d: _rezip(d, _add_file),  # a file the manifest does not list
-    lambda d: _rezip(d, lambda e: e.pop(cache.KEY_FILE)),  # no manifest
-    lambda d: _rezip(d, _escape),  # a path out of the cache dir
-], ids=["truncated", "flipped-byte", "not-zip", "bad-sha", "unlisted-file", "no-manifest", "escape"])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: d[: len(d) // 2],  # truncated
+        lambda d: d[:200] + bytes([d[200] ^ 0xFF]) + d[201:],  # a flipped byte (CRC or deflate stream)
+        lambda d: b"not a zip at all",
+        lambda d: _rezip(d, _flip_object_code),  # a file whose bytes differ from the manifest's sha256
+        lambda d: _rezip(d, _add_file),  # a file the manifest does not list
+        lambda d: _rezip(d, lambda e: e.pop(cache.KEY_FILE)),  # no manifest
+        lambda d: _rezip(d, _escape),  # a path out of the cache dir
+    ],
+    ids=["truncated", "flipped-byte", "not-zip", "bad-sha", "unlisted-file", "no-manifest", "escape"],
+)
 def test_a_damaged_archive_is_not_used(tmp_path, damage):
     make_cache(tmp_path / "a")
     data = damage(cache.pack(str(tmp_path / "a"), KEY))
@@ -203,7 +219,9 @@ def test_publish_then_fetch_on_a_fresh_host(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "host-b"))
     kernel_store._fetched.clear()
     assert kernel_store.fetch(str(store)) == "fetched"
-    assert cache.cache_files(cache.local_dir()) == cache.cache_files(str(tmp_path / "host-a" / cache.current_key().dir_name))
+    assert cache.cache_files(cache.local_dir()) == cache.cache_files(
+        str(tmp_path / "host-a" / cache.current_key().dir_name)
+    )
     assert kernel_store.fetch(str(store)) == "local"
 
 
@@ -226,7 +244,9 @@ def test_publishing_a_new_key_prunes_only_the_stores_old_files(tmp_path, monkeyp
     make_cache(Path(cache.local_dir()))
     assert kernel_store.publish(str(store), compiled=False) == "written"
     own = cache.current_key().archive_name
-    assert sorted(p.name for p in store.iterdir()) == sorted(["kernels-00cc.zip", "notes.txt", "kernels-00dd.zip.bak", own])
+    assert sorted(p.name for p in store.iterdir()) == sorted(
+        ["kernels-00cc.zip", "notes.txt", "kernels-00dd.zip.bak", own]
+    )
     os.utime(store / own, (old, old))  # this key's own archive is never pruned, however old
     assert kernel_store.prune(Storage.local(), str(store), cache.current_key()) == []
 
@@ -253,12 +273,15 @@ def test_no_store_and_an_unreachable_one_are_no_error(tmp_path, monkeypatch):
     assert kernel_store.publish(str(blocker / "store"), compiled=True).startswith("failed")
 
 
-@pytest.mark.parametrize("log_dir, expected", [
-    ("/data/kafka-logs", "/data/" + KERNEL_CACHE_NAME),
-    ("/data/kafka-logs/", "/data/" + KERNEL_CACHE_NAME),
-    ("s3://bucket/logs?region=eu-west-1", f"s3://bucket/{KERNEL_CACHE_NAME}?region=eu-west-1"),
-    ("s3://bucket/a/logs/", f"s3://bucket/a/{KERNEL_CACHE_NAME}"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "log_dir, expected",
+    [
+        ("/data/kafka-logs", "/data/" + KERNEL_CACHE_NAME),
+        ("/data/kafka-logs/", "/data/" + KERNEL_CACHE_NAME),
+        ("s3://bucket/logs?region=eu-west-1", f"s3://bucket/{KERNEL_CACHE_NAME}?region=eu-west-1"),
+        ("s3://bucket/a/logs/", f"s3://bucket/a/{KERNEL_CACHE_NAME}"),
+    ],
+)
 def test_the_default_store_is_beside_the_first_log_dir(log_dir, expected):
     assert beside(log_dir, KERNEL_CACHE_NAME) == expected
 

@@ -33,8 +33,13 @@ def _layout(keys: list[bytes | None], in_side: list[bool]):
         buf += k + b"\xff"
     split = len(file)
     pos = [p + split if s and ln >= 0 else p for p, s, ln in zip(pos, in_side, lens)]
-    return (np.frombuffer(bytes(file), np.uint8), np.frombuffer(bytes(side), np.uint8), split,
-            np.array(pos, np.int64), np.array(lens, np.int32))  # fmt: skip
+    return (
+        np.frombuffer(bytes(file), np.uint8),
+        np.frombuffer(bytes(side), np.uint8),
+        split,
+        np.array(pos, np.int64),
+        np.array(lens, np.int32),
+    )
 
 
 def _reference(calls):
@@ -64,8 +69,11 @@ def _prehashed(file, side, split, pos, lens):
     from compaction.kernels.keyhash import hash_keys
 
     n = len(pos)
-    packed, offs, hashes = np.empty(max(1, int(np.maximum(lens, 0).sum())), np.uint8), np.empty(n + 1, np.int64), \
-        np.empty(n, np.uint64)  # fmt: skip
+    packed, offs, hashes = (
+        np.empty(max(1, int(np.maximum(lens, 0).sum())), np.uint8),
+        np.empty(n + 1, np.int64),
+        np.empty(n, np.uint64),
+    )
     end = hash_keys(file, side, split, pos, lens, 0, n, packed, offs, hashes, 0)
     return hashes, packed[:end], offs
 
@@ -76,8 +84,17 @@ def _run(calls, sides, expected_keys=0, prehashed=False):
     for (keys, usable, dirty, offsets), in_side in zip(calls, sides):
         file, side, split, pos, lens = _layout(keys, in_side)
         hashed = _prehashed(file, side, split, pos, lens) if prehashed else None
-        got = table.assign(file, side, split, pos, lens, np.array(usable, bool), np.array(dirty, bool),
-                           np.array(offsets, np.int64), hashed)  # fmt: skip
+        got = table.assign(
+            file,
+            side,
+            split,
+            pos,
+            lens,
+            np.array(usable, bool),
+            np.array(dirty, bool),
+            np.array(offsets, np.int64),
+            hashed,
+        )
         outs.append(got.tolist())
     return table, outs
 
@@ -121,15 +138,19 @@ def test_empty_key_is_a_key_and_null_is_not():
     _check(table, outs, calls)
 
 
-@pytest.mark.parametrize(("expected_keys", "region_keys", "grows"),
-                         [(0, 8192, True), (1024 * 16, 1024, True), (8192 * 16, 8192, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("expected_keys", "region_keys", "grows"),
+    [(0, 8192, True), (1024 * 16, 1024, True), (8192 * 16, 8192, False)],
+)
 def test_growth_keeps_ids_and_latest(monkeypatch, expected_keys, region_keys, grows):
     # 20,000 distinct keys: 1 region, or 16 regions sized for 1,024 keys each, grow slots, arena
     # and id space several times; 16 regions sized for the 8,192 keys a region may hold do not.
     monkeypatch.setattr(KeyTable, "REGION_KEYS", region_keys)
     n = 20_000
     keys = [b"k%d" % (i * 7919 % n) + b"x" * (i % 37) for i in range(n)]
-    calls = [(keys[i : i + 3000], [1] * 3000, [i % 2] * 3000, list(range(i, i + 3000))) for i in range(0, n, 3000)]
+    calls = [
+        (keys[i : i + 3000], [1] * 3000, [i % 2] * 3000, list(range(i, i + 3000))) for i in range(0, n, 3000)
+    ]
     calls = [(k, u[: len(k)], d[: len(k)], o[: len(k)]) for k, u, d, o in calls]
     initial = KeyTable(expected_keys)
     table, outs = _run(calls, [[j % 3 == 0 for j in range(len(c[0]))] for c in calls], expected_keys)
@@ -146,15 +167,28 @@ def test_reserve_between_segments_keeps_ids_and_latest(reserve):
     # no further growth.
     n = 20_000
     keys = [b"k%d" % (i * 7919 % n) + b"y" * (i % 23) for i in range(n)]
-    calls = [(keys[i : i + 4000], [1] * 4000, [i % 3 != 0] * 4000, list(range(i, i + 4000))) for i in range(0, n, 4000)]
+    calls = [
+        (keys[i : i + 4000], [1] * 4000, [i % 3 != 0] * 4000, list(range(i, i + 4000)))
+        for i in range(0, n, 4000)
+    ]
     table, outs = _run(calls[:1], [[0] * 4000])
     table.reserve(reserve)
     assert table.cap * table.regions >= reserve and table.n_slots >= 2 * table.cap
     sized = (table.cap, table.n_slots, table.arena_cap)
     for keys_, usable, dirty, offsets in calls[1:]:
         file, side, split, pos, lens = _layout(keys_, [0] * len(keys_))
-        outs.append(table.assign(file, side, split, pos, lens, np.array(usable, bool), np.array(dirty, bool),
-                                 np.array(offsets, np.int64)).tolist())  # fmt: skip
+        outs.append(
+            table.assign(
+                file,
+                side,
+                split,
+                pos,
+                lens,
+                np.array(usable, bool),
+                np.array(dirty, bool),
+                np.array(offsets, np.int64),
+            ).tolist()
+        )
     assert ((table.cap, table.n_slots, table.arena_cap) == sized) == (reserve >= n)
     _check(table, outs, calls)
 

@@ -15,15 +15,9 @@ import zipfile
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from compaction.cli import launcher
-
-from compaction.cli import logs
-
-from compaction.cli import metrics
-
-from compaction.cli import preflight
-from compaction.errors import UsageError
+from compaction.cli import launcher, logs, metrics, preflight
 from compaction.cli.options import check_options, parse_unchecked
+from compaction.errors import UsageError
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +31,7 @@ def _root_logger_restored():
 
 # --- the command line split ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "argv, master, spark, job",
     [
@@ -44,12 +39,16 @@ def _root_logger_restored():
         (["--master", "local[2]", "--log-dir", "d"], "local[2]", [], ["--log-dir", "d"]),
         (["--master=spark://h:7077", "--log-dir=d"], "spark://h:7077", [], ["--log-dir=d"]),
         (["--driver-memory=1g", "--log-dir", "d"], None, ["--driver-memory", "1g"], ["--log-dir", "d"]),
-        (["--driver-memory", "1g", "--conf", "a=b", "--conf=c=d"], None,
-         ["--driver-memory", "1g", "--conf", "a=b", "--conf", "c=d"], []),
+        (
+            ["--driver-memory", "1g", "--conf", "a=b", "--conf=c=d"],
+            None,
+            ["--driver-memory", "1g", "--conf", "a=b", "--conf", "c=d"],
+            [],
+        ),
         (["--verbose", "--dry-run"], None, ["--verbose"], ["--dry-run"]),
         (["--log-dir", "d", "--", "--master", "x"], None, [], ["--log-dir", "d", "--master", "x"]),
     ],
-)  # fmt: skip
+)
 def test_spark_options_in_both_forms_go_to_spark_the_rest_to_the_job(argv, master, spark, job):
     cl = launcher.split_argv(argv)
     assert (cl.master, cl.spark_args, cl.job_args) == (master, spark, job)
@@ -86,7 +85,10 @@ def test_cluster_master_ships_the_zip_and_user_py_files_join_it(tmp_path):
 
 def test_local_executors_fork_their_workers_from_our_daemon_unless_the_user_names_another(tmp_path):
     env = {**os.environ, "KAFKA_COMPACTION_DIST_DIR": str(tmp_path)}
-    assert launcher.spark_settings("local[1]", env=env).conf["spark.python.daemon.module"] == "compaction.spark.daemon"
+    assert (
+        launcher.spark_settings("local[1]", env=env).conf["spark.python.daemon.module"]
+        == "compaction.spark.daemon"
+    )
     # A cluster's daemon cannot import the package from the shipped zip (it reaches the workers only).
     assert "spark.python.daemon.module" not in launcher.spark_settings("spark://h:7077", env=env).conf
     cl = launcher.split_argv(["--conf", "spark.python.daemon.module=pyspark.daemon", "--log-dir", "d"])
@@ -100,13 +102,20 @@ def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
     from compaction.spark.warmup import warm
 
     warm()  # this host's cache of the kernels, where the subprocess's daemon finds it
-    code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
-            "from compaction.kernels.rebuild import _rebuild_kernel as k; "
-            "from compaction.spark.warmup import warm_best_effort; from compaction.settings import WorkerSettings; "
-            "sys.stderr.write('%.3f %d %.3f %d' % (s, len(k.overloads), warm_best_effort(WorkerSettings()), "
-            "'pandas' in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": launcher.package_root()})  # fmt: skip
+    code = (
+        "import sys; from compaction.spark import daemon; s = daemon.preload(); "
+        "from compaction.kernels.rebuild import _rebuild_kernel as k; "
+        "from compaction.spark.warmup import warm_best_effort; from compaction.settings import WorkerSettings; "
+        "sys.stderr.write('%.3f %d %.3f %d' % (s, len(k.overloads), warm_best_effort(WorkerSettings()), "
+        "'pandas' in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": launcher.package_root()},
+    )
     seconds, loaded, again, pandas = done.stderr.split()[-4:]
     assert done.stdout == "" and float(seconds) > 0 and int(loaded) >= 1
     assert float(again) == 0.0  # a worker forked from the daemon does not run the tiny round again
@@ -116,11 +125,18 @@ def test_the_daemons_preload_loads_the_kernels_and_writes_nothing_to_stdout():
 def test_on_a_host_without_the_kernels_cache_the_daemon_leaves_them_to_the_workers(tmp_path):
     """It does not know the round's store: the workers fetch the kernels from there, rather than
     the daemon compiling them all before the first worker starts."""
-    code = ("import sys; from compaction.spark import daemon; s = daemon.preload(); "
-            "from compaction.kernels.rebuild import _rebuild_kernel as k; "
-            "sys.stderr.write('%.3f %d' % (s, len(k.overloads)))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": launcher.package_root(), "NUMBA_CACHE_DIR": str(tmp_path)})  # fmt: skip
+    code = (
+        "import sys; from compaction.spark import daemon; s = daemon.preload(); "
+        "from compaction.kernels.rebuild import _rebuild_kernel as k; "
+        "sys.stderr.write('%.3f %d' % (s, len(k.overloads)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": launcher.package_root(), "NUMBA_CACHE_DIR": str(tmp_path)},
+    )
     seconds, loaded = done.stderr.split()[-2:]
     assert done.stdout == "" and float(seconds) == 0.0 and int(loaded) == 0
     assert os.listdir(tmp_path) == []  # nothing compiled, nothing written
@@ -128,16 +144,24 @@ def test_on_a_host_without_the_kernels_cache_the_daemon_leaves_them_to_the_worke
 
 def test_the_launcher_imports_neither_pyspark_nor_numba():
     # It runs before every round, in front of two JVM starts: numba alone cost it 0.2 s.
-    code = ("import sys; from compaction.cli import launcher, options, preflight, class_archive; "
-            "print(sorted(m for m in ('numba', 'pyspark') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": launcher.package_root()})  # fmt: skip
+    code = (
+        "import sys; from compaction.cli import launcher, options, preflight, class_archive; "
+        "print(sorted(m for m in ('numba', 'pyspark') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": launcher.package_root()},
+    )
     assert done.stdout.strip() == "[]"
 
 
 def test_a_user_log4j_setting_replaces_ours():
-    s = launcher.spark_settings("local[1]", env=dict(os.environ),
-                                user_conf=["spark.driver.extraJavaOptions=-Dx=1"])  # fmt: skip
+    s = launcher.spark_settings(
+        "local[1]", env=dict(os.environ), user_conf=["spark.driver.extraJavaOptions=-Dx=1"]
+    )
     assert "spark.driver.extraJavaOptions" not in s.conf
 
 
@@ -170,8 +194,14 @@ def _imported_from(zip_path, cache) -> str:
     import subprocess
 
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(zip_path), "NUMBA_CACHE_DIR": str(cache)}
-    out = subprocess.run([sys.executable, "-S", "-c", IMPORT_FROM_ZIP], env=env, capture_output=True, text=True,
-                         check=True, cwd=str(cache))  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", IMPORT_FROM_ZIP],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(cache),
+    )
     return out.stdout.strip()
 
 
@@ -199,8 +229,16 @@ def test_an_executor_imports_the_zips_sources_from_a_copy_named_by_their_digest(
 
 def test_help_lists_spark_options_exit_codes_and_environment():
     text = launcher.help_epilog()
-    for needle in ("--driver-memory", "--conf", "--opt=value", "Exit codes", "52", "JAVA_HOME",
-                   "PYSPARK_PYTHON", "SPARK_MASTER"):  # fmt: skip
+    for needle in (
+        "--driver-memory",
+        "--conf",
+        "--opt=value",
+        "Exit codes",
+        "52",
+        "JAVA_HOME",
+        "PYSPARK_PYTHON",
+        "SPARK_MASTER",
+    ):
         assert needle in text
 
 
@@ -218,7 +256,7 @@ def test_help_lists_spark_options_exit_codes_and_environment():
         (["--tasks-per-core", "0"], "--tasks-per-core 0"),
         (["--report", "r.json", "--report-html", "r.json"], "--report and --report-html name the same file"),
     ],
-)  # fmt: skip
+)
 def test_out_of_range_options_are_usage_errors(args, message):
     with pytest.raises(UsageError) as err:
         check_options(parse_unchecked(["--log-dir", "d", *args]))
@@ -244,15 +282,18 @@ def test_a_malformed_topic_config_is_a_usage_error_naming_the_file(tmp_path):
         ("kafka-logs", [("orders-0", True)], preflight.LOG_DIR),
         ("kafka-logs", [("meta.properties", False)], preflight.LOG_DIR),  # a broker's, no topics yet
         ("kafka-logs", [("cleaner-offset-checkpoint", False), ("x", True)], preflight.LOG_DIR),
-        ("orders-0", [("00000000000000000000.log", False), ("00000000000000000000.index", False)],
-         preflight.PARTITION_DIR),
+        (
+            "orders-0",
+            [("00000000000000000000.log", False), ("00000000000000000000.index", False)],
+            preflight.PARTITION_DIR,
+        ),
         ("orders-0", [("leader-epoch-checkpoint", False)], preflight.PARTITION_DIR),
         ("data", [("00000000000000000000.log", False)], preflight.OTHER),  # segments, but no partition name
         ("data", [("notes.txt", False), ("sub", True)], preflight.OTHER),
         ("data", [("orders-0-delete", True)], preflight.OTHER),  # only a deleted partition's dir
         ("data", [], preflight.EMPTY),
     ],
-)  # fmt: skip
+)
 def test_log_dir_partition_dir_or_neither(name, entries, kind):
     assert preflight.classify_listing(name, entries) == kind
 
@@ -294,9 +335,22 @@ def test_find_java_explains_what_to_install(tmp_path):
 
 
 def _entry(**kw):
-    base = dict(topic="orders", partition=0, logDir="/d", status="cleaned", reason=None, dirtyRatio=0.75,
-                firstDirtyOffset=0, endOffset=100, bytesRead=2 * 1_048_576, bytesWritten=1_048_576,
-                recordsRead=100, recordsWritten=10, invalidRecords=0, seconds=1.0)  # fmt: skip
+    base = dict(
+        topic="orders",
+        partition=0,
+        logDir="/d",
+        status="cleaned",
+        reason=None,
+        dirtyRatio=0.75,
+        firstDirtyOffset=0,
+        endOffset=100,
+        bytesRead=2 * 1_048_576,
+        bytesWritten=1_048_576,
+        recordsRead=100,
+        recordsWritten=10,
+        invalidRecords=0,
+        seconds=1.0,
+    )
     return {**base, **kw}
 
 
@@ -310,7 +364,7 @@ def _entry(**kw):
         (_entry(status="skipped", reason="some problem the policy does not explain"), logging.WARNING),
         (_entry(status="failed", reason="/d/orders-0/0.log: byte 61: crc"), logging.ERROR),
     ],
-)  # fmt: skip
+)
 def test_a_partition_is_one_line_at_the_level_an_alert_needs(entry, level):
     stream = io.StringIO()
     logs.setup("text", stream)
@@ -350,16 +404,30 @@ def test_text_format_escapes_newlines():
 
 
 def _report(failed=0):
-    totals = dict(partitions=3, cleaned=2 - failed, skipped=1, failed=failed, bytesRead=1000,
-                  bytesWritten=400, recordsRead=50, recordsWritten=20)  # fmt: skip
+    totals = dict(
+        partitions=3,
+        cleaned=2 - failed,
+        skipped=1,
+        failed=failed,
+        bytesRead=1000,
+        bytesWritten=400,
+        recordsRead=50,
+        recordsWritten=20,
+    )
     timings = {"planSeconds": 0.5, "totalSeconds": 9.25}
     return {"totals": totals, "timings": timings, "args": {"dry_run": False}}
 
 
 def _samples(text, *, keep=False):
     """{(name, labels): value}; the labels every series has (`round`, `mode`) left out unless `keep`."""
-    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if keep or k not in ("round", "mode")))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+    return {
+        (
+            s.name,
+            tuple(sorted((k, v) for k, v in s.labels.items() if keep or k not in ("round", "mode"))),
+        ): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def test_metrics_file_is_prometheus_text_with_totals_and_phases(tmp_path):
@@ -386,8 +454,9 @@ def test_a_failed_round_keeps_the_last_success_time(tmp_path):
 
 def test_operator_settings_put_the_jobs_spark_submit_first_on_the_path():
     # what the Airflow DAG's SparkSubmitOperator gets: it runs `spark-submit` by name
-    got = launcher.operator_settings("local[2]", sys.executable, env=dict(os.environ),
-                                     user_conf={"spark.ui.enabled": "false"})  # fmt: skip
+    got = launcher.operator_settings(
+        "local[2]", sys.executable, env=dict(os.environ), user_conf={"spark.ui.enabled": "false"}
+    )
     first = got["env_vars"]["PATH"].split(os.pathsep)[0]
     assert os.access(os.path.join(first, got["spark_binary"]), os.X_OK)
     assert got["application"] == launcher.APPLICATION and got["py_files"] is None
@@ -459,8 +528,19 @@ def test_progress_line_and_bar():
     from compaction.cli.progress import Reporter, Snapshot, bar, describe
 
     mb = 1_048_576
-    s = Snapshot(tasks_done=0, tasks_total=2, running=2, elapsed=10.0, total_bytes=400 * mb, read=300 * mb,
-                 written=100 * mb, work_done=600 * mb, work_total=800 * mb, rate=40 * mb, work_rate=50 * mb)
+    s = Snapshot(
+        tasks_done=0,
+        tasks_total=2,
+        running=2,
+        elapsed=10.0,
+        total_bytes=400 * mb,
+        read=300 * mb,
+        written=100 * mb,
+        work_done=600 * mb,
+        work_total=800 * mb,
+        rate=40 * mb,
+        work_rate=50 * mb,
+    )
     assert s.fraction == 0.75 and s.eta == pytest.approx(4.0)  # 200 MB of work left at 50 MB/s
     line = describe(s, partitions=12)
     assert "0/2 tasks (2 running) for 12 partitions" in line
@@ -498,8 +578,10 @@ def test_two_log_dirs_on_one_host_write_distinct_series_and_a_name_replaces_the_
     assert ("kafka_compaction_last_run_exit_code", (("mode", "round"), ("round", "/data/a/kafka-logs"))) in a
     two["args"]["metrics_name"] = 'eu "west"\\1'
     named = metrics.render(two, 0, 1.0, None)
-    assert ("kafka_compaction_info", (("mode", "round"), ("round", 'eu "west"\\1'), ("version", metrics.__version__))) \
-        in _samples(named, keep=True)  # escaped in the file, read back as given
+    assert (
+        "kafka_compaction_info",
+        (("mode", "round"), ("round", 'eu "west"\\1'), ("version", metrics.__version__)),
+    ) in _samples(named, keep=True)  # escaped in the file, read back as given
 
 
 def test_a_dry_run_writes_its_own_file_and_never_the_rounds_series(tmp_path):

@@ -57,9 +57,20 @@ V2_FIELDS = {
     "records_count": (RECORDS_COUNT_OFFSET, 4, 0x3A3B3C3D),
 }
 V2_GOLDEN = bytes.fromhex(
-    "0102030405060708" "11121314" "21222324" "02" "31323334" "4142" "51525354" "6162636465666768"
-    "7172737475767778" "0a0b0c0d0e0f1011" "1a1b" "2a2b2c2d" "3a3b3c3d"
-)  # fmt: skip
+    "0102030405060708"
+    "11121314"
+    "21222324"
+    "02"
+    "31323334"
+    "4142"
+    "51525354"
+    "6162636465666768"
+    "7172737475767778"
+    "0a0b0c0d0e0f1011"
+    "1a1b"
+    "2a2b2c2d"
+    "3a3b3c3d"
+)
 
 
 def test_v2_header_struct_puts_each_field_at_its_layout_offset():
@@ -82,16 +93,33 @@ def test_v2_header_numpy_view_matches_the_layout():
 
 
 def test_built_batch_reads_back_at_layout_offsets():
-    raw = build_batch([fb.Record(100, 1000, b"k", b"v"), fb.Record(105, 900, None, None)], codec=1,
-                         producer_id=7, producer_epoch=3, base_sequence=11, is_transactional=True,
-                         partition_leader_epoch=5, delete_horizon_ms=2000)  # fmt: skip
+    raw = build_batch(
+        [fb.Record(100, 1000, b"k", b"v"), fb.Record(105, 900, None, None)],
+        codec=1,
+        producer_id=7,
+        producer_epoch=3,
+        base_sequence=11,
+        is_transactional=True,
+        partition_leader_epoch=5,
+        delete_horizon_ms=2000,
+    )
     h = fb.RecordBatch(raw).header
     at = lambda offset, width: int.from_bytes(raw[offset : offset + width], "big", signed=True)  # noqa: E731
     assert (at(BASE_OFFSET_OFFSET, 8), at(LENGTH_OFFSET, 4), at(PARTITION_LEADER_EPOCH_OFFSET, 4)) == (
-        h.base_offset, len(raw) - LOG_OVERHEAD, 5)
+        h.base_offset,
+        len(raw) - LOG_OVERHEAD,
+        5,
+    )
     assert (at(LAST_OFFSET_DELTA_OFFSET, 4), at(BASE_TIMESTAMP_OFFSET, 8), at(MAX_TIMESTAMP_OFFSET, 8)) == (
-        h.last_offset_delta, h.base_timestamp, h.max_timestamp)
-    assert (at(PRODUCER_ID_OFFSET, 8), at(PRODUCER_EPOCH_OFFSET, 2), at(BASE_SEQUENCE_OFFSET, 4)) == (7, 3, 11)
+        h.last_offset_delta,
+        h.base_timestamp,
+        h.max_timestamp,
+    )
+    assert (at(PRODUCER_ID_OFFSET, 8), at(PRODUCER_EPOCH_OFFSET, 2), at(BASE_SEQUENCE_OFFSET, 4)) == (
+        7,
+        3,
+        11,
+    )
     assert at(RECORDS_COUNT_OFFSET, 4) == 2 and raw[MAGIC_OFFSET] == layout.MAGIC_V2
     flags = raw[ATTRIBUTE_FLAGS_OFFSET]
     assert flags & layout.COMPRESSION_CODEC_MASK == compression.CODEC_GZIP
@@ -103,7 +131,10 @@ def test_built_batch_reads_back_at_layout_offsets():
 def test_legacy_structs_put_each_field_at_its_layout_offset():
     fields = (0x0102030405060708, 0x11121314, 0x31323334, 1, 0x41)
     raw = legacy.MESSAGE_HEADER_V1.pack(*fields, 0x6162636465666768)
-    assert raw[:8] == fields[0].to_bytes(8, "big") and raw[layout.SIZE_OFFSET : LOG_OVERHEAD] == b"\x11\x12\x13\x14"
+    assert (
+        raw[:8] == fields[0].to_bytes(8, "big")
+        and raw[layout.SIZE_OFFSET : LOG_OVERHEAD] == b"\x11\x12\x13\x14"
+    )
     assert raw[LEGACY_CRC_OFFSET : LEGACY_CRC_OFFSET + 4] == b"\x31\x32\x33\x34"
     assert raw[LEGACY_MAGIC_OFFSET] == 1 and raw[LEGACY_ATTRIBUTES_OFFSET] == 0x41
     assert raw[LEGACY_TIMESTAMP_OFFSET : LEGACY_TIMESTAMP_OFFSET + 8] == bytes.fromhex("6162636465666768")
@@ -131,14 +162,33 @@ def test_index_entry_structs_and_dtypes_match_the_layout():
 
 def test_layout_agrees_with_kafka_python():
     d, lg = DefaultRecordBase, LegacyRecordBase
-    assert (d.ATTRIBUTES_OFFSET, d.CRC_OFFSET, d.AFTER_LEN_OFFSET) == (ATTRIBUTES_OFFSET, CRC_OFFSET, LOG_OVERHEAD)
+    assert (d.ATTRIBUTES_OFFSET, d.CRC_OFFSET, d.AFTER_LEN_OFFSET) == (
+        ATTRIBUTES_OFFSET,
+        CRC_OFFSET,
+        LOG_OVERHEAD,
+    )
     assert d.HEADER_STRUCT.size == RECORD_BATCH_OVERHEAD
-    assert (d.CODEC_MASK, d.TIMESTAMP_TYPE_MASK) == (layout.COMPRESSION_CODEC_MASK, layout.TIMESTAMP_TYPE_MASK)
+    assert (d.CODEC_MASK, d.TIMESTAMP_TYPE_MASK) == (
+        layout.COMPRESSION_CODEC_MASK,
+        layout.TIMESTAMP_TYPE_MASK,
+    )
     assert (d.TRANSACTIONAL_MASK, d.CONTROL_MASK) == (layout.TRANSACTIONAL_MASK, layout.CONTROL_MASK)
     assert (d.CODEC_NONE, d.CODEC_GZIP, d.CODEC_SNAPPY, d.CODEC_LZ4, d.CODEC_ZSTD) == (
-        layout.CODEC_NONE, layout.CODEC_GZIP, layout.CODEC_SNAPPY, layout.CODEC_LZ4, layout.CODEC_ZSTD)
+        layout.CODEC_NONE,
+        layout.CODEC_GZIP,
+        layout.CODEC_SNAPPY,
+        layout.CODEC_LZ4,
+        layout.CODEC_ZSTD,
+    )
     assert (d.CREATE_TIME, d.LOG_APPEND_TIME) == (layout.CREATE_TIME, layout.LOG_APPEND_TIME)
-    assert (lg.CRC_OFFSET, lg.MAGIC_OFFSET, lg.LOG_OVERHEAD) == (LEGACY_CRC_OFFSET, LEGACY_MAGIC_OFFSET, LOG_OVERHEAD)
+    assert (lg.CRC_OFFSET, lg.MAGIC_OFFSET, lg.LOG_OVERHEAD) == (
+        LEGACY_CRC_OFFSET,
+        LEGACY_MAGIC_OFFSET,
+        LOG_OVERHEAD,
+    )
     assert (lg.KEY_OFFSET_V0, lg.KEY_OFFSET_V1) == (LEGACY_KEY_LENGTH_OFFSET_V0, LEGACY_KEY_LENGTH_OFFSET_V1)
-    assert (lg.RECORD_OVERHEAD_V0, lg.RECORD_OVERHEAD_V1) == (layout.RECORD_OVERHEAD_V0, layout.RECORD_OVERHEAD_V1)
+    assert (lg.RECORD_OVERHEAD_V0, lg.RECORD_OVERHEAD_V1) == (
+        layout.RECORD_OVERHEAD_V0,
+        layout.RECORD_OVERHEAD_V1,
+    )
     assert lg.HEADER_STRUCT_V1.size == LEGACY_TIMESTAMP_OFFSET + 8

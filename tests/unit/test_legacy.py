@@ -3,10 +3,10 @@ and kafka-python interop both ways."""
 
 import struct
 
+import kafka_python_shims
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
-import kafka_python_shims
 from compaction.errors import CorruptRecordError, CrcMismatchError, UnsupportedCodecError
 from compaction.format import compression
 from compaction.format.batch import LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, Record
@@ -32,8 +32,10 @@ def test_kafka_memory_records_checksum_uncompressed(magic, expected):
     assert first.header.crc == expected and first.crc_valid()
 
 
-@pytest.mark.skip(reason="Kafka's LZ4 wrapper CRCs (v0 66944826, v1 1407303399) need lz4-java's compress64k "
-                         "block algorithm; python-lz4 (liblz4 1.9+/1.10) emits different, equally valid blocks")
+@pytest.mark.skip(
+    reason="Kafka's LZ4 wrapper CRCs (v0 66944826, v1 1407303399) need lz4-java's compress64k "
+    "block algorithm; python-lz4 (liblz4 1.9+/1.10) emits different, equally valid blocks"
+)
 def test_kafka_memory_records_checksum_lz4():  # pragma: no cover
     pass
 
@@ -55,7 +57,13 @@ def test_v0_has_no_timestamps():
 def test_batch_like_interface():
     batch = _batches(build_legacy_message_set([Record(5, 1, b"k", b"v")], 1))[0]
     h = batch.header
-    assert (h.magic, h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch) == (1, -1, -1, -1, -1)
+    assert (h.magic, h.producer_id, h.producer_epoch, h.base_sequence, h.partition_leader_epoch) == (
+        1,
+        -1,
+        -1,
+        -1,
+        -1,
+    )
     assert (h.base_offset, h.last_offset, h.records_count, h.size) == (5, 5, 1, len(batch.raw))
     assert not h.is_transactional and not h.is_control and h.delete_horizon_ms is None
     assert batch.control_type() is None and batch.magic == 1
@@ -83,14 +91,17 @@ def test_v0_wrapper_absolute_offsets(codec):
 
 def test_v1_log_append_time_wrapper_overrides_inner_timestamps():
     records = [Record(0, 10, b"a", b"1"), Record(1, 30, b"b", b"2")]
-    (batch,) = _batches(build_legacy_message_set(records, 1, 1, timestamp_type=LOG_APPEND_TIME,
-                                                 log_append_time=5000))
+    (batch,) = _batches(
+        build_legacy_message_set(records, 1, 1, timestamp_type=LOG_APPEND_TIME, log_append_time=5000)
+    )
     assert batch.header.timestamp_type == LOG_APPEND_TIME and batch.header.max_timestamp == 5000
     assert [r.timestamp for r in batch.records()] == [5000, 5000]
 
 
 def _wrapper(offset, inner: bytes, codec=1, magic=1, attrs_extra=0, ts=0):
-    return encode_message(offset, magic, codec | attrs_extra, ts, None, compression.compress(codec, inner, magic))
+    return encode_message(
+        offset, magic, codec | attrs_extra, ts, None, compression.compress(codec, inner, magic)
+    )
 
 
 def test_v1_wrapper_offset_zero_means_base_zero():
@@ -132,13 +143,19 @@ def test_writer_rejects_headers_and_v0_log_append_time():
     with pytest.raises(ValueError):
         build_legacy_message_set([Record(0, 0, b"k", b"v", (("h", b"x"),))], 1)
     with pytest.raises(ValueError):
-        build_legacy_message_set([Record(0, 0, b"k", b"v")], 0, timestamp_type=LOG_APPEND_TIME, log_append_time=1)
+        build_legacy_message_set(
+            [Record(0, 0, b"k", b"v")], 0, timestamp_type=LOG_APPEND_TIME, log_append_time=1
+        )
 
 
 # --- kafka-python interop ----------------------------------------------------------------------
 
-INTEROP = [Record(0, 1_600_000_000_000, b"k0", b"v0"), Record(1, 1_600_000_000_100, None, b"no key"),
-           Record(2, 1_600_000_000_050, b"tomb", None), Record(3, 1_600_000_000_200, b"", b"y" * 3000)]
+INTEROP = [
+    Record(0, 1_600_000_000_000, b"k0", b"v0"),
+    Record(1, 1_600_000_000_100, None, b"no key"),
+    Record(2, 1_600_000_000_050, b"tomb", None),
+    Record(3, 1_600_000_000_200, b"", b"y" * 3000),
+]
 
 
 def _expected(records, magic):
@@ -168,7 +185,7 @@ def test_kafka_python_reads_what_we_write(magic, codec):
     pos, got = 0, []
     while pos < len(raw):
         size = struct.unpack_from(">i", raw, pos + 8)[0] + 12
-        kp = LegacyRecordBatch(bytearray(raw[pos:pos + size]), magic)
+        kp = LegacyRecordBatch(bytearray(raw[pos : pos + size]), magic)
         assert kp.validate_crc()
         for r in kp:
             assert r.validate_crc()

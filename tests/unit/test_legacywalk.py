@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError
 from compaction.format import crc
 from compaction.format.batch import Record
-from compaction.kernels.keyhash import key_hash
 from compaction.format.legacy import LegacyBatch, build_legacy_message_set, encode_message
+from compaction.kernels.keyhash import key_hash
 from compaction.kernels.legacywalk import (
     ERR_EMPTY,
     ERR_MESSAGE,
@@ -75,8 +75,16 @@ def reader_records(log: bytes) -> list[tuple]:
 @given(message_sets())
 def test_scan_of_legacy_logs_reads_what_the_python_reader_reads(log):
     s = scan_segment(u8(log), "legacy.log", hash_keys=True)
-    got = [(int(s.batches.position[s.records.batch_index[i]]), int(s.records.offset[i]), int(s.records.timestamp[i]),
-            s.key(i), s.value(i)) for i in range(len(s.records))]  # fmt: skip
+    got = [
+        (
+            int(s.batches.position[s.records.batch_index[i]]),
+            int(s.records.offset[i]),
+            int(s.records.timestamp[i]),
+            s.key(i),
+            s.value(i),
+        )
+        for i in range(len(s.records))
+    ]
     assert got == reader_records(log)
     first = np.searchsorted(s.records.batch_index, np.arange(len(s.batches)))
     assert s.batches.base_offset.tolist() == s.records.offset[first].tolist()  # wrappers: first inner offset
@@ -95,9 +103,18 @@ def test_scan_of_legacy_logs_reads_what_the_python_reader_reads(log):
 
 
 def run_kernel(buf, start, end, inner, w_off, w_magic, w_lat, w_ts):
-    args = [np.asarray(a, dtype=dt) for a, dt in ((start, np.int64), (end, np.int64), (inner, np.bool_),
-                                                   (w_off, np.int64), (w_magic, np.int64), (w_lat, np.bool_),
-                                                   (w_ts, np.int64))]  # fmt: skip
+    args = [
+        np.asarray(a, dtype=dt)
+        for a, dt in (
+            (start, np.int64),
+            (end, np.int64),
+            (inner, np.bool_),
+            (w_off, np.int64),
+            (w_magic, np.int64),
+            (w_lat, np.bool_),
+            (w_ts, np.int64),
+        )
+    ]
     cap = region_capacity(args[0], args[1], args[2]) + 1
     cols = [np.empty(cap, dtype=dt) for dt in RECORD_DTYPES]
     k, code, pos, region = walk_legacy_kernel(u8(buf), *args, cap, *cols)
@@ -112,8 +129,14 @@ soup = st.lists(
 
 
 @PROPERTY
-@given(soup, st.lists(st.tuples(st.integers(0, 120), st.integers(0, 120), st.booleans()), max_size=4),
-       st.integers(-3, 1 << 40), st.integers(0, 1), st.booleans(), st.integers(-1, 1 << 40))  # fmt: skip
+@given(
+    soup,
+    st.lists(st.tuples(st.integers(0, 120), st.integers(0, 120), st.booleans()), max_size=4),
+    st.integers(-3, 1 << 40),
+    st.integers(0, 1),
+    st.booleans(),
+    st.integers(-1, 1 << 40),
+)
 def test_kernel_and_reference_agree_on_random_regions(data, regions, w_off, w_magic, w_lat, w_ts):
     buf = bytes(data)
     start = [min(a, b) for a, b, _ in regions]
@@ -134,8 +157,13 @@ def test_kernel_and_reference_agree_on_real_messages_and_wrapper_contents(log, d
     b = scan_batches(u8(log))
     start, end = b.position, b.position + b.size
     inner = data.draw(st.lists(st.booleans(), min_size=len(b), max_size=len(b)))
-    params = (inner, b.last_offset, b.magic.astype(np.int64), data.draw(st.lists(st.booleans(), min_size=len(b),
-              max_size=len(b))), b.max_timestamp)  # fmt: skip
+    params = (
+        inner,
+        b.last_offset,
+        b.magic.astype(np.int64),
+        data.draw(st.lists(st.booleans(), min_size=len(b), max_size=len(b))),
+        b.max_timestamp,
+    )
     rows, code, pos, region = run_kernel(log, start, end, *params)
     ref_rows, *ref_error = walk_legacy_py(u8(log), start, end, *params)
     assert [code, pos, region] == ref_error
@@ -144,10 +172,23 @@ def test_kernel_and_reference_agree_on_real_messages_and_wrapper_contents(log, d
 
 def test_golden_v0_and_v1_messages():
     """Bytes written out by hand (docs/kafka-rules.md#legacy-messages): the columns point into them."""
-    v0 = (struct.pack(">qi", 7, 14 + 1 + 2) + b"\x00\x00\x00\x00" + b"\x00\x00" + struct.pack(">i", 1) + b"k"
-          + struct.pack(">i", 2) + b"vv")  # fmt: skip
-    v1 = (struct.pack(">qi", 9, 22 + 0) + b"\x00\x00\x00\x00" + b"\x01\x00" + struct.pack(">q", 1234)
-          + struct.pack(">i", -1) + struct.pack(">i", -1))  # fmt: skip
+    v0 = (
+        struct.pack(">qi", 7, 14 + 1 + 2)
+        + b"\x00\x00\x00\x00"
+        + b"\x00\x00"
+        + struct.pack(">i", 1)
+        + b"k"
+        + struct.pack(">i", 2)
+        + b"vv"
+    )
+    v1 = (
+        struct.pack(">qi", 9, 22 + 0)
+        + b"\x00\x00\x00\x00"
+        + b"\x01\x00"
+        + struct.pack(">q", 1234)
+        + struct.pack(">i", -1)
+        + struct.pack(">i", -1)
+    )
     log = bytearray(v0 + v1)
     struct.pack_into(">I", log, 12, zlib.crc32(log[16:29]))
     struct.pack_into(">I", log, 29 + 12, zlib.crc32(log[29 + 16 :]))
@@ -212,14 +253,17 @@ def leftover_bytes() -> bytearray:
     return reseal(raw)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (broken_key_length(), "message key/value of 99 bytes runs past the end"),
-    (leftover_bytes(), "1 bytes left over in a v0 message"),
-    (wrapper_of(bytes(entry(5, 0, 1, None, b"x")), 5), "compressed message inside a compressed wrapper"),
-    (wrapper_of(b"", 5), "compressed wrapper with no inner records"),
-    (reseal(entry(5, 0, 1, None, None)), "compressed wrapper message with a null value"),
-    (wrapper_of(GOOD + bytes(leftover_bytes()), 5), "inner message at byte 28 of the decompressed value"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (broken_key_length(), "message key/value of 99 bytes runs past the end"),
+        (leftover_bytes(), "1 bytes left over in a v0 message"),
+        (wrapper_of(bytes(entry(5, 0, 1, None, b"x")), 5), "compressed message inside a compressed wrapper"),
+        (wrapper_of(b"", 5), "compressed wrapper with no inner records"),
+        (reseal(entry(5, 0, 1, None, None)), "compressed wrapper message with a null value"),
+        (wrapper_of(GOOD + bytes(leftover_bytes()), 5), "inner message at byte 28 of the decompressed value"),
+    ],
+)
 def test_malformed_messages_raise_the_readers_typed_error_at_the_entry(bad, message):
     log = GOOD + bytes(bad) + GOOD
     with pytest.raises(CorruptRecordError) as e:
@@ -304,7 +348,9 @@ def test_compiled_checksums_and_their_table_fallbacks_match_zlib_and_crc32c(data
     assert crc.crc32c_at(buf, skip, n) == crc32c.crc32c(data[skip:])
     ptr = ctypes.c_char_p(data[skip:])
     assert crc._compiled(crc._crc32_table_raw).ctypes(0, ptr, n) == zlib.crc32(data[skip:])
-    assert crc._compiled(crc._crc32c_table_raw).ctypes(0xFFFFFFFF, ptr, n) ^ 0xFFFFFFFF == crc32c.crc32c(data[skip:])
+    assert crc._compiled(crc._crc32c_table_raw).ctypes(0xFFFFFFFF, ptr, n) ^ 0xFFFFFFFF == crc32c.crc32c(
+        data[skip:]
+    )
 
 
 def test_the_fast_checksum_libraries_are_the_ones_called():

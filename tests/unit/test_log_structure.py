@@ -91,7 +91,8 @@ def test_overlap_reason_names_both_files_the_offsets_and_the_byte():
     assert str(err).startswith(
         f"{DIR}/00000000000000000100.log: byte 0: 00000000000000000100.log holds offsets 4817-8990, "
         "overlapping 00000000000000004603.log from 4603 [a segment's offsets end below the next segment's "
-        "base")
+        "base"
+    )
     assert (err.path, err.position, err.offset, err.other_path) == (path(100), 0, 4817, path(4603))
     again = pickle.loads(pickle.dumps(err))  # errors cross from Spark tasks to the driver
     assert (str(again), again.rule, again.other_path) == (str(err), err.rule, err.other_path)
@@ -141,20 +142,38 @@ def test_index_entries_of_legacy_entries_use_the_previous_entry_as_floor():
     # Kafka 0.9 indexed the message set's first offset.
     legacy = batches([(104, 104), (110, 110)], magic=0)
     check_index_entries("x.index", path(100), 100, np.array([[100, 0], [105, 100]], dtype=np.int64), legacy)
-    raises(RULE_INDEX, check_index_entries, "x.index", path(100), 100, np.array([[104, 100]], dtype=np.int64),
-           legacy)  # fmt: skip
+    raises(
+        RULE_INDEX,
+        check_index_entries,
+        "x.index",
+        path(100),
+        100,
+        np.array([[104, 100]], dtype=np.int64),
+        legacy,
+    )
 
 
 def test_index_entries_in_an_empty_segment():
-    raises(RULE_INDEX, check_index_entries, "x.index", path(100), 100, np.array([[104, 10]], dtype=np.int64),
-           batches([]))  # fmt: skip
+    raises(
+        RULE_INDEX,
+        check_index_entries,
+        "x.index",
+        path(100),
+        100,
+        np.array([[104, 10]], dtype=np.int64),
+        batches([]),
+    )
     check_index_entries("x.index", path(100), 100, np.array([[100, 0]], dtype=np.int64), batches([]))
 
 
 @pytest.mark.parametrize(
     "entries, ok",
-    [([(5, 104), (9, 120)], True), ([(5, 99), (9, 120)], False), ([(9, 121)], False),
-     ([(5, 104), (0, 100), (0, 100)], True)],  # fmt: skip
+    [
+        ([(5, 104), (9, 120)], True),
+        ([(5, 99), (9, 120)], False),
+        ([(9, 121)], False),
+        ([(5, 104), (0, 100), (0, 100)], True),
+    ],
 )
 def test_time_index_entries_table(entries, ok):
     args = ("x.timeindex", path(100), 100, np.array(entries, dtype=np.int64), SEG)
@@ -188,7 +207,8 @@ def test_epoch_going_back_across_segments_names_both_files():
     segs = [seg_epochs(0, [(0, 9)], [5]), seg_epochs(10, [(10, 12), (13, 19)], [5, 3])]
     err = raises(RULE_EPOCH_ORDER, check_leader_epochs, segs)
     assert "00000000000000000010.log has leader epoch 3 from offset 13, after epoch 5 up to offset 12" in (
-        str(err))
+        str(err)
+    )
     segs = [seg_epochs(0, [(0, 9)], [5]), seg_epochs(10, [(10, 19)], [4])]
     err = raises(RULE_EPOCH_ORDER, check_leader_epochs, segs)
     assert "in 00000000000000000000.log" in str(err) and err.other_path == path(0)
@@ -208,7 +228,11 @@ CKPT = [(1, 20), (3, 100), (4, 250)]
         ([(100, 249), (300, 400)], [3, 6], None),  # epoch 6 newer than the file: not flushed yet
         ([(0, 10)], [0], None),  # below the first entry's start: under the log start offset
         ([(10, 30)], [1], None),  # the first entry's start moved up to the log start offset
-        ([(20, 99), (100, 150)], [1, 1], "at offsets 20-150, but leader-epoch-checkpoint starts epoch 3 at 100"),
+        (
+            [(20, 99), (100, 150)],
+            [1, 1],
+            "at offsets 20-150, but leader-epoch-checkpoint starts epoch 3 at 100",
+        ),
         ([(90, 120)], [3], "epoch 3 at offsets 90-120, but leader-epoch-checkpoint starts epoch 3 at 100"),
         ([(150, 160)], [2], "epoch 2 at offsets 150-160, an epoch leader-epoch-checkpoint does not list"),
         ([(200, 260)], [6], "an epoch leader-epoch-checkpoint does not list"),  # newer, before the last start
@@ -261,8 +285,13 @@ def check_log(parts, bases, epochs):
         nxt = bases[i + 1] if i + 1 < len(bases) else None
         cols = batches(p, epochs[k : k + len(p)])
         check_segment_offsets(path(base), base, cols, nxt, path(nxt) if nxt is not None else None)
-        check_index_entries(path(base)[:-4] + ".index", path(base), base,
-                            np.stack([cols.last_offset, cols.position], axis=1), cols)  # fmt: skip
+        check_index_entries(
+            path(base)[:-4] + ".index",
+            path(base),
+            base,
+            np.stack([cols.last_offset, cols.position], axis=1),
+            cols,
+        )
         segs.append(segment_epochs(path(base), base, cols))
         k += len(p)
     checkpoint = [(e, first) for e, first in zip(epochs, [a for p in parts for a, _ in p])]
@@ -315,13 +344,21 @@ def test_first_batches_find_the_cases_a_dry_run_can_see():
     check_first_batches(paths, [0, 100, 4603], [h[:61] for h in ok], [(0, 0), (1, 100), (2, 4603)])
     foreign = [v2(0, 9), v2(4817, 4900), v2(4603, 4700)]  # another partition's segment dropped in at 100
     err = raises(RULE_NEXT, check_first_batches, paths, [0, 100, 4603], [h[:61] for h in foreign])
-    assert ("00000000000000000100.log holds offsets from 4817 (first batch: 4817-4900), overlapping "
-            "00000000000000004603.log from 4603") in str(err)
+    assert (
+        "00000000000000000100.log holds offsets from 4817 (first batch: 4817-4900), overlapping "
+        "00000000000000004603.log from 4603"
+    ) in str(err)
     raises(RULE_BASE, check_first_batches, paths[:2], [0, 105], [h[:61] for h in ok[:2]])
     older = [v2(0, 9, 3), v2(100, 120, 1), ok[2]]
     raises(RULE_EPOCH_ORDER, check_first_batches, paths, [0, 100, 4603], older)
-    raises(RULE_EPOCH_CHECKPOINT, check_first_batches, paths, [0, 100, 4603], [h[:61] for h in ok],
-           [(0, 0), (1, 100), (2, 5000)])  # fmt: skip
+    raises(
+        RULE_EPOCH_CHECKPOINT,
+        check_first_batches,
+        paths,
+        [0, 100, 4603],
+        [h[:61] for h in ok],
+        [(0, 0), (1, 100), (2, 5000)],
+    )
 
 
 # --- the driver's checks on a partition dir: index offsets against the next base, first batches --
@@ -330,8 +367,16 @@ def test_first_batches_find_the_cases_a_dry_run_can_see():
 def _partition(tmp_path):
     from compaction.tools.generator import generate_log_dir
 
-    generate_log_dir(str(tmp_path), topics=(("t", 1),), records=3000, keys=100, segment_bytes=20_000,
-                     index_interval_bytes=1024, leader_epochs=3, seed=3)  # fmt: skip
+    generate_log_dir(
+        str(tmp_path),
+        topics=(("t", 1),),
+        records=3000,
+        keys=100,
+        segment_bytes=20_000,
+        index_interval_bytes=1024,
+        leader_epochs=3,
+        seed=3,
+    )
     return str(tmp_path / "t-0")
 
 

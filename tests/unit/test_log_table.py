@@ -36,8 +36,15 @@ VARIANTS = {
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def log_dir(request, tmp_path_factory):
     root = str(tmp_path_factory.mktemp(request.param))
-    manifest = generate_log_dir(root, topics=(("orders", 2),), records=1200, keys=80, segment_bytes=12_000,
-                                seed=5, **VARIANTS[request.param])  # fmt: skip
+    manifest = generate_log_dir(
+        root,
+        topics=(("orders", 2),),
+        records=1200,
+        keys=80,
+        segment_bytes=12_000,
+        seed=5,
+        **VARIANTS[request.param],
+    )
     return root, manifest, request.param
 
 
@@ -55,8 +62,18 @@ def rows(root: str, **options) -> list[dict]:
 
 
 def as_tuples(table_rows: list[dict]) -> list[tuple]:
-    return sorted((r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["timestamp"],
-                   tuple((h["key"], h["value"]) for h in r.get("headers") or ())) for r in table_rows)  # fmt: skip
+    return sorted(
+        (
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            r["key"],
+            r["value"],
+            r["timestamp"],
+            tuple((h["key"], h["value"]) for h in r.get("headers") or ()),
+        )
+        for r in table_rows
+    )
 
 
 def test_every_record_as_kafka_python_decodes_it(log_dir):
@@ -71,7 +88,11 @@ def test_batch_fields_from_the_manifest(log_dir):
     got = rows(root, includeControl="true")
     for r in got:
         m = manifest.partitions[("orders", r["partition"])].record(r["offset"])
-        assert (r["producerId"], r["producerEpoch"], r["sequence"]) == (m.producer_id, m.producer_epoch, m.sequence)
+        assert (r["producerId"], r["producerEpoch"], r["sequence"]) == (
+            m.producer_id,
+            m.producer_epoch,
+            m.sequence,
+        )
         assert r["isControl"] == (m.control_type >= 0)
         assert r["isTransactional"] == (m.txn != 0 or (r["isControl"]))
     markers = sum(int(p.is_control.sum()) for p in manifest.partitions.values())
@@ -81,8 +102,12 @@ def test_batch_fields_from_the_manifest(log_dir):
 def test_read_committed_leaves_aborted_records_out(log_dir):
     root, manifest, _ = log_dir
     got = {(r["partition"], r["offset"]) for r in rows(root, **{"kafka.isolation.level": "read_committed"})}
-    want = {(p, o) for (_, p), m in manifest.partitions.items() for o in range(m.log_end_offset)
-            if m.txn[o] != TXN_ABORTED and not m.is_control[o]}  # fmt: skip
+    want = {
+        (p, o)
+        for (_, p), m in manifest.partitions.items()
+        for o in range(m.log_end_offset)
+        if m.txn[o] != TXN_ABORTED and not m.is_control[o]
+    }
     assert got == want
 
 
@@ -108,8 +133,11 @@ def test_compacted_as_of_an_offset(log_dir):
     root, manifest, _ = log_dir
     m = manifest.partitions[("orders", 0)]
     cut = m.log_end_offset // 2
-    got = {r["key"]: r["offset"] for r in rows(root, compacted="true", asOfOffsets=f"orders:0={cut}")
-           if r["partition"] == 0}  # fmt: skip
+    got = {
+        r["key"]: r["offset"]
+        for r in rows(root, compacted="true", asOfOffsets=f"orders:0={cut}")
+        if r["partition"] == 0
+    }
     assert got == state_offsets_as_of(m, cut)
     assert got != state_offsets_as_of(m, m.log_end_offset)
 
@@ -123,8 +151,11 @@ def test_starting_and_ending_timestamps_are_offsets_for_times(log_dir):
     t0, t1 = all_rows[len(all_rows) // 4][1], all_rows[3 * len(all_rows) // 4][1]
     first = min(o for o, t in all_rows if t >= t0)
     end = min(o for o, t in all_rows if t >= t1)
-    got = sorted(r["offset"] for r in rows(root, startingTimestamp=str(t0), endingTimestamp=str(t1),
-                                           subscribe="orders") if r["partition"] == 1)  # fmt: skip
+    got = sorted(
+        r["offset"]
+        for r in rows(root, startingTimestamp=str(t0), endingTimestamp=str(t1), subscribe="orders")
+        if r["partition"] == 1
+    )
     assert got == [o for o, _ in all_rows if first <= o < end]
     assert m.log_end_offset > end
 
@@ -152,8 +183,10 @@ def test_header_walk_matches_its_twin(log_dir):
         rec = scan.records
         start = header_starts(rec.value_pos, rec.value_len)
         v2 = scan.batches.magic[rec.batch_index] == 2
-        fast, slow = walk_headers(scan.file, scan.side, scan.split, start, v2), \
-            walk_headers_py(scan.file, scan.side, scan.split, start, v2)  # fmt: skip
+        fast, slow = (
+            walk_headers(scan.file, scan.side, scan.split, start, v2),
+            walk_headers_py(scan.file, scan.side, scan.split, start, v2),
+        )
         for a, b in zip(fast, slow):
             np.testing.assert_array_equal(a, b)
 
@@ -170,15 +203,18 @@ def test_a_bad_crc_fails_the_read_naming_file_byte_and_offset(tmp_path):
     assert log in str(err.value) and "byte 0" in str(err.value)
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"startingOffsets": "latest"}, "startingOffsets"),
-    ({"endingOffsets": "{not json"}, "endingOffsets"),
-    ({"subscribe": "a", "subscribePattern": "b"}, "subscribe"),
-    ({"includeHeaders": "yes"}, "includeHeaders"),
-    ({"asOfTime": "2026-01-01T00:00:00"}, "zone"),
-    ({"asOfTime": "1000"}, "compacted=true"),
-    ({"kafka.isolation.level": "serializable"}, "isolation"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets"),
+        ({"endingOffsets": "{not json"}, "endingOffsets"),
+        ({"subscribe": "a", "subscribePattern": "b"}, "subscribe"),
+        ({"includeHeaders": "yes"}, "includeHeaders"),
+        ({"asOfTime": "2026-01-01T00:00:00"}, "zone"),
+        ({"asOfTime": "1000"}, "compacted=true"),
+        ({"kafka.isolation.level": "serializable"}, "isolation"),
+    ],
+)
 def test_bad_options_are_usage_errors(options, message):
     with pytest.raises(UsageError, match=message):
         ReadOptions.parse({"path": "/nowhere", **options})

@@ -50,21 +50,20 @@ import pyarrow as pa
 import pytest
 from reference_map import KeyLookup, scan_group
 
-from compaction.policy import grouping, plan, topic_config
-
-from compaction.steps import ranges
-from compaction.steps.commit import Replacement, commit_partition
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import compression, legacy, naming
 from compaction.format.batch_build import build_batch, build_empty_batch
 from compaction.format.index_build import build_indexes
+from compaction.format.segment import iter_batches
 from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
 from compaction.kernels.scan import scan_batches
-from compaction.format.segment import iter_batches
+from compaction.policy import grouping, plan, topic_config
+from compaction.runtime.storage import Storage
+from compaction.steps import ranges
+from compaction.steps.commit import Replacement, commit_partition
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.rewrite import rewrite_unit
-from compaction.runtime.storage import Storage
 
 NOW = 1_700_000_000_000  # MockTime's clock in the Kafka tests (time.milliseconds())
 DAY = 86_400_000  # delete.retention.ms default (LogCleanerTest.tombstoneRetentionMs)
@@ -82,8 +81,15 @@ def _b(x) -> bytes | None:
 class KafkaLog:
     """One partition dir `t-0` written like a broker's log (see the module docstring)."""
 
-    def __init__(self, tmp_path, *, segment_bytes: int = 1024, segment_index_bytes: int = 1024,
-                 delete_retention_ms: int = DAY, max_message_bytes: int = 2**31 - 1) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tmp_path,
+        *,
+        segment_bytes: int = 1024,
+        segment_index_bytes: int = 1024,
+        delete_retention_ms: int = DAY,
+        max_message_bytes: int = 2**31 - 1,
+    ) -> None:
         self.path = str(tmp_path / "t-0")
         os.makedirs(self.path)
         self.storage = Storage.local()
@@ -108,7 +114,8 @@ class KafkaLog:
         data = b"".join(batches)
         cols = scan_batches(np.frombuffer(data, dtype=np.uint8))
         index, timeindex = build_indexes(
-            cols.position, cols.size, cols.last_offset, cols.max_timestamp, base, 4096)
+            cols.position, cols.size, cols.last_offset, cols.max_timestamp, base, 4096
+        )
         files = {".log": data, ".index": index, ".timeindex": timeindex}
         if txn:
             files[".txnindex"] = write_txn_index(txn)
@@ -140,14 +147,30 @@ class KafkaLog:
         self.leo = last_offset + 1
         self._dirty = True
 
-    def append(self, kvs, *, pid: int = -1, epoch: int = -1, seq: int = -1, txn: bool = False, ts: int = NOW,
-               leader_epoch: int = -1, codec: int = compression.CODEC_NONE) -> tuple[int, int]:  # fmt: skip
+    def append(
+        self,
+        kvs,
+        *,
+        pid: int = -1,
+        epoch: int = -1,
+        seq: int = -1,
+        txn: bool = False,
+        ts: int = NOW,
+        leader_epoch: int = -1,
+        codec: int = compression.CODEC_NONE,
+    ) -> tuple[int, int]:
         """One batch of (key, value) records at the next offsets; returns (first, last) offset."""
         first = self.leo
         records = [fb.Record(first + i, ts, _b(k), _b(v)) for i, (k, v) in enumerate(kvs)]
-        data = build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                              is_transactional=txn, partition_leader_epoch=leader_epoch,
-                              codec=codec)  # fmt: skip
+        data = build_batch(
+            records,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            is_transactional=txn,
+            partition_leader_epoch=leader_epoch,
+            codec=codec,
+        )
         self.append_raw(data, records[-1].offset)
         if txn:
             self.open_txns.setdefault(pid, first)
@@ -157,14 +180,20 @@ class KafkaLog:
         """LogCleanerTest.record(key, value): a one-record batch."""
         return self.append([(key, value)], **kw)[0]
 
-    def marker(self, control_type: int, pid: int, epoch: int = 0, ts: int = NOW,
-               leader_epoch: int = -1) -> int:  # fmt: skip
+    def marker(
+        self, control_type: int, pid: int, epoch: int = 0, ts: int = NOW, leader_epoch: int = -1
+    ) -> int:
         """An end-transaction marker (coordinator epoch 0), as `MemoryRecords.withEndTransactionMarker`."""
         offset = self.leo
         key, value = fb.control_record(control_type, 0)
-        data = build_batch([fb.Record(offset, ts, key, value)], producer_id=pid, producer_epoch=epoch,
-                              is_transactional=True, is_control=True,
-                              partition_leader_epoch=leader_epoch)  # fmt: skip
+        data = build_batch(
+            [fb.Record(offset, ts, key, value)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            is_transactional=True,
+            is_control=True,
+            partition_leader_epoch=leader_epoch,
+        )
         first = self.open_txns.pop(pid, None)
         self.append_raw(data, offset)
         if control_type == ABORT and first is not None:
@@ -204,8 +233,11 @@ class KafkaLog:
             largest = int(cols.max_timestamp.max()) if len(cols.position) else -1
             first_ts = int(cols.max_timestamp[0]) if len(cols.position) else -1
             nxt = int(cols.last_offset.max()) + 1 if len(cols.position) else None
-            metas.append(plan.SegmentMeta(s.base_offset, s.size, n_index, n_time, largest, first_ts,
-                                          s.mtime_ns // 1_000_000, nxt))  # fmt: skip
+            metas.append(
+                plan.SegmentMeta(
+                    s.base_offset, s.size, n_index, n_time, largest, first_ts, s.mtime_ns // 1_000_000, nxt
+                )
+            )
         return metas
 
     def plan(self, now: int, **config) -> plan.PartitionPlan:
@@ -214,9 +246,17 @@ class KafkaLog:
         state = plan.PartitionState(tuple(self.metas()), 0, self.leo, self.checkpoint)
         return plan.plan_partition("t", 0, state, cfg, now)
 
-    def clean(self, now: int, *, first_dirty: int | None = None, upper_bound: int | None = None,
-              map_end: int | None = None, offset_map: dict | None = None,
-              bypass_lso: bool = False, high_watermark: int | None = None) -> list[dict]:  # fmt: skip
+    def clean(
+        self,
+        now: int,
+        *,
+        first_dirty: int | None = None,
+        upper_bound: int | None = None,
+        map_end: int | None = None,
+        offset_map: dict | None = None,
+        bypass_lso: bool = False,
+        high_watermark: int | None = None,
+    ) -> list[dict]:
         """`Cleaner.doClean(LogToClean(log, firstDirty, upperBound), now)` on our code, with the
         log's high watermark at its end (a leader's, once its followers caught up) unless given."""
         self._flush()
@@ -224,23 +264,35 @@ class KafkaLog:
         upper = self.active_base if upper_bound is None else upper_bound
         metas = self.metas()
         to_group = plan.log_segments(metas, 0, upper)
-        groups = grouping.group_segments_by_size(to_group, self.segment_bytes, self.segment_index_bytes, upper)
+        groups = grouping.group_segments_by_size(
+            to_group, self.segment_bytes, self.segment_index_bytes, upper
+        )
         legacy_horizon = plan.legacy_delete_horizon_ms(
-            plan.PartitionState(tuple(metas), 0, self.leo), first_dirty, self.delete_retention_ms)
+            plan.PartitionState(tuple(metas), 0, self.leo), first_dirty, self.delete_retention_ms
+        )
         src = {s.base_offset: s for s in self.segments()}
         tail = tuple(s for b, s in src.items() if b >= upper)
         specs = [
             GroupSpec(
-                group_id=n, topic="t", partition=0, storage=self.storage, part_path=self.path,
-                segments=tuple(src[m.base_offset] for m in g), first_dirty_offset=first_dirty,
-                upper_bound=upper, now_ms=now, delete_retention_ms=self.delete_retention_ms,
-                legacy_delete_horizon_ms=legacy_horizon, index_interval_bytes=4096,
-                aborted_txns=tuple(self.aborted_txns()), tail_segments=tail if n == len(groups) - 1 else (),
+                group_id=n,
+                topic="t",
+                partition=0,
+                storage=self.storage,
+                part_path=self.path,
+                segments=tuple(src[m.base_offset] for m in g),
+                first_dirty_offset=first_dirty,
+                upper_bound=upper,
+                now_ms=now,
+                delete_retention_ms=self.delete_retention_ms,
+                legacy_delete_horizon_ms=legacy_horizon,
+                index_interval_bytes=4096,
+                aborted_txns=tuple(self.aborted_txns()),
+                tail_segments=tail if n == len(groups) - 1 else (),
                 max_message_bytes=self.max_message_bytes,
                 retain_empty_offset=self.leo if high_watermark is None else high_watermark,
             )
             for n, g in enumerate(groups)
-        ]  # fmt: skip
+        ]
         headers, m = {}, {}
         for s in specs:
             keys, producers = scan_group(dataclasses.replace(s, upper_bound=map_end) if map_end else s)
@@ -256,7 +308,9 @@ class KafkaLog:
         unstable = state.first_unstable is not None and state.first_unstable < upper
         # Our job stops at the first unstable offset (Kafka's LSO, which the cleaner manager
         # applies); Kafka's unit tests hand LogToClean a bound beyond it. Same producer view.
-        assert bypass_lso or not unstable, f"open transaction at {state.first_unstable} below the bound {upper}"
+        assert bypass_lso or not unstable, (
+            f"open transaction at {state.first_unstable} below the bound {upper}"
+        )
         specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
         units = {0: specs} if state.transactional or unstable else {s.group_id: [s] for s in specs}
         keys = pa.array(list(m), pa.binary())
@@ -284,8 +338,13 @@ class KafkaLog:
 
     def keys_in_log(self) -> list[int]:
         """LogTestUtils.keysInLog: keys of data records with a value."""
-        return [int(r.key) for b in self.batches() if not b.header.is_control for r in b.records()
-                if r.value is not None]  # fmt: skip
+        return [
+            int(r.key)
+            for b in self.batches()
+            if not b.header.is_control
+            for r in b.records()
+            if r.value is not None
+        ]
 
     def offsets_in_log(self) -> list[int]:
         """offsetsInLog: records with a key and a value (transaction markers included)."""
@@ -330,8 +389,14 @@ class Producer:
         self.seq = 0
 
     def __call__(self, *keys) -> tuple[int, int]:
-        out = self.log.append([(k, k) for k in keys], pid=self.pid, epoch=self.epoch, seq=self.seq,
-                              txn=self.txn, leader_epoch=self.leader_epoch)  # fmt: skip
+        out = self.log.append(
+            [(k, k) for k in keys],
+            pid=self.pid,
+            epoch=self.epoch,
+            seq=self.seq,
+            txn=self.txn,
+            leader_epoch=self.leader_epoch,
+        )
         self.seq += len(keys)
         return out
 
@@ -392,7 +457,8 @@ def test_testCleanWithTransactionsSpanningSegments(tmp_path):
     # log end. p1's aborted [0, 1] is not its producer's last batch: gone.
     first_seg = [b for b in log.batches() if b.header.last_offset < 6]
     assert [(b.header.base_offset, b.header.last_offset, b.header.records_count) for b in first_seg] == [
-        (2, 3, 2)]  # fmt: skip
+        (2, 3, 2)
+    ]
 
     log.roll()  # segment 19
     p2(11)  # 19 (open transaction in the active segment)
@@ -511,12 +577,16 @@ def test_testCommitMarkerRetentionWithEmptyBatch(tmp_path):
     assert log.last_offsets_per_batch() == [1, 5, 6, 7, 8, 9]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "offline producer state: replaying the log skips an empty control batch (as Kafka's "
-    "ProducerStateManager does on load), so the producer whose only trace is that batch is not "
-    "'active' and the batch is dropped on the next clean; Kafka's test keeps it because the "
-    "broker's in-memory producer state still holds the producer (README, 'How it differs from "
-    "Kafka's own cleaner': the same as a restarted broker)"))  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "offline producer state: replaying the log skips an empty control batch (as Kafka's "
+        "ProducerStateManager does on load), so the producer whose only trace is that batch is not "
+        "'active' and the batch is dropped on the next clean; Kafka's test keeps it because the "
+        "broker's in-memory producer state still holds the producer (README, 'How it differs from "
+        "Kafka's own cleaner': the same as a restarted broker)"
+    ),
+)
 def test_testCleanEmptyControlBatch(tmp_path):
     log = KafkaLog(tmp_path, segment_bytes=256)
     log.marker(COMMIT, 1)  # 0: a COMMIT without data
@@ -722,8 +792,10 @@ def test_testDuplicateCheckAfterCleaning(tmp_path):
     assert log.last_sequences() == {1: 2, 2: 2, 3: 1}
     assert log.keys_in_log() == [2, 3, 1, 4]
     assert log.offsets_in_log() == [1, 3, 6, 7]
-    dup_view = [(b.header.producer_id, b.header.base_offset, b.header.last_offset, b.header.base_sequence)
-                for b in log.batches()]  # fmt: skip
+    dup_view = [
+        (b.header.producer_id, b.header.base_offset, b.header.last_offset, b.header.base_sequence)
+        for b in log.batches()
+    ]
     assert dup_view == [(1, 0, 2, 0), (2, 3, 5, 0), (3, 6, 7, 0)]
 
     Producer(log, 4)(2)  # 8
@@ -816,10 +888,21 @@ def test_MemoryRecordsTest_testFilterToEmptyBatchRetention(tmp_path, transaction
 
 def _empty_header(pid=23, epoch=5, base=3, seq=10, ple=293, ts=NOW - 7, txn=False) -> bytes:
     """DefaultRecordBatch.writeEmptyHeader, with our writer."""
-    header = fb.BatchHeader(base_offset=base, batch_length=0, partition_leader_epoch=ple, magic=2, crc=0,
-                            attributes=fb.TRANSACTIONAL_MASK if txn else 0, last_offset_delta=0,
-                            base_timestamp=-1, max_timestamp=ts, producer_id=pid, producer_epoch=epoch,
-                            base_sequence=seq, records_count=0)  # fmt: skip
+    header = fb.BatchHeader(
+        base_offset=base,
+        batch_length=0,
+        partition_leader_epoch=ple,
+        magic=2,
+        crc=0,
+        attributes=fb.TRANSACTIONAL_MASK if txn else 0,
+        last_offset_delta=0,
+        base_timestamp=-1,
+        max_timestamp=ts,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        records_count=0,
+    )
     return build_empty_batch(header)
 
 
@@ -864,6 +947,7 @@ def test_testCleanSegmentsRetainingLastEmptyBatch_idempotent(tmp_path):
     """testCleanSegmentsRetainingLastEmptyBatch with producer batches: the batch that ends at the
     high watermark stays (KAFKA-20452) even though its producer wrote again later (so it is not its
     last); with the high watermark at the log end it goes (testCleanSegmentsNotRetainingLastEmptyBatch)."""
+
     def cleaned(high_watermark: int) -> list:
         log = KafkaLog(tmp_path / str(high_watermark))
         log.record(0, 0, pid=9, epoch=0, seq=0)  # 0
@@ -882,8 +966,16 @@ def test_testCleanSegmentsRetainingLastEmptyBatch_idempotent(tmp_path):
 # --- tombstones and delete horizons --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("codec", [compression.CODEC_NONE, compression.CODEC_GZIP, compression.CODEC_SNAPPY,
-                                   compression.CODEC_LZ4, compression.CODEC_ZSTD])  # fmt: skip
+@pytest.mark.parametrize(
+    "codec",
+    [
+        compression.CODEC_NONE,
+        compression.CODEC_GZIP,
+        compression.CODEC_SNAPPY,
+        compression.CODEC_LZ4,
+        compression.CODEC_ZSTD,
+    ],
+)
 def test_MemoryRecordsTest_testBaseTimestampToDeleteHorizonConversion(tmp_path, codec):
     horizon = (2**31 - 1) // 2
     log = KafkaLog(tmp_path, delete_retention_ms=1)
@@ -990,7 +1082,9 @@ def test_testCleanCorruptMessageSet(tmp_path):
     got = [(r.offset, r.key) for b in batches for r in b.records()]
     assert got == [(27, b"0"), (28, b"1"), (50, b"3"), (51, b"4")]
     assert [(b.header.base_offset, b.header.last_offset, b.header.codec) for b in batches] == [
-        (27, 28, compression.CODEC_GZIP), (50, 51, compression.CODEC_GZIP)]  # fmt: skip
+        (27, 28, compression.CODEC_GZIP),
+        (50, 51, compression.CODEC_GZIP),
+    ]
 
 
 # --- offsets, sizes, bounds -----------------------------------------------------------------------
@@ -1043,8 +1137,13 @@ def test_testCleaningWithUncleanableSection(tmp_path):
     for b in bases:
         if b >= bound:
             assert after[b] == before[b], "uncleanable segments are not modified"
-    cleaned = [r for s in log.segments() if s.base_offset < bound
-               for b in iter_batches(after[s.base_offset]) for r in b.records()]  # fmt: skip
+    cleaned = [
+        r
+        for s in log.segments()
+        if s.base_offset < bound
+        for b in iter_batches(after[s.base_offset])
+        for r in b.records()
+    ]
     assert len({r.key for r in cleaned}) == len(cleaned) <= n  # one value per key left below the bound
 
 
@@ -1062,11 +1161,16 @@ def test_testLargeMessage(tmp_path):
     assert keys == [k for k in range(n0) if k not in removed]
 
 
-@pytest.mark.xfail(strict=True, raises=CorruptRecordError, reason=(
-    "A batch larger than max.message.bytes fails its partition (scan.read_segment); "
-    "Kafka's cleaner grows its buffers to the batch size and cleans it "
-    "(LogCleanerTest.testMessageLargerThanMaxMessageSize, "
-    "docs/kafka-rules.md#buffers-and-large-batches)"))  # fmt: skip
+@pytest.mark.xfail(
+    strict=True,
+    raises=CorruptRecordError,
+    reason=(
+        "A batch larger than max.message.bytes fails its partition (scan.read_segment); "
+        "Kafka's cleaner grows its buffers to the batch size and cleans it "
+        "(LogCleanerTest.testMessageLargerThanMaxMessageSize, "
+        "docs/kafka-rules.md#buffers-and-large-batches)"
+    ),
+)
 def test_testMessageLargerThanMaxMessageSize(tmp_path):
     big = 1024 * 1024
     log = KafkaLog(tmp_path, segment_bytes=16 * big, max_message_bytes=2 * big)

@@ -93,7 +93,9 @@ def test_prefetch_ahead_hints_each_line_once(ahead, pos, end, reached):
     assert not buf.any()
 
 
-@pytest.mark.parametrize("value", [0, 1, 255, 256, 2**31 - 1, -1, -(2**31), 0x0102030405060708, -(2**63), 2**63 - 1])
+@pytest.mark.parametrize(
+    "value", [0, 1, 255, 256, 2**31 - 1, -1, -(2**31), 0x0102030405060708, -(2**63), 2**63 - 1]
+)
 def test_big_endian_writes_are_structs(value):
     import struct
 

@@ -28,10 +28,13 @@ def test_now_ms_defaults_to_the_wall_clock_and_can_be_pinned():
 
 def test_topic_properties_handle_dotted_topic_names():
     text = "# comment\nmy.topic.cleanup.policy=delete\nmy.topic.delete.retention.ms = 10\nother.segment.bytes=2048\n"
-    assert parse_topic_properties(text) == ({}, {
-        "my.topic": {"cleanup.policy": "delete", "delete.retention.ms": "10"},
-        "other": {"segment.bytes": "2048"},
-    })  # fmt: skip
+    assert parse_topic_properties(text) == (
+        {},
+        {
+            "my.topic": {"cleanup.policy": "delete", "delete.retention.ms": "10"},
+            "other": {"segment.bytes": "2048"},
+        },
+    )
 
 
 @pytest.mark.parametrize("line", ["no-equals-sign", "topic.unknown.config=1"])
@@ -61,8 +64,9 @@ def test_report_entries_equal_asdict_and_do_not_share_lists():
 
     from compaction.steps import report as rpt
 
-    r = rpt.PartitionResult("t", 1, "/logs", status=rpt.CLEANED, dirtyRatio=0.75, bytesRead=10,
-                            recovery=["removed a.cleaned"])  # fmt: skip
+    r = rpt.PartitionResult(
+        "t", 1, "/logs", status=rpt.CLEANED, dirtyRatio=0.75, bytesRead=10, recovery=["removed a.cleaned"]
+    )
     built = rpt.build_report([r], {}, {}, 0)["partitions"]
     assert built == [asdict(r)]
     built[0]["recovery"].append("x")
@@ -83,7 +87,7 @@ def test_report_entries_equal_asdict_and_do_not_share_lists():
         (100 << 30, 8, 1, 8),
         (3 << 30, 4, 2, 4),
     ],
-)  # fmt: skip
+)
 def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(total, cores, per_core, tasks):
     from compaction.steps.plan_round import task_count
 
@@ -91,22 +95,41 @@ def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(t
 
 
 def test_archive_options_parse():
-    opts = parse_args(["--log-dir", "a", "--output-dir", "out", "--as-of-time", "2025-11-27T10:00:00Z",
-                       "--as-of-offset", "orders:0=15,orders:1=7"])  # fmt: skip
+    opts = parse_args(
+        [
+            "--log-dir",
+            "a",
+            "--output-dir",
+            "out",
+            "--as-of-time",
+            "2025-11-27T10:00:00Z",
+            "--as-of-offset",
+            "orders:0=15,orders:1=7",
+        ]
+    )
     assert (opts.output_dir, opts.as_of_time_ms, opts.as_of_offsets) == (
-        "out", 1764237600000, {"orders:0": 15, "orders:1": 7})
+        "out",
+        1764237600000,
+        {"orders:0": 15, "orders:1": 7},
+    )
     assert not opts.now_ms_given and parse_args(["--log-dir", "a", "--now-ms", "5"]).now_ms_given
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--as-of-time", "5"], "need --output-dir"),
-    (["--as-of-offset", "t:0=5"], "need --output-dir"),
-    (["--output-dir", "o", "--as-of-time", "2025-11-27"], "--as-of-time: '2025-11-27' has no zone"),
-    (["--output-dir", "o", "--as-of-offset", "t=5"], "--as-of-offset: 't=5' is not TOPIC:PARTITION=OFFSET"),
-    (["--output-dir", "o", "--dry-run"], "cannot be combined with --output-dir"),
-    (["--output-dir", "o", "--recover-only"], "cannot be combined with --output-dir"),
-    (["--output-dir", "a/"], "is also a --log-dir"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--as-of-time", "5"], "need --output-dir"),
+        (["--as-of-offset", "t:0=5"], "need --output-dir"),
+        (["--output-dir", "o", "--as-of-time", "2025-11-27"], "--as-of-time: '2025-11-27' has no zone"),
+        (
+            ["--output-dir", "o", "--as-of-offset", "t=5"],
+            "--as-of-offset: 't=5' is not TOPIC:PARTITION=OFFSET",
+        ),
+        (["--output-dir", "o", "--dry-run"], "cannot be combined with --output-dir"),
+        (["--output-dir", "o", "--recover-only"], "cannot be combined with --output-dir"),
+        (["--output-dir", "a/"], "is also a --log-dir"),
+    ],
+)
 def test_archive_usage_errors(args, says, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(["--log-dir", "a", *args])
@@ -116,10 +139,23 @@ def test_archive_usage_errors(args, says, capsys):
 # --- sizes, partitions, suggestions ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, value", [
-    ("0", 0), ("4096", 4096), ("1k", 1024), ("1kb", 1024), ("512m", 512 << 20), ("512M", 512 << 20),
-    ("1g", 1 << 30), ("1GB", 1 << 30), ("2t", 2 << 40), ("1p", 1 << 50), ("1.5k", 1536), (" 7b ", 7),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("0", 0),
+        ("4096", 4096),
+        ("1k", 1024),
+        ("1kb", 1024),
+        ("512m", 512 << 20),
+        ("512M", 512 << 20),
+        ("1g", 1 << 30),
+        ("1GB", 1 << 30),
+        ("2t", 2 << 40),
+        ("1p", 1 << 50),
+        ("1.5k", 1536),
+        (" 7b ", 7),
+    ],
+)
 def test_sizes_take_sparks_suffixes(text, value):
     from compaction.cli.options import byte_size
 
@@ -152,6 +188,8 @@ def test_a_mistyped_flag_names_the_closest_one():
 
     flags = ["--dry-run", "--plan-only", "--topics", "--partitions"]
     assert suggestion("unrecognized arguments: --dry-rn", flags) == "; did you mean --dry-run?"
-    assert suggestion("unrecognized arguments: x --partition=orders-1", flags) == "; did you mean --partitions?"
+    assert (
+        suggestion("unrecognized arguments: x --partition=orders-1", flags) == "; did you mean --partitions?"
+    )
     assert suggestion("unrecognized arguments: --zzzzzz", flags) == ""
     assert suggestion("argument --topics: expected one argument", flags) == ""

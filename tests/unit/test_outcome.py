@@ -13,16 +13,35 @@ from compaction.steps.range_task import STATS_ROW
 
 def _planned(group_ids, segments_per_group=2, compacting=True) -> Planned:
     part = SimpleNamespace(topic="t", partition=0)
-    specs = [SimpleNamespace(group_id=g, segments=(None,) * segments_per_group, erase=None) for g in group_ids]
-    p = Planned(None, part, rpt.PartitionResult("t", 0, "/logs", segmentsBefore=10),
-                plan=SimpleNamespace(first_uncleanable_offset=500), specs=specs, compacting=compacting)  # fmt: skip
+    specs = [
+        SimpleNamespace(group_id=g, segments=(None,) * segments_per_group, erase=None) for g in group_ids
+    ]
+    p = Planned(
+        None,
+        part,
+        rpt.PartitionResult("t", 0, "/logs", segmentsBefore=10),
+        plan=SimpleNamespace(first_uncleanable_offset=500),
+        specs=specs,
+        compacting=compacting,
+    )
     return p
 
 
 def _row(group_id, **kw) -> dict:
-    row = {"group_id": group_id, "error": None, "bytes_read": 100, "bytes_written": 40, "records_read": 10,
-           "records_written": 4, "invalid_records": 0, "seconds": 0.5, "first_unstable": None,
-           "scan_seconds": 0.25, "map_seconds": 0.125, "cpu_seconds": 1.0}  # fmt: skip
+    row = {
+        "group_id": group_id,
+        "error": None,
+        "bytes_read": 100,
+        "bytes_written": 40,
+        "records_read": 10,
+        "records_written": 4,
+        "invalid_records": 0,
+        "seconds": 0.5,
+        "first_unstable": None,
+        "scan_seconds": 0.25,
+        "map_seconds": 0.125,
+        "cpu_seconds": 1.0,
+    }
     return {**row, **kw}
 
 
@@ -31,10 +50,16 @@ def test_task_rows_by_group_with_open_transactions_to_plan_again_and_timings_add
     stats = {"group_id": STATS_ROW, "scan_seconds": 2.0, "map_seconds": None, "cpu_seconds": 3.0}
     timings = {"taskScanSeconds": 1.0}
     results, replan = task_rows([_row(1), _row(2), _row(3, first_unstable=42), stats], todo, timings)
-    assert sorted(results) == [1, 2] and "first_unstable" not in results[1] and "scan_seconds" not in results[1]
+    assert (
+        sorted(results) == [1, 2] and "first_unstable" not in results[1] and "scan_seconds" not in results[1]
+    )
     assert replan == {1: 42}  # by index in `todo`
-    assert timings == {"taskScanSeconds": 1.0 + 3 * 0.25 + 2.0, "taskMapSeconds": 3 * 0.125,
-                       "taskCpuSeconds": 3 * 1.0 + 3.0, "taskRewriteSeconds": 3 * 0.5}  # fmt: skip
+    assert timings == {
+        "taskScanSeconds": 1.0 + 3 * 0.25 + 2.0,
+        "taskMapSeconds": 3 * 0.125,
+        "taskCpuSeconds": 3 * 1.0 + 3.0,
+        "taskRewriteSeconds": 3 * 0.5,
+    }
 
 
 def test_a_group_in_error_or_without_a_row_fails_its_partition():

@@ -176,9 +176,15 @@ def test_dirty_offset_reset_if_smaller_than_start_offset():
 
 def test_cleanable_offsets_needs_checkpoint_reset():
     segs = [seg(5 * i) for i in range(5)]  # LEO 20
-    assert not cleanable_offsets(state(segs, start=10, end=20, checkpoint=15), COMPACT, NOW).force_update_checkpoint
-    assert cleanable_offsets(state(segs, start=20, end=20, checkpoint=15), COMPACT, NOW).force_update_checkpoint
-    assert cleanable_offsets(state(segs, start=20, end=20, checkpoint=25), COMPACT, NOW).force_update_checkpoint
+    assert not cleanable_offsets(
+        state(segs, start=10, end=20, checkpoint=15), COMPACT, NOW
+    ).force_update_checkpoint
+    assert cleanable_offsets(
+        state(segs, start=20, end=20, checkpoint=15), COMPACT, NOW
+    ).force_update_checkpoint
+    assert cleanable_offsets(
+        state(segs, start=20, end=20, checkpoint=25), COMPACT, NOW
+    ).force_update_checkpoint
     # boundaries: checkpoint == LEO is valid; absent -> log start without a forced update
     assert cleanable_offsets(state(segs, start=10, end=20, checkpoint=20), COMPACT, NOW) == (20, 20, False)
     assert cleanable_offsets(state(segs, start=10, end=20), COMPACT, NOW) == (10, 20, False)
@@ -188,7 +194,11 @@ def test_log_start_offset_larger_than_active_segment_base_offset():
     # one segment (active, 3 batches of 3); log start 2; checkpoint 0 -> reset to 2
     st_ = state([seg(0, 300)], start=2, end=9, checkpoint=0)
     plan = plan_partition("foo", 0, st_, COMPACT, NOW)
-    assert (plan.first_dirty_offset, plan.first_uncleanable_offset, plan.force_update_checkpoint) == (2, 0, True)
+    assert (plan.first_dirty_offset, plan.first_uncleanable_offset, plan.force_update_checkpoint) == (
+        2,
+        0,
+        True,
+    )
     assert plan.dirty_bytes == 0 and not plan.eligible and plan.reason == REASON_ACTIVE_ONLY
 
 
@@ -267,7 +277,10 @@ def test_segment_grouping_with_sparse_offsets():
     # last segment's estimate = firstUncleanable - 1 = MAX; MAX - 0 <= MAX -> one group
     assert bases(group_segments_by_size([a, b], INT32_MAX, INT32_MAX, INT32_MAX + 1)) == [[0, INT32_MAX - 1]]
     # one more offset in b: estimate MAX + 1 -> split
-    assert bases(group_segments_by_size([a, b], INT32_MAX, INT32_MAX, INT32_MAX + 2)) == [[0], [INT32_MAX - 1]]
+    assert bases(group_segments_by_size([a, b], INT32_MAX, INT32_MAX, INT32_MAX + 2)) == [
+        [0],
+        [INT32_MAX - 1],
+    ]
     # further segments group again from the new group's base
     c, d = seg(INT32_MAX + 2), seg(INT32_MAX + 4)
     assert bases(group_segments_by_size([a, b, c, d], INT32_MAX, INT32_MAX, INT32_MAX + 6)) == [
@@ -283,12 +296,15 @@ def test_segment_grouping_with_sparse_offsets_and_empty_segments():
     # seg0 + seg1: estimate 2*step - 1 - 0 = 2^32 - 1 > MAX; seg1 + seg2: same;
     # seg2 + seg3 (last): estimate 3*step - 1 - 2*step = MAX -> merged
     assert bases(group_segments_by_size(full, INT32_MAX, INT32_MAX, first_uncleanable)) == [
-        [0], [step], [2 * step, 3 * step],
+        [0],
+        [step],
+        [2 * step, 3 * step],
     ]
     # after a clean emptied seg0 and seg1 the empty one bypasses the range check
     emptied = [seg(0, size=0), seg(step, size=0), seg(2 * step), seg(3 * step)]
     assert bases(group_segments_by_size(emptied, INT32_MAX, INT32_MAX, first_uncleanable)) == [
-        [0, step], [2 * step, 3 * step],
+        [0, step],
+        [2 * step, 3 * step],
     ]
 
 
@@ -311,8 +327,14 @@ def segment_lists(draw):
     gaps = draw(st.lists(st.integers(1, 2**31 + 10), min_size=n, max_size=n))
     base, segs = draw(st.integers(0, 2**40)), []
     for gap in gaps:
-        segs.append(seg(base, size=draw(st.integers(0, 1_000)), idx=draw(st.integers(0, 20)),
-                        tidx=draw(st.integers(0, 20))))
+        segs.append(
+            seg(
+                base,
+                size=draw(st.integers(0, 1_000)),
+                idx=draw(st.integers(0, 20)),
+                tidx=draw(st.integers(0, 20)),
+            )
+        )
         base += gap
     return segs, base  # base = first uncleanable offset, past the last segment
 
@@ -358,7 +380,12 @@ def test_config_defaults():
 
 @pytest.mark.parametrize(
     "policy, compact, delete",
-    [("compact", True, False), ("Compact, DELETE", True, True), ("delete", False, True), (["compact"], True, False)],
+    [
+        ("compact", True, False),
+        ("Compact, DELETE", True, True),
+        ("delete", False, True),
+        (["compact"], True, False),
+    ],
 )
 def test_cleanup_policy_list(policy, compact, delete):
     cfg = resolve_topic_config({"cleanup.policy": policy})
@@ -376,8 +403,13 @@ def test_config_precedence_topic_over_job_over_default():
 
 @pytest.mark.parametrize(
     "name, value",
-    [("min.cleanable.dirty.ratio", "1.5"), ("max.compaction.lag.ms", 0), ("segment.bytes", 13),
-     ("segment.index.bytes", 3), ("min.compaction.lag.ms", -1)],
+    [
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("max.compaction.lag.ms", 0),
+        ("segment.bytes", 13),
+        ("segment.index.bytes", 3),
+        ("min.compaction.lag.ms", -1),
+    ],
 )
 def test_config_rejects_out_of_range(name, value):
     with pytest.raises(ValueError):
@@ -451,7 +483,9 @@ def test_grab_filthiest_compacted_log_returns_log_with_dirtiest_ratio():
         return [seg(0, 100)] + [seg(20 + 5 * i, 50) for i in range(n)] + [seg(20 + 5 * n, 1)]
 
     def plans_with(cfg):
-        return [plan_partition("wishing-well", p, state(segs_for(p), checkpoint=20), cfg, NOW) for p in range(3)]
+        return [
+            plan_partition("wishing-well", p, state(segs_for(p), checkpoint=20), cfg, NOW) for p in range(3)
+        ]
 
     # ratios 0/100, 50/150, 100/200: with the default 0.5 none is strictly above
     default = plans_with(COMPACT)

@@ -48,8 +48,19 @@ def cleaned_partition(tmp_path_factory):
     """A log dir whose partition holds two cleaned groups as `.cleaned` files (durable), its
     replacements and the checkpoint the round advances to."""
     root = tmp_path_factory.mktemp("durable")
-    part = generate(root / "logs", "--records", "600", "--keys", "120", "--segment-bytes", "12000",
-                    "--codec", "mixed", "--tombstone-ratio", "0.1")  # fmt: skip
+    part = generate(
+        root / "logs",
+        "--records",
+        "600",
+        "--keys",
+        "120",
+        "--segment-bytes",
+        "12000",
+        "--codec",
+        "mixed",
+        "--tombstone-ratio",
+        "0.1",
+    )
     log_dir = str(part.parent)
     write_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT), OLD_CHECKPOINT)
     before = decode_partition(str(part))
@@ -90,20 +101,31 @@ def test_a_power_loss_anywhere_in_a_commit_loses_no_record(cleaned_partition, tm
         images += 1
         where = tmp_path / f"img-{images}"
         lay_out(image, log_dir, str(where))
-        _check_recovered(str(where), os.path.join(str(where), os.path.basename(part)), before, after,
-                         new_checkpoint, f"power loss after op {k} ({ops[k - 1] if k else 'none'})")  # fmt: skip
+        _check_recovered(
+            str(where),
+            os.path.join(str(where), os.path.basename(part)),
+            before,
+            after,
+            new_checkpoint,
+            f"power loss after op {k} ({ops[k - 1] if k else 'none'})",
+        )
         shutil.rmtree(where)
     # Distinct states: every PUT or DELETE on an object store; locally fewer than the operations
     # (data not yet fsynced leaves the state as it was) but more than the directory fsyncs.
-    assert images > (count(ops, "put") + count(ops, "delete") if recording is ObjectStoreRecording
-                     else count(ops, "fsync_dir")), images  # fmt: skip
+    assert images > (
+        count(ops, "put") + count(ops, "delete")
+        if recording is ObjectStoreRecording
+        else count(ops, "fsync_dir")
+    ), images
 
 
 def _check_recovered(log_dir: str, part: str, before, after, new_checkpoint, when: str) -> None:
     local = Storage.local()
     recover_partition(local, part)
     records = decode_partition(part)
-    assert records in (before, after), f"{when}: {len(records)} records, before {len(before)}, after {len(after)}"
+    assert records in (before, after), (
+        f"{when}: {len(records)} records, before {len(before)}, after {len(after)}"
+    )
     assert_loads(part)  # no transient file, CRCs, indexes as a broker writes them
     validate_partition_path(local, part)
     checkpoint = read_checkpoint(local, os.path.join(log_dir, CHECKPOINT))
@@ -118,11 +140,17 @@ def _planned(cleaned_partition, tmp_path):
     log_dir = str(tmp_path / "logs")
     shutil.copytree(src_dir, log_dir)
     part = os.path.join(log_dir, os.path.basename(src_part))
-    p = Planned(SimpleNamespace(storage=Storage.local(), path=log_dir),
-                SimpleNamespace(path=part, key=("t", 0), topic="t", partition=0),
-                rpt.PartitionResult("t", 0, log_dir, segmentsBefore=4),
-                plan=SimpleNamespace(first_uncleanable_offset=new_checkpoint[("t", 0)], first_dirty_offset=FIRST_DIRTY,
-                                     force_update_checkpoint=False), specs=specs)  # fmt: skip
+    p = Planned(
+        SimpleNamespace(storage=Storage.local(), path=log_dir),
+        SimpleNamespace(path=part, key=("t", 0), topic="t", partition=0),
+        rpt.PartitionResult("t", 0, log_dir, segmentsBefore=4),
+        plan=SimpleNamespace(
+            first_uncleanable_offset=new_checkpoint[("t", 0)],
+            first_dirty_offset=FIRST_DIRTY,
+            force_update_checkpoint=False,
+        ),
+        specs=specs,
+    )
     return p, part, log_dir
 
 
@@ -130,14 +158,18 @@ def _names(part: str) -> list[str]:
     return sorted(os.listdir(part))
 
 
-def test_a_cleaned_partition_is_swapped_checkpointed_then_its_old_segments_removed(cleaned_partition, tmp_path):
+def test_a_cleaned_partition_is_swapped_checkpointed_then_its_old_segments_removed(
+    cleaned_partition, tmp_path
+):
     *_, new_checkpoint, before, _, rows = cleaned_partition
     p, part, log_dir = _planned(cleaned_partition, tmp_path)
     commit(p, {r["group_id"]: r for r in rows})
     assert p.result.status == rpt.CLEANED and p.result.groups == 2 and p.result.reason is None
     names = _names(part)
     assert [n for n in names if n.endswith(".cleaned") or n.endswith(".swap")] == []
-    assert any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names  # kept until checkpointed
+    assert (
+        any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names
+    )  # kept until checkpointed
     # A partition of another log dir, and one with no plan, listed first: passed over, not the end.
     elsewhere = dataclasses.replace(p, log_dir=SimpleNamespace(storage=Storage.local(), path="/elsewhere"))
     unplanned = dataclasses.replace(p, plan=None)
@@ -175,7 +207,9 @@ def test_a_partition_whose_groups_are_all_unchanged_is_skipped_untouched(cleaned
 
 
 @pytest.mark.parametrize(("status", "written"), [(rpt.SKIPPED, True), (rpt.FAILED, False)])
-def test_an_invalid_checkpoint_is_reset_unless_the_partition_failed(cleaned_partition, tmp_path, status, written):
+def test_an_invalid_checkpoint_is_reset_unless_the_partition_failed(
+    cleaned_partition, tmp_path, status, written
+):
     """Kafka resets a checkpoint outside the log to the first dirty offset it plans from."""
     p, _, log_dir = _planned(cleaned_partition, tmp_path)
     p.plan.force_update_checkpoint = True
@@ -190,7 +224,9 @@ class _FailingDeletes(Storage):
         raise PermissionError(13, "Permission denied", path)
 
 
-def test_replaced_segments_that_cannot_be_removed_are_left_to_the_next_run(cleaned_partition, tmp_path, caplog):
+def test_replaced_segments_that_cannot_be_removed_are_left_to_the_next_run(
+    cleaned_partition, tmp_path, caplog
+):
     *_, rows = cleaned_partition
     p, part, _ = _planned(cleaned_partition, tmp_path)
     commit(p, {r["group_id"]: r for r in rows})
@@ -208,8 +244,12 @@ def test_recovery_logs_its_actions_and_times_its_listing(cleaned_partition, tmp_
     from compaction.steps.recover import recover
 
     p, part, log_dir = _planned(cleaned_partition, tmp_path)
-    commit_partition(Storage.local(), part, [Replacement(s.new_base, tuple(x.base_offset for x in s.segments))
-                                             for s in p.specs], remove_old=False)  # fmt: skip
+    commit_partition(
+        Storage.local(),
+        part,
+        [Replacement(s.new_base, tuple(x.base_offset for x in s.segments)) for s in p.specs],
+        remove_old=False,
+    )
     small_partition(os.path.join(log_dir, "t-1"))  # nothing to recover there
     stray = os.path.join(log_dir, "t-2")  # a broker's cleaner left a `.cleaned` file, no intent
     small_partition(stray)
@@ -232,7 +272,9 @@ def test_a_broker_swap_completed_without_an_intent_replaces_every_segment_it_cov
     for suffix in (".log", ".index", ".timeindex"):
         os.rename(tmp_path / "new" / f"{0:020d}{suffix}", os.path.join(part, f"{0:020d}{suffix}.swap"))
     report = recover_partition(Storage.local(), part)
-    assert sorted(os.listdir(part)) == sorted(f"{b:020d}{s}" for b in (0, 10) for s in (".log", ".index", ".timeindex"))
+    assert sorted(os.listdir(part)) == sorted(
+        f"{b:020d}{s}" for b in (0, 10) for s in (".log", ".index", ".timeindex")
+    )
     assert any("00000000000000000009.log (replaced by swap)" in a for a in report.actions), report.actions
     assert [r.offset for r in decode_partition(part)] == list(range(12))
 

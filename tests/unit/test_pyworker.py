@@ -36,8 +36,9 @@ def test_invalidate_caches_keeps_zip_directories(tmp_path):
         for n, name in enumerate(("first", "second", "third"), 1):
             zf.writestr(f"zpkg/{name}.py", f"VALUE = {n}\n")
     child = [sys.executable, "-c", CHILD, str(archive)]
-    before, changed, after, total = map(int, subprocess.run(child, capture_output=True, text=True,
-                                                            check=True).stdout.split())  # fmt: skip
+    before, changed, after, total = map(
+        int, subprocess.run(child, capture_output=True, text=True, check=True).stdout.split()
+    )
     assert before >= 1  # without it: the directory read again after every call
     assert changed >= 2  # the importers of the archive and of zpkg inside it
     assert after == 0
@@ -52,7 +53,9 @@ import compaction.round, compaction.spark.stages, compaction.spark.warmup
 from compaction.runtime import segment_io, throttle, worker
 from compaction.settings import DIRECT_MIN_BYTES, WorkerSettings
 
-kinds = lambda: sorted({type(i).__name__ for i in sys.path_importer_cache.values() if isinstance(i, zipimport.zipimporter)})
+def kinds():
+    caches = sys.path_importer_cache.values()
+    return sorted({type(i).__name__ for i in caches if isinstance(i, zipimport.zipimporter)})
 # nothing at import: the process is as Python made it
 assert kinds() == ["zipimporter"], kinds()
 assert not worker._heap_kept and throttle.process_throttler() is None
@@ -99,5 +102,7 @@ print(left_out, len(t), len(t.to_pandas()), "pandas" in sys.modules)
 
 
 def test_a_worker_builds_arrow_data_without_importing_pandas():
-    out = subprocess.run([sys.executable, "-c", PANDAS], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", PANDAS], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["True", "3", "3", "True"]

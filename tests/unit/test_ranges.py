@@ -13,19 +13,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from groupkit import NOW_MS, generate, specs_for
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from compaction.steps import ranges
-from compaction.runtime.exchange import Exchange
-from compaction.steps import range_task
-from compaction.steps.range_task import STATS_ROW, RangePlan, finish, resume, run_task
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
-from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
-from compaction.spark.stages import compact_partition
+from compaction.runtime.exchange import Exchange
 from compaction.runtime.storage import Storage
-from groupkit import NOW_MS, generate, specs_for
+from compaction.spark.stages import compact_partition
+from compaction.steps import range_task, ranges
+from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
+from compaction.steps.range_task import STATS_ROW, RangePlan, finish, resume, run_task
 
 
 def cleaned(part: Path) -> dict[str, bytes]:
@@ -35,8 +34,14 @@ def cleaned(part: Path) -> dict[str, bytes]:
     return out
 
 
-def in_ranges(specs: list[GroupSpec], tasks: int, where: Path, reuse: int = 1 << 30, partitions=None,
-              peer_wait: float = 60.0) -> list[dict]:  # fmt: skip
+def in_ranges(
+    specs: list[GroupSpec],
+    tasks: int,
+    where: Path,
+    reuse: int = 1 << 30,
+    partitions=None,
+    peer_wait: float = 60.0,
+) -> list[dict]:
     """The ranges stage in this process: its `tasks` tasks on threads, meeting through an
     exchange directory in `where`, as the stage's tasks do, then what they left undone
     (`finish`, its pieces run here in turn)."""
@@ -51,19 +56,53 @@ def in_ranges(specs: list[GroupSpec], tasks: int, where: Path, reuse: int = 1 <<
 
 
 CASES = {
-    "mixed codecs, tombstones": ["--records", "6000", "--keys", "700", "--codec", "mixed", "--tombstone-ratio", "0.1",
-                                 "--segment-bytes", "40000"],
-    "transactions, aborts": ["--records", "5000", "--keys", "400", "--transactions", "0.5", "--abort-ratio", "0.3",
-                             "--idempotent", "0.3", "--segment-bytes", "40000"],
-    "legacy v1 gzip": ["--records", "3000", "--keys", "300", "--legacy", "v1", "--codec", "gzip",
-                       "--segment-bytes", "30000"],
+    "mixed codecs, tombstones": [
+        "--records",
+        "6000",
+        "--keys",
+        "700",
+        "--codec",
+        "mixed",
+        "--tombstone-ratio",
+        "0.1",
+        "--segment-bytes",
+        "40000",
+    ],
+    "transactions, aborts": [
+        "--records",
+        "5000",
+        "--keys",
+        "400",
+        "--transactions",
+        "0.5",
+        "--abort-ratio",
+        "0.3",
+        "--idempotent",
+        "0.3",
+        "--segment-bytes",
+        "40000",
+    ],
+    "legacy v1 gzip": [
+        "--records",
+        "3000",
+        "--keys",
+        "300",
+        "--legacy",
+        "v1",
+        "--codec",
+        "gzip",
+        "--segment-bytes",
+        "30000",
+    ],
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 # (groups, tasks, scan cache bytes): one group cut between three tasks; groups cut across tasks
 # with and without kept scans; more groups than tasks.
-@pytest.mark.parametrize("n_ranges, tasks, reuse", [(1, 3, 1 << 30), (2, 3, 0), (3, 2, 1 << 30), (5, 2, 20_000)])
+@pytest.mark.parametrize(
+    "n_ranges, tasks, reuse", [(1, 3, 1 << 30), (2, 3, 0), (3, 2, 1 << 30), (5, 2, 20_000)]
+)
 def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse):
     part = generate(tmp_path / "logs", *CASES[case])
     whole = compact_partition(specs_for(part, 1))
@@ -179,8 +218,9 @@ class _Killed(BaseException):
 
 @pytest.mark.parametrize("phase", ["_merge", "_write_part", "_rewrite"])
 @pytest.mark.parametrize("n_groups, tasks", SHAPES)
-def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(tmp_path, monkeypatch, phase, n_groups,
-                                                                      tasks):  # fmt: skip
+def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(
+    tmp_path, monkeypatch, phase, n_groups, tasks
+):
     """The last task's first attempt dies in `phase` (or, where it has none there, goes on); Spark
     runs it again: its peers wait for the retry's markers (its heart beats again), and the retry
     writes what the first attempt would have. The bytes are those of one whole-partition task."""
@@ -331,8 +371,11 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
-       st.integers(1, 5), st.sampled_from([1 << 19, 0]))
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
+    st.integers(1, 5),
+    st.sampled_from([1 << 19, 0]),
+)
 # A key in both partitions, its later offset in the other one: it must not reach range 2.
 @example(rows=[(0, b"k", 9), (2, b"k", 1)], buckets=1, cached_rows=1 << 19)
 @example(rows=[(0, b"k", 9), (2, b"k", 1)], buckets=1, cached_rows=0)
@@ -357,9 +400,17 @@ def _check_merge(rows):
     blocks = []
     for r, keys in by_range.items():
         ks = list(keys)
-        blocks.append((r, ranges.to_block(key=pa.array(ks, pa.binary()), latest=np.array([keys[k] for k in ks], np.int64),
-                                          id=np.arange(len(ks), dtype=np.int32),
-                                          part=np.full(len(ks), part_of[r], np.int32))))  # fmt: skip
+        blocks.append(
+            (
+                r,
+                ranges.to_block(
+                    key=pa.array(ks, pa.binary()),
+                    latest=np.array([keys[k] for k in ks], np.int64),
+                    id=np.arange(len(ks), dtype=np.int32),
+                    part=np.full(len(ks), part_of[r], np.int32),
+                ),
+            )
+        )
     got: dict[int, dict[int, int]] = {}
     for b in ranges.merge_bucket(blocks):
         f = ranges.from_block(b.data)
@@ -370,7 +421,10 @@ def _check_merge(rows):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=9), st.integers(-1, 10**12)), max_size=80), st.sampled_from([1, 2, 64]))
+@given(
+    st.lists(st.tuples(st.binary(max_size=9), st.integers(-1, 10**12)), max_size=80),
+    st.sampled_from([1, 2, 64]),
+)
 def test_summaries_lay_the_keys_out_by_bucket_as_a_stable_sort_would(keys, buckets):
     """`_by_bucket` (compiled) against its plain twin: numpy's stable argsort by bucket and a gather."""
     # the keys apart in their buffer, with bytes between them, as in a key table's regions
@@ -398,11 +452,14 @@ def test_key_table_export_is_dense_and_complete():
     lens = np.array([len(k) for k in keys], np.int64)
     pos = np.concatenate([[0], np.cumsum(lens)[:-1]])
     offsets = np.arange(10_000, dtype=np.int64)
-    ids = table.assign(data, np.empty(0, np.uint8), len(data), pos, lens, np.ones(10_000, bool),
-                       offsets % 2 == 0, offsets)  # fmt: skip
+    ids = table.assign(
+        data, np.empty(0, np.uint8), len(data), pos, lens, np.ones(10_000, bool), offsets % 2 == 0, offsets
+    )
     arena, starts, stops, latest = table.export()
     dense = table.dense_ids(ids)
-    assert sorted(set(dense.tolist())) == list(range(3000)) and len(starts) == len(stops) == len(latest) == 3000
+    assert (
+        sorted(set(dense.tolist())) == list(range(3000)) and len(starts) == len(stops) == len(latest) == 3000
+    )
     for r in (0, 1, 2999, 5000, 9999):
         i = int(dense[r])
         assert arena[starts[i] : stops[i]].tobytes() == keys[r]
@@ -419,8 +476,11 @@ def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges,
     dry = [dataclasses.replace(s, dry_run=True) for s in specs_for(part, n_ranges)]
     rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 2, tmp_path / "dry")
     assert {f.name: f.read_bytes() for f in part.iterdir()} == before
-    real = compact_partition(specs_for(part, n_ranges)) if n_ranges == 1 else in_ranges(
-        specs_for(part, n_ranges), 2, tmp_path / "real")  # fmt: skip
+    real = (
+        compact_partition(specs_for(part, n_ranges))
+        if n_ranges == 1
+        else in_ranges(specs_for(part, n_ranges), 2, tmp_path / "real")
+    )
     written = cleaned(part)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(real)
@@ -429,11 +489,24 @@ def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges,
 
 def test_plan_cuts_the_segments_into_equal_contiguous_shares():
     seg = lambda base, size: SourceSegment(base, size, 0)  # noqa: E731
-    specs = [GroupSpec(group_id=7 + n, topic="t", partition=0, storage=Storage.local(), part_path="/x",
-                       segments=tuple(seg(100 * n + i, 10) for i in range(k)), first_dirty_offset=0,
-                       upper_bound=1000, now_ms=NOW_MS, delete_retention_ms=0, legacy_delete_horizon_ms=0,
-                       index_interval_bytes=4096, tail_segments=(seg(999, 5),) if n == 2 else ())
-             for n, k in enumerate((3, 1, 4))]  # fmt: skip
+    specs = [
+        GroupSpec(
+            group_id=7 + n,
+            topic="t",
+            partition=0,
+            storage=Storage.local(),
+            part_path="/x",
+            segments=tuple(seg(100 * n + i, 10) for i in range(k)),
+            first_dirty_offset=0,
+            upper_bound=1000,
+            now_ms=NOW_MS,
+            delete_retention_ms=0,
+            legacy_delete_horizon_ms=0,
+            index_interval_bytes=4096,
+            tail_segments=(seg(999, 5),) if n == 2 else (),
+        )
+        for n, k in enumerate((3, 1, 4))
+    ]
     plan = RangePlan.cut([specs], 2)
     scanned = [[s.base_offset for r in rids for s in plan.ranges[r][0].segments] for rids in plan.tasks]
     assert scanned == [[0, 1, 2, 100], [200, 201, 202, 203]]
@@ -471,10 +544,19 @@ def test_which_partitions_are_cut_into_ranges(sizes, groups, expect):
 
 def test_plan_keeps_a_task_that_holds_no_segment():
     seg = lambda base, size: SourceSegment(base, size, 0)  # noqa: E731
-    spec = GroupSpec(group_id=3, topic="t", partition=0, storage=Storage.local(), part_path="/x",
-                     segments=(seg(0, 100), seg(1, 1), seg(2, 1)), first_dirty_offset=0, upper_bound=3,
-                     now_ms=NOW_MS, delete_retention_ms=0, legacy_delete_horizon_ms=0,
-                     index_interval_bytes=4096)  # fmt: skip
+    spec = GroupSpec(
+        group_id=3,
+        topic="t",
+        partition=0,
+        storage=Storage.local(),
+        part_path="/x",
+        segments=(seg(0, 100), seg(1, 1), seg(2, 1)),
+        first_dirty_offset=0,
+        upper_bound=3,
+        now_ms=NOW_MS,
+        delete_retention_ms=0,
+        legacy_delete_horizon_ms=0,
+        index_interval_bytes=4096,
+    )
     plan = RangePlan.cut([[spec]], 3)
     assert plan.tasks == [[], [0], [1]] and plan.rewriter == {3: 1}
-

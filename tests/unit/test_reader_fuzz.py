@@ -15,11 +15,12 @@ from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
 from compaction.format.legacy import build_legacy_message_set
-from compaction.kernels.scan import scan_segment
 from compaction.format.segment import iter_batches
+from compaction.kernels.scan import scan_segment
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                derandomize=True)
+FUZZ = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
 PATH = "fuzz.log"
 
 
@@ -38,10 +39,14 @@ def _segment(codecs: list[int]) -> bytes:
 
 segments = st.lists(st.integers(0, 8), min_size=1, max_size=4).map(_segment)
 edits = st.lists(
-    st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]), st.floats(0, 1),
-              st.binary(min_size=1, max_size=8)),
-    min_size=1, max_size=3,
-)  # fmt: skip
+    st.tuples(
+        st.sampled_from(["flip", "cut", "insert", "delete"]),
+        st.floats(0, 1),
+        st.binary(min_size=1, max_size=8),
+    ),
+    min_size=1,
+    max_size=3,
+)
 
 
 def _mutate(data: bytes, ops) -> bytes:

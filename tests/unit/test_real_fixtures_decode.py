@@ -4,17 +4,22 @@ counts the same records (fixtures are read-only: we only read them)."""
 from collections import Counter
 from pathlib import Path
 
+import kafka_python_shims
 import pytest
+from e2ekit import SHARED_FIXTURES
 from kafka.record.memory_records import MemoryRecords
 
-import kafka_python_shims
 from compaction.format.segment import SegmentReader
-from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 kafka_python_shims.install()
 ROOT = Path(SHARED_FIXTURES)
 LOGS = sorted(ROOT.rglob("*.log"))
-PUBLIC = ["Bheem6005+kafka", "DanielMorales9+kafkafun", "marioBarbozaA+AIBulb", "mscaldas2012+kafka-connect-spooldir"]
+PUBLIC = [
+    "Bheem6005+kafka",
+    "DanielMorales9+kafkafun",
+    "marioBarbozaA+AIBulb",
+    "mscaldas2012+kafka-connect-spooldir",
+]
 
 pytestmark = pytest.mark.skipif(not LOGS, reason=f"no fixtures under {ROOT}")
 

@@ -54,8 +54,10 @@ def batch_specs(draw):
         offsets.append(offsets[-1] + g)
     t0 = draw(st.integers(-(2**40), 2**45))
     stamps = [t0 + draw(st.integers(-(10**9), 10**9)) for _ in range(n)]  # negative deltas too
-    records = [fb.Record(o, t, draw(_bytes), draw(_bytes), draw(_headers))
-               for o, t in zip(offsets, stamps, strict=True)]
+    records = [
+        fb.Record(o, t, draw(_bytes), draw(_bytes), draw(_headers))
+        for o, t in zip(offsets, stamps, strict=True)
+    ]
     ts_type = draw(st.sampled_from([fb.CREATE_TIME, fb.LOG_APPEND_TIME]))
     pid = draw(st.sampled_from([-1, draw(st.integers(0, 2**40))]))
     control = draw(st.booleans())
@@ -87,14 +89,20 @@ def expected_rebuild(raw: bytes, keep: list[bool], new_horizon: int | None) -> b
     if not records:
         return None
     return build_batch(
-        records, base_offset=h.base_offset, codec=h.codec, timestamp_type=h.timestamp_type,
-        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-        is_transactional=h.is_transactional, is_control=h.is_control,
+        records,
+        base_offset=h.base_offset,
+        codec=h.codec,
+        timestamp_type=h.timestamp_type,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
         partition_leader_epoch=h.partition_leader_epoch,
         delete_horizon_ms=new_horizon if new_horizon is not None else h.delete_horizon_ms,
         last_offset_delta=h.last_offset_delta,
         log_append_time=h.max_timestamp if h.timestamp_type == fb.LOG_APPEND_TIME else None,
-    )  # fmt: skip
+    )
 
 
 def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None], room: int = 0):
@@ -106,14 +114,36 @@ def run_both(segment: bytes, keeps: list[list[bool]], horizons: list[int | None]
     count = np.diff(bounds)
     keep = np.concatenate([np.asarray(k, dtype=bool) for k in keeps]) if keeps else np.zeros(0, bool)
     assert len(keep) == len(r.offset)
-    eff = [h if h is not None else (int(b.base_timestamp[i]) if int(b.attributes[i]) & fb.DELETE_HORIZON_MASK
-                                   else NO_HORIZON) for i, h in enumerate(horizons)]  # fmt: skip
-    first_key = np.where(count > 0, r.key_pos[np.minimum(bounds[:-1], max(len(r.key_pos) - 1, 0))]
-                         if len(r.key_pos) else -1, -1)  # fmt: skip
+    eff = [
+        h
+        if h is not None
+        else (int(b.base_timestamp[i]) if int(b.attributes[i]) & fb.DELETE_HORIZON_MASK else NO_HORIZON)
+        for i, h in enumerate(horizons)
+    ]
+    first_key = np.where(
+        count > 0,
+        r.key_pos[np.minimum(bounds[:-1], max(len(r.key_pos) - 1, 0))] if len(r.key_pos) else -1,
+        -1,
+    )
     first_key = np.where(src == SRC_SIDE, first_key - scan.split, first_key)
-    args = (scan.file, scan.side, src, start, end, count, keep, bounds[:-1], b.base_timestamp,
-            b.timestamp_type, b.max_timestamp, np.asarray(eff, dtype=np.int64), first_key, r, scan.split,
-            b.base_offset)  # fmt: skip
+    args = (
+        scan.file,
+        scan.side,
+        src,
+        start,
+        end,
+        count,
+        keep,
+        bounds[:-1],
+        b.base_timestamp,
+        b.timestamp_type,
+        b.max_timestamp,
+        np.asarray(eff, dtype=np.int64),
+        first_key,
+        r,
+        scan.split,
+        b.base_offset,
+    )
     fast = rebuild_records(*args, room=room)
     ref = rebuild_records_py(*args, room=room)
     return scan, fast, ref, eff
@@ -125,12 +155,18 @@ def sealed(scan, fast, eff, i) -> bytes | None:
         return None
     b = scan.batches
     header = header_for(
-        base_offset=int(b.base_offset[i]), partition_leader_epoch=int(b.partition_leader_epoch[i]),
-        attributes=int(b.attributes[i]), last_offset_delta=int(b.last_offset[i] - b.base_offset[i]),
-        base_timestamp=int(new_base[i]), max_timestamp=int(new_max[i]), producer_id=int(b.producer_id[i]),
-        producer_epoch=int(b.producer_epoch[i]), base_sequence=int(b.base_sequence[i]),
-        records_count=int(kept[i]), horizon=eff[i],
-    )  # fmt: skip
+        base_offset=int(b.base_offset[i]),
+        partition_leader_epoch=int(b.partition_leader_epoch[i]),
+        attributes=int(b.attributes[i]),
+        last_offset_delta=int(b.last_offset[i] - b.base_offset[i]),
+        base_timestamp=int(new_base[i]),
+        max_timestamp=int(new_max[i]),
+        producer_id=int(b.producer_id[i]),
+        producer_epoch=int(b.producer_epoch[i]),
+        base_sequence=int(b.base_sequence[i]),
+        records_count=int(kept[i]),
+        horizon=eff[i],
+    )
     codec = int(b.attributes[i]) & fb.COMPRESSION_CODEC_MASK
     head, body = seal(header, payload[out_start[i] : out_end[i]], codec)
     return bytes(head) + bytes(body)
@@ -141,8 +177,9 @@ def assert_same(fast, ref) -> None:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(st.lists(batch_specs(), min_size=1, max_size=4))
 def test_kernel_and_reference_equal_build_batch(specs):
     raws = [build_batch(records, **kw) for records, kw, _, _ in specs]
@@ -153,8 +190,9 @@ def test_kernel_and_reference_equal_build_batch(specs):
         assert sealed(scan, fast, eff, i) == expected_rebuild(raw, keep, horizon)
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(st.lists(batch_specs(), min_size=1, max_size=4))
 def test_batches_sealed_in_the_room_before_their_records_equal_build_batch(specs):
     """rebuild_records(room=61) + seal_plain: each uncompressed kept batch is whole in the buffer."""
@@ -166,15 +204,23 @@ def test_batches_sealed_in_the_room_before_their_records_equal_build_batch(specs
     assert all(payload[a:e].tobytes() == ref[0][a:e].tobytes() for a, e in zip(o_start, o_end, strict=True))
     assert list(o_start) == list(np.concatenate([[0], o_end[:-1]]) + room)
     b = scan.batches
-    plain = np.array([i for i in range(len(raws)) if kept[i] and not b.attributes[i] & fb.COMPRESSION_CODEC_MASK],
-                     dtype=np.int64)  # fmt: skip
+    plain = np.array(
+        [i for i in range(len(raws)) if kept[i] and not b.attributes[i] & fb.COMPRESSION_CODEC_MASK],
+        dtype=np.int64,
+    )
     headers = headers_for(
-        base_offset=b.base_offset[plain], partition_leader_epoch=b.partition_leader_epoch[plain],
-        attributes=b.attributes[plain].astype(np.int64), last_offset_delta=(b.last_offset - b.base_offset)[plain],
-        base_timestamp=new_base[plain], max_timestamp=new_max[plain], producer_id=b.producer_id[plain],
-        producer_epoch=b.producer_epoch[plain], base_sequence=b.base_sequence[plain], records_count=kept[plain],
+        base_offset=b.base_offset[plain],
+        partition_leader_epoch=b.partition_leader_epoch[plain],
+        attributes=b.attributes[plain].astype(np.int64),
+        last_offset_delta=(b.last_offset - b.base_offset)[plain],
+        base_timestamp=new_base[plain],
+        max_timestamp=new_max[plain],
+        producer_id=b.producer_id[plain],
+        producer_epoch=b.producer_epoch[plain],
+        base_sequence=b.base_sequence[plain],
+        records_count=kept[plain],
         horizon=np.asarray(eff, np.int64)[plain],
-    )  # fmt: skip
+    )
     data = payload.copy()
     seal_plain(headers, data, o_start[plain], o_end[plain])
     for i in plain.tolist():
@@ -215,8 +261,21 @@ def padded_record(rec: fb.Record, base_offset: int, base_ts: int, pads, raw_head
 
 
 def plain_batch(records: list[fb.Record], payload: bytes, base_offset: int, base_ts: int) -> bytes:
-    header = fb.BatchHeader(base_offset, 0, -1, 2, 0, 0, records[-1].offset - base_offset, base_ts,
-                            max(r.timestamp for r in records), -1, -1, -1, len(records))  # fmt: skip
+    header = fb.BatchHeader(
+        base_offset,
+        0,
+        -1,
+        2,
+        0,
+        0,
+        records[-1].offset - base_offset,
+        base_ts,
+        max(r.timestamp for r in records),
+        -1,
+        -1,
+        -1,
+        len(records),
+    )
     return _seal(header, payload)
 
 
@@ -226,8 +285,9 @@ def test_non_canonical_varints_are_rewritten_shortest(spec, pads, codec):
     records, kw, keep, horizon = spec
     base_offset, base_ts = kw["base_offset"], records[0].timestamp
     pad = iter(pads * 10)
-    payload = b"".join(padded_record(r, base_offset, base_ts, [next(pad) for _ in range(30)])
-                      for r in records)
+    payload = b"".join(
+        padded_record(r, base_offset, base_ts, [next(pad) for _ in range(30)]) for r in records
+    )
     raw = plain_batch(records, payload, base_offset, base_ts)
     if codec:  # same records, compressed: the regions then live in the side buffer
         h = fb.BatchHeader.unpack_from(raw)

@@ -6,18 +6,18 @@ from __future__ import annotations
 import pytest
 from html_page import BYTE_COLUMNS, Page, expected_rows, number, partition_rows
 
-from compaction.steps import report as rpt
 from compaction.cli.options import parse_args
 from compaction.cli.report_chart import AFTER_FILL, BEFORE_FILL, axis_ticks
 from compaction.cli.report_html import render
 from compaction.runtime.s3 import redact_uri
-
+from compaction.steps import report as rpt
 
 DRY = "a round would clean it (dry run)"
 
 
-def _result(topic, partition, read, written, *, status=rpt.ELIGIBLE, reason=DRY, ratio=0.5,
-            log_dir="/data/kafka-logs") -> rpt.PartitionResult:  # fmt: skip
+def _result(
+    topic, partition, read, written, *, status=rpt.ELIGIBLE, reason=DRY, ratio=0.5, log_dir="/data/kafka-logs"
+) -> rpt.PartitionResult:
     r = rpt.PartitionResult(topic, partition, log_dir, status=status, reason=reason, dirtyRatio=ratio)
     r.bytesRead, r.bytesWritten, r.dirtyBytes = read, written, read // 2
     r.recordsRead, r.recordsWritten = read // 100, written // 100
@@ -35,8 +35,15 @@ MIXED = [
     _result("orders", 1, 5_000_123, 4_999_000, ratio=0.2),
     _result("payments", 0, 2_500_000, 100_000, ratio=0.99),
     _result("users", 0, 0, 0, status=rpt.SKIPPED, reason="below min.cleanable.dirty.ratio", ratio=0.1),
-    _result("users", 1, 0, 0, status=rpt.FAILED, ratio=None,
-            reason="users-1/00000000000000000000.log at byte 70: corrupt batch"),  # fmt: skip
+    _result(
+        "users",
+        1,
+        0,
+        0,
+        status=rpt.FAILED,
+        ratio=None,
+        reason="users-1/00000000000000000000.log at byte 70: corrupt batch",
+    ),
 ]
 
 
@@ -69,8 +76,9 @@ def test_the_chart_has_a_bar_pair_per_topic_with_the_reports_bytes():
 
 
 def test_a_round_reports_read_written_and_reclaimed():
-    page = Page(render(_report([_result("orders", 0, 4000, 1000, status=rpt.CLEANED, reason=None)],
-                               dry_run=False)))  # fmt: skip
+    page = Page(
+        render(_report([_result("orders", 0, 4000, 1000, status=rpt.CLEANED, reason=None)], dry_run=False))
+    )
     (head,) = page.tables["partitions"]["thead"]
     assert head[5:9] == ["bytes read", "bytes written", "reclaimed bytes", "records removed"]
     assert "Compaction round" in "".join(page.text)
@@ -83,8 +91,11 @@ HOSTILE_REASON = '<img src=x onerror="alert(1)"> & see https://example.invalid/x
 
 
 def test_every_string_is_escaped_and_shows_as_text():
-    report = _report([_result(HOSTILE_TOPIC, 0, 1000, 10, reason=HOSTILE_REASON)],
-                     log_dirs=["/data/<b>logs</b>"], topics="<i>.*")  # fmt: skip
+    report = _report(
+        [_result(HOSTILE_TOPIC, 0, 1000, 10, reason=HOSTILE_REASON)],
+        log_dirs=["/data/<b>logs</b>"],
+        topics="<i>.*",
+    )
     text = render(report)
     page = Page(text)
     tags = {tag for tag, _ in page.elements}
@@ -130,8 +141,9 @@ def test_credentials_given_on_the_command_line_never_reach_the_page():
     from compaction.round import _args_echo
 
     secret_uri = "s3://AKIA123:s3cr3t@bucket/kafka-logs?secret_key=s3cr3t"
-    opts = parse_args(["--log-dir", secret_uri, "--report-html", "s3://AKIA123:s3cr3t@bucket/r.html",
-                       "--dry-run"])  # fmt: skip
+    opts = parse_args(
+        ["--log-dir", secret_uri, "--report-html", "s3://AKIA123:s3cr3t@bucket/r.html", "--dry-run"]
+    )
     entry = _result("orders", 0, 100, 10, log_dir=redact_uri(secret_uri))
     report = rpt.build_report([entry], _args_echo(opts), {}, 0)
     text = render(report)

@@ -86,8 +86,18 @@ def offset_map_for(log, start, end, aborted):
     return omap, end - 1
 
 
-def clean_round(log, *, start, upper, now, aborted=(), last_records=None, high_watermark=None, legacy_retain=True,
-                map_end=None):
+def clean_round(
+    log,
+    *,
+    start,
+    upper,
+    now,
+    aborted=(),
+    last_records=None,
+    high_watermark=None,
+    legacy_retain=True,
+    map_end=None,
+):
     """One round over [start, upper); the log's high watermark is `upper` unless given."""
     if last_records is None:
         last_records = last_records_of_active_producers(b.info for b in log)
@@ -100,26 +110,47 @@ def clean_round(log, *, start, upper, now, aborted=(), last_records=None, high_w
         if b.info.base_offset >= upper:
             out.append(b)  # uncleanable section
             continue
-        d = check_batch_retention(b.info, meta, control_type=b.control_type, last_records_of_active_producers=last_records,
-                                  retain_empty_offset=upper if high_watermark is None else high_watermark,
-                                  current_time_ms=now)
+        d = check_batch_retention(
+            b.info,
+            meta,
+            control_type=b.control_type,
+            last_records_of_active_producers=last_records,
+            retain_empty_offset=upper if high_watermark is None else high_watermark,
+            current_time_ms=now,
+        )
         kept = []
         if d.retention is not BatchRetention.DELETE:
             for o, k, v in b.records:
-                r = should_retain_record(b.info, o, k, v is not None, discard_batch_records=d.discard_batch_records,
-                                         offset_map=omap, map_latest_offset=latest, current_time_ms=now,
-                                         retain_legacy_deletes=legacy_retain)
+                r = should_retain_record(
+                    b.info,
+                    o,
+                    k,
+                    v is not None,
+                    discard_batch_records=d.discard_batch_records,
+                    offset_map=omap,
+                    map_latest_offset=latest,
+                    current_time_ms=now,
+                    retain_legacy_deletes=legacy_retain,
+                )
                 invalid += r.invalid
                 if r.retain:
                     kept.append((o, k, v))
-        need = needs_delete_horizon(b.info, any(v is None for _, _, v in kept), d.contains_marker_for_empty_txn)
+        need = needs_delete_horizon(
+            b.info, any(v is None for _, _, v in kept), d.contains_marker_for_empty_txn
+        )
         action = filter_batch_output(b.info, d.retention, len(kept), need)
         outputs[b.info.base_offset] = action
         if action is BatchOutput.COPY_ORIGINAL:
             out.append(b)
         elif action is BatchOutput.REBUILD:
             horizon = delete_horizon_ms(now, DAY) if need else b.info.delete_horizon_ms
-            out.append(TB(replace(b.info, records_count=len(kept), delete_horizon_ms=horizon), tuple(kept), b.control_type))
+            out.append(
+                TB(
+                    replace(b.info, records_count=len(kept), delete_horizon_ms=horizon),
+                    tuple(kept),
+                    b.control_type,
+                )
+            )
         elif action is BatchOutput.EMPTY_HEADER:
             out.append(TB(replace(b.info, records_count=0, delete_horizon_ms=None), (), None))
     return Round(out, outputs, meta.cleaned_index, invalid)
@@ -202,7 +233,9 @@ def test_last_records_of_active_producers():
         BatchInfo(10, 10, 3, 1, True, True),  # ... fenced: ABORT with bumped epoch clears metadata
     ]
     assert last_records_of_active_producers(log) == {
-        1: LastRecord(8, 0), 2: LastRecord(5, 0), 3: LastRecord(None, 1),
+        1: LastRecord(8, 0),
+        2: LastRecord(5, 0),
+        3: LastRecord(None, 1),
     }
 
 
@@ -222,7 +255,8 @@ def test_last_records_expiration():
     ]
     # now - lastTimestamp >= 50 expires: producer 1 (100) goes, producer 3 (150 -> 49) stays
     assert last_records_of_active_producers(log, now_ms=199, producer_id_expiration_ms=50) == {
-        2: LastRecord(1, 0), 3: LastRecord(2, 0),
+        2: LastRecord(1, 0),
+        3: LastRecord(2, 0),
     }
     assert len(last_records_of_active_producers(log)) == 3  # no expiration without a clock
 
@@ -264,8 +298,12 @@ def test_discard_batch_records(is_control, can_discard, horizon, now, expected):
     ],
 )
 def test_batch_retention(batch, last, discard, retain_at, expected):
-    got = batch_retention(batch, discard_batch_records=discard, last_records_of_active_producers=last,
-                          retain_empty_offset=retain_at)
+    got = batch_retention(
+        batch,
+        discard_batch_records=discard,
+        last_records_of_active_producers=last,
+        retain_empty_offset=retain_at,
+    )
     assert got is expected
 
 
@@ -292,14 +330,32 @@ V1 = BatchInfo(0, 9, magic=1)
 )
 def test_should_retain_record(batch, offset, key, has_value, discard, latest, legacy, expected):
     omap = {b"k": 5, b"old": 7}
-    got = should_retain_record(batch, offset, key, has_value, discard_batch_records=discard, offset_map=omap,
-                               map_latest_offset=latest, current_time_ms=T, retain_legacy_deletes=legacy)
+    got = should_retain_record(
+        batch,
+        offset,
+        key,
+        has_value,
+        discard_batch_records=discard,
+        offset_map=omap,
+        map_latest_offset=latest,
+        current_time_ms=T,
+        retain_legacy_deletes=legacy,
+    )
     assert tuple(got) == expected
 
 
 def test_tombstone_kept_one_ms_before_horizon():
-    got = should_retain_record(V2_HORIZON, 5, b"k", False, discard_batch_records=False, offset_map={b"k": 5},
-                               map_latest_offset=9, current_time_ms=T - 1, retain_legacy_deletes=False)
+    got = should_retain_record(
+        V2_HORIZON,
+        5,
+        b"k",
+        False,
+        discard_batch_records=False,
+        offset_map={b"k": 5},
+        map_latest_offset=9,
+        current_time_ms=T - 1,
+        retain_legacy_deletes=False,
+    )
     assert got.retain
 
 
@@ -322,7 +378,13 @@ def test_retain_legacy_deletes_and_horizon_values():
         (V2, BatchRetention.DELETE, 0, False, BatchOutput.DROP),
         (replace(V2, records_count=3), BatchRetention.DELETE_EMPTY, 3, False, BatchOutput.COPY_ORIGINAL),
         (replace(V2, records_count=3), BatchRetention.DELETE_EMPTY, 3, True, BatchOutput.REBUILD),
-        (replace(V2, records_count=3), BatchRetention.RETAIN_EMPTY, 1, False, BatchOutput.REBUILD),  # testFilterToAlreadyCompactedLog
+        (
+            replace(V2, records_count=3),
+            BatchRetention.RETAIN_EMPTY,
+            1,
+            False,
+            BatchOutput.REBUILD,
+        ),  # testFilterToAlreadyCompactedLog
         (replace(V1, records_count=3), BatchRetention.DELETE_EMPTY, 3, False, BatchOutput.REBUILD),  # KIP-724
     ],
 )
@@ -331,8 +393,12 @@ def test_filter_batch_output(batch, retention, kept, need, expected):
 
 
 def test_filter_batch_output_legacy_copy_without_conversion_and_empty_legacy_error():
-    assert filter_batch_output(replace(V1, records_count=3), BatchRetention.DELETE_EMPTY, 3, False,
-                               convert_legacy_to_v2=False) is BatchOutput.COPY_ORIGINAL
+    assert (
+        filter_batch_output(
+            replace(V1, records_count=3), BatchRetention.DELETE_EMPTY, 3, False, convert_legacy_to_v2=False
+        )
+        is BatchOutput.COPY_ORIGINAL
+    )
     with pytest.raises(ValueError):
         filter_batch_output(V1, BatchRetention.RETAIN_EMPTY, 0, False)
 
@@ -354,8 +420,12 @@ def test_basic_transaction_aware_cleaning():
     # committed 0,1 kept; aborted 2,3 gone (batch kept empty: producer 2's last data);
     # COMMIT kept (its data traversed); ABORT kept with its index entry
     assert offsets(r.log) == [0, 1, 4, 5]
-    assert r.outputs == {0: BatchOutput.COPY_ORIGINAL, 2: BatchOutput.EMPTY_HEADER,
-                         4: BatchOutput.COPY_ORIGINAL, 5: BatchOutput.COPY_ORIGINAL}
+    assert r.outputs == {
+        0: BatchOutput.COPY_ORIGINAL,
+        2: BatchOutput.EMPTY_HEADER,
+        4: BatchOutput.COPY_ORIGINAL,
+        5: BatchOutput.COPY_ORIGINAL,
+    }
     assert r.cleaned_index == [abort]  # transaction index unchanged
 
 
@@ -372,51 +442,68 @@ def test_commit_marker_removal():
     assert batch_bases(r1.log) == [1, 2, 3, 4]
     assert r1.outputs[0] is BatchOutput.DROP and r1.outputs[1] is BatchOutput.COPY_ORIGINAL
     # round 2 (new dirty record at 5): the first COMMIT has no data left -> gets a horizon
-    r2 = clean_round(r1.log + [data(5, (b"2", b"d"))], start=5, upper=6, now=T)
+    r2 = clean_round([*r1.log, data(5, (b"2", b"d"))], start=5, upper=6, now=T)
     assert r2.outputs[1] is BatchOutput.REBUILD
     assert r2.log[0].info.delete_horizon_ms == T + DAY
     assert offsets(r2.log) == [1, 2, 3, 5]  # key 2 at 4 superseded by 5
     # one ms before the horizon the marker is copied verbatim; at the horizon it is removed
-    early = clean_round(r2.log + [data(6, (b"3", b"e"))], start=6, upper=7, now=T + DAY - 1)
+    early = clean_round([*r2.log, data(6, (b"3", b"e"))], start=6, upper=7, now=T + DAY - 1)
     assert early.outputs[1] is BatchOutput.COPY_ORIGINAL
-    r3 = clean_round(r2.log + [data(6, (b"3", b"e"))], start=6, upper=7, now=T + DAY)
+    r3 = clean_round([*r2.log, data(6, (b"3", b"e"))], start=6, upper=7, now=T + DAY)
     assert r3.outputs[1] is BatchOutput.DROP
     assert offsets(r3.log) == [2, 3, 5, 6]  # second COMMIT stays: producer 1's last data at 2 is traversed
 
 
 def test_abort_marker_removal():
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0, txn=True), marker(1, 1, 0, CONTROL_ABORT), data(2, (b"2", b"b"))]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0, txn=True),
+        marker(1, 1, 0, CONTROL_ABORT),
+        data(2, (b"2", b"b")),
+    ]
     abort = Txn(1, 0, 1, 2)
     # producer no longer active: aborted data removed first, ABORT kept with its entry
     r1 = clean_round(log, start=0, upper=3, now=T, aborted=[abort], last_records={})
     assert offsets(r1.log) == [1, 2] and r1.cleaned_index == [abort]
     # next round: no aborted data left -> marker discardable, gets a horizon, entry dropped
-    r2 = clean_round(r1.log + [data(3, (b"3", b"c"))], start=3, upper=4, now=T, aborted=r1.cleaned_index,
-                     last_records={})
+    r2 = clean_round(
+        [*r1.log, data(3, (b"3", b"c"))], start=3, upper=4, now=T, aborted=r1.cleaned_index, last_records={}
+    )
     assert r2.outputs[1] is BatchOutput.REBUILD and r2.cleaned_index == []
-    r3 = clean_round(r2.log + [data(4, (b"4", b"d"))], start=4, upper=5, now=T + DAY, aborted=r2.cleaned_index,
-                     last_records={})
+    r3 = clean_round(
+        [*r2.log, data(4, (b"4", b"d"))],
+        start=4,
+        upper=5,
+        now=T + DAY,
+        aborted=r2.cleaned_index,
+        last_records={},
+    )
     assert offsets(r3.log) == [2, 3, 4]
 
 
 def test_abort_marker_retention_with_empty_batch():
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0, txn=True), marker(1, 1, 0, CONTROL_ABORT), data(2, (b"2", b"b"))]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0, txn=True),
+        marker(1, 1, 0, CONTROL_ABORT),
+        data(2, (b"2", b"b")),
+    ]
     abort = Txn(1, 0, 1, 2)
     r1 = clean_round(log, start=0, upper=3, now=T, aborted=[abort])
     # producer 1 is active and offset 0 is its last data: empty batch + marker + entry kept
     assert r1.outputs[0] is BatchOutput.EMPTY_HEADER and r1.outputs[1] is BatchOutput.COPY_ORIGINAL
     assert r1.cleaned_index == [abort]
     late = T + 10 * DAY
-    r2 = clean_round(r1.log + [data(3, (b"3", b"c"))], start=3, upper=4, now=late, aborted=r1.cleaned_index)
+    r2 = clean_round([*r1.log, data(3, (b"3", b"c"))], start=3, upper=4, now=late, aborted=r1.cleaned_index)
     assert batch_bases(r2.log) == [0, 1, 2, 3] and r2.cleaned_index == [abort]  # still kept
     # the producer moves on (new committed txn at 4, 5): empty batch released; marker kept
     # this round (the empty aborted batch was traversed), then horizon, then removed
-    moved = r2.log + [data(4, (b"5", b"e"), pid=1, epoch=0, txn=True), marker(5, 1, 0, CONTROL_COMMIT)]
+    moved = [*r2.log, data(4, (b"5", b"e"), pid=1, epoch=0, txn=True), marker(5, 1, 0, CONTROL_COMMIT)]
     r3 = clean_round(moved, start=4, upper=6, now=late, aborted=r2.cleaned_index)
     assert r3.outputs[0] is BatchOutput.DROP and r3.cleaned_index == [abort]
-    r4 = clean_round(r3.log + [data(6, (b"6", b"f"))], start=6, upper=7, now=late, aborted=r3.cleaned_index)
+    r4 = clean_round([*r3.log, data(6, (b"6", b"f"))], start=6, upper=7, now=late, aborted=r3.cleaned_index)
     assert r4.outputs[1] is BatchOutput.REBUILD and r4.cleaned_index == []
-    r5 = clean_round(r4.log + [data(7, (b"7", b"g"))], start=7, upper=8, now=late + DAY, aborted=r4.cleaned_index)
+    r5 = clean_round(
+        [*r4.log, data(7, (b"7", b"g"))], start=7, upper=8, now=late + DAY, aborted=r4.cleaned_index
+    )
     assert 1 not in batch_bases(r5.log)
 
 
@@ -434,7 +521,11 @@ def test_clean_empty_control_batch():
 
 def test_aborted_transaction_spanning_segments():
     # data in one segment, ABORT in the next; producer active: aborted batch kept empty
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0, txn=True), data(1, (b"2", b"b")), marker(2, 1, 0, CONTROL_ABORT)]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0, txn=True),
+        data(1, (b"2", b"b")),
+        marker(2, 1, 0, CONTROL_ABORT),
+    ]
     abort = Txn(1, 0, 2, 3)
     # upper bound 2: marker uncleanable; the data is still aborted per the index entry
     r1 = clean_round(log, start=0, upper=2, now=T, aborted=[abort])
@@ -451,19 +542,33 @@ def test_committed_transaction_spanning_segments():
 
 def test_log_cleaner_retains_producer_last_sequence():
     # idempotent producer 1 writes key 1 twice; its last batch survives even though superseded
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0), data(1, (b"2", b"b")), data(2, (b"1", b"c"), pid=1, epoch=0),
-           data(3, (b"1", b"d")), data(4, (b"9", b"z"))]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0),
+        data(1, (b"2", b"b")),
+        data(2, (b"1", b"c"), pid=1, epoch=0),
+        data(3, (b"1", b"d")),
+        data(4, (b"9", b"z")),
+    ]
     r = clean_round(log, start=0, upper=5, now=T)
-    assert r.outputs == {0: BatchOutput.DROP, 1: BatchOutput.COPY_ORIGINAL, 2: BatchOutput.EMPTY_HEADER,
-                         3: BatchOutput.COPY_ORIGINAL, 4: BatchOutput.COPY_ORIGINAL}
+    assert r.outputs == {
+        0: BatchOutput.DROP,
+        1: BatchOutput.COPY_ORIGINAL,
+        2: BatchOutput.EMPTY_HEADER,
+        3: BatchOutput.COPY_ORIGINAL,
+        4: BatchOutput.COPY_ORIGINAL,
+    }
     assert r.log[1].info.last_offset == 2  # last offset (and sequence) preserved
 
 
 def test_log_cleaner_retains_last_sequence_even_if_transaction_aborted():
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0, txn=True), marker(1, 1, 0, CONTROL_ABORT), data(2, (b"2", b"b"))]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0, txn=True),
+        marker(1, 1, 0, CONTROL_ABORT),
+        data(2, (b"2", b"b")),
+    ]
     r1 = clean_round(log, start=0, upper=3, now=T, aborted=[Txn(1, 0, 1, 2)])
     assert r1.outputs[0] is BatchOutput.EMPTY_HEADER
-    moved = r1.log + [data(3, (b"3", b"c"), pid=1, epoch=0)]  # new data from the producer
+    moved = [*r1.log, data(3, (b"3", b"c"), pid=1, epoch=0)]  # new data from the producer
     r2 = clean_round(moved, start=3, upper=4, now=T, aborted=r1.cleaned_index)
     assert r2.outputs[0] is BatchOutput.DROP  # released
 
@@ -471,7 +576,11 @@ def test_log_cleaner_retains_last_sequence_even_if_transaction_aborted():
 def test_cleaning_with_keys_conflicting_with_txn_marker_keys():
     # a data record whose key equals a COMMIT's control key, written later, does not remove it
     ctl_key = b"\x00\x00\x00\x01"
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0, txn=True), marker(1, 1, 0, CONTROL_COMMIT), data(2, (ctl_key, b"x"))]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0, txn=True),
+        marker(1, 1, 0, CONTROL_COMMIT),
+        data(2, (ctl_key, b"x")),
+    ]
     r = clean_round(log, start=0, upper=3, now=T)
     assert offsets(r.log) == [0, 1, 2]
 
@@ -515,15 +624,22 @@ def test_clean_tombstone():
 
 def test_multi_pass_segment_cleaning_with_aborted_transactions():
     # pass 1 removes aborted data; markers remain until delete.retention.ms; index emptied
-    log = [data(0, (b"1", b"a"), pid=1, epoch=0, txn=True), data(1, (b"2", b"b"), pid=2, epoch=0, txn=True),
-           marker(2, 1, 0, CONTROL_ABORT), marker(3, 2, 0, CONTROL_COMMIT), data(4, (b"3", b"c"))]
+    log = [
+        data(0, (b"1", b"a"), pid=1, epoch=0, txn=True),
+        data(1, (b"2", b"b"), pid=2, epoch=0, txn=True),
+        marker(2, 1, 0, CONTROL_ABORT),
+        marker(3, 2, 0, CONTROL_COMMIT),
+        data(4, (b"3", b"c")),
+    ]
     abort = Txn(1, 0, 2, 4)
     none_active = {}
     r1 = clean_round(log, start=0, upper=5, now=T, aborted=[abort], last_records=none_active)
     assert offsets(r1.log) == [1, 2, 3, 4] and r1.cleaned_index == [abort]
     r2 = clean_round(r1.log, start=0, upper=5, now=T, aborted=r1.cleaned_index, last_records=none_active)
     assert r2.cleaned_index == [] and r2.outputs[2] is BatchOutput.REBUILD  # ABORT gets a horizon
-    r3 = clean_round(r2.log, start=0, upper=5, now=T + DAY, aborted=r2.cleaned_index, last_records=none_active)
+    r3 = clean_round(
+        r2.log, start=0, upper=5, now=T + DAY, aborted=r2.cleaned_index, last_records=none_active
+    )
     assert offsets(r3.log) == [1, 3, 4]  # ABORT gone; COMMIT stays while its data (1) exists
 
 
@@ -532,9 +648,20 @@ def test_first_unstable_offset_is_the_earliest_transaction_without_a_marker():
     (hand-worked table)."""
     from compaction.policy.txn_state import first_unstable_offset
 
-    data = lambda base, pid: BatchInfo(base, base + 1, producer_id=pid, producer_epoch=0, is_transactional=True)  # noqa: E731
-    marker = lambda base, pid, n=1: BatchInfo(base, base, producer_id=pid, producer_epoch=0,  # noqa: E731
-                                              is_transactional=True, is_control=True, records_count=n)
+    def data(base, pid):
+        return BatchInfo(base, base + 1, producer_id=pid, producer_epoch=0, is_transactional=True)
+
+    def marker(base, pid, n=1):
+        return BatchInfo(
+            base,
+            base,
+            producer_id=pid,
+            producer_epoch=0,
+            is_transactional=True,
+            is_control=True,
+            records_count=n,
+        )
+
     assert first_unstable_offset([]) is None
     assert first_unstable_offset([data(0, 1), marker(2, 1)]) is None  # committed or aborted: closed
     assert first_unstable_offset([data(0, 1), data(2, 2), marker(4, 1)]) == 2  # pid 2 still open

@@ -1,7 +1,8 @@
 """Unit tests of the scan and the rewrite (compaction/steps/scan.py, rewrite.py) without Spark.
 
 `found_offsets` and `aborted_batches` are checked against tables worked out by hand (the
-vectorised rules themselves in test_keep_policy.py). `scan_group` / `rewrite_unit` run on tiny partition dirs written with
+vectorised rules themselves in test_keep_policy.py). `scan_group` / `rewrite_unit`
+run on tiny partition dirs written with
 `build_batch` + `build_indexes`; the offset map that Spark would compute (`offset_map` +
 `group_lookup`) is rebuilt here from `scan_group`'s rows by the same rule (max dirty offset per key,
 keys with no dirty record left out) or given by hand, as Kafka's `FakeOffsetMap` tests do.
@@ -20,7 +21,6 @@ import pyarrow as pa
 import pytest
 from reference_map import KeyLookup, found_offsets, scan_group
 
-from compaction.steps.commit import Replacement, commit_partition
 from compaction.format import batch as fb
 from compaction.format import compression, naming
 from compaction.format.batch_build import build_batch
@@ -29,10 +29,11 @@ from compaction.format.txnindex import AbortedTxn, read_txn_index
 from compaction.kernels.scan import scan_batches
 from compaction.policy.keep import aborted_batches
 from compaction.policy.txn_state import LastRecord
+from compaction.runtime.storage import Storage
+from compaction.steps.commit import Replacement, commit_partition
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.rewrite import rewrite_unit
 from compaction.steps.scan import read_segment
-from compaction.runtime.storage import Storage
 
 NOW = 1_700_000_000_000
 RETENTION = 86_400_000  # delete.retention.ms default
@@ -87,18 +88,38 @@ class Log:
         self.segments = sorted([*others, seg], key=lambda s: s.base_offset)
         return seg
 
-    def spec(self, segments, *, first_dirty: int = 0, upper_bound: int | None = None, now: int = NOW,
-             aborted=(), last_records=None, gid: int = 0, high_watermark: int | None = None) -> GroupSpec:  # fmt: skip
+    def spec(
+        self,
+        segments,
+        *,
+        first_dirty: int = 0,
+        upper_bound: int | None = None,
+        now: int = NOW,
+        aborted=(),
+        last_records=None,
+        gid: int = 0,
+        high_watermark: int | None = None,
+    ) -> GroupSpec:
         """A group of a log whose high watermark is the round's upper bound unless given."""
         if upper_bound is None:
             upper_bound = next_offset(self.read(segments[-1].base_offset), segments[-1].base_offset)
         return GroupSpec(
-            group_id=gid, topic="t", partition=0, storage=self.storage, part_path=self.path,
-            segments=tuple(segments), first_dirty_offset=first_dirty, upper_bound=upper_bound, now_ms=now,
-            delete_retention_ms=RETENTION, legacy_delete_horizon_ms=0, index_interval_bytes=4096,
-            aborted_txns=tuple(aborted), last_records=dict(last_records or {}),
+            group_id=gid,
+            topic="t",
+            partition=0,
+            storage=self.storage,
+            part_path=self.path,
+            segments=tuple(segments),
+            first_dirty_offset=first_dirty,
+            upper_bound=upper_bound,
+            now_ms=now,
+            delete_retention_ms=RETENTION,
+            legacy_delete_horizon_ms=0,
+            index_interval_bytes=4096,
+            aborted_txns=tuple(aborted),
+            last_records=dict(last_records or {}),
             retain_empty_offset=upper_bound if high_watermark is None else high_watermark,
-        )  # fmt: skip
+        )
 
     def read(self, base: int, transient: str = "") -> bytes:
         with open(self.file(base, ".log", transient), "rb") as f:
@@ -199,20 +220,28 @@ def txn_batch(records, pid=PID, epoch=0, seq=0) -> bytes:
 
 def marker(offset: int, control_type: int, pid=PID, epoch=0) -> bytes:
     key, value = fb.control_record(control_type)
-    return build_batch([fb.Record(offset, NOW - 5000, key, value)], producer_id=pid, producer_epoch=epoch,
-                          is_transactional=True, is_control=True)  # fmt: skip
+    return build_batch(
+        [fb.Record(offset, NOW - 5000, key, value)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        is_transactional=True,
+        is_control=True,
+    )
 
 
 def test_aborted_batches_flags_only_transactional_data_in_range(tmp_path):
     log = Log(tmp_path)
-    seg = log.segment(0, [
-        txn_batch([rec(0, "a", "x"), rec(1, "b", "x")]),            # pid 7, aborted range 0..4
-        txn_batch([rec(2, "c", "x")], pid=8),                          # other producer
-        # idempotent, not transactional
-        build_batch([rec(3, "d", "x")], producer_id=PID, producer_epoch=0, base_sequence=5),
-        marker(4, fb.CONTROL_ABORT),                                   # control: never "aborted data"
-        txn_batch([rec(5, "e", "x")], seq=6),                          # after the aborted txn ended
-    ])  # fmt: skip
+    seg = log.segment(
+        0,
+        [
+            txn_batch([rec(0, "a", "x"), rec(1, "b", "x")]),  # pid 7, aborted range 0..4
+            txn_batch([rec(2, "c", "x")], pid=8),  # other producer
+            # idempotent, not transactional
+            build_batch([rec(3, "d", "x")], producer_id=PID, producer_epoch=0, base_sequence=5),
+            marker(4, fb.CONTROL_ABORT),  # control: never "aborted data"
+            txn_batch([rec(5, "e", "x")], seq=6),  # after the aborted txn ended
+        ],
+    )
     b = read_segment(log.spec([seg]), seg).batches
     assert aborted_batches(b, (AbortedTxn(PID, 0, 4, 5),)).tolist() == [True, False, False, False, False]
     assert aborted_batches(b, ()).tolist() == [False] * 5
@@ -222,17 +251,25 @@ def test_aborted_batches_flags_only_transactional_data_in_range(tmp_path):
 
 def test_scan_group_keys_dirty_offsets_and_producers(tmp_path):
     log = Log(tmp_path)
-    s0 = log.segment(0, [
-        build_batch([rec(0, "a", "a0"), rec(1, "b", "b0")]),
-        build_batch([rec(2, None, "unkeyed")]),
-        txn_batch([rec(3, "a", "aborted"), rec(4, "c", "aborted")]),
-        marker(5, fb.CONTROL_ABORT),
-    ])  # fmt: skip
+    s0 = log.segment(
+        0,
+        [
+            build_batch([rec(0, "a", "a0"), rec(1, "b", "b0")]),
+            build_batch([rec(2, None, "unkeyed")]),
+            txn_batch([rec(3, "a", "aborted"), rec(4, "c", "aborted")]),
+            marker(5, fb.CONTROL_ABORT),
+        ],
+    )
     s1 = log.segment(6, [one(6, "a"), tombstone(7, "b"), one(8, "d")])
     spec = log.spec([s0, s1], first_dirty=7, upper_bound=9, aborted=[AbortedTxn(PID, 3, 5, 6)])
     keys, producers = scan_group(spec)
-    got = sorted(zip(keys.column("key").to_pylist(), keys.column("max_offset").to_pylist(),
-                     keys.column("dirty_offset").to_pylist()))  # fmt: skip
+    got = sorted(
+        zip(
+            keys.column("key").to_pylist(),
+            keys.column("max_offset").to_pylist(),
+            keys.column("dirty_offset").to_pylist(),
+        )
+    )
     # a: clean records only (0 and 6; the aborted one at 3 does not count); b: its tombstone is
     # dirty; c: only in the aborted batch -> absent; control key and null key -> absent.
     assert got == [(b"a", 6, -1), (b"b", 7, 7), (b"d", 8, 8)]
@@ -313,7 +350,9 @@ def test_rewrite_delete_horizon(tmp_path):
     # which becomes baseTimestamp; record timestamps unchanged.
     assert h0.delete_horizon_ms == NOW + RETENTION and h0.base_timestamp == NOW + RETENTION
     assert [(r.offset, r.key, r.value, r.timestamp) for r in r0] == [
-        (0, b"a", b"v", NOW - 10_000), (1, b"b", None, NOW - 99_000)]  # fmt: skip
+        (0, b"a", b"v", NOW - 10_000),
+        (1, b"b", None, NOW - 99_000),
+    ]
     assert h0.max_timestamp == NOW - 10_000
     # Horizon passed: the tombstone goes, the batch is rebuilt and keeps its old horizon.
     assert [(r.offset, r.value) for r in r1] == [(2, b"v")]
@@ -342,13 +381,16 @@ def test_rewrite_aborted_data_dropped_and_abort_marker_kept_with_txn_index(tmp_p
     seen this round); a COMMIT with traversed data stays as is."""
     log = Log(tmp_path)
     aborted = AbortedTxn(PID, 0, 1, 2)
-    seg = log.segment(0, [
-        txn_batch([rec(0, "a", "aborted")]),
-        marker(1, fb.CONTROL_ABORT),
-        txn_batch([rec(2, "a", "committed")], pid=9),
-        marker(3, fb.CONTROL_COMMIT, pid=9),
-        one(4, "z"),
-    ])  # fmt: skip
+    seg = log.segment(
+        0,
+        [
+            txn_batch([rec(0, "a", "aborted")]),
+            marker(1, fb.CONTROL_ABORT),
+            txn_batch([rec(2, "a", "committed")], pid=9),
+            marker(3, fb.CONTROL_COMMIT, pid=9),
+            one(4, "z"),
+        ],
+    )
     spec = log.spec([seg], aborted=[aborted])
     m = offset_map([spec])
     assert m == {b"a": 2, b"z": 4}
@@ -391,7 +433,7 @@ def test_testCleanSegmentsRetainingLastEmptyBatch(tmp_path):
     assert keys_in_log(out) == []
     # KAFKA-17076: the batch ending at the upper bound stays as a 61-byte empty batch.
     assert len(out) == 1
-    header, records, raw = out[0]
+    header, _records, raw = out[0]
     assert (header.last_offset, header.records_count, len(raw)) == (spec.upper_bound - 1, 0, 61)
     assert header.base_offset == 11 and header.max_timestamp == NOW - 10_000 + 11
     assert res["bytes_read"] == sum(s.size for s in group)
@@ -499,8 +541,16 @@ def test_testPartialSegmentClean_equivalent(tmp_path):
     assert [r for r, _, _ in kv(cleaned_batches(log, full))] == [3, 4]
 
 
-CODECS = [c for c in (compression.CODEC_NONE, compression.CODEC_GZIP, compression.CODEC_SNAPPY,
-                      compression.CODEC_LZ4, compression.CODEC_ZSTD)]  # fmt: skip
+CODECS = [
+    c
+    for c in (
+        compression.CODEC_NONE,
+        compression.CODEC_GZIP,
+        compression.CODEC_SNAPPY,
+        compression.CODEC_LZ4,
+        compression.CODEC_ZSTD,
+    )
+]
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=[compression.CODEC_NAMES[c] for c in CODECS])
@@ -522,19 +572,28 @@ def test_testFilterToAlreadyCompactedLog(tmp_path, codec):
 def test_testFilterToPreservesProducerInfo(tmp_path):
     log = Log(tmp_path)
     plain = build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")])
-    idem = build_batch([rec(3, None, "d"), rec(4, "4", "e"), rec(5, "5", "f")],
-                          producer_id=23, producer_epoch=5, base_sequence=10)  # fmt: skip
+    idem = build_batch(
+        [rec(3, None, "d"), rec(4, "4", "e"), rec(5, "5", "f")],
+        producer_id=23,
+        producer_epoch=5,
+        base_sequence=10,
+    )
     txn = build_batch(
         [rec(6, "6", "g"), rec(7, "7", "h"), rec(8, None, "i")],
-        producer_id=99384, producer_epoch=234, base_sequence=15, is_transactional=True,
-    )  # fmt: skip
+        producer_id=99384,
+        producer_epoch=234,
+        base_sequence=15,
+        is_transactional=True,
+    )
     seg = log.segment(0, [plain, idem, txn])
     spec = log.spec([seg], upper_bound=100)
     clean([spec], {})
     out = cleaned_batches(log, spec)
     assert len(out) == 3
-    fields = [(h.producer_id, h.producer_epoch, h.base_sequence, h.is_transactional,
-               h.base_offset, h.last_offset) for h, _, _ in out]  # fmt: skip
+    fields = [
+        (h.producer_id, h.producer_epoch, h.base_sequence, h.is_transactional, h.base_offset, h.last_offset)
+        for h, _, _ in out
+    ]
     assert fields == [
         (-1, -1, -1, False, 0, 2),
         (23, 5, 10, False, 3, 5),  # last sequence 10 + lastOffsetDelta 2 = 12 survives
@@ -545,8 +604,9 @@ def test_testFilterToPreservesProducerInfo(tmp_path):
 
 def test_testFilterToPreservesPartitionLeaderEpoch(tmp_path):
     log = Log(tmp_path)
-    seg = log.segment(0, [build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")],
-                                         partition_leader_epoch=67)])  # fmt: skip
+    seg = log.segment(
+        0, [build_batch([rec(0, None, "a"), rec(1, "1", "b"), rec(2, None, "c")], partition_leader_epoch=67)]
+    )
     spec = log.spec([seg], upper_bound=100)
     clean([spec], {})
     ((header, kept, _),) = cleaned_batches(log, spec)
@@ -558,14 +618,25 @@ def test_testFilterToPreservesPartitionLeaderEpoch(tmp_path):
 def test_testFilterToPreservesLogAppendTime(tmp_path, codec):
     log = Log(tmp_path)
     append_time = NOW - 1234
-    kw = dict(codec=codec, timestamp_type=fb.LOG_APPEND_TIME, log_append_time=append_time, producer_id=11,
-              producer_epoch=0)  # fmt: skip
-    seg = log.segment(0, [
-        build_batch([rec(0, None, "a", ts=10)], base_sequence=0, **kw),
-        build_batch([rec(1, "1", "b", ts=11), rec(2, None, "c", ts=12)], base_sequence=1, **kw),
-        build_batch([rec(3, None, "d", ts=13), rec(4, "4", "e", ts=14), rec(5, "5", "f", ts=15)],
-                       base_sequence=3, **kw),
-    ])  # fmt: skip
+    kw = dict(
+        codec=codec,
+        timestamp_type=fb.LOG_APPEND_TIME,
+        log_append_time=append_time,
+        producer_id=11,
+        producer_epoch=0,
+    )
+    seg = log.segment(
+        0,
+        [
+            build_batch([rec(0, None, "a", ts=10)], base_sequence=0, **kw),
+            build_batch([rec(1, "1", "b", ts=11), rec(2, None, "c", ts=12)], base_sequence=1, **kw),
+            build_batch(
+                [rec(3, None, "d", ts=13), rec(4, "4", "e", ts=14), rec(5, "5", "f", ts=15)],
+                base_sequence=3,
+                **kw,
+            ),
+        ],
+    )
     spec = log.spec([seg], upper_bound=100)
     clean([spec], {})
     out = cleaned_batches(log, spec)
@@ -582,13 +653,17 @@ def test_last_batch_of_active_producer_kept_empty(tmp_path):
     """testLogCleanerRetainsProducerLastSequence at this level: the producer's last batch stays as
     an empty batch (its offsets and sequence survive) even when all its records are superseded."""
     log = Log(tmp_path)
-    seg = log.segment(0, [
-        build_batch([rec(0, "a", "1"), rec(1, "b", "1")], producer_id=1, producer_epoch=0,
-                       base_sequence=0),
-        one(2, "a", "2"),
-        one(3, "b", "2"),
-        one(4, "c", "2"),
-    ])  # fmt: skip
+    seg = log.segment(
+        0,
+        [
+            build_batch(
+                [rec(0, "a", "1"), rec(1, "b", "1")], producer_id=1, producer_epoch=0, base_sequence=0
+            ),
+            one(2, "a", "2"),
+            one(3, "b", "2"),
+            one(4, "c", "2"),
+        ],
+    )
     last = {1: LastRecord(last_data_offset=1, producer_epoch=0)}
     spec = log.spec([seg], upper_bound=100, last_records=last)
     clean([spec], offset_map([spec]))
@@ -630,13 +705,38 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     the scan is not kept) writes exactly what the same rewrite writes with a map built
     independently from scan_group's distinct keys (KeyLookup): mixed codecs, transactions
     (committed and aborted), idempotent producers, tombstones, headers."""
-    from compaction.spark import stages as spark_stages
     from compaction.__main__ import main as cli
+    from compaction.spark import stages as spark_stages
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "6000", "--keys", "700", "--codec", "mixed",
-              "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--headers", "1", "--transactions", "0.2",
-              "--abort-ratio", "0.3", "--idempotent", "0.3", "--seed", "7"])  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "6000",
+            "--keys",
+            "700",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "60000",
+            "--tombstone-ratio",
+            "0.1",
+            "--headers",
+            "1",
+            "--transactions",
+            "0.2",
+            "--abort-ratio",
+            "0.3",
+            "--idempotent",
+            "0.3",
+            "--seed",
+            "7",
+        ]
+    )
     specs = _partition_specs(log_dir)
     assert len(specs) > 1 and sum(len(s.segments) for s in specs) > 5
     kept_ids = spark_stages.compact_partition(specs)
@@ -662,13 +762,33 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     """Newest-first scan with packed decompressed records (sidepack) against no kept scans at all
     (every segment read, decompressed and walked again by the rewrite): the same bytes, on mixed
     codecs without transactions (so segments are packed: checked), tombstones and headers."""
+    from compaction.__main__ import main as cli
     from compaction.spark import stages as spark_stages
     from compaction.steps import scan as scan_step
-    from compaction.__main__ import main as cli
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "8000", "--keys", "900", "--codec", "mixed",
-         "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--headers", "2", "--seed", "11"])  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "8000",
+            "--keys",
+            "900",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "60000",
+            "--tombstone-ratio",
+            "0.1",
+            "--headers",
+            "2",
+            "--seed",
+            "11",
+        ]
+    )
     specs = _partition_specs(log_dir)
     packed = []
     real_pack = scan_step.pack_side
@@ -693,10 +813,17 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     ("position", "step", "cuts"),
-    [([], 10, [0, 0]), ([0], 10, [0, 1]), ([0, 5], 10, [0, 2]), ([0, 10], 10, [0, 1, 2]),
-     ([0, 9, 10, 11, 25], 10, [0, 2, 4, 5]), ([0, 30], 10, [0, 1, 2]), ([100, 104, 111], 10, [0, 2, 3]),
-     ([0, 1, 2, 3], 1, [0, 1, 2, 3, 4])],
-)  # fmt: skip
+    [
+        ([], 10, [0, 0]),
+        ([0], 10, [0, 1]),
+        ([0, 5], 10, [0, 2]),
+        ([0, 10], 10, [0, 1, 2]),
+        ([0, 9, 10, 11, 25], 10, [0, 2, 4, 5]),
+        ([0, 30], 10, [0, 1, 2]),
+        ([100, 104, 111], 10, [0, 2, 3]),
+        ([0, 1, 2, 3], 1, [0, 1, 2, 3, 4]),
+    ],
+)
 def test_slices_cut_at_the_first_batch_past_each_step(position, step, cuts):
     from compaction.steps.emit import slices
 
@@ -707,19 +834,42 @@ def test_slices_cut_at_the_first_batch_past_each_step(position, step, cuts):
 def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, legacy):
     """Whatever the slice size (one batch per slice up to the whole segment), the same bytes and
     rows: rebuilt, converted and verbatim batches of several slices meet in the runs of one file."""
+    from compaction.__main__ import main as cli
     from compaction.spark import stages as spark_stages
     from compaction.steps import emit
-    from compaction.__main__ import main as cli
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "6000", "--keys", "700", "--codec", "mixed",
-         "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--seed", "5",
-         *(["--legacy", legacy] if legacy else ["--transactions", "0.2", "--abort-ratio", "0.3"])])  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "6000",
+            "--keys",
+            "700",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "60000",
+            "--tombstone-ratio",
+            "0.1",
+            "--seed",
+            "5",
+            *(["--legacy", legacy] if legacy else ["--transactions", "0.2", "--abort-ratio", "0.3"]),
+        ]
+    )
     specs = _partition_specs(log_dir)
     outputs, rows = [], []
     for step in (1 << 30, 1, 700, 5000):
         monkeypatch.setattr(emit, "SLICE_BYTES", step)
-        rows.append([{k: v for k, v in r.items() if "seconds" not in k} for r in spark_stages.compact_partition(specs)])
+        rows.append(
+            [
+                {k: v for k, v in r.items() if "seconds" not in k}
+                for r in spark_stages.compact_partition(specs)
+            ]
+        )
         outputs.append(_cleaned_files(log_dir))
     assert outputs[0] and all(o == outputs[0] for o in outputs) and all(r == rows[0] for r in rows)
     assert sum(r["records_written"] for r in rows[0]) < sum(r["records_read"] for r in rows[0])
@@ -732,8 +882,24 @@ def test_every_cleaned_file_is_durable_when_compact_partition_returns(tmp_path, 
     from compaction.spark import stages as spark_stages
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "3000", "--keys", "300", "--codec", "mixed",
-         "--segment-bytes", "30000", "--seed", "3"])  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "3000",
+            "--keys",
+            "300",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "30000",
+            "--seed",
+            "3",
+        ]
+    )
     specs = _partition_specs(log_dir)
     events: list[tuple[str, str]] = []
     real_fsync, real_open = os.fsync, os.open

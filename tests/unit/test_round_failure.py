@@ -36,8 +36,9 @@ def conf(spark):
 
 def _log_dir(tmp_path) -> str:
     log_dir = str(tmp_path / "logs")
-    generate_log_dir(log_dir, topics=(("t", 3),), records=600, keys=40, codec="mixed", segment_bytes=6000,
-                     seed=7)  # fmt: skip
+    generate_log_dir(
+        log_dir, topics=(("t", 3),), records=600, keys=40, codec="mixed", segment_bytes=6000, seed=7
+    )
     return log_dir
 
 
@@ -50,9 +51,21 @@ def _inputs_unchanged(log_dir: str, before: dict) -> None:
 
 def _round(log_dir: str, tmp_path, caplog, *extra: str) -> tuple[int, dict, list[logging.LogRecord]]:
     """`run` then the outputs `main` writes (report, page, metrics, log lines)."""
-    opts = parse_args(["--log-dir", log_dir, "--now-ms", str(NOW), "--report", str(tmp_path / "r.json"),
-                       "--report-html", str(tmp_path / "r.html"), "--metrics-file", str(tmp_path / "m.prom"),
-                       *extra])  # fmt: skip
+    opts = parse_args(
+        [
+            "--log-dir",
+            log_dir,
+            "--now-ms",
+            str(NOW),
+            "--report",
+            str(tmp_path / "r.json"),
+            "--report-html",
+            str(tmp_path / "r.html"),
+            "--metrics-file",
+            str(tmp_path / "m.prom"),
+            *extra,
+        ]
+    )
     code, report = rnd.run(opts)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="compaction"):
@@ -68,8 +81,9 @@ def _metrics(tmp_path) -> dict[str, float]:
 
 
 def _one_round_failed_line(records: list[logging.LogRecord], phase: str) -> str:
-    failed = [r.getMessage() for r in records
-              if r.levelno == logging.ERROR and "round failed" in r.getMessage()]  # fmt: skip
+    failed = [
+        r.getMessage() for r in records if r.levelno == logging.ERROR and "round failed" in r.getMessage()
+    ]
     assert len(failed) == 1, failed
     assert failed[0].startswith(f"round failed ({phase}): ") and "rerun the round" in failed[0]
     return failed[0]
@@ -92,8 +106,11 @@ def test_an_aborted_spark_job_fails_every_partition_and_the_round(conf, spark, t
     failure = report["failure"]
     assert failure["phase"] == "stages"
     # The partitions of the task whose attempts all failed are named first, then Spark's line.
-    held = re.match(r"the round's Spark job failed: TaskFailed: a task holding (.+?) failed every attempt: "
-                    r"SparkException: Job aborted", failure["reason"])  # fmt: skip
+    held = re.match(
+        r"the round's Spark job failed: TaskFailed: a task holding (.+?) failed every attempt: "
+        r"SparkException: Job aborted",
+        failure["reason"],
+    )
     assert held and set(held.group(1).split(", ")) <= set(PARTS), failure["reason"]
     assert "Python worker exited unexpectedly" in failure["reason"]
     assert "\n" not in failure["reason"] and len(failure["reason"]) < MAX_CHARS + 40
@@ -169,13 +186,16 @@ def test_a_failure_while_planning_is_reported(tmp_path, caplog, monkeypatch):
     assert "nothing was compacted" in _one_round_failed_line(records, "planning")
 
 
-@pytest.mark.parametrize("exc, line", [
-    (OSError(28, "No space left on device"), "OSError: [Errno 28] No space left on device"),
-    (RuntimeError("first line\n  Traceback (most recent call last):\n  ..."), "RuntimeError: first line"),
-    (RuntimeError("\n\n  indented first line  \nsecond"), "RuntimeError: indented first line"),
-    (RuntimeError(), "RuntimeError"),
-    (RuntimeError("x" * 2000), "RuntimeError: " + "x" * (MAX_CHARS - len("RuntimeError: ") - 3) + "..."),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "exc, line",
+    [
+        (OSError(28, "No space left on device"), "OSError: [Errno 28] No space left on device"),
+        (RuntimeError("first line\n  Traceback (most recent call last):\n  ..."), "RuntimeError: first line"),
+        (RuntimeError("\n\n  indented first line  \nsecond"), "RuntimeError: indented first line"),
+        (RuntimeError(), "RuntimeError"),
+        (RuntimeError("x" * 2000), "RuntimeError: " + "x" * (MAX_CHARS - len("RuntimeError: ") - 3) + "..."),
+    ],
+)
 def test_one_line(exc, line):
     assert one_line(exc) == line
 

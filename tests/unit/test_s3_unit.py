@@ -14,23 +14,38 @@ from compaction.runtime.s3 import ObjectDeleter, redact_uri
 from compaction.runtime.storage import Storage
 
 
-@pytest.mark.parametrize("uri, shown", [
-    ("s3://AKIA:s3cret@bucket/logs", "s3://***@bucket/logs"),
-    ("s3://AKIA:s3cret@bucket/logs?region=eu-west-1&endpoint_override=minio:9000",
-     "s3://***@bucket/logs?region=eu-west-1&endpoint_override=minio:9000"),
-    ("s3://bucket/logs?access_key=AKIA&secret_key=s3cret&session_token=tok&scheme=http",
-     "s3://bucket/logs?access_key=***&secret_key=***&session_token=***&scheme=http"),
-    ("s3://bucket/logs", "s3://bucket/logs"),
-    ("/data/kafka-logs", "/data/kafka-logs"),
-    ("hdfs://user@namenode:8020/logs", "hdfs://***@namenode:8020/logs"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "uri, shown",
+    [
+        ("s3://AKIA:s3cret@bucket/logs", "s3://***@bucket/logs"),
+        (
+            "s3://AKIA:s3cret@bucket/logs?region=eu-west-1&endpoint_override=minio:9000",
+            "s3://***@bucket/logs?region=eu-west-1&endpoint_override=minio:9000",
+        ),
+        (
+            "s3://bucket/logs?access_key=AKIA&secret_key=s3cret&session_token=tok&scheme=http",
+            "s3://bucket/logs?access_key=***&secret_key=***&session_token=***&scheme=http",
+        ),
+        ("s3://bucket/logs", "s3://bucket/logs"),
+        ("/data/kafka-logs", "/data/kafka-logs"),
+        ("hdfs://user@namenode:8020/logs", "hdfs://***@namenode:8020/logs"),
+    ],
+)
 def test_redact_uri(uri, shown):
     assert redact_uri(uri) == shown
 
 
 def test_report_args_and_partition_log_dirs_carry_no_credentials():
-    opts = parse_args(["--log-dir", "s3://AKIA:s3cret@bucket/logs", "--log-dir", "/local",
-                       "--report", "s3://AKIA:s3cret@bucket/report.json"])  # fmt: skip
+    opts = parse_args(
+        [
+            "--log-dir",
+            "s3://AKIA:s3cret@bucket/logs",
+            "--log-dir",
+            "/local",
+            "--report",
+            "s3://AKIA:s3cret@bucket/report.json",
+        ]
+    )
     echo = run._args_echo(opts)
     assert echo["log_dirs"] == ["s3://***@bucket/logs", "/local"]
     assert echo["report"] == "s3://***@bucket/report.json"
@@ -48,8 +63,13 @@ def test_storage_repr_hides_credentials_but_pickles_them():
 
 
 def test_deleter_takes_the_filesystems_settings():
-    fs = pafs.S3FileSystem(access_key="AKIA", secret_key="s3cret", region="eu-central-1",
-                           endpoint_override="minio.local:9000", scheme="http")  # fmt: skip
+    fs = pafs.S3FileSystem(
+        access_key="AKIA",
+        secret_key="s3cret",
+        region="eu-central-1",
+        endpoint_override="minio.local:9000",
+        scheme="http",
+    )
     client = ObjectDeleter(fs)._client
     assert client.meta.endpoint_url == "http://minio.local:9000"
     assert client.meta.region_name == "eu-central-1"
@@ -63,7 +83,9 @@ def test_dump_prints_uris_without_credentials(tmp_path):
 
     from compaction.tools import dump
 
-    uri = "s3://AKIA:s3cret@bucket/logs/t-0/00000000000000000000.log?endpoint_override=127.0.0.1:9&scheme=http"
+    uri = (
+        "s3://AKIA:s3cret@bucket/logs/t-0/00000000000000000000.log?endpoint_override=127.0.0.1:9&scheme=http"
+    )
     out, err = io.StringIO(), io.StringIO()
     dump.dump_files([uri], dump.DumpOptions(), out, err)  # nothing listens on port 9: a read error
     text = out.getvalue() + err.getvalue()

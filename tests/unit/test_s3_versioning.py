@@ -54,7 +54,9 @@ def test_an_erasing_pass_on_a_versioned_bucket_is_refused_unless_it_purges(s3, s
     assert SECRET not in text
     (warning,) = check_round(_opts(uri, erase_keys="keys.txt", purge_noncurrent_versions=True))
     assert "deletes the noncurrent versions" in warning
-    (warning,) = check_round(_opts(uri, erase_keys="keys.txt", dry_run=True))  # writes nothing: said, not refused
+    (warning,) = check_round(
+        _opts(uri, erase_keys="keys.txt", dry_run=True)
+    )  # writes nothing: said, not refused
     assert f"is versioned ({status})" in warning and "NoncurrentVersionExpiration" in warning
 
 
@@ -89,9 +91,12 @@ def test_purge_deletes_the_old_versions_of_the_partitions_segment_objects_only(s
     put(f"{part}/compaction-commit.json", b"{}")
     c.delete_object(Bucket="purge", Key=f"{part}/compaction-commit.json")
     kept = {  # objects with noncurrent versions that are not the partition's segment objects
-        f"{part}/leader-epoch-checkpoint", f"{part}/notes/{SEG}.log", f"logs/orders-1/{SEG}.log",
-        f"logs/orders-01/{SEG}.log", "logs/cleaner-offset-checkpoint",
-    }  # fmt: skip
+        f"{part}/leader-epoch-checkpoint",
+        f"{part}/notes/{SEG}.log",
+        f"logs/orders-1/{SEG}.log",
+        f"logs/orders-01/{SEG}.log",
+        "logs/cleaner-offset-checkpoint",
+    }
     for key in kept:
         put(key, b"one")
         put(key, b"two")
@@ -100,7 +105,10 @@ def test_purge_deletes_the_old_versions_of_the_partitions_segment_objects_only(s
     count, size = storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
     after, markers = versions(c, "purge")
     in_part = [v for v in after if v["Key"].startswith(part + "/") and v["Key"] not in kept]
-    assert sorted((v["Key"], v["IsLatest"]) for v in in_part) == [(f"{part}/{SEG}.index", True), (f"{part}/{SEG}.log", True)]
+    assert sorted((v["Key"], v["IsLatest"]) for v in in_part) == [
+        (f"{part}/{SEG}.index", True),
+        (f"{part}/{SEG}.log", True),
+    ]
     assert c.get_object(Bucket="purge", Key=f"{part}/{SEG}.log")["Body"].read() == b"new segment"
     assert [m for m in markers if m["Key"].startswith(part + "/") and m["Key"] not in kept] == []
     for key in kept:

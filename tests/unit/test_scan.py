@@ -13,6 +13,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
+from e2ekit import SHARED_FIXTURES
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -46,7 +47,6 @@ from compaction.kernels.scan import (
     walk_records_py,
 )
 
-from e2ekit import SHARED_FIXTURES  # noqa: E402
 FIXTURES = Path(SHARED_FIXTURES)
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -99,8 +99,9 @@ def reseal(raw: bytearray, pos: int = 0) -> None:
 
 def empty_batch(base_offset: int, last_delta: int, max_ts: int) -> bytes:
     """A 61-byte batch with no records, as the cleaner leaves behind (docs/kafka-rules.md#batch-v2-header)."""
-    raw = bytearray(struct.pack(">qiibIhiqqqhii", base_offset, 49, -1, 2, 0, 0, last_delta, -1, max_ts,
-                                -1, -1, -1, 0))  # fmt: skip
+    raw = bytearray(
+        struct.pack(">qiibIhiqqqhii", base_offset, 49, -1, 2, 0, 0, last_delta, -1, max_ts, -1, -1, -1, 0)
+    )
     reseal(raw)
     return bytes(raw)
 
@@ -238,8 +239,10 @@ def test_chunked_crc_and_walk_equal_one_walk_and_keys_hash_in_passing(log, chunk
 
 
 @PROPERTY
-@given(st.lists(batches_st(codecs=(0, 1, 2, 3, 4)), min_size=1, max_size=6).map(b"".join),
-       st.sampled_from([1, 64, 200, 1 << 20]))  # fmt: skip
+@given(
+    st.lists(batches_st(codecs=(0, 1, 2, 3, 4)), min_size=1, max_size=6).map(b"".join),
+    st.sampled_from([1, 64, 200, 1 << 20]),
+)
 def test_compressed_batches_are_walked_and_hashed_chunk_by_chunk(log, chunk):
     """The decompressed records are walked ~CHUNK_BYTES at a time as they are copied into the side
     buffer: the same records as one scan does, in batch order with the plain batches' ones, and
@@ -261,7 +264,9 @@ def test_keys_are_hashed_in_passing_for_every_kind_of_batch():
     plain = kp_batch(0, [(0, 1, b"a", b"1", [])])
     packed = kp_batch(1, [(i, 1, b"b", b"value " * 20, []) for i in range(50)], CODECS["gzip"])
     legacy = build_legacy_message_set([Record(51, 1, b"c", b"2"), Record(52, 1, None, b"3")], magic=1)
-    wrapper = build_legacy_message_set([Record(53 + i, 1, b"d%d" % i, b"4" * 40) for i in range(9)], 0, CODECS["gzip"])
+    wrapper = build_legacy_message_set(
+        [Record(53 + i, 1, b"d%d" % i, b"4" * 40) for i in range(9)], 0, CODECS["gzip"]
+    )
     mixed = scan_segment(u8(plain + packed), hash_keys=True)
     assert mixed.batches.codec.tolist() == [0, CODECS["gzip"]]
     assert_keys_hashed(mixed)
@@ -386,8 +391,9 @@ def walk_one(region: bytes, count=None, base_ts=1000, ts_type=0, max_ts=7):
 
 def test_varint_extremes_match_kafka_semantics():
     # int64 timestamp deltas at the extremes, int32 offset delta at the maximum
-    r = walk_one(record(ts_delta=-(1 << 63), off_delta=(1 << 31) - 1) + record(ts_delta=(1 << 63) - 1),
-                 base_ts=0)  # fmt: skip
+    r = walk_one(
+        record(ts_delta=-(1 << 63), off_delta=(1 << 31) - 1) + record(ts_delta=(1 << 63) - 1), base_ts=0
+    )
     assert r.error_code == ERR_OK
     assert r.timestamp.tolist() == [-(1 << 63), (1 << 63) - 1]
     assert r.offset.tolist() == [500 + (1 << 31) - 1, 500]
@@ -521,9 +527,15 @@ def test_scan_a_byte_range():
 
 
 @PROPERTY
-@given(st.lists(st.tuples(st.none() | st.sampled_from([b"", b"a", b"bb", b"k" * 30]), st.booleans()),
-                min_size=1, max_size=40),  # fmt: skip
-       st.sampled_from([0, 3]), st.booleans())  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.none() | st.sampled_from([b"", b"a", b"bb", b"k" * 30]), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([0, 3]),
+    st.booleans(),
+)
 def test_keys_to_arrow_latest_offset_per_key(rows, codec, large):
     half = len(rows) // 2
     recs = [(i, 1, k, b"v" * 50 if big else None, []) for i, (k, big) in enumerate(rows)]
@@ -533,7 +545,9 @@ def test_keys_to_arrow_latest_offset_per_key(rows, codec, large):
     keys = s.keys_arrow(large=large)
     assert keys.to_pylist() == [k for k, _ in rows]
     table = pa.table({"key": keys, "offset": s.records.offset})
-    got = {r["key"]: r["offset_max"] for r in table.group_by("key").aggregate([("offset", "max")]).to_pylist()}
+    got = {
+        r["key"]: r["offset_max"] for r in table.group_by("key").aggregate([("offset", "max")]).to_pylist()
+    }
     want: dict = {}
     for i, (k, _) in enumerate(rows):
         want[k] = 1000 + i
@@ -580,11 +594,19 @@ def test_numba_cache_dir_not_writable(tmp_path):
     """With an unusable NUMBA_CACHE_DIR the module still imports and the kernels still run."""
     import subprocess
 
-    code = ("import numpy as np; from compaction.kernels import scan; "
-            "print(len(scan.scan_batches(np.frombuffer(bytes.fromhex(%r), np.uint8))))" % ONE.hex())  # fmt: skip
+    code = (
+        "import numpy as np; from compaction.kernels import scan; "
+        f"print(len(scan.scan_batches(np.frombuffer(bytes.fromhex({ONE.hex()!r}), np.uint8))))"
+    )
     env = {"NUMBA_CACHE_DIR": "/proc/not-writable", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
 

@@ -192,14 +192,31 @@ def test_the_scan_starts_reading_each_segments_indexes_before_its_bytes(tmp_path
     from compaction.steps import scan
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "3000", "--keys", "300",
-         "--segment-bytes", "40000", "--seed", "5"])  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "3000",
+            "--keys",
+            "300",
+            "--segment-bytes",
+            "40000",
+            "--seed",
+            "5",
+        ]
+    )
     specs = _partition_specs(log_dir)
     events = []
     monkeypatch.setattr(scan, "prefetch", lambda paths: events.extend(os.path.basename(p) for p in paths))
     real = scan.read_segment_bytes
-    monkeypatch.setattr(scan, "read_segment_bytes",
-                        lambda storage, path, *a: (events.append(os.path.basename(path)), real(storage, path, *a))[1])
+    monkeypatch.setattr(
+        scan,
+        "read_segment_bytes",
+        lambda storage, path, *a: (events.append(os.path.basename(path)), real(storage, path, *a))[1],
+    )
     scan.scan_partition(specs)
     bases = [s.base_offset for spec in specs for s in spec.segments]
     assert sorted(events) == sorted(f"{b:020d}{x}" for b in bases for x in (".index", ".timeindex", ".log"))
@@ -303,9 +320,21 @@ def _chunks(sizes, seed=3):
 @pytest.mark.parametrize("mode", ["direct", "buffered"])
 @pytest.mark.parametrize(
     "sizes",
-    [[], [1], [ALIGN - 1], [ALIGN], [ALIGN + 1], [BUF - 1], [BUF], [BUF + 1], [BUF - 1, 1, 1], [3 * BUF + 5],
-     [7] * 3000, [BUF // 2, BUF, BUF // 2 + 1, 17, 5 * BUF]],
-)  # fmt: skip
+    [
+        [],
+        [1],
+        [ALIGN - 1],
+        [ALIGN],
+        [ALIGN + 1],
+        [BUF - 1],
+        [BUF],
+        [BUF + 1],
+        [BUF - 1, 1, 1],
+        [3 * BUF + 5],
+        [7] * 3000,
+        [BUF // 2, BUF, BUF // 2 + 1, 17, 5 * BUF],
+    ],
+)
 def test_staged_write_gives_the_bytes_written(tmp_path, mode, sizes):
     chunks = _chunks(sizes)
     path = tmp_path / "a.log.cleaned"
@@ -336,7 +365,9 @@ def test_staged_write_queues_full_buffers_while_the_disk_is_busy(tmp_path, monke
     import threading
 
     disk_free, real_pwrite = threading.Event(), os.pwrite
-    monkeypatch.setattr(segment_io.os, "pwrite", lambda fd, data, at: disk_free.wait(10) and real_pwrite(fd, data, at))
+    monkeypatch.setattr(
+        segment_io.os, "pwrite", lambda fd, data, at: disk_free.wait(10) and real_pwrite(fd, data, at)
+    )
     w = SegmentWriter(str(tmp_path / "a"), "buffered", buffer_bytes=BUF)
 
     def writing(data: bytes) -> threading.Event:
@@ -410,7 +441,9 @@ def test_staged_write_raises_the_background_write_error(tmp_path, monkeypatch):
 def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
     synced = []
     real_fsync = os.fsync
-    monkeypatch.setattr(segment_io.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real_fsync(fd)))
+    monkeypatch.setattr(
+        segment_io.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real_fsync(fd))
+    )
     w = SegmentWriter(str(tmp_path / "a"), "direct", buffer_bytes=BUF)
     w.write(b"x" * (BUF + 1))
     w.close()
@@ -423,13 +456,34 @@ def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
 
 
 def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, direct_always, monkeypatch):
-    from compaction.spark import stages as spark_stages
     from compaction.__main__ import main as cli
+    from compaction.spark import stages as spark_stages
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "5000", "--keys", "600", "--codec", "mixed",
-         "--segment-bytes", "60000", "--tombstone-ratio", "0.1", "--transactions", "0.2", "--abort-ratio", "0.3",
-         "--seed", "11"])  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "5000",
+            "--keys",
+            "600",
+            "--codec",
+            "mixed",
+            "--segment-bytes",
+            "60000",
+            "--tombstone-ratio",
+            "0.1",
+            "--transactions",
+            "0.2",
+            "--abort-ratio",
+            "0.3",
+            "--seed",
+            "11",
+        ]
+    )
     specs = _partition_specs(log_dir)
     assert NOW and all(s.read_mode == "buffered" for s in specs)
     buffered_rows = spark_stages.compact_partition(specs)
@@ -440,16 +494,19 @@ def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, di
     mapped_rows = spark_stages.compact_partition([dataclasses.replace(s, read_mode="mmap") for s in specs])
     mapped = _cleaned_files(log_dir)
     # Every decompressed side buffer and rebuilt payload from the pool as well, however small.
-    from compaction.kernels import rebuild
-    from compaction.kernels import scan_paths
+    from compaction.kernels import rebuild, scan_paths
 
     monkeypatch.setattr(scan_paths, "POOLED_MIN_BYTES", 0)
     monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
     pooled_rows = spark_stages.compact_partition(specs)
     pooled = _cleaned_files(log_dir)
-    written_rows = spark_stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
+    written_rows = spark_stages.compact_partition(
+        [dataclasses.replace(s, write_mode="buffered") for s in specs]
+    )
     written = _cleaned_files(log_dir)
-    uncached_rows = spark_stages.compact_partition(specs, scan_reuse_bytes=0)  # every segment read and walked again
+    uncached_rows = spark_stages.compact_partition(
+        specs, scan_reuse_bytes=0
+    )  # every segment read and walked again
     uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
     assert direct and read_buffered == direct == mapped == pooled == written == uncached
@@ -468,20 +525,28 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
     from compaction.format import batch as fb
     from compaction.format.batch_build import build_batch
 
-    path.write_bytes(b"".join(build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20)))
+    path.write_bytes(
+        b"".join(build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20))
+    )
     scan = scan_segment(read_segment_bytes(LOCAL, str(path), "direct"), str(path))
     cache = ScanCache(1 << 20)
     assert cache.offer(0, 0, scan, reread=True) and cache.offer(0, 1, scan, reread=False)
     assert cache.held == 2 * ScanCache.footprint(scan) - len(scan.file)
     assert cache.needs_read(0, 0) and not cache.needs_read(0, 1) and cache.needs_read(0, 2)
     again = cache.take(0, 0, read_segment_bytes(LOCAL, str(path), "direct"))
-    assert again.file.tobytes() == scan.file.tobytes() and again.records is scan.records and again.split == scan.split
+    assert (
+        again.file.tobytes() == scan.file.tobytes()
+        and again.records is scan.records
+        and again.split == scan.split
+    )
     cache.offer(0, 0, scan, reread=True)
     with pytest.raises(CorruptRecordError, match="changed size") as err:
         cache.take(0, 0, scan.file[:-1])
     assert err.value.path == str(path)
     mapped = scan_segment(read_segment_bytes(LOCAL, str(path), "mmap"), str(path))
-    assert cache.offer(0, 3, mapped, reread=True) and not cache.needs_read(0, 3)  # mapped: kept, costs no memory
+    assert cache.offer(0, 3, mapped, reread=True) and not cache.needs_read(
+        0, 3
+    )  # mapped: kept, costs no memory
 
 
 def test_read_and_write_mode_options_reach_every_group(tmp_path):
@@ -490,10 +555,26 @@ def test_read_and_write_mode_options_reach_every_group(tmp_path):
     from compaction.steps import plan_round
 
     log_dir = tmp_path / "logs"
-    cli(["generate", str(log_dir), "--topics", "t:1", "--records", "800", "--keys", "100", "--segment-bytes", "20000"])
-    for argv, modes in (([], ("buffered", "direct")), (["--read-mode", "mmap"], ("mmap", "direct")),
-                        (["--read-mode", "direct"], ("direct", "direct")),
-                        (["--write-mode", "buffered"], ("buffered", "buffered"))):  # fmt: skip
+    cli(
+        [
+            "generate",
+            str(log_dir),
+            "--topics",
+            "t:1",
+            "--records",
+            "800",
+            "--keys",
+            "100",
+            "--segment-bytes",
+            "20000",
+        ]
+    )
+    for argv, modes in (
+        ([], ("buffered", "direct")),
+        (["--read-mode", "mmap"], ("mmap", "direct")),
+        (["--read-mode", "direct"], ("direct", "direct")),
+        (["--write-mode", "buffered"], ("buffered", "buffered")),
+    ):
         opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
         planned, _ = plan_round.discover_and_plan(opts)
         config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, planned[0].part.topic))

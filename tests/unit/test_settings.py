@@ -31,7 +31,9 @@ TASK_BYTES = "spark.kafka.compaction.partitionTaskMaxBytes"
 def test_defaults_without_options_conf_or_environment():
     s = Settings.resolve(None, None, {})
     assert s == Settings()
-    assert s.worker == WorkerSettings(SCAN_REUSE_MAX_BYTES, CACHE_MAX_BYTES, DIRECT_MIN_BYTES, None, None, None)
+    assert s.worker == WorkerSettings(
+        SCAN_REUSE_MAX_BYTES, CACHE_MAX_BYTES, DIRECT_MIN_BYTES, None, None, None
+    )
     assert (s.partition_task_max_bytes, s.exchange_dir, s.warmup) == (PARTITION_TASK_MAX_BYTES, None, True)
     assert (s.progress_seconds, s.discovery_threads, s.spark_master) == (5.0, None, None)
     assert s.threads == default_discovery_threads()
@@ -50,7 +52,7 @@ def test_defaults_without_options_conf_or_environment():
         (1e6, "3e6", "7e6", 1e6),
         (1e6, None, None, 1e6),
     ],
-)  # fmt: skip
+)
 def test_option_over_spark_conf_over_environment(option, conf, env, expected):
     args = SimpleNamespace(io_max_bytes_per_second=option)
     spark_conf = {} if conf is None else {CONF_RATE: conf}
@@ -66,7 +68,7 @@ def test_option_over_spark_conf_over_environment(option, conf, env, expected):
         ("/mnt/b", "/mnt/a", "/mnt/b"),
         ("", "/mnt/a", "/mnt/a"),
     ],
-)  # fmt: skip
+)
 def test_executor_env_conf_over_the_drivers_environment(conf, env, expected):
     name = "KAFKA_COMPACTION_IO_THROTTLE_FILE"
     spark_conf = {} if conf is None else {"spark.executorEnv." + name: conf}
@@ -83,7 +85,9 @@ def test_spark_conf_knobs(conf, expected):
     assert Settings.resolve(None, spark_conf, {}).partition_task_max_bytes == expected
 
 
-@pytest.mark.parametrize("value, expected", [("false", False), ("FALSE", False), ("true", True), ("no", True)])
+@pytest.mark.parametrize(
+    "value, expected", [("false", False), ("FALSE", False), ("true", True), ("no", True)]
+)
 def test_only_false_turns_the_warm_up_off(value, expected):
     assert Settings.resolve(None, {"spark.kafka.compaction.warmup": value}, {}).warmup is expected
 
@@ -114,7 +118,9 @@ def test_a_value_that_does_not_parse_names_its_source():
 
 
 def test_only_its_own_variables_are_kept():
-    s = Settings.resolve(None, None, {"AWS_SECRET_ACCESS_KEY": "x", "KAFKA_COMPACTION_PROGRESS_SECONDS": "0.5"})
+    s = Settings.resolve(
+        None, None, {"AWS_SECRET_ACCESS_KEY": "x", "KAFKA_COMPACTION_PROGRESS_SECONDS": "0.5"}
+    )
     assert dict(s.environ) == {"KAFKA_COMPACTION_PROGRESS_SECONDS": "0.5"}
     assert s.progress_seconds == 0.5
 
@@ -148,7 +154,9 @@ def test_every_setting_is_in_the_settings_table_with_its_sources():
         assert name in rows, f"docs/configuration.md, ## Settings: no row for {name!r} ({f.metadata['doc']})"
         for source in ("option", "conf", "env"):
             if f.metadata[source]:
-                assert f.metadata[source] in rows[name], f"docs/configuration.md, ## Settings, {name}: {f.metadata[source]}"
+                assert f.metadata[source] in rows[name], (
+                    f"docs/configuration.md, ## Settings, {name}: {f.metadata[source]}"
+                )
     unknown = {n for n in rows if n.islower()} - {n for n, _ in knobs()}
     assert not unknown, f"docs/configuration.md, ## Settings lists what Settings does not hold: {unknown}"
 

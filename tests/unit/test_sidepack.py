@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
-from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, RebuildError, rebuild_records, record_regions
 from compaction.format.legacy import build_legacy_message_set
+from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, RebuildError, rebuild_records, record_regions
 from compaction.kernels.scan import scan_segment
 from compaction.kernels.sidepack import FAR, pack_records, pack_records_py, pack_side, packable
 
@@ -31,8 +31,12 @@ _headers = st.lists(st.tuples(st.text(max_size=6), _bytes), max_size=2).map(tupl
 @st.composite
 def data_batch(draw, base_offset: int):
     n = draw(st.integers(1, 10))
-    records = [fb.Record(base_offset + i, 1_000 + draw(st.integers(-50, 50)), draw(_bytes), draw(_bytes),
-                         draw(_headers)) for i in range(n)]  # fmt: skip
+    records = [
+        fb.Record(
+            base_offset + i, 1_000 + draw(st.integers(-50, 50)), draw(_bytes), draw(_bytes), draw(_headers)
+        )
+        for i in range(n)
+    ]
     return build_batch(records, base_offset=base_offset, codec=draw(st.integers(0, 4))), n
 
 
@@ -56,8 +60,23 @@ def rebuild_all(scan, keep):
     first_key = np.where(count > 0, r.key_pos[np.minimum(bounds[:-1], len(r.key_pos) - 1)], -1)
     first_key = np.where(src == SRC_SIDE, first_key - scan.split, first_key)
     payload, o_start, o_end, new_base, new_max, kept, flags = rebuild_records(
-        scan.file, scan.side, src, start, end, count, keep, bounds[:-1], b.base_timestamp, b.timestamp_type,
-        b.max_timestamp, np.full(len(src), NO_HORIZON), first_key, r, scan.split, b.base_offset)  # fmt: skip
+        scan.file,
+        scan.side,
+        src,
+        start,
+        end,
+        count,
+        keep,
+        bounds[:-1],
+        b.base_timestamp,
+        b.timestamp_type,
+        b.max_timestamp,
+        np.full(len(src), NO_HORIZON),
+        first_key,
+        r,
+        scan.split,
+        b.base_offset,
+    )
     per_batch = [payload[s:e].tobytes() for s, e in zip(o_start, o_end, strict=True)]
     return per_batch, new_base.tolist(), new_max.tolist(), kept.tolist(), flags.tolist()
 
@@ -65,9 +84,18 @@ def rebuild_all(scan, keep):
 def _pack_args(scan, keep):
     idx = packable(scan)
     bounds = np.searchsorted(scan.records.batch_index, np.arange(len(scan.batches) + 1))
-    return (scan.side, np.int64(scan.split), bounds[idx].astype(np.int64), bounds[idx + 1].astype(np.int64), keep,
-            scan.records.key_pos.copy(), scan.records.key_len, scan.records.value_pos.copy(),
-            scan.records.value_len, np.zeros(len(scan.side) + 1, np.uint8))  # fmt: skip
+    return (
+        scan.side,
+        np.int64(scan.split),
+        bounds[idx].astype(np.int64),
+        bounds[idx + 1].astype(np.int64),
+        keep,
+        scan.records.key_pos.copy(),
+        scan.records.key_len,
+        scan.records.value_pos.copy(),
+        scan.records.value_len,
+        np.zeros(len(scan.side) + 1, np.uint8),
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,9 +122,13 @@ def test_packed_scan_rebuilds_the_same_and_kernel_equals_reference(seg):
 
 def _mixed_segment() -> bytes:
     recs = [fb.Record(i, 100 + i, b"k%d" % (i % 3), b"v" * 50, (("h", b"x"),)) for i in range(12)]
-    return b"".join([build_batch(recs[:6], base_offset=0, codec=4),
-                     build_batch(recs[6:9], base_offset=6, codec=0),
-                     build_batch(recs[9:], base_offset=9, codec=1)])  # fmt: skip
+    return b"".join(
+        [
+            build_batch(recs[:6], base_offset=0, codec=4),
+            build_batch(recs[6:9], base_offset=6, codec=0),
+            build_batch(recs[9:], base_offset=9, codec=1),
+        ]
+    )
 
 
 def test_packing_drops_the_records_not_kept():
@@ -133,7 +165,8 @@ def test_transactional_control_and_legacy_segments_are_not_packed():
         scan = scan_segment(np.frombuffer(raw, dtype=np.uint8))
         assert packable(scan) is None and pack_side(scan, np.zeros(2, bool)) is None
     legacy = build_legacy_message_set(recs, magic=1, codec=1) + build_batch(
-        [fb.Record(2, 3, b"k", b"x")], base_offset=2, codec=1)
+        [fb.Record(2, 3, b"k", b"x")], base_offset=2, codec=1
+    )
     scan = scan_segment(np.frombuffer(legacy, dtype=np.uint8))
     assert len(scan.side) and packable(scan) is None
 

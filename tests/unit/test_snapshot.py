@@ -21,9 +21,20 @@ from compaction.tools.generator import generate_log_dir
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     root = tmp_path_factory.mktemp("snapshot")
-    generate_log_dir(str(root / "src"), topics=(("t", 1),), records=1200, keys=50, codec="mixed",
-                     batch_records=(1, 8), segment_bytes=9000, transactions=0.5, abort_ratio=0.5,
-                     txn_producers=3, leader_epochs=4, seed=3)  # fmt: skip
+    generate_log_dir(
+        str(root / "src"),
+        topics=(("t", 1),),
+        records=1200,
+        keys=50,
+        codec="mixed",
+        batch_records=(1, 8),
+        segment_bytes=9000,
+        transactions=0.5,
+        abort_ratio=0.5,
+        txn_producers=3,
+        leader_epochs=4,
+        seed=3,
+    )
     (part,) = read_log_dir(str(root / "src")).partitions
     return root, part
 
@@ -34,9 +45,13 @@ def _files(d):
 
 @pytest.mark.parametrize("cut_at", [0.0, 0.37, 0.5, 0.81, 1.0])
 def test_staged_copy_holds_whole_batches_up_to_the_cut(source, tmp_path, cut_at):
-    root, part = source
+    _root, part = source
     src = Storage.local()
-    ends = [b.header.last_offset + 1 for seg in part.segments for b in iter_batches(open(seg.log.path, "rb").read())]
+    ends = [
+        b.header.last_offset + 1
+        for seg in part.segments
+        for b in iter_batches(open(seg.log.path, "rb").read())
+    ]
     offset = ends[int(cut_at * (len(ends) - 1))] + (0 if cut_at < 1 else 10)
     staged = stage_partition(src, part, 0, src, str(tmp_path), None, offset)
     out = tmp_path / "t-0"
@@ -47,7 +62,9 @@ def test_staged_copy_holds_whole_batches_up_to_the_cut(source, tmp_path, cut_at)
     copied = b""
     for name in logs[:-1]:
         data = (out / name).read_bytes()
-        assert data and data == open(os.path.join(part.path, name), "rb").read()[: len(data)]  # a prefix of the source
+        assert (
+            data and data == open(os.path.join(part.path, name), "rb").read()[: len(data)]
+        )  # a prefix of the source
         base = int(name[:20])
         index, timeindex = rebuild_indexes_from_log(data, base)
         assert (out / f"{name[:20]}.index").read_bytes() == index
@@ -58,12 +75,14 @@ def test_staged_copy_holds_whole_batches_up_to_the_cut(source, tmp_path, cut_at)
         copied += data
     assert [b.header.last_offset + 1 for b in iter_batches(copied)] == [e for e in ends if e <= end]
     epochs = parse_leader_epoch_checkpoint((out / "leader-epoch-checkpoint").read_text())
-    assert epochs and all(o < end for _, o in epochs) or end == 0
-    assert (out / "partition.metadata").read_bytes() == open(os.path.join(part.path, "partition.metadata"), "rb").read()
+    assert (epochs and all(o < end for _, o in epochs)) or end == 0
+    assert (out / "partition.metadata").read_bytes() == open(
+        os.path.join(part.path, "partition.metadata"), "rb"
+    ).read()
 
 
 def test_promote_moves_then_marks(source, tmp_path):
-    root, part = source
+    _root, part = source
     local = Storage.local()
     staged = stage_partition(local, part, 0, local, str(tmp_path / "stage"), None, 400)
     (tmp_path / "out").mkdir()

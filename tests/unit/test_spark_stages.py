@@ -18,18 +18,29 @@ from chispa import assert_df_equality
 from test_ranges import cleaned, generate, in_ranges, specs_for
 
 from compaction.runtime.exchange import Exchange
-from compaction.steps.range_task import STATS_ROW, RangePlan, finish
-from compaction.steps.group import CLEANED
-from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, pack, ranged, resumed, task_slots
 from compaction.runtime.storage import Storage
+from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, pack, ranged, resumed, task_slots
+from compaction.steps.group import CLEANED
+from compaction.steps.range_task import STATS_ROW, RangePlan, finish
 
 TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
 
 
 @pytest.fixture(scope="module")
 def partition(tmp_path_factory):
-    part = generate(tmp_path_factory.mktemp("stages") / "logs", "--records", "3000", "--keys", "400",
-                    "--codec", "mixed", "--tombstone-ratio", "0.1", "--segment-bytes", "30000")  # fmt: skip
+    part = generate(
+        tmp_path_factory.mktemp("stages") / "logs",
+        "--records",
+        "3000",
+        "--keys",
+        "400",
+        "--codec",
+        "mixed",
+        "--tombstone-ratio",
+        "0.1",
+        "--segment-bytes",
+        "30000",
+    )
     return part, specs_for(part, 3)
 
 
@@ -40,7 +51,9 @@ def _stage(spark, partitions, where, tasks=None, peer_wait=60.0) -> list[dict]:
     where.mkdir(parents=True, exist_ok=True)
     ex, bplan = Exchange(Storage.local(), str(where), peer_wait=peer_wait), sc.broadcast(plan)
     rows = ranged(sc, bplan, ex).collect()
-    rows = finish(plan, ex, rows, lambda kind, items: resumed(sc, bplan, ex, kind, items).collect() if items else [])
+    rows = finish(
+        plan, ex, rows, lambda kind, items: resumed(sc, bplan, ex, kind, items).collect() if items else []
+    )
     return [r for r in rows if r["group_id"] != STATS_ROW]
 
 
@@ -103,7 +116,9 @@ def test_fused_stage_writes_what_compact_partition_writes_in_process(spark, part
     reference_rows = compact_partition(specs) + compact_partition(other_specs)
     reference = cleaned(part), cleaned(other)
     sc = spark.sparkContext
-    bins = pack([sum(g.size for s in p for g in (*s.segments, *s.tail_segments)) for p in (specs, other_specs)], 2)
+    bins = pack(
+        [sum(g.size for s in p for g in (*s.segments, *s.tail_segments)) for p in (specs, other_specs)], 2
+    )
     table = {b: [(specs, other_specs)[i] for i in ids] for b, ids in enumerate(bins)}
     rows = fused(sc, len(bins), sc.broadcast(table)).collect()
     assert_df_equality(_frame(spark, rows), _frame(spark, reference_rows), ignore_row_order=True)
@@ -133,8 +148,10 @@ def test_task_rows_are_typed_as_the_stage_schema(spark):
 
     from compaction.spark.stages import typed as _typed
 
-    raw = [{"group_id": np.int32(7), "bytes_read": np.int64(1 << 40), "seconds": np.float32(0.5), "junk": 1},
-           {"group_id": 8, "error": "damaged", "first_unstable": np.int64(12)}]  # fmt: skip
+    raw = [
+        {"group_id": np.int32(7), "bytes_read": np.int64(1 << 40), "seconds": np.float32(0.5), "junk": 1},
+        {"group_id": 8, "error": "damaged", "first_unstable": np.int64(12)},
+    ]
     schema = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS])
     typed = [_typed(r) for r in raw]
     assert all(type(v) in (int, float, str, type(None)) for r in typed for v in r.values())

@@ -123,8 +123,13 @@ def test_storage_pickles_and_works_in_another_process(tmp_path):
         "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
         "sys.stdout.write(s.read_bytes(%r).decode())"
     )
-    out = subprocess.run([sys.executable, "-c", code % str(tmp_path / "a")], input=pickle.dumps(storage),
-                         capture_output=True, check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run(
+        [sys.executable, "-c", code % str(tmp_path / "a")],
+        input=pickle.dumps(storage),
+        capture_output=True,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert out.stdout == b"1"
 
 

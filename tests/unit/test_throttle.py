@@ -27,14 +27,17 @@ class FakeTime:
         self.t += seconds
 
 
-@pytest.mark.parametrize("requests, sleeps", [
-    ([(0, 1000)], [0.0]),                            # an idle budget: the first request goes at once
-    ([(0, 1000), (0, 1000)], [0.0, 1.0]),            # the second waits for the first one's second
-    ([(0, 1000), (0.4, 500), (0, 500)], [0.0, 0.6, 0.5]),
-    ([(0, 1000), (5.0, 1000)], [0.0, 0.0]),          # after a pause: no wait, and no burst saved up
-    ([(0, 1000), (5.0, 1000), (0, 3000)], [0.0, 0.0, 1.0]),
-    ([(0, 0), (0, 1000)], [0.0, 0.0]),               # nothing to move: no reservation
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "requests, sleeps",
+    [
+        ([(0, 1000)], [0.0]),  # an idle budget: the first request goes at once
+        ([(0, 1000), (0, 1000)], [0.0, 1.0]),  # the second waits for the first one's second
+        ([(0, 1000), (0.4, 500), (0, 500)], [0.0, 0.6, 0.5]),
+        ([(0, 1000), (5.0, 1000)], [0.0, 0.0]),  # after a pause: no wait, and no burst saved up
+        ([(0, 1000), (5.0, 1000), (0, 3000)], [0.0, 0.0, 1.0]),
+        ([(0, 0), (0, 1000)], [0.0, 0.0]),  # nothing to move: no reservation
+    ],
+)
 def test_sleeps_at_1000_bytes_per_second(requests, sleeps):
     clock = FakeTime()
     throttler = Throttler(1000.0, MemoryClock(), now=clock.now, sleep=clock.sleep)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from e2ekit import SHARED_FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
@@ -21,7 +22,6 @@ from compaction.format.batch_build import build_batch
 from compaction.format.legacy import LegacyBatch, build_legacy_message_set
 from compaction.kernels.scan import scan_batches, scan_segment
 from compaction.kernels.upconvert import convert_messages, convert_messages_py
-from e2ekit import SHARED_FIXTURES  # noqa: E402
 
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -38,8 +38,12 @@ def test_kernel_writes_what_build_batch_writes(log, data):
     n = len(s.records)
     rec = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), max_size=n))), dtype=np.int64)
     lat = np.array(data.draw(st.lists(st.booleans(), min_size=len(rec), max_size=len(rec))), dtype=bool)
-    horizon = np.array(data.draw(st.lists(st.sampled_from([-1, -1, 0, NOW + RETENTION]), min_size=len(rec),
-                                          max_size=len(rec))), dtype=np.int64)  # fmt: skip
+    horizon = np.array(
+        data.draw(
+            st.lists(st.sampled_from([-1, -1, 0, NOW + RETENTION]), min_size=len(rec), max_size=len(rec))
+        ),
+        dtype=np.int64,
+    )
     got = convert_messages(s.file, s.side, s.split, rec, s.records, lat, horizon)
     want = convert_messages_py(s.file, s.side, s.split, rec, s.records, lat, horizon)
     for a, b in zip(got, want, strict=True):
@@ -62,8 +66,9 @@ def test_golden_v2_batch_of_a_v0_message():
     """A v0 message kept as a tombstone with a delete horizon: every header byte written out."""
     log = build_legacy_message_set([fb.Record(42, -1, b"k", None)], 0)
     s = scan_segment(u8(log), "g.log")
-    data, ends, max_ts = convert_messages(s.file, s.side, s.split, np.array([0]), s.records, np.array([False]),
-                                          np.array([1000]))  # fmt: skip
+    data, ends, max_ts = convert_messages(
+        s.file, s.side, s.split, np.array([0]), s.records, np.array([False]), np.array([1000])
+    )
     expected = bytes.fromhex(
         "000000000000002a"  # baseOffset 42
         "0000003a"  # batchLength 58: 61 - 12 + the record's 9 bytes
@@ -74,16 +79,19 @@ def test_golden_v2_batch_of_a_v0_message():
         "00000000"  # lastOffsetDelta
         "00000000000003e8"  # baseTimestamp = horizon 1000
         "ffffffffffffffff"  # maxTimestamp -1
-        "ffffffffffffffff" "ffff" "ffffffff"  # producer id, epoch, base sequence
+        "ffffffffffffffff"
+        "ffff"
+        "ffffffff"  # producer id, epoch, base sequence
         "00000001"  # recordsCount
         "10"  # record length 8
         "00"  # attributes
         "d10f"  # timestampDelta -1 - 1000 = -1001: zig-zag 2001
         "00"  # offsetDelta
-        "02" "6b"  # key length 1, "k"
+        "02"
+        "6b"  # key length 1, "k"
         "01"  # value length -1
         "00"  # headers
-    )  # fmt: skip
+    )
     assert data.tobytes() == expected and ends.tolist() == [len(expected)] and max_ts.tolist() == [-1]
     assert fb.RecordBatch(expected).crc_valid()
     assert expected == build_batch([fb.Record(42, -1, b"k", None)], delete_horizon_ms=1000)
@@ -99,8 +107,13 @@ def expected_cleaned(log: bytes, latest: dict, upper_bound: int, retain_deletes:
     out = b""
     for pos, size in zip(b.position.tolist(), b.size.tolist(), strict=True):
         batch = LegacyBatch(log[pos : pos + size], pos)
-        kept = [r for r in batch.records() if r.key is not None and r.offset >= latest.get(r.key, -1)
-                and (r.value is not None or retain_deletes)]  # fmt: skip
+        kept = [
+            r
+            for r in batch.records()
+            if r.key is not None
+            and r.offset >= latest.get(r.key, -1)
+            and (r.value is not None or retain_deletes)
+        ]
         if not kept:
             if batch.last_offset + 1 == upper_bound:
                 raise ValueError("cannot keep an empty batch of a legacy magic")
@@ -108,10 +121,13 @@ def expected_cleaned(log: bytes, latest: dict, upper_bound: int, retain_deletes:
         h = batch.header
         lat = h.magic == 1 and h.timestamp_type == fb.LOG_APPEND_TIME
         tomb = any(r.value is None for r in kept)
-        out += build_batch(kept, codec=h.attributes & fb.COMPRESSION_CODEC_MASK,
-                              timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
-                              delete_horizon_ms=NOW + RETENTION if tomb else None,
-                              log_append_time=h.max_timestamp if lat else None)  # fmt: skip
+        out += build_batch(
+            kept,
+            codec=h.attributes & fb.COMPRESSION_CODEC_MASK,
+            timestamp_type=fb.LOG_APPEND_TIME if lat else fb.CREATE_TIME,
+            delete_horizon_ms=NOW + RETENTION if tomb else None,
+            log_append_time=h.max_timestamp if lat else None,
+        )
     return out
 
 
@@ -130,8 +146,10 @@ def test_rewrite_of_legacy_segments_follows_kafkas_rules_message_by_message(log,
     with tempfile.TemporaryDirectory() as tmp:
         store = Log(Path(tmp))
         seg = store.segment(int(s.batches.base_offset.min()), [log])
-        spec = dataclasses.replace(store.spec([seg], upper_bound=upper_bound),
-                                   legacy_delete_horizon_ms=0 if retain_deletes else NOW * 2)  # fmt: skip
+        spec = dataclasses.replace(
+            store.spec([seg], upper_bound=upper_bound),
+            legacy_delete_horizon_ms=0 if retain_deletes else NOW * 2,
+        )
         try:
             want = expected_cleaned(log, latest, upper_bound, retain_deletes)
         except ValueError:
@@ -145,8 +163,11 @@ def test_rewrite_of_legacy_segments_follows_kafkas_rules_message_by_message(log,
 def test_a_run_of_converted_messages_is_written_between_other_batches(tmp_path):
     """Messages, a wrapper, messages: three runs, the index columns of each in order."""
     recs = [fb.Record(o, 100 + o, b"k%d" % o, b"v" * 30) for o in range(12)]
-    log = (build_legacy_message_set(recs[:5], 1) + build_legacy_message_set(recs[5:8], 1, 1)
-           + build_legacy_message_set(recs[8:], 0))  # fmt: skip
+    log = (
+        build_legacy_message_set(recs[:5], 1)
+        + build_legacy_message_set(recs[5:8], 1, 1)
+        + build_legacy_message_set(recs[8:], 0)
+    )
     store = Log(tmp_path)
     seg = store.segment(0, [log])
     spec = store.spec([seg])
