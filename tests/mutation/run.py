@@ -4,9 +4,12 @@
     .venv/bin/python tests/mutation/run.py [MODULE ...] [--out DIR]
 
 For each module (default: all of MODULES) it copies the tracked files of the checkout to a scratch
-directory (the checkout is never mutated), lets cosmic-ray mutate the module there one mutant at a
-time, runs the module's targeted test selection (fast unit tests; `-x`: the first failure kills the
-mutant) and prints the score and every surviving mutant as a diff. The results go to
+directory (the checkout is never mutated) and runs the module's targeted test selection once under
+coverage.py (`linemap.py`: which tests run each line; the selection must pass). cosmic-ray then
+mutates the module there one mutant at a time, and each mutant runs the tests of the selection that
+execute the mutated lines (`-x`: the first failure kills the mutant; the whole selection for a line
+run at import). A mutant of a line no test runs survives without a test run, said in its output.
+It prints the score and every surviving mutant as a diff. The results go to
 `DIR/<module>.sqlite` (default `mutation-results/`), which `cr-report` reads too.
 
 The scores of the last run and the mutants judged equivalent are in docs/testing.md.
@@ -15,6 +18,7 @@ The scores of the last run and the mutants judged equivalent are in docs/testing
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import shutil
@@ -26,6 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PYTEST = "python -m pytest -x -q -p no:cacheprovider -p no:randomly -W ignore"
+LINEMAP = ".mutation-linemap.json"  # in the scratch copy: linemap.py's output
+ORIGINAL = ".mutation-original.py"  # in the scratch copy: the module before any mutant
 
 # module -> the tests that must kill its mutants (unit tests, no Spark job; the quickest to fail first)
 MODULES = {
@@ -42,8 +48,15 @@ MODULES = {
     ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
-    "compaction/runtime/storage.py": ["tests/unit/test_storage.py", "tests/unit/test_power_loss.py"],
-    "compaction/runtime/s3.py": ["tests/unit/test_s3_unit.py"],
+    "compaction/runtime/storage.py": [
+        "tests/unit/test_durability.py",
+        "tests/unit/test_storage.py",
+        "tests/unit/test_power_loss.py",
+        "tests/unit/test_commit_object_store.py",
+        "tests/unit/test_broker_lock.py",
+        "tests/unit/test_s3_versioning.py",
+    ],
+    "compaction/runtime/s3.py": ["tests/unit/test_s3_versioning.py", "tests/unit/test_s3_unit.py"],
     "compaction/steps/erase.py": ["tests/unit/test_erase.py"],
 }
 
@@ -110,10 +123,54 @@ def copy_checkout(dest: Path) -> None:
             shutil.copy2(REPO / name, dest / name)
 
 
+def changed_lines(original: list[str], mutated: list[str]) -> set[int]:
+    """The lines of `original` (1-based) that the mutant rewrote."""
+    lines: set[int] = set()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, original, mutated, autojunk=False).get_opcodes():
+        if tag != "equal":
+            lines.update(range(i1 + 1, max(i2, i1 + 1) + 1))
+    return lines
+
+
+def run_mutant(module: str) -> int:
+    """cosmic-ray's test command, in the scratch copy holding one mutant: the tests that run the
+    mutated lines."""
+    here = Path.cwd()
+    linemap = json.loads((here / LINEMAP).read_text())
+    original = (here / ORIGINAL).read_text().splitlines()
+    lines = changed_lines(original, (here / module).read_text().splitlines())
+    chosen: set[int] = set()
+    for line in sorted(lines):
+        chosen.update(linemap["lines"].get(str(line), []))
+    if not chosen:
+        print(f"no test of the selection runs line(s) {sorted(lines)}: survives untested", flush=True)
+        return 0
+    tests = linemap["tests"] if -1 in chosen else [linemap["tests"][i] for i in sorted(chosen)]
+    print(f"line(s) {sorted(lines)}: {len(tests)} test(s)", flush=True)
+    return subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *tests]).returncode
+
+
+def baseline(module: str, tests: list[str], scratch: Path, env: dict) -> None:
+    """The selection once on the unmutated module under coverage: it must pass, and it tells which
+    tests run each line."""
+    shutil.copy2(scratch / module, scratch / ORIGINAL)
+    env = {
+        **env,
+        "PYTHONPATH": f"{scratch}{os.pathsep}{scratch / 'tests' / 'mutation'}",
+        "MUTATION_TARGET": str(scratch / module),
+        "MUTATION_LINEMAP": str(scratch / LINEMAP),
+    }
+    cmd = [sys.executable, "-m", *PYTEST.split()[2:], "-p", "linemap", *tests]
+    if subprocess.run(cmd, cwd=scratch, env=env).returncode != 0:
+        raise SystemExit(f"{module}: its test selection fails on the unmutated code")
+
+
 def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
         copy_checkout(scratch)
+        env = {**os.environ, "PYTHONPATH": str(scratch), "CI": ""}
+        baseline(module, tests, scratch, env)
         config = scratch / "cosmic-ray.toml"
         # The scratch copy comes first on the path: `python -m pytest` puts the working directory
         # ahead of the checkout that the venv's editable install names.
@@ -122,14 +179,13 @@ def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict
             f'module-path = "{module}"\n'
             f"timeout = {timeout}\n"
             "excluded-modules = []\n"
-            f'test-command = "{sys.executable} -m {PYTEST[len("python -m ") :]} {" ".join(tests)}"\n'
+            f'test-command = "{sys.executable} {scratch / "tests" / "mutation" / "run.py"} --mutant {module}"\n'
             '[cosmic-ray.distributor]\nname = "local"\n'
             "[cosmic-ray.filters.operators-filter]\n"
             f'exclude-operators = ["core/(?!(?:{"|".join(OPERATORS)})$).*"]\n'
         )
         session = out / (module.replace("/", ".").removesuffix(".py") + ".sqlite")
         session.unlink(missing_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(scratch), "CI": ""}
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", str(config), str(session)], cwd=scratch, env=env, check=True)
         subprocess.run(
@@ -165,7 +221,10 @@ def main() -> int:
     parser.add_argument("modules", nargs="*", default=list(MODULES), help="paths as in MODULES")
     parser.add_argument("--out", default="mutation-results", help="where the session files go")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a mutant's tests may take")
+    parser.add_argument("--mutant", help=argparse.SUPPRESS)  # cosmic-ray's test command (run_mutant)
     args = parser.parse_args()
+    if args.mutant:
+        return run_mutant(args.mutant)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     total_survived = 0
@@ -182,6 +241,8 @@ def main() -> int:
                 print(
                     f"  survived: {m['operator_name']} line {m['start_pos'][0]} occurrence {m['occurrence']}"
                 )
+            if "survives untested" in (result.get("output") or ""):
+                print("    (no test of the selection runs it)")
             print("    " + (result.get("diff") or "").replace("\n", "\n    "))
         total_survived += len(r["survived"])
     return 1 if total_survived else 0

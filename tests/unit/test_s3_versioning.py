@@ -5,6 +5,8 @@ The round end to end on a versioned bucket: tests/e2e/test_s3_e2e.py."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from s3kit import KEY, REGION, SECRET, client, moto_server, versions
 
@@ -115,6 +117,29 @@ def test_purge_deletes_the_old_versions_of_the_partitions_segment_objects_only(s
         assert [v for v in after if v["Key"] == key] == [v for v in before if v["Key"] == key], key
     assert count == len(before) - len(after) == 5  # segment, index, .deleted, .swap, intent
     assert size == len(b"segment") + len(b"old index") + len(b"old segment") + len(b"new") + len(b"{}")
+
+
+def test_a_purge_of_more_versions_than_one_request_takes_deletes_every_one(s3):
+    """Segments rewritten by many rounds: their noncurrent versions fill more than one listing page
+    and more than one `DeleteObjects` request (1000 keys each); none is left, the current stay."""
+    c, endpoint = s3
+    c.create_bucket(Bucket="many")
+    c.put_bucket_versioning(Bucket="many", VersioningConfiguration={"Status": "Enabled"})
+    keys = [f"logs/orders-0/{base:020d}.log" for base in range(0, 800, 100)]
+    rounds = 127  # per key: 8 x 126 = 1008 noncurrent versions
+
+    def rewrite(key: str) -> None:  # a key's versions one after another (moto orders them per key)
+        for i in range(rounds):
+            c.put_object(Bucket="many", Key=key, Body=b"x" * (i % 7))
+
+    with ThreadPoolExecutor(len(keys)) as pool:
+        list(pool.map(rewrite, keys))
+    current = sorted((key, c.head_object(Bucket="many", Key=key)["VersionId"]) for key in keys)
+    storage, path = Storage.for_uri(_uri(endpoint, "many"))
+    count, _ = storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
+    after, _ = versions(c, "many")
+    assert sorted((v["Key"], v["VersionId"]) for v in after) == current
+    assert count == len(keys) * (rounds - 1)
 
 
 def test_a_purge_interrupted_between_versions_and_markers_resurrects_nothing(s3, monkeypatch):
