@@ -1,6 +1,7 @@
 """A pytest plugin (`-p linemap`) that records which tests run each line of one module, with
 coverage.py's contexts: `MUTATION_TARGET` names the module's file, `MUTATION_LINEMAP` the JSON
-written at the end, `{"tests": [node ids in run order], "lines": {line: [indexes into tests]}}`.
+written at the end, `{"tests": [node ids in run order], "seconds": [each one's setup + call],
+"lines": {line: [indexes into tests]}}`.
 Lines run outside any test (at import) are under the index -1.
 
 run.py uses it to run, for a mutant, only the tests of the module's selection that execute the
@@ -20,11 +21,17 @@ _TARGET = os.path.abspath(os.environ["MUTATION_TARGET"])
 _cov = coverage.Coverage(data_file=None, include=[_TARGET], branch=False, config_file=False)
 _cov.start()
 _tests: list[str] = []
+_seconds: dict[str, float] = {}
 
 
 def pytest_runtest_setup(item) -> None:
     _tests.append(item.nodeid)
     _cov.switch_context(item.nodeid)
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when in ("setup", "call"):
+        _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_unconfigure(config) -> None:
@@ -38,4 +45,4 @@ def pytest_unconfigure(config) -> None:
         for line, contexts in data.contexts_by_lineno(path).items():
             lines[line] = sorted({index.get(c, -1) for c in contexts})
     with open(os.environ["MUTATION_LINEMAP"], "w") as f:
-        json.dump({"tests": _tests, "lines": lines}, f)
+        json.dump({"tests": _tests, "seconds": [_seconds.get(t, 0.0) for t in _tests], "lines": lines}, f)

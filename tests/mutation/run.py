@@ -7,8 +7,8 @@ For each module (default: all of MODULES) it copies the tracked files of the che
 directory (the checkout is never mutated) and runs the module's targeted test selection once under
 coverage.py (`linemap.py`: which tests run each line; the selection must pass). cosmic-ray then
 mutates the module there one mutant at a time, and each mutant runs the tests of the selection that
-execute the mutated lines (`-x`: the first failure kills the mutant; the whole selection for a line
-run at import). A mutant of a line no test runs survives without a test run, said in its output.
+execute the mutated lines, the quickest first (`-x`: the first failure kills the mutant; the whole
+selection for a line run at import). A mutant of a line no test runs survives without a test run, said in its output.
 It prints the score and every surviving mutant as a diff. The results go to
 `DIR/<module>.sqlite` (default `mutation-results/`), which `cr-report` reads too.
 
@@ -145,7 +145,10 @@ def run_mutant(module: str) -> int:
     if not chosen:
         print(f"no test of the selection runs line(s) {sorted(lines)}: survives untested", flush=True)
         return 0
-    tests = linemap["tests"] if -1 in chosen else [linemap["tests"][i] for i in sorted(chosen)]
+    if -1 in chosen:
+        chosen = set(range(len(linemap["tests"])))
+    # The quickest first: a killed mutant's run ends at its first failing test.
+    tests = [linemap["tests"][i] for i in sorted(chosen, key=lambda i: linemap["seconds"][i])]
     print(f"line(s) {sorted(lines)}: {len(tests)} test(s)", flush=True)
     return subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *tests]).returncode
 
