@@ -142,6 +142,22 @@ def test_a_purge_of_more_versions_than_one_request_takes_deletes_every_one(s3):
     assert count == len(keys) * (rounds - 1)
 
 
+def test_a_purge_the_bucket_refuses_fails_naming_the_object_and_the_reason(s3):
+    """An old version under an Object Lock legal hold cannot be deleted: the purge fails with the
+    object and the server's reason (not a silent success that leaves erased records stored)."""
+    c, endpoint = s3
+    c.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
+    key = f"logs/orders-0/{SEG}.log"
+    c.put_object(Bucket="locked", Key=key, Body=b"erased record", ObjectLockLegalHoldStatus="ON")
+    c.put_object(Bucket="locked", Key=key, Body=b"rewritten")
+    storage, path = Storage.for_uri(_uri(endpoint, "locked"))
+    with pytest.raises(OSError) as err:
+        storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
+    assert f"s3://locked/{key}" in str(err.value) and "AccessDenied" in str(err.value)
+    assert SECRET not in str(err.value)
+    assert c.get_object(Bucket="locked", Key=key)["Body"].read() == b"rewritten"
+
+
 def test_a_purge_interrupted_between_versions_and_markers_resurrects_nothing(s3, monkeypatch):
     """Versions are deleted before the markers over them: stopped in between, no old object is
     current again (an old `.swap` would be acted on by the next run's recovery)."""
