@@ -1,6 +1,7 @@
-"""Versioned S3 buckets against moto's S3 server (no Spark): the checks before a round (a WARN, and
-an erasing pass refused unless it purges) and `--purge-noncurrent-versions`' deletion of the old
-versions of a partition's segment objects, and of nothing else; `s3a://` read as `s3://`.
+"""S3 against moto's S3 server (no Spark): renames and deletes that leave no directory marker;
+versioned buckets: the checks before a round (a WARN, and an erasing pass refused unless it
+purges) and `--purge-noncurrent-versions`' deletion of the old versions of a partition's segment
+objects, and of nothing else; `s3a://` read as `s3://`.
 The round end to end on a versioned bucket: tests/e2e/test_s3_e2e.py."""
 
 from __future__ import annotations
@@ -42,6 +43,28 @@ def _bucket(s3, name: str, status: str | None) -> None:
 
 def _opts(uri: str, **kw) -> JobOptions:
     return JobOptions(log_dirs=[uri], **kw)
+
+
+def test_renames_and_deletes_leave_exactly_the_log_dirs_objects(s3):
+    """A swap's renames (copy + delete) and removals on S3 leave the partition's objects and no
+    0-byte `dir/` marker object (which `aws s3 sync` would download as a file); deleting a missing
+    object is an error unless the caller allows it."""
+    c, endpoint = s3
+    _bucket(s3, "swap", None)
+    part = "logs/orders-0"
+    c.put_object(Bucket="swap", Key=f"{part}/{SEG}.log.cleaned", Body=b"cleaned")
+    c.put_object(Bucket="swap", Key="logs/orders-9/old.log.deleted", Body=b"old")
+    storage, path = Storage.for_uri(_uri(endpoint, "swap"))
+    storage.rename(f"{path}/orders-0/{SEG}.log", f"{path}/orders-0/{SEG}.log.deleted")
+    storage.rename(f"{path}/orders-0/{SEG}.log.cleaned", f"{path}/orders-0/{SEG}.log")
+    storage.delete(f"{path}/orders-0/{SEG}.log.deleted")
+    storage.delete(f"{path}/orders-9/old.log.deleted")  # the last object under its prefix
+    with pytest.raises(FileNotFoundError):
+        storage.delete(f"{path}/orders-0/{SEG}.log.deleted")
+    storage.delete(f"{path}/orders-0/{SEG}.log.deleted", missing_ok=True)
+    listed = c.list_objects_v2(Bucket="swap").get("Contents", [])
+    assert sorted(o["Key"] for o in listed) == ["logs/cleaner-offset-checkpoint", f"{part}/{SEG}.log"]
+    assert c.get_object(Bucket="swap", Key=f"{part}/{SEG}.log")["Body"].read() == b"cleaned"
 
 
 @pytest.mark.parametrize("status", ["Enabled", "Suspended"])
