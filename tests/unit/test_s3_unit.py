@@ -27,6 +27,11 @@ from compaction.runtime.storage import Storage
             "s3://bucket/logs?access_key=***&secret_key=***&session_token=***&scheme=http",
         ),
         ("s3://bucket/logs", "s3://bucket/logs"),
+        # every option shown as given, an empty one too (it is what the run used)
+        (
+            "s3://bucket/logs?region=&session_token=&scheme=http",
+            "s3://bucket/logs?region=&session_token=***&scheme=http",
+        ),
         ("/data/kafka-logs", "/data/kafka-logs"),
         ("hdfs://user@namenode:8020/logs", "hdfs://***@namenode:8020/logs"),
     ],
