@@ -80,3 +80,57 @@ def versions(s3, bucket: str) -> tuple[list[dict], list[dict]]:
         vs += page.get("Versions", [])
         ms += page.get("DeleteMarkers", [])
     return vs, ms
+
+
+@contextlib.contextmanager
+def throttling(endpoint: str, replies: int):
+    """Yields the endpoint of a proxy on 127.0.0.1 that answers the first `replies` requests with
+    S3's `503 SlowDown` (a store shedding load) and forwards every other one to `endpoint`."""
+    import http.client
+    import http.server
+    import threading
+
+    target = endpoint.removeprefix("http://")
+    left = [replies]
+    lock = threading.Lock()
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with lock:
+                throttle, left[0] = left[0] > 0, left[0] - 1
+            if throttle:
+                reply = (
+                    b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                )
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
+            conn = http.client.HTTPConnection(target, timeout=60)
+            conn.request(self.command, self.path, body, dict(self.headers))
+            answer = conn.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for k, v in answer.getheaders():
+                if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", left
+    finally:
+        server.shutdown()
+        server.server_close()

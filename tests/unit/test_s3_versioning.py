@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from s3kit import KEY, REGION, SECRET, client, moto_server, versions
+from s3kit import KEY, REGION, SECRET, client, moto_server, throttling, versions
 
 from compaction.cli.options import JobOptions
 from compaction.cli.preflight import check_round, check_versioning
@@ -65,6 +65,23 @@ def test_renames_and_deletes_leave_exactly_the_log_dirs_objects(s3):
     listed = c.list_objects_v2(Bucket="swap").get("Contents", [])
     assert sorted(o["Key"] for o in listed) == ["logs/cleaner-offset-checkpoint", f"{part}/{SEG}.log"]
     assert c.get_object(Bucket="swap", Key=f"{part}/{SEG}.log")["Body"].read() == b"cleaned"
+
+
+def test_a_delete_goes_through_a_store_that_sheds_load_three_times(s3):
+    """S3 answers `503 SlowDown` when it sheds load: the removal of a replaced segment retries 3 times
+    (as pyarrow does for its own requests) instead of failing the round's commit."""
+    c, endpoint = s3
+    _bucket(s3, "busy", None)
+    key = f"logs/orders-0/{SEG}.log.deleted"
+    c.put_object(Bucket="busy", Key=key, Body=b"replaced")
+    with throttling(f"http://{endpoint}", 0) as (proxy, left):
+        storage, _ = Storage.for_uri(_uri(proxy.removeprefix("http://"), "busy"))
+        deleter = storage._s3_deleter()  # built before the store turns busy
+        left[0] = 3
+        deleter.delete(f"busy/{key}")
+        assert left[0] < 0  # every refusal was met
+    listed = c.list_objects_v2(Bucket="busy", Prefix="logs/orders-0/")["Contents"]
+    assert [o["Key"] for o in listed] == [f"logs/orders-0/{SEG}.log"]
 
 
 @pytest.mark.parametrize("status", ["Enabled", "Suspended"])
