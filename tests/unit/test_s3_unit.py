@@ -33,6 +33,7 @@ from compaction.runtime.storage import Storage
             "s3://bucket/logs?region=&session_token=***&scheme=http",
         ),
         ("/data/kafka-logs", "/data/kafka-logs"),
+        ("s3://AKIA:s3cret@[bucket/logs", "s3://***@[bucket/logs"),  # a typo urlsplit refuses
         ("hdfs://user@namenode:8020/logs", "hdfs://***@namenode:8020/logs"),
     ],
 )
