@@ -84,6 +84,20 @@ def test_deleter_takes_the_filesystems_settings():
     assert (creds.access_key, creds.secret_key) == ("AKIA", "s3cret")
 
 
+def test_the_deleter_of_an_aws_bucket_talks_to_the_buckets_region():
+    """No endpoint override (AWS itself): the deletes go to the region's S3 endpoint."""
+    fs = pafs.S3FileSystem(access_key="AKIA", secret_key="s3cret", region="eu-west-1")
+    assert ObjectDeleter(fs)._client.meta.endpoint_url == "https://s3.eu-west-1.amazonaws.com"
+
+
+@pytest.mark.parametrize("scheme", ["s3a", "s3n", "S3A"])
+def test_hadoop_schemes_keep_the_uris_credentials_and_path(scheme):
+    storage, path = Storage.for_uri(f"{scheme}://AKIA:s3cret@bucket/logs?region=eu-west-1")
+    assert (storage.is_s3, path) == (True, "bucket/logs")
+    creds = storage._s3_deleter()._client._request_signer._credentials
+    assert (creds.access_key, creds.secret_key) == ("AKIA", "s3cret")
+
+
 def test_dump_prints_uris_without_credentials(tmp_path):
     import io
 

@@ -112,6 +112,12 @@ def test_an_unversioned_bucket_says_nothing(s3):
     assert check_round(_opts(_uri(s3[1], "unversioned"), erase_keys="keys.txt")) == []
 
 
+def test_a_bucket_whose_versioning_cannot_be_read_is_an_os_error_naming_it(s3):
+    storage, path = Storage.for_uri(_uri(s3[1], "no-such-bucket"))
+    with pytest.raises(OSError, match=r"cannot read the versioning of bucket no-such-bucket: .*NoSuchBucket"):
+        storage.bucket_versioning(path)
+
+
 def test_purging_without_a_log_dir_on_s3_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="no --log-dir is on S3"):
         check_versioning(_opts(str(tmp_path), purge_noncurrent_versions=True))
