@@ -85,9 +85,13 @@ def test_deleter_takes_the_filesystems_settings():
 
 
 def test_the_deleter_of_an_aws_bucket_talks_to_the_buckets_region():
-    """No endpoint override (AWS itself): the deletes go to the region's S3 endpoint."""
-    fs = pafs.S3FileSystem(access_key="AKIA", secret_key="s3cret", region="eu-west-1")
-    assert ObjectDeleter(fs)._client.meta.endpoint_url == "https://s3.eu-west-1.amazonaws.com"
+    """No endpoint override (AWS itself): the deletes go to the region's S3 endpoint, signed with
+    the temporary credentials (an assumed role's session token) the filesystem has."""
+    fs = pafs.S3FileSystem(access_key="ASIA", secret_key="s3cret", session_token="tok", region="eu-west-1")
+    client = ObjectDeleter(fs)._client
+    assert client.meta.endpoint_url == "https://s3.eu-west-1.amazonaws.com"
+    creds = client._request_signer._credentials
+    assert (creds.access_key, creds.secret_key, creds.token) == ("ASIA", "s3cret", "tok")
 
 
 @pytest.mark.parametrize("scheme", ["s3a", "s3n", "S3A"])
