@@ -102,6 +102,17 @@ def test_hadoop_schemes_keep_the_uris_credentials_and_path(scheme):
     assert (creds.access_key, creds.secret_key) == ("AKIA", "s3cret")
 
 
+def test_a_store_that_cannot_be_reached_is_an_os_error_naming_the_bucket():
+    storage, path = Storage.for_uri(
+        "s3://AKIA:s3cret@bucket/logs?region=us-east-1&endpoint_override=127.0.0.1:1&scheme=http"
+    )  # nothing listens on port 1
+    with pytest.raises(
+        OSError, match="cannot read the versioning of bucket bucket: Could not connect"
+    ) as err:
+        storage.bucket_versioning(path)
+    assert "s3cret" not in str(err.value)
+
+
 def test_dump_prints_uris_without_credentials(tmp_path):
     import io
 
