@@ -15,13 +15,13 @@ import sys
 import time
 
 from compaction.cli import logs, report_html
-from compaction.cli.options import JobOptions, parse_args
+from compaction.cli.options import parse_args
 from compaction.cli.preflight import check_round
 from compaction.cli.progress import Reporter
 from compaction.errors import CheckpointError, CompactionError
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
-from compaction.settings import Settings
+from compaction.settings import JobOptions, Settings
 from compaction.spark.failure import one_line
 from compaction.spark.jobs import scan_and_rewrite
 from compaction.spark.session import SparkStarter

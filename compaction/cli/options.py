@@ -15,10 +15,9 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 
 from compaction import __version__
-from compaction.cli.erase_keys import KEY_FILE_FORMAT
+from compaction.format.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
@@ -31,8 +30,13 @@ from compaction.policy.broker_config import (
 )
 from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
 from compaction.policy.topic_config import excerpt
-from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
-from compaction.settings import MAX_INFLATED_BATCH_BYTES
+from compaction.settings import (
+    DIRECT_MIN_BYTES,
+    MAX_INFLATED_BATCH_BYTES,
+    READ_MODES,
+    WRITE_MODES,
+    JobOptions,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -110,53 +114,6 @@ KAFKA_FLAGS = (
     ("--max-message-bytes", "max.message.bytes", config_size, 1_048_588),
     ("--cleanup-policy", "cleanup.policy", str, "compact"),
 )
-
-
-@dataclass
-class JobOptions:
-    log_dirs: list[str]
-    topics: str | None = None
-    now_ms: int = 0
-    now_ms_given: bool = False  # --now-ms given (else now_ms is the wall clock)
-    dry_run: bool = False
-    plan_only: bool = False
-    recover_only: bool = False
-    report: str | None = None
-    report_html: str | None = None
-    ignore_broker_lock: bool = False
-    master: str | None = None
-    kafka_config: dict[str, object] = field(default_factory=dict)
-    topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
-    tasks_per_core: int = 2
-    read_mode: str = "buffered"
-    write_mode: str = "direct"
-    # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
-    # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
-    broker_config: dict[str, object] = field(default_factory=dict)
-    io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
-    log_format: str = "text"
-    metrics_file: str | None = None
-    erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
-    erase_only: bool = False  # erase, without the round's compaction decisions
-    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
-    # --output-dir (compaction/archive.py): the compacted copy's log dir; the log dirs are then only read.
-    output_dir: str | None = None
-    as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
-    as_of_offsets: dict[str, int] = field(default_factory=dict)  # --as-of-offset: "topic:partition" -> offset
-    purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
-    partitions: tuple[str, ...] | None = None  # --partitions: `<topic>-<n>` names, with --topics' match
-    allow_empty: bool = False  # a selection of no partition is not a usage error
-    metrics_name: str | None = None  # the `round` label of --metrics-file's series (default: the log dirs)
-
-    def wants(self, topic: str, partition: int) -> bool:
-        """Whether the selection (--topics and --partitions) takes the partition."""
-        if self.topics is not None and not re.fullmatch(self.topics, topic):
-            return False
-        return self.partitions is None or f"{topic}-{partition}" in self.partitions
-
-    def config_for(self, topic: str) -> dict[str, object]:
-        """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
-        return {**self.broker_config, **self.kafka_config, **self.topic_config.get(topic, {})}
 
 
 # --- usage errors: one line, exit 2 ---------------------------------------------------------------

@@ -50,6 +50,7 @@ import pyarrow.fs as pafs
 
 from compaction.errors import CompactionError
 from compaction.runtime.storage import Storage
+from compaction.settings import PEER_WAIT_SECONDS
 
 INDEX_LENGTH = struct.Struct("<Q")  # the trailer: length of the index stream
 _INDEX = pa.schema(
@@ -69,10 +70,6 @@ POLL_LOCAL_SECONDS, POLL_REMOTE_SECONDS = 0.002, 0.05
 # How often a running task rewrites its heartbeat file, and how often a waiting task looks at
 # its peer's (an object store answers one request each).
 HEARTBEAT_SECONDS = 1.0
-# A task that waits gives up on a peer whose heart has not beaten for this long: long enough for a
-# kernel call that holds the GIL (the heartbeat thread needs it) and for a retried task's new
-# executor to start; short against a round that would otherwise never end.
-PEER_WAIT_SECONDS = 60.0
 
 
 class ExchangeError(CompactionError):

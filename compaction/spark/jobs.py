@@ -11,10 +11,9 @@ import logging
 import re
 import time
 
-from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
 from compaction.runtime.task_progress import ProgressDir
-from compaction.settings import Settings
+from compaction.settings import JobOptions, Settings
 from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
 from compaction.steps import report as rpt

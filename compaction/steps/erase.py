@@ -1,4 +1,4 @@
-"""Erasing keys (`--erase-keys FILE`, the file format in erase_keys.py): the listed keys in their
+"""Erasing keys (`--erase-keys FILE`, the file format in format/erase_keys.py): the listed keys in their
 compact shipped form, and the map that makes the rewrite drop every record of a listed key.
 
 How erasing decides: a record whose key is listed gets the offset-map answer `ERASED` (no offset
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from compaction.cli.erase_keys import parse_key_file, read_key_file
+from compaction.format.erase_keys import parse_key_file, read_key_file
 from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
 from compaction.kernels.keyindex import KeyIndex, max_by_key
@@ -94,7 +94,7 @@ _LOADED: dict[str, EraseSet] = {}
 
 
 def load_erase_set(uri: str) -> EraseSet:
-    """The key file at `uri` (erase_keys.py), in its shipped form."""
+    """The key file at `uri` (format/erase_keys.py), in its shipped form."""
     from compaction.runtime.s3 import redact_uri
 
     shown = redact_uri(uri)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from compaction.cli.options import JobOptions
 from compaction.errors import CompactionError
 from compaction.format.txnindex import read_txn_index
 from compaction.policy.plan import (
@@ -28,6 +27,7 @@ from compaction.policy.plan import (
 from compaction.policy.topic_config import LONG_MAX, TopicConfig, resolve_topic_config
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
+from compaction.settings import JobOptions
 from compaction.steps import report as rpt
 from compaction.steps.discover import (
     LogDirState,

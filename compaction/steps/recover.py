@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.cli.options import JobOptions
 from compaction.format import naming
 from compaction.kernels.scan import scan_batches
 from compaction.runtime.storage import KAFKA_LOCK_FILE, Storage, acquire_run_lock, ensure_kafka_not_running
+from compaction.settings import JobOptions
 from compaction.steps.commit import CLEANED, DELETED, INTENT_FILE, SWAP, file_names, finish_swap
 from compaction.steps.discover import LogDirState, read_log_dir, relist_partition
 

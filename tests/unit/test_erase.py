@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from reference_map import KeyLookup
 from test_rewrite_unit import Log, batches_of, one, rec
 
-from compaction.cli.erase_keys import KeyFileError, parse_key_file, parse_line
+from compaction.format.erase_keys import KeyFileError, parse_key_file, parse_line
 from compaction.cli.options import check_options, parse_unchecked
 from compaction.errors import UsageError
 from compaction.steps.erase import (
