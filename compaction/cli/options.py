@@ -17,8 +17,8 @@ import sys
 import time
 
 from compaction import __version__
-from compaction.format.erase_keys import KEY_FILE_FORMAT
 from compaction.errors import UsageError
+from compaction.format.erase_keys import KEY_FILE_FORMAT
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
     IO_MAX_BYTES_PER_SECOND,

@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.layout import MAGIC_V2, RECORD_BATCH_OVERHEAD
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.rebuild_headers import (
     HEADER_DTYPE,
     header_for,
@@ -65,7 +66,6 @@ from compaction.kernels.rebuild_kernels import (
 from compaction.kernels.rebuild_reference import rebuild_records_py
 from compaction.kernels.scan import SegmentScan
 from compaction.kernels.scan_columns import ERR_OK
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 __all__ = [
     "ERR_LAYOUT",

@@ -23,6 +23,7 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
 )
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
 from compaction.kernels.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
@@ -38,7 +39,6 @@ from compaction.kernels.scan_columns import (
     _walk_inputs,
 )
 from compaction.kernels.scan_kernels import _walk_kernel
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache

@@ -54,8 +54,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from compaction.kernels.buffers import ALIGN, POOL
 from compaction.runtime import durability, task_progress, throttle
-from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
 from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from compaction.format.erase_keys import parse_key_file, read_key_file
 from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
+from compaction.format.erase_keys import parse_key_file, read_key_file
 from compaction.kernels.keyindex import KeyIndex, max_by_key
 
 ERASED = np.iinfo(np.int64).max  # the map's answer for a listed key: no record offset reaches it

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from reference_map import KeyLookup
 from test_rewrite_unit import Log, batches_of, one, rec
 
-from compaction.format.erase_keys import KeyFileError, parse_key_file, parse_line
 from compaction.cli.options import check_options, parse_unchecked
 from compaction.errors import UsageError
+from compaction.format.erase_keys import KeyFileError, parse_key_file, parse_line
 from compaction.steps.erase import (
     ERASED,
     build_erase_set,

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
+from compaction.kernels.buffers import ALIGN, BufferPool
 from compaction.runtime import segment_io
-from compaction.runtime.buffers import ALIGN, BufferPool
 from compaction.runtime.segment_io import ReadAhead, SegmentWriter, read_segment_bytes
 from compaction.runtime.storage import Storage
 
