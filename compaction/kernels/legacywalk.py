@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.errors import CorruptRecordError
-from compaction.format.crc import crc32_at, crc32c_at
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
     CRC_COVERED_FROM,
@@ -49,6 +48,7 @@ from compaction.format.layout import (
     RECORD_OVERHEAD_V1,
     SIZE_OFFSET,
 )
+from compaction.kernels.crc import crc32_at, crc32c_at
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import prefetch_ahead

@@ -28,7 +28,6 @@ import numpy as np
 
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
-from compaction.format.crc import crc32c_at
 from compaction.format.layout import (
     ATTRIBUTE_FLAGS_OFFSET,
     BASE_TIMESTAMP_OFFSET,
@@ -49,6 +48,7 @@ from compaction.format.layout import (
     TIMESTAMP_TYPE_MASK,
 )
 from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
+from compaction.kernels.crc import crc32c_at
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes, memcpy_at, put_be32, put_be64

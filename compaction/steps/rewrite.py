@@ -27,8 +27,8 @@ import numpy as np
 
 from compaction.errors import DiskFullError
 from compaction.format import batch as fb
-from compaction.format.index_build import build_indexes
 from compaction.format.txnindex import AbortedTxn, write_txn_index
+from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import (
     COPY,

@@ -26,10 +26,10 @@ from typing import NamedTuple
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.batch import BatchHeader
-from compaction.format.index_build import rebuild_indexes_from_log
 from compaction.format.layout import LEGACY_TIMESTAMP_OFFSET, MAGIC_OFFSET, MAGIC_V1, MAGIC_V2
 from compaction.format.segment import SegmentReader
 from compaction.format.txnindex import read_txn_index, write_txn_index
+from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.policy.cut import Cut, cut_log
 from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage

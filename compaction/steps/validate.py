@@ -20,9 +20,9 @@ from compaction.errors import CompactionError, IndexCorruptError, LogStructureEr
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, sanity_check_offset_index, sanity_check_time_index
-from compaction.format.index_build import build_indexes
 from compaction.format.layout import OFFSET_ENTRY_SIZE, RECORD_BATCH_OVERHEAD, TIME_ENTRY_SIZE
 from compaction.format.txnindex import sanity_check_txn_index
+from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.runtime.storage import Storage

@@ -11,7 +11,7 @@ from faultkit import small_partition
 
 from compaction.cli.options import parse_args
 from compaction.errors import CrcMismatchError, IndexCorruptError
-from compaction.format.index_build import rebuild_indexes_from_log
+from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.steps import plan_round
 from compaction.steps.discover import read_log_dir
 from compaction.steps.validate import PartitionInvalid, rebuild_missing_index, validate_partition
