@@ -31,6 +31,7 @@ import time
 from compaction.errors import CompactionError, UsageError, error_text
 from compaction.format import checkpoint as ckpt
 from compaction.round import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED
+from compaction.runtime import checkpoint_files
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock
 from compaction.steps import report as rpt
@@ -151,7 +152,9 @@ def _run(
         results += [rpt.PartitionResult(**e) for e in inner["partitions"]]
         timings.update(inner["timings"])
     source_of = {p.key: d.uri for d, p in todo}
-    cleaner = ckpt.read_checkpoint(st, f"{st_root}/{ckpt.CLEANER_OFFSET_CHECKPOINT}") if staged else {}
+    cleaner = (
+        checkpoint_files.read_checkpoint(st, f"{st_root}/{ckpt.CLEANER_OFFSET_CHECKPOINT}") if staged else {}
+    )
     outputs: dict[tuple[str, int], str] = {}
     for r in results:
         key = (r.topic, r.partition)
@@ -305,7 +308,7 @@ def _write_log_dir_files(dirs: list[LogDirState], out: Storage, out_root: str) -
         },
     }
     for name, entries in files.items():
-        ckpt.write_checkpoint(out, f"{out_root}/{name}", entries)
+        checkpoint_files.write_checkpoint(out, f"{out_root}/{name}", entries)
     if out.exists(f"{out_root}/{META_PROPERTIES}"):
         return
     for d in dirs:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compaction.format import naming
-from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.runtime.checkpoint_files import read_checkpoint, write_checkpoint
 from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage
 from compaction.steps import report as rpt

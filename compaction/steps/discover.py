@@ -37,6 +37,7 @@ from compaction.format.layout import (
 from compaction.kernels.scan import scan_batches
 from compaction.kernels.scan_reference import scan_batches_py
 from compaction.policy.plan import SegmentMeta
+from compaction.runtime.checkpoint_files import read_checkpoint
 from compaction.runtime.storage import Storage
 from compaction.settings import default_discovery_threads
 
@@ -238,9 +239,9 @@ def _read_log_dir(uri: str, topics: str | None, partitions: tuple[str, ...] | No
         storage=storage,
         path=root,
         partitions=partitions,
-        cleaner_checkpoint=ckpt.read_checkpoint(storage, f"{root}/{CLEANER_CHECKPOINT}"),
-        log_start_offsets=ckpt.read_checkpoint(storage, f"{root}/{LOG_START_CHECKPOINT}"),
-        high_watermarks=ckpt.read_checkpoint(storage, f"{root}/{REPLICATION_CHECKPOINT}"),
+        cleaner_checkpoint=read_checkpoint(storage, f"{root}/{CLEANER_CHECKPOINT}"),
+        log_start_offsets=read_checkpoint(storage, f"{root}/{LOG_START_CHECKPOINT}"),
+        high_watermarks=read_checkpoint(storage, f"{root}/{REPLICATION_CHECKPOINT}"),
     )
 
 

@@ -22,7 +22,7 @@ from faultkit import assert_loads, batch, small_partition, write_partition
 from groupkit import generate, specs_for
 from powerloss import Model, ObjectStoreRecording, RecordingStorage, count, lay_out, snapshot
 
-from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.runtime.checkpoint_files import read_checkpoint, write_checkpoint
 from compaction.runtime.storage import Storage
 from compaction.spark.stages import compact_partition
 from compaction.steps import report as rpt
