@@ -28,9 +28,8 @@ import json
 import logging
 import time
 
-from compaction.errors import CompactionError, UsageError, error_text
+from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED, CompactionError, UsageError, error_text
 from compaction.format import checkpoint as ckpt
-from compaction.round import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED
 from compaction.runtime import checkpoint_files
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock

@@ -7,6 +7,12 @@ run report can tell an operator exactly where a partition is damaged.
 
 from __future__ import annotations
 
+# A run's exit codes (`round.main`): every partition done; some partition failed; a usage error,
+# a held lock or a malformed checkpoint, nothing written; 75 (sysexits' EX_TEMPFAIL, "try again
+# later"): the round itself failed. 75 is not one of Spark's own exit codes (0-3, 10-17, 50-58,
+# 101, 124, 127), nor Python's (1) or a signal's (128+).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ROUND_FAILED = 0, 1, 2, 75
+
 
 class CompactionError(Exception):
     """Base of every error this package raises on purpose."""

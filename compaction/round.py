@@ -14,11 +14,19 @@ import socket
 import sys
 import time
 
+from compaction import archive
 from compaction.cli import logs, report_html
 from compaction.cli.options import parse_args
 from compaction.cli.preflight import check_round
 from compaction.cli.progress import Reporter
-from compaction.errors import CheckpointError, CompactionError
+from compaction.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_ROUND_FAILED,
+    EXIT_USAGE,
+    CheckpointError,
+    CompactionError,
+)
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
 from compaction.settings import JobOptions, Settings
@@ -37,10 +45,6 @@ from compaction.steps.outcome import dry_outcome
 from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, selected, to_clean
 from compaction.steps.recover import lock_log_dirs, recover
 
-# 75 (sysexits' EX_TEMPFAIL, "try again later"): the round itself failed. Not one of Spark's
-# own exit codes (0-3, 10-17, 50-58, 101, 124, 127), nor Python's (1) or a signal's (128+).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ROUND_FAILED = 0, 1, 2, 75
-
 log = logging.getLogger("compaction")
 
 
@@ -55,9 +59,7 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     use_threads(settings.threads)
     progress = progress or Reporter(interval=settings.progress_seconds)
     if opts.output_dir:
-        check_round(opts)
-        from compaction import archive  # a copy elsewhere: the sources only read (archive.py)
-
+        check_round(opts)  # a copy elsewhere, the sources only read (archive.py)
         return archive.run(opts, progress, run, settings.archive_copy_threads)
     for warning in check_round(opts):  # a usage error (not a log dir, no report dir) before any lock or write
         log.warning(warning)

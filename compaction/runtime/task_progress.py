@@ -158,17 +158,15 @@ def _within(dir_uri: str, name: str) -> str:
 
 
 @contextmanager
-def reporting(uri: str | None):
+def reporting(uri: str | None, name: str | None = None):
     """Around one task's work: its figures (this process's counts since it started) written to the
-    progress directory `uri` every BEAT_SECONDS and once more, `finished`, when it ends. Nothing
-    without a directory (a task run outside a round)."""
+    progress directory `uri` every BEAT_SECONDS and once more, `finished`, when it ends, as
+    `name` (`<stage>-<partition>`: a retried attempt replaces its predecessor's file; by default
+    this thread's). Nothing without a directory (a task run outside a round)."""
     if not uri:
         yield
         return
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    name = f"{ctx.stageId()}-{ctx.partitionId()}" if ctx is not None else f"task-{threading.get_ident()}"
+    name = name or f"task-{threading.get_ident()}"
     pdir, start, stop = ProgressDir(uri), counts(), threading.Event()
 
     def figures(finished: bool, beat: int) -> dict:

@@ -15,6 +15,7 @@ import functools
 import time
 from collections.abc import Iterator
 
+from pyspark import TaskContext
 from pyspark.sql import types as T
 
 from compaction.errors import error_text
@@ -56,6 +57,12 @@ def task_slots(sc) -> int:
     except Exception:
         n = 0
     return max(1, n or sc.defaultParallelism)
+
+
+def _task_name() -> str | None:
+    """`<stage>-<partition>` of the running Spark task: its progress file's name."""
+    ctx = TaskContext.get()
+    return f"{ctx.stageId()}-{ctx.partitionId()}" if ctx is not None else None
 
 
 def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: str | None = None):
