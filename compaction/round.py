@@ -15,7 +15,7 @@ import sys
 import time
 
 from compaction import archive
-from compaction.cli import logs, report_html
+from compaction.cli import logs, metrics, report_html
 from compaction.cli.options import parse_args
 from compaction.cli.preflight import check_round
 from compaction.cli.progress import Reporter
@@ -301,8 +301,6 @@ def _write_outputs(opts: JobOptions, report: dict, code: int) -> None:
     print(rpt.reclaim_table(report), flush=True)
     logs.log_totals(report["totals"], report["timings"].get("totalSeconds"), logs.mode_of(report["args"]))
     if opts.metrics_file:
-        from compaction.cli import metrics
-
         metrics.write(opts.metrics_file, report, code, time.time())
     if report["failure"]:
         logs.log_round_failure(report["failure"], report["totals"])

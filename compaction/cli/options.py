@@ -19,9 +19,11 @@ import time
 from compaction import __version__
 from compaction.errors import UsageError
 from compaction.format.erase_keys import KEY_FILE_FORMAT
+from compaction.format.naming import parse_partition_dir_name
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
     IO_MAX_BYTES_PER_SECOND,
+    TOPIC_CONFIGS,
     ConfigError,
     check_topic_config,
     checked_value,
@@ -29,7 +31,7 @@ from compaction.policy.broker_config import (
     split_job_config,
 )
 from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
-from compaction.policy.topic_config import excerpt
+from compaction.policy.topic_config import excerpt, resolve_topic_config
 from compaction.settings import (
     DIRECT_MIN_BYTES,
     MAX_INFLATED_BATCH_BYTES,
@@ -90,8 +92,6 @@ def byte_rate(text: str) -> float:
 def partition_names(text: str) -> tuple[str, ...]:
     """`orders-3,orders-7` -> ('orders-3', 'orders-7'): partition dir names, as Kafka's tools print
     them."""
-    from compaction.format.naming import parse_partition_dir_name
-
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if parse_partition_dir_name(n) is None]
     if bad or not names:
@@ -599,8 +599,6 @@ def parse_topic_properties(
     (longest first). A line whose whole key is a broker-level name (`log.segment.bytes=...`) is a
     broker default; a topic literally named `log` is then written in the JSON form.
     """
-    from compaction.policy.broker_config import TOPIC_CONFIGS
-
     names = sorted(TOPIC_CONFIGS, key=len, reverse=True)
     broker_entries: dict[str, object] = {}
     out: dict[str, dict[str, object]] = {}
@@ -625,8 +623,6 @@ def parse_topic_properties(
 def _check_values(opts: JobOptions) -> None:
     """Resolve every configured topic (and the job-wide defaults) once, so a bad value is a usage
     error now, not a failure after Spark started."""
-    from compaction.policy.topic_config import resolve_topic_config
-
     for topic in [None, *opts.topic_config]:
         try:
             resolve_topic_config(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format.batch_build import encode_record
 from compaction.format.layout import LOG_APPEND_TIME
+from compaction.format.varint import read_varint, read_varlong
 from compaction.kernels.rebuild_kernels import ERR_LAYOUT, NEEDS_FALLBACK, SRC_FILE, RebuildError, _u8
 from compaction.kernels.scan_columns import ERR_RECORD_SIZE
 
@@ -80,9 +82,6 @@ def rebuild_records_py(
 
 def _py_record(view, pos: int, base_ts: int) -> tuple[fb.Record, int, bool, int]:
     """(Record with offset = offsetDelta, key position, header keys valid UTF-8, next position)."""
-    from compaction.errors import CorruptRecordError
-    from compaction.format.varint import read_varint, read_varlong
-
     length, p = read_varint(view, pos)
     body_end = p + length
     if length < 0 or body_end > len(view):

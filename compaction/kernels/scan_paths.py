@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError, UnsupportedCodecError
+from compaction.format.compression import inflate
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
     MAGIC_V0,
@@ -23,6 +24,7 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
 )
+from compaction.format.legacy import LegacyBatch
 from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
@@ -280,7 +282,6 @@ def _walk_compressed(
     if not len(idx):
         walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
         return _empty_records(), _NO_BYTES, walk.keys()
-    from compaction.format.compression import inflate
 
     side_chunks = []
     mv = memoryview(file)
@@ -388,7 +389,6 @@ def _walk_wrappers(
     Returns (columns, side, keys or None); errors raise in file order."""
     if not len(idx):
         return _empty_records(), _NO_BYTES, _LegacyWalk(_NO_BYTES, idx, idx, idx, hashing=hashing).keys()
-    from compaction.format.compression import inflate
 
     outer = _LegacyWalk(file, idx, batches.position[idx], batches.position[idx] + batches.size[idx])
     outer.advance(len(idx))
@@ -489,8 +489,6 @@ def _walk_inner(
 def _raise_legacy_error(file, batches: BatchColumns, i: int, path: str, code: int) -> None:
     """The typed error `legacy.LegacyBatch` raises for entry i (the reader Kafka's rules were
     written down in), which the kernel found malformed; the kernel's own verdict otherwise."""
-    from compaction.format.legacy import LegacyBatch
-
     pos, size = int(batches.position[i]), int(batches.size[i])
     LegacyBatch(memoryview(file)[pos : pos + size], pos, path).records()
     raise CorruptRecordError(

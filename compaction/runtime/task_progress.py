@@ -29,6 +29,9 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from compaction.runtime.storage import Storage
+from compaction.settings import beside
+
 PREFIX = ".kafka-compaction-progress-"
 # How often a running task rewrites its progress file: the driver's line and bar are as fresh as
 # this (an object store pays one small PUT per task per beat).
@@ -73,8 +76,6 @@ class ProgressDir:
     def create(cls, configured: str | None, local_master: bool, log_dir: str) -> ProgressDir:
         """A new directory where the exchange directory of the ranges stage would go (see the
         module docstring)."""
-        from compaction.settings import beside
-
         name = PREFIX + uuid.uuid4().hex[:12]
         if configured:
             uri = _within(configured, name)
@@ -82,7 +83,7 @@ class ProgressDir:
             uri = tempfile.mkdtemp(prefix=PREFIX)
         else:
             uri = beside(log_dir, name)
-        storage, root = storage_for(uri)
+        storage, root = Storage.for_uri(uri)
         if storage.is_local:
             os.makedirs(root, exist_ok=True)
         return cls(uri)
@@ -105,7 +106,7 @@ class ProgressDir:
         self.remove()
 
     def _storage(self):
-        return storage_for(self.uri)
+        return Storage.for_uri(self.uri)
 
     def write(self, name: str, figures: dict) -> None:
         storage, root = self._storage()
@@ -141,12 +142,6 @@ class ProgressDir:
             sums["tasks"] += 1
             sums["running"] += not figures.get("finished")
         return Totals(**sums)
-
-
-def storage_for(uri: str):  # pyarrow is imported only where a directory is used
-    from compaction.runtime.storage import Storage
-
-    return Storage.for_uri(uri)
 
 
 def _within(dir_uri: str, name: str) -> str:

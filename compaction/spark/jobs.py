@@ -12,6 +12,7 @@ import re
 import time
 
 from compaction.errors import CompactionError
+from compaction.runtime.exchange import Exchange
 from compaction.runtime.task_progress import ProgressDir
 from compaction.settings import JobOptions, Settings
 from compaction.spark.failure import one_line
@@ -27,6 +28,7 @@ from compaction.steps.plan_round import (
     set_specs,
     task_count,
 )
+from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
 
 log = logging.getLogger("compaction")
 
@@ -151,7 +153,7 @@ def _run_partition_tasks(
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
-    from compaction.spark import stages as st
+    from compaction.spark import stages as st  # pyspark: see _run_ranges
 
     sizes = [partition_bytes(p) for p in todo]
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
@@ -175,9 +177,9 @@ def _run_ranges(
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py),
     then, when one of its tasks stopped early (a lost executor, a slot that never came), stages
     for what it left undone."""
-    from compaction.runtime.exchange import Exchange
+    # stages imports pyspark: here, not at the round's import, the driver's main thread plans
+    # while SparkStarter's thread imports it and starts the context (spark/session.py).
     from compaction.spark import stages as st
-    from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
 
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     bplan = sc.broadcast(plan)

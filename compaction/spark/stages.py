@@ -20,10 +20,14 @@ from pyspark.sql import types as T
 
 from compaction.errors import error_text
 from compaction.runtime import task_progress
+from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
 from compaction.steps import ranges
 from compaction.steps.group import GroupSpec
+from compaction.steps.range_task import configure, resume, run_task
 from compaction.steps.rewrite import rewrite_unit
+from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
+from compaction.steps.validate import checked_alongside
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -75,9 +79,6 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import configure, run_task
-
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
         with task_progress.reporting(progress):
@@ -100,9 +101,6 @@ def resumed(
     as an RDD of result rows."""
 
     def run(part: Iterator) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import configure, resume
-
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
         with task_progress.reporting(progress):
@@ -134,9 +132,6 @@ def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_r
     Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
-
-    from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
-    from compaction.steps.validate import checked_alongside
 
     started, cpu = time.monotonic(), time.process_time()
     cache = ScanCache(scan_reuse_bytes) if scan_reuse_bytes > 0 else None
@@ -183,12 +178,9 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
     A Python RDD rather than a DataFrame: its job starts ~0.2 s sooner, with no query to analyse
     and compile, and its few rows need no columnar transfer. `progress`: the round's progress
     directory (runtime/task_progress.py)."""
-
     compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-
         prepare_worker(worker)
         table = partitions.value
         with task_progress.reporting(progress):

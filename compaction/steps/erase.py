@@ -23,6 +23,8 @@ from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
 from compaction.format.erase_keys import parse_key_file, read_key_file
 from compaction.kernels.keyindex import KeyIndex, max_by_key
+from compaction.runtime.s3 import redact_uri
+from compaction.runtime.storage import Storage
 
 ERASED = np.iinfo(np.int64).max  # the map's answer for a listed key: no record offset reaches it
 
@@ -82,8 +84,6 @@ def build_erase_set(entries: list[tuple[str | None, bytes]]) -> EraseSet:
 def read_uri(uri: str) -> bytes:
     """A key file's bytes from a local path or a URI the job reads log dirs from (s3://, ...):
     with a cluster deploy mode the driver runs on another host than the launcher."""
-    from compaction.runtime.storage import Storage
-
     storage, path = Storage.for_uri(uri)
     return storage.read_bytes(path)
 
@@ -95,8 +95,6 @@ _LOADED: dict[str, EraseSet] = {}
 
 def load_erase_set(uri: str) -> EraseSet:
     """The key file at `uri` (format/erase_keys.py), in its shipped form."""
-    from compaction.runtime.s3 import redact_uri
-
     shown = redact_uri(uri)
     data = read_key_file(uri, read_uri, shown)
     digest = hashlib.sha256(data).hexdigest()

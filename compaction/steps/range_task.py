@@ -42,12 +42,14 @@ import numpy as np
 
 from compaction.errors import CompactionError, error_text
 from compaction.format import batch as fb
+from compaction.policy.log_structure import epochs_from_columns
 from compaction.runtime.exchange import Exchange, PeerGone
 from compaction.settings import PART_CHUNK_BYTES
 from compaction.steps import deal, ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_part, rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs
+from compaction.steps.validate import checked_alongside
 from compaction.steps.writer import Discard, LogWriter, Output
 
 # A part is appended to its group's `.cleaned` file this many bytes at a time (whole batches);
@@ -309,8 +311,6 @@ def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> 
 
 
 def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
-    from compaction.steps.validate import checked_alongside
-
     spec, part, validate = plan.ranges[rid]
     try:
         scan = lambda: ranges.scan_range(rid, spec, part, cache)  # noqa: E731
@@ -622,8 +622,6 @@ def _append_part(
 
 def _check_epochs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> None:
     """Leader epochs across the partition's ranges, as a whole-partition task checks them."""
-    from compaction.policy.log_structure import epochs_from_columns
-
     path_of = specs[0].segment_path
     runs = []
     for b in blocks:  # log order

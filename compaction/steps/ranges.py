@@ -50,6 +50,7 @@ from compaction.kernels.keymap import KeyTable, equal_bytes
 from compaction.kernels.memops import memcpy_at, put_be32
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.log_structure import epoch_columns
+from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
 from compaction.runtime.exchange import Block, from_block, to_block
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.scan import scan_partition
@@ -427,8 +428,6 @@ class ProducerState(NamedTuple):
 
 
 def producer_state(tables: list) -> ProducerState:
-    from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
-
     rows = header_rows(tables)
     return ProducerState(
         first_unstable_offset(rows),

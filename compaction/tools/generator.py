@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from compaction.cli.options import byte_size
 from compaction.format import checkpoint as ckpt
 from compaction.format.naming import partition_dir_name
 from compaction.tools.generator_manifest import Manifest, ManifestRecord, PartitionManifest, SegmentInfo
@@ -157,7 +158,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--value-size", type=_range, default=d.value_size, help="N or MIN:MAX value bytes (default 20:200)")
     a("--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default=d.codec)
     a("--batch-records", type=_range, default=d.batch_records, help="N or MIN:MAX records per batch")
-    from compaction.cli.options import byte_size  # `1m`, `64k`: Spark's size suffixes
 
     a(
         "--segment-bytes",
