@@ -386,7 +386,7 @@ def _check_erase(opts: JobOptions) -> None:
             "--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
             "active segment; stop the broker first"
         )
-    from compaction.steps.erase import load_erase_set
+    from compaction.steps.erase import load_erase_set  # numpy, pyarrow: only when erasing
 
     load_erase_set(opts.erase_keys)
 

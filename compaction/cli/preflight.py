@@ -143,7 +143,7 @@ def check_selection(opts, partitions: list[tuple[str, int]]) -> None:
 def check_output_path(flag: str, uri: str) -> None:
     """A local output file's directory must exist and be writable (checked before the round, not
     after it)."""
-    from compaction.runtime.storage import Storage
+    from compaction.runtime.storage import Storage  # pyarrow: imported only when a path is checked
 
     storage, path = Storage.for_uri(uri)
     if not storage.is_local:
@@ -219,6 +219,7 @@ def check_versioning(opts) -> list[str]:
     is not freed, and records `--erase-keys` removes stay readable there. Said at WARN; an erasing
     pass that would write there is refused unless `--purge-noncurrent-versions` deletes those
     versions. A bucket whose versioning cannot be read counts as versioned for erasing."""
+    # pyarrow: imported only when a bucket is checked (the launcher imports this module)
     from compaction.runtime.s3 import VERSIONED
     from compaction.runtime.storage import Storage
 
