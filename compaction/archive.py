@@ -30,6 +30,7 @@ import time
 
 from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED, CompactionError, UsageError, error_text
 from compaction.format import checkpoint as ckpt
+from compaction.format import naming
 from compaction.runtime import checkpoint_files
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock
@@ -208,7 +209,7 @@ def _run(
 def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
     if p.transient or p.has_commit_intent:
         # Finishing the swap would write to the source; copying around it could lose data.
-        what = p.transient[0] if p.transient else "compaction-commit.json"
+        what = p.transient[0] if p.transient else naming.COMMIT_INTENT_FILE
         return (
             f"{p.path} holds an interrupted swap ({what}): let a broker load it, or run --recover-only on "
             "it, before copying it"

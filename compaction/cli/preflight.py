@@ -13,7 +13,13 @@ import re
 import shutil
 
 from compaction.errors import UsageError
-from compaction.format.naming import INTERNAL_TOPICS_NOT_CLEANED, parse_partition_dir_name
+from compaction.format.checkpoint import LEADER_EPOCH_CHECKPOINT
+from compaction.format.naming import (
+    INTERNAL_TOPICS_NOT_CLEANED,
+    PARTITION_METADATA,
+    SEGMENT_SUFFIXES,
+    parse_partition_dir_name,
+)
 
 LOG_DIR, PARTITION_DIR, EMPTY, OTHER = "log dir", "partition dir", "empty", "other"
 
@@ -29,8 +35,8 @@ LOG_DIR_FILES = frozenset(
     }
 )
 # Files only a partition dir holds (UnifiedLog, LeaderEpochFileCache, PartitionMetadataFile).
-PARTITION_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
-PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
+PARTITION_FILE_SUFFIXES = SEGMENT_SUFFIXES
+PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA})
 
 
 def classify_listing(name: str, entries: list[tuple[str, bool]]) -> str:

@@ -46,7 +46,15 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, SNAPSHOT_SUFFIX)
+# A segment's own files (`LogSegment`), which a replacement swaps; with the producer snapshot, every
+# file named by a base offset.
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (*SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX)
+
+# A partition dir's other files (with format/checkpoint.py's LEADER_EPOCH_CHECKPOINT): the
+# broker's, and the intent of a commit of ours in progress (steps/commit.py).
+PARTITION_METADATA = "partition.metadata"
+COMMIT_INTENT_FILE = "compaction-commit.json"
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"

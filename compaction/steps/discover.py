@@ -51,11 +51,11 @@ RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 # Files a broker keeps in a partition dir beside its segments (docs/kafka-rules.md#file-names,
 # #leader-epoch-checkpoint, #other-partition-files), plus our own commit intent. Anything else is reported: we
 # do not guess what a stranger's file means.
-KNOWN_PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata", "compaction-commit.json"})
+KNOWN_PARTITION_FILES = frozenset(
+    {ckpt.LEADER_EPOCH_CHECKPOINT, naming.PARTITION_METADATA, naming.COMMIT_INTENT_FILE}
+)
 KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.deleted", ".checkpoint.part")
 INTERNAL_TOPICS_NOT_CLEANED = naming.INTERNAL_TOPICS_NOT_CLEANED
-
-COMMIT_INTENT = "compaction-commit.json"
 
 
 # Threads listing, planning and committing partitions on the driver: the round's
@@ -275,7 +275,7 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
                     seg = by_base[base] = SegmentFiles(base)
                 setattr(seg, attr, info)
                 continue
-        if name == COMMIT_INTENT:
+        if name == naming.COMMIT_INTENT_FILE:
             part.has_commit_intent = True
         elif name == ckpt.LEADER_EPOCH_CHECKPOINT and not info.is_dir:
             part.leader_epoch_checkpoint = info.path

@@ -36,7 +36,6 @@ from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir
 
 MARKER_PREFIX = ".archived-"
-PARTITION_METADATA = "partition.metadata"
 _TIMESTAMP = struct.Struct(">q")
 
 
@@ -147,9 +146,9 @@ def stage_partition(
         dst.write_durable(
             f"{dst_dir}/{ckpt.LEADER_EPOCH_CHECKPOINT}", ckpt.format_leader_epoch_checkpoint(kept).encode()
         )
-    metadata = f"{part.path}/{PARTITION_METADATA}"
+    metadata = f"{part.path}/{naming.PARTITION_METADATA}"
     if src.exists(metadata):
-        dst.write_durable(f"{dst_dir}/{PARTITION_METADATA}", src.read_bytes(metadata))
+        dst.write_durable(f"{dst_dir}/{naming.PARTITION_METADATA}", src.read_bytes(metadata))
     crash_point("staged")
     return Staged(part.topic, part.partition, part.path, cut, start, len(copier.written) + 1)
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from compaction.cli.options import byte_size
 from compaction.format import checkpoint as ckpt
-from compaction.format.naming import partition_dir_name
+from compaction.format.naming import PARTITION_METADATA, partition_dir_name
 from compaction.tools.generator_manifest import Manifest, ManifestRecord, PartitionManifest, SegmentInfo
 from compaction.tools.generator_plan import (
     TXN_ABORTED,
@@ -107,7 +107,7 @@ def _write_partition_files(part_dir: str, plan: GeneratedPartition, topic_id: st
         ckpt.format_leader_epoch_checkpoint(plan.leader_epoch_entries()).encode(),
     )
     # PartitionMetadataFile writes no trailing newline (as in the real-kafka fixtures).
-    write_file(os.path.join(part_dir, "partition.metadata"), f"version: 0\ntopic_id: {topic_id}".encode())
+    write_file(os.path.join(part_dir, PARTITION_METADATA), f"version: 0\ntopic_id: {topic_id}".encode())
 
 
 def _cleaner_checkpoint(opts: GenerateOptions, partitions: dict) -> dict[tuple[str, int], int]:
