@@ -24,13 +24,15 @@ from compaction.errors import (
     EXIT_OK,
     EXIT_ROUND_FAILED,
     EXIT_USAGE,
+    PARTITION_ERRORS,
     CheckpointError,
     CompactionError,
+    TaskFailed,
 )
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
 from compaction.settings import JobOptions, Settings
-from compaction.spark.failure import one_line
+from compaction.spark.failure import one_line, task_traceback
 from compaction.spark.jobs import scan_and_rewrite
 from compaction.spark.session import SparkStarter
 from compaction.steps import report as rpt
@@ -158,9 +160,13 @@ def _clean(
 
 def _failure(phase: str, what: str, exc: BaseException) -> rpt.RoundFailure:
     spark = type(exc).__module__.startswith(("py4j", "pyspark"))
-    if not spark and not isinstance(exc, (OSError, CompactionError)):
-        # Not Spark's, the storage's nor ours: most likely a bug, whose traceback a report needs.
-        log.warning("the round failed on an unexpected error", exc_info=exc)
+    trace = task_traceback(exc) if spark or isinstance(exc, TaskFailed) else None
+    # Not Spark's, the storage's nor ours, on the driver or in a task: a bug, whose traceback the
+    # log must show (errors.py: only expected errors fail a partition alone).
+    if trace is not None:
+        log.error("a task stopped on an unexpected error (%s), a bug to report:\n%s", phase, trace)
+    elif not spark and not isinstance(exc, PARTITION_ERRORS):
+        log.error("an unexpected error (%s), a bug to report:", phase, exc_info=exc)
     return rpt.RoundFailure(phase, f"{what}: {one_line(exc)}")
 
 

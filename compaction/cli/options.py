@@ -17,14 +17,13 @@ import sys
 import time
 
 from compaction import __version__
-from compaction.errors import UsageError
+from compaction.errors import ConfigError, UsageError
 from compaction.format.erase_keys import KEY_FILE_FORMAT
 from compaction.format.naming import parse_partition_dir_name
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
     IO_MAX_BYTES_PER_SECOND,
     TOPIC_CONFIGS,
-    ConfigError,
     check_topic_config,
     checked_value,
     parse_properties,

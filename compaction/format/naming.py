@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from compaction.errors import CompactionError
+from compaction.errors import SegmentNameError
 
 OFFSET_DIGITS = 20
 MAX_OFFSET = 2**63 - 1  # a Java long
@@ -70,10 +70,6 @@ _DIGITS = re.compile(r"[0-9]{20}")
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 # Canonical decimal only: the broker never writes "topic-01" or "topic-+1" (Integer.toString).
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
-
-
-class SegmentNameError(CompactionError, ValueError):
-    """A file name that is not `<20 digits><known suffix>[<transient suffix>]`."""
 
 
 class SegmentFileName(NamedTuple):

@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from compaction.errors import CompactionError
+from compaction.errors import ExchangeError
 from compaction.runtime.storage import Storage
 from compaction.settings import PEER_WAIT_SECONDS
 
@@ -99,10 +99,6 @@ def to_block(**columns) -> pa.Buffer:
 
 def from_block(data: pa.Buffer | bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
-
-
-class ExchangeError(CompactionError):
-    """A peer's file or marker is missing or unreadable."""
 
 
 class PeerGone(BaseException):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from compaction.errors import CompactionError
+from compaction.errors import LockHeldError
 from compaction.runtime import durability
 from compaction.runtime.faults import crash_point
 from compaction.runtime.s3 import ObjectDeleter, base_s3, redact_uri, s3_scheme
@@ -44,14 +44,6 @@ TMP_SUFFIX = ".tmp"  # CheckpointFile writes <file>.tmp then renames
 
 # pyarrow FileSystem.type_name values whose move() is not an atomic rename.
 _NON_ATOMIC_RENAME_TYPES = frozenset({"s3", "gcs", "abfs"})
-
-
-class StorageError(CompactionError):
-    """A filesystem operation that cannot be done as asked."""
-
-
-class LockHeldError(CompactionError):
-    """A log dir lock is held by someone else (another compaction run or a running broker)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import logging
 import re
 import time
 
-from compaction.errors import CompactionError
+from compaction.errors import NoExecutors, TaskFailed
 from compaction.runtime.exchange import Exchange
 from compaction.runtime.task_progress import ProgressDir
 from compaction.settings import JobOptions, Settings
@@ -217,15 +217,6 @@ def _run_ranges(
         # the damaged partitions' rows come from here
         rows = [st.typed(r) for r in finish(plan, ex, rows, run)]
     return task_rows(rows, todo, timings)
-
-
-class NoExecutors(CompactionError):
-    """The cluster had no executor for the round's jobs (`spark/watchdog.py`)."""
-
-
-class TaskFailed(CompactionError):
-    """A Spark job aborted by a task that failed every attempt, with the partitions that task held:
-    the one to look at (or leave out with `--topics`) when a rerun fails the same way."""
 
 
 def collected(rdd, holds: list[list[str]]) -> list:

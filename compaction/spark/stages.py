@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pyspark import TaskContext
 from pyspark.sql import types as T
 
-from compaction.errors import error_text
+from compaction.errors import PARTITION_ERRORS, error_text
 from compaction.runtime import task_progress
 from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
@@ -189,7 +189,7 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
                 for specs in table[bin_id]:
                     try:
                         rows = _profiled(compact, specs, worker.profile_dir)
-                    except Exception as exc:
+                    except PARTITION_ERRORS as exc:  # anything else fails the job: a bug (errors.py)
                         rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
                     yield from map(typed, rows)
 

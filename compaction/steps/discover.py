@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compaction.errors import SegmentNameError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, read_time_index
@@ -288,7 +289,7 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
             continue
         try:
             parsed = naming.parse_segment_file_name(name)
-        except naming.SegmentNameError as exc:
+        except SegmentNameError as exc:
             part.problems.append(f"{info.path}: {exc}")
             continue
         if parsed.transient is not None:

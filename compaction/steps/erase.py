@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
 from compaction.format.erase_keys import parse_key_file, read_key_file
 from compaction.kernels.keyindex import KeyIndex, max_by_key
@@ -27,10 +26,6 @@ from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
 
 ERASED = np.iinfo(np.int64).max  # the map's answer for a listed key: no record offset reaches it
-
-
-class EraseError(KafkaFormatError):
-    """A listed key that cannot be erased without breaking the log (fails its partition)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from compaction.errors import CompactionError
+from compaction.errors import PARTITION_ERRORS
 from compaction.format.txnindex import read_txn_index
 from compaction.policy.plan import (
     REASON_LAG_BOUND,
@@ -297,7 +297,7 @@ def plan_one(
             _check_and_rebuild_indexes(p, opts, config)
             # the groups (groupSegmentsBySize reads the index sizes) and the high watermark
             p.plan = plan(exact_lso=False, exact_hw=True)
-    except (CompactionError, ValueError, OSError) as exc:
+    except PARTITION_ERRORS as exc:  # anything else is a bug: the round fails (errors.py)
         result.status, result.reason = rpt.FAILED, str(exc)
         return p
     plan = p.plan

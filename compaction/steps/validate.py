@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from compaction.errors import CompactionError, IndexCorruptError, LogStructureError
+from compaction.errors import IndexCorruptError, LogStructureError, PartitionInvalid
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, sanity_check_offset_index, sanity_check_time_index
@@ -29,10 +29,6 @@ from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition, read_small
 
 T = TypeVar("T")
-
-
-class PartitionInvalid(CompactionError):
-    """A partition dir we will not touch: unknown files, no segment, a broken index."""
 
 
 def check_listing(part: PartitionDir) -> None:

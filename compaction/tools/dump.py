@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from compaction.cli.options import byte_size
+from compaction.errors import SegmentNameError
 from compaction.format.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TRANSIENT_SUFFIXES,
     TXN_INDEX_SUFFIX,
-    SegmentNameError,
     parse_segment_file_name,
 )
 from compaction.runtime.s3 import redact_uri

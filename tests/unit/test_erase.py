@@ -14,8 +14,8 @@ from reference_map import KeyLookup
 from test_rewrite_unit import Log, batches_of, one, rec
 
 from compaction.cli.options import check_options, parse_unchecked
-from compaction.errors import UsageError
-from compaction.format.erase_keys import KeyFileError, parse_key_file, parse_line
+from compaction.errors import KeyFileError, UsageError
+from compaction.format.erase_keys import parse_key_file, parse_line
 from compaction.steps.erase import (
     ERASED,
     build_erase_set,
@@ -213,8 +213,8 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
 
 def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_path):
 
+    from compaction.errors import EraseError
     from compaction.format.legacy import build_legacy_message_set
-    from compaction.steps.erase import EraseError
     from compaction.steps.rewrite import rewrite_unit
 
     log = Log(tmp_path)

@@ -282,7 +282,7 @@ def test_every_local_log_dir_is_locked_whatever_comes_before_it(tmp_path):
     """An object-store log dir (no lock there) listed first does not end the locking: the local
     one after it is checked for a broker and locked."""
     from compaction.cli.options import parse_args
-    from compaction.runtime.storage import LockHeldError
+    from compaction.errors import LockHeldError
     from compaction.steps.recover import lock_log_dirs
 
     local = tmp_path / "logs"
