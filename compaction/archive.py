@@ -32,10 +32,11 @@ from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED, Compactio
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.runtime import checkpoint_files
+from compaction.runtime.driver import map_threads
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock
 from compaction.steps import report as rpt
-from compaction.steps.discover import LogDirState, PartitionDir, map_threads, read_log_dir
+from compaction.steps.discover import LogDirState, PartitionDir, read_log_dir
 from compaction.steps.snapshot import (
     Staged,
     delete_tree,

@@ -29,6 +29,7 @@ from compaction.errors import (
     CompactionError,
     TaskFailed,
 )
+from compaction.runtime.driver import map_threads, unfreeze_gc, use_threads
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
 from compaction.settings import JobOptions, Settings
@@ -42,9 +43,8 @@ from compaction.steps.commit import (
     purge_replaced_versions,
     remove_replaced_segments,
 )
-from compaction.steps.discover import map_threads, unfreeze_gc, use_threads
 from compaction.steps.outcome import dry_outcome
-from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, selected, to_clean
+from compaction.steps.plan_round import Planned, discover_and_plan, selected, to_clean
 from compaction.steps.recover import lock_log_dirs, recover
 
 log = logging.getLogger("compaction")
@@ -65,7 +65,6 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
         return archive.run(opts, progress, run, settings.archive_copy_threads)
     for warning in check_round(opts):  # a usage error (not a log dir, no report dir) before any lock or write
         log.warning(warning)
-    forget_erase_sets()
     locks = lock_log_dirs(opts)
     # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
     starter = None if opts.dry_run or opts.recover_only else SparkStarter(settings)

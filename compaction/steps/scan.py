@@ -28,7 +28,6 @@ from compaction.policy.log_structure import (
 )
 from compaction.runtime import task_progress
 from compaction.runtime.segment_io import ReadAhead, is_mapped, prefetch, read_segment_bytes
-from compaction.steps.discover import read_small
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.offset_map import PartitionMap, Unmapped
 
@@ -91,7 +90,7 @@ def check_structure(
     ):
         index_path = spec.segment_path(base, suffix)
         try:
-            data = read_small(spec.storage, index_path)  # plain os calls on a local disk
+            data = spec.storage.read_small(index_path)  # plain os calls on a local disk
         except FileNotFoundError:
             continue
         check(index_path, path, base, read(data, base), batches)

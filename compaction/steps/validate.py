@@ -26,7 +26,7 @@ from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.runtime.storage import Storage
-from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition, read_small
+from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition
 
 T = TypeVar("T")
 
@@ -121,7 +121,7 @@ def audit_structure(storage: Storage, part: PartitionDir) -> None:
 
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
     try:
-        return read_small(storage, path, offset, length)
+        return storage.read_small(path, offset, length)
     except OSError as exc:
         raise PartitionInvalid(f"{path}: cannot read: {exc}") from exc
 
