@@ -185,10 +185,6 @@ class PartitionInvalid(CompactionError):
     """A partition dir we will not touch: unknown files, no segment, a broken index."""
 
 
-class StorageError(CompactionError):
-    """A filesystem operation that cannot be done as asked."""
-
-
 class LockHeldError(CompactionError):
     """A log dir lock is held by someone else (another compaction run or a running broker)."""
 

@@ -259,12 +259,6 @@ def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path
 _NO_BYTES = np.empty(0, dtype=np.uint8)
 
 
-def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end) -> RecordColumns:
-    walk = _SubsetWalk(buf, batches, idx, rec_start, rec_end)
-    walk.advance(len(idx))
-    return walk.columns()
-
-
 def _walk_compressed(
     file,
     batches: BatchColumns,

@@ -114,10 +114,6 @@ BROKER_LOG_CONFIGS = (
 )
 
 
-def is_known_topic_config(name: str) -> bool:
-    return name in TOPIC_CONFIGS
-
-
 def split_job_config(
     entries: dict[str, object], source: str, where: dict[str, str] | None = None
 ) -> tuple[dict[str, object], dict[str, object]]:

@@ -82,7 +82,7 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for t in task_ids:
                 yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
@@ -104,7 +104,7 @@ def resumed(
     def run(part: Iterator) -> Iterator[dict]:
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for item in part:
                 yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
 
@@ -184,7 +184,7 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
         prepare_worker(worker)
         table = partitions.value
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for bin_id in bin_ids:
                 for specs in table[bin_id]:
                     try:
