@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from s3kit import KEY, REGION, SECRET, client, moto_server, throttling, versions
 
-from compaction.cli.options import JobOptions
 from compaction.cli.preflight import check_round, check_versioning
 from compaction.errors import UsageError
 from compaction.runtime.storage import Storage
+from compaction.settings import JobOptions
 from compaction.steps.commit import is_segment_object
 
 pytest.importorskip("moto")
