@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_map import KeyLookup
-from test_rewrite_unit import Log, batches_of, one, rec
+from test_rewrite_unit import Log, batches_of, one, rec, tombstone
 
 from compaction.cli.options import check_options, parse_unchecked
 from compaction.errors import KeyFileError, UsageError
@@ -23,6 +23,7 @@ from compaction.steps.erase import (
     erase_found,
     erased_records,
     erased_records_py,
+    key_count,
     pack_bits,
     unpack_bits,
 )
@@ -176,7 +177,9 @@ def _erasing(log, segs, erase, last_records=None):
 def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_path):
     """Key x erased: a batch of only x goes, unless it is its producer's last data batch or the
     log's last batch (then it stays empty, its offsets and producer fields kept); a batch with x
-    and another key is rebuilt; a segment without x is not written."""
+    and another key is rebuilt; a segment without x is not written. The report's counts: records
+    and bytes erased per group (key and value; a tombstone has no value), and which listed keys
+    were met (x) or not (q, listed but in no record)."""
 
     from compaction.format.batch_build import build_batch
     from compaction.policy.txn_state import LastRecord
@@ -193,12 +196,15 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
         ],
     )
     log.segment(3, [one(3, "z")])
-    log.segment(4, [build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), one(6, "x")])
-    erase = build_erase_set([(None, b"x")])
+    log.segment(4, [build_batch([rec(4, "x", "v"), rec(5, "w", "v")]), tombstone(6, "x")])
+    erase = build_erase_set([(None, b"x"), (None, b"q"), (None, b"x")])
     specs = _erasing(log, log.segments, erase, {7: LastRecord(2, 0)})
     rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
     assert [r["unchanged"] for r in rows] == [0, 1, 0]
     assert [r["erased_records"] for r in rows] == [2, 0, 2]
+    assert [r["erased_bytes"] for r in rows] == [2 + 2, 0, 2 + 1]
+    listed = key_count(erase, specs[0].topic)
+    assert listed == 2 and unpack_bits(rows[0]["erase_found"], listed).tolist() == [True, False]
     first = batches_of(log.read(0, ".cleaned"))
     assert [
         (h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) for h, _, _ in first
