@@ -1,7 +1,7 @@
 """Mutation testing of the code that decides whether data survives, with cosmic-ray.
 
     .venv/bin/pip install -e '.[mutation]'
-    .venv/bin/python tests/mutation/run.py [MODULE ...] [--out DIR]
+    .venv/bin/python tests/mutation/run.py [MODULE ...] [--out DIR] [--only NAME,...]
 
 For each module (default: all of MODULES) it copies the tracked files of the checkout to a scratch
 directory (the checkout is never mutated) and runs the module's targeted test selection once under
@@ -18,6 +18,7 @@ The scores of the last run and the mutants judged equivalent are in docs/testing
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import json
 import os
@@ -168,7 +169,39 @@ def baseline(module: str, tests: list[str], scratch: Path, env: dict) -> None:
         raise SystemExit(f"{module}: its test selection fails on the unmutated code")
 
 
-def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict:
+def spans(source: str, names: list[str]) -> list[tuple[int, int]]:
+    """The line spans of the module's top-level functions and classes named in `names`
+    (`Class.method` for a method)."""
+    found: dict[str, tuple[int, int]] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found[node.name] = (node.lineno, node.end_lineno or node.lineno)
+            for sub in node.body if isinstance(node, ast.ClassDef) else ():
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"{node.name}.{sub.name}"] = (sub.lineno, sub.end_lineno or sub.lineno)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"not a top-level function, class or method of the module: {', '.join(missing)}")
+    return [found[n] for n in names]
+
+
+def skip_outside(session: Path, keep: list[tuple[int, int]]) -> None:
+    """Marks the session's mutants outside the spans `keep` skipped (cosmic-ray's own filters do so)."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(session)) as db:
+        for item in list(db.pending_work_items):
+            line = item.mutations[0].start_pos[0]
+            if not any(a <= line <= b for a, b in keep):
+                db.set_result(
+                    item.job_id, WorkResult(output="outside --only", worker_outcome=WorkerOutcome.SKIPPED)
+                )
+
+
+def run_module(
+    module: str, tests: list[str], out: Path, timeout: float, only: list[str] | None = None
+) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
         copy_checkout(scratch)
@@ -197,6 +230,8 @@ def run_module(module: str, tests: list[str], out: Path, timeout: float) -> dict
             env=env,
             check=True,
         )
+        if only:
+            skip_outside(session, spans((scratch / module).read_text(), only))
         t = time.monotonic()
         subprocess.run([*cr, "exec", str(config), str(session)], cwd=scratch, env=env, check=True)
         dump = subprocess.run(
@@ -224,6 +259,10 @@ def main() -> int:
     parser.add_argument("modules", nargs="*", default=list(MODULES), help="paths as in MODULES")
     parser.add_argument("--out", default="mutation-results", help="where the session files go")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a mutant's tests may take")
+    parser.add_argument(
+        "--only",
+        help="comma-separated top-level functions, classes or Class.method of the module: mutate only these",
+    )
     parser.add_argument("--mutant", help=argparse.SUPPRESS)  # cosmic-ray's test command (run_mutant)
     args = parser.parse_args()
     if args.mutant:
@@ -232,7 +271,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     total_survived = 0
     for module in args.modules:
-        r = run_module(module, MODULES[module], out, args.timeout)
+        r = run_module(
+            module, MODULES[module], out, args.timeout, args.only.split(",") if args.only else None
+        )
         score = r["killed"] / r["done"] if r["done"] else 0.0
         print(
             f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}), {len(r['survived'])} survived, "
