@@ -217,6 +217,37 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     ]
 
 
+def test_a_listed_key_equal_to_a_markers_key_leaves_the_marker(tmp_path):
+    """A transaction marker's record has a key (its version and type, 4 bytes): listing those
+    bytes erases the data records with that key, never the COMMIT or ABORT marker, which the
+    transaction and every read_committed consumer need."""
+    from test_rewrite_unit import marker, txn_batch
+
+    from compaction.format import batch as fb
+    from compaction.format.batch_build import build_batch
+    from compaction.policy.txn_state import LastRecord
+    from compaction.steps.rewrite import rewrite_unit
+
+    commit_key, abort_key = fb.control_record(fb.CONTROL_COMMIT)[0], fb.control_record(fb.CONTROL_ABORT)[0]
+    log = Log(tmp_path)
+    log.segment(0, [txn_batch([rec(0, "x", "v"), rec(1, commit_key, "v")]), marker(2, fb.CONTROL_COMMIT)])
+    log.segment(
+        3,
+        [txn_batch([rec(3, "y", "v")], seq=2), marker(4, fb.CONTROL_ABORT), build_batch([rec(5, "z", "v")])],
+    )
+    erase = build_erase_set([(None, b"x"), (None, commit_key), (None, abort_key)])
+    specs = _erasing(log, log.segments, erase, {7: LastRecord(1, 0)})
+    rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
+    assert [r["erased_records"] for r in rows] == [2, 0]  # x and the data record keyed like a marker
+    controls = [
+        (h.base_offset, recs[0].key)
+        for h, recs, _ in batches_of(log.read(0, ".cleaned"))
+        if h.attributes & fb.CONTROL_MASK
+    ]
+    assert controls == [(2, commit_key)]
+    assert not os.path.exists(log.file(3, ".log", ".cleaned"))  # nothing erased: the segment stays
+
+
 def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_path):
 
     from compaction.errors import EraseError
