@@ -193,6 +193,47 @@ def test_reserve_between_segments_keeps_ids_and_latest(reserve):
     _check(table, outs, calls)
 
 
+@pytest.mark.parametrize("expected", [0, 30_000])
+def test_an_expected_size_is_reached_in_one_growth_and_costs_nothing_while_there_is_room(expected):
+    # The scan projects the key count after each segment (`expect`): a table that fills grows
+    # there at once, not by doublings; a projection the keys never reach allocates nothing.
+    n = 20_000
+    keys = [b"k%d" % (i * 7919 % n) + b"y" * (i % 23) for i in range(n)]
+    calls = [
+        (keys[i : i + 4000], [1] * 4000, [i % 3 != 0] * 4000, list(range(i, i + 4000)))
+        for i in range(0, n, 4000)
+    ]
+    table, outs = _run(calls[:1], [[0] * 4000])
+    table.expect(expected)
+    first = (table.cap, table.n_slots, table.arena_cap)
+    caps = []
+    for keys_, usable, dirty, offsets in calls[1:]:
+        file, side, split, pos, lens = _layout(keys_, [0] * len(keys_))
+        outs.append(
+            table.assign(
+                file,
+                side,
+                split,
+                pos,
+                lens,
+                np.array(usable, bool),
+                np.array(dirty, bool),
+                np.array(offsets, np.int64),
+            ).tolist()
+        )
+        caps.append(table.cap)
+    assert table.cap > first[0]  # 4,000 keys' room, filled
+    grown = sorted(set(caps) - {first[0]})
+    if expected:
+        assert grown == [table.cap] and table.cap * table.regions >= expected
+    else:
+        assert len(grown) > 1  # doubled more than once
+    _check(table, outs, calls)
+    roomy, _ = _run(calls[:1], [[0] * 4000])
+    roomy.expect(10**7)
+    assert (roomy.cap, roomy.n_slots) == first[:2] and roomy.slots.size == first[1] * roomy.regions
+
+
 _key = st.one_of(st.none(), st.binary(max_size=6))
 _record = st.tuples(_key, st.booleans(), st.booleans(), st.booleans())
 
