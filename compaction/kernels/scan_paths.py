@@ -154,16 +154,19 @@ class _SubsetWalk:
             self.error = (int(code), int(pos), int(batch) + a)
 
     def advance_growing(self, upto: int) -> None:
-        """`advance`, for regions known only as they are filled (their ends set up to `upto`):
-        the columns grow first to what batches [done, upto) may hold (`_capacity`)."""
+        """`advance`, for regions known only as they are filled, back to back (their starts and
+        ends set up to `upto`): the columns grow first to what batches [done, upto) may hold
+        (`_capacity`), when their bytes could hold more records than there is room for."""
         a, b = self.done, upto
-        need = self.k + _capacity(self.args[0][a:b], self.args[1][a:b], self.args[6][a:b])
-        if need > self.capacity:
-            self.capacity = max(need, 2 * self.capacity)
-            self.cols = [_grown(c, self.k, self.capacity) for c in self.cols]
-            if self.hashing:
-                self.hashes = _grown(self.hashes, self.k, self.capacity)
-                self.packed_offs = _grown(self.packed_offs, self.k + 1, self.capacity + 1)
+        start, end, limit = self.args[0], self.args[1], self.args[6]
+        if b > a and self.k + max(int(end[b - 1]) - int(start[a]), 0) // MIN_RECORD_SIZE > self.capacity:
+            need = self.k + _capacity(start[a:b], end[a:b], limit[a:b])
+            if need > self.capacity:
+                self.capacity = max(need, 2 * self.capacity)
+                self.cols = [_grown(c, self.k, self.capacity) for c in self.cols]
+                if self.hashing:
+                    self.hashes = _grown(self.hashes, self.k, self.capacity)
+                    self.packed_offs = _grown(self.packed_offs, self.k + 1, self.capacity + 1)
         self.advance(upto)
 
     def _hash(self, first: int, last: int) -> None:
