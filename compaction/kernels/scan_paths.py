@@ -321,24 +321,23 @@ def _walk_compressed(
         (int(batches.position[i]), int(batches.size[i]), int(batches.attributes[i]) & COMPRESSION_CODEC_MASK)
         for i in idx.tolist()
     ]
+    # What each batch's framing declares, where that is within the limit (else None: inflated).
     bounds = [
-        inflate_bound(codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size]) for pos, size, codec in regions
+        _within(inflate_bound(codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size]), limit)
+        for pos, size, codec in regions
     ]
     # Room for what the framing declares (about the records plus a block a batch), at most
     # SIDE_FIRST_RATIO times the compressed bytes: a declared bound is not what the batch holds.
     compressed = sum(size for _, size, _ in regions)
     declared = sum(
-        b if b is not None and b <= limit else SIDE_FIRST_RATIO * size
-        for b, (_, size, _) in zip(bounds, regions, strict=True)
+        SIDE_FIRST_RATIO * size if b is None else b for b, (_, size, _) in zip(bounds, regions, strict=True)
     )
     side = _Side(min(declared, SIDE_FIRST_RATIO * compressed))
-    # Columns for the records the side's first capacity may hold, at most what the batches
-    # declare (more are made room for as the batches are decoded: `advance_growing`).
+    # Columns for the records the batches declare, at most one per MIN_RECORD_SIZE compressed
+    # bytes (more are made room for as the batches are decoded: `advance_growing`).
     none = np.zeros(len(idx), dtype=np.int64)
-    declared_ends = np.array([b if b is not None and b <= limit else 0 for b in bounds], dtype=np.int64)
-    capacity = min(
-        _capacity(none, declared_ends, batches.records_count[idx]), len(side.buf) // MIN_RECORD_SIZE
-    )
+    declared_ends = np.array([b or 0 for b in bounds], dtype=np.int64)
+    capacity = min(_capacity(none, declared_ends, batches.records_count[idx]), compressed // MIN_RECORD_SIZE)
     walk = _SubsetWalk(side.buf, batches, idx, none, none.copy(), hashing, capacity)
     start, end = walk.args[0], walk.args[1]  # the walk's regions, set as the batches are decoded
     walked = 0
@@ -346,7 +345,7 @@ def _walk_compressed(
         data = mv[pos + RECORD_BATCH_OVERHEAD : pos + size]
         offset = int(batches.base_offset[idx[j]])
         start[j] = side.at
-        if bound is not None and bound <= limit:
+        if bound is not None:
             into = side.room(bound)
             side.at += _decode(inflate_into, codec, data, into, path, pos, offset, limit)
         else:
@@ -366,6 +365,10 @@ def _walk_compressed(
     cols.key_pos += base
     cols.value_pos += base
     return cols, out, walk.keys()
+
+
+def _within(bound: int | None, limit: int) -> int | None:
+    return bound if bound is not None and bound <= limit else None
 
 
 # The side buffer first holds at most this many times a segment's compressed records; it grows
