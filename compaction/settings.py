@@ -316,7 +316,7 @@ _ENV_NAMES = frozenset(
 )
 
 # The `kafka_log` data source and `export` (steps/log_table.py): consecutive segments smaller
-# than this are read by one input partition (one Spark task each costs ~0.2 s of scheduling);
+# than this are read by one input partition (each Spark task costs its scheduling and set-up);
 # record batches handed to Spark hold at most this many rows and about this many value bytes
 # (Arrow's binary columns have int32 offsets; smaller batches keep a task's memory flat).
 FRAME_SPLIT_BYTES = 128 << 20

@@ -43,10 +43,10 @@ def crc32(data: bytes | bytearray | memoryview) -> int:
 # call per message without a Python round trip: a v0/v1 segment holds ~100k messages of ~600 bytes
 # per 64 MiB, and a Python loop over them cost more than the checksums themselves. They call the C
 # functions the two packages above are built on, found by their exported names: ISA-L's
-# `crc32_gzip_refl` (PCLMUL, ~12 GB/s; `isal` is a dependency for gzip) and crc32c's SSE4.2 /
+# `crc32_gzip_refl` (PCLMUL; `isal` is a dependency for gzip) and crc32c's SSE4.2 /
 # ARMv8 kernel. The call goes through a symbol registered with LLVM under a name of our own, so
 # the kernels stay cacheable (`cache=True`); where a library does not export its function, a
-# compiled table implementation (~0.5 GB/s) is registered under that name instead.
+# compiled table implementation (correct, many times slower) is registered under that name instead.
 
 
 # raw(crc, pointer, length) -> crc, with each library's own convention (see crc32_at, crc32c_at)

@@ -72,8 +72,9 @@ def use_threads(n: int) -> None:
 def gc_paused():
     """Python's cyclic GC off for a block that allocates millions of small acyclic objects (a
     listing of 3M files: one `LocalFile` each, one `SegmentFiles`/`SegmentMeta` per segment). Each
-    full collection walks every live object, so with the GC on, the collections it triggers made a
-    10,000 x 100 listing 3.5x slower (21.6 s -> 6.3 s). Nested use is fine."""
+    full collection walks every live object, so with the GC on, the collections it triggers cost
+    a listing of 10,000 x 100 files several times its own time (bench/plan_scale.py). Nested use
+    is fine."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -391,7 +392,7 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
             start = int(valid[-1][1])
     tail = read_small(storage, seg.log.path, start, seg.log.size - start)
     # A tail past the last index entry is a few KB: walked in Python, the driver loads no kernel
-    # for it (the first call of a compiled kernel costs the planning ~1 s); a long one (no index)
+    # for it (the first call of a compiled kernel loads it, longer than the walk); a long one (no index)
     # goes to the kernel.
     walk = scan_batches_py if len(tail) <= PY_WALK_MAX_BYTES else scan_batches
     cols = walk(np.frombuffer(tail, dtype=np.uint8))

@@ -410,6 +410,7 @@ def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
     """Whole-partition tasks for `total_bytes` of partitions: `tasks_per_core` per core, so that
     Spark can even out partitions whose cost their bytes misjudge (codecs), but never more than
     one per core unless each holds MIN_SPLIT_TASK_BYTES: between two tasks on a core Spark spends
-    ~0.2-0.3 s (result, scheduling, the worker's task set-up), what a core compacts ~150 MB in."""
+    the result's return, the scheduling and the worker's task set-up, time in which a core would
+    have compacted a sizeable part of a task."""
     wanted = max(1, cores) * max(1, tasks_per_core)
     return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))
