@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import zlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import crc32c as _crc32c
 import numpy as np
@@ -69,7 +72,8 @@ _CRC32_TABLE = _table(0xEDB88320)
 _CRC32C_TABLE = _table(0x82F63B78)
 
 
-def _crc32_table_raw(prev, ptr, n):  # pragma: no cover - only where ISA-L exports no symbol
+# Table implementations, compiled only where a library exports no C function (`_exported`).
+def _crc32_table_raw(prev: int, ptr: ctypes.c_void_p, n: int) -> np.uint32:  # pragma: no cover
     data = _carray(ptr, (n,), dtype=np.uint8)
     c = ~np.uint32(prev)
     for i in range(n):
@@ -77,7 +81,7 @@ def _crc32_table_raw(prev, ptr, n):  # pragma: no cover - only where ISA-L expor
     return ~c
 
 
-def _crc32c_table_raw(prev, ptr, n):  # pragma: no cover - only where crc32c exports no symbol
+def _crc32c_table_raw(prev: int, ptr: ctypes.c_void_p, n: int) -> np.uint32:  # pragma: no cover
     data = _carray(ptr, (n,), dtype=np.uint8)
     c = np.uint32(prev)
     for i in range(n):
@@ -85,17 +89,19 @@ def _crc32c_table_raw(prev, ptr, n):  # pragma: no cover - only where crc32c exp
     return c
 
 
-def _compiled(table_raw):
+def _compiled(table_raw: Callable[[int, ctypes.c_void_p, int], np.uint32]) -> Any:
     """A table function as a C function. Compiled only where a library lacks its symbol: compiling
     both at import was a good part of every process's start (the driver's and each worker's)."""
     return _cfunc(_RAW_SIG, cache=False)(table_raw)
 
 
-def _exported(module, names: tuple[str, ...]) -> tuple[int, str] | tuple[None, str]:
+def _exported(module: ModuleType | None, names: tuple[str, ...]) -> tuple[int | None, str]:
     """(address, name) of the first of `names` the extension module's shared object exports."""
+    if module is None or module.__file__ is None:
+        return None, "table"
     try:
         lib = ctypes.CDLL(module.__file__)
-    except (OSError, AttributeError, TypeError):
+    except OSError:
         return None, "table"
     for name in names:
         fn = getattr(lib, name, None)
@@ -121,14 +127,15 @@ def _register_symbols() -> dict[str, str]:
 IMPLEMENTATIONS = _register_symbols()
 
 
-def _raw_call(symbol: str):
+def _raw_call(symbol: str) -> Any:
+    # numba's typing and lowering objects: numba ships no type information, so they are Any.
     @_intrinsic
-    def call(typingctx, prev, buf, pos, n):
+    def call(typingctx: Any, prev: Any, buf: Any, pos: Any, n: Any) -> tuple[Any, Callable[..., Any]] | None:
         if not (isinstance(buf, _types.Array) and buf.dtype == _types.uint8 and buf.ndim == 1):
             return None
         sig = _types.uint32(_types.uint32, buf, _types.int64, _types.int64)
 
-        def codegen(context, builder, signature, args):
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             c, b, p, count = args
             arr = context.make_array(signature.args[1])(context, builder, b)
             byte_ptr = _ir.IntType(8).as_pointer()
@@ -147,12 +154,12 @@ _crc32c_raw = _raw_call(_CRC32C_SYMBOL)
 
 
 @_njit
-def crc32_at(buf, pos, n):
+def crc32_at(buf: np.ndarray, pos: int, n: int) -> int:
     """IEEE CRC-32 of buf[pos:pos + n] (a 1-D uint8 array; the range must lie inside it)."""
     return _crc32_raw(np.uint32(0), buf, pos, n)
 
 
 @_njit
-def crc32c_at(buf, pos, n):
+def crc32c_at(buf: np.ndarray, pos: int, n: int) -> int:
     """CRC-32C of buf[pos:pos + n] (a 1-D uint8 array; the range must lie inside it)."""
     return _crc32c_raw(np.uint32(0xFFFFFFFF), buf, pos, n) ^ np.uint32(0xFFFFFFFF)
