@@ -316,7 +316,7 @@ def _check_and_rebuild_indexes(p: Planned, opts: JobOptions, config: TopicConfig
     missing = [seg for seg in part.segments if seg.index is None]
     if opts.dry_run or missing:
         # A real round checks the index files in the task that reads the partition anyway
-        # (spark_stages.compact_partition; the driver for partitions on the Spark map path):
+        # (spark/stages.py `compact_partition`; the driver for partitions on the Spark map path):
         # 10,000 partitions' indexes are not read one by one here. A dry run reports
         # damage without tasks; a missing index is rebuilt only in a partition found sound.
         if opts.dry_run:  # how the segments fit together, as far as their first batches show
