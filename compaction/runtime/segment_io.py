@@ -70,9 +70,9 @@ DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing 
 READ_CHUNK = 16 << 20  # bytes per O_DIRECT read: large sequential requests, bounded
 # Bytes per read through the page cache: moderate, so that the kernel's own read-ahead (which
 # starts the next window when the reader reaches a marked page) keeps the disk busy while the
-# reader copies; a read of many MB is issued and waited for whole. 1 MiB was the fastest read
-# size of 64 MiB segments, cold, with two readers, at less CPU than 16 MiB (bench/read_speed.py,
-# BENCHMARKS.md).
+# reader copies; a read of many MB is issued and waited for whole. With two readers of cold
+# 64 MiB segments, 1 MiB reads keep up with 16 MiB ones at less CPU and well ahead of 128 KiB
+# ones (bench/read_speed.py, BENCHMARKS.md).
 BUFFERED_CHUNK = 1 << 20
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
