@@ -108,12 +108,12 @@ def keep_freed_heap() -> bool:
     library has no mallopt). A task allocates and frees the same sizes segment after segment:
     decompressed batches, record columns, key hashes. By default glibc maps each allocation of
     more than ~128 KiB (a threshold it raises as such blocks are freed) separately and unmaps it
-    when freed, and trims the heap's free top, so each segment faulted in fresh pages again
-    (what a first touch costs: bench/fresh_memory.py). The pad does the same for the heaps of threads other
-    than the main one (the read-ahead and writer threads): glibc frees such a heap, or the free
-    end of it, once more than the pad is free, whatever the trim threshold; with the default pad
-    each round of allocations there faulted its pages in again (stage time with and without it:
-    bench/startup.py, BENCHMARKS.md)."""
+    when freed, and trims the heap's free top, so each segment faulted in fresh pages again (what
+    a first touch costs: bench/fresh_memory.py). The pad does the same for the heaps of threads
+    other than the main one (the read-ahead and writer threads): glibc frees such a heap, or the
+    free end of it, once more than the pad is free, whatever the trim threshold; with the default
+    pad each round of allocations there faulted its pages in again (stage time with and without
+    it: bench/startup.py, BENCHMARKS.md)."""
     global _heap_kept
     if _heap_kept:
         return True
