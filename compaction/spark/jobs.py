@@ -149,7 +149,7 @@ def _run_partition_tasks(
     settings: Settings,
     progress: str | None = None,
 ):
-    """Partitions compacted whole in their task (spark/stages.py `compact_partition`), packed by bytes
+    """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
     from compaction.spark import stages as st

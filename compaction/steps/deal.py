@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-# Fitted to the per-phase timings bench/ranges.py prints for the 2 GiB single partition of
-# BENCHMARKS.md ("One partition: where the time goes"): a task's rewrite per byte read and per
-# byte kept, and the merge per summary row.
+# From the per-phase timings of `bench/ranges.py bench/out/vs_kafka/v2-2g-1p/kafka-0 --tasks 2` (the
+# partition bench/vs_kafka.py --input v2 --gb 2 --partitions 1 generates):
+# each task's rewrite of 1 GiB keeping ~70 or ~470 MiB, and the merge of ~1.7M summary rows.
 READ_SECONDS = 0.29 / (1 << 30)
 KEPT_SECONDS = 0.77 / (1 << 30)
 MERGE_SECONDS = 70e-9

@@ -316,7 +316,7 @@ def _check_and_rebuild_indexes(p: Planned, opts: JobOptions, config: TopicConfig
     missing = [seg for seg in part.segments if seg.index is None]
     if opts.dry_run or missing:
         # A real round checks the index files in the task that reads the partition anyway
-        # (spark/stages.py `compact_partition`; the driver for partitions on the Spark map path):
+        # (spark_stages.compact_partition; the driver for partitions on the Spark map path):
         # 10,000 partitions' indexes are not read one by one here. A dry run reports
         # damage without tasks; a missing index is rebuilt only in a partition found sound.
         if opts.dry_run:  # how the segments fit together, as far as their first batches show
@@ -410,7 +410,6 @@ def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
     """Whole-partition tasks for `total_bytes` of partitions: `tasks_per_core` per core, so that
     Spark can even out partitions whose cost their bytes misjudge (codecs), but never more than
     one per core unless each holds MIN_SPLIT_TASK_BYTES: between two tasks on a core Spark spends
-    the result's return, the scheduling and the worker's task set-up, time in which a core would
-    have compacted a sizeable part of a task."""
+    ~0.2-0.3 s (result, scheduling, the worker's task set-up), what a core compacts ~150 MB in."""
     wanted = max(1, cores) * max(1, tasks_per_core)
     return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))

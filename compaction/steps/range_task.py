@@ -29,7 +29,7 @@ more of its records). Each task goes through three phases:
    that keeps most is not copied.
 
 A damaged range fails its partition in every task that owns a part of it; the other partitions
-go on. The rows it returns are those of a whole-partition task (spark/stages.py `FUSED_FIELDS`), plus
+go on. The rows it returns are those of a whole-partition task (`spark_stages.FUSED_FIELDS`), plus
 one row of timings (`group_id` -1).
 """
 

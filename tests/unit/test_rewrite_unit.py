@@ -152,8 +152,8 @@ def batches_of(data: bytes) -> list[tuple[fb.BatchHeader, list[fb.Record], bytes
 
 
 def offset_map(specs: list[GroupSpec]) -> dict[bytes, int]:
-    """What a whole-partition task's offset map holds (`scan.scan_partition`): max dirty offset
-    per key, keys without a dirty record left out."""
+    """What spark_stages.offset_map computes for one partition: max dirty offset per key, keys
+    without a dirty record left out."""
     m: dict[bytes, int] = {}
     for s in specs:
         keys, _ = scan_group(s)
