@@ -29,7 +29,8 @@ import json
 import struct
 from typing import Any
 
-from compaction.format.coordinator import DecodeError, Parsed, Reader
+from compaction.errors import DecodeError, UnknownRecordType
+from compaction.format.coordinator import Parsed, Reader
 
 
 def _json(value: object) -> str:
@@ -274,12 +275,6 @@ def offsets_value(key_type: int, data: bytes) -> tuple[int, dict]:
     fields = decode(r, version)
     r.end()
     return version, fields
-
-
-class UnknownRecordType(DecodeError):
-    def __init__(self, record_type: int) -> None:
-        self.record_type = record_type
-        super().__init__(f"unknown record type {record_type}")
 
 
 def format_offsets_record(offset: int, key: bytes | None, value: bytes | None) -> Parsed:

@@ -9,14 +9,11 @@ import struct
 from collections.abc import Callable
 from typing import Literal, TypeVar, overload
 
+from compaction.errors import DecodeError
 from compaction.format.varint import _read_unsigned
 
 Parsed = tuple[str | None, str | None]  # (key text, payload text); None: not printed
 T = TypeVar("T")
-
-
-class DecodeError(ValueError):
-    """Bytes that do not follow the schema (too short, bad length, unknown version)."""
 
 
 class Reader:
