@@ -143,9 +143,8 @@ class Work:
                     g for g in gids if len(plan.groups[g][1]) > 1 and plan.groups[g][0].erase is None
                 )
         holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
-        task_of = {
-            g: plan.rewriter[first] for first, gids in units.items() for g in gids
-        }  # a cut group is its own unit
+        # a cut group is its own unit
+        task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
         buckets = _deal(plan, scans, dead, units, task_of, holder)
         early = frozenset(g for g, unit in units.items() if _needs_no_merge(unit, plan))
         return cls(dead, units, frozenset(split), task_of, holder, buckets, early)
