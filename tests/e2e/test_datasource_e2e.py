@@ -14,7 +14,7 @@ import pytest
 from chispa import assert_df_equality
 from e2ekit import REPO, decode_partition, latest_per_key, state_offsets_as_of
 from e2ekit import decode_log_dir as kafka_python
-from open_txn import end_inside_transactions, last_stable_offset
+from open_txn import last_stable_offset, open_txn_log_dir
 from test_s3_e2e import (
     KEY,
     REGION,
@@ -57,20 +57,7 @@ def log_dir(tmp_path_factory):
 def open_txn_dir(tmp_path_factory):
     """orders-0 ends inside transactions (a broker stopped mid-transaction); users-0 does not."""
     root = str(tmp_path_factory.mktemp("open-txn"))
-    manifest = generate_log_dir(
-        root,
-        topics=(("orders", 1), ("users", 1)),
-        records=1500,
-        keys=400,
-        codec="mixed",
-        segment_bytes=12_000,
-        tombstone_ratio=0.1,
-        transactions=0.5,
-        abort_ratio=0.4,
-        seed=13,
-    )
-    cut = end_inside_transactions(root, manifest, "orders", 0)
-    return root, manifest.partitions[("orders", 0)], cut
+    return (root, *open_txn_log_dir(root, topics=(("orders", 1), ("users", 1))))
 
 
 @pytest.fixture(scope="module")

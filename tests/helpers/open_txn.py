@@ -10,6 +10,7 @@ import os
 from structkit import bases, columns, seg_path, truncate_at_batch
 
 from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
+from compaction.tools.generator import generate_log_dir
 from compaction.tools.generator_plan import TXN_ABORTED, TXN_COMMITTED
 
 
@@ -63,3 +64,22 @@ def end_inside_transactions(root: str, manifest, topic: str, partition: int) -> 
         kept = [t for t in read_txn_index(open(txnindex, "rb").read()) if t.last_offset < cut]
         open(txnindex, "wb").write(write_txn_index(AbortedTxn(*t) for t in kept))
     return cut
+
+
+def open_txn_log_dir(root: str, topics=(("orders", 1),)):
+    """A generated log dir whose orders-0 ends inside transactions (committed and aborted ones
+    before); (orders-0's manifest, its log end offset)."""
+    manifest = generate_log_dir(
+        root,
+        topics=topics,
+        records=1500,
+        keys=400,
+        codec="mixed",
+        segment_bytes=12_000,
+        tombstone_ratio=0.1,
+        transactions=0.5,
+        abort_ratio=0.4,
+        seed=13,
+    )
+    cut = end_inside_transactions(root, manifest, "orders", 0)
+    return manifest.partitions[("orders", 0)], cut

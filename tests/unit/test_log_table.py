@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from e2ekit import decode_log_dir as kafka_python
 from e2ekit import segment_logs, state_offsets_as_of
-from open_txn import end_inside_transactions, last_stable_offset, open_offsets
+from open_txn import last_stable_offset, open_offsets, open_txn_log_dir
 
 from compaction.errors import CrcMismatchError, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
@@ -147,20 +147,7 @@ def test_compacted_as_of_an_offset(log_dir):
 def open_txn_dir(tmp_path_factory):
     """One partition whose log ends inside transactions (committed and aborted ones before)."""
     root = str(tmp_path_factory.mktemp("open-txn"))
-    manifest = generate_log_dir(
-        root,
-        topics=(("orders", 1),),
-        records=1500,
-        keys=400,
-        codec="mixed",
-        segment_bytes=12_000,
-        tombstone_ratio=0.1,
-        transactions=0.5,
-        abort_ratio=0.4,
-        seed=13,
-    )
-    cut = end_inside_transactions(root, manifest, "orders", 0)
-    return root, manifest.partitions[("orders", 0)], cut
+    return (root, *open_txn_log_dir(root))
 
 
 def test_read_committed_stops_at_the_last_stable_offset(open_txn_dir):
