@@ -54,19 +54,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from compaction.kernels.buffers import ALIGN, POOL
 from compaction.runtime import durability, task_progress, throttle
-from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
+from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
 
-READ_MODES = ("buffered", "direct", "mmap")
-WRITE_MODES = ("direct", "buffered")
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
 # Full staging buffers a writer may have queued for its thread. The rewrite makes its output in
 # bursts (a slice of a segment re-encoded in one kernel call, then all of its batches written at
 # once, steps/emit.py): with a single buffer in flight the caller waits through each burst and
 # the disk idles through each rebuild.
 WRITE_AHEAD = 6
-DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush
 READ_CHUNK = 16 << 20  # bytes per O_DIRECT read: large sequential requests, bounded
 # Bytes per read through the page cache: moderate, so that the kernel's own read-ahead (which
 # starts the next window when the reader reaches a marked page) keeps the disk busy while the
@@ -78,8 +76,6 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS: reads work the same, the cache unadvised
 
-
-CACHE_MAX_BYTES = 1 << 30  # segments a task keeps in the page cache from scan to rewrite (`buffered`)
 
 direct_min_bytes = DIRECT_MIN_BYTES  # of this process: the round's `WorkerSettings.direct_min_bytes`
 cache_max_bytes = CACHE_MAX_BYTES  # of this process: the round's `WorkerSettings.cache_max_bytes`

@@ -11,10 +11,10 @@ import logging
 import re
 import time
 
-from compaction.cli.options import JobOptions
-from compaction.errors import CompactionError
+from compaction.errors import NoExecutors, TaskFailed
+from compaction.runtime.exchange import Exchange
 from compaction.runtime.task_progress import ProgressDir
-from compaction.settings import Settings
+from compaction.settings import JobOptions, Settings
 from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
 from compaction.steps import report as rpt
@@ -28,6 +28,7 @@ from compaction.steps.plan_round import (
     set_specs,
     task_count,
 )
+from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
 
 log = logging.getLogger("compaction")
 
@@ -84,7 +85,7 @@ def _replan_open_transactions(
     again = []
     for i, first_unstable in replan.items():
         old = todo[i]
-        new = plan_one(old.log_dir, old.part, opts, first_unstable)
+        new = plan_one(old.log_dir, old.part, opts, first_unstable, old.erase)
         new.result.recovery = old.result.recovery
         planned[next(k for k, x in enumerate(planned) if x is old)] = todo[i] = new
         if new.plan is not None and selected(new, opts):
@@ -152,7 +153,7 @@ def _run_partition_tasks(
     """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
-    from compaction.spark import stages as st
+    from compaction.spark import stages as st  # pyspark: see _run_ranges
 
     sizes = [partition_bytes(p) for p in todo]
     bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
@@ -176,9 +177,9 @@ def _run_ranges(
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py),
     then, when one of its tasks stopped early (a lost executor, a slot that never came), stages
     for what it left undone."""
-    from compaction.runtime.exchange import Exchange
+    # stages imports pyspark: here, not at the round's import, the driver's main thread plans
+    # while SparkStarter's thread imports it and starts the context (spark/session.py).
     from compaction.spark import stages as st
-    from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
 
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     bplan = sc.broadcast(plan)
@@ -216,15 +217,6 @@ def _run_ranges(
         # the damaged partitions' rows come from here
         rows = [st.typed(r) for r in finish(plan, ex, rows, run)]
     return task_rows(rows, todo, timings)
-
-
-class NoExecutors(CompactionError):
-    """The cluster had no executor for the round's jobs (`spark/watchdog.py`)."""
-
-
-class TaskFailed(CompactionError):
-    """A Spark job aborted by a task that failed every attempt, with the partitions that task held:
-    the one to look at (or leave out with `--topics`) when a rerun fails the same way."""
 
 
 def collected(rdd, holds: list[list[str]]) -> list:

@@ -15,14 +15,19 @@ import functools
 import time
 from collections.abc import Iterator
 
+from pyspark import TaskContext
 from pyspark.sql import types as T
 
-from compaction.errors import error_text
+from compaction.errors import PARTITION_ERRORS, error_text
 from compaction.runtime import task_progress
+from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
 from compaction.steps import ranges
 from compaction.steps.group import GroupSpec
+from compaction.steps.range_task import configure, resume, run_task
 from compaction.steps.rewrite import rewrite_unit
+from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
+from compaction.steps.validate import checked_alongside
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -59,6 +64,12 @@ def task_slots(sc) -> int:
     return max(1, n or sc.defaultParallelism)
 
 
+def _task_name() -> str | None:
+    """`<stage>-<partition>` of the running Spark task: its progress file's name."""
+    ctx = TaskContext.get()
+    return f"{ctx.stageId()}-{ctx.partitionId()}" if ctx is not None else None
+
+
 def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: str | None = None):
     """The ranges stage (compaction/steps/range_task.py) as an RDD of result rows: one task per
     entry of `plan.tasks` (a broadcast `RangePlan`), in workers set up for `worker`. An ordinary
@@ -69,12 +80,9 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import configure, run_task
-
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for t in task_ids:
                 yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
 
@@ -94,12 +102,9 @@ def resumed(
     as an RDD of result rows."""
 
     def run(part: Iterator) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import configure, resume
-
         prepare_worker(worker)
         configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for item in part:
                 yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
 
@@ -128,9 +133,6 @@ def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_r
     Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
     transaction below the planned bound: nothing was written, the driver plans again)."""
     import dataclasses
-
-    from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
-    from compaction.steps.validate import checked_alongside
 
     started, cpu = time.monotonic(), time.process_time()
     cache = ScanCache(scan_reuse_bytes) if scan_reuse_bytes > 0 else None
@@ -177,20 +179,17 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
     A Python RDD rather than a DataFrame: its job starts ~0.2 s sooner, with no query to analyse
     and compile, and its few rows need no columnar transfer. `progress`: the round's progress
     directory (runtime/task_progress.py)."""
-
     compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-
         prepare_worker(worker)
         table = partitions.value
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for bin_id in bin_ids:
                 for specs in table[bin_id]:
                     try:
                         rows = _profiled(compact, specs, worker.profile_dir)
-                    except Exception as exc:
+                    except PARTITION_ERRORS as exc:  # anything else fails the job: a bug (errors.py)
                         rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
                     yield from map(typed, rows)
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from compaction.steps import report as rpt
 from compaction.steps.erase import key_count, unpack_bits
+from compaction.steps.range_task import STATS_ROW
 
 if TYPE_CHECKING:
     from compaction.steps.plan_round import Planned
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
     """The tasks' rows as (results by group id, {index in `todo`: first unstable offset}); their
     timings added to `timings`."""
-    from compaction.steps.range_task import STATS_ROW
-
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
     for d in rows:

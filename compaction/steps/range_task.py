@@ -40,14 +40,16 @@ import time
 
 import numpy as np
 
-from compaction.errors import CompactionError, error_text
+from compaction.errors import PARTITION_ERRORS, CompactionError, error_text
 from compaction.format import batch as fb
+from compaction.policy.log_structure import epochs_from_columns
 from compaction.runtime.exchange import Exchange, PeerGone
 from compaction.settings import PART_CHUNK_BYTES
 from compaction.steps import deal, ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.rewrite import rewrite_part, rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs
+from compaction.steps.validate import checked_alongside
 from compaction.steps.writer import Discard, LogWriter, Output
 
 # A part is appended to its group's `.cleaned` file this many bytes at a time (whole batches);
@@ -308,15 +310,13 @@ def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> 
 
 
 def _scan(rid: int, plan: RangePlan, ex: Exchange, cache, held: dict) -> dict:
-    from compaction.steps.validate import checked_alongside
-
     spec, part, validate = plan.ranges[rid]
     try:
         scan = lambda: ranges.scan_range(rid, spec, part, cache)  # noqa: E731
         # the index checks the driver leaves to the task that reads the partition anyway
         held[rid], blocks = checked_alongside(spec.storage, spec.part_path, scan) if validate else scan()
         ex.write_blocks(f"scan-{rid}", blocks)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         held.pop(rid, None)
         return {"error": error_text(exc), "txn": False}
     stats = [
@@ -344,7 +344,7 @@ def _hand_over(t: int, plan: RangePlan, ex: Exchange, held: dict, work: Work) ->
             g = plan.ranges[r][0].group_id
             if r in held and work.task_of.get(g, t) != t and g not in work.split:
                 _leave(ex, {r: held[r]})
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return error_text(exc)
     return None
 
@@ -377,7 +377,7 @@ def _merge(t: int, plan: RangePlan, ex: Exchange, dead: dict, buckets: list[int]
             ]
             found.extend(ranges.merge_bucket(rows))
         ex.write_blocks(f"found-{t}", found)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return error_text(exc)
     return None
 
@@ -449,7 +449,7 @@ def _rewrite(
         return []
     try:
         state = _partition_state(part, plan, ex)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return [{"group_id": g, "error": error_text(exc)} for unit in units for g in unit]
     if (
         state.first_unstable is not None
@@ -485,7 +485,7 @@ def _rewrite_unit(
     except PeerGone:  # waiting for a part: the unit is left to a follow-up, from these ids
         _leave(ex, mine)
         raise
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return [{"group_id": g, "error": error_text(exc)} for g in unit]
 
 
@@ -544,7 +544,7 @@ def _write_part(t: int, r: int, plan: RangePlan, ex: Exchange, held: dict, cache
             ),
         )
         status.update({n: getattr(stats, n) for n in _PART_STATS}, records=out.records)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         status["error"] = error_text(exc)
     finally:
         ex.post(f"part-{r}", t, status)
@@ -621,8 +621,6 @@ def _append_part(
 
 def _check_epochs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> None:
     """Leader epochs across the partition's ranges, as a whole-partition task checks them."""
-    from compaction.policy.log_structure import epochs_from_columns
-
     path_of = specs[0].segment_path
     runs = []
     for b in blocks:  # log order
