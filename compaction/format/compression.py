@@ -62,6 +62,8 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import cramjam
 import lz4.frame
@@ -80,6 +82,12 @@ from compaction.format.layout import (
 )
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+# Decompressed output: one buffer, or pieces of about PIECE_BYTES (see `inflate`).
+Pieces = list[bytes | bytearray]
+
 CODEC_NAMES = {
     CODEC_NONE: "none",
     CODEC_GZIP: "gzip",
@@ -89,7 +97,8 @@ CODEC_NAMES = {
 }
 
 # Kafka writes zlib level 6 (Deflater.DEFAULT_COMPRESSION); ISA-L's levels are 0-3, and its 3
-# matches zlib 6's ratio on record data at ~5x the speed. Any level decodes the same.
+# matches zlib 6's ratio on record data at several times the speed (bench/gzip_libs.py). Any
+# level decodes the same.
 GZIP_LEVEL = 3
 ZSTD_LEVEL = 3  # CompressionType.ZSTD default level
 
@@ -111,7 +120,8 @@ _DECODE_ERRORS = (
     zlib.error,
     zstandard.ZstdError,
     cramjam.DecompressionError,
-    isal_zlib.error,
+    # isal's stubs declare its error class as an instance (`error: Exception`); it is a class.
+    cast("type[Exception]", isal_zlib.error),
 )
 
 # --- LZ4 frame -------------------------------------------------------------------------------
@@ -202,7 +212,7 @@ def inflate(
     path: str = "<memory>",
     position: int | None = None,
     limit: int = MAX_INFLATED_BATCH_BYTES,
-) -> list:
+) -> Pieces:
     """The decompressed bytes of `data` as a list of buffers (one, unless the output may pass
     PIECE_BYTES), at most `limit` bytes in all: `InflateLimitError` beyond it.
 
@@ -252,7 +262,7 @@ def inflate_bound(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2) -
 def inflate_into(
     codec: int,
     data: bytes | memoryview,
-    out,
+    out: Buffer,
     magic: int = MAGIC_V2,
     *,
     path: str = "<memory>",
@@ -288,7 +298,9 @@ def inflate_into(
     return total
 
 
-def _limit_error(codec: int, data, limit: int, path: str, position: int | None) -> InflateLimitError:
+def _limit_error(
+    codec: int, data: bytes | memoryview, limit: int, path: str, position: int | None
+) -> InflateLimitError:
     return InflateLimitError(
         f"{codec_name(codec)} records of {len(data)} compressed bytes inflate to more "
         f"than {limit} bytes (--max-inflated-batch-bytes)",
@@ -299,9 +311,10 @@ def _limit_error(codec: int, data, limit: int, path: str, position: int | None) 
     )
 
 
-def _read_pieces(read, limit: int) -> list:
+def _read_pieces(read: Callable[[int], bytes], limit: int) -> Pieces:
     """Pieces from `read(n)` (at most n bytes, b"" at the end) until the end, at most `limit` bytes."""
-    pieces, total = [], 0
+    pieces: Pieces = []
+    total = 0
     while True:
         piece = read(min(PIECE_BYTES, limit + 1 - total))
         if not piece:
@@ -315,20 +328,22 @@ def _read_pieces(read, limit: int) -> list:
 # --- gzip ------------------------------------------------------------------------------------
 
 
-def _gzip_inflate(data, limit: int) -> list:
+def _gzip_inflate(data: bytes | memoryview, limit: int) -> Pieces:
     if len(data) * DEFLATE_MAX_RATIO <= min(PIECE_BYTES, limit):
         return [igzip.decompress(data)]
     # Members one after the other, zero padding between them skipped (GZIPInputStream,
     # gzip.decompress). Input goes to a member GZIP_FEED_BYTES at a time: what a member leaves
     # unused is copied when it ends, which must not cost a copy of the rest per member.
-    view, pos, pieces, total = memoryview(data), 0, [], 0
+    view, pos, total = memoryview(data), 0, 0
+    pieces: Pieces = []
     while pos < len(view):
         window = bytes(view[pos : pos + GZIP_FEED_BYTES])
         padding = len(window) - len(window.lstrip(b"\0"))
         pos += padding
         if padding:
             continue
-        member, tail = isal_zlib.decompressobj(wbits=GZIP_WBITS), b""
+        member = isal_zlib.decompressobj(wbits=GZIP_WBITS)
+        tail: bytes | memoryview = b""
         while not member.eof:
             if not tail:
                 tail = view[pos : pos + GZIP_FEED_BYTES]
@@ -350,8 +365,8 @@ def _gzip_inflate(data, limit: int) -> list:
 # --- snappy ----------------------------------------------------------------------------------
 
 
-def _xerial_compress(data) -> bytes:
-    parts = [XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION)]
+def _xerial_compress(data: Buffer) -> bytes:
+    parts: list[Buffer] = [XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION)]
     view = memoryview(data)
     for start in range(0, len(view), XERIAL_BLOCK_SIZE):
         block = cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK_SIZE])
@@ -365,7 +380,7 @@ def _is_xerial_header(view: memoryview, pos: int) -> bool:
     )
 
 
-def _xerial_inflate(view: memoryview, limit: int) -> list:
+def _xerial_inflate(view: memoryview, limit: int) -> Pieces:
     if not _is_xerial_header(view, 0):
         # SnappyInputStream falls back to one raw block when the magic is missing.
         if cramjam.snappy.decompress_raw_len(view) > limit:
@@ -376,7 +391,9 @@ def _xerial_inflate(view: memoryview, limit: int) -> list:
     if sum(sizes) > limit:
         raise _OverLimit
     # Runs of chunks into pieces of about PIECE_BYTES, each chunk decompressed in place.
-    pieces, run, run_bytes = [], [], 0
+    pieces: Pieces = []
+    run: list[tuple[memoryview, int]] = []
+    run_bytes = 0
     for chunk, size in zip(chunks, sizes, strict=True):
         if run and run_bytes + size > PIECE_BYTES:
             pieces.append(_snappy_run(run, run_bytes))
@@ -407,7 +424,7 @@ def _xerial_chunks(view: memoryview) -> list[memoryview]:
     return chunks
 
 
-def _snappy_run(run: list, total: int) -> bytearray:
+def _snappy_run(run: list[tuple[memoryview, int]], total: int) -> bytearray:
     out = bytearray(total)
     into, at = memoryview(out), 0
     for chunk, size in run:
@@ -489,7 +506,7 @@ def _lz4_compress(data: bytes, broken_header_checksum: bool) -> bytes:
     return frame[:hc_index] + bytes([broken]) + frame[hc_index + 1 :]
 
 
-def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
+def _lz4_inflate(frame: bytes, magic: int, limit: int) -> Pieces:
     if len(frame) < LZ4_MIN_HEADER or frame[: len(LZ4_FRAME_MAGIC)] != LZ4_FRAME_MAGIC:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
     if not frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT:
@@ -515,7 +532,7 @@ def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
     return _read_pieces(read, limit)
 
 
-def _lz4_independent(frame) -> bool:
+def _lz4_independent(frame: bytes | memoryview) -> bool:
     """Whether the frame's blocks are independent (liblz4 reads dependent ones, Kafka does not)."""
     return len(frame) > LZ4_FLG_OFFSET and bool(frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT)
 
@@ -569,7 +586,7 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def _zstd_inflate(data, limit: int) -> list:
+def _zstd_inflate(data: bytes | memoryview, limit: int) -> Pieces:
     view = memoryview(data)
     bound = _zstd_bound(view)
     if bound is not None and bound <= min(PIECE_BYTES, limit):
@@ -619,7 +636,7 @@ def _zstd_bound(view: memoryview) -> int | None:
     return total if pos == n else None
 
 
-def _zstd_decompress(data) -> bytes:
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
     # Frame by frame, because frames written by zstd-jni's stream do not record the content size
     # (so no one-shot decompress), and a payload may hold several frames, as ZstdInputStream reads.
     rest = bytes(data)

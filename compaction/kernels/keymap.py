@@ -251,7 +251,7 @@ class KeyTable:
         p = 1 << self.log_p
         self._work: dict[str, np.ndarray] = {}
         # Sized for the keys expected, up to a region's share (growing costs a copy of every
-        # region and a rehash of every key: ~0.02 s a 250 MB partition); grown together as needed.
+        # region and a rehash of every key); grown together as needed.
         # The price when the guess errs high (PartitionMap guesses a key per 256 B of log): slots
         # and latest offsets never filled, 24 B a guessed key first-touched (~100 MB at the 1 GiB
         # whole-partition task limit; a partition of Kafka's workload, 244k keys: 24 MB, not 6).

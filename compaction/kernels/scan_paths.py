@@ -60,7 +60,7 @@ def _verify_and_walk_plain(
     batches `plain` and the messages of the uncompressed legacy entries `messages`, ~CHUNK_BYTES
     of batches at a time: the CRC pass streams a chunk into the cache and the walks, whose every
     step waits for the bytes the previous one read, find it there (two passes over a whole 64 MiB
-    segment, bigger than the cache, made the walk wait for memory: ~3x slower). Each walk stops
+    segment, bigger than the cache, made the walk wait for memory at every step). Each walk stops
     at its first malformed record (its columns say where); the CRCs are checked to the end. With
     `hashing`, each chunk's keys are packed and hashed right after its walk
     (`keyhash.hash_keys`), for the same reason. Returns the two walks."""

@@ -113,7 +113,7 @@ class ScanCache:
     A segment read from a local disk into task memory is kept without its bytes (`reread`): the
     rewrite reads it again (`needs_read`, then `take(..., data)`), which on a local disk costs
     less than holding every segment of the partition in fresh memory at once (the first task of
-    each worker paid ~0.7 GB of page faults for it, bench/e2e.py); its decompressed records
+    each worker paid a first touch of all of it, bench/fresh_memory.py); its decompressed records
     and columns stay. Memory-mapped segments and those of object stores are kept whole.
 
     Bounded: a scan is kept only while the kept scans' own memory (decompressed `side` buffers,
