@@ -133,13 +133,38 @@ def changed_lines(original: list[str], mutated: list[str]) -> set[int]:
     return lines
 
 
+def statement_lines(source: str, lines: set[int]) -> set[int]:
+    """`lines` widened to every line of the innermost statement holding each (a compound one's
+    header only): a condition over several lines that stops early never runs its later lines, yet
+    a mutant there changes what the first one decides, so the tests of every line of it apply."""
+    out = set(lines)
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.stmt):
+            continue
+        body = getattr(node, "body", None)
+        end = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno or node.lineno
+        span = range(node.lineno, max(end, node.lineno) + 1)
+        inner = [
+            c
+            for c in ast.walk(node)
+            if c is not node
+            and isinstance(c, ast.stmt)
+            and any(c.lineno <= line <= (c.end_lineno or c.lineno) for line in lines)
+        ]
+        if not inner and any(line in span for line in lines):
+            out.update(span)
+    return out
+
+
 def run_mutant(module: str) -> int:
     """cosmic-ray's test command, in the scratch copy holding one mutant: the tests that run the
     mutated lines."""
     here = Path.cwd()
     linemap = json.loads((here / LINEMAP).read_text())
     original = (here / ORIGINAL).read_text().splitlines()
-    lines = changed_lines(original, (here / module).read_text().splitlines())
+    lines = statement_lines(
+        "\n".join(original), changed_lines(original, (here / module).read_text().splitlines())
+    )
     chosen: set[int] = set()
     for line in sorted(lines):
         chosen.update(linemap["lines"].get(str(line), []))
