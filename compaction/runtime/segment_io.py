@@ -51,6 +51,7 @@ import os
 import posixpath
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -58,8 +59,10 @@ from compaction.runtime import durability, task_progress, throttle
 from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
 
-READ_MODES = ("buffered", "direct", "mmap")
-WRITE_MODES = ("direct", "buffered")
+ReadMode = Literal["buffered", "direct", "mmap"]  # how source segments are read (--read-mode)
+WriteMode = Literal["direct", "buffered"]  # how cleaned segments are written (--write-mode)
+READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
+WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
 # Full staging buffers a writer may have queued for its thread. The rewrite makes its output in
 # bursts (a slice of a segment re-encoded in one kernel call, then all of its batches written at
@@ -95,7 +98,9 @@ def configure(min_bytes: int, cache_bytes: int = CACHE_MAX_BYTES) -> None:
     _cached.clear()
 
 
-def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last: bool = False) -> np.ndarray:
+def read_segment_bytes(
+    storage: Storage, path: str, mode: ReadMode = "buffered", last: bool = False
+) -> np.ndarray:
     """The whole file as a read-only uint8 array (see the module docstring for `mode`). `last`:
     no later read of this run needs the file, so `buffered` lets the page cache drop it."""
     if not storage.is_local:
@@ -255,7 +260,7 @@ class SegmentWriter:
     of the file and of its directory). Chunks are copied at `write`, so the caller's buffers are
     free again as soon as it returns."""
 
-    def __init__(self, path: str, mode: str = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
+    def __init__(self, path: str, mode: WriteMode = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
         self.path = path
         self.direct = False
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC

@@ -119,13 +119,14 @@ def _warm_ranges(spec) -> None:
     """The tiny partition as one range through a ranges task: its kernels loaded too."""
     from compaction.runtime.exchange import Exchange
     from compaction.runtime.storage import Storage
-    from compaction.steps.range_task import RangePlan, run_task
+    from compaction.steps.range_task import run_task
+    from compaction.steps.schedule import RangePlan
 
     root = os.path.join(os.path.dirname(spec.part_path), "exchange")
     os.mkdir(root)
-    rows = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
-    if rows[0].get("error"):
-        raise RuntimeError(rows[0]["error"])
+    found = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
+    if getattr(found[0], "error", None):
+        raise RuntimeError(found[0].error)
 
 
 _warmed = False  # this process (or the daemon it was forked from) has run the tiny round

@@ -1,8 +1,9 @@
 """What the rewrite tasks' rows say about each partition: failed, or its sizes and erase counts
 for the report (`rpt.PartitionResult`), and a dry run's verdict.
 
-A task's row (compaction/spark/stages.py `FUSED_FIELDS`) is one group's rewrite: its bytes and
-records read and written, its seconds, or the `error` that failed it.
+A task's row (compaction/spark/stages.py `FUSED_FIELDS`, made of a `results.GroupResult`) is one
+group's rewrite: its bytes and records read and written, its seconds, or the `error` that failed
+it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from compaction.steps import report as rpt
 from compaction.steps.erase import key_count, unpack_bits
+from compaction.steps.results import STATS_ROW
 
 if TYPE_CHECKING:
     from compaction.steps.plan_round import Planned
@@ -21,8 +23,6 @@ if TYPE_CHECKING:
 def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
     """The tasks' rows as (results by group id, {index in `todo`: first unstable offset}); their
     timings added to `timings`."""
-    from compaction.steps.range_task import STATS_ROW
-
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
     for d in rows:

@@ -28,9 +28,9 @@ Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`
     PRODUCERS the columns of `scan.producer_batches`
     EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
               the check across the partition (`scan.check_partition_epochs`)
-    PART      position, size, last_offset, max_timestamp int64 per batch of a
-              range's cleaned bytes (`part-<range>.log`), made by the task that holds the range
-              for the task that rewrites its group (`rewrite.rewrite_part`)
+    PIECE     position, size, last_offset, max_timestamp int64 per batch of a
+              range's cleaned bytes (`piece-<range>.log`), made by the task that holds the range
+              for the task that rewrites its group (`rewrite.rewrite_piece`)
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from compaction.policy.log_structure import epoch_columns
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.scan import scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PART = range(7)
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PIECE = range(7)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
 # never means holding a range's whole key set.
 BLOCK_ROWS = 1 << 20
@@ -63,7 +63,7 @@ FINE_BUCKETS = 64
 
 
 class Block(NamedTuple):
-    """One unit of the exchange: `range_id` is the range's id (`range_task.RangePlan`); `bucket` the merge bucket
+    """One unit of the exchange: `range_id` is the range's id (`schedule.RangePlan`); `bucket` the merge bucket
     (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
     id for LATEST); `data` the block's bytes (an Arrow buffer as `to_block` makes it, bytes as
     the exchange reads it back)."""

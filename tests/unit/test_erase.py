@@ -197,8 +197,8 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     erase = build_erase_set([(None, b"x")])
     specs = _erasing(log, log.segments, erase, {7: LastRecord(2, 0)})
     rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
-    assert [r["unchanged"] for r in rows] == [0, 1, 0]
-    assert [r["erased_records"] for r in rows] == [2, 0, 2]
+    assert [r.unchanged for r in rows] == [0, 1, 0]
+    assert [r.erased_records for r in rows] == [2, 0, 2]
     first = batches_of(log.read(0, ".cleaned"))
     assert [
         (h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) for h, _, _ in first
@@ -307,8 +307,8 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
         rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
         for spec, row, want, batches in zip(specs, rows, _expected(segments, listed), segments, strict=True):
             base = spec.new_base
-            assert row["unchanged"] == (not os.path.exists(log.file(base, ".log", ".cleaned")))
-            data = log.read(base) if row["unchanged"] else log.read(base, ".cleaned")
+            assert row.unchanged == (not os.path.exists(log.file(base, ".log", ".cleaned")))
+            data = log.read(base) if row.unchanged else log.read(base, ".cleaned")
             got = [
                 (
                     h.base_offset,
