@@ -45,6 +45,7 @@ from startup import FIGURES, run  # noqa: E402
 from compaction.settings import KERNEL_CACHE_NAME  # noqa: E402
 
 SIDES = ("warm", "fresh-temp", "fresh-host")
+# README's quick start
 SAMPLE = [
     "--records",
     "50000",
@@ -54,7 +55,7 @@ SAMPLE = [
     "mixed",
     "--segment-bytes",
     "1000000",
-]  # README's quick start
+]
 
 
 def sample(work: Path) -> Path:

@@ -113,9 +113,8 @@ def main() -> int:
         f"input: {size / 1e6:.1f} MB in {len(cleanable)} segments (+ active), {len(lookup_keys):,} keys; "
         f"scan_group + map {map_s:.2f} s"
     )
-    rewrite_unit(
-        [spec], KeyLookup(lookup_keys, lookup_latest)
-    )  # warm-up: numba compile/cache load, page cache
+    # warm-up: numba compile/cache load, page cache
+    rewrite_unit([spec], KeyLookup(lookup_keys, lookup_latest))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for _ in range(args.repeat):
         load = os.getloadavg()[0]

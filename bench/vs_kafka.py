@@ -57,9 +57,8 @@ def v2_input(args, out: Path) -> Path:
     """Kafka's workload shape as v2 records (bench/kafka_workload.py's defaults), generated once."""
     d = out / f"v2-{args.gb:g}g-{args.partitions}p"
     if not d.exists():
-        records = int(
-            args.gb * GiB / 568.0
-        )  # on-disk bytes per record of this shape (24 B keys, 100-1024 B values)
+        # on-disk bytes per record of this shape (24 B keys, 100-1024 B values)
+        records = int(args.gb * GiB / 568.0)
         run_generator(
             d,
             "--topics",

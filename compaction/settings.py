@@ -240,9 +240,8 @@ class Settings:
         conf=CONF_PREFIX + "warmup",
     )
     worker: WorkerSettings = field(default_factory=WorkerSettings)  # what the tasks run with
-    environ: Mapping[str, str] = field(
-        default_factory=dict, repr=False, compare=False
-    )  # its knobs' variables
+    # its knobs' variables
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def resolve(

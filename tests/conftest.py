@@ -3,9 +3,8 @@ import sys
 
 import pytest
 
-sys.path.insert(
-    0, os.path.join(os.path.dirname(__file__), "helpers")
-)  # the shared helpers, importable by name
+# the shared helpers, importable by name
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))
 
 import kafka_python_shims
 
@@ -40,10 +39,11 @@ BENIGN_SKIPS = (
     ("tests/unit/test_compression.py::", "zstd is illegal for magic < 2"),  # a combination that is no case
     ("tests/unit/test_legacy.py::test_kafka_memory_records_checksum_lz4", "lz4-java's compress64k"),
     ("tests/e2e/test_cluster_faults.py::", "a sample of the phase x target matrix runs"),  # CI time
+    # no case
     (
         "tests/unit/test_log_table.py::test_starting_and_ending_timestamps",
         "v0 records have no timestamp",
-    ),  # no case
+    ),
 )
 
 

@@ -194,9 +194,8 @@ def check_round(opts) -> list[str]:
     archive = getattr(opts, "output_dir", None)
     partitions, holder = [], {}
     for uri in opts.log_dirs:
-        for name, is_dir in check_log_dir(
-            uri, writable=not opts.dry_run and not archive
-        ):  # --output-dir: only read
+        # --output-dir: only read
+        for name, is_dir in check_log_dir(uri, writable=not opts.dry_run and not archive):
             parsed = parse_partition_dir_name(name) if is_dir else None
             if parsed is not None and parsed[0] not in INTERNAL_TOPICS_NOT_CLEANED:
                 partitions.append(parsed)

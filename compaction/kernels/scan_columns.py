@@ -65,9 +65,8 @@ class BatchColumns:
     producer_id: np.ndarray  # int64 (legacy: -1)
     producer_epoch: np.ndarray  # int16 (legacy: -1)
     base_sequence: np.ndarray  # int32 (legacy: -1)
-    records_count: (
-        np.ndarray
-    )  # int32 (legacy: 1 uncompressed; a wrapper: -1 here, its count after scan_segment)
+    # int32 (legacy: 1 uncompressed; a wrapper: -1 here, its count after scan_segment)
+    records_count: np.ndarray
     crc: np.ndarray  # uint32 as stored (v2: CRC-32C, legacy: CRC-32)
     stop_position: int  # where the scan stopped
     stop_reason: int  # STOP_END / STOP_PARTIAL / STOP_CORRUPT

@@ -11,9 +11,8 @@ import threading
 import numpy as np
 
 ALIGN = 4096  # buffer addresses are page-aligned (O_DIRECT needs >= the logical block size)
-POOL_MAX_BYTES = (
-    2 << 30
-)  # buffers a worker process keeps for reuse (a 1 GiB ScanCache + a read ahead + rebuilds)
+# buffers a worker process keeps for reuse (a 1 GiB ScanCache + a read ahead + rebuilds)
+POOL_MAX_BYTES = 2 << 30
 POOLED_MIN_BYTES = 1 << 20  # smaller arrays come from malloc as usual
 _CAPACITY_STEP = 8 << 20  # buffer sizes are rounded up to this, so neighbouring sizes share buffers
 

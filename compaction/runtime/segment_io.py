@@ -190,9 +190,8 @@ def _read_into_buffer(fd: int, size: int, block: int) -> np.ndarray:
     view, got = memoryview(buf), 0
     chunk = BUFFERED_CHUNK if block == 1 else READ_CHUNK
     while got < size:
-        n = os.readv(
-            fd, [view[got : got + min(-(-(size - got) // block) * block, chunk)]]
-        )  # from offset 0 on
+        # from offset 0 on
+        n = os.readv(fd, [view[got : got + min(-(-(size - got) // block) * block, chunk)]])
         if n <= 0:
             break
         throttle.acquire(n)  # --io-max-bytes-per-second (throttle.py), request by request

@@ -211,9 +211,8 @@ def _run_ranges(
                 [held[kind](i) for i in items],
             )
 
-        rows = [
-            st.typed(r) for r in finish(plan, ex, rows, run)
-        ]  # the damaged partitions' rows come from here
+        # the damaged partitions' rows come from here
+        rows = [st.typed(r) for r in finish(plan, ex, rows, run)]
     return task_rows(rows, todo, timings)
 
 

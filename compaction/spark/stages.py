@@ -37,10 +37,11 @@ RESULT_FIELDS = (
     ("invalid_records", T.LongType()),
     ("seconds", T.DoubleType()),
     ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process
+    # --erase-keys (compaction/steps/erase.py): records of listed keys removed
     (
         "erased_records",
         T.LongType(),
-    ),  # --erase-keys (compaction/steps/erase.py): records of listed keys removed
+    ),
     ("erased_bytes", T.LongType()),
     ("erase_found", T.StringType()),  # which listed keys the unit met (a bitmap; first row of a unit)
     ("unchanged", T.IntegerType()),  # an erasing-only group that erased nothing: nothing written

@@ -171,9 +171,8 @@ def advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> None
         for p in planned:
             if p.log_dir is not ld or p.plan is None:
                 continue
-            if (
-                p.result.status == rpt.CLEANED and p.compacting
-            ):  # erasing alone leaves the dirty section as it was
+            # erasing alone leaves the dirty section as it was
+            if p.result.status == rpt.CLEANED and p.compacting:
                 updates[p.part.key] = p.plan.first_uncleanable_offset
             elif p.plan.force_update_checkpoint and p.result.status != rpt.FAILED:
                 updates[p.part.key] = p.plan.first_dirty_offset  # Kafka resets invalid checkpoints

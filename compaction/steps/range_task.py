@@ -91,9 +91,8 @@ class Work:
                     g for g in gids if len(plan.groups[g].ranges) > 1 and plan.groups[g].spec.erase is None
                 )
         holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
-        task_of = {
-            g: plan.rewriter[first] for first, gids in units.items() for g in gids
-        }  # a cut group is its own unit
+        # a cut group is its own unit
+        task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
         buckets = deal_buckets(plan, scans, dead, units, task_of, holder)
         early = frozenset(g for g, unit in units.items() if _needs_no_merge(unit, plan))
         return cls(dead, units, frozenset(split), task_of, holder, buckets, early)

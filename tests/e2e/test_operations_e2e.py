@@ -246,9 +246,8 @@ def test_metrics_carry_the_log_dir_and_a_dry_run_has_its_own_file(runs):
     prom, dry = runs["prom"], runs["prom"].parent / "kafka_compaction.dry-run.prom"
     assert sorted(os.listdir(prom.parent)) == ["kafka_compaction.dry-run.prom", "kafka_compaction.prom"]
     real_series, dry_series = _series_text(runs["after_real"]), _series(dry)
-    assert {dict(k[1])["round"] for k in real_series} == {
-        str(runs["logs"])
-    }  # absolute, though typed relative
+    # absolute, though typed relative
+    assert {dict(k[1])["round"] for k in real_series} == {str(runs["logs"])}
     assert {dict(k[1])["mode"] for k in real_series} == {"round"}
     assert {dict(k[1])["mode"] for k in dry_series} == {"dry_run"}
     assert not set(real_series) & set(dry_series)  # one collector reads both files

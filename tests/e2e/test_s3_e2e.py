@@ -338,9 +338,8 @@ def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_
     c.create_bucket(Bucket="versioned")
     c.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
     upload(c, "versioned", local, create=False)
-    upload(
-        c, "versioned", os.path.join(local, "payments-0"), prefix="logs/payments-0/", create=False
-    )  # 2 versions each
+    # 2 versions each
+    upload(c, "versioned", os.path.join(local, "payments-0"), prefix="logs/payments-0/", create=False)
     c.put_object(Bucket="versioned", Key="notes/readme.txt", Body=b"one")
     c.put_object(Bucket="versioned", Key="notes/readme.txt", Body=b"two")
     env = {

@@ -208,9 +208,8 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
         apps = cluster.state().get("completedapps", [])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert {p.parts[-6] for p in unpacked} == {"worker-1", "worker-2"}, unpacked  # both used the archive
-    assert [(a["state"], a["name"]) for a in apps] == [
-        ("FINISHED", "compaction-ship-check")
-    ]  # the launcher's --name
+    # the launcher's --name
+    assert [(a["state"], a["name"]) for a in apps] == [("FINISHED", "compaction-ship-check")]
     data = json.loads(report.read_text())
     assert [p["status"] for p in data["partitions"]] == ["cleaned", "cleaned"]
     for p in data["partitions"]:

@@ -65,9 +65,8 @@ def test_they_run_the_image_the_dockerfile_builds(name, spec):
     assert spec["image"] == f"kafka-compaction:{VERSION}"
     spark = re.search(r"^ARG SPARK_VERSION=(\S+)$", DOCKERFILE, re.M).group(1)
     assert spec["sparkVersion"] == spark
-    assert re.search(
-        r"^FROM spark:\$\{SPARK_VERSION\}-", DOCKERFILE, re.M
-    )  # the official image of that release
+    # the official image of that release
+    assert re.search(r"^FROM spark:\$\{SPARK_VERSION\}-", DOCKERFILE, re.M)
 
 
 @pytest.mark.parametrize("name, spec", _apps())

@@ -167,9 +167,8 @@ def test_a_cleaned_partition_is_swapped_checkpointed_then_its_old_segments_remov
     assert p.result.status == rpt.CLEANED and p.result.groups == 2 and p.result.reason is None
     names = _names(part)
     assert [n for n in names if n.endswith(".cleaned") or n.endswith(".swap")] == []
-    assert (
-        any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names
-    )  # kept until checkpointed
+    # kept until checkpointed
+    assert any(n.endswith(".deleted") for n in names) and "compaction-commit.json" in names
     # A partition of another log dir, and one with no plan, listed first: passed over, not the end.
     elsewhere = dataclasses.replace(p, log_dir=SimpleNamespace(storage=Storage.local(), path="/elsewhere"))
     unplanned = dataclasses.replace(p, plan=None)

@@ -378,13 +378,14 @@ def test_retain_legacy_deletes_and_horizon_values():
         (V2, BatchRetention.DELETE, 0, False, BatchOutput.DROP),
         (replace(V2, records_count=3), BatchRetention.DELETE_EMPTY, 3, False, BatchOutput.COPY_ORIGINAL),
         (replace(V2, records_count=3), BatchRetention.DELETE_EMPTY, 3, True, BatchOutput.REBUILD),
+        # testFilterToAlreadyCompactedLog
         (
             replace(V2, records_count=3),
             BatchRetention.RETAIN_EMPTY,
             1,
             False,
             BatchOutput.REBUILD,
-        ),  # testFilterToAlreadyCompactedLog
+        ),
         (replace(V1, records_count=3), BatchRetention.DELETE_EMPTY, 3, False, BatchOutput.REBUILD),  # KIP-724
     ],
 )

@@ -54,9 +54,8 @@ def test_an_erasing_pass_on_a_versioned_bucket_is_refused_unless_it_purges(s3, s
     assert SECRET not in text
     (warning,) = check_round(_opts(uri, erase_keys="keys.txt", purge_noncurrent_versions=True))
     assert "deletes the noncurrent versions" in warning
-    (warning,) = check_round(
-        _opts(uri, erase_keys="keys.txt", dry_run=True)
-    )  # writes nothing: said, not refused
+    # writes nothing: said, not refused
+    (warning,) = check_round(_opts(uri, erase_keys="keys.txt", dry_run=True))
     assert f"is versioned ({status})" in warning and "NoncurrentVersionExpiration" in warning
 
 

@@ -502,7 +502,8 @@ def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, di
     pooled = _cleaned_files(log_dir)
     written_rows = stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
     written = _cleaned_files(log_dir)
-    uncached_rows = stages.compact_partition(specs, scan_reuse_bytes=0)  # every segment read and walked again
+    # every segment read and walked again
+    uncached_rows = stages.compact_partition(specs, scan_reuse_bytes=0)
     uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
     assert direct and read_buffered == direct == mapped == pooled == written == uncached
@@ -540,9 +541,8 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
         cache.take(0, 0, scan.file[:-1])
     assert err.value.path == str(path)
     mapped = scan_segment(read_segment_bytes(LOCAL, str(path), "mmap"), str(path))
-    assert cache.offer(0, 3, mapped, reread=True) and not cache.needs_read(
-        0, 3
-    )  # mapped: kept, costs no memory
+    # mapped: kept, costs no memory
+    assert cache.offer(0, 3, mapped, reread=True) and not cache.needs_read(0, 3)
 
 
 def test_read_and_write_mode_options_reach_every_group(tmp_path):

@@ -62,9 +62,8 @@ def test_staged_copy_holds_whole_batches_up_to_the_cut(source, tmp_path, cut_at)
     copied = b""
     for name in logs[:-1]:
         data = (out / name).read_bytes()
-        assert (
-            data and data == open(os.path.join(part.path, name), "rb").read()[: len(data)]
-        )  # a prefix of the source
+        # a prefix of the source
+        assert data and data == open(os.path.join(part.path, name), "rb").read()[: len(data)]
         base = int(name[:20])
         index, timeindex = rebuild_indexes_from_log(data, base)
         assert (out / f"{name[:20]}.index").read_bytes() == index
