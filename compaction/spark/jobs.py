@@ -154,10 +154,10 @@ def _run_partition_tasks(
     sizes = [partition_bytes(p.specs) for p in todo]
     bins = pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
-    parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
+    by_bin = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     holds = [[todo[i].result.name for i in ids] for ids in bins]
     return task_rows(
-        collected(st.fused(sc, len(bins), parts, settings.worker, progress), holds), todo, timings
+        collected(st.fused(sc, len(bins), by_bin, settings.worker, progress), holds), todo, timings
     )
 
 

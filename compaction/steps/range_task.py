@@ -78,11 +78,11 @@ class Work:
     def of(cls, plan: RangePlan, posted: list[dict]) -> Work:
         scans = {int(r): s for status in posted for r, s in status.items()}
         dead, units, split = {}, {}, set()
-        for p, gids in plan.partitions.items():
+        for partition, gids in plan.partitions.items():
             rids = plan.ranges_of(gids)
             errors = [scans[r]["error"] for r in rids if scans[r]["error"]]
             if errors:
-                dead[p] = errors[0]
+                dead[partition] = errors[0]
             elif any(scans[r]["txn"] for r in rids):
                 units[gids[0]] = gids
             else:
@@ -100,14 +100,14 @@ class Work:
     def rewrites(self, t: int, plan: RangePlan, early: bool) -> dict[int, list[list[int]]]:
         """{partition: its units} that task `t` rewrites, those that need no merge or the others."""
         out: dict[int, list[list[int]]] = {}
-        for p, gids in plan.partitions.items():
+        for partition, gids in plan.partitions.items():
             mine = [
                 self.units[g]
                 for g in gids
                 if g in self.units and self.task_of[g] == t and (g in self.early) == early
             ]
             if mine:
-                out[p] = mine
+                out[partition] = mine
         return out
 
     def pieces_of(self, t: int, plan: RangePlan) -> list[int]:
@@ -169,15 +169,15 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
     _merge_phase(t, task, work)
     marks["posted"] = time.monotonic()
     # The units whose rewrite needs nothing from the merge go first, without waiting for it.
-    for p, units in work.rewrites(t, plan, early=True).items():  # a damaged partition has no units
-        results += _rewrite(p, units, task, work)
+    for partition, units in work.rewrites(t, plan, early=True).items():  # a damaged partition has no units
+        results += _rewrite(partition, units, task, work)
     marks["rewritten"] = time.monotonic()
     merge_errors = _merge_errors(task)
     marks["merged"] = time.monotonic()
     for r in work.pieces_of(t, plan):
         _write_piece(t, r, task, merge_errors)
-    for p, units in work.rewrites(t, plan, early=False).items():
-        results += _rewrite_after_merge(p, units, task, work, merge_errors)
+    for partition, units in work.rewrites(t, plan, early=False).items():
+        results += _rewrite_after_merge(partition, units, task, work, merge_errors)
 
 
 def _scan_phase(t: int, task: _Task) -> Work:
@@ -201,11 +201,11 @@ def _merge_errors(task: _Task) -> list[str]:
 
 
 def _rewrite_after_merge(
-    p: int, units: list[list[int]], task: _Task, work: Work, merge_errors: list[str]
+    partition: int, units: list[list[int]], task: _Task, work: Work, merge_errors: list[str]
 ) -> list[GroupResult]:
     if merge_errors:
         return failed((g for unit in units for g in unit), merge_errors[0])
-    return _rewrite(p, units, task, work)
+    return _rewrite(partition, units, task, work)
 
 
 # --- what the stage's tasks left undone ------------------------------------------------------
@@ -243,10 +243,10 @@ def finish(plan: RangePlan, ex: Exchange, rows: list[dict], run) -> list[dict]:
     by_task: dict[tuple[int, int], list[int]] = {}  # (rewriter, partition) -> first group ids of its units
     for g in sorted(todo):
         by_task.setdefault((work.task_of[g], plan.partition_of(g)), []).append(g)
-    rows += run(REWRITE, [(t, p, gids) for (t, p), gids in sorted(by_task.items())])
-    for p, gids in plan.partitions.items():
-        if p in work.dead:
-            rows += [r.row() for r in failed((g for g in gids if g not in done), work.dead[p])]
+    rows += run(REWRITE, [(t, partition, gids) for (t, partition), gids in sorted(by_task.items())])
+    for partition, gids in plan.partitions.items():
+        if partition in work.dead:
+            rows += [r.row() for r in failed((g for g in gids if g not in done), work.dead[partition])]
     return rows
 
 
@@ -258,15 +258,15 @@ def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> 
     if kind == MERGE:
         task.ex.post("merge", item, {"error": _merge(item, task, work.dead, work.buckets[item])})
         return []
-    t, p, gids = item if kind == REWRITE else (work.holder[item], None, [])
+    t, partition, gids = item if kind == REWRITE else (work.holder[item], None, [])
     later = [work.units[g] for g in gids if g not in work.early]
     # Every merge is posted before a piece or a unit that needs one is resumed (`finish`).
     merge_errors = _merge_errors(task) if kind == PIECE or later else []
     if kind == PIECE:
         _write_piece(t, item, task, merge_errors)
         return []
-    results = _rewrite(p, [work.units[g] for g in gids if g in work.early], task, work)
-    return results + (_rewrite_after_merge(p, later, task, work, merge_errors) if later else [])
+    results = _rewrite(partition, [work.units[g] for g in gids if g in work.early], task, work)
+    return results + (_rewrite_after_merge(partition, later, task, work, merge_errors) if later else [])
 
 
 # --- scan, hand-over, merge --------------------------------------------------------------------
@@ -328,9 +328,9 @@ def _merge(t: int, task: _Task, dead: dict, buckets: list[int]) -> str | None:
     plan, ex = task.plan, task.ex
     try:
         live = []
-        for p, gids in plan.partitions.items():
+        for partition, gids in plan.partitions.items():
             rids = plan.ranges_of(gids)
-            if p not in dead and len(rids) > 1:
+            if partition not in dead and len(rids) > 1:
                 live += rids
         index = {r: ex.read_index(f"scan-{r}") for r in live}
         found = []
@@ -365,13 +365,13 @@ def _of_kind(*kinds: int):
 # --- the rewrite -------------------------------------------------------------------------------
 
 
-def _partition_state(p: int, task: _Task) -> tuple[list[GroupSpec], ranges.ProducerState]:
-    """Partition `p`'s groups and its producer state from every range's blocks, once its leader
+def _partition_state(partition: int, task: _Task) -> tuple[list[GroupSpec], ranges.ProducerState]:
+    """The groups of `partition` and its producer state from every range's blocks, once its leader
     epochs check (`pipeline.checked_state`, as a whole-partition task)."""
-    specs = task.plan.specs_of(p)
+    specs = task.plan.specs_of(partition)
     side = [
         b
-        for r in task.plan.ranges_of(task.plan.partitions[p])
+        for r in task.plan.ranges_of(task.plan.partitions[partition])
         for b in task.ex.read_blocks(f"scan-{r}", _of_kind(ranges.PRODUCERS, ranges.EPOCHS))
     ]
     epochs = _epoch_runs(specs, [b for b in side if b.kind == ranges.EPOCHS])
@@ -391,15 +391,15 @@ def _epoch_runs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> list:
     return runs
 
 
-def _rewrite(p: int, units: list[list[int]], task: _Task, work: Work) -> list[GroupResult]:
-    """Rewrite the units (groups, log order) of partition `p` this task rewrites, after its
+def _rewrite(partition: int, units: list[list[int]], task: _Task, work: Work) -> list[GroupResult]:
+    """Rewrite the units (groups, log order) of `partition` this task rewrites, after its
     leader epochs are checked and its producer state derived, once, from every range's blocks.
     `work.split`: the cut groups whose other ranges come as pieces, from the task `work.holder[range]`."""
     if not units:
         return []
     group_ids = [g for unit in units for g in unit]
     try:
-        specs, state = _partition_state(p, task)
+        specs, state = _partition_state(partition, task)
     except Exception as exc:
         return failed(group_ids, error_text(exc))
     first_unstable = pipeline.open_transaction(state, specs)
@@ -455,14 +455,14 @@ def _write_piece(t: int, r: int, task: _Task, merge_errors: list) -> None:
     post its status: the stats, or the error. Nothing is cleaned when the group will not be
     rewritten (a merge failed): its rewriter never waits for the piece."""
     ex = task.ex
-    spec, p, _ = task.plan.ranges[r]
+    spec, partition, _ = task.plan.ranges[r]
     if ex.posted(f"piece-{r}", t):  # by the attempt before a retry: its reader may be reading it
         return
     status: dict = {"error": merge_errors[0] if merge_errors else None}
     try:
         if merge_errors:  # its rewriter reports the merge's error and waits for no piece
             return
-        _, state = _partition_state(p, task)
+        _, state = _partition_state(partition, task)
         shipped = _shipped([r], task)
         path = ex.path(f"piece-{r}.log")
         writer = Discard(path) if spec.dry_run else LogWriter(ex.storage, path, spec.write_mode)

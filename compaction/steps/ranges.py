@@ -126,19 +126,19 @@ class Held(NamedTuple):
 
 
 def scan_range(
-    rid: int, spec: GroupSpec, part: int, cache=None, buckets: int = FINE_BUCKETS
+    rid: int, spec: GroupSpec, partition: int, cache=None, buckets: int = FINE_BUCKETS
 ) -> tuple[Held, list[Block]]:
     """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
     `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
-    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
-    numbers the range's partition in the round: keys of different partitions never merge."""
+    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS.
+    `partition` numbers the range's partition in the round: keys of different partitions never merge."""
     epochs: list = []
     pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
     arena, starts, stops, latest = table.export()
     del pmap, table  # the key bytes live on in `arena` until the summaries are built
-    blocks = list(_summaries(rid, part, arena, starts, stops, latest, buckets))
+    blocks = list(_summaries(rid, partition, arena, starts, stops, latest, buckets))
     blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
@@ -158,7 +158,7 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
+def _summaries(rid: int, partition: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
     bucket = bucket_of(data, starts, stops, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
@@ -178,7 +178,7 @@ def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -
                     key=keys.slice(at, to - at),
                     latest=key_latest[at:to],
                     id=ids[at:to],
-                    part=np.full(to - at, part, np.int32),
+                    part=np.full(to - at, partition, np.int32),
                 ),
             )
 
