@@ -70,16 +70,10 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import configure, run_task
+        from compaction.steps.range_task import run_task
 
-        prepare_worker(worker)
-        configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress):
-            for t in task_ids:
-                yield from map(
-                    typed, results.as_rows(run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
-                )
+        reuse = worker.scan_reuse_max_bytes
+        return _ranges_rows(task_ids, lambda t: run_task(t, plan.value, ex, reuse), worker, progress)
 
     return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
 
@@ -97,17 +91,27 @@ def resumed(
     as an RDD of result rows."""
 
     def run(task_items: Iterator) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-        from compaction.steps.range_task import configure, resume
+        from compaction.steps.range_task import resume
 
-        prepare_worker(worker)
-        configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress):
-            for item in task_items:
-                found = resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes)
-                yield from map(typed, results.as_rows(found))
+        reuse = worker.scan_reuse_max_bytes
+        return _ranges_rows(
+            task_items, lambda item: resume(kind, item, plan.value, ex, reuse), worker, progress
+        )
 
     return sc.parallelize(items, max(1, len(items))).mapPartitions(run)
+
+
+def _ranges_rows(items: Iterator, task, worker: WorkerSettings, progress: str | None) -> Iterator[dict]:
+    """The rows of `task(item)` for each of a Spark task's `items`, in a worker set up for `worker`
+    and for the ranges stage."""
+    from compaction.runtime.worker import prepare_worker
+    from compaction.steps.range_task import configure
+
+    prepare_worker(worker)
+    configure(worker.part_chunk_bytes)
+    with task_progress.reporting(progress):
+        for item in items:
+            yield from map(typed, results.as_rows(task(item)))
 
 
 # --- one task per partition ----------------------------------------------------------------
