@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from partition import clean_up, partition_args, partition_dir, spec_for  # noqa: E402
 
-from compaction.cli.erase_keys import parse_key_file  # noqa: E402
+from compaction.format.erase_keys import parse_key_file  # noqa: E402
 from compaction.kernels.scan import scan_segment  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
 from compaction.settings import Settings  # noqa: E402

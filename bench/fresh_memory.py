@@ -1,7 +1,7 @@
 """What first-touching fresh memory costs on this machine: numpy arrays with numpy's default
 transparent-huge-page advice (madvise(MADV_HUGEPAGE) on arrays of 4 MiB or more), the same with
 `NUMPY_MADVISE_HUGEPAGE=0`, and anonymous mmap (4 KiB pages). Why spark-submit.sh turns the
-advice off and why the job reuses its large buffers (compaction/runtime/buffers.py).
+advice off and why the job reuses its large buffers (compaction/kernels/buffers.py).
 
     .venv/bin/python bench/fresh_memory.py [--mib 512]
 

@@ -31,10 +31,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from e2e import drop_caches, run_generator  # noqa: E402
 
 from compaction.format import naming  # noqa: E402
-from compaction.runtime.segment_io import READ_MODES  # noqa: E402
 from compaction.runtime.storage import Storage  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
-from compaction.settings import Settings  # noqa: E402
+from compaction.settings import READ_MODES, Settings  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment  # noqa: E402
 

@@ -99,32 +99,25 @@ class _Counts:
 
     def install(self):
         from compaction.runtime.storage import Storage
-        from compaction.steps import discover, plan_round, validate
 
-        saved = {name: getattr(Storage, name) for name in ("read_bytes", "list_dir", "exists", "info")}
-        readers = (discover, plan_round, validate)  # each holds the local small-file reader by name
-        local = {"read_small": discover.read_small, "_list_local": discover._list_local}
+        counted = {"read_bytes": "read_bytes", "list_dir": "list_dir", "exists": "exists", "info": "info"}
+        counted |= {"read_small": "local_reads", "scan_dir": "local_lists"}  # os.open/pread, os.scandir
+        saved = {name: getattr(Storage, name) for name in counted}
 
         def wrap(name, fn):
-            def counted(*a, **k):
+            def count(*a, **k):
                 with self.lock:
                     self.n[name] += 1
                 return fn(*a, **k)
 
-            return counted
+            return count
 
         for name, fn in saved.items():
-            setattr(Storage, name, wrap(name, fn))
-        for module in readers:  # local small reads (os.open/pread)
-            module.read_small = wrap("local_reads", local["read_small"])
-        discover._list_local = wrap("local_lists", local["_list_local"])  # local listings (os.scandir)
+            setattr(Storage, name, wrap(counted[name], fn))
 
         def restore():
             for name, fn in saved.items():
                 setattr(Storage, name, fn)
-            for module in readers:
-                module.read_small = local["read_small"]
-            discover._list_local = local["_list_local"]
 
         return restore
 

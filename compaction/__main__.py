@@ -15,6 +15,8 @@ import importlib
 import os
 import sys
 
+from compaction.cli.options import VERSION, SuggestingParser
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("compaction.cli.launcher", "run one compaction round with spark-submit (see compact --help)"),
@@ -32,8 +34,6 @@ PASSTHROUGH = {"compact"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from compaction.cli.options import VERSION, SuggestingParser
-
     parser = SuggestingParser(prog="kafka-compaction", description="Offline Kafka log compaction tools.")
     parser.add_argument("--version", action="version", version=VERSION)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -28,13 +28,15 @@ import json
 import logging
 import time
 
-from compaction.errors import CompactionError, UsageError, error_text
+from compaction.errors import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED, CompactionError, UsageError, error_text
 from compaction.format import checkpoint as ckpt
-from compaction.round import EXIT_FAILED, EXIT_OK, EXIT_ROUND_FAILED
+from compaction.format import naming
+from compaction.runtime import checkpoint_files
+from compaction.runtime.driver import map_threads
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage, acquire_run_lock
 from compaction.steps import report as rpt
-from compaction.steps.discover import LogDirState, PartitionDir, map_threads, read_log_dir
+from compaction.steps.discover import LogDirState, PartitionDir, read_log_dir
 from compaction.steps.snapshot import (
     Staged,
     delete_tree,
@@ -151,7 +153,9 @@ def _run(
         results += [rpt.PartitionResult(**e) for e in inner["partitions"]]
         timings.update(inner["timings"])
     source_of = {p.key: d.uri for d, p in todo}
-    cleaner = ckpt.read_checkpoint(st, f"{st_root}/{ckpt.CLEANER_OFFSET_CHECKPOINT}") if staged else {}
+    cleaner = (
+        checkpoint_files.read_checkpoint(st, f"{st_root}/{ckpt.CLEANER_OFFSET_CHECKPOINT}") if staged else {}
+    )
     outputs: dict[tuple[str, int], str] = {}
     for r in results:
         key = (r.topic, r.partition)
@@ -206,7 +210,7 @@ def _run(
 def _stage(opts, d: LogDirState, p: PartitionDir, st: Storage, st_root: str):
     if p.transient or p.has_commit_intent:
         # Finishing the swap would write to the source; copying around it could lose data.
-        what = p.transient[0] if p.transient else "compaction-commit.json"
+        what = p.transient[0] if p.transient else naming.COMMIT_INTENT_FILE
         return (
             f"{p.path} holds an interrupted swap ({what}): let a broker load it, or run --recover-only on "
             "it, before copying it"
@@ -305,7 +309,7 @@ def _write_log_dir_files(dirs: list[LogDirState], out: Storage, out_root: str) -
         },
     }
     for name, entries in files.items():
-        ckpt.write_checkpoint(out, f"{out_root}/{name}", entries)
+        checkpoint_files.write_checkpoint(out, f"{out_root}/{name}", entries)
     if out.exists(f"{out_root}/{META_PROPERTIES}"):
         return
     for d in dirs:

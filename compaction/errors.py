@@ -1,11 +1,29 @@
-"""Typed errors. Every error about bytes names the file and the byte position in it.
+"""Typed errors: every error the package raises on purpose, all under `CompactionError`. Every
+error about bytes names the file and the byte position in it.
 
 Kafka's reader raises `CorruptRecordException` / `InvalidRecordException` with a message; we keep
 the same distinctions but carry the path, the byte position and, where known, the offset, so the
 run report can tell an operator exactly where a partition is damaged.
+
+What fails one partition and what fails the round (`PARTITION_ERRORS`): a `CompactionError` (bad
+input, a partition we will not touch) or an `OSError` of the storage fails its partition alone,
+which is reported `failed` with the error's text and left as found. Any other exception is a bug:
+it fails the round (exit 75), with its traceback in the log and the round's report written all
+the same (`round.py`).
+
+Not here: signals that are not failures, each beside the code that raises and catches it:
+`exchange.PeerGone` (a task stops early, nothing failed), `kernels/cache.py` `CacheRejected` (an
+archive of the kernel cache not used: a miss, `runtime/kernel_store.py`), `compression._OverLimit`
+and `scan_reference._PyRecordError` (turned into typed errors where they are caught).
 """
 
 from __future__ import annotations
+
+# A run's exit codes (`round.main`): every partition done; some partition failed; a usage error,
+# a held lock or a malformed checkpoint, nothing written; 75 (sysexits' EX_TEMPFAIL, "try again
+# later"): the round itself failed. 75 is not one of Spark's own exit codes (0-3, 10-17, 50-58,
+# 101, 124, 127), nor Python's (1) or a signal's (128+).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ROUND_FAILED = 0, 1, 2, 75
 
 
 class CompactionError(Exception):
@@ -119,6 +137,73 @@ class DiskFullError(CompactionError):
 class UsageError(CompactionError):
     """The command line or the environment cannot run a round: a missing or non-Kafka dir, a bad
     option value, no Java. Found before anything is written; the message says how to fix it."""
+
+
+class DecodeError(CompactionError):
+    """A coordinator record (`__consumer_offsets`, `__transaction_state`) whose bytes do not follow
+    its schema (too short, bad length, unknown version): format/coordinator.py."""
+
+
+class UnknownRecordType(DecodeError):
+    """A `__consumer_offsets` record whose key type no schema knows."""
+
+    def __init__(self, record_type: int) -> None:
+        self.record_type = record_type
+        super().__init__(f"unknown record type {record_type}")
+
+
+class SegmentNameError(CompactionError, ValueError):
+    """A file name that is not `<20 digits><known suffix>[<transient suffix>]`."""
+
+
+class ConfigError(CompactionError, ValueError):
+    """A config file or value the job cannot use (unknown name, bad value); one line, exit 2."""
+
+
+class KeyFileError(UsageError):
+    """A malformed line of the key file: names the file, the line and its byte position."""
+
+    def __init__(self, path: str, line: int, position: int, message: str) -> None:
+        self.path, self.line, self.position = path, line, position
+        super().__init__(f"--erase-keys {path}: line {line} (byte {position}): {message}")
+
+
+class EraseError(KafkaFormatError):
+    """A listed key that cannot be erased without breaking the log (fails its partition)."""
+
+
+class RebuildError(CompactionError):
+    """The rebuild kernel could not re-encode a region: `code` (kernels/rebuild_kernels.py
+    `ERR_NAMES`, its `name`), batch `index`, byte `position`."""
+
+    def __init__(self, code: int, index: int, position: int, name: str = "malformed record") -> None:
+        super().__init__(f"rebuild error {code} ({name}) in batch {index} at byte {position}")
+        self.code, self.index, self.position = code, index, position
+
+
+class PartitionInvalid(CompactionError):
+    """A partition dir we will not touch: unknown files, no segment, a broken index."""
+
+
+class LockHeldError(CompactionError):
+    """A log dir lock is held by someone else (another compaction run or a running broker)."""
+
+
+class ExchangeError(CompactionError):
+    """A peer's file or marker is missing or unreadable."""
+
+
+class NoExecutors(CompactionError):
+    """The cluster had no executor for the round's jobs (`spark/watchdog.py`)."""
+
+
+class TaskFailed(CompactionError):
+    """A Spark job aborted by a task that failed every attempt, with the partitions that task held:
+    the one to look at (or leave out with `--topics`) when a rerun fails the same way."""
+
+
+# What fails one partition, not the round (module docstring).
+PARTITION_ERRORS = (CompactionError, OSError)
 
 
 def error_text(exc: BaseException) -> str:

@@ -14,15 +14,26 @@ import socket
 import sys
 import time
 
-from compaction.cli import logs, report_html
-from compaction.cli.options import JobOptions, parse_args
+from compaction import archive
+from compaction.cli import logs, metrics, report_html
+from compaction.cli.options import parse_args
 from compaction.cli.preflight import check_round
 from compaction.cli.progress import Reporter
-from compaction.errors import CheckpointError, CompactionError
+from compaction.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_ROUND_FAILED,
+    EXIT_USAGE,
+    PARTITION_ERRORS,
+    CheckpointError,
+    CompactionError,
+    TaskFailed,
+)
+from compaction.runtime.driver import map_threads, unfreeze_gc, use_threads
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
-from compaction.settings import Settings
-from compaction.spark.failure import one_line
+from compaction.settings import JobOptions, Settings
+from compaction.spark.failure import one_line, task_traceback
 from compaction.spark.jobs import scan_and_rewrite
 from compaction.spark.session import SparkStarter
 from compaction.steps import report as rpt
@@ -32,14 +43,9 @@ from compaction.steps.commit import (
     purge_replaced_versions,
     remove_replaced_segments,
 )
-from compaction.steps.discover import map_threads, unfreeze_gc, use_threads
 from compaction.steps.outcome import dry_outcome
-from compaction.steps.plan_round import Planned, discover_and_plan, forget_erase_sets, selected, to_clean
+from compaction.steps.plan_round import Planned, discover_and_plan, selected, to_clean
 from compaction.steps.recover import lock_log_dirs, recover
-
-# 75 (sysexits' EX_TEMPFAIL, "try again later"): the round itself failed. Not one of Spark's
-# own exit codes (0-3, 10-17, 50-58, 101, 124, 127), nor Python's (1) or a signal's (128+).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ROUND_FAILED = 0, 1, 2, 75
 
 log = logging.getLogger("compaction")
 
@@ -55,13 +61,10 @@ def run(opts: JobOptions, progress: Reporter | None = None) -> tuple[int, dict]:
     use_threads(settings.threads)
     progress = progress or Reporter(interval=settings.progress_seconds)
     if opts.output_dir:
-        check_round(opts)
-        from compaction import archive  # a copy elsewhere: the sources only read (archive.py)
-
+        check_round(opts)  # a copy elsewhere, the sources only read (archive.py)
         return archive.run(opts, progress, run, settings.archive_copy_threads)
     for warning in check_round(opts):  # a usage error (not a log dir, no report dir) before any lock or write
         log.warning(warning)
-    forget_erase_sets()
     locks = lock_log_dirs(opts)
     # A dry run starts Spark only once it knows it has partitions to size (no start-up to hide).
     starter = None if opts.dry_run or opts.recover_only else SparkStarter(settings)
@@ -156,9 +159,13 @@ def _clean(
 
 def _failure(phase: str, what: str, exc: BaseException) -> rpt.RoundFailure:
     spark = type(exc).__module__.startswith(("py4j", "pyspark"))
-    if not spark and not isinstance(exc, (OSError, CompactionError)):
-        # Not Spark's, the storage's nor ours: most likely a bug, whose traceback a report needs.
-        log.warning("the round failed on an unexpected error", exc_info=exc)
+    trace = task_traceback(exc) if spark or isinstance(exc, TaskFailed) else None
+    # Not Spark's, the storage's nor ours, on the driver or in a task: a bug, whose traceback the
+    # log must show (errors.py: only expected errors fail a partition alone).
+    if trace is not None:
+        log.error("a task stopped on an unexpected error (%s), a bug to report:\n%s", phase, trace)
+    elif not spark and not isinstance(exc, PARTITION_ERRORS):
+        log.error("an unexpected error (%s), a bug to report:", phase, exc_info=exc)
     return rpt.RoundFailure(phase, f"{what}: {one_line(exc)}")
 
 
@@ -299,8 +306,6 @@ def _write_outputs(opts: JobOptions, report: dict, code: int) -> None:
     print(rpt.reclaim_table(report), flush=True)
     logs.log_totals(report["totals"], report["timings"].get("totalSeconds"), logs.mode_of(report["args"]))
     if opts.metrics_file:
-        from compaction.cli import metrics
-
         metrics.write(opts.metrics_file, report, code, time.time())
     if report["failure"]:
         logs.log_round_failure(report["failure"], report["totals"])

@@ -25,17 +25,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import posixpath
+import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, get_args
 
 from compaction.errors import UsageError
-from compaction.runtime.exchange import PEER_WAIT_SECONDS
-from compaction.runtime.segment_io import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
-
-if TYPE_CHECKING:
-    from compaction.cli.options import JobOptions
 
 CONF_PREFIX = "spark.kafka.compaction."
 EXECUTOR_ENV = "spark.executorEnv."
@@ -69,11 +65,77 @@ MAX_INFLATED_BATCH_BYTES = 1 << 30
 # the group's `.cleaned` file this many bytes at a time (whole batches): what the rewriter holds of
 # a part at once.
 PART_CHUNK_BYTES = 32 << 20
+# How a task reads its source segments and writes its cleaned ones (`--read-mode`, `--write-mode`;
+# runtime/segment_io.py).
+ReadMode = Literal["buffered", "direct", "mmap"]
+WriteMode = Literal["direct", "buffered"]
+READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
+WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
+# With `--read-mode direct`, smaller segments are mapped: one syscall, nothing to flush.
+DIRECT_MIN_BYTES = 8 << 20
+# Segments a task keeps in the page cache from scan to rewrite (`--read-mode buffered`).
+CACHE_MAX_BYTES = 1 << 30
+# A task of the ranges stage that waits gives up on a peer whose heart has not beaten for this
+# long (runtime/exchange.py): long enough for a kernel call that holds the GIL (the heartbeat
+# thread needs it) and for a retried task's new executor to start; short against a round that
+# would otherwise never end.
+PEER_WAIT_SECONDS = 60.0
 
 
 # Partitions `--output-dir` copies at once on the driver: each thread holds one source segment
 # (up to segment.bytes, 1 GiB by default), so the driver's memory bounds it, not its cores.
 ARCHIVE_COPY_THREADS = 4
+
+
+@dataclass
+class JobOptions:
+    """What the command line asks of a round, as `cli/options.py` parsed and checked it: the
+    selection, the Kafka configs (job-wide, per topic, the broker's defaults) and the run's modes.
+    The steps read it; `Settings.resolve` takes the tunables among it."""
+
+    log_dirs: list[str]
+    topics: str | None = None
+    now_ms: int = 0
+    now_ms_given: bool = False  # --now-ms given (else now_ms is the wall clock)
+    dry_run: bool = False
+    plan_only: bool = False
+    recover_only: bool = False
+    report: str | None = None
+    report_html: str | None = None
+    ignore_broker_lock: bool = False
+    master: str | None = None
+    kafka_config: dict[str, object] = field(default_factory=dict)
+    topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
+    tasks_per_core: int = 2
+    read_mode: str = "buffered"
+    write_mode: str = "direct"
+    # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
+    # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
+    broker_config: dict[str, object] = field(default_factory=dict)
+    io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
+    log_format: str = "text"
+    metrics_file: str | None = None
+    erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
+    erase_only: bool = False  # erase, without the round's compaction decisions
+    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
+    # --output-dir (compaction/archive.py): the compacted copy's log dir; the log dirs are then only read.
+    output_dir: str | None = None
+    as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
+    as_of_offsets: dict[str, int] = field(default_factory=dict)  # --as-of-offset: "topic:partition" -> offset
+    purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
+    partitions: tuple[str, ...] | None = None  # --partitions: `<topic>-<n>` names, with --topics' match
+    allow_empty: bool = False  # a selection of no partition is not a usage error
+    metrics_name: str | None = None  # the `round` label of --metrics-file's series (default: the log dirs)
+
+    def wants(self, topic: str, partition: int) -> bool:
+        """Whether the selection (--topics and --partitions) takes the partition."""
+        if self.topics is not None and not re.fullmatch(self.topics, topic):
+            return False
+        return self.partitions is None or f"{topic}-{partition}" in self.partitions
+
+    def config_for(self, topic: str) -> dict[str, object]:
+        """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
+        return {**self.broker_config, **self.kafka_config, **self.topic_config.get(topic, {})}
 
 
 def default_discovery_threads() -> int:

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # pyspark and pyarrow when the command runs: `kafka-compaction --help` and the other commands
+    # import this module to build their parser.
     from compaction.errors import UsageError
     from compaction.runtime.storage import Storage
     from compaction.spark.export import run_export

@@ -22,6 +22,9 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 
+from compaction.cli.options import VERSION, build_parser, check_options, parse_unchecked
+from compaction.cli.preflight import check_round, find_java
+from compaction.cli.progress import TTY_ENV
 from compaction.errors import UsageError
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # compaction/
@@ -350,7 +353,7 @@ def submit_command(
 def driver_archive_options(env: dict, java: str, submit: str, pid: int) -> list[str]:
     """The driver JVM's class-data archive options (compaction/cli/class_archive.py), unless
     KAFKA_COMPACTION_CDS_DIR turns it off or names a dir Spark's option string cannot carry."""
-    from compaction.cli import class_archive
+    from compaction.cli import class_archive  # Storage, pyarrow: not in the launcher's import
 
     cache_dir = env.get("KAFKA_COMPACTION_CDS_DIR", class_archive.default_dir(env))
     if cache_dir.strip().lower() in class_archive.DISABLED or any(c in cache_dir for c in " \t\n'\"\\"):
@@ -418,8 +421,6 @@ def _wrap(text: str, width: int) -> str:
 
 
 def print_help(prog: str) -> None:
-    from compaction.cli.options import build_parser
-
     parser = build_parser(prog=f"{prog} --log-dir DIR [options] [spark options]", epilog=help_epilog())
     parser.usage = f"{prog} --log-dir DIR [--log-dir DIR ...] [options] [spark options]"
     parser.print_help()
@@ -430,8 +431,6 @@ def print_help(prog: str) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "kafka-compaction compact") -> int:
     """Check, then exec spark-submit. Returns only on a usage error (2) or after --help/--version."""
-    from compaction.cli.options import VERSION, check_options, parse_unchecked
-
     argv = list(sys.argv[1:] if argv is None else argv)
     before_sep = argv[: argv.index("--")] if "--" in argv else argv
     if "-h" in before_sep or "--help" in before_sep:
@@ -445,15 +444,10 @@ def main(argv: list[str] | None = None, prog: str = "kafka-compaction compact") 
         cl = split_argv(argv)
         opts = check_options(parse_unchecked(cl.job_args, prog))  # argparse's errors exit 2 here
         if cl.deploy_mode != "cluster":  # in cluster mode the driver's host reads the paths, not this one
-            from compaction.cli.preflight import check_round
-
             check_round(opts)
-        from compaction.cli.preflight import find_java
 
         cmd, run_env = submit_command(cl, env, java=find_java(env))
         if cl.deploy_mode != "cluster" and os.isatty(sys.stdout.fileno()):
-            from compaction.cli.progress import TTY_ENV
-
             # spark-submit pipes the driver's output to its own stdout, this terminal: the driver
             # cannot see that it may draw a live bar there.
             run_env[TTY_ENV] = "1"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from compaction import __version__
+from compaction.runtime.storage import Storage
 
 PREFIX = "kafka_compaction"
 
@@ -109,8 +110,6 @@ def previous_success(text: str) -> float | None:
 
 
 def write(path: str, report: dict, exit_code: int, finished_s: float) -> None:
-    from compaction.runtime.storage import Storage
-
     if report.get("args", {}).get("dry_run"):
         path = dry_run_path(path)
     storage, local = Storage.for_uri(path)

@@ -15,24 +15,29 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 
 from compaction import __version__
-from compaction.cli.erase_keys import KEY_FILE_FORMAT
-from compaction.errors import UsageError
+from compaction.errors import ConfigError, UsageError
+from compaction.format.erase_keys import KEY_FILE_FORMAT
+from compaction.format.naming import parse_partition_dir_name
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
     IO_MAX_BYTES_PER_SECOND,
-    ConfigError,
+    TOPIC_CONFIGS,
     check_topic_config,
     checked_value,
     parse_properties,
     split_job_config,
 )
 from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
-from compaction.policy.topic_config import excerpt
-from compaction.runtime.segment_io import DIRECT_MIN_BYTES, READ_MODES, WRITE_MODES
-from compaction.settings import MAX_INFLATED_BATCH_BYTES
+from compaction.policy.topic_config import excerpt, resolve_topic_config
+from compaction.settings import (
+    DIRECT_MIN_BYTES,
+    MAX_INFLATED_BATCH_BYTES,
+    READ_MODES,
+    WRITE_MODES,
+    JobOptions,
+)
 
 LONG_MAX = 2**63 - 1
 
@@ -86,8 +91,6 @@ def byte_rate(text: str) -> float:
 def partition_names(text: str) -> tuple[str, ...]:
     """`orders-3,orders-7` -> ('orders-3', 'orders-7'): partition dir names, as Kafka's tools print
     them."""
-    from compaction.format.naming import parse_partition_dir_name
-
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     bad = [n for n in names if parse_partition_dir_name(n) is None]
     if bad or not names:
@@ -110,53 +113,6 @@ KAFKA_FLAGS = (
     ("--max-message-bytes", "max.message.bytes", config_size, 1_048_588),
     ("--cleanup-policy", "cleanup.policy", str, "compact"),
 )
-
-
-@dataclass
-class JobOptions:
-    log_dirs: list[str]
-    topics: str | None = None
-    now_ms: int = 0
-    now_ms_given: bool = False  # --now-ms given (else now_ms is the wall clock)
-    dry_run: bool = False
-    plan_only: bool = False
-    recover_only: bool = False
-    report: str | None = None
-    report_html: str | None = None
-    ignore_broker_lock: bool = False
-    master: str | None = None
-    kafka_config: dict[str, object] = field(default_factory=dict)
-    topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
-    tasks_per_core: int = 2
-    read_mode: str = "buffered"
-    write_mode: str = "direct"
-    # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
-    # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
-    broker_config: dict[str, object] = field(default_factory=dict)
-    io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
-    log_format: str = "text"
-    metrics_file: str | None = None
-    erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
-    erase_only: bool = False  # erase, without the round's compaction decisions
-    max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
-    # --output-dir (compaction/archive.py): the compacted copy's log dir; the log dirs are then only read.
-    output_dir: str | None = None
-    as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
-    as_of_offsets: dict[str, int] = field(default_factory=dict)  # --as-of-offset: "topic:partition" -> offset
-    purge_noncurrent_versions: bool = False  # S3: delete the old versions of the objects a round replaces
-    partitions: tuple[str, ...] | None = None  # --partitions: `<topic>-<n>` names, with --topics' match
-    allow_empty: bool = False  # a selection of no partition is not a usage error
-    metrics_name: str | None = None  # the `round` label of --metrics-file's series (default: the log dirs)
-
-    def wants(self, topic: str, partition: int) -> bool:
-        """Whether the selection (--topics and --partitions) takes the partition."""
-        if self.topics is not None and not re.fullmatch(self.topics, topic):
-            return False
-        return self.partitions is None or f"{topic}-{partition}" in self.partitions
-
-    def config_for(self, topic: str) -> dict[str, object]:
-        """Kafka's topic > broker > default, with the job-wide flags between topic and broker."""
-        return {**self.broker_config, **self.kafka_config, **self.topic_config.get(topic, {})}
 
 
 # --- usage errors: one line, exit 2 ---------------------------------------------------------------
@@ -429,7 +385,7 @@ def _check_erase(opts: JobOptions) -> None:
             "--erase-keys cannot be combined with --ignore-broker-lock: erasing rewrites the "
             "active segment; stop the broker first"
         )
-    from compaction.steps.erase import load_erase_set
+    from compaction.steps.erase import load_erase_set  # numpy, pyarrow: only when erasing
 
     load_erase_set(opts.erase_keys)
 
@@ -642,8 +598,6 @@ def parse_topic_properties(
     (longest first). A line whose whole key is a broker-level name (`log.segment.bytes=...`) is a
     broker default; a topic literally named `log` is then written in the JSON form.
     """
-    from compaction.policy.broker_config import TOPIC_CONFIGS
-
     names = sorted(TOPIC_CONFIGS, key=len, reverse=True)
     broker_entries: dict[str, object] = {}
     out: dict[str, dict[str, object]] = {}
@@ -668,8 +622,6 @@ def parse_topic_properties(
 def _check_values(opts: JobOptions) -> None:
     """Resolve every configured topic (and the job-wide defaults) once, so a bad value is a usage
     error now, not a failure after Spark started."""
-    from compaction.policy.topic_config import resolve_topic_config
-
     for topic in [None, *opts.topic_config]:
         try:
             resolve_topic_config(

@@ -13,7 +13,13 @@ import re
 import shutil
 
 from compaction.errors import UsageError
-from compaction.format.naming import INTERNAL_TOPICS_NOT_CLEANED, parse_partition_dir_name
+from compaction.format.checkpoint import LEADER_EPOCH_CHECKPOINT
+from compaction.format.naming import (
+    INTERNAL_TOPICS_NOT_CLEANED,
+    PARTITION_METADATA,
+    SEGMENT_SUFFIXES,
+    parse_partition_dir_name,
+)
 
 LOG_DIR, PARTITION_DIR, EMPTY, OTHER = "log dir", "partition dir", "empty", "other"
 
@@ -29,8 +35,8 @@ LOG_DIR_FILES = frozenset(
     }
 )
 # Files only a partition dir holds (UnifiedLog, LeaderEpochFileCache, PartitionMetadataFile).
-PARTITION_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
-PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata"})
+PARTITION_FILE_SUFFIXES = SEGMENT_SUFFIXES
+PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA})
 
 
 def classify_listing(name: str, entries: list[tuple[str, bool]]) -> str:
@@ -143,7 +149,7 @@ def check_selection(opts, partitions: list[tuple[str, int]]) -> None:
 def check_output_path(flag: str, uri: str) -> None:
     """A local output file's directory must exist and be writable (checked before the round, not
     after it)."""
-    from compaction.runtime.storage import Storage
+    from compaction.runtime.storage import Storage  # pyarrow: imported only when a path is checked
 
     storage, path = Storage.for_uri(uri)
     if not storage.is_local:
@@ -218,6 +224,7 @@ def check_versioning(opts) -> list[str]:
     is not freed, and records `--erase-keys` removes stay readable there. Said at WARN; an erasing
     pass that would write there is refused unless `--purge-noncurrent-versions` deletes those
     versions. A bucket whose versioning cannot be read counts as versioned for erasing."""
+    # pyarrow: imported only when a bucket is checked (the launcher imports this module)
     from compaction.runtime.s3 import VERSIONED
     from compaction.runtime.storage import Storage
 

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from html import escape
 
+from compaction.cli import logs
+from compaction.cli.options import KAFKA_FLAGS
 from compaction.cli.report_chart import AFTER_FILL, BEFORE_FILL, MAX_BARS, bar_chart, human_bytes
 from compaction.steps.report import FAILED, table_order
 
@@ -73,8 +75,6 @@ RECOVER_ONLY = Wording(
 
 
 def wording_of(args: dict) -> Wording:
-    from compaction.cli import logs
-
     return {
         logs.ROUND: ROUND,
         logs.DRY_RUN: DRY_RUN,
@@ -330,8 +330,6 @@ def _options_table(args: dict) -> str:
     """Kafka's configs the round decided with (job-wide: a flag or --config's topic-level entries;
     the broker's server.properties; else Kafka's default), the per-topic overrides, and the job's
     own options."""
-    from compaction.cli.options import KAFKA_FLAGS
-
     job, broker = args.get("kafka_config") or {}, args.get("broker_config") or {}
     rows = []
     for flag, name, _, default in KAFKA_FLAGS:

@@ -29,20 +29,16 @@ numbers must be plain ASCII decimal (Java's parseInt also accepts "+5"; we accep
 not Python's "5_0" or non-ASCII digits), and a negative partition is refused.
 Duplicate `(topic, partition)` lines are accepted, last one wins, like the broker's `toMap`.
 
-Durability: `write_checkpoint` writes `<file>.tmp`, fsyncs, renames over the file and fsyncs the
-dir (`CheckpointFile.write` + `Utils.atomicMoveWithFallback`) through `Storage.write_atomic`.
+Read and written through a `Storage` by `runtime/checkpoint_files.py`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from compaction.errors import CheckpointError
-
-if TYPE_CHECKING:  # storage imports pyarrow; the format package must not need it at import time
-    from compaction.runtime.storage import Storage
 
 OFFSET_CHECKPOINT_VERSION = 0  # OffsetCheckpointFile.CURRENT_VERSION
 LEADER_EPOCH_CHECKPOINT_VERSION = 0  # LeaderEpochCheckpointFile.CURRENT_VERSION
@@ -191,28 +187,3 @@ def parse_leader_epoch_checkpoint(data: str | bytes, path: str = "<memory>") -> 
 
 def format_leader_epoch_checkpoint(entries: Iterable[tuple[int, int]]) -> str:
     return format_checkpoint(LEADER_EPOCH_CHECKPOINT_VERSION, (f"{e} {o}" for e, o in entries))
-
-
-# --- through Storage -------------------------------------------------------------------------
-
-
-def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
-    """Read an offset checkpoint; a missing file is an empty checkpoint (the broker creates it empty)."""
-    if not storage.exists(path):
-        return {}
-    return parse_offset_checkpoint(storage.read_bytes(path), path)
-
-
-def write_checkpoint(storage: Storage, path: str, entries: Mapping[TopicPartition, int]) -> None:
-    """Replace an offset checkpoint atomically and durably (tmp + fsync + rename + dir fsync)."""
-    from compaction.runtime.faults import crash_point
-
-    crash_point("checkpoint")
-    storage.write_atomic(path, format_offset_checkpoint(entries).encode("utf-8"))
-    crash_point("checkpointed")
-
-
-def read_leader_epoch_checkpoint(storage: Storage, path: str) -> list[tuple[int, int]]:
-    if not storage.exists(path):
-        return []
-    return parse_leader_epoch_checkpoint(storage.read_bytes(path), path)

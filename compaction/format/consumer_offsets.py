@@ -28,7 +28,8 @@ import base64
 import json
 import struct
 
-from compaction.format.coordinator import DecodeError, Parsed, Reader
+from compaction.errors import DecodeError, UnknownRecordType
+from compaction.format.coordinator import Parsed, Reader
 
 
 def _json(value) -> str:
@@ -273,12 +274,6 @@ def offsets_value(key_type: int, data: bytes) -> tuple[int, dict]:
     fields = decode(r, version)
     r.end()
     return version, fields
-
-
-class UnknownRecordType(DecodeError):
-    def __init__(self, record_type: int) -> None:
-        self.record_type = record_type
-        super().__init__(f"unknown record type {record_type}")
 
 
 def format_offsets_record(offset: int, key: bytes | None, value: bytes | None) -> Parsed:

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import struct
 
+from compaction.errors import DecodeError
 from compaction.format.varint import _read_unsigned
 
 Parsed = tuple[str | None, str | None]  # (key text, payload text); None: not printed
-
-
-class DecodeError(ValueError):
-    """Bytes that do not follow the schema (too short, bad length, unknown version)."""
 
 
 class Reader:

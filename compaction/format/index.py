@@ -1,6 +1,6 @@
 """Segment indexes `.index` and `.timeindex`: read, write, look up, sanity-check
 (docs/kafka-rules.md#offset-index to #index-invariants). The `.txnindex` is in `txnindex`, the
-entry rule that builds the indexes of a segment in `index_build`.
+entry rule that builds the indexes of a segment in `kernels/index_build.py`.
 
 Sources: `storage/.../log/OffsetIndex.java`, `TimeIndex.java`, `AbstractIndex.java`,
 `LogLoader.java`.

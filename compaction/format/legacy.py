@@ -256,13 +256,6 @@ class LegacyBatch:
             raise self._corrupt("compressed wrapper with no inner records", self._message.offset)
         return inner
 
-    def inner_magic_mismatch(self) -> bool:
-        """True if an inner message's magic differs from the wrapper's (KAFKA-4298: rewrite it)."""
-        if not self.is_compressed:
-            return False
-        data = compression.decompress(self._message.codec, self._message.value, self.magic)
-        return any(m.magic != self.magic for m in self._inner_messages(data))
-
 
 # --- writing -------------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from compaction.errors import CompactionError
+from compaction.errors import SegmentNameError
 
 OFFSET_DIGITS = 20
 MAX_OFFSET = 2**63 - 1  # a Java long
@@ -46,7 +46,15 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, SNAPSHOT_SUFFIX)
+# A segment's own files (`LogSegment`), which a replacement swaps; with the producer snapshot, every
+# file named by a base offset.
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (*SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX)
+
+# A partition dir's other files (with format/checkpoint.py's LEADER_EPOCH_CHECKPOINT): the
+# broker's, and the intent of a commit of ours in progress (steps/commit.py).
+PARTITION_METADATA = "partition.metadata"
+COMMIT_INTENT_FILE = "compaction-commit.json"
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -62,10 +70,6 @@ _DIGITS = re.compile(r"[0-9]{20}")
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 # Canonical decimal only: the broker never writes "topic-01" or "topic-+1" (Integer.toString).
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
-
-
-class SegmentNameError(CompactionError, ValueError):
-    """A file name that is not `<20 digits><known suffix>[<transient suffix>]`."""
 
 
 class SegmentFileName(NamedTuple):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import struct
 
-from compaction.format.coordinator import DecodeError, Parsed, Reader
+from compaction.errors import DecodeError
+from compaction.format.coordinator import Parsed, Reader
 
 TXN_STATES = {
     0: "Empty",

@@ -23,11 +23,6 @@ from compaction.kernels.scan_kernels import _read_varint
 
 
 @_njit
-def _byte_at(file, side, split, pos):
-    return file[pos] if pos < split else side[pos - split]
-
-
-@_njit
 def _varint_at(file, side, split, pos):
     """A zig-zag varint at a combined position: (value, next combined position)."""
     if pos < split:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.errors import CorruptRecordError
-from compaction.format.crc import crc32_at, crc32c_at
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
     CRC_COVERED_FROM,
@@ -49,6 +48,8 @@ from compaction.format.layout import (
     RECORD_OVERHEAD_V1,
     SIZE_OFFSET,
 )
+from compaction.format.legacy import decode_message
+from compaction.kernels.crc import crc32_at, crc32c_at
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import prefetch_ahead
@@ -226,8 +227,6 @@ def walk_legacy_py(
 ) -> tuple[list[tuple], int, int, int]:
     """Plain-Python reference of `walk_legacy_kernel`: (rows of (region, offset, timestamp,
     key_pos, key_len, value_pos, value_len), error code, error position, error region)."""
-    from compaction.format.legacy import decode_message
-
     b = bytes(np.asarray(buf, dtype=np.uint8))
     rows: list[tuple] = []
     for j in range(len(start)):

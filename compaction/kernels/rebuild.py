@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from compaction.errors import RebuildError
 from compaction.format.layout import MAGIC_V2, RECORD_BATCH_OVERHEAD
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.rebuild_headers import (
     HEADER_DTYPE,
     header_for,
@@ -57,15 +59,14 @@ from compaction.kernels.rebuild_kernels import (
     SRC_FILE,
     SRC_NONE,
     SRC_SIDE,
-    RebuildError,
     _rebuild_kernel,
     _region_ends,
     _u8,
+    rebuild_error,
 )
 from compaction.kernels.rebuild_reference import rebuild_records_py
 from compaction.kernels.scan import SegmentScan
 from compaction.kernels.scan_columns import ERR_OK
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 __all__ = [
     "ERR_LAYOUT",
@@ -117,7 +118,7 @@ def record_regions(scan: SegmentScan) -> tuple[np.ndarray, np.ndarray, np.ndarra
             scan.side, bounds[packed], bounds[packed + 1], r.value_pos, r.value_len, scan.split, s, e
         )
         if bad >= 0:
-            raise RebuildError(ERR_LAYOUT, int(packed[bad]), -1)
+            raise rebuild_error(ERR_LAYOUT, int(packed[bad]), -1)
         src[packed] = SRC_SIDE
         start[packed] = s
         end[packed] = e
@@ -194,7 +195,7 @@ def rebuild_records(
     res = [np.empty(n, dtype=np.int64) for _ in range(5)] + [np.empty(n, dtype=np.int8)]
     err, index, position = _rebuild_kernel(*args, *cols, out, *res, np.int64(room))
     if err != ERR_OK:
-        raise RebuildError(int(err), int(index), int(position))
+        raise rebuild_error(int(err), int(index), int(position))
     used = int(res[1][-1]) if n else 0
     return (out[:used], *res)
 

@@ -14,7 +14,6 @@ import numpy as np
 
 from compaction.format import batch as fb
 from compaction.format import compression, layout
-from compaction.format.crc import crc32c_at
 from compaction.format.layout import (
     CRC_COVERED_FROM,
     CRC_OFFSET,
@@ -23,6 +22,7 @@ from compaction.format.layout import (
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
 )
+from compaction.kernels.crc import crc32c_at
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at, put_be32

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from compaction.errors import RebuildError
 from compaction.format.layout import LOG_APPEND_TIME
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
@@ -25,15 +26,9 @@ ERR_LAYOUT = 20  # a region does not match the scan's record columns (count, end
 ERR_NAMES = {ERR_LAYOUT: "record region does not match the scanned records"}
 
 
-class RebuildError(ValueError):
-    """The kernel could not re-encode a region (`code`, batch `index`, byte `position`)."""
-
-    def __init__(self, code: int, index: int, position: int) -> None:
-        super().__init__(
-            f"rebuild error {code} ({ERR_NAMES.get(code, 'malformed record')}) in batch "
-            f"{index} at byte {position}"
-        )
-        self.code, self.index, self.position = code, index, position
+def rebuild_error(code: int, index: int, position: int) -> RebuildError:
+    """The typed error of a kernel's error code, in batch `index` at byte `position`."""
+    return RebuildError(code, index, position, ERR_NAMES.get(code, "malformed record"))
 
 
 def _u8(buf) -> np.ndarray:

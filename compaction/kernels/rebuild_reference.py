@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format.batch_build import encode_record
 from compaction.format.layout import LOG_APPEND_TIME
-from compaction.kernels.rebuild_kernels import ERR_LAYOUT, NEEDS_FALLBACK, SRC_FILE, RebuildError, _u8
+from compaction.format.varint import read_varint, read_varlong
+from compaction.kernels.rebuild_kernels import ERR_LAYOUT, NEEDS_FALLBACK, SRC_FILE, _u8, rebuild_error
 from compaction.kernels.scan_columns import ERR_RECORD_SIZE
 
 
@@ -45,17 +47,17 @@ def rebuild_records_py(
         buf = file if int(src[i]) == SRC_FILE else side
         pos, stop = int(start[i]), int(end[i])
         if pos < 0 or stop > len(buf) or pos > stop:
-            raise RebuildError(ERR_LAYOUT, i, pos)
+            raise rebuild_error(ERR_LAYOUT, i, pos)
         view = memoryview(buf)[:stop]
         log_append = int(ts_type[i]) == LOG_APPEND_TIME
         records = []
         for r in range(int(count[i])):
             try:
                 record, key_pos, utf8_ok, nxt = _py_record(view, pos, int(base_ts[i]))
-            except (ValueError, IndexError) as e:  # CorruptRecordError is a ValueError
-                raise RebuildError(ERR_RECORD_SIZE, i, pos) from e
+            except (CorruptRecordError, ValueError, IndexError) as e:  # a record the reader cannot parse
+                raise rebuild_error(ERR_RECORD_SIZE, i, pos) from e
             if r == 0 and int(expect_key_pos[i]) >= 0 and key_pos != int(expect_key_pos[i]):
-                raise RebuildError(ERR_LAYOUT, i, pos)
+                raise rebuild_error(ERR_LAYOUT, i, pos)
             if log_append:
                 record.timestamp = int(max_ts[i])
             if keep[int(keep_start[i]) + r]:
@@ -64,7 +66,7 @@ def rebuild_records_py(
                     flags[i] = NEEDS_FALLBACK
             pos = nxt
         if pos != stop:
-            raise RebuildError(ERR_LAYOUT, i, pos)
+            raise rebuild_error(ERR_LAYOUT, i, pos)
         h = int(horizon[i])
         base = h if h >= 0 else (records[0].timestamp if records else h)
         payload += bytes(room)
@@ -80,9 +82,6 @@ def rebuild_records_py(
 
 def _py_record(view, pos: int, base_ts: int) -> tuple[fb.Record, int, bool, int]:
     """(Record with offset = offsetDelta, key position, header keys valid UTF-8, next position)."""
-    from compaction.errors import CorruptRecordError
-    from compaction.format.varint import read_varint, read_varlong
-
     length, p = read_varint(view, pos)
     body_end = p + length
     if length < 0 or body_end > len(view):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError, UnsupportedCodecError
+from compaction.format.compression import inflate
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
     MAGIC_V0,
@@ -23,6 +24,8 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
 )
+from compaction.format.legacy import LegacyBatch
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
 from compaction.kernels.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
@@ -38,7 +41,6 @@ from compaction.kernels.scan_columns import (
     _walk_inputs,
 )
 from compaction.kernels.scan_kernels import _walk_kernel
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
 CHUNK_BYTES = 1 << 20  # batches checked and walked together, while they are in the CPU cache
@@ -257,12 +259,6 @@ def _check_codecs(batches: BatchColumns, codec: np.ndarray, v2: np.ndarray, path
 _NO_BYTES = np.empty(0, dtype=np.uint8)
 
 
-def _walk_subset(buf, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end) -> RecordColumns:
-    walk = _SubsetWalk(buf, batches, idx, rec_start, rec_end)
-    walk.advance(len(idx))
-    return walk.columns()
-
-
 def _walk_compressed(
     file,
     batches: BatchColumns,
@@ -280,7 +276,6 @@ def _walk_compressed(
     if not len(idx):
         walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
         return _empty_records(), _NO_BYTES, walk.keys()
-    from compaction.format.compression import inflate
 
     side_chunks = []
     mv = memoryview(file)
@@ -388,7 +383,6 @@ def _walk_wrappers(
     Returns (columns, side, keys or None); errors raise in file order."""
     if not len(idx):
         return _empty_records(), _NO_BYTES, _LegacyWalk(_NO_BYTES, idx, idx, idx, hashing=hashing).keys()
-    from compaction.format.compression import inflate
 
     outer = _LegacyWalk(file, idx, batches.position[idx], batches.position[idx] + batches.size[idx])
     outer.advance(len(idx))
@@ -489,8 +483,6 @@ def _walk_inner(
 def _raise_legacy_error(file, batches: BatchColumns, i: int, path: str, code: int) -> None:
     """The typed error `legacy.LegacyBatch` raises for entry i (the reader Kafka's rules were
     written down in), which the kernel found malformed; the kernel's own verdict otherwise."""
-    from compaction.format.legacy import LegacyBatch
-
     pos, size = int(batches.position[i]), int(batches.size[i])
     LegacyBatch(memoryview(file)[pos : pos + size], pos, path).records()
     raise CorruptRecordError(

@@ -39,12 +39,12 @@ from compaction.format.layout import (
     TRANSACTIONAL_MASK,
 )
 from compaction.format.varint import read_varint
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
 from compaction.kernels.scan import RecordColumns, SegmentScan
 from compaction.kernels.scan_kernels import _skip_headers
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 FAR = np.int64(1) << np.int64(62)  # the position of a record not copied: past any buffer
 ERR_OK, ERR_LAYOUT = 0, 1

@@ -28,7 +28,6 @@ import numpy as np
 
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
-from compaction.format.crc import crc32c_at
 from compaction.format.layout import (
     ATTRIBUTE_FLAGS_OFFSET,
     BASE_TIMESTAMP_OFFSET,
@@ -48,11 +47,12 @@ from compaction.format.layout import (
     RECORDS_COUNT_OFFSET,
     TIMESTAMP_TYPE_MASK,
 )
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
+from compaction.kernels.crc import crc32c_at
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import copy_bytes, memcpy_at, put_be32, put_be64
 from compaction.kernels.varints import _varint32_size, _varint_size, _write_varint, _write_varlong
-from compaction.runtime.buffers import POOL, POOLED_MIN_BYTES
 
 HEADER = RECORD_BATCH_OVERHEAD
 # a record's bytes beyond its key and value: length <= 5, attributes 1, timestampDelta <= 10,

@@ -15,7 +15,7 @@ configs (`broker.id`, `listeners`, `num.io.threads`, ...) are read past: a user'
 
 from __future__ import annotations
 
-from compaction.errors import CompactionError
+from compaction.errors import ConfigError
 from compaction.policy.topic_config import excerpt, parse_config_value, parse_double
 
 # Topic-level name -> its broker-level synonym (docs/kafka-rules.md#configs; ServerTopicConfigSynonyms), for
@@ -112,14 +112,6 @@ BROKER_LOG_CONFIGS = (
         "log.dir.failure.timeout.ms",
     }
 )
-
-
-class ConfigError(CompactionError, ValueError):
-    """A config file or value the job cannot use (unknown name, bad value); one line, exit 2."""
-
-
-def is_known_topic_config(name: str) -> bool:
-    return name in TOPIC_CONFIGS
 
 
 def split_job_config(

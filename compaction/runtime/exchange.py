@@ -1,6 +1,6 @@
 """The files through which the tasks of one ranges stage hand each other their blocks.
 
-The tasks of that stage are ordinary Spark tasks: each writes its blocks (`ranges.Block`) into
+The tasks of that stage are ordinary Spark tasks: each writes its blocks (`Block`, their kinds in steps/ranges.py) into
 files of a directory that every task can reach, posts a marker when a phase is done, and waits for
 every task's marker before it reads what the others wrote. The blocks never pass through the JVM:
 a file is written once by one task and read, slice by slice, by the tasks that need it.
@@ -43,13 +43,15 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from compaction.errors import CompactionError
+from compaction.errors import ExchangeError
 from compaction.runtime.storage import Storage
+from compaction.settings import PEER_WAIT_SECONDS
 
 INDEX_LENGTH = struct.Struct("<Q")  # the trailer: length of the index stream
 _INDEX = pa.schema(
@@ -69,14 +71,34 @@ POLL_LOCAL_SECONDS, POLL_REMOTE_SECONDS = 0.002, 0.05
 # How often a running task rewrites its heartbeat file, and how often a waiting task looks at
 # its peer's (an object store answers one request each).
 HEARTBEAT_SECONDS = 1.0
-# A task that waits gives up on a peer whose heart has not beaten for this long: long enough for a
-# kernel call that holds the GIL (the heartbeat thread needs it) and for a retried task's new
-# executor to start; short against a round that would otherwise never end.
-PEER_WAIT_SECONDS = 60.0
 
 
-class ExchangeError(CompactionError):
-    """A peer's file or marker is missing or unreadable."""
+class Block(NamedTuple):
+    """One unit of the exchange. `range_id`: the range's id (`steps/schedule.py` `RangePlan`);
+    `kind`: what it holds (`steps/ranges.py` SUMMARY, IDS, ...); `bucket`: the merge bucket of a
+    SUMMARY block, else -1; `seq` orders a range's blocks of one kind (segment index for IDS,
+    first id for LATEST); `data`: the block's bytes (an Arrow buffer as `to_block` makes it,
+    bytes as the exchange reads it back)."""
+
+    range_id: int
+    kind: int
+    bucket: int
+    seq: int
+    data: pa.Buffer | bytes
+
+
+def to_block(**columns) -> pa.Buffer:
+    """The columns as one record batch in an Arrow IPC stream, in Arrow's buffer (not copied into
+    Python bytes: a range's summaries are tens of MB, written to the exchange once)."""
+    batch = pa.RecordBatch.from_pydict(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def from_block(data: pa.Buffer | bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
 class PeerGone(BaseException):
@@ -162,7 +184,7 @@ class Exchange:
         os.replace(tmp, path)
 
     def write_blocks(self, name: str, blocks: Iterable) -> int:
-        """Write `blocks` (ranges.Block) as one file; returns its size."""
+        """Write `blocks` as one file; returns its size."""
         index = {f.name: [] for f in _INDEX}
         at = 0
         with self._create(name) as out:
@@ -201,8 +223,6 @@ class Exchange:
     def read_blocks(self, name: str, select=None, index: dict | None = None) -> Iterator:
         """The file's blocks (those whose index row `select(index)` marks, when given), in order;
         `index`: the file's `read_index`, when the caller has it already."""
-        from compaction.steps.ranges import Block
-
         index = self.read_index(name) if index is None else index
         rows = np.flatnonzero(select(index)) if select is not None else np.arange(len(index["offset"]))
         if not len(rows):

@@ -14,6 +14,8 @@ moment before the SIGSTOP lands. The threads before the n-th have passed, as the
 `COMPACTION_CRASH_HOW=kill` makes the n-th arrival SIGKILL its own process instead: in an
 executor's Python worker, Spark sees the worker die as it would under the OOM killer (the task
 fails; with no attempt left, the job aborts and the driver reports the round failed).
+`COMPACTION_CRASH_HOW=raise` makes every arrival from the n-th raise an `AssertionError`: a bug
+at that step, which no partition's error handling may swallow.
 
 Steps: `rewrite` (executor: `.log.cleaned` and `.index.cleaned` written, `.timeindex.cleaned` not),
 `cleaned` (driver: a partition's `.cleaned` files complete, its commit not started), `intent`
@@ -42,6 +44,12 @@ def crash_point(step: str) -> None:
         return
     name, _, nth = want.partition(":")
     if name != step:
+        return
+    if os.environ.get(HOW_ENV) == "raise":  # a bug at this step: every arrival from the n-th raises
+        with _count_lock:
+            _arrivals[step] = arrival = _arrivals.get(step, 0) + 1
+        if arrival >= int(nth or 1):
+            raise AssertionError(f"crash point {step} (a stand-in for a bug)")
         return
     with _count_lock:
         _arrivals[step] = arrival = _arrivals.get(step, 0) + 1

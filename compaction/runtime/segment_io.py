@@ -51,25 +51,20 @@ import os
 import posixpath
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Literal, get_args
 
 import numpy as np
 
+from compaction.kernels.buffers import ALIGN, POOL
 from compaction.runtime import durability, task_progress, throttle
-from compaction.runtime.buffers import ALIGN, POOL
 from compaction.runtime.storage import Storage
+from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
 
-ReadMode = Literal["buffered", "direct", "mmap"]  # how source segments are read (--read-mode)
-WriteMode = Literal["direct", "buffered"]  # how cleaned segments are written (--write-mode)
-READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
-WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
 # Full staging buffers a writer may have queued for its thread. The rewrite makes its output in
 # bursts (a slice of a segment re-encoded in one kernel call, then all of its batches written at
 # once, steps/emit.py): with a single buffer in flight the caller waits through each burst and
 # the disk idles through each rebuild.
 WRITE_AHEAD = 6
-DIRECT_MIN_BYTES = 8 << 20  # smaller segments are mapped: one syscall, nothing to flush
 READ_CHUNK = 16 << 20  # bytes per O_DIRECT read: large sequential requests, bounded
 # Bytes per read through the page cache: moderate, so that the kernel's own read-ahead (which
 # starts the next window when the reader reaches a marked page) keeps the disk busy while the
@@ -81,8 +76,6 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _FADVISE = getattr(os, "posix_fadvise", None)  # not on macOS: reads work the same, the cache unadvised
 
-
-CACHE_MAX_BYTES = 1 << 30  # segments a task keeps in the page cache from scan to rewrite (`buffered`)
 
 direct_min_bytes = DIRECT_MIN_BYTES  # of this process: the round's `WorkerSettings.direct_min_bytes`
 cache_max_bytes = CACHE_MAX_BYTES  # of this process: the round's `WorkerSettings.cache_max_bytes`
@@ -98,9 +91,7 @@ def configure(min_bytes: int, cache_bytes: int = CACHE_MAX_BYTES) -> None:
     _cached.clear()
 
 
-def read_segment_bytes(
-    storage: Storage, path: str, mode: ReadMode = "buffered", last: bool = False
-) -> np.ndarray:
+def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last: bool = False) -> np.ndarray:
     """The whole file as a read-only uint8 array (see the module docstring for `mode`). `last`:
     no later read of this run needs the file, so `buffered` lets the page cache drop it."""
     if not storage.is_local:
@@ -259,7 +250,7 @@ class SegmentWriter:
     of the file and of its directory). Chunks are copied at `write`, so the caller's buffers are
     free again as soon as it returns."""
 
-    def __init__(self, path: str, mode: WriteMode = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
+    def __init__(self, path: str, mode: str = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
         self.path = path
         self.direct = False
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC

@@ -29,6 +29,9 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from compaction.runtime.storage import Storage
+from compaction.settings import beside
+
 PREFIX = ".kafka-compaction-progress-"
 # How often a running task rewrites its progress file: the driver's line and bar are as fresh as
 # this (an object store pays one small PUT per task per beat).
@@ -73,8 +76,6 @@ class ProgressDir:
     def create(cls, configured: str | None, local_master: bool, log_dir: str) -> ProgressDir:
         """A new directory where the exchange directory of the ranges stage would go (see the
         module docstring)."""
-        from compaction.settings import beside
-
         name = PREFIX + uuid.uuid4().hex[:12]
         if configured:
             uri = _within(configured, name)
@@ -82,7 +83,7 @@ class ProgressDir:
             uri = tempfile.mkdtemp(prefix=PREFIX)
         else:
             uri = beside(log_dir, name)
-        storage, root = storage_for(uri)
+        storage, root = Storage.for_uri(uri)
         if storage.is_local:
             os.makedirs(root, exist_ok=True)
         return cls(uri)
@@ -105,7 +106,7 @@ class ProgressDir:
         self.remove()
 
     def _storage(self):
-        return storage_for(self.uri)
+        return Storage.for_uri(self.uri)
 
     def write(self, name: str, figures: dict) -> None:
         storage, root = self._storage()
@@ -143,12 +144,6 @@ class ProgressDir:
         return Totals(**sums)
 
 
-def storage_for(uri: str):  # pyarrow is imported only where a directory is used
-    from compaction.runtime.storage import Storage
-
-    return Storage.for_uri(uri)
-
-
 def _within(dir_uri: str, name: str) -> str:
     """The URI of `name` inside the directory `dir_uri` (a path or a URI; its query kept)."""
     if "://" not in dir_uri:
@@ -158,17 +153,15 @@ def _within(dir_uri: str, name: str) -> str:
 
 
 @contextmanager
-def reporting(uri: str | None):
+def reporting(uri: str | None, name: str | None = None):
     """Around one task's work: its figures (this process's counts since it started) written to the
-    progress directory `uri` every BEAT_SECONDS and once more, `finished`, when it ends. Nothing
-    without a directory (a task run outside a round)."""
+    progress directory `uri` every BEAT_SECONDS and once more, `finished`, when it ends, as
+    `name` (`<stage>-<partition>`: a retried attempt replaces its predecessor's file; by default
+    this thread's). Nothing without a directory (a task run outside a round)."""
     if not uri:
         yield
         return
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    name = f"{ctx.stageId()}-{ctx.partitionId()}" if ctx is not None else f"task-{threading.get_ident()}"
+    name = name or f"task-{threading.get_ident()}"
     pdir, start, stop = ProgressDir(uri), counts(), threading.Event()
 
     def figures(finished: bool, beat: int) -> dict:

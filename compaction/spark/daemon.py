@@ -33,6 +33,8 @@ def preload() -> float:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
+        # Imported only now, with fd 1 on stderr: whatever an import prints must not reach the
+        # daemon's stdout, which the JVM reads.
         from compaction.kernels.cache import count_compiles, local_dir
         from compaction.runtime.worker import pyarrow_without_pandas
         from compaction.settings import WorkerSettings

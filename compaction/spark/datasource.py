@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from compaction.runtime.worker import keep_zip_directories
 from compaction.steps.log_table import Bounds, ReadOptions, plan_splits, read_split, schema_ddl
 
 _COLUMNS = {"topic", "partition", "offset", "timestamp"}
@@ -64,8 +65,6 @@ class KafkaLogReader(DataSourceReader):
         return [SplitPartition(split) for split in plan_splits(self.opts, self.bounds)]
 
     def read(self, partition):
-        from compaction.runtime.worker import keep_zip_directories
-
         keep_zip_directories()
         yield from read_split(partition.value, self.opts)
 

@@ -9,6 +9,8 @@ happened (`Job aborted due to stage failure: ... Python worker exited unexpected
 
 from __future__ import annotations
 
+import re
+
 MAX_CHARS = 500  # Spark's abort lines name the stage, task, host and cause within this
 
 
@@ -30,3 +32,22 @@ def one_line(exc: BaseException) -> str:
     line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
     line = f"{name}: {line}" if line else name
     return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 3] + "..."
+
+
+_PYTHON_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n.*?(?=\n\s*\n|\n\tat |\Z)", re.S)
+
+
+def task_traceback(exc: BaseException) -> str | None:
+    """The Python traceback of the task that aborted a Spark job, from the error the driver got
+    (or the error it caused: `TaskFailed`), or None when none holds one (a worker killed, Spark
+    not starting)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        try:
+            found = _PYTHON_TRACEBACK.search(str(exc))
+        except Exception:
+            found = None  # the JVM that held the message is gone
+        if found:
+            return found.group(0)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None

@@ -11,16 +11,17 @@ import logging
 import re
 import time
 
-from compaction.cli.options import JobOptions
-from compaction.errors import CompactionError
+from compaction.errors import NoExecutors, TaskFailed
+from compaction.runtime.exchange import Exchange
 from compaction.runtime.task_progress import ProgressDir
-from compaction.settings import Settings
+from compaction.settings import JobOptions, Settings
 from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
 from compaction.steps import report as rpt
 from compaction.steps.outcome import task_rows
 from compaction.steps.plan_round import Planned, plan_one, selected, set_specs
-from compaction.steps.schedule import cut_into_ranges, pack, partition_bytes, task_count
+from compaction.steps.range_task import MERGE, PIECE, REWRITE, finish
+from compaction.steps.schedule import RangePlan, cut_into_ranges, pack, partition_bytes, task_count
 
 log = logging.getLogger("compaction")
 
@@ -81,7 +82,7 @@ def _replan_open_transactions(
     again = []
     for i, first_unstable in replan.items():
         old = todo[i]
-        new = plan_one(old.log_dir, old.part, opts, first_unstable)
+        new = plan_one(old.log_dir, old.part, opts, first_unstable, old.erase)
         new.result.recovery = old.result.recovery
         planned[next(k for k, x in enumerate(planned) if x is old)] = todo[i] = new
         if new.plan is not None and selected(new, opts):
@@ -149,7 +150,7 @@ def _run_partition_tasks(
     """Partitions compacted whole in their task (`stages.compact_partition`), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
-    from compaction.spark import stages as st
+    from compaction.spark import stages as st  # pyspark: see _run_ranges
 
     sizes = [partition_bytes(p.specs) for p in todo]
     bins = pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
@@ -173,10 +174,9 @@ def _run_ranges(
     summaries and rewrite, meeting through the exchange directory (compaction/steps/range_task.py),
     then, when one of its tasks stopped early (a lost executor, a slot that never came), stages
     for what it left undone."""
-    from compaction.runtime.exchange import Exchange
+    # stages imports pyspark: here, not at the round's import, the driver's main thread plans
+    # while SparkStarter's thread imports it and starts the context (spark/session.py).
     from compaction.spark import stages as st
-    from compaction.steps.range_task import MERGE, PIECE, REWRITE, finish
-    from compaction.steps.schedule import RangePlan
 
     plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     bplan = sc.broadcast(plan)
@@ -214,15 +214,6 @@ def _run_ranges(
         # the damaged partitions' rows come from here
         rows = [st.typed(r) for r in finish(plan, ex, rows, run)]
     return task_rows(rows, todo, timings)
-
-
-class NoExecutors(CompactionError):
-    """The cluster had no executor for the round's jobs (`spark/watchdog.py`)."""
-
-
-class TaskFailed(CompactionError):
-    """A Spark job aborted by a task that failed every attempt, with the partitions that task held:
-    the one to look at (or leave out with `--topics`) when a rerun fails the same way."""
 
 
 def collected(rdd, holds: list[list[str]]) -> list:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+from compaction.runtime import kernel_store
 from compaction.settings import Settings
 
 
@@ -70,6 +71,7 @@ class SparkStarter:
             _fetch_kernels(settings)
             self._planned.wait()
             if self._plan and settings.warmup:
+                # warmup imports pyspark (stages): not on the round's import path
                 from compaction.spark.warmup import warm_executors
 
                 seconds, compiled = warm_executors(sc, settings.worker)
@@ -118,8 +120,6 @@ class SparkStarter:
 
 
 def _fetch_kernels(settings: Settings) -> None:
-    from compaction.runtime import kernel_store
-
     kernel_store.fetch(settings.worker.kernel_cache_dir)
 
 

@@ -16,14 +16,17 @@ import functools
 import time
 from collections.abc import Iterator
 
+from pyspark import TaskContext
 from pyspark.sql import types as T
 
-from compaction.errors import error_text
+from compaction.errors import PARTITION_ERRORS, error_text
 from compaction.runtime import task_progress
+from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
 from compaction.steps import results
 from compaction.steps.group import GroupSpec
 from compaction.steps.pipeline import compact_whole
+from compaction.steps.range_task import configure, resume, run_task
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -60,6 +63,12 @@ def task_slots(sc) -> int:
     return max(1, n or sc.defaultParallelism)
 
 
+def _task_name() -> str | None:
+    """`<stage>-<partition>` of the running Spark task: its progress file's name."""
+    ctx = TaskContext.get()
+    return f"{ctx.stageId()}-{ctx.partitionId()}" if ctx is not None else None
+
+
 def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: str | None = None):
     """The ranges stage (compaction/steps/range_task.py) as an RDD of result rows: one task per
     entry of `plan.tasks` (a broadcast `RangePlan`), in workers set up for `worker`. An ordinary
@@ -70,8 +79,6 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.steps.range_task import run_task
-
         reuse = worker.scan_reuse_max_bytes
         return _ranges_rows(task_ids, lambda t: run_task(t, plan.value, ex, reuse), worker, progress)
 
@@ -91,8 +98,6 @@ def resumed(
     as an RDD of result rows."""
 
     def run(task_items: Iterator) -> Iterator[dict]:
-        from compaction.steps.range_task import resume
-
         reuse = worker.scan_reuse_max_bytes
         return _ranges_rows(
             task_items, lambda item: resume(kind, item, plan.value, ex, reuse), worker, progress
@@ -104,12 +109,9 @@ def resumed(
 def _ranges_rows(items: Iterator, task, worker: WorkerSettings, progress: str | None) -> Iterator[dict]:
     """The rows of `task(item)` for each of a Spark task's `items`, in a worker set up for `worker`
     and for the ranges stage."""
-    from compaction.runtime.worker import prepare_worker
-    from compaction.steps.range_task import configure
-
     prepare_worker(worker)
     configure(worker.part_chunk_bytes)
-    with task_progress.reporting(progress):
+    with task_progress.reporting(progress, _task_name()):
         for item in items:
             yield from map(typed, results.as_rows(task(item)))
 
@@ -166,20 +168,17 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
     A Python RDD rather than a DataFrame: its job starts ~0.2 s sooner, with no query to analyse
     and compile, and its few rows need no columnar transfer. `progress`: the round's progress
     directory (runtime/task_progress.py)."""
-
     compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
-        from compaction.runtime.worker import prepare_worker
-
         prepare_worker(worker)
         table = partitions.value
-        with task_progress.reporting(progress):
+        with task_progress.reporting(progress, _task_name()):
             for bin_id in bin_ids:
                 for specs in table[bin_id]:
                     try:
                         rows = _profiled(compact, specs, worker.profile_dir)
-                    except Exception as exc:
+                    except PARTITION_ERRORS as exc:  # anything else fails the job: a bug (errors.py)
                         rows = results.as_rows(results.failed((s.group_id for s in specs), error_text(exc)))
                     yield from map(typed, rows)
 

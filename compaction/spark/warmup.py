@@ -22,9 +22,18 @@ import time
 from compaction.format import batch as fb
 from compaction.format import compression
 from compaction.format.batch_build import build_batch
+from compaction.format.legacy import build_legacy_message_set
 from compaction.format.naming import segment_file_name
-from compaction.runtime import faults
+from compaction.kernels.cache import compiles
+from compaction.runtime import faults, kernel_store
+from compaction.runtime.exchange import Exchange
+from compaction.runtime.storage import Storage
+from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
+from compaction.spark.stages import compact_partition
+from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.range_task import run_task
+from compaction.steps.schedule import RangePlan
 
 _NOW_MS = 1_700_000_000_000
 
@@ -39,8 +48,6 @@ def _segment(base: int, codec: int, n: int = 6) -> bytes:
 
 def _legacy(n: int = 8) -> bytes:
     """Offsets 0..n-1: v0 messages (older records of keys, a kept one, a tombstone), then a v1 gzip wrapper."""
-    from compaction.format.legacy import build_legacy_message_set
-
     records = [
         fb.Record(i, _NOW_MS + i, b"warm-up-legacy-%d" % (i % 6), None if i == 3 else b"v%d" % i)
         for i in range(n)
@@ -54,10 +61,6 @@ def _legacy(n: int = 8) -> bytes:
 def warm(worker: WorkerSettings = WorkerSettings()) -> float:
     """Compact a tiny partition in a temporary directory as a task of a round with `worker`
     settings would; returns the seconds it took."""
-    from compaction.runtime.storage import Storage
-    from compaction.spark.stages import compact_partition
-    from compaction.steps.group import GroupSpec, SourceSegment
-
     started = time.monotonic()
     root = tempfile.mkdtemp(prefix="kafka-compaction-warmup-")
     # Test crash points (faults.py) count arrivals per process: the warm-up's own rewrite must
@@ -117,11 +120,6 @@ def warm(worker: WorkerSettings = WorkerSettings()) -> float:
 
 def _warm_ranges(spec) -> None:
     """The tiny partition as one range through a ranges task: its kernels loaded too."""
-    from compaction.runtime.exchange import Exchange
-    from compaction.runtime.storage import Storage
-    from compaction.steps.range_task import run_task
-    from compaction.steps.schedule import RangePlan
-
     root = os.path.join(os.path.dirname(spec.part_path), "exchange")
     os.mkdir(root)
     found = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
@@ -156,10 +154,6 @@ def warm_executors(sc, worker: WorkerSettings = WorkerSettings()) -> tuple[float
     (0: all loaded from a cache)."""
 
     def run(cores):
-        from compaction.kernels.cache import compiles
-        from compaction.runtime import kernel_store
-        from compaction.runtime.worker import prepare_worker
-
         prepare_worker(worker)
         for _ in cores:
             warm_best_effort(worker)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compaction.format import naming
-from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.runtime.checkpoint_files import read_checkpoint, write_checkpoint
 from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage
 from compaction.steps import report as rpt
@@ -41,8 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("compaction")
 
-INTENT_FILE = "compaction-commit.json"
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+INTENT_FILE = naming.COMMIT_INTENT_FILE
 CLEANED, SWAP, DELETED = ".cleaned", ".swap", ".deleted"
 
 
@@ -84,13 +83,13 @@ def _intent(names: set[str], replacements: list[Replacement]) -> dict:
     new_files = [
         naming.segment_file_name(r.new_base, s)
         for r in replacements
-        for s in SEGMENT_SUFFIXES
+        for s in naming.SEGMENT_FILE_SUFFIXES
         if naming.segment_file_name(r.new_base, s) + CLEANED in names
     ]
     old_files = []
     for base in sorted({b for r in replacements for b in r.old_bases}):
         # Kafka keeps a producer snapshot whose base offset is reused by a new segment.
-        suffixes = SEGMENT_SUFFIXES if base in new_bases else (*SEGMENT_SUFFIXES, ".snapshot")
+        suffixes = naming.SEGMENT_FILE_SUFFIXES if base in new_bases else naming.SEGMENT_SUFFIXES
         old_files += [n for s in suffixes if (n := naming.segment_file_name(base, s)) in names]
     return {"new_files": sorted(new_files), "old_files": old_files}
 

@@ -11,16 +11,14 @@ data is read later, by the executors, whose scan checks every batch.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from compaction.errors import SegmentNameError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, read_time_index
@@ -37,8 +35,9 @@ from compaction.format.layout import (
 from compaction.kernels.scan import scan_batches
 from compaction.kernels.scan_reference import scan_batches_py
 from compaction.policy.plan import SegmentMeta
+from compaction.runtime.checkpoint_files import read_checkpoint
+from compaction.runtime.driver import gc_paused, map_threads
 from compaction.runtime.storage import Storage
-from compaction.settings import default_discovery_threads
 
 log = logging.getLogger("compaction")
 
@@ -50,112 +49,11 @@ RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 # Files a broker keeps in a partition dir beside its segments (docs/kafka-rules.md#file-names,
 # #leader-epoch-checkpoint, #other-partition-files), plus our own commit intent. Anything else is reported: we
 # do not guess what a stranger's file means.
-KNOWN_PARTITION_FILES = frozenset({"leader-epoch-checkpoint", "partition.metadata", "compaction-commit.json"})
+KNOWN_PARTITION_FILES = frozenset(
+    {ckpt.LEADER_EPOCH_CHECKPOINT, naming.PARTITION_METADATA, naming.COMMIT_INTENT_FILE}
+)
 KNOWN_SUFFIXES = (".snapshot", ".snapshot.deleted", ".checkpoint", ".checkpoint.deleted", ".checkpoint.part")
 INTERNAL_TOPICS_NOT_CLEANED = naming.INTERNAL_TOPICS_NOT_CLEANED
-
-COMMIT_INTENT = "compaction-commit.json"
-
-
-# Threads listing, planning and committing partitions on the driver: the round's
-# `Settings.threads`, set when it starts (`use_threads`).
-_threads = default_discovery_threads()
-
-
-def use_threads(n: int) -> None:
-    """The threads of `map_threads` from now on in this process (1: serial)."""
-    global _threads
-    _threads = max(1, n)
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Python's cyclic GC off for a block that allocates millions of small acyclic objects (a
-    listing of 3M files: one `LocalFile` each, one `SegmentFiles`/`SegmentMeta` per segment). Each
-    full collection walks every live object, so with the GC on, the collections it triggers made a
-    10,000 x 100 listing 3.5x slower (21.6 s -> 6.3 s). Nested use is fine."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            # The allocation counts grew while off: the first allocation after enable() would run
-            # a full collection over every object made here (a fifth of a 10,000-partition dry
-            # run). Frozen objects are left out of collections; they are freed by reference
-            # counting as usual (`unfreeze_gc` returns them to the collector at the end of a run).
-            gc.freeze()
-            gc.enable()
-
-
-def unfreeze_gc() -> None:
-    gc.unfreeze()
-
-
-def map_threads(fn, items: list, threads: int | None = None) -> list:
-    """`[fn(x) for x in items]`, in order, on a thread pool when there is more than one item."""
-    threads = _threads if threads is None else threads
-    if threads <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
-    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="discover") as pool:
-        return list(pool.map(fn, items))
-
-
-class LocalFile:
-    """A local directory entry: name and type come from the listing itself (no syscall per file),
-    size and mtime from one `os.stat` on first use, so a partition the plan skips costs a stat of
-    its `.log` files only (its index files are never touched). Same fields as `storage.FileInfo`;
-    an OSError (file gone) surfaces where the value is first used, in that partition's planning."""
-
-    __slots__ = ("_stat", "is_dir", "is_link", "name", "path")
-
-    def __init__(self, name: str, path: str, is_dir: bool, is_link: bool = False) -> None:
-        self.name, self.path, self.is_dir, self.is_link, self._stat = name, path, is_dir, is_link, None
-
-    def _st(self) -> os.stat_result:
-        if self._stat is None:
-            self._stat = os.stat(self.path)
-        return self._stat
-
-    @property
-    def size(self) -> int:
-        return -1 if self.is_dir else self._st().st_size
-
-    @property
-    def mtime_ns(self) -> int:
-        return self._st().st_mtime_ns
-
-    def __repr__(self) -> str:
-        return f"LocalFile({self.path!r})"
-
-
-def _list_local(path: str) -> list[LocalFile]:
-    """`Storage.list_dir` for a local dir with `os.scandir`: one getdents pass, no stat, in the
-    directory's own order (callers sort what they keep)."""
-    with os.scandir(path) as it:
-        return [LocalFile(e.name, e.path, e.is_dir(), e.is_symlink()) for e in it]
-
-
-def read_small(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
-    """`Storage.read_bytes`; on the local filesystem with plain os calls (open, pread, close),
-    several times cheaper per small file than a pyarrow input file, same bytes and OSErrors."""
-    if not storage.is_local:
-        return storage.read_bytes(path, offset, length)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if length is None:
-            length = max(os.fstat(fd).st_size - offset, 0)
-        chunks = []
-        while length > 0:
-            chunk = os.pread(fd, length, offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-            length -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -214,7 +112,7 @@ def _read_log_dir(uri: str, topics: str | None, partitions: tuple[str, ...] | No
     storage, root = Storage.for_uri(uri)
     pattern = re.compile(topics) if topics else None
     todo = []
-    for info in _list_local(root) if storage.is_local else storage.list_dir(root):
+    for info in storage.scan_dir(root):
         if not info.is_dir:
             continue
         parsed = naming.parse_partition_dir_name(info.name)
@@ -238,9 +136,9 @@ def _read_log_dir(uri: str, topics: str | None, partitions: tuple[str, ...] | No
         storage=storage,
         path=root,
         partitions=partitions,
-        cleaner_checkpoint=ckpt.read_checkpoint(storage, f"{root}/{CLEANER_CHECKPOINT}"),
-        log_start_offsets=ckpt.read_checkpoint(storage, f"{root}/{LOG_START_CHECKPOINT}"),
-        high_watermarks=ckpt.read_checkpoint(storage, f"{root}/{REPLICATION_CHECKPOINT}"),
+        cleaner_checkpoint=read_checkpoint(storage, f"{root}/{CLEANER_CHECKPOINT}"),
+        log_start_offsets=read_checkpoint(storage, f"{root}/{LOG_START_CHECKPOINT}"),
+        high_watermarks=read_checkpoint(storage, f"{root}/{REPLICATION_CHECKPOINT}"),
     )
 
 
@@ -254,7 +152,7 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
     # partition, on the discovery threads: on an object store a recursive listing of the log dir
     # is one sequential chain of pages (1,000 keys each: 3,000 round trips for 3M files), slower
     # than 10,000 prefix listings issued 16 at a time.
-    for info in _list_local(path) if storage.is_local else storage.list_dir(path):
+    for info in storage.scan_dir(path):
         name = info.name
         if getattr(info, "is_link", False):
             # A broker makes no link in a partition dir, and a rewrite would replace the link by a
@@ -274,7 +172,7 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
                     seg = by_base[base] = SegmentFiles(base)
                 setattr(seg, attr, info)
                 continue
-        if name == COMMIT_INTENT:
+        if name == naming.COMMIT_INTENT_FILE:
             part.has_commit_intent = True
         elif name == ckpt.LEADER_EPOCH_CHECKPOINT and not info.is_dir:
             part.leader_epoch_checkpoint = info.path
@@ -287,7 +185,7 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
             continue
         try:
             parsed = naming.parse_segment_file_name(name)
-        except naming.SegmentNameError as exc:
+        except SegmentNameError as exc:
             part.problems.append(f"{info.path}: {exc}")
             continue
         if parsed.transient is not None:
@@ -322,7 +220,7 @@ def last_time_entry_ts(storage: Storage, seg: SegmentFiles) -> int:
     info = seg.timeindex
     if info is None or info.size < TIME_ENTRY_SIZE or info.size % TIME_ENTRY_SIZE:
         return -1
-    data = read_small(storage, info.path, info.size - TIME_ENTRY_SIZE, TIME_ENTRY_SIZE)
+    data = storage.read_small(info.path, info.size - TIME_ENTRY_SIZE, TIME_ENTRY_SIZE)
     entries = read_time_index(data, seg.base_offset)
     return int(entries[-1][0]) if len(entries) else -1
 
@@ -331,7 +229,7 @@ def first_batch_timestamp(storage: Storage, seg: SegmentFiles) -> int:
     """maxTimestamp of the segment's first batch (one 61-byte read), -1 when there is none."""
     if seg.log.size < RECORD_BATCH_OVERHEAD:
         return -1
-    head = read_small(storage, seg.log.path, 0, RECORD_BATCH_OVERHEAD)
+    head = storage.read_small(seg.log.path, 0, RECORD_BATCH_OVERHEAD)
     magic = head[MAGIC_OFFSET]
     if magic >= MAGIC_V2:
         return int.from_bytes(head[MAX_TIMESTAMP_OFFSET : MAX_TIMESTAMP_OFFSET + 8], "big", signed=True)
@@ -383,13 +281,13 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
     if seg.index is not None and seg.index.size >= OFFSET_ENTRY_SIZE:
         if index_data is None:  # a rebuilt index not written yet (validate.PendingFile) holds its bytes
             index_data = getattr(seg.index, "data", None)
-        data = index_data if index_data is not None else read_small(storage, seg.index.path)
+        data = index_data if index_data is not None else storage.read_small(seg.index.path)
         entries = read_offset_index(data, seg.base_offset)
         # An active segment's index is preallocated: trailing zero entries read as (base, 0).
         valid = [e for e in entries if int(e[1]) > 0]
         if valid and int(valid[-1][1]) < seg.log.size:
             start = int(valid[-1][1])
-    tail = read_small(storage, seg.log.path, start, seg.log.size - start)
+    tail = storage.read_small(seg.log.path, start, seg.log.size - start)
     # A tail past the last index entry is a few KB: walked in Python, the driver loads no kernel
     # for it (the first call of a compiled kernel costs the planning ~1 s); a long one (no index)
     # goes to the kernel.

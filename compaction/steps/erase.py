@@ -1,4 +1,4 @@
-"""Erasing keys (`--erase-keys FILE`, the file format in erase_keys.py): the listed keys in their
+"""Erasing keys (`--erase-keys FILE`, the file format in format/erase_keys.py): the listed keys in their
 compact shipped form, and the map that makes the rewrite drop every record of a listed key.
 
 How erasing decides: a record whose key is listed gets the offset-map answer `ERASED` (no offset
@@ -19,16 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from compaction.cli.erase_keys import parse_key_file, read_key_file
-from compaction.errors import KafkaFormatError
 from compaction.format import batch as fb
+from compaction.format.erase_keys import parse_key_file, read_key_file
 from compaction.kernels.keyindex import KeyIndex, max_by_key
+from compaction.runtime.s3 import redact_uri
+from compaction.runtime.storage import Storage
 
 ERASED = np.iinfo(np.int64).max  # the map's answer for a listed key: no record offset reaches it
-
-
-class EraseError(KafkaFormatError):
-    """A listed key that cannot be erased without breaking the log (fails its partition)."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +79,6 @@ def build_erase_set(entries: list[tuple[str | None, bytes]]) -> EraseSet:
 def read_uri(uri: str) -> bytes:
     """A key file's bytes from a local path or a URI the job reads log dirs from (s3://, ...):
     with a cluster deploy mode the driver runs on another host than the launcher."""
-    from compaction.runtime.storage import Storage
-
     storage, path = Storage.for_uri(uri)
     return storage.read_bytes(path)
 
@@ -94,9 +89,7 @@ _LOADED: dict[str, EraseSet] = {}
 
 
 def load_erase_set(uri: str) -> EraseSet:
-    """The key file at `uri` (erase_keys.py), in its shipped form."""
-    from compaction.runtime.s3 import redact_uri
-
+    """The key file at `uri` (format/erase_keys.py), in its shipped form."""
     shown = redact_uri(uri)
     data = read_key_file(uri, read_uri, shown)
     digest = hashlib.sha256(data).hexdigest()

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from compaction.format import naming
 from compaction.format.txnindex import AbortedTxn
 from compaction.policy.txn_state import LastRecord
-from compaction.runtime.segment_io import ReadMode, WriteMode
 from compaction.runtime.storage import Storage
-from compaction.settings import MAX_INFLATED_BATCH_BYTES
+from compaction.settings import MAX_INFLATED_BATCH_BYTES, ReadMode, WriteMode
 
 CLEANED = ".cleaned"
 

@@ -43,7 +43,7 @@ from compaction.policy.keep import aborted_batches, map_masks
 from compaction.runtime.segment_io import read_segment_bytes
 from compaction.runtime.storage import Storage
 from compaction.settings import FRAME_BATCH_BYTES, FRAME_BATCH_ROWS, FRAME_SPLIT_BYTES
-from compaction.steps.discover import last_time_entry_ts, read_log_dir, read_small
+from compaction.steps.discover import last_time_entry_ts, read_log_dir
 
 EARLIEST, LATEST = -2, -1  # Spark's Kafka source's offsets JSON: -2 earliest, -1 latest
 INT32_MAX = 2**31 - 1
@@ -350,7 +350,7 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
                 t
                 for s in segs
                 if s.txnindex is not None and s.txnindex.size
-                for t in read_txn_index(read_small(storage, s.txnindex.path))
+                for t in read_txn_index(storage.read_small(s.txnindex.path))
             )
         base = Split(
             part.topic,

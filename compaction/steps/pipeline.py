@@ -25,6 +25,7 @@ from compaction.steps.ranges import ProducerState, producer_state
 from compaction.steps.results import GroupResult, TaskTimings, unstable
 from compaction.steps.rewrite import rewrite_unit
 from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
+from compaction.steps.validate import checked_alongside
 
 T = TypeVar("T")
 
@@ -37,8 +38,6 @@ def scan_cache(reuse_bytes: int) -> ScanCache | None:
 def checked_scan(spec: GroupSpec, validate: bool, scan: Callable[[], T]) -> T:
     """`scan()`, with the partition's index checks beside it when `validate` (the task that scans
     the partition's first range runs them)."""
-    from compaction.steps.validate import checked_alongside
-
     return checked_alongside(spec.storage, spec.part_path, scan) if validate else scan()
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from compaction.cli.options import JobOptions
-from compaction.errors import CompactionError
+from compaction.errors import PARTITION_ERRORS
 from compaction.format.txnindex import read_txn_index
 from compaction.policy.plan import (
     REASON_LAG_BOUND,
@@ -26,19 +25,18 @@ from compaction.policy.plan import (
     validated_checkpoint,
 )
 from compaction.policy.topic_config import LONG_MAX, TopicConfig, resolve_topic_config
+from compaction.runtime.driver import gc_paused, map_threads
 from compaction.runtime.s3 import redact_uri
 from compaction.runtime.storage import Storage
+from compaction.settings import JobOptions
 from compaction.steps import report as rpt
 from compaction.steps.discover import (
     LogDirState,
     PartitionDir,
     first_batch_timestamp,
-    gc_paused,
     last_time_entry_ts,
     log_end_offset,
-    map_threads,
     read_log_dir,
-    read_small,
     segment_meta,
 )
 from compaction.steps.erase import EraseSet, load_erase_set
@@ -62,6 +60,7 @@ class Planned:
     result: rpt.PartitionResult
     plan: PartitionPlan | None = None
     specs: list[GroupSpec] = dataclasses.field(default_factory=list)
+    erase: EraseSet | None = None  # the round's --erase-keys, when some apply to its topic
     erasing: bool = False  # --erase-keys applies to its topic: every segment's listed keys go
     compacting: bool = True  # the round's compaction decisions apply (not --erase-only, eligible)
     # Index files rebuilt from verified segments, written only if the round cleans the partition
@@ -184,7 +183,7 @@ def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
     out = []
     for seg in part.segments:
         if seg.txnindex is not None and seg.txnindex.size:
-            out.extend(read_txn_index(read_small(storage, seg.txnindex.path)))
+            out.extend(read_txn_index(storage.read_small(seg.txnindex.path)))
     return tuple(out)
 
 
@@ -193,7 +192,7 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
     segment the compaction does not rewrite (all of them with --erase-only or when the partition
     is not eligible), the active one included, all in log order."""
     plan, part, ld = p.plan, p.part, p.log_dir
-    erase = erase_set_for(opts, part.topic)
+    erase = p.erase
     p.erasing = erase is not None
     p.compacting = plan.eligible and not opts.erase_only
     by_base = {s.base_offset: s for s in part.segments}
@@ -249,27 +248,12 @@ def set_specs(todo: list[Planned], opts: JobOptions, next_id: int = 0) -> int:
     return next_id
 
 
-# The round's key file in its shipped form (`run` loads it once; asked per partition).
-_ERASE_SETS: dict[str, EraseSet] = {}
-
-
-def forget_erase_sets() -> None:
-    """Start a round with the key file as it is now (`load_erase_set` parses it again only if changed)."""
-    _ERASE_SETS.clear()
-
-
-def erase_set_for(opts: JobOptions, topic: str) -> EraseSet | None:
-    """The run's listed keys when some apply to `topic` (--erase-keys), else None."""
-    if not opts.erase_keys:
-        return None
-    if opts.erase_keys not in _ERASE_SETS:
-        _ERASE_SETS[opts.erase_keys] = load_erase_set(opts.erase_keys)
-    erase = _ERASE_SETS[opts.erase_keys]
-    return erase if erase.applies_to(topic) else None
-
-
 def plan_one(
-    ld: LogDirState, part: PartitionDir, opts: JobOptions, first_unstable: int | None = None
+    ld: LogDirState,
+    part: PartitionDir,
+    opts: JobOptions,
+    first_unstable: int | None = None,
+    erase: EraseSet | None = None,
 ) -> Planned:
     """Plan one partition from its listing; when the plan cleans it, rebuild a missing `.index`
     (after `validate_contents` has read its index files; otherwise those checks run in the
@@ -281,7 +265,8 @@ def plan_one(
         redact_uri(ld.uri),  # no credentials in the report
         segmentsBefore=len(part.segments),
     )
-    p = Planned(ld, part, result)
+    # `erase`: the round's key file, loaded once by `discover_and_plan`, kept where it applies.
+    p = Planned(ld, part, result, erase=erase if erase is not None and erase.applies_to(part.topic) else None)
     try:
         check_listing(part)
         config = topic_config(opts, part.topic)
@@ -297,7 +282,7 @@ def plan_one(
             _check_and_rebuild_indexes(p, opts, config)
             # the groups (groupSegmentsBySize reads the index sizes) and the high watermark
             p.plan = plan(exact_lso=False, exact_hw=True)
-    except (CompactionError, ValueError, OSError) as exc:
+    except PARTITION_ERRORS as exc:  # anything else is a bug: the round fails (errors.py)
         result.status, result.reason = rpt.FAILED, str(exc)
         return p
     plan = p.plan
@@ -339,6 +324,7 @@ def discover_and_plan(
     on a thread pool (each partition touches only its own files; results keep the listing's order).
     `timings["listSeconds"]` gets the listing's seconds (added to what `recover` put there)."""
     planned, dirs = [], []
+    erase = load_erase_set(opts.erase_keys) if opts.erase_keys else None  # the key file as it is now
     for uri in opts.log_dirs:
         ld = (listed or {}).get(uri)
         if ld is None:
@@ -348,7 +334,7 @@ def discover_and_plan(
                 timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
         dirs.append(ld)
         with gc_paused():  # ~1M SegmentMeta objects at 10,000 x 100: see gc_paused
-            planned += map_threads(lambda part, ld=ld: plan_one(ld, part, opts), ld.partitions)
+            planned += map_threads(lambda part, ld=ld: plan_one(ld, part, opts, None, erase), ld.partitions)
     return planned, dirs
 
 
@@ -357,7 +343,7 @@ def selected(p: Planned, opts: JobOptions) -> bool:
     of a topic that some listed key applies to."""
     if p.plan is None or p.result.status == rpt.FAILED:
         return False
-    if erase_set_for(opts, p.part.topic) is not None:
+    if p.erase is not None:
         return True
     return p.plan.eligible and not opts.erase_only
 

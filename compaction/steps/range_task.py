@@ -40,8 +40,9 @@ import time
 
 import numpy as np
 
-from compaction.errors import CompactionError, error_text
+from compaction.errors import PARTITION_ERRORS, CompactionError, error_text
 from compaction.format import batch as fb
+from compaction.policy.log_structure import epochs_from_columns
 from compaction.runtime.exchange import Exchange, PeerGone
 from compaction.settings import PART_CHUNK_BYTES
 from compaction.steps import pipeline, ranges
@@ -280,7 +281,7 @@ def _scan(rid: int, task: _Task) -> dict:
         scan = lambda: ranges.scan_range(rid, spec, partition, task.cache)  # noqa: E731
         held[rid], blocks = pipeline.checked_scan(spec, validate, scan)
         task.ex.write_blocks(f"scan-{rid}", blocks)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         held.pop(rid, None)
         return {"error": error_text(exc), "txn": False}
     stats = [
@@ -308,7 +309,7 @@ def _hand_over(t: int, task: _Task, work: Work) -> str | None:
             g = task.plan.ranges[r].scan.group_id
             if r in task.held and work.task_of.get(g, t) != t and g not in work.split:
                 _leave(task.ex, {r: task.held[r]})
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return error_text(exc)
     return None
 
@@ -342,7 +343,7 @@ def _merge(t: int, task: _Task, dead: dict, buckets: list[int]) -> str | None:
             ]
             found.extend(ranges.merge_bucket(blocks))
         ex.write_blocks(f"found-{t}", found)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return error_text(exc)
     return None
 
@@ -381,8 +382,6 @@ def _partition_state(partition: int, task: _Task) -> tuple[list[GroupSpec], rang
 
 def _epoch_runs(specs: list[GroupSpec], blocks: list[ranges.Block]) -> list:
     """The leader-epoch runs of the partition's ranges' EPOCHS `blocks` (log order)."""
-    from compaction.policy.log_structure import epochs_from_columns
-
     path_of = specs[0].segment_path
     runs = []
     for b in blocks:  # log order
@@ -400,7 +399,7 @@ def _rewrite(partition: int, units: list[list[int]], task: _Task, work: Work) ->
     group_ids = [g for unit in units for g in unit]
     try:
         specs, state = _partition_state(partition, task)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return failed(group_ids, error_text(exc))
     first_unstable = pipeline.open_transaction(state, specs)
     if first_unstable is not None:
@@ -423,7 +422,7 @@ def _rewrite_unit(unit: list[int], state: ranges.ProducerState, task: _Task, wor
     except PeerGone:  # waiting for a piece: the unit is left to a follow-up, from these ids
         _leave(ex, mine)
         raise
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         return failed(unit, error_text(exc))
 
 
@@ -469,7 +468,7 @@ def _write_piece(t: int, r: int, task: _Task, merge_errors: list) -> None:
         out, stats = rewrite_piece(pipeline.with_state([spec], state)[0], shipped, writer, task.cache)
         ex.write_blocks(f"piece-{r}", _piece_blocks(r, out))
         status.update({n: getattr(stats, n) for n in _PIECE_STATS}, records=out.records)
-    except Exception as exc:
+    except PARTITION_ERRORS as exc:
         status["error"] = error_text(exc)
     finally:
         ex.post(f"piece-{r}", t, status)

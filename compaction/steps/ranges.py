@@ -18,7 +18,7 @@ cut into several, so that the ranges of a round spread evenly over the tasks.
 3. The rewrite: the range's latest offsets with its FOUND entries applied are map[key] by key id
    (`ShippedMap`), so no key is hashed or looked up twice.
 
-Block layout: an Arrow IPC stream of one record batch (`to_block` / `from_block`):
+Block layout: an Arrow IPC stream of one record batch (`exchange.to_block` / `from_block`):
     SUMMARY   key binary, latest int64 (-1: no dirty record in the range), id int32, part int32
     IDS       id int32 per record of one segment (-1: null key, or a key not in the table); only
               for a unit of a partition with transactions, handed to the task that rewrites it
@@ -50,6 +50,8 @@ from compaction.kernels.keymap import KeyTable, equal_bytes
 from compaction.kernels.memops import memcpy_at, put_be32
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.log_structure import epoch_columns
+from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
+from compaction.runtime.exchange import Block, from_block, to_block
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.scan import scan_partition
 
@@ -60,33 +62,6 @@ BLOCK_ROWS = 1 << 20
 # A range's keys are cut by hash into this many fine buckets; a merging task takes one bucket of
 # every range at a time, so what it holds is 1/64 of the keys whatever the number of tasks.
 FINE_BUCKETS = 64
-
-
-class Block(NamedTuple):
-    """One unit of the exchange: `range_id` is the range's id (`schedule.RangePlan`); `bucket` the merge bucket
-    (SUMMARY, else -1); `seq` orders a range's blocks of one kind (segment index for IDS, first
-    id for LATEST); `data` the block's bytes (an Arrow buffer as `to_block` makes it, bytes as
-    the exchange reads it back)."""
-
-    range_id: int
-    kind: int
-    bucket: int
-    seq: int
-    data: pa.Buffer | bytes
-
-
-def to_block(**columns) -> pa.Buffer:
-    """The columns as one record batch in an Arrow IPC stream, in Arrow's buffer (not copied into
-    Python bytes: a range's summaries are tens of MB, written to the exchange once)."""
-    batch = pa.RecordBatch.from_pydict(columns)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue()
-
-
-def from_block(data: pa.Buffer | bytes) -> pa.RecordBatch:
-    return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
 def column(batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
@@ -453,8 +428,6 @@ class ProducerState(NamedTuple):
 
 
 def producer_state(tables: list) -> ProducerState:
-    from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
-
     rows = header_rows(tables)
     return ProducerState(
         first_unstable_offset(rows),

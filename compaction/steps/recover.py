@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.cli.options import JobOptions
+from compaction.errors import SegmentNameError
 from compaction.format import naming
 from compaction.kernels.scan import scan_batches
 from compaction.runtime.storage import KAFKA_LOCK_FILE, Storage, acquire_run_lock, ensure_kafka_not_running
+from compaction.settings import JobOptions
 from compaction.steps.commit import CLEANED, DELETED, INTENT_FILE, SWAP, file_names, finish_swap
 from compaction.steps.discover import LogDirState, read_log_dir, relist_partition
 
@@ -163,7 +164,7 @@ def _complete_kafka_swap(storage: Storage, part: str, swaps: list[str], report: 
     for name in file_names(storage, part):
         try:
             parsed = naming.parse_segment_file_name(name)
-        except naming.SegmentNameError:  # leader-epoch-checkpoint, partition.metadata, ...
+        except SegmentNameError:  # leader-epoch-checkpoint, partition.metadata, ...
             continue
         if parsed.transient is None and min_swap <= parsed.base_offset < max_swap:
             storage.delete(f"{part}/{name}")

@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from compaction.errors import DiskFullError
+from compaction.errors import DiskFullError, EraseError
 from compaction.format import batch as fb
-from compaction.format.index_build import build_indexes
 from compaction.format.txnindex import AbortedTxn, write_txn_index
+from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import (
     COPY,
@@ -50,7 +50,7 @@ from compaction.policy.retention import (
 from compaction.policy.txn_state import CleanedTransactionMetadata
 from compaction.runtime import durability, task_progress
 from compaction.steps.emit import emit_segment
-from compaction.steps.erase import ERASED, EraseError, ErasingMap
+from compaction.steps.erase import ERASED, ErasingMap
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.steps.offset_map import OffsetMap
 from compaction.steps.results import GroupResult

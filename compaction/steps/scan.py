@@ -13,7 +13,7 @@ import numpy as np
 
 from compaction.errors import CorruptRecordError
 from compaction.format import naming
-from compaction.format.checkpoint import parse_leader_epoch_checkpoint
+from compaction.format.checkpoint import LEADER_EPOCH_CHECKPOINT, parse_leader_epoch_checkpoint
 from compaction.format.index import read_offset_index, read_time_index
 from compaction.kernels.scan import SegmentScan, scan_batches, scan_segment
 from compaction.kernels.sidepack import pack_side
@@ -28,7 +28,6 @@ from compaction.policy.log_structure import (
 )
 from compaction.runtime import task_progress
 from compaction.runtime.segment_io import ReadAhead, is_mapped, prefetch, read_segment_bytes
-from compaction.steps.discover import read_small
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.offset_map import PartitionMap, Unmapped
 
@@ -91,7 +90,7 @@ def check_structure(
     ):
         index_path = spec.segment_path(base, suffix)
         try:
-            data = read_small(spec.storage, index_path)  # plain os calls on a local disk
+            data = spec.storage.read_small(index_path)  # plain os calls on a local disk
         except FileNotFoundError:
             continue
         check(index_path, path, base, read(data, base), batches)
@@ -104,7 +103,7 @@ def check_partition_epochs(specs: list[GroupSpec], epochs: list[SegmentEpochs]) 
     consistent with its `leader-epoch-checkpoint` when it has one (LogStructureError)."""
     path = specs[0].leader_epoch_checkpoint if specs else None
     entries = parse_leader_epoch_checkpoint(specs[0].storage.read_bytes(path), path) if path else None
-    check_leader_epochs(epochs, entries, path or "leader-epoch-checkpoint")
+    check_leader_epochs(epochs, entries, path or LEADER_EPOCH_CHECKPOINT)
 
 
 class ScanCache:

@@ -26,17 +26,16 @@ from typing import NamedTuple
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.batch import BatchHeader
-from compaction.format.index_build import rebuild_indexes_from_log
 from compaction.format.layout import LEGACY_TIMESTAMP_OFFSET, MAGIC_OFFSET, MAGIC_V1, MAGIC_V2
 from compaction.format.segment import SegmentReader
 from compaction.format.txnindex import read_txn_index, write_txn_index
+from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.policy.cut import Cut, cut_log
 from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir
 
 MARKER_PREFIX = ".archived-"
-PARTITION_METADATA = "partition.metadata"
 _TIMESTAMP = struct.Struct(">q")
 
 
@@ -147,9 +146,9 @@ def stage_partition(
         dst.write_durable(
             f"{dst_dir}/{ckpt.LEADER_EPOCH_CHECKPOINT}", ckpt.format_leader_epoch_checkpoint(kept).encode()
         )
-    metadata = f"{part.path}/{PARTITION_METADATA}"
+    metadata = f"{part.path}/{naming.PARTITION_METADATA}"
     if src.exists(metadata):
-        dst.write_durable(f"{dst_dir}/{PARTITION_METADATA}", src.read_bytes(metadata))
+        dst.write_durable(f"{dst_dir}/{naming.PARTITION_METADATA}", src.read_bytes(metadata))
     crash_point("staged")
     return Staged(part.topic, part.partition, part.path, cut, start, len(copier.written) + 1)
 

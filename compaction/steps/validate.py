@@ -16,23 +16,19 @@ from typing import TypeVar
 
 import numpy as np
 
-from compaction.errors import CompactionError, IndexCorruptError, LogStructureError
+from compaction.errors import IndexCorruptError, LogStructureError, PartitionInvalid
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, sanity_check_offset_index, sanity_check_time_index
-from compaction.format.index_build import build_indexes
 from compaction.format.layout import OFFSET_ENTRY_SIZE, RECORD_BATCH_OVERHEAD, TIME_ENTRY_SIZE
 from compaction.format.txnindex import sanity_check_txn_index
+from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
 from compaction.runtime.storage import Storage
-from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition, read_small
+from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition
 
 T = TypeVar("T")
-
-
-class PartitionInvalid(CompactionError):
-    """A partition dir we will not touch: unknown files, no segment, a broken index."""
 
 
 def check_listing(part: PartitionDir) -> None:
@@ -125,7 +121,7 @@ def audit_structure(storage: Storage, part: PartitionDir) -> None:
 
 def _read_checked(storage: Storage, path: str, offset: int = 0, length: int | None = None) -> bytes:
     try:
-        return read_small(storage, path, offset, length)
+        return storage.read_small(path, offset, length)
     except OSError as exc:
         raise PartitionInvalid(f"{path}: cannot read: {exc}") from exc
 

@@ -31,13 +31,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from compaction.cli.options import byte_size
+from compaction.errors import SegmentNameError
 from compaction.format.naming import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TRANSIENT_SUFFIXES,
     TXN_INDEX_SUFFIX,
-    SegmentNameError,
     parse_segment_file_name,
 )
 from compaction.runtime.s3 import redact_uri
@@ -149,8 +150,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive_int(text: str) -> int:
-    from compaction.cli.options import byte_size  # `64k`, `1m`: Spark's size suffixes
-
     value = byte_size(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of bytes, not {value}")

@@ -28,8 +28,9 @@ import time
 
 import numpy as np
 
+from compaction.cli.options import byte_size
 from compaction.format import checkpoint as ckpt
-from compaction.format.naming import partition_dir_name
+from compaction.format.naming import PARTITION_METADATA, partition_dir_name
 from compaction.tools.generator_manifest import Manifest, ManifestRecord, PartitionManifest, SegmentInfo
 from compaction.tools.generator_plan import (
     TXN_ABORTED,
@@ -106,7 +107,7 @@ def _write_partition_files(part_dir: str, plan: GeneratedPartition, topic_id: st
         ckpt.format_leader_epoch_checkpoint(plan.leader_epoch_entries()).encode(),
     )
     # PartitionMetadataFile writes no trailing newline (as in the real-kafka fixtures).
-    write_file(os.path.join(part_dir, "partition.metadata"), f"version: 0\ntopic_id: {topic_id}".encode())
+    write_file(os.path.join(part_dir, PARTITION_METADATA), f"version: 0\ntopic_id: {topic_id}".encode())
 
 
 def _cleaner_checkpoint(opts: GenerateOptions, partitions: dict) -> dict[tuple[str, int], int]:
@@ -157,7 +158,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--value-size", type=_range, default=d.value_size, help="N or MIN:MAX value bytes (default 20:200)")
     a("--codec", choices=["none", "gzip", "snappy", "lz4", "zstd", "mixed"], default=d.codec)
     a("--batch-records", type=_range, default=d.batch_records, help="N or MIN:MAX records per batch")
-    from compaction.cli.options import byte_size  # `1m`, `64k`: Spark's size suffixes
 
     a(
         "--segment-bytes",

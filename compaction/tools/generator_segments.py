@@ -13,7 +13,6 @@ from compaction.format.batch import BATCH_LENGTH_FIELD, CRC_FIELD, Record
 from compaction.format.batch_build import build_batch
 from compaction.format.compression import compress
 from compaction.format.crc import crc32c
-from compaction.format.index_build import build_indexes
 from compaction.format.layout import (
     CRC_COVERED_FROM,
     CRC_OFFSET,
@@ -33,6 +32,7 @@ from compaction.format.naming import (
 )
 from compaction.format.segment import iter_batches
 from compaction.format.txnindex import AbortedTxn, write_txn_index
+from compaction.kernels.index_build import build_indexes
 from compaction.tools.generator_manifest import PartitionManifest, SegmentInfo
 from compaction.tools.generator_plan import GeneratedPartition, GenerateOptions
 

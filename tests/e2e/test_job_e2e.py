@@ -16,8 +16,8 @@ from e2ekit import decode_log, decode_partition, latest_per_key, run_job, segmen
 
 from compaction.format.batch import RecordBatch
 from compaction.format.checkpoint import parse_offset_checkpoint
-from compaction.format.index_build import build_indexes
 from compaction.format.segment import iter_batches
+from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import scan_batches
 from compaction.tools.generator import generate_log_dir
 

@@ -15,9 +15,9 @@ from e2ekit import REPO, SUBMIT, decode_partition, latest_per_key, segment_logs
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
 from compaction.format.index import sanity_check_offset_index, sanity_check_time_index
-from compaction.format.index_build import rebuild_indexes_from_log
 from compaction.format.naming import segment_file_name
 from compaction.format.segment import iter_batches
+from compaction.kernels.index_build import rebuild_indexes_from_log
 
 T0 = 1_700_000_000_000
 TRANSIENT = (".cleaned", ".swap", ".deleted", ".tmp")

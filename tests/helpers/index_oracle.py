@@ -1,5 +1,5 @@
 """The `.index` and `.timeindex` a broker writes for a closed segment, built from the `.log` bytes
-with `struct` alone: an oracle that shares no code with compaction/format/index_build.py, written
+with `struct` alone: an oracle that shares no code with compaction/kernels/index_build.py, written
 from the spec (shared/reference/kafka-cleaner-spec.md 3.2, 3.3, 3.5 "KAFKA-806 behaviour", 3.7).
 
 The rule, per batch in file order (Kafka 4.1+, and the job):

@@ -14,10 +14,8 @@ from compaction.format.checkpoint import (
     format_offset_checkpoint,
     parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
-    read_checkpoint,
-    read_leader_epoch_checkpoint,
-    write_checkpoint,
 )
+from compaction.runtime.checkpoint_files import read_checkpoint, write_checkpoint
 from compaction.runtime.storage import Storage
 
 FIXTURES = SHARED_FIXTURES
@@ -157,7 +155,6 @@ def test_write_and_read_through_storage(tmp_path):
     write_checkpoint(storage, path, {("t", 0): 8})
     assert read_checkpoint(storage, path) == {("t", 0): 8}
     assert sorted(os.listdir(tmp_path)) == ["cleaner-offset-checkpoint"]  # no .tmp left behind
-    assert read_leader_epoch_checkpoint(storage, str(tmp_path / "nope")) == []
 
 
 def test_read_through_storage_names_the_file(tmp_path):

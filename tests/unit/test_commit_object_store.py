@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 import pytest
 from test_commit import CLEANED, NEW_STATE, OLD, OLD_STATE, REPLACEMENTS, name
 
-from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.runtime.checkpoint_files import read_checkpoint, write_checkpoint
 from compaction.runtime.storage import TMP_SUFFIX, Storage
 from compaction.steps.commit import INTENT_FILE, commit_partition
 from compaction.steps.recover import recover_partition

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction.cli.options import JobOptions, check_options, parse_args, parse_unchecked
+from compaction.cli.options import check_options, parse_args, parse_unchecked
 from compaction.errors import UsageError
+from compaction.settings import JobOptions
 
 HUGE = "9" * 100_000
 

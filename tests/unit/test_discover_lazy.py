@@ -22,6 +22,7 @@ from compaction.cli.options import LONG_MAX, parse_args
 from compaction.errors import IndexCorruptError
 from compaction.policy.plan import PartitionState, plan_partition
 from compaction.policy.topic_config import resolve_topic_config
+from compaction.runtime import storage as storage_module
 from compaction.runtime.storage import Storage
 from compaction.steps import discover, plan_round, recover, validate
 from compaction.steps.discover import (
@@ -134,15 +135,15 @@ def test_lso_at_active_base_reason_needs_the_log_end_offset(tmp_path):
 
 
 def _counting_reads(monkeypatch):
-    """Paths opened by discovery's local reads (`discover.read_small`)."""
+    """Paths opened by discovery's local reads (`Storage.read_small`)."""
     opened = []
-    real_open = discover.os.open
+    real_open = storage_module.os.open
 
     def os_open(path, *a, **k):
         opened.append(path)
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr(discover.os, "open", os_open)
+    monkeypatch.setattr(storage_module.os, "open", os_open)
     return opened
 
 
@@ -290,7 +291,6 @@ def test_settled_partition_stats_only_back_to_a_non_empty_segment(log_dir, monke
     """Checkpoint at the active base: the ratio is 0 without knowing the sizes, so only the
     active segment and the last non-empty non-active one are stat'ed (NaN stays NaN: an all-empty
     log is still told apart)."""
-    from compaction.steps import discover
 
     ld = read_log_dir(log_dir)
     part = ld.partitions[0]
@@ -298,14 +298,14 @@ def test_settled_partition_stats_only_back_to_a_non_empty_segment(log_dir, monke
     opts = parse_args(["--log-dir", log_dir, "--now-ms", "1"])
     ld.cleaner_checkpoint[part.key] = base
     stats = []
-    real = discover.LocalFile._st
+    real = storage_module.LocalFile._st
 
     def counting(self):
         if self._stat is None and self.path.endswith(".log"):
             stats.append(self.path)
         return real(self)
 
-    monkeypatch.setattr(discover.LocalFile, "_st", counting)
+    monkeypatch.setattr(storage_module.LocalFile, "_st", counting)
     p = plan_round.plan_one(ld, part, opts)
     assert p.result.status == "skipped" and p.plan.cleanable_ratio == 0.0
     assert 1 <= len(stats) <= 2 < len(part.segments), stats

@@ -10,11 +10,11 @@ import pytest
 from faultkit import small_partition
 
 from compaction.cli.options import parse_args
-from compaction.errors import CrcMismatchError, IndexCorruptError
-from compaction.format.index_build import rebuild_indexes_from_log
+from compaction.errors import CrcMismatchError, IndexCorruptError, PartitionInvalid
+from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.steps import plan_round
 from compaction.steps.discover import read_log_dir
-from compaction.steps.validate import PartitionInvalid, rebuild_missing_index, validate_partition
+from compaction.steps.validate import rebuild_missing_index, validate_partition
 
 SEG1 = "00000000000000000010"
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from reference_map import KeyLookup
 from test_rewrite_unit import Log, batches_of, one, rec
 
-from compaction.cli.erase_keys import KeyFileError, parse_key_file, parse_line
 from compaction.cli.options import check_options, parse_unchecked
-from compaction.errors import UsageError
+from compaction.errors import KeyFileError, UsageError
+from compaction.format.erase_keys import parse_key_file, parse_line
 from compaction.steps.erase import (
     ERASED,
     build_erase_set,
@@ -213,8 +213,8 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
 
 def test_erasing_a_last_legacy_message_fails_rather_than_move_the_log_end(tmp_path):
 
+    from compaction.errors import EraseError
     from compaction.format.legacy import build_legacy_message_set
-    from compaction.steps.erase import EraseError
     from compaction.steps.rewrite import rewrite_unit
 
     log = Log(tmp_path)
@@ -325,3 +325,21 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
             for g, w in zip(got, want):
                 if w[5]:  # nothing erased: the batch is copied byte for byte
                     assert g[5] == raws[g[0]]
+
+
+def test_planning_reads_the_key_file_as_it_is_now_each_time(tmp_path):
+    """No state outlives a planning: the same key file path, rewritten between two plannings in
+    one process (two rounds, or planning outside a round), is read as it is at each one."""
+    from compaction.cli.options import parse_args
+    from compaction.steps.plan_round import discover_and_plan, selected
+    from compaction.tools.generator import generate_log_dir
+
+    log_dir = str(tmp_path / "logs")
+    generate_log_dir(log_dir, topics=(("t", 1),), records=50, keys=5, segment_bytes=2000, seed=1)
+    keys = tmp_path / "keys.txt"
+    keys.write_text("k-1\n")
+    opts = parse_args(["--log-dir", log_dir, "--now-ms", "0", "--erase-keys", str(keys), "--erase-only"])
+    for listed, applies in (("t\tk-1\n", True), ("other\tk-1\n", False), ("k-1\n", True)):
+        keys.write_text(listed)
+        (p,) = discover_and_plan(opts)[0]
+        assert (p.erase is not None, selected(p, opts)) == (applies, applies), listed

@@ -17,9 +17,9 @@ from compaction.format.batch import Record, RecordBatch
 from compaction.format.batch_build import build_batch
 from compaction.format.checkpoint import parse_leader_epoch_checkpoint, parse_offset_checkpoint
 from compaction.format.index import sanity_check_offset_index, sanity_check_time_index
-from compaction.format.index_build import rebuild_indexes_from_log
 from compaction.format.segment import iter_batches
 from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index
+from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.tools.generator import TXN_ABORTED, TXN_COMMITTED, TXN_NONE, generate_log_dir
 
 SEGMENT_BYTES = 60_000

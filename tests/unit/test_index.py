@@ -23,13 +23,13 @@ from compaction.format.index import (
     write_offset_index,
     write_time_index,
 )
-from compaction.format.index_build import (
+from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
+from compaction.kernels.index_build import (
     build_indexes,
     index_entries,
     index_entries_py,
     rebuild_indexes_from_log,
 )
-from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
 
 FIXTURES = SHARED_FIXTURES
 

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError
-from compaction.format import crc
 from compaction.format.batch import Record
 from compaction.format.legacy import LegacyBatch, build_legacy_message_set, encode_message
+from compaction.kernels import crc
 from compaction.kernels.keyhash import key_hash
 from compaction.kernels.legacywalk import (
     ERR_EMPTY,

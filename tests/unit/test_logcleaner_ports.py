@@ -54,9 +54,9 @@ from compaction.errors import CorruptRecordError
 from compaction.format import batch as fb
 from compaction.format import compression, legacy, naming
 from compaction.format.batch_build import build_batch, build_empty_batch
-from compaction.format.index_build import build_indexes
 from compaction.format.segment import iter_batches
 from compaction.format.txnindex import AbortedTxn, read_txn_index, write_txn_index
+from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import scan_batches
 from compaction.policy import grouping, plan, topic_config
 from compaction.runtime.storage import Storage

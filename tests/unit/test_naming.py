@@ -3,9 +3,9 @@ UnifiedLog.parseTopicPartitionName)."""
 
 import pytest
 
+from compaction.errors import SegmentNameError
 from compaction.format.naming import (
     SegmentFileName,
-    SegmentNameError,
     is_segment_file_name,
     list_partition_segments,
     parse_partition_dir_name,

@@ -22,7 +22,7 @@ from faultkit import assert_loads, batch, small_partition, write_partition
 from groupkit import generate, specs_for
 from powerloss import Model, ObjectStoreRecording, RecordingStorage, count, lay_out, snapshot
 
-from compaction.format.checkpoint import read_checkpoint, write_checkpoint
+from compaction.runtime.checkpoint_files import read_checkpoint, write_checkpoint
 from compaction.runtime.storage import Storage
 from compaction.spark.stages import compact_partition
 from compaction.steps import report as rpt
@@ -282,7 +282,7 @@ def test_every_local_log_dir_is_locked_whatever_comes_before_it(tmp_path):
     """An object-store log dir (no lock there) listed first does not end the locking: the local
     one after it is checked for a broker and locked."""
     from compaction.cli.options import parse_args
-    from compaction.runtime.storage import LockHeldError
+    from compaction.errors import LockHeldError
     from compaction.steps.recover import lock_log_dirs
 
     local = tmp_path / "logs"

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compaction.errors import RebuildError
 from compaction.format import batch as fb
 from compaction.format import compression
 from compaction.format.batch_build import _seal, build_batch
@@ -26,7 +27,6 @@ from compaction.kernels.rebuild import (
     NO_HORIZON,
     SRC_FILE,
     SRC_SIDE,
-    RebuildError,
     header_for,
     headers_for,
     rebuild_records,

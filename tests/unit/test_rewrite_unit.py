@@ -24,8 +24,8 @@ from reference_map import KeyLookup, found_offsets, scan_group
 from compaction.format import batch as fb
 from compaction.format import compression, naming
 from compaction.format.batch_build import build_batch
-from compaction.format.index_build import build_indexes, rebuild_indexes_from_log
 from compaction.format.txnindex import AbortedTxn, read_txn_index
+from compaction.kernels.index_build import build_indexes, rebuild_indexes_from_log
 from compaction.kernels.scan import scan_batches
 from compaction.policy.keep import aborted_batches
 from compaction.policy.txn_state import LastRecord

@@ -7,6 +7,7 @@ the committed ones `cleaned`, totals and metrics that agree, and one ERROR line 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -16,9 +17,11 @@ from e2ekit import tree_hashes
 
 from compaction import round as rnd
 from compaction.cli.options import parse_args
+from compaction.errors import PartitionInvalid
 from compaction.format.checkpoint import parse_offset_checkpoint
 from compaction.runtime.storage import Storage
 from compaction.spark.failure import MAX_CHARS, one_line
+from compaction.steps import plan_round
 from compaction.tools.generator import generate_log_dir
 
 NOW = 1_800_000_000_000
@@ -205,3 +208,77 @@ def test_the_launchers_help_lists_the_round_failed_code():
 
     assert rnd.EXIT_ROUND_FAILED in dict(launcher.EXIT_CODES)
     assert f"  {rnd.EXIT_ROUND_FAILED:<6} the round itself failed" in launcher.help_epilog()
+
+
+def _planning_raises(monkeypatch, exc: Exception, partition: int = 1) -> None:
+    """Planning partition `t-<partition>` raises `exc`; the others plan as they would."""
+    real = plan_round.plan_partition
+
+    def plan_partition(topic, part, *args, **kwargs):
+        if part == partition:
+            raise exc
+        return real(topic, part, *args, **kwargs)
+
+    monkeypatch.setattr(plan_round, "plan_partition", plan_partition)
+
+
+def _round_logged(log_dir: str, tmp_path, caplog, *extra: str) -> tuple[int, dict, list[logging.LogRecord]]:
+    """`_round`, with the records the round logged while it ran (not only its outputs')."""
+    with caplog.at_level(logging.INFO, logger="compaction"):
+        opts = parse_args(
+            ["--log-dir", log_dir, "--now-ms", str(NOW), "--report", str(tmp_path / "r.json"), *extra]
+        )
+        code, report = rnd.run(opts)
+        during = list(caplog.records)
+        rnd._write_outputs(opts, report, code)
+    return code, report, during
+
+
+def test_an_unexpected_error_while_planning_fails_the_round_with_its_traceback(tmp_path, caplog, monkeypatch):
+    log_dir = _log_dir(tmp_path)
+    before = tree_hashes(log_dir)
+    _planning_raises(monkeypatch, ValueError("a bug in planning"))  # not a typed error: a bug
+    code, report, records = _round_logged(log_dir, tmp_path, caplog, "--recover-only")
+    assert code == rnd.EXIT_ROUND_FAILED
+    assert report["failure"]["phase"] == "planning"
+    assert "ValueError: a bug in planning" in report["failure"]["reason"]
+    (bug,) = [r for r in records if r.levelno == logging.ERROR and r.exc_info]
+    assert bug.exc_info[0] is ValueError
+    assert "in plan_partition" in logging.Formatter().formatException(bug.exc_info)  # where the bug is
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written["failure"] == report["failure"]  # the report is written all the same
+    assert tree_hashes(log_dir) == before
+
+
+def test_an_expected_error_while_planning_fails_only_its_partition(tmp_path, caplog, monkeypatch):
+    log_dir = _log_dir(tmp_path)
+    _planning_raises(monkeypatch, PartitionInvalid("t-1: a damaged index"))
+    code, report, records = _round_logged(log_dir, tmp_path, caplog, "--recover-only")
+    assert report["failure"] is None
+    status = {f"{e['topic']}-{e['partition']}": (e["status"], e["reason"]) for e in report["partitions"]}
+    assert status["t-1"] == ("failed", "t-1: a damaged index")
+    assert status["t-0"][0] != "failed" and status["t-2"][0] != "failed"
+    assert code == rnd.EXIT_FAILED
+    assert not [r for r in records if r.exc_info]  # an expected error is reported, not a bug's traceback
+
+
+@pytest.mark.spark
+def test_an_unexpected_error_in_a_task_fails_the_round_with_its_traceback(conf, spark, tmp_path, caplog):
+    log_dir = _log_dir(tmp_path)
+    before = tree_hashes(log_dir)
+    sc = spark.sparkContext
+    # Every rewrite raises an AssertionError, as a bug would (runtime/faults.py): no partition's
+    # error handling may take it for a damaged partition.
+    sc.environment.update({"COMPACTION_CRASH_AT": "rewrite", "COMPACTION_CRASH_HOW": "raise"})
+    try:
+        code, report, records = _round_logged(log_dir, tmp_path, caplog)
+    finally:
+        for name in ("COMPACTION_CRASH_AT", "COMPACTION_CRASH_HOW"):
+            sc.environment.pop(name)
+    assert code == rnd.EXIT_ROUND_FAILED
+    assert report["failure"]["phase"] == "stages"
+    assert {e["status"] for e in report["partitions"]} == {"failed"}
+    traces = [r.getMessage() for r in records if r.levelno == logging.ERROR and "Traceback" in r.getMessage()]
+    assert len(traces) == 1 and "AssertionError: crash point rewrite" in traces[0], traces
+    assert json.loads((tmp_path / "r.json").read_text())["failure"] == report["failure"]
+    _inputs_unchanged(log_dir, before)

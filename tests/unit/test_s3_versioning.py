@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from s3kit import KEY, REGION, SECRET, client, moto_server, versions
 
-from compaction.cli.options import JobOptions
 from compaction.cli.preflight import check_round, check_versioning
 from compaction.errors import UsageError
 from compaction.runtime.storage import Storage
+from compaction.settings import JobOptions
 from compaction.steps.commit import is_segment_object
 
 pytest.importorskip("moto")

@@ -16,10 +16,11 @@ import pyarrow as pa
 import pytest
 from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
+from compaction.kernels.buffers import ALIGN, BufferPool
 from compaction.runtime import segment_io
-from compaction.runtime.buffers import ALIGN, BufferPool
 from compaction.runtime.segment_io import ReadAhead, SegmentWriter, read_segment_bytes
 from compaction.runtime.storage import Storage
+from compaction.settings import DIRECT_MIN_BYTES, READ_MODES
 
 LOCAL = Storage.local()
 
@@ -122,7 +123,7 @@ SIZES = [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, 3 * ALIGN + 17, (9 << 20) + 123, (se
 def test_every_read_mode_equals_the_file(tmp_path, direct_always, n):
     path = tmp_path / "00000000000000000000.log"
     data = _file(path, n)
-    got = {mode: read_segment_bytes(LOCAL, str(path), mode) for mode in segment_io.READ_MODES}
+    got = {mode: read_segment_bytes(LOCAL, str(path), mode) for mode in READ_MODES}
     got["buffered, last"] = read_segment_bytes(LOCAL, str(path), "buffered", last=True)
     assert all(a.tobytes() == data for a in got.values())
     assert not any(a.flags.writeable for a in got.values())  # one numba type for all
@@ -140,7 +141,7 @@ def advice(monkeypatch):
 
     monkeypatch.setattr(segment_io, "_FADVISE", record)
     yield advised
-    segment_io.configure(segment_io.DIRECT_MIN_BYTES)
+    segment_io.configure(DIRECT_MIN_BYTES)
 
 
 def test_a_task_keeps_at_most_its_budget_in_the_page_cache(tmp_path, advice):

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction.errors import CorruptRecordError
+from compaction.errors import CorruptRecordError, RebuildError
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
 from compaction.format.legacy import build_legacy_message_set
-from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, RebuildError, rebuild_records, record_regions
+from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, rebuild_records, record_regions
 from compaction.kernels.scan import scan_segment
 from compaction.kernels.sidepack import FAR, pack_records, pack_records_py, pack_side, packable
 

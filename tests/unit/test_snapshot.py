@@ -9,9 +9,9 @@ import os
 import pytest
 
 from compaction.format.checkpoint import parse_leader_epoch_checkpoint
-from compaction.format.index_build import rebuild_indexes_from_log
 from compaction.format.segment import iter_batches
 from compaction.format.txnindex import read_txn_index
+from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.runtime.storage import Storage
 from compaction.steps.discover import read_log_dir
 from compaction.steps.snapshot import marker_for, promote, read_markers, stage_partition

@@ -9,11 +9,11 @@ import textwrap
 import pyarrow.fs as pafs
 import pytest
 
+from compaction.errors import LockHeldError
 from compaction.runtime.storage import (
     COMPACTION_LOCK_FILE,
     KAFKA_LOCK_FILE,
     FileInfo,
-    LockHeldError,
     RunLock,
     Storage,
     acquire_run_lock,

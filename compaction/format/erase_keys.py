@@ -18,7 +18,7 @@ import base64
 import binascii
 import re
 
-from compaction.errors import UsageError
+from compaction.errors import KeyFileError, UsageError
 from compaction.format.naming import MAX_TOPIC_LENGTH
 
 COMMENT = "#"
@@ -32,14 +32,6 @@ KEY_FILE_FORMAT = (
     "one key a line: TEXT (its UTF-8 bytes), hex:HEX, base64:B64 or text:TEXT; 'TOPIC<TAB>KEY' "
     "limits a key to one topic; '#' lines and empty lines are skipped"
 )
-
-
-class KeyFileError(UsageError):
-    """A malformed line of the key file: names the file, the line and its byte position."""
-
-    def __init__(self, path: str, line: int, position: int, message: str) -> None:
-        self.path, self.line, self.position = path, line, position
-        super().__init__(f"--erase-keys {path}: line {line} (byte {position}): {message}")
 
 
 def _key_bytes(spec: str) -> bytes:

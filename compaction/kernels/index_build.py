@@ -37,6 +37,7 @@ from compaction.format.index import (
 )
 from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES
 from compaction.kernels.jit import njit as _njit
+from compaction.kernels.scan import STOP_END, scan_batches
 
 # --- the entry rule ---------------------------------------------------------------------------
 
@@ -194,8 +195,6 @@ def rebuild_indexes_from_log(
     A partial or malformed tail raises `CorruptRecordError` unless `allow_trailing`, in which case
     the indexes cover the valid prefix, as `recover` does before truncating the .log.
     """
-    from compaction.kernels.scan import STOP_END, scan_batches  # numba kernels: import on use
-
     cols = scan_batches(buf)
     if cols.stop_reason != STOP_END and not allow_trailing:
         raise CorruptRecordError(
