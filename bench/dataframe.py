@@ -1,12 +1,16 @@
 """The `kafka_log` data source against Parquet, and its compacted state against Kafka 0.9's cleaner.
 
-    flock /tmp/bench.lock .venv/bin/python bench/dataframe.py [--log-dir DIR] [--pairs 3] [--kafka09 w2g]
+    flock /tmp/bench.lock .venv/bin/python bench/dataframe.py [--log-dir DIR] [--pairs 3] [--floor] [--kafka09 w2g]
 
 1. `df.count()` and `df.agg(sum(length(value)))` over a v2 log dir (default the 2 GiB, one
    partition dir of `bench/kafka_workload.py --gb 2 --partitions 1` under /work/benchdata) with
    `spark.read.format("kafka_log")`, and over the same rows written once as uncompressed Parquet
    by pyarrow (same columns, one file per segment), in one local[2] SparkSession, alternating
    query by query; the ratio kafka_log / Parquet per pair.
+   With `--floor`, a third source in each pair: Spark's Python data source fed Arrow batches
+   built once per worker (one decoded batch of the log, yielded as many times per input
+   partition as fill its bytes), so the time left is Spark's alone: the Python worker writing
+   Arrow to the JVM, the JVM reading it into rows. What kafka_log costs above it is ours.
 2. With `--kafka09 NAME`: `compacted=true` counted over the bytes Kafka 0.9.0.1 was produced to by
    ../shared/anchors/kafka09 (`anchor.py --name NAME produce` first), page cache dropped before
    it, against Kafka 0.9's cleaner on the same bytes (`anchor.py measure --repeats 1
@@ -51,6 +55,46 @@ def write_parquet(log_dir: str, out: Path) -> int:
     return rows
 
 
+def floor_source():
+    """A Python data source of kafka_log's schema and input partitions whose rows cost no decode:
+    each worker decodes one record batch once and yields it until a partition's bytes are filled."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from compaction.steps.log_table import ReadOptions, plan_splits, read_split, schema_ddl
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, path: str) -> None:
+            self.opts = ReadOptions.parse({"path": path})
+
+        def partitions(self):
+            splits = plan_splits(self.opts)
+            return [InputPartition((splits[0], s.size)) for s in splits]
+
+        def read(self, partition):
+            # Kept in the worker process's main module: this class is unpickled anew for every
+            # task, the worker process is reused across them.
+            cache = sys.modules["__main__"].__dict__.setdefault("_kafka_log_floor", {})
+            first, size = partition.value
+            if "batch" not in cache:
+                cache["batch"] = next(iter(read_split(first, self.opts)))
+            batch = cache["batch"]
+            for _ in range(max(1, round(size / batch.nbytes))):
+                yield batch
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "kafka_log_floor"
+
+        def schema(self) -> str:
+            return schema_ddl(False)
+
+        def reader(self, schema) -> DataSourceReader:
+            return FloorReader(self.options["path"])
+
+    return Floor
+
+
 def timed(fn) -> tuple[float, object]:
     t = time.perf_counter()
     value = fn()
@@ -69,6 +113,7 @@ def main() -> int:
     ap.add_argument(
         "--kafka09", metavar="NAME", help="also compacted=true against Kafka 0.9's cleaner on NAME"
     )
+    ap.add_argument("--floor", action="store_true", help="also Spark's transfer alone (no decode)")
     ap.add_argument("--skip-parquet", action="store_true", help="only the Kafka 0.9 comparison")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -87,6 +132,8 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(compaction.KafkaLogDataSource)
+    if args.floor:
+        spark.dataSource.register(floor_source())
     bad = 0
 
     if not args.skip_parquet:
@@ -102,9 +149,13 @@ def main() -> int:
                 "count": lambda df: df.count(),
                 "sum(length(value))": lambda df: df.agg(F.sum(F.length("value"))).collect()[0][0],
             }
+            floor = lambda: spark.read.format("kafka_log_floor").load(args.log_dir)  # noqa: E731
             for name, query in queries.items():  # warm-up: kernels compiled, JIT and page cache warm
                 assert query(log()) == query(parquet()), name
+            if args.floor:
+                print(f"floor: {floor().count():,} rows of the same batch, {rows:,} in the log")
             ratios: dict[str, list[float]] = {name: [] for name in queries}
+            floor_ratios: dict[str, list[float]] = {name: [] for name in queries}
             for i in range(args.pairs):
                 for name, query in queries.items():
                     t_log, v_log = timed(lambda q=query: q(log()))
@@ -112,9 +163,15 @@ def main() -> int:
                     same = v_log == v_pq
                     bad += not same
                     ratios[name].append(t_log / t_pq)
+                    extra = ""
+                    if args.floor:
+                        t_floor, _ = timed(lambda q=query: q(floor()))
+                        floor_ratios[name].append(t_floor / t_pq)
+                        extra = f", floor {t_floor:.2f} s ({t_floor / t_pq:.2f}x Parquet)"
                     print(
-                        f"pair {i + 1} {name}: kafka_log {t_log:.2f} s, Parquet {t_pq:.2f} s, "
-                        f"ratio {t_log / t_pq:.2f}x {'same result' if same else 'DIFFERENT RESULT'}",
+                        f"pair {i + 1} {name}: kafka_log {t_log:.2f} s, Parquet {t_pq:.2f} s{extra}, "
+                        f"ratio {t_log / t_pq:.2f}x {'same result' if same else 'DIFFERENT RESULT'}, "
+                        f"load {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
             for name, r in ratios.items():
@@ -122,6 +179,8 @@ def main() -> int:
                     f"median {name}: kafka_log / Parquet {statistics.median(r):.2f}x "
                     f"(min {min(r):.2f}, max {max(r):.2f})"
                 )
+                if args.floor:
+                    print(f"median {name}: floor / Parquet {statistics.median(floor_ratios[name]):.2f}x")
 
     if args.kafka09:
         from vs_kafka import ANCHOR_DATA, kafka

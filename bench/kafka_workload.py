@@ -1,5 +1,5 @@
-"""The workload Kafka 0.9.0.1's LogCleaner was measured on (285 MiB/s, one
-thread), through ./spark-submit.sh on this machine.
+"""The workload Kafka 0.9.0.1's LogCleaner was measured on (one thread, ../shared/anchors/kafka09),
+through ./spark-submit.sh on this machine.
 
     .venv/bin/python bench/kafka_workload.py [--gb 2] [--codec none] [--partitions 4]
 

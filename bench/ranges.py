@@ -125,7 +125,7 @@ def main() -> int:
     prepare_worker(WORKER)
     # Kernels loaded and imports done before the fork, on the first segment only: a child forked
     # from a process whose heap a whole partition's run grew pays for it (its first task's CPU
-    # was ~1.5x that of the same task in the parent).
+    # is well above that of the same task in the parent).
     whole = specs_for(args.part, 1)[0]
     compact_partition(
         [

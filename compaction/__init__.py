@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 
 def _serve_from_disk_when_zipped() -> None:
     """On executors the package arrives as `--py-files compaction.zip`. Numba cannot cache
-    kernels whose source lives in a zip (it recompiles in every Python worker of every run,
-    ~30 s each), so extract the zip once per machine, keyed by its sources, and import the rest of
+    kernels whose source lives in a zip (it recompiles in every Python worker of every run), so
+    extract the zip once per machine, keyed by its sources, and import the rest of
     the package from there. A normal install is left alone.
 
     This runs at import, before any other module of the package is imported (they are what numba

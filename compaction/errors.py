@@ -19,11 +19,24 @@ and `scan_reference._PyRecordError` (turned into typed errors where they are cau
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 # A run's exit codes (`round.main`): every partition done; some partition failed; a usage error,
 # a held lock or a malformed checkpoint, nothing written; 75 (sysexits' EX_TEMPFAIL, "try again
 # later"): the round itself failed. 75 is not one of Spark's own exit codes (0-3, 10-17, 50-58,
 # 101, 124, 127), nor Python's (1) or a signal's (128+).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ROUND_FAILED = 0, 1, 2, 75
+
+
+class Where(TypedDict, total=False):
+    """Where a format error is: the keyword arguments every `KafkaFormatError` takes."""
+
+    path: str
+    position: int | None
+    offset: int | None
 
 
 class CompactionError(Exception):
@@ -52,11 +65,20 @@ class KafkaFormatError(CompactionError):
         at_offset = "" if self.offset is None else f" (offset {self.offset})"
         return f"{where}: {self.message}{at_offset}"
 
-    def __reduce__(self):  # keep the attributes when the error crosses a process (Spark tasks)
+    def __reduce__(
+        self,
+    ) -> tuple[Any, ...]:  # keep the attributes when the error crosses a process (Spark tasks)
         return (_rebuild, (type(self), self.message, self.path, self.position, self.offset, self.__dict__))
 
 
-def _rebuild(cls, message, path, position, offset, state):
+def _rebuild(
+    cls: type[KafkaFormatError],
+    message: str,
+    path: str,
+    position: int | None,
+    offset: int | None,
+    state: dict[str, Any],
+) -> KafkaFormatError:
     err = cls.__new__(cls)
     KafkaFormatError.__init__(err, message, path=path, position=position, offset=offset)
     err.__dict__.update(state)
@@ -70,7 +92,7 @@ class CorruptRecordError(KafkaFormatError):
 class CrcMismatchError(KafkaFormatError):
     """The stored checksum does not match the bytes."""
 
-    def __init__(self, message: str, *, expected: int, actual: int, **where) -> None:
+    def __init__(self, message: str, *, expected: int, actual: int, **where: Unpack[Where]) -> None:
         self.expected = expected
         self.actual = actual
         super().__init__(f"{message} (stored crc {expected}, computed {actual})", **where)
@@ -79,7 +101,7 @@ class CrcMismatchError(KafkaFormatError):
 class TruncatedBatchError(KafkaFormatError):
     """A batch whose declared size runs past the end of the file (a partial trailing batch)."""
 
-    def __init__(self, message: str, *, available: int, needed: int, **where) -> None:
+    def __init__(self, message: str, *, available: int, needed: int, **where: Unpack[Where]) -> None:
         self.available = available
         self.needed = needed
         super().__init__(f"{message} ({needed} bytes declared, {available} available)", **where)
@@ -93,7 +115,7 @@ class InflateLimitError(KafkaFormatError):
     """A compressed batch whose records inflate past the round's bound on one batch
     (`settings.MAX_INFLATED_BATCH_BYTES`): `codec` its codec's name, `limit` the bound."""
 
-    def __init__(self, message: str, *, codec: str, limit: int, **where) -> None:
+    def __init__(self, message: str, *, codec: str, limit: int, **where: Unpack[Where]) -> None:
         self.codec = codec
         self.limit = limit
         super().__init__(message, **where)
@@ -109,7 +131,9 @@ class LogStructureError(KafkaFormatError):
     segment, going backwards, index entries outside their segment, leader epochs going back.
     `rule` names the invariant; `other_path` the second file involved, when there is one."""
 
-    def __init__(self, message: str, *, rule: str, other_path: str | None = None, **where) -> None:
+    def __init__(
+        self, message: str, *, rule: str, other_path: str | None = None, **where: Unpack[Where]
+    ) -> None:
         self.rule = rule
         self.other_path = other_path
         super().__init__(f"{message} [{rule}]", **where)
@@ -118,7 +142,7 @@ class LogStructureError(KafkaFormatError):
 class CheckpointError(KafkaFormatError):
     """A malformed checkpoint file (cleaner-offset-checkpoint and its siblings)."""
 
-    def __init__(self, message: str, *, line: int | None = None, **where) -> None:
+    def __init__(self, message: str, *, line: int | None = None, **where: Unpack[Where]) -> None:
         self.line = line
         text = message if line is None else f"line {line}: {message}"
         super().__init__(text, **where)

@@ -27,7 +27,7 @@ import os
 import posixpath
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -143,9 +143,18 @@ def default_discovery_threads() -> int:
     return min(16, 4 * (os.cpu_count() or 1))
 
 
-def _knob(default: Any, parse, doc: str, *, option: str = "", conf: str = "", env: str = "") -> Any:
-    """A tunable: its default, how its text parses, its docstring line and its source names (the
-    option's flag, the Spark conf, the environment variable; "" where it has none)."""
+def _knob(
+    default: Any,
+    parse: Callable[[str], Any] | None,
+    doc: str,
+    *,
+    option: str = "",
+    conf: str = "",
+    env: str = "",
+) -> Any:
+    """A tunable: its default, how its text parses (None: never given as text), its docstring line
+    and its source names (the option's flag, the Spark conf, the environment variable; "" where it
+    has none)."""
     return field(
         default=default, metadata={"doc": doc, "parse": parse, "option": option, "conf": conf, "env": env}
     )
@@ -314,20 +323,21 @@ class Settings:
         knobs keep their defaults), `environ` the driver's environment (default `os.environ`). A
         value that does not parse is a `UsageError` naming where it came from."""
         environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k in _ENV_NAMES}
-        given = {
+        given: dict[str, Any] = {
             "io_max_bytes_per_second": getattr(args, "io_max_bytes_per_second", None),
             "max_inflated_batch_bytes": getattr(args, "max_inflated_batch_bytes", None),
         }
         if environ.get("SPARK_HOME_SUBMITTED"):  # the launcher's spark-submit got the master already
             environ = {k: v for k, v in environ.items() if k != "SPARK_MASTER"}
-        values = {
+        values: dict[str, Any] = {
             name: given[name] if given.get(name) is not None else _value(f, spark_conf, environ)
             for name, f in knobs()
             if name != "options"
         }
         worker = WorkerSettings(**{f.name: values.pop(f.name) for f in dataclasses.fields(WorkerSettings)})
-        if worker.kernel_cache_dir is None and getattr(args, "log_dirs", None):
-            worker = dataclasses.replace(worker, kernel_cache_dir=beside(args.log_dirs[0], KERNEL_CACHE_NAME))
+        log_dirs = getattr(args, "log_dirs", None)
+        if worker.kernel_cache_dir is None and log_dirs:
+            worker = dataclasses.replace(worker, kernel_cache_dir=beside(log_dirs[0], KERNEL_CACHE_NAME))
         return cls(options=args, worker=worker, environ=environ, **values)
 
     def with_spark_conf(self, spark_conf: Any) -> Settings:
@@ -377,7 +387,7 @@ _ENV_NAMES = frozenset(
 )
 
 # The `kafka_log` data source and `export` (steps/log_table.py): consecutive segments smaller
-# than this are read by one input partition (one Spark task each costs ~0.2 s of scheduling);
+# than this are read by one input partition (each Spark task costs its scheduling and set-up);
 # record batches handed to Spark hold at most this many rows and about this many value bytes
 # (Arrow's binary columns have int32 offsets; smaller batches keep a task's memory flat).
 FRAME_SPLIT_BYTES = 128 << 20

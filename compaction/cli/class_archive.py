@@ -5,8 +5,8 @@ A round's spark-submit JVM loads thousands of classes from Spark's jars, before 
 starts and again while the SparkContext starts. Java's dynamic CDS archive (JDK 13+) keeps them
 ready-made: one run's JVM writes the classes it loaded at its exit (`-XX:ArchiveClassesAtExit`,
 a few seconds more at the end of that run, once per Java and Spark install), and later runs map
-that file (`-XX:SharedArchiveFile`): the spark-submit of a 2 GiB round on 2 cores took about 1 s
-less (BENCHMARKS.md).
+that file (`-XX:SharedArchiveFile`), which shortens every later spark-submit (BENCHMARKS.md,
+`bench/startup.py --b-env KAFKA_COMPACTION_CDS_DIR=off`).
 
 Files, in the cache dir (`KAFKA_COMPACTION_CDS_DIR`):
 - `<key>.jsa`: an archive ready to map. `key` digests the Java and Spark installs (`archive_key`):

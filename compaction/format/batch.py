@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compaction.errors import CorruptRecordError, CrcMismatchError
 from compaction.format import compression
@@ -57,6 +58,9 @@ from compaction.format.layout import (
 )
 from compaction.format.varint import read_varint, read_varlong
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 BATCH_HEADER = struct.Struct(
     ">"
     "q"  # baseOffset
@@ -73,6 +77,7 @@ BATCH_HEADER = struct.Struct(
     "i"  # baseSequence
     "i"  # recordsCount
 )
+
 CRC_FIELD = struct.Struct(">I")
 BATCH_LENGTH_FIELD = struct.Struct(">i")
 ATTRIBUTES_FIELD = struct.Struct(">h")
@@ -123,7 +128,7 @@ class BatchHeader:
     records_count: int
 
     @classmethod
-    def unpack_from(cls, buf, pos: int = 0) -> BatchHeader:
+    def unpack_from(cls, buf: Buffer, pos: int = 0) -> BatchHeader:
         return cls(*BATCH_HEADER.unpack_from(buf, pos))
 
     def pack(self) -> bytes:
@@ -191,7 +196,7 @@ class RecordBatch:
 
     __slots__ = ("header", "path", "position", "raw")
 
-    def __init__(self, raw, position: int = 0, path: str = "<memory>") -> None:
+    def __init__(self, raw: Buffer, position: int = 0, path: str = "<memory>") -> None:
         self.raw = memoryview(raw)
         self.position = position
         self.path = path
@@ -268,7 +273,7 @@ class RecordBatch:
         return parse_control_type(first.key, self)
 
 
-def decode_records(payload, header: BatchHeader) -> list[Record]:
+def decode_records(payload: bytes | memoryview, header: BatchHeader) -> list[Record]:
     """Decode `header.records_count` records from `payload`; no bytes may remain afterwards."""
     log_append = header.timestamp_type == LOG_APPEND_TIME
     out = []
@@ -287,15 +292,22 @@ def decode_records(payload, header: BatchHeader) -> list[Record]:
     return out
 
 
-def _read_bytes(buf, pos: int, length: int, what: str) -> tuple[bytes | None, int]:
+def _read_nullable(buf: memoryview, pos: int, length: int, what: str) -> tuple[bytes | None, int]:
+    """A nullable field's bytes (a negative length: null)."""
     if length < 0:
         return None, pos
+    return _read_exact(buf, pos, length, what)
+
+
+def _read_exact(buf: memoryview, pos: int, length: int, what: str) -> tuple[bytes, int]:
     if pos + length > len(buf):
         raise CorruptRecordError(f"{what} of {length} bytes runs past the end", position=pos)
     return bytes(buf[pos : pos + length]), pos + length
 
 
-def _decode_record(buf, pos: int, base_offset: int, base_timestamp: int) -> tuple[Record, int]:
+def _decode_record(
+    buf: bytes | memoryview, pos: int, base_offset: int, base_timestamp: int
+) -> tuple[Record, int]:
     start = pos
     size, pos = read_varint(buf, pos)
     body_start = pos
@@ -307,9 +319,9 @@ def _decode_record(buf, pos: int, base_offset: int, base_timestamp: int) -> tupl
     ts_delta, pos = read_varlong(view, pos)
     offset_delta, pos = read_varint(view, pos)
     key_len, pos = read_varint(view, pos)
-    key, pos = _read_bytes(view, pos, key_len, "key")
+    key, pos = _read_nullable(view, pos, key_len, "key")
     value_len, pos = read_varint(view, pos)
-    value, pos = _read_bytes(view, pos, value_len, "value")
+    value, pos = _read_nullable(view, pos, value_len, "value")
     headers, pos = _decode_headers(view, pos)
     if pos != buf_end:
         raise CorruptRecordError(
@@ -319,7 +331,7 @@ def _decode_record(buf, pos: int, base_offset: int, base_timestamp: int) -> tupl
     return Record(base_offset + offset_delta, base_timestamp + ts_delta, key, value, headers), pos
 
 
-def _decode_headers(buf, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+def _decode_headers(buf: memoryview, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     count, pos = read_varint(buf, pos)
     if count < 0:
         raise CorruptRecordError(f"invalid negative header count {count}", position=pos)
@@ -328,9 +340,9 @@ def _decode_headers(buf, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...]
         key_len, pos = read_varint(buf, pos)
         if key_len < 0:
             raise CorruptRecordError(f"invalid negative header key size {key_len}", position=pos)
-        key, pos = _read_bytes(buf, pos, key_len, "header key")
+        key, pos = _read_exact(buf, pos, key_len, "header key")
         value_len, pos = read_varint(buf, pos)
-        value, pos = _read_bytes(buf, pos, value_len, "header value")
+        value, pos = _read_nullable(buf, pos, value_len, "header value")
         # Java decodes header keys with `new String(bytes, UTF_8)`, replacing malformed input.
         headers.append((key.decode("utf-8", errors="replace"), value))
     return tuple(headers), pos

@@ -137,8 +137,12 @@ def build_batch(
     if not records:
         raise ValueError("a batch needs at least one record; use build_empty_batch for an empty one")
     _validate_producer_fields(producer_id, producer_epoch, base_sequence, is_transactional, is_control)
-    if timestamp_type == LOG_APPEND_TIME and log_append_time is None:
-        raise ValueError("LogAppendTime batches need log_append_time")
+    if timestamp_type == LOG_APPEND_TIME:
+        if log_append_time is None:
+            raise ValueError("LogAppendTime batches need log_append_time")
+        max_timestamp = log_append_time
+    else:  # MemoryRecordsBuilder starts from NO_TIMESTAMP and keeps the largest
+        max_timestamp = max([NO_TIMESTAMP, *(r.timestamp for r in records)])
     base_offset = records[0].offset if base_offset is None else base_offset
     _check_offsets(records, base_offset)
     natural_last_delta = records[-1].offset - base_offset
@@ -149,15 +153,13 @@ def build_batch(
             f"last_offset_delta {last_offset_delta} is below the last record's {natural_last_delta}"
         )
 
-    has_horizon = delete_horizon_ms is not None and delete_horizon_ms >= 0
-    base_timestamp = delete_horizon_ms if has_horizon else records[0].timestamp
+    if delete_horizon_ms is not None and delete_horizon_ms >= 0:
+        has_horizon, base_timestamp = True, delete_horizon_ms
+    else:
+        has_horizon, base_timestamp = False, records[0].timestamp
     payload = bytearray()
     for record in records:
         encode_record(payload, record, record.offset - base_offset, record.timestamp - base_timestamp)
-    if timestamp_type == LOG_APPEND_TIME:
-        max_timestamp = log_append_time
-    else:  # MemoryRecordsBuilder starts from NO_TIMESTAMP and keeps the largest
-        max_timestamp = max([NO_TIMESTAMP, *(r.timestamp for r in records)])
     header = BatchHeader(
         base_offset=base_offset,
         batch_length=0,

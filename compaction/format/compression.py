@@ -45,9 +45,16 @@ side buffer frees each piece as it goes and the batch is never held twice.
 | codec  | largest output per input byte                                              |
 |--------|-----------------------------------------------------------------------------|
 | gzip   | 1032 (deflate: a 258-byte match in 2 bits)                                  |
-| lz4    | 255 (a match length byte of 255), 256 counted                               |
+| lz4    | 255 (a match length byte of 255), 256 counted; or, read from a frame's block  |
+|        | headers, each block at most its BD block maximum size (64 KiB as Kafka writes) |
 | zstd   | a block regenerates at most 128 KiB (Block_Maximum_Size); an RLE block is 4 bytes |
 | snappy | each raw block starts with its uncompressed length (a varint): read, not bounded |
+
+`inflate_bound` gives that worst case where the framing declares it (zstd, lz4, snappy), and
+`inflate_into` decompresses into a buffer of that size the caller provides (the scan's side
+buffer, so the records are not inflated into fresh memory and copied again). The caller caps
+the bound by the limit before providing the buffer; the decoders stop at the buffer's end, and
+input that would pass it is decoded again by `inflate` for its typed error.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import cramjam
 import lz4.frame
@@ -73,6 +82,12 @@ from compaction.format.layout import (
 )
 from compaction.settings import MAX_INFLATED_BATCH_BYTES
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+# Decompressed output: one buffer, or pieces of about PIECE_BYTES (see `inflate`).
+Pieces = list[bytes | bytearray]
+
 CODEC_NAMES = {
     CODEC_NONE: "none",
     CODEC_GZIP: "gzip",
@@ -82,7 +97,8 @@ CODEC_NAMES = {
 }
 
 # Kafka writes zlib level 6 (Deflater.DEFAULT_COMPRESSION); ISA-L's levels are 0-3, and its 3
-# matches zlib 6's ratio on record data at ~5x the speed. Any level decodes the same.
+# matches zlib 6's ratio on record data at several times the speed (bench/gzip_libs.py). Any
+# level decodes the same.
 GZIP_LEVEL = 3
 ZSTD_LEVEL = 3  # CompressionType.ZSTD default level
 
@@ -104,17 +120,28 @@ _DECODE_ERRORS = (
     zlib.error,
     zstandard.ZstdError,
     cramjam.DecompressionError,
-    isal_zlib.error,
+    # isal's stubs declare its error class as an instance (`error: Exception`); it is a class.
+    cast("type[Exception]", isal_zlib.error),
 )
 
 # --- LZ4 frame -------------------------------------------------------------------------------
 LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 LZ4_FLG_OFFSET = len(LZ4_FRAME_MAGIC)
 LZ4_BD_OFFSET = LZ4_FLG_OFFSET + 1
+LZ4_FLG_VERSION = 0x40  # FLG bits 7-6: version 01
 LZ4_FLG_BLOCK_INDEPENDENT = 0x20
+LZ4_FLG_BLOCK_CHECKSUM = 0x10
 LZ4_FLG_CONTENT_SIZE = 0x08
+LZ4_FLG_CONTENT_CHECKSUM = 0x04
+LZ4_FLG_DICT_ID = 0x01
 LZ4_CONTENT_SIZE_BYTES = 8
+LZ4_DICT_ID_BYTES = 4
+LZ4_CHECKSUM_BYTES = 4
 LZ4_MIN_HEADER = LZ4_BD_OFFSET + 2  # magic, FLG, BD, HC
+# Block headers: uint32 LE size, high bit set for a block stored uncompressed; 0 ends the frame.
+LZ4_BLOCK_HEADER_BYTES = 4
+LZ4_BLOCK_UNCOMPRESSED = 0x80000000
+LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # BD bits 6-4 -> block maximum size
 
 
 # A batch whose output may exceed this is inflated in pieces of this size: glibc's mmap threshold
@@ -185,7 +212,7 @@ def inflate(
     path: str = "<memory>",
     position: int | None = None,
     limit: int = MAX_INFLATED_BATCH_BYTES,
-) -> list:
+) -> Pieces:
     """The decompressed bytes of `data` as a list of buffers (one, unless the output may pass
     PIECE_BYTES), at most `limit` bytes in all: `InflateLimitError` beyond it.
 
@@ -214,7 +241,66 @@ def inflate(
         ) from err
 
 
-def _limit_error(codec: int, data, limit: int, path: str, position: int | None) -> InflateLimitError:
+def inflate_bound(codec: int, data: bytes | memoryview, magic: int = MAGIC_V2) -> int | None:
+    """The most bytes `data` can inflate to, as its framing declares it: the block headers of
+    zstd frames or of one lz4 frame, the chunk lengths of a xerial snappy stream. None for gzip,
+    uncompressed data, legacy lz4 frames, or framing that does not end exactly at the end of
+    `data` (then only `inflate` reads it). Nothing is decompressed; the bound is not capped."""
+    view = memoryview(data)
+    try:
+        if codec == CODEC_ZSTD and magic == MAGIC_V2:
+            return _zstd_bound(view)
+        if codec == CODEC_LZ4 and magic != MAGIC_V0:
+            return _lz4_bound(view)
+        if codec == CODEC_SNAPPY and _is_xerial_header(view, 0):
+            return sum(cramjam.snappy.decompress_raw_len(c) for c in _xerial_chunks(view))
+    except (CorruptRecordError, *_DECODE_ERRORS):
+        return None
+    return None
+
+
+def inflate_into(
+    codec: int,
+    data: bytes | memoryview,
+    out: Buffer,
+    magic: int = MAGIC_V2,
+    *,
+    path: str = "<memory>",
+    position: int | None = None,
+    limit: int = MAX_INFLATED_BATCH_BYTES,
+) -> int:
+    """Decompress `data` into the writable buffer `out`, of at least `inflate_bound(codec, data)`
+    bytes (which the caller has checked against `limit`); returns the bytes written. What the
+    decoders refuse, output past `out` included, is decoded again by `inflate` (bounded by
+    `limit`) for its typed error; output that still does not fit `out` is corrupt."""
+    out = memoryview(out).cast("B")
+    try:
+        if codec == CODEC_ZSTD:
+            return cramjam.zstd.decompress_into(data, out)
+        if codec == CODEC_LZ4 and magic != MAGIC_V0 and _lz4_independent(data):
+            return cramjam.lz4.decompress_into(data, out)
+        if codec == CODEC_SNAPPY:
+            return _snappy_into(_xerial_chunks(memoryview(data)), out)
+    except (_OverLimit, CorruptRecordError, *_DECODE_ERRORS):
+        pass
+    pieces = inflate(codec, data, magic, path=path, position=position, limit=limit)
+    total = sum(len(p) for p in pieces)
+    if total > len(out):
+        raise CorruptRecordError(
+            f"{codec_name(codec)} records inflate past the {len(out)} bytes their framing declares",
+            path=path,
+            position=position,
+        )
+    at = 0
+    for piece in pieces:
+        out[at : at + len(piece)] = piece
+        at += len(piece)
+    return total
+
+
+def _limit_error(
+    codec: int, data: bytes | memoryview, limit: int, path: str, position: int | None
+) -> InflateLimitError:
     return InflateLimitError(
         f"{codec_name(codec)} records of {len(data)} compressed bytes inflate to more "
         f"than {limit} bytes (--max-inflated-batch-bytes)",
@@ -225,9 +311,10 @@ def _limit_error(codec: int, data, limit: int, path: str, position: int | None) 
     )
 
 
-def _read_pieces(read, limit: int) -> list:
+def _read_pieces(read: Callable[[int], bytes], limit: int) -> Pieces:
     """Pieces from `read(n)` (at most n bytes, b"" at the end) until the end, at most `limit` bytes."""
-    pieces, total = [], 0
+    pieces: Pieces = []
+    total = 0
     while True:
         piece = read(min(PIECE_BYTES, limit + 1 - total))
         if not piece:
@@ -241,20 +328,22 @@ def _read_pieces(read, limit: int) -> list:
 # --- gzip ------------------------------------------------------------------------------------
 
 
-def _gzip_inflate(data, limit: int) -> list:
+def _gzip_inflate(data: bytes | memoryview, limit: int) -> Pieces:
     if len(data) * DEFLATE_MAX_RATIO <= min(PIECE_BYTES, limit):
         return [igzip.decompress(data)]
     # Members one after the other, zero padding between them skipped (GZIPInputStream,
     # gzip.decompress). Input goes to a member GZIP_FEED_BYTES at a time: what a member leaves
     # unused is copied when it ends, which must not cost a copy of the rest per member.
-    view, pos, pieces, total = memoryview(data), 0, [], 0
+    view, pos, total = memoryview(data), 0, 0
+    pieces: Pieces = []
     while pos < len(view):
         window = bytes(view[pos : pos + GZIP_FEED_BYTES])
         padding = len(window) - len(window.lstrip(b"\0"))
         pos += padding
         if padding:
             continue
-        member, tail = isal_zlib.decompressobj(wbits=GZIP_WBITS), b""
+        member = isal_zlib.decompressobj(wbits=GZIP_WBITS)
+        tail: bytes | memoryview = b""
         while not member.eof:
             if not tail:
                 tail = view[pos : pos + GZIP_FEED_BYTES]
@@ -276,8 +365,8 @@ def _gzip_inflate(data, limit: int) -> list:
 # --- snappy ----------------------------------------------------------------------------------
 
 
-def _xerial_compress(data) -> bytes:
-    parts = [XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION)]
+def _xerial_compress(data: Buffer) -> bytes:
+    parts: list[Buffer] = [XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT_VERSION)]
     view = memoryview(data)
     for start in range(0, len(view), XERIAL_BLOCK_SIZE):
         block = cramjam.snappy.compress_raw(view[start : start + XERIAL_BLOCK_SIZE])
@@ -291,7 +380,7 @@ def _is_xerial_header(view: memoryview, pos: int) -> bool:
     )
 
 
-def _xerial_inflate(view: memoryview, limit: int) -> list:
+def _xerial_inflate(view: memoryview, limit: int) -> Pieces:
     if not _is_xerial_header(view, 0):
         # SnappyInputStream falls back to one raw block when the magic is missing.
         if cramjam.snappy.decompress_raw_len(view) > limit:
@@ -302,7 +391,9 @@ def _xerial_inflate(view: memoryview, limit: int) -> list:
     if sum(sizes) > limit:
         raise _OverLimit
     # Runs of chunks into pieces of about PIECE_BYTES, each chunk decompressed in place.
-    pieces, run, run_bytes = [], [], 0
+    pieces: Pieces = []
+    run: list[tuple[memoryview, int]] = []
+    run_bytes = 0
     for chunk, size in zip(chunks, sizes, strict=True):
         if run and run_bytes + size > PIECE_BYTES:
             pieces.append(_snappy_run(run, run_bytes))
@@ -333,14 +424,28 @@ def _xerial_chunks(view: memoryview) -> list[memoryview]:
     return chunks
 
 
-def _snappy_run(run: list, total: int) -> bytearray:
+def _snappy_run(run: list[tuple[memoryview, int]], total: int) -> bytearray:
     out = bytearray(total)
     into, at = memoryview(out), 0
     for chunk, size in run:
-        if cramjam.snappy.decompress_raw_into(chunk, into[at : at + size]) != size:
-            raise CorruptRecordError(f"a snappy block declares {size} bytes and holds fewer")
-        at += size
+        at += _snappy_block_into(chunk, size, into[at : at + size])
     return out
+
+
+def _snappy_into(chunks: list[memoryview], out: memoryview) -> int:
+    at = 0
+    for chunk in chunks:
+        size = cramjam.snappy.decompress_raw_len(chunk)
+        if at + size > len(out):
+            raise _OverLimit
+        at += _snappy_block_into(chunk, size, out[at : at + size])
+    return at
+
+
+def _snappy_block_into(chunk: memoryview, size: int, into: memoryview) -> int:
+    if cramjam.snappy.decompress_raw_into(chunk, into) != size:
+        raise CorruptRecordError(f"a snappy block declares {size} bytes and holds fewer")
+    return size
 
 
 # --- lz4 -------------------------------------------------------------------------------------
@@ -401,7 +506,7 @@ def _lz4_compress(data: bytes, broken_header_checksum: bool) -> bytes:
     return frame[:hc_index] + bytes([broken]) + frame[hc_index + 1 :]
 
 
-def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
+def _lz4_inflate(frame: bytes, magic: int, limit: int) -> Pieces:
     if len(frame) < LZ4_MIN_HEADER or frame[: len(LZ4_FRAME_MAGIC)] != LZ4_FRAME_MAGIC:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
     if not frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT:
@@ -410,7 +515,8 @@ def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
         hc_index = _lz4_header_checksum_index(frame)
         correct = (xxh32(frame[LZ4_FLG_OFFSET:hc_index]) >> 8) & 0xFF
         frame = frame[:hc_index] + bytes([correct]) + frame[hc_index + 1 :]
-    if len(frame) * LZ4_MAX_RATIO <= min(PIECE_BYTES, limit):
+    bound = _lz4_bound(memoryview(frame))
+    if (len(frame) * LZ4_MAX_RATIO if bound is None else bound) <= min(PIECE_BYTES, limit):
         return [lz4.frame.decompress(frame)]
     reader = lz4.frame.LZ4FrameDecompressor()
     first = [frame]
@@ -424,6 +530,40 @@ def _lz4_inflate(frame: bytes, magic: int, limit: int) -> list:
         return piece
 
     return _read_pieces(read, limit)
+
+
+def _lz4_independent(frame: bytes | memoryview) -> bool:
+    """Whether the frame's blocks are independent (liblz4 reads dependent ones, Kafka does not)."""
+    return len(frame) > LZ4_FLG_OFFSET and bool(frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT)
+
+
+def _lz4_bound(view: memoryview) -> int | None:
+    """The most bytes one LZ4 frame can regenerate, from its block headers (a stored block says
+    its size, a compressed one regenerates at most the BD block maximum size); None unless the
+    frame's blocks are independent, and it is well-formed to its end mark and ends exactly at
+    the end of `view`."""
+    n = len(view)
+    if n < LZ4_MIN_HEADER or bytes(view[: len(LZ4_FRAME_MAGIC)]) != LZ4_FRAME_MAGIC:
+        return None
+    flg, block_max = view[LZ4_FLG_OFFSET], LZ4_BLOCK_MAX.get((view[LZ4_BD_OFFSET] >> 4) & 7)
+    if flg & 0xC0 != LZ4_FLG_VERSION or block_max is None or not _lz4_independent(view):
+        return None
+    pos = LZ4_MIN_HEADER + (LZ4_CONTENT_SIZE_BYTES if flg & LZ4_FLG_CONTENT_SIZE else 0)
+    pos += LZ4_DICT_ID_BYTES if flg & LZ4_FLG_DICT_ID else 0
+    block_trailer = LZ4_CHECKSUM_BYTES if flg & LZ4_FLG_BLOCK_CHECKSUM else 0
+    total = 0
+    while True:
+        if n - pos < LZ4_BLOCK_HEADER_BYTES:
+            return None
+        word = int.from_bytes(view[pos : pos + LZ4_BLOCK_HEADER_BYTES], "little")
+        pos += LZ4_BLOCK_HEADER_BYTES
+        if not word:
+            break
+        size = word & ~LZ4_BLOCK_UNCOMPRESSED
+        total += size if word & LZ4_BLOCK_UNCOMPRESSED else block_max
+        pos += size + block_trailer
+    pos += LZ4_CHECKSUM_BYTES if flg & LZ4_FLG_CONTENT_CHECKSUM else 0
+    return total if pos == n else None
 
 
 # --- zstd ------------------------------------------------------------------------------------
@@ -446,7 +586,7 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def _zstd_inflate(data, limit: int) -> list:
+def _zstd_inflate(data: bytes | memoryview, limit: int) -> Pieces:
     view = memoryview(data)
     bound = _zstd_bound(view)
     if bound is not None and bound <= min(PIECE_BYTES, limit):
@@ -496,7 +636,7 @@ def _zstd_bound(view: memoryview) -> int | None:
     return total if pos == n else None
 
 
-def _zstd_decompress(data) -> bytes:
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
     # Frame by frame, because frames written by zstd-jni's stream do not record the content size
     # (so no one-shot decompress), and a payload may hold several frames, as ZstdInputStream reads.
     rest = bytes(data)

@@ -27,12 +27,13 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from typing import Any
 
 from compaction.errors import DecodeError, UnknownRecordType
 from compaction.format.coordinator import Parsed, Reader
 
 
-def _json(value) -> str:
+def _json(value: object) -> str:
     """Jackson's `ObjectNode.toString`: compact, non-ASCII kept."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -46,8 +47,8 @@ GROUP_METADATA_KEY_TYPE = 2
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
-def _offset_commit_value(r: Reader, version: int) -> dict:
-    out = {"offset": r.int64()}
+def _offset_commit_value(r: Reader, version: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"offset": r.int64()}
     if version >= 3:
         out["leaderEpoch"] = r.int32()
     out["metadata"] = r.string()
@@ -58,8 +59,8 @@ def _offset_commit_value(r: Reader, version: int) -> dict:
     return out
 
 
-def _member_metadata(r: Reader, version: int) -> dict:
-    out = {"memberId": r.string()}
+def _member_metadata(r: Reader, version: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"memberId": r.string()}
     if version >= 3:
         out["groupInstanceId"] = r.string(nullable=True)
     out["clientId"] = r.string()
@@ -73,8 +74,8 @@ def _member_metadata(r: Reader, version: int) -> dict:
     return out
 
 
-def _group_metadata_value(r: Reader, version: int) -> dict:
-    out = {
+def _group_metadata_value(r: Reader, version: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "protocolType": r.string(),
         "generation": r.int32(),
         "protocol": r.string(nullable=True),
@@ -98,17 +99,17 @@ def _group_metadata_value(r: Reader, version: int) -> dict:
     return out
 
 
-def _topic_partitions(r: Reader) -> dict:
+def _topic_partitions(r: Reader) -> dict[str, Any]:
     return {"topic": r.string(), "partitions": r.array(r.int32)}
 
 
-def consumer_subscription(data: bytes) -> dict:
+def consumer_subscription(data: bytes) -> dict[str, Any]:
     """ConsumerProtocolSubscription 0-3 (an int16 version, then the struct) as JSON fields."""
     r = Reader(data)
     version = r.int16()
     if not 0 <= version <= 3:
         raise DecodeError(f"ConsumerProtocolSubscription version {version} is not 0-3")
-    out = {"topics": r.array(r.string), "userData": _b64(r.bytes_(nullable=True))}
+    out: dict[str, Any] = {"topics": r.array(r.string), "userData": _b64(r.bytes_(nullable=True))}
     if version >= 1:
         out["ownedPartitions"] = r.array(lambda: _topic_partitions(r))
     if version >= 2:
@@ -118,7 +119,7 @@ def consumer_subscription(data: bytes) -> dict:
     return out
 
 
-def consumer_assignment(data: bytes) -> dict:
+def consumer_assignment(data: bytes) -> dict[str, Any]:
     """ConsumerProtocolAssignment 0-3 as JSON fields."""
     r = Reader(data)
     version = r.int16()
@@ -138,7 +139,7 @@ def _uuid(r: Reader) -> str:
     return base64.urlsafe_b64encode(r._take(16)).decode().rstrip("=")
 
 
-def _tagged(r: Reader, out: dict, fields: dict) -> dict:
+def _tagged(r: Reader, out: dict, fields: dict) -> dict[str, Any]:
     """The struct's tagged section; known tags {tag: (name, decode(raw) -> value)} go into `out`."""
     for tag, raw in r.tagged_fields().items():
         if tag in fields:
@@ -151,16 +152,16 @@ def _int64(raw: bytes) -> int:
     return struct.unpack(">q", raw)[0]
 
 
-def _cg_metadata_value(r: Reader, version: int) -> dict:
+def _cg_metadata_value(r: Reader, version: int) -> dict[str, Any]:
     return _tagged(r, {"epoch": r.int32()}, {0: ("metadataHash", _int64), 1: ("creationTimeMs", _int64)})
 
 
-def _cg_partition_metadata_value(r: Reader, version: int) -> dict:
-    def partition() -> dict:
+def _cg_partition_metadata_value(r: Reader, version: int) -> dict[str, Any]:
+    def partition() -> dict[str, Any]:
         return _tagged(r, {"partition": r.int32(), "racks": r.array(r.string)}, {})
 
-    def topic() -> dict:
-        out = {
+    def topic() -> dict[str, Any]:
+        out: dict[str, Any] = {
             "topicId": _uuid(r),
             "topicName": r.string(),
             "numPartitions": r.int32(),
@@ -171,10 +172,10 @@ def _cg_partition_metadata_value(r: Reader, version: int) -> dict:
     return _tagged(r, {"epoch": r.int32(), "topics": r.array(topic)}, {})
 
 
-def _classic_member_metadata(raw: bytes) -> dict:
+def _classic_member_metadata(raw: bytes) -> dict[str, Any]:
     r = Reader(raw, flexible=True)
 
-    def protocol() -> dict:
+    def protocol() -> dict[str, Any]:
         return _tagged(r, {"name": r.string(), "metadata": _b64(r.bytes_())}, {})
 
     out = _tagged(r, {"supportedProtocols": r.array(protocol)}, {})
@@ -182,8 +183,8 @@ def _classic_member_metadata(raw: bytes) -> dict:
     return out
 
 
-def _cg_member_metadata_value(r: Reader, version: int) -> dict:
-    out = {
+def _cg_member_metadata_value(r: Reader, version: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "instanceId": r.string(nullable=True),
         "rackId": r.string(nullable=True),
         "clientId": r.string(),
@@ -196,15 +197,15 @@ def _cg_member_metadata_value(r: Reader, version: int) -> dict:
     return _tagged(r, out, {0: ("classicMemberMetadata", _classic_member_metadata)})
 
 
-def _cg_target_assignment_metadata_value(r: Reader, version: int) -> dict:
+def _cg_target_assignment_metadata_value(r: Reader, version: int) -> dict[str, Any]:
     return _tagged(r, {"assignmentEpoch": r.int32()}, {0: ("assignmentTimestamp", _int64)})
 
 
-def _topic_id_partitions(r: Reader, tags: dict | None = None) -> dict:
+def _topic_id_partitions(r: Reader, tags: dict | None = None) -> dict[str, Any]:
     return _tagged(r, {"topicId": _uuid(r), "partitions": r.array(r.int32)}, tags or {})
 
 
-def _cg_target_assignment_member_value(r: Reader, version: int) -> dict:
+def _cg_target_assignment_member_value(r: Reader, version: int) -> dict[str, Any]:
     return _tagged(r, {"topicPartitions": r.array(lambda: _topic_id_partitions(r))}, {})
 
 
@@ -215,9 +216,9 @@ def _int32_array(raw: bytes) -> list[int] | None:
     return out
 
 
-def _cg_current_member_assignment_value(r: Reader, version: int) -> dict:
+def _cg_current_member_assignment_value(r: Reader, version: int) -> dict[str, Any]:
     tags = {0: ("assignmentEpochs", _int32_array)}
-    out = {
+    out: dict[str, Any] = {
         "memberEpoch": r.int32(),
         "previousMemberEpoch": r.int32(),
         "state": r.int8(),

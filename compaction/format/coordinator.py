@@ -6,11 +6,14 @@ schema reader they share. `__consumer_offsets` records are in `consumer_offsets`
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Literal, TypeVar, overload
 
 from compaction.errors import DecodeError
 from compaction.format.varint import _read_unsigned
 
 Parsed = tuple[str | None, str | None]  # (key text, payload text); None: not printed
+T = TypeVar("T")
 
 
 class Reader:
@@ -54,6 +57,10 @@ class Reader:
         """Length of a string/bytes/array; -1 is null."""
         return self.uvarint() - 1 if self.flexible else self._fixed(classic_fmt)
 
+    @overload
+    def string(self, nullable: Literal[False] = False) -> str: ...
+    @overload
+    def string(self, nullable: bool) -> str | None: ...
     def string(self, nullable: bool = False) -> str | None:
         n = self._length(">h")
         if n < 0:
@@ -62,6 +69,10 @@ class Reader:
             raise DecodeError(f"null string at byte {self.pos} in a non-nullable field")
         return self._take(n).decode("utf-8")
 
+    @overload
+    def bytes_(self, nullable: Literal[False] = False) -> bytes: ...
+    @overload
+    def bytes_(self, nullable: bool) -> bytes | None: ...
     def bytes_(self, nullable: bool = False) -> bytes | None:
         n = self._length(">i")
         if n < 0:
@@ -70,7 +81,11 @@ class Reader:
             raise DecodeError(f"null bytes at byte {self.pos} in a non-nullable field")
         return self._take(n)
 
-    def array(self, read_item, nullable: bool = False) -> list | None:
+    @overload
+    def array(self, read_item: Callable[[], T], nullable: Literal[False] = False) -> list[T]: ...
+    @overload
+    def array(self, read_item: Callable[[], T], nullable: bool) -> list[T] | None: ...
+    def array(self, read_item: Callable[[], T], nullable: bool = False) -> list[T] | None:
         n = self._length(">i")
         if n < 0:
             if nullable:
@@ -82,7 +97,7 @@ class Reader:
         """The tagged-field section of a flexible struct: {tag: raw bytes}."""
         if not self.flexible:
             return {}
-        out = {}
+        out: dict[int, bytes] = {}
         for _ in range(self.uvarint()):
             tag = self.uvarint()
             out[tag] = self._take(self.uvarint())

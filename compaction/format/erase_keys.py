@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 
 from compaction.errors import KeyFileError, UsageError
 from compaction.format.naming import MAX_TOPIC_LENGTH
@@ -95,7 +96,7 @@ def _read_local(path: str) -> bytes:
         return f.read()
 
 
-def read_key_file(path: str, read=_read_local, shown: str | None = None) -> bytes:
+def read_key_file(path: str, read: Callable[[str], bytes] = _read_local, shown: str | None = None) -> bytes:
     """A key file's bytes (`read(path) -> bytes`; default: a local file); an unreadable one is a
     `UsageError` naming it as `shown` (a URI without its credentials)."""
     try:

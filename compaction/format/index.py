@@ -100,17 +100,17 @@ def write_offset_index(entries: Iterable[Sequence[int]], base_offset: int, path:
 def write_time_index(entries: Iterable[Sequence[int]], base_offset: int, path: str = "<memory>") -> bytes:
     """Entries `(timestamp, offset)`; timestamps strictly increasing, offsets non-decreasing."""
     out = bytearray()
-    last_ts, last_offset = None, None
+    last: tuple[int, int] | None = None  # (timestamp, offset) of the entry before
     for timestamp, offset in entries:
         timestamp, offset = int(timestamp), int(offset)
-        if last_ts is not None and (timestamp <= last_ts or offset < last_offset):
+        if last is not None and (timestamp <= last[0] or offset < last[1]):
             raise IndexCorruptError(
-                f"time index entry ({timestamp}, {offset}) does not follow ({last_ts}, {last_offset})",
+                f"time index entry ({timestamp}, {offset}) does not follow {last}",
                 path=path,
                 offset=offset,
             )
         out += TIME_ENTRY.pack(timestamp, _relative(offset, base_offset, path))
-        last_ts, last_offset = timestamp, offset
+        last = (timestamp, offset)
     return bytes(out)
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from compaction.errors import CorruptRecordError, CrcMismatchError
 from compaction.format import compression
@@ -62,6 +63,9 @@ from compaction.format.layout import (
     TIMESTAMP_TYPE_MASK,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 LOG_ENTRY_HEADER = struct.Struct(">qi")  # offset, messageSize
 MESSAGE_HEADER_V0 = struct.Struct(
     ">"
@@ -82,7 +86,16 @@ class _Message:
 
     __slots__ = ("attributes", "crc", "key", "magic", "offset", "timestamp", "value")
 
-    def __init__(self, offset, crc, magic, attributes, timestamp, key, value):
+    def __init__(
+        self,
+        offset: int,
+        crc: int,
+        magic: int,
+        attributes: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+    ) -> None:
         self.offset, self.crc, self.magic, self.attributes = offset, crc, magic, attributes
         self.timestamp, self.key, self.value = timestamp, key, value
 
@@ -95,7 +108,7 @@ class _Message:
         return self.magic > MAGIC_V0 and bool(self.attributes & TIMESTAMP_TYPE_MASK)
 
 
-def _read_nullable(buf, pos: int, end: int) -> tuple[bytes | None, int]:
+def _read_nullable(buf: bytes | memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
     if pos + LENGTH_FIELD.size > end:
         raise CorruptRecordError("message key/value length runs past the end of the message", position=pos)
     (length,) = LENGTH_FIELD.unpack_from(buf, pos)
@@ -107,7 +120,7 @@ def _read_nullable(buf, pos: int, end: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos : pos + length]), pos + length
 
 
-def decode_message(buf, pos: int = 0) -> tuple[_Message, int]:
+def decode_message(buf: bytes | memoryview, pos: int = 0) -> tuple[_Message, int]:
     """Decode the log entry at `pos`; returns it and the position after it."""
     if len(buf) - pos < LOG_OVERHEAD + RECORD_OVERHEAD[MAGIC_V0]:
         raise CorruptRecordError("legacy message shorter than the minimum v0 message", position=pos)
@@ -135,7 +148,7 @@ class LegacyBatch:
 
     __slots__ = ("_header", "_message", "_records", "path", "position", "raw")
 
-    def __init__(self, raw, position: int = 0, path: str = "<memory>") -> None:
+    def __init__(self, raw: Buffer, position: int = 0, path: str = "<memory>") -> None:
         self.raw = memoryview(raw)
         self.position = position
         self.path = path
@@ -277,7 +290,9 @@ def encode_message(
     return bytes(entry)
 
 
-def _check_legacy(records: Sequence[Record], magic: int, timestamp_type: int, log_append_time) -> None:
+def _check_legacy(
+    records: Sequence[Record], magic: int, timestamp_type: int, log_append_time: int | None
+) -> None:
     if magic not in _HEADER_BY_MAGIC:
         raise ValueError(f"legacy magic must be 0 or 1, got {magic}")
     if any(r.headers for r in records):
@@ -303,7 +318,9 @@ def build_legacy_message_set(
     def timestamp(r: Record) -> int:
         if magic == MAGIC_V0:
             return NO_TIMESTAMP
-        return log_append_time if timestamp_type == LOG_APPEND_TIME else r.timestamp
+        if timestamp_type == LOG_APPEND_TIME and log_append_time is not None:  # not None: _check_legacy
+            return log_append_time
+        return r.timestamp
 
     if codec == compression.CODEC_NONE:
         return b"".join(

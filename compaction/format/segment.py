@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, TruncatedBatchError
 from compaction.format.batch import CRC_FIELD, RecordBatch
@@ -50,6 +51,10 @@ from compaction.format.layout import (
 )
 from compaction.format.legacy import LegacyBatch
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+
 ENTRY_PREFIX = struct.Struct(">qi")  # offset, size
 VALID_MAGICS = (MAGIC_V0, MAGIC_V1, MAGIC_V2)
 
@@ -63,7 +68,7 @@ class SegmentReader:
 
     def __init__(
         self,
-        buf,
+        buf: Buffer,
         path: str = "<memory>",
         start: int = 0,
         end: int | None = None,
@@ -174,7 +179,7 @@ class SegmentReader:
 
 
 def iter_batches(
-    buf,
+    buf: Buffer,
     path: str = "<memory>",
     start: int = 0,
     end: int | None = None,

@@ -11,6 +11,7 @@ Kafka prints the partitions of a Scala Set (hash order); here they are in the re
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from compaction.errors import DecodeError
 from compaction.format.coordinator import Parsed, Reader
@@ -38,14 +39,19 @@ def txn_key(data: bytes) -> tuple[int, str | None]:
     return version, transactional_id
 
 
-def txn_value(data: bytes) -> dict:
+def txn_value(data: bytes) -> dict[str, Any]:
     """TransactionLogValue 0-1 as {producerId, producerEpoch, state, partitions, ...}."""
     version = Reader(data).int16()
     if version not in (0, 1):
         raise DecodeError(f"TransactionLogValue version {version} is not 0-1")
     r = Reader(data, flexible=version >= 1)
     r.pos = 2
-    out = {"version": version, "producerId": r.int64(), "producerEpoch": r.int16(), "timeoutMs": r.int32()}
+    out: dict[str, Any] = {
+        "version": version,
+        "producerId": r.int64(),
+        "producerEpoch": r.int16(),
+        "timeoutMs": r.int32(),
+    }
     status = r.int8()
     if status not in TXN_STATES:
         raise DecodeError(f"unknown transaction state {status}")

@@ -75,7 +75,7 @@ def encode_varlong(value: int) -> bytes:
     return bytes(out)
 
 
-def _read_unsigned(buf, pos: int, max_bytes: int, what: str) -> tuple[int, int]:
+def _read_unsigned(buf: bytes | memoryview, pos: int, max_bytes: int, what: str) -> tuple[int, int]:
     raw = 0
     shift = 0
     start = pos
@@ -93,14 +93,14 @@ def _read_unsigned(buf, pos: int, max_bytes: int, what: str) -> tuple[int, int]:
         shift += PAYLOAD_BITS
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varint (int32) at `pos`; returns `(value, next_pos)`."""
     raw, pos = _read_unsigned(buf, pos, MAX_VARINT_BYTES, "varint")
     # Java keeps only the low 32 bits of a 5-byte varint; do the same.
     return zigzag_decode(raw & _UINT32_MASK), pos
 
 
-def read_varlong(buf, pos: int) -> tuple[int, int]:
+def read_varlong(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decode a zig-zag varlong (int64) at `pos`; returns `(value, next_pos)`."""
     raw, pos = _read_unsigned(buf, pos, MAX_VARLONG_BYTES, "varlong")
     return zigzag_decode(raw & _UINT64_MASK), pos

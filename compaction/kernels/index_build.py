@@ -84,7 +84,14 @@ def index_entries_py(
 
 
 @_njit
-def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_offset, interval):
+def _index_entries_kernel(
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    last_offsets: np.ndarray,
+    max_timestamps: np.ndarray,
+    base_offset: int,
+    interval: int,
+) -> tuple[int, int, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray, int]:
     # Mirrors index_entries_py line by line; returns (status, batch index, arrays, counts).
     n = positions.shape[0]
     # At most one offset entry per batch; one more time entry for the final one at close.
@@ -97,7 +104,7 @@ def _index_entries_kernel(positions, sizes, last_offsets, max_timestamps, base_o
     last_time_ts = np.int64(-1)
     max_so_far = np.int64(-1)
     offset_of_max = np.int64(base_offset)
-    bytes_since = np.int64(0)
+    bytes_since = 0
     for i in range(n):
         if max_timestamps[i] > max_so_far:
             max_so_far = max_timestamps[i]
@@ -182,7 +189,7 @@ def build_indexes(
 
 
 def rebuild_indexes_from_log(
-    buf,
+    buf: np.ndarray,
     base_offset: int,
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     *,

@@ -251,7 +251,7 @@ class KeyTable:
         p = 1 << self.log_p
         self._work: dict[str, np.ndarray] = {}
         # Sized for the keys expected, up to a region's share (growing costs a copy of every
-        # region and a rehash of every key: ~0.02 s a 250 MB partition); grown together as needed.
+        # region and a rehash of every key); grown together as needed.
         # The price when the guess errs high (PartitionMap guesses a key per 256 B of log): slots
         # and latest offsets never filled, 24 B a guessed key first-touched (~100 MB at the 1 GiB
         # whole-partition task limit; a partition of Kafka's workload, 244k keys: 24 MB, not 6).
@@ -264,6 +264,7 @@ class KeyTable:
         self.latest = np.full(p * self.cap, -1, np.int64)
         self.count = np.zeros(p, np.int64)
         self.used = np.zeros(p, np.int64)
+        self.expected = 0  # where the next growth goes (`expect`)
 
     @property
     def regions(self) -> int:
@@ -362,7 +363,17 @@ class KeyTable:
             cap, 1 << (2 * cap - 1).bit_length(), max(self.arena_cap, per_key * cap + per_key * cap // 4)
         )
 
+    def expect(self, keys: int) -> None:
+        """The keys the table is projected to hold in all (from the records added so far): when
+        it fills, it grows there in one step (`reserve`) rather than doubling, each doubling a
+        copy of every region and a rehash of every key; a projection that overshoots costs nothing
+        while the table has room (a log whose keys repeat across segments never fills it)."""
+        self.expected = keys
+
     def _grow(self, what: int, key_len: int) -> None:
+        if -(-self.expected // self.regions) > self.cap:
+            self.reserve(self.expected)  # what still lacks room is doubled when probed again
+            return
         cap = 2 * self.cap if what & _GROW_IDS else self.cap
         n_slots = 2 * self.n_slots if what & _GROW_SLOTS else self.n_slots
         arena_cap = (

@@ -2,12 +2,12 @@
 `llvm.memcpy` (libc's memcpy or inline moves).
 
 Why not a slice assignment or a byte loop: numba compiles both to a loop over single bytes that
-LLVM does not vectorise (the arrays may overlap), ~1-1.6 GB/s on values of 100-1024 bytes. Worse,
+LLVM does not vectorise (the arrays may overlap), a fraction of memcpy's speed. Worse,
 a loop of tens of iterations per record fills the CPU's out-of-order window, so the cache miss on
 the next record's bytes only starts when the current record is done: copying 24-byte keys from
 random positions of a segment waited for one memory latency each. With `memcpy_at` the value
-copies run at ~10 GB/s (bench/rewrite.py measures the rewrite they sit in). It is an intrinsic rather than a
-ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
+copies run at memcpy's speed (bench/rewrite.py measures the rewrite they sit in). It is an intrinsic
+rather than a ctypes call to libc so that kernels using it stay cacheable (`cache=True`).
 
 `put_be32` / `put_be64` write big-endian integers, as Kafka's headers hold them.
 `copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).

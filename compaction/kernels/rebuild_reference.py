@@ -91,16 +91,16 @@ def _py_record(view, pos: int, base_ts: int) -> tuple[fb.Record, int, bool, int]
     off_delta, p = read_varint(body, p)
     key_len, p = read_varint(body, p)
     key_pos = p
-    key, p = fb._read_bytes(body, p, key_len, "key")
+    key, p = fb._read_nullable(body, p, key_len, "key")
     value_len, p = read_varint(body, p)
-    value, p = fb._read_bytes(body, p, value_len, "value")
+    value, p = fb._read_nullable(body, p, value_len, "value")
     count, p = read_varint(body, p)
     headers, utf8_ok = [], True
     for _ in range(count):
         hk_len, p = read_varint(body, p)
-        name, p = fb._read_bytes(body, p, hk_len, "header key")
+        name, p = fb._read_nullable(body, p, hk_len, "header key")
         hv_len, p = read_varint(body, p)
-        hvalue, p = fb._read_bytes(body, p, hv_len, "header value")
+        hvalue, p = fb._read_nullable(body, p, hv_len, "header value")
         try:
             text = name.decode("utf-8")
         except UnicodeDecodeError:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError, UnsupportedCodecError
-from compaction.format.compression import inflate
+from compaction.format.compression import inflate, inflate_bound, inflate_into
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
     MAGIC_V0,
     MAX_CODEC,
     MAX_LEGACY_CODEC,
+    MIN_RECORD_SIZE,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
 )
@@ -59,7 +60,7 @@ def _verify_and_walk_plain(
     batches `plain` and the messages of the uncompressed legacy entries `messages`, ~CHUNK_BYTES
     of batches at a time: the CRC pass streams a chunk into the cache and the walks, whose every
     step waits for the bytes the previous one read, find it there (two passes over a whole 64 MiB
-    segment, bigger than the cache, made the walk wait for memory: ~3x slower). Each walk stops
+    segment, bigger than the cache, made the walk wait for memory at every step). Each walk stops
     at its first malformed record (its columns say where); the CRCs are checked to the end. With
     `hashing`, each chunk's keys are packed and hashed right after its walk
     (`keyhash.hash_keys`), for the same reason. Returns the two walks."""
@@ -105,7 +106,14 @@ class _SubsetWalk:
     kernel = staticmethod(_walk_kernel)
 
     def __init__(
-        self, file, batches: BatchColumns, idx: np.ndarray, rec_start, rec_end, hashing: bool = False
+        self,
+        file,
+        batches: BatchColumns,
+        idx: np.ndarray,
+        rec_start,
+        rec_end,
+        hashing: bool = False,
+        capacity: int | None = None,
     ) -> None:
         args = _walk_inputs(
             rec_start,
@@ -116,7 +124,8 @@ class _SubsetWalk:
             batches.max_timestamp[idx],
             batches.records_count[idx],
         )
-        self._setup(file, idx, args, _capacity(args[0], args[1], args[6]), hashing)
+        capacity = _capacity(args[0], args[1], args[6]) if capacity is None else capacity
+        self._setup(file, idx, args, capacity, hashing)
 
     def _setup(self, file, idx: np.ndarray, args: tuple, capacity: int, hashing: bool) -> None:
         self.file, self.idx, self.args, self.capacity = file, idx, args, capacity
@@ -145,6 +154,22 @@ class _SubsetWalk:
         self.done = b
         if code != ERR_OK:
             self.error = (int(code), int(pos), int(batch) + a)
+
+    def advance_growing(self, upto: int) -> None:
+        """`advance`, for regions known only as they are filled, back to back (their starts and
+        ends set up to `upto`): the columns grow first to what batches [done, upto) may hold
+        (`_capacity`), when their bytes could hold more records than there is room for."""
+        a, b = self.done, upto
+        start, end, limit = self.args[0], self.args[1], self.args[6]
+        if b > a and self.k + max(int(end[b - 1]) - int(start[a]), 0) // MIN_RECORD_SIZE > self.capacity:
+            need = self.k + _capacity(start[a:b], end[a:b], limit[a:b])
+            if need > self.capacity:
+                self.capacity = max(need, 2 * self.capacity)
+                self.cols = [_grown(c, self.k, self.capacity) for c in self.cols]
+                if self.hashing:
+                    self.hashes = _grown(self.hashes, self.k, self.capacity)
+                    self.packed_offs = _grown(self.packed_offs, self.k + 1, self.capacity + 1)
+        self.advance(upto)
 
     def _hash(self, first: int, last: int) -> None:
         key_pos, key_len = self.cols[3], self.cols[4]
@@ -184,6 +209,13 @@ class _SubsetWalk:
         )
         cols.batch_index = self.idx[cols.batch_index].astype(np.int32)  # subset index -> batch index
         return cols
+
+
+def _grown(a: np.ndarray, used: int, n: int) -> np.ndarray:
+    """An array of n elements of a's type starting with a[:used]."""
+    out = np.empty(n, a.dtype)
+    out[:used] = a[:used]
+    return out
 
 
 class _LegacyWalk(_SubsetWalk):
@@ -268,69 +300,114 @@ def _walk_compressed(
     hashing: bool = False,
     limit: int = MAX_INFLATED_BATCH_BYTES,
 ) -> tuple[RecordColumns, np.ndarray, tuple | None]:
-    """Compressed v2 batches: decompress each record stream (at most `limit` bytes a batch,
-    `compression.inflate`) into the side buffer, walking (and with `hashing`, packing and hashing
-    the keys of) ~CHUNK_BYTES of it at a time, right after it is copied there, while it is in the
-    CPU cache. A batch inflated in pieces gives each piece back as it is copied: no batch is held
-    twice. Returns (columns, side, keys or None)."""
+    """Compressed v2 batches: decompress each record stream (at most `limit` bytes a batch)
+    into the side buffer, walking (and with `hashing`, packing and hashing the keys of) ~CHUNK_BYTES
+    of it at a time, right after it is written there, while it is in the CPU cache. A batch whose
+    framing declares its worst case within `limit` (`compression.inflate_bound`) is decompressed
+    straight into the side buffer (`inflate_into`), which grows to hold that worst case; another
+    is inflated (`compression.inflate`, each piece given back as it is copied: no batch is held
+    twice). Returns (columns, side, keys or None)."""
     if not len(idx):
         walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
         return _empty_records(), _NO_BYTES, walk.keys()
 
-    side_chunks = []
     mv = memoryview(file)
-    start = np.empty(len(idx), dtype=np.int64)
-    end = np.empty(len(idx), dtype=np.int64)
-    at = 0
-    for j, i in enumerate(idx.tolist()):
-        pos, size = int(batches.position[i]), int(batches.size[i])
-        codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
-        pieces = _inflate(
-            inflate,
-            codec,
-            mv[pos + RECORD_BATCH_OVERHEAD : pos + size],
-            2,
-            path,
-            pos,
-            int(batches.base_offset[i]),
-            limit,
-        )
-        side_chunks.append(pieces)
-        start[j] = at
-        at += sum(len(p) for p in pieces)
-        end[j] = at
-    # A large side buffer comes from the process's pool: a fresh multi-MiB array is fresh pages,
-    # faulted in and zeroed every segment.
-    side = POOL.take(at) if at >= POOLED_MIN_BYTES else np.empty(at, dtype=np.uint8)
-    walk = _SubsetWalk(side, batches, idx, start, end, hashing)
-    into, lo = memoryview(side), 0
-    for hi in _chunk_cuts(end):
-        for j, s in zip(range(lo, hi), start[lo:hi].tolist()):
-            _copy_pieces(into, s, side_chunks[j])
-            side_chunks[j] = None
-        walk.advance(hi)
-        lo = hi
-    side.flags.writeable = False
+    regions = [
+        (int(batches.position[i]), int(batches.size[i]), int(batches.attributes[i]) & COMPRESSION_CODEC_MASK)
+        for i in idx.tolist()
+    ]
+    # What each batch's framing declares, where that is within the limit (else None: inflated).
+    bounds = [
+        _within(inflate_bound(codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size]), limit)
+        for pos, size, codec in regions
+    ]
+    # Room for what the framing declares (about the records plus a block a batch), at most
+    # SIDE_FIRST_RATIO times the compressed bytes: a declared bound is not what the batch holds.
+    compressed = sum(size for _, size, _ in regions)
+    declared = sum(
+        SIDE_FIRST_RATIO * size if b is None else b for b, (_, size, _) in zip(bounds, regions, strict=True)
+    )
+    side = _Side(min(declared, SIDE_FIRST_RATIO * compressed))
+    # Columns for the records the batches declare, at most one per MIN_RECORD_SIZE compressed
+    # bytes (more are made room for as the batches are decoded: `advance_growing`).
+    none = np.zeros(len(idx), dtype=np.int64)
+    declared_ends = np.array([b or 0 for b in bounds], dtype=np.int64)
+    capacity = min(_capacity(none, declared_ends, batches.records_count[idx]), compressed // MIN_RECORD_SIZE)
+    walk = _SubsetWalk(side.buf, batches, idx, none, none.copy(), hashing, capacity)
+    start, end = walk.args[0], walk.args[1]  # the walk's regions, set as the batches are decoded
+    walked = 0
+    for j, ((pos, size, codec), bound) in enumerate(zip(regions, bounds, strict=True)):
+        data = mv[pos + RECORD_BATCH_OVERHEAD : pos + size]
+        offset = int(batches.base_offset[idx[j]])
+        start[j] = side.at
+        if bound is not None:
+            into = side.room(bound)
+            side.at += _decode(inflate_into, codec, data, into, path, pos, offset, limit)
+        else:
+            pieces = _decode(inflate, codec, data, None, path, pos, offset, limit)
+            side.room(sum(len(p) for p in pieces))
+            side.at = _copy_pieces(memoryview(side.buf), side.at, pieces)
+        end[j] = side.at
+        if side.at - walked >= CHUNK_BYTES or j == len(idx) - 1:
+            walk.file = side.buf
+            walk.advance_growing(j + 1)
+            walked = side.at
+    out = side.buf[: side.at]
+    out.flags.writeable = False
+    walk.file = out
     cols = walk.columns()
     _raise_walk_error(cols, batches, path, in_side=True, side_start=start)
     cols.key_pos += base
     cols.value_pos += base
-    return cols, side, walk.keys()
+    return cols, out, walk.keys()
 
 
-def _copy_pieces(into: memoryview, at: int, pieces: list) -> None:
+def _within(bound: int | None, limit: int) -> int | None:
+    return bound if bound is not None and bound <= limit else None
+
+
+# The side buffer first holds at most this many times a segment's compressed records; it grows
+# (a copy of what it holds) when the batches declare more.
+SIDE_FIRST_RATIO = 8
+
+
+class _Side:
+    """A growing buffer the batches are decompressed into, from the process's pool (a fresh
+    multi-MiB array is fresh pages, faulted in and zeroed every segment): `buf[:at]` is filled."""
+
+    def __init__(self, capacity: int) -> None:
+        self.buf, self.at = self._take(capacity), 0
+
+    @staticmethod
+    def _take(n: int) -> np.ndarray:
+        return POOL.take(n) if n >= POOLED_MIN_BYTES else np.empty(n, dtype=np.uint8)
+
+    def room(self, n: int) -> np.ndarray:
+        """buf[at:at + n], the buffer grown first (by half at least) if it is too small."""
+        if self.at + n > len(self.buf):
+            grown = self._take(max(self.at + n, len(self.buf) + len(self.buf) // 2))
+            grown[: self.at] = self.buf[: self.at]
+            self.buf = grown
+        return self.buf[self.at : self.at + n]
+
+
+def _copy_pieces(into: memoryview, at: int, pieces: list) -> int:
     """Copy a batch's pieces to into[at:], dropping each once copied (a big piece is its own
-    mapping: freed, it leaves the process)."""
+    mapping: freed, it leaves the process); returns where they end."""
     while pieces:
         piece = pieces.pop(0)
         into[at : at + len(piece)] = piece
         at += len(piece)
         del piece
+    return at
 
 
-def _inflate(inflate, codec: int, data, magic: int, path: str, pos: int, offset: int, limit: int) -> list:
+def _decode(decoder, codec: int, data, into, path: str, pos: int, offset: int, limit: int, magic: int = 2):
+    """`decoder(codec, data[, into], magic, ...)` (`compression.inflate` or `inflate_into`) with
+    every error typed and placed at the batch."""
+    args = (codec, data, magic) if into is None else (codec, data, into, magic)
     try:
-        return inflate(codec, data, magic, path=path, position=pos, limit=limit)
+        return decoder(*args, path=path, position=pos, limit=limit)
     except KafkaFormatError as e:  # already typed and placed; add the offset
         e.offset = offset
         raise
@@ -398,15 +475,16 @@ def _walk_wrappers(
             if vl < 0:
                 _raise_legacy_error(file, batches, i, path, ERR_OK)  # a null value
             codec = int(batches.attributes[i]) & COMPRESSION_CODEC_MASK
-            pieces = _inflate(
+            pieces = _decode(
                 inflate,
                 codec,
                 mv[vp : vp + vl],
-                int(batches.magic[i]),
+                None,
                 path,
                 vp,
                 int(batches.last_offset[i]),
                 limit,
+                int(batches.magic[i]),
             )
         except KafkaFormatError:  # after the errors of the wrappers before it, if any (raised here)
             _walk_inner(

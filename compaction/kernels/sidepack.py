@@ -3,8 +3,8 @@
 A whole-partition task scans every segment before it rewrites any (the offset map must be
 complete), and keeps each segment's `SegmentScan` for the rewrite so that compressed batches are
 not decompressed twice. Held whole, the decompressed records (`SegmentScan.side`) of a compressed
-partition are ~2x its size on disk, all fresh memory: 150k page faults and 1.2-1.5 s of system
-time for each first task of a worker on the mixed-codec bench (bench/e2e.py). But
+partition are about twice its size on disk, all fresh memory: page faults and system time for
+each first task of a worker (what a first touch costs: bench/fresh_memory.py). But
 the scan runs newest segment first, so once a segment is scanned the latest offset of each of its
 keys is final (`scan.scan_partition`), and most of its records are known to be dropped. This
 module copies the others into a smaller buffer; the full one goes back to the pool for the next

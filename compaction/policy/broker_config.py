@@ -15,6 +15,8 @@ configs (`broker.id`, `listeners`, `num.io.threads`, ...) are read past: a user'
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from compaction.errors import ConfigError
 from compaction.policy.topic_config import excerpt, parse_config_value, parse_double
 
@@ -162,7 +164,9 @@ def _check_rate(value: object, at: str) -> object:
     return value
 
 
-def check_topic_config(topic: str, entries: dict[str, object], source: str, path=None) -> None:
+def check_topic_config(
+    topic: str, entries: dict[str, object], source: str, path: Callable[[str], str] | None = None
+) -> None:
     """A topic's configs: known names, values Kafka takes. `path(name)` gives an entry's place
     (a JSON path)."""
     for name, value in entries.items():

@@ -43,7 +43,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from compaction.policy.retention import HeaderFields
 
 NO_TIMESTAMP = -1
 
@@ -70,7 +73,9 @@ class Cut:
     clock_ms: int | None = None
 
 
-def past_cut(batch: Any, as_of_time_ms: int | None = None, as_of_offset: int | None = None) -> str | None:
+def past_cut(
+    batch: HeaderFields, as_of_time_ms: int | None = None, as_of_offset: int | None = None
+) -> str | None:
     """BY_TIME or BY_OFFSET if this batch is not held by the snapshot, else None (BY_OFFSET
     first when both hold)."""
     if as_of_offset is not None and batch.last_offset >= as_of_offset:
@@ -81,7 +86,7 @@ def past_cut(batch: Any, as_of_time_ms: int | None = None, as_of_offset: int | N
 
 
 def cut_log(
-    batches: Iterable[Any],
+    batches: Iterable[HeaderFields],
     as_of_time_ms: int | None = None,
     as_of_offset: int | None = None,
     log_start_offset: int = 0,
@@ -105,6 +110,7 @@ def cut_log(
                 open_txns.pop(batch.producer_id, None)
         elif batch.is_transactional:
             open_txns.setdefault(batch.producer_id, batch.base_offset)
+    clock: int | None
     if as_of_time_ms is not None:
         clock = as_of_time_ms
     else:

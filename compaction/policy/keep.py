@@ -12,15 +12,16 @@ them); each function here computes the same answer for every record or batch of 
                                  transactions; `decide_batch` maps the per-batch path's decision
     decide_erase_only            erasing without compaction (not a Kafka rule)
 
-Columns are duck-typed: `batches` has the per-batch arrays of `kernels.scan.SegmentScan.batches`
-(magic, attributes, base_offset, last_offset, producer_id, ...), `records` the per-record ones
-(offset, key_len, value_len, batch_index). A batch's fate is a kind (an int8 per batch), which the
-writer turns into bytes.
+Columns are duck-typed (`BatchArrays`, `RecordArrays`): `batches` has the per-batch arrays of
+`kernels.scan.SegmentScan.batches` (magic, attributes, base_offset, last_offset, producer_id, ...),
+`records` the per-record ones (offset, key_len, value_len, batch_index). A batch's fate is a kind
+(an int8 per batch), which the writer turns into bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -33,6 +34,29 @@ from compaction.policy.txn_state import LastRecord
 # rebuilds and legacy conversions are done.
 DROP, COPY, REBUILD_V2, REBUILD_WRAPPER, EMPTY, CONVERT = range(6)
 NO_NEW_HORIZON = -1  # a batch's new delete horizon when it gets none
+
+
+class BatchArrays(Protocol):
+    """The per-batch columns these rules read (one entry per batch of a segment)."""
+
+    position: np.ndarray
+    magic: np.ndarray
+    attributes: np.ndarray
+    base_offset: np.ndarray
+    last_offset: np.ndarray
+    base_timestamp: np.ndarray
+    max_timestamp: np.ndarray
+    producer_id: np.ndarray
+    producer_epoch: np.ndarray
+
+
+class RecordArrays(Protocol):
+    """The per-record columns these rules read (-1 lengths: null key or value)."""
+
+    offset: np.ndarray
+    key_len: np.ndarray
+    value_len: np.ndarray
+    batch_index: np.ndarray
 
 
 @dataclass
@@ -55,7 +79,7 @@ class BatchView:
         return self.last_offset + 1
 
 
-def batch_view(b, i: int, n_records: int) -> BatchView:
+def batch_view(b: BatchArrays, i: int, n_records: int) -> BatchView:
     """Batch `i` of the columns `b`, holding `n_records` records."""
     attrs = int(b.attributes[i])
     magic = int(b.magic[i])
@@ -77,7 +101,7 @@ def batch_view(b, i: int, n_records: int) -> BatchView:
 # --- the offset map's input ------------------------------------------------------------------
 
 
-def aborted_batches(b, aborted: tuple[AbortedTxn, ...]) -> np.ndarray:
+def aborted_batches(b: BatchArrays, aborted: tuple[AbortedTxn, ...]) -> np.ndarray:
     """Per batch: True for transactional data batches inside an aborted transaction's range."""
     flags = b.attributes.astype(np.int64)
     candidates = np.flatnonzero((flags & fb.TRANSACTIONAL_MASK != 0) & (flags & fb.CONTROL_MASK == 0))
@@ -96,7 +120,11 @@ def aborted_batches(b, aborted: tuple[AbortedTxn, ...]) -> np.ndarray:
 
 
 def map_masks(
-    b, rec, aborted: tuple[AbortedTxn, ...], first_dirty_offset: int, upper_bound: int
+    b: BatchArrays,
+    rec: RecordArrays,
+    aborted: tuple[AbortedTxn, ...],
+    first_dirty_offset: int,
+    upper_bound: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(control, usable, dirty) per record: in a control batch; usable records build the offset
     map (keyed, not in a control batch, not in an aborted transaction); dirty ones are usable and
@@ -142,7 +170,7 @@ def retain_deletes(
     return np.where(v2, ~has_horizon | (now_ms < base_timestamp), retain_legacy)
 
 
-def may_keep(rec, found: np.ndarray, upper_bound: int) -> np.ndarray:
+def may_keep(rec: RecordArrays, found: np.ndarray, upper_bound: int) -> np.ndarray:
     """Per record: False where `keep_records` drops it whatever else the rewrite decides (an older
     record of a key, or no key, below the bound): `keep_records` with every delete retained, the
     one decision a record's tombstone or horizon can only narrow. What the batch-level rules add
@@ -171,7 +199,7 @@ def last_data_batches(
 
 
 def decide_plain(
-    b,
+    b: BatchArrays,
     count: np.ndarray,
     n_keep: np.ndarray,
     n_tomb: np.ndarray,
@@ -196,7 +224,7 @@ def decide_plain(
 
 
 def decide_fast(
-    b,
+    b: BatchArrays,
     count: np.ndarray,
     n_keep: np.ndarray,
     n_tomb: np.ndarray,
@@ -251,7 +279,9 @@ def decide_batch(
     return kind, n_kept, new_horizon if need_horizon else NO_NEW_HORIZON
 
 
-def decide_erase_only(b, count: np.ndarray, n_keep: np.ndarray, retain_empty: np.ndarray) -> np.ndarray:
+def decide_erase_only(
+    b: BatchArrays, count: np.ndarray, n_keep: np.ndarray, retain_empty: np.ndarray
+) -> np.ndarray:
     """Erasing without compaction, for every batch of a segment: one with nothing erased is copied
     byte for byte (control batches always), one with some records erased is rebuilt with the rest
     (its delete horizon kept; a v0/v1 wrapper's rest as one v2 batch, KIP-724), one with all

@@ -24,7 +24,7 @@ driver's dry-run audit, the first batch header of each segment (`check_first_bat
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,7 +50,7 @@ RULE_EPOCH_CHECKPOINT = "batches of leader epoch E lie within E's range in leade
 
 
 class Batches(Protocol):
-    """The columns of `format.scan.BatchColumns` these checks read (one entry per batch)."""
+    """The columns of `kernels.scan_columns.BatchColumns` these checks read (one entry per batch)."""
 
     position: np.ndarray
     base_offset: np.ndarray
@@ -240,7 +240,7 @@ def epoch_columns(epochs: Sequence[SegmentEpochs]) -> dict[str, np.ndarray]:
     return out
 
 
-def epochs_from_columns(columns: dict[str, np.ndarray], path_of) -> list[SegmentEpochs]:
+def epochs_from_columns(columns: dict[str, np.ndarray], path_of: Callable[[int], str]) -> list[SegmentEpochs]:
     """The `SegmentEpochs` of `epoch_columns`; `path_of(base_offset)` names each segment's file."""
     base = np.asarray(columns["base_offset"], dtype=np.int64)
     out = []

@@ -6,12 +6,12 @@ Mirrors Kafka's ``Cleaner.cleanInto`` record filter (``checkBatchRetention``,
 state the rules read (``CleanedTransactionMetadata``, ``lastRecordsOfActiveProducers``) is in
 ``txn_state``. No bytes are parsed here.
 
-Batches are duck-typed: anything with ``base_offset, last_offset, next_offset, producer_id,
-producer_epoch, is_transactional, is_control, records_count, magic, delete_horizon_ms (None
-when unset), max_timestamp`` works - ``format.batch.BatchHeader`` or :class:`BatchInfo`.
-Aborted transactions are duck-typed too (``producer_id, first_offset, last_offset,
-last_stable_offset``, e.g. ``format.txnindex.AbortedTxn``) and are passed through unchanged to the
-cleaned transaction index.
+Batches are duck-typed (:class:`Batch`): anything with ``base_offset, last_offset, next_offset,
+producer_id, producer_epoch, is_transactional, is_control, records_count, magic,
+delete_horizon_ms (None when unset), max_timestamp`` works - ``format.batch.BatchHeader`` or
+:class:`BatchInfo`. Aborted transactions are duck-typed too (:class:`AbortedRange`: ``producer_id,
+first_offset, last_offset, last_stable_offset``, e.g. ``format.txnindex.AbortedTxn``) and are
+passed through unchanged to the cleaned transaction index.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from compaction.format.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_TIMESTAMP
 from compaction.format.layout import MAGIC_V2
@@ -28,6 +28,56 @@ if TYPE_CHECKING:
     from compaction.policy.txn_state import CleanedTransactionMetadata, LastRecord
 
 ABSENT_OFFSET = -1  # OffsetMap.get for an absent key
+
+
+class HeaderFields(Protocol):
+    """What the snapshot cut and the last stable offset read of a batch header."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def is_control(self) -> bool: ...
+    @property
+    def records_count(self) -> int: ...
+
+
+class ProducerBatch(HeaderFields, Protocol):
+    """What the producer state replays of a batch header (``ProducerAppendInfo``)."""
+
+    @property
+    def producer_epoch(self) -> int: ...
+
+
+class Batch(ProducerBatch, Protocol):
+    """A batch header as the retention rules read it (``RecordBatch``)."""
+
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def magic(self) -> int: ...
+    @property
+    def delete_horizon_ms(self) -> int | None: ...
+
+
+class AbortedRange(Protocol):
+    """An aborted transaction's entry of a `.txnindex` (``AbortedTxn``)."""
+
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -50,7 +100,7 @@ class BatchInfo:
         return self.last_offset + 1
 
 
-def has_producer_id(batch: Any) -> bool:
+def has_producer_id(batch: HeaderFields) -> bool:
     """``RecordBatch.hasProducerId``: producerId > NO_PRODUCER_ID."""
     return batch.producer_id > NO_PRODUCER_ID
 
@@ -68,7 +118,7 @@ class BatchRetention(enum.Enum):
     DELETE_EMPTY = "delete_empty"  # drop the batch only if no record survives
 
 
-def discard_batch_records(batch: Any, can_discard: bool, current_time_ms: int) -> bool:
+def discard_batch_records(batch: Batch, can_discard: bool, current_time_ms: int) -> bool:
     """``discardBatchRecords`` of ``checkBatchRetention``: a discardable marker goes only once
     its delete horizon has passed; aborted data goes at once."""
     if batch.is_control:
@@ -77,7 +127,7 @@ def discard_batch_records(batch: Any, can_discard: bool, current_time_ms: int) -
     return can_discard
 
 
-def is_last_of_producer(batch: Any, last_records: Mapping[int, LastRecord]) -> bool:
+def is_last_of_producer(batch: Batch, last_records: Mapping[int, LastRecord]) -> bool:
     """``isBatchLastRecordOfProducer``: the batch holding the producer's last data offset, or,
     when the producer has no data metadata, its marker of the current epoch."""
     last = last_records.get(batch.producer_id)
@@ -89,7 +139,7 @@ def is_last_of_producer(batch: Any, last_records: Mapping[int, LastRecord]) -> b
 
 
 def batch_retention(
-    batch: Any,
+    batch: Batch,
     *,
     discard_batch_records: bool,
     last_records_of_active_producers: Mapping[int, LastRecord],
@@ -109,7 +159,7 @@ def batch_retention(
     return BatchRetention.DELETE_EMPTY
 
 
-def contains_marker_for_empty_txn(batch: Any, can_discard: bool) -> bool:
+def contains_marker_for_empty_txn(batch: Batch, can_discard: bool) -> bool:
     """``BatchRetentionResult.containsMarkerForEmptyTxn``: a discardable marker (it needs a
     delete horizon before it can go)."""
     return can_discard and bool(batch.is_control)
@@ -126,7 +176,7 @@ class BatchDecision:
 
 
 def check_batch_retention(
-    batch: Any,
+    batch: Batch,
     txn_metadata: CleanedTransactionMetadata,
     *,
     control_type: int | None,
@@ -173,7 +223,7 @@ def retain_legacy_deletes(segment_mtime_ms: int, legacy_delete_horizon_ms: int) 
     return segment_mtime_ms > legacy_delete_horizon_ms
 
 
-def should_retain_deletes(batch: Any, current_time_ms: int, retain_legacy: bool) -> bool:
+def should_retain_deletes(batch: Batch, current_time_ms: int, retain_legacy: bool) -> bool:
     """May a tombstone of this batch still be kept? v2: until its batch's delete horizon (no
     horizon yet = keep, the rewrite will set one); v0/v1: the segment's legacy horizon."""
     if batch.magic >= MAGIC_V2:
@@ -183,7 +233,7 @@ def should_retain_deletes(batch: Any, current_time_ms: int, retain_legacy: bool)
 
 
 def should_retain_record(
-    batch: Any,
+    batch: Batch,
     record_offset: int,
     key: bytes | None,
     has_value: bool,
@@ -209,7 +259,7 @@ def should_retain_record(
 
 
 def should_map_record(
-    batch: Any, record_offset: int, key: bytes | None, aborted: bool, start_offset: int, end_offset: int
+    batch: Batch, record_offset: int, key: bytes | None, aborted: bool, start_offset: int, end_offset: int
 ) -> bool:
     """``Cleaner.buildOffsetMap``'s record filter: a keyed record of a data batch that is not
     aborted data (``aborted``: ``on_batch_read``), within [start_offset, end_offset)."""
@@ -226,7 +276,9 @@ def should_map_record(
 # ----------------------------------------------------------------------------------------------
 
 
-def needs_delete_horizon(batch: Any, contains_tombstones: bool, contains_marker_for_empty_txn: bool) -> bool:
+def needs_delete_horizon(
+    batch: Batch, contains_tombstones: bool, contains_marker_for_empty_txn: bool
+) -> bool:
     """``needToSetDeleteHorizon`` with 4.0+ semantics (no magic condition: converted legacy
     tombstones get a horizon too): a retained tombstone or a discardable marker, and no horizon
     set yet."""
@@ -248,7 +300,7 @@ class BatchOutput(enum.Enum):
 
 
 def filter_batch_output(
-    batch: Any,
+    batch: Batch,
     retention: BatchRetention,
     records_retained: int,
     need_to_set_delete_horizon: bool,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES, DEFAULT_MAX_INDEX_SIZE, RECORD_OVERHEAD_V0
 
@@ -172,7 +173,7 @@ def resolve_topic_config(
     file) or numbers. Names the cleaner does not read are ignored.
     """
     merged: dict[str, object] = {**(job_options or {}), **(topic_overrides or {})}
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # TopicConfig's fields by name, each parsed to its field's type
     if CLEANUP_POLICY in merged:
         values["cleanup_policy"] = _parse_policy(merged[CLEANUP_POLICY])
     if MIN_CLEANABLE_DIRTY_RATIO in merged:
@@ -180,4 +181,4 @@ def resolve_topic_config(
     for name, (attr, minimum, maximum) in _INT_CONFIGS.items():
         if name in merged:
             values[attr] = _parse_int(name, merged[name], minimum, maximum)
-    return TopicConfig(**values)  # type: ignore[arg-type]
+    return TopicConfig(**values)

@@ -11,10 +11,9 @@ import heapq
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from compaction.format.batch import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_TIMESTAMP
-from compaction.policy.retention import has_producer_id
+from compaction.policy.retention import AbortedRange, Batch, HeaderFields, ProducerBatch, has_producer_id
 
 # ----------------------------------------------------------------------------------------------
 # Transaction bookkeeping (docs/kafka-rules.md#transactions)
@@ -25,7 +24,7 @@ from compaction.policy.retention import has_producer_id
 class _AbortedTxnState:
     """``AbortedTransactionMetadata``: the index entry and the last data batch seen of it."""
 
-    aborted_txn: Any
+    aborted_txn: AbortedRange
     last_observed_batch_offset: int | None = None
 
 
@@ -41,7 +40,7 @@ class CleanedTransactionMetadata:
         self.ongoing_committed_txns: set[int] = set()
         self.ongoing_aborted_txns: dict[int, _AbortedTxnState] = {}
         # Min-heap by firstOffset; the counter keeps equal offsets in insertion order.
-        self._aborted_heap: list[tuple[int, int, Any]] = []
+        self._aborted_heap: list[tuple[int, int, AbortedRange]] = []
         self._tiebreak = itertools.count()
         self.cleaned_index = cleaned_index
 
@@ -49,7 +48,7 @@ class CleanedTransactionMetadata:
         """``setCleanedIndex``: where the next output segment's AbortedTxn entries go."""
         self.cleaned_index = cleaned_index
 
-    def add_aborted(self, aborted_txns: Iterable[Any]) -> None:
+    def add_aborted(self, aborted_txns: Iterable[AbortedRange]) -> None:
         """``addAbortedTransactions``: duplicates are harmless (ignored while ongoing)."""
         for txn in aborted_txns:
             heapq.heappush(self._aborted_heap, (txn.first_offset, next(self._tiebreak), txn))
@@ -61,7 +60,7 @@ class CleanedTransactionMetadata:
             _, _, txn = heapq.heappop(self._aborted_heap)
             self.ongoing_aborted_txns.setdefault(txn.producer_id, _AbortedTxnState(txn))
 
-    def on_batch_read(self, batch: Any) -> bool:
+    def on_batch_read(self, batch: Batch) -> bool:
         """``onBatchRead``: True iff this data batch belongs to an aborted transaction."""
         self._consume_aborted_txns_up_to(batch.last_offset)
         if not batch.is_transactional:
@@ -75,7 +74,7 @@ class CleanedTransactionMetadata:
         self.ongoing_committed_txns.add(batch.producer_id)
         return False
 
-    def on_control_batch_read(self, batch: Any, control_type: int | None) -> bool:
+    def on_control_batch_read(self, batch: Batch, control_type: int | None) -> bool:
         """``onControlBatchRead``: True iff the marker may be discarded.
 
         ``control_type`` is the type of the batch's first control record, None for an empty
@@ -131,7 +130,7 @@ class _ProducerEntry:
         return replace(self, producer_epoch=epoch, last_data_offset=None)
 
 
-def _apply_batch(entry: _ProducerEntry, batch: Any) -> _ProducerEntry:
+def _apply_batch(entry: _ProducerEntry, batch: ProducerBatch) -> _ProducerEntry:
     """``ProducerAppendInfo.append`` for one batch read back from the log."""
     if batch.is_control:
         if batch.records_count == 0:
@@ -150,7 +149,7 @@ def _apply_batch(entry: _ProducerEntry, batch: Any) -> _ProducerEntry:
 
 
 def last_records_of_active_producers(
-    batches: Iterable[Any],
+    batches: Iterable[ProducerBatch],
     now_ms: int | None = None,
     producer_id_expiration_ms: int | None = None,
 ) -> dict[int, LastRecord]:
@@ -178,7 +177,7 @@ def last_records_of_active_producers(
     return {pid: LastRecord(e.last_data_offset, e.producer_epoch) for pid, e in entries.items()}
 
 
-def first_unstable_offset(batches) -> int | None:
+def first_unstable_offset(batches: Iterable[HeaderFields]) -> int | None:
     """First offset of the earliest transaction with data but no marker by the end of the log
     (docs/kafka-rules.md#last-stable-offset): the broker's LSO, which the planner could not know before the
     scan."""

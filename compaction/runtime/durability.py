@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -38,7 +39,7 @@ def later(path: str) -> bool:
 
 
 @contextmanager
-def deferred():
+def deferred() -> Iterator[None]:
     """Postpone the local durable writes made inside to its end, then sync them all. Nested
     batches join the outermost one. On an error nothing is synced: the files are not committed."""
     global _pending, _depth

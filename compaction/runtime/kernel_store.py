@@ -1,5 +1,5 @@
 """The compiled kernels kept on the job's store, so that a fresh executor loads them instead of
-compiling (~15 s of a 2-core executor's warm-up).
+compiling (most of a fresh executor's warm-up: bench/cold_start.py).
 
 The store is a directory URI (`WorkerSettings.kernel_cache_dir`: by default
 `.kafka-compaction-kernels` beside the first log dir, on the store every executor reads and writes

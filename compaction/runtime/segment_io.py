@@ -36,8 +36,8 @@ Writes (`SegmentWriter`, `--write-mode`): batches are copied into a page-aligned
 (one large request each, overlapping the caller's work) while the caller fills another, up to
 `WRITE_AHEAD` queued. With
 `direct` (default) the file is opened with `O_DIRECT`: no page-cache pages are allocated per run
-(writev into the page cache cost ~0.35 s per 512 MiB partition in the job on the bench VM, against
-~0.03 s in a warm process). The last, partial buffer is written padded to the block size and the
+(a fresh worker's writev into the page cache costs it the first touch of every page, far more than
+a warm process pays). The last, partial buffer is written padded to the block size and the
 file truncated to its length. `close` fsyncs the file and its directory either way (at the end of
 the open `durability.deferred()` batch, if any); O_DIRECT is not durability. `buffered` writes the
 same buffers through the page cache.
@@ -68,9 +68,9 @@ WRITE_AHEAD = 6
 READ_CHUNK = 16 << 20  # bytes per O_DIRECT read: large sequential requests, bounded
 # Bytes per read through the page cache: moderate, so that the kernel's own read-ahead (which
 # starts the next window when the reader reaches a marked page) keeps the disk busy while the
-# reader copies; a read of many MB is issued and waited for whole. On the bench VM
-# (bench/read_speed.py, cold, two readers) 1 MiB read 2.5-2.9 GB/s against 2.1-2.9 for 16 MiB,
-# at about two thirds of its CPU; 128 KiB was best for 8 MiB segments, worst for 64 MiB ones.
+# reader copies; a read of many MB is issued and waited for whole. With two readers of cold
+# 64 MiB segments, 1 MiB reads keep up with 16 MiB ones at less CPU and well ahead of 128 KiB
+# ones (bench/read_speed.py, BENCHMARKS.md).
 BUFFERED_CHUNK = 1 << 20
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 _O_DIRECT = getattr(os, "O_DIRECT", 0)

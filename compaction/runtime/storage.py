@@ -28,8 +28,9 @@ import errno
 import fcntl
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
@@ -37,6 +38,10 @@ from compaction.errors import LockHeldError
 from compaction.runtime import durability
 from compaction.runtime.faults import crash_point
 from compaction.runtime.s3 import ObjectDeleter, base_s3, redact_uri, s3_scheme
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from typing_extensions import Buffer
 
 COMPACTION_LOCK_FILE = ".compaction.lock"
 KAFKA_LOCK_FILE = ".lock"  # LogManager.LockFileName
@@ -64,7 +69,8 @@ class LocalFile:
     __slots__ = ("_stat", "is_dir", "is_link", "name", "path")
 
     def __init__(self, name: str, path: str, is_dir: bool, is_link: bool = False) -> None:
-        self.name, self.path, self.is_dir, self.is_link, self._stat = name, path, is_dir, is_link, None
+        self.name, self.path, self.is_dir, self.is_link = name, path, is_dir, is_link
+        self._stat: os.stat_result | None = None
 
     def _st(self) -> os.stat_result:
         if self._stat is None:
@@ -219,7 +225,7 @@ class Storage:
         with os.scandir(path) as it:
             return [LocalFile(e.name, e.path, e.is_dir(), e.is_symlink()) for e in it]
 
-    def open_input(self, path: str):
+    def open_input(self, path: str) -> pa.NativeFile:
         """A seekable pyarrow input file (ranged reads on object stores) for streaming reads."""
         return self.fs.open_input_file(path)
 
@@ -330,7 +336,7 @@ class Storage:
             )
         return deleter.versioning(self._s3_path(path).partition("/")[0])
 
-    def purge_noncurrent_versions(self, directory: str, wanted) -> tuple[int, int]:
+    def purge_noncurrent_versions(self, directory: str, wanted: Callable[[str], bool]) -> tuple[int, int]:
         """S3: delete the noncurrent versions and delete markers of the objects directly in
         `directory` whose name `wanted(name)` accepts (s3.py `purge_noncurrent`); (count, bytes)."""
         deleter = self._s3_deleter()
@@ -382,7 +388,7 @@ class Storage:
             os.close(fd)
 
 
-def _write_all(fd: int, chunk) -> int:
+def _write_all(fd: int, chunk: Buffer) -> int:
     view = memoryview(chunk).cast("B")
     total = len(view)
     while view:
@@ -440,7 +446,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

@@ -108,15 +108,12 @@ def keep_freed_heap() -> bool:
     library has no mallopt). A task allocates and frees the same sizes segment after segment:
     decompressed batches, record columns, key hashes. By default glibc maps each allocation of
     more than ~128 KiB (a threshold it raises as such blocks are freed) separately and unmaps it
-    when freed, and trims the heap's free top, so each segment faulted in fresh pages again (on
-    the mixed-codec bench, ~40% fewer page faults in a worker's first partition and ~90% fewer in
-    the next; bench/e2e.py). The pad does the same for the heaps of threads other than the main
-    one (the read-ahead and writer threads): glibc frees such a heap, or the free end of it,
-    once more than the pad is free, whatever the trim threshold; with the default pad each round
-    of allocations there faulted its pages in again. Stages of the 2 GiB single partition: 1.58 s
-    against 1.70 s and 1.61 s against 1.69 s without the pad, medians of 6 pairs each
-    (`bench/startup.py bench/out/vs_kafka/v2-2g-1p --pairs 6 --b-checkout <a checkout without
-    it>`)."""
+    when freed, and trims the heap's free top, so each segment faulted in fresh pages again (what
+    a first touch costs: bench/fresh_memory.py). The pad does the same for the heaps of threads
+    other than the main one (the read-ahead and writer threads): glibc frees such a heap, or the
+    free end of it, once more than the pad is free, whatever the trim threshold; with the default
+    pad each round of allocations there faulted its pages in again (stage time with and without
+    it: bench/startup.py, BENCHMARKS.md)."""
     global _heap_kept
     if _heap_kept:
         return True
@@ -142,10 +139,9 @@ def keep_freed_heap() -> bool:
 # its archive's whole directory again, in Python, at once (python/cpython#103200; later CPython
 # reads it lazily, on the next import through it), and the worker's path always holds two
 # archives: Spark's `pyspark.zip` and py4j's (1,300+ entries, one importer per package imported
-# from them). Measured on the 2-core bench box: 0.10-0.15 s between the JVM starting a task and
-# the task's function being called, in each of the two concurrent tasks, nearly all of it this
-# (bench/e2e.py). Spark later stopped calling it for every task (SPARK-54744); the Spark this
-# package runs on still does.
+# from them). That is most of the time between the JVM starting a task and the task's function
+# being called (bench/e2e.py). Spark later stopped calling it for every task (SPARK-54744); the
+# Spark this package runs on still does.
 #
 # The archives of a worker do not change while it lives (Spark fetches an application's files once
 # into a per-application directory and refuses a second file of the same name), so the importers

@@ -8,9 +8,11 @@ record batches. The options (`subscribe`, `startingOffsets`, ...) choose the seg
 
 With `pushFilters=true` (and `spark.sql.python.filterPushdown.enabled=true`), filters on `topic`,
 `partition`, `offset` and `timestamp` choose them too (`pushFilters`, Spark 4.1); Spark still
-applies each filter to the rows. Not by default: Spark 4.1 keeps the reader of the last query
-whose filters it pushed and reuses it for a later query of the same DataFrame that has no filter
-at all, which then sees only the earlier query's segments (tests/e2e/test_datasource_e2e.py).
+applies each filter to the rows. Not by default: Spark 4.1 keeps the reader and partitions of the
+last query whose filters it pushed (`PythonDataSourceV2.setReadInfo`) and reuses them for a later
+query of the same DataFrame that has no filter to push (`getOrCreateReadInfo` returns the kept
+one and no Python runs), which then sees only the earlier query's segments. Nothing reaches the
+source in that later query, so no workaround on this side can tell the two apart.
 """
 
 from __future__ import annotations

@@ -165,8 +165,8 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
     """One task per bin of partitions (see `compact_partition`), in workers set up for `worker`,
     as an RDD of result rows (dicts with every `FUSED_FIELDS` name). `partitions` is a broadcast
     of {bin id: [[GroupSpec, ...], ...]} (the groups of each partition of the bin, in log order).
-    A Python RDD rather than a DataFrame: its job starts ~0.2 s sooner, with no query to analyse
-    and compile, and its few rows need no columnar transfer. `progress`: the round's progress
+    A Python RDD rather than a DataFrame: its job starts sooner, with no query to analyse and
+    compile, and its few rows need no columnar transfer. `progress`: the round's progress
     directory (runtime/task_progress.py)."""
     compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
 

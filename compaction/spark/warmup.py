@@ -1,8 +1,8 @@
 """Python-worker warm-up: imports and compiled kernels loaded before the first real task.
 
 A Python worker's first task pays for importing pyarrow, numba and this package and for loading
-every compiled kernel from numba's on-disk cache: 1-3 s per worker on an idle 2-core box, far
-more under load, paid by the first partition of every worker. The job therefore starts its Spark
+every compiled kernel from numba's on-disk cache: seconds per worker (bench/startup.py prints
+the warm-up), more under load, paid by the first partition of every worker. The job therefore starts its Spark
 session and runs one tiny task per executor core (`warm_executors`) while the driver is still
 discovering and planning; Spark keeps the warmed workers for the real stages
 (`spark.python.worker.reuse`, on by default). The tiny task is a real round: it compacts a

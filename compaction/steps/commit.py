@@ -12,7 +12,8 @@ started on a dir we left half-way recovers it with its own `LogLoader` rules
 Each step fsyncs the directory before the next one starts. The job runs step 4
 (`remove_replaced`) after it has advanced the checkpoint, as Kafka deletes replaced segments
 asynchronously (`file.delete.delay.ms` later): the cleaned data is durable and live after step 3,
-and unlinking large files is slow on some filesystems (~14 ms per 64 MiB with ext4's `discard`).
+and unlinking large files is slow on some filesystems (ext4 mounted with `discard` trims every
+freed extent).
 Before step 1 we also write a small intent file naming the old and new segments. Kafka's own
 recovery can only infer the replaced range from the `.swap` segment's next offset, which misses
 old segments past the last batch the cleaner kept (docs/kafka-rules.md#swap-protocol); with the

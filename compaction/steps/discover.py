@@ -289,7 +289,7 @@ def log_end_offset(storage: Storage, seg: SegmentFiles, index_data: bytes | None
             start = int(valid[-1][1])
     tail = storage.read_small(seg.log.path, start, seg.log.size - start)
     # A tail past the last index entry is a few KB: walked in Python, the driver loads no kernel
-    # for it (the first call of a compiled kernel costs the planning ~1 s); a long one (no index)
+    # for it (the first call of a compiled kernel loads it, longer than the walk); a long one (no index)
     # goes to the kernel.
     walk = scan_batches_py if len(tail) <= PY_WALK_MAX_BYTES else scan_batches
     cols = walk(np.frombuffer(tail, dtype=np.uint8))

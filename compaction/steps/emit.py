@@ -45,8 +45,8 @@ def emit_segment(
     out: Output,
 ) -> None:
     """Write the batches of one segment in log order (`Runs`), SLICE_BYTES of the source at a
-    time: every v2 rebuild of a slice re-encoded by one kernel call (format/rebuild.py), every
-    kept legacy message by another (format/upconvert.py); a run of consecutive batches built
+    time: every v2 rebuild of a slice re-encoded by one kernel call (kernels/rebuild.py), every
+    kept legacy message by another (kernels/upconvert.py); a run of consecutive batches built
     whole in one buffer goes out as one chunk."""
     runs = Runs(out, memoryview(scan.file))
     for lo, hi in itertools.pairwise(slices(scan.batches.position, SLICE_BYTES)):
@@ -329,7 +329,7 @@ def _rebuild(
 ) -> bytes:
     """`MemoryRecordsBuilder` over the retained records via `build_batch`
     (docs/kafka-rules.md#writing-retained-batches) for the rare v2 batch whose header keys are not valid UTF-8
-    (see format/rebuild.py); every other v2 batch goes through `_rebuild_v2`, legacy wrappers through
+    (see kernels/rebuild.py); every other v2 batch goes through `_rebuild_v2`, legacy wrappers through
     `_rebuild_wrappers`."""
     b = scan.batches
     pos, size = int(b.position[i]), int(b.size[i])

@@ -16,7 +16,8 @@ Three steps, no Spark here:
     typed errors naming file, byte and offset), the rows kept as masks over the record columns,
     the columns gathered into Arrow buffers (no Python object per record). With `compacted`, the
     latest record of each key, built with the job's offset map (`keymap.KeyTable` over the records
-    `keep.map_masks` maps: no control record, no aborted one), tombstoned keys left out.
+    `keep.map_masks` maps: no control record, no aborted one, none of a transaction open at the
+    end), tombstoned keys left out.
 
 Rows are in log order within a segment; the compacted state is emitted newest segment first.
 """
@@ -147,7 +148,8 @@ class ReadOptions:
     ending_ts: int | None = None
     include_headers: bool = False
     compacted: bool = False
-    read_committed: bool = False  # kafka.isolation.level=read_committed: aborted records left out
+    # kafka.isolation.level=read_committed: aborted records left out, rows end at the LSO
+    read_committed: bool = False
     include_control: bool = False  # control records (transaction markers) as rows
     # The compacted state as of a time (epoch ms) or per-partition offsets: `policy/cut.py`.
     as_of_time: int | None = None
@@ -260,6 +262,9 @@ class Split:
     ts_hi: int | None = None
     as_of_time: int | None = None  # the compacted state's cut (policy/cut.py)
     as_of_offset: int | None = None
+    # The partition's segments after `segments`: their headers alone are read, for the
+    # transactions open at the log end (a marker past the rows read still ends one).
+    tail: tuple[SegmentRef, ...] = ()
 
     @property
     def size(self) -> int:
@@ -344,6 +349,15 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
             ]
         if not chosen:
             continue
+        if opts.read_committed and not opts.compacted:
+            # A read_committed consumer reads up to the last stable offset: the first offset of the
+            # earliest transaction still open at the log end (Kafka's LSO), nothing at or past it.
+            lso = min(open_transactions(storage, refs).values(), default=None)
+            if lso is not None:
+                hi = min(hi, lso)
+                chosen = [i for i in chosen if refs[i].base_offset < hi]
+                if lo >= hi or not chosen:
+                    continue
         aborted = ()
         if opts.compacted or opts.read_committed:
             aborted = tuple(
@@ -367,7 +381,7 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
         )
         chosen_refs = [refs[i] for i in chosen]
         if opts.compacted:
-            splits.append(replace(base, segments=tuple(chosen_refs)))
+            splits.append(replace(base, segments=tuple(chosen_refs), tail=tuple(refs[chosen[-1] + 1 :])))
         else:
             splits.extend(replace(base, segments=group) for group in _group_small(chosen_refs))
     return splits
@@ -481,19 +495,20 @@ class _Header(NamedTuple):
     records_count: int
 
 
-def _headers_in_order(split: Split) -> Iterator[_Header]:
-    """The partition's batch headers in log order, read segment by segment as asked for."""
-    for ref in split.segments:
+def _headers_in_order(storage: Storage, refs, txn_only: bool = False) -> Iterator[_Header]:
+    """A partition's batch headers in log order, read segment by segment as asked for; with
+    `txn_only` only its transactional and control batches (all that open and end transactions)."""
+    for ref in refs:
         data = (
-            read_segment_bytes(split.storage, ref.path, "mmap")
-            if split.storage.is_local
-            else np.frombuffer(split.storage.read_bytes(ref.path), dtype=np.uint8)
+            read_segment_bytes(storage, ref.path, "mmap")
+            if storage.is_local
+            else np.frombuffer(storage.read_bytes(ref.path), dtype=np.uint8)
         )
         b = scan_batches(data)
         v2 = b.magic == MAGIC_V2
         attrs = b.attributes.astype(np.int64)
         txn, ctl = v2 & (attrs & TRANSACTIONAL_MASK != 0), v2 & (attrs & CONTROL_MASK != 0)
-        for i in range(len(b)):
+        for i in np.flatnonzero(txn | ctl) if txn_only else range(len(b)):
             yield _Header(
                 int(b.base_offset[i]),
                 int(b.last_offset[i]),
@@ -505,12 +520,23 @@ def _headers_in_order(split: Split) -> Iterator[_Header]:
             )
 
 
+def open_transactions(storage: Storage, refs) -> dict[int, int]:
+    """{producer id: first offset of its transaction open at the log end}: transactional data
+    with no later COMMIT/ABORT marker of its producer (`policy/cut.py` over the whole log)."""
+    return cut_log(_headers_in_order(storage, refs, txn_only=True)).open_transactions
+
+
 def _cut(split: Split) -> tuple[int, dict[int, int]]:
     """(end offset, {producer id: first offset of its transaction open there}) of the state's
     cut: the log as a broker held it as of the time or offset (`policy/cut.py`), or its end."""
     if split.as_of_time is None and split.as_of_offset is None:
-        return 2**63 - 1, {}
-    cut = cut_log(_headers_in_order(split), split.as_of_time, split.as_of_offset, split.offset_lo)
+        return 2**63 - 1, open_transactions(split.storage, split.segments + split.tail)
+    cut = cut_log(
+        _headers_in_order(split.storage, split.segments),
+        split.as_of_time,
+        split.as_of_offset,
+        split.offset_lo,
+    )
     return (cut.end_offset if cut.ended_by is not None else 2**63 - 1), cut.open_transactions
 
 

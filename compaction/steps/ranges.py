@@ -260,7 +260,7 @@ def _prefix(data, offs, part, out, new_offs):
 
 def _flat(keys: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
     """The binary arrays' bytes end to end, and the offsets of the keys in them (read from the
-    arrays' buffers: a cast would import pyarrow.compute, ~0.08 s of a task)."""
+    arrays' buffers: a cast would import pyarrow.compute in every task)."""
     datas, offsets, at = [], [np.zeros(1, np.int64)], 0
     for k in keys:
         width = np.int64 if pa.types.is_large_binary(k.type) else np.int32
@@ -275,10 +275,10 @@ def _flat(keys: list[pa.Array]) -> tuple[np.ndarray, np.ndarray]:
 
 
 # Buckets of up to this many rows are merged in one table over the rows' own bytes (slots, key
-# bytes and offsets stay in the CPU cache: ~45 ns a row on the bench VM); bigger ones in a
-# `KeyTable`, whose radix-partitioned probe costs more per row but does not wait for memory at
-# every row (100M keys, ~2.3M rows a bucket: with the plain table for every bucket the tasks'
-# merge phases summed 59 s against 21 s, `bench/keys.py --keys 100000000`).
+# bytes and offsets stay in the CPU cache); bigger ones in a `KeyTable`, whose radix-partitioned
+# probe costs more per row but does not wait for memory at every row (100M keys, ~2.3M rows a
+# bucket: the plain table for every bucket would make the merge phases several times longer;
+# bench/keys.py, BENCHMARKS.md).
 CACHED_MERGE_ROWS = 1 << 19
 # A slot of the merge's table: the top bits of the key's hash above a row number + 1 (0: empty).
 _TAG = np.uint64(40)

@@ -113,7 +113,7 @@ class ScanCache:
     A segment read from a local disk into task memory is kept without its bytes (`reread`): the
     rewrite reads it again (`needs_read`, then `take(..., data)`), which on a local disk costs
     less than holding every segment of the partition in fresh memory at once (the first task of
-    each worker paid ~0.7 GB of page faults for it, bench/e2e.py); its decompressed records
+    each worker paid a first touch of all of it, bench/fresh_memory.py); its decompressed records
     and columns stay. Memory-mapped segments and those of object stores are kept whole.
 
     Bounded: a scan is kept only while the kept scans' own memory (decompressed `side` buffers,
@@ -233,7 +233,7 @@ def read_ahead(
     return ReadAhead(read, todo)
 
 
-# A segment below this says too little of its neighbours to size the map from it.
+# Segments below this in all say too little of the others to project the map's size from them.
 PROJECT_MIN_BYTES = 1 << 20
 
 
@@ -260,16 +260,19 @@ def scan_partition(
     pmap = Unmapped() if unmapped else PartitionMap(size // 256)
     todo = [(spec, seg) for spec in specs for seg in spec.segments][::-1]
     headers = []
+    scanned = 0
     with read_ahead(specs, todo, indexes=True) as ahead:
         for i, (spec, seg) in enumerate(todo):
             scan = read_segment(spec, seg, ahead.get(i), pmap.hashes_keys, epochs=epochs)
             task_progress.count(done=seg.size)
             headers.append(producer_batches(scan.batches))
             ids = pmap.add(spec, seg, scan)
-            if i == 0 and not unmapped and seg.size >= PROJECT_MIN_BYTES:
-                # The newest segment's keys at the same rate in every segment: an upper bound of the
-                # key count for most logs, and one growth of the map instead of a doubling per fill.
-                pmap.table.reserve(len(pmap.table) * size // seg.size)
+            scanned += seg.size
+            if not unmapped and scanned >= PROJECT_MIN_BYTES:
+                # The keys so far at the same rate in the segments to come: an upper bound of the
+                # key count for most logs, tighter as segments whose keys repeat are added. The
+                # map grows there in one step if it fills, instead of doubling per fill.
+                pmap.table.expect(len(pmap.table) * size // scanned)
             if keep_ids:
                 pmap.keep_ids(spec, seg, ids)
             if cache is not None:

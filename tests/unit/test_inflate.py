@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import cramjam
+import lz4.frame
 import numpy as np
 import pytest
 import zstandard
@@ -29,6 +31,8 @@ from compaction.format.compression import (
     compress,
     decompress,
     inflate,
+    inflate_bound,
+    inflate_into,
 )
 from compaction.kernels.scan import scan_segment
 
@@ -137,6 +141,97 @@ def test_zstd_bound_covers_what_frames_regenerate(frames, repeat):
     bound = compression._zstd_bound(memoryview(payload))
     assert bound is not None and bound >= len(out)
     assert decompress(CODEC_ZSTD, payload, limit=max(len(out), 1)) == out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.binary(max_size=3000),
+    st.integers(1, 400),
+    st.sampled_from(
+        [
+            lz4.frame.BLOCKSIZE_MAX64KB,
+            lz4.frame.BLOCKSIZE_MAX256KB,
+            lz4.frame.BLOCKSIZE_MAX1MB,
+            lz4.frame.BLOCKSIZE_MAX4MB,
+        ]
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_lz4_bound_covers_what_a_frame_regenerates(
+    data, repeat, block_size, linked, size, block_sum, content_sum
+):
+    """The block-header walk's bound is at least the output, for frames of any block size, with
+    or without content size and checksums; the frame decompressed into a buffer of that size is
+    the data."""
+    data *= repeat
+    frame = lz4.frame.compress(
+        data,
+        block_size=block_size,
+        block_linked=linked,
+        store_size=size,
+        block_checksum=block_sum,
+        content_checksum=content_sum,
+    )
+    bound = inflate_bound(CODEC_LZ4, frame)
+    # liblz4 marks a frame of one block independent whatever it was asked for
+    if not frame[4] & compression.LZ4_FLG_BLOCK_INDEPENDENT:
+        # Kafka's reader refuses dependent blocks (liblz4 reads them): no bound, refused
+        assert bound is None
+        with pytest.raises(CorruptRecordError, match="Dependent block"):
+            inflate_into(CODEC_LZ4, frame, np.zeros(len(data) + 1, np.uint8))
+        return
+    assert bound is not None and bound >= len(data)
+    out = np.zeros(bound, np.uint8)
+    assert out[: inflate_into(CODEC_LZ4, frame, out)].tobytes() == data == decompress(CODEC_LZ4, frame)
+
+
+def test_a_bound_is_declared_only_by_framing_that_ends_exactly_at_the_end():
+    data = b"record bytes " * 5000
+    lz4_frame, zstd_frame = compress(CODEC_LZ4, data), compress(CODEC_ZSTD, data)
+    assert inflate_bound(CODEC_LZ4, lz4_frame) == 64 << 10  # one compressed 64 KiB block
+    assert inflate_bound(CODEC_SNAPPY, compress(CODEC_SNAPPY, data)) == len(data)  # declared exactly
+    for codec, payload in [
+        (CODEC_LZ4, lz4_frame + lz4_frame),  # Kafka's reader stops after the first frame
+        (CODEC_LZ4, lz4_frame + b"x"),
+        (CODEC_LZ4, lz4_frame[:-1]),
+        (CODEC_ZSTD, zstd_frame + b"x"),
+        (CODEC_ZSTD, zstd_frame[:-1]),
+        (CODEC_GZIP, compress(CODEC_GZIP, data)),  # deflate declares nothing
+        (CODEC_SNAPPY, bytes(cramjam.snappy.compress_raw(data))),  # a bare raw block
+    ]:
+        assert inflate_bound(codec, payload) is None, CODEC_NAMES[codec]
+    assert inflate_bound(CODEC_LZ4, compress(CODEC_LZ4, data, magic=0), magic=0) is None
+
+
+@pytest.mark.parametrize("codec", [CODEC_ZSTD, CODEC_LZ4, CODEC_SNAPPY], ids=lambda c: CODEC_NAMES[c])
+def test_inflating_into_a_buffer_is_exact_and_never_writes_past_it(codec):
+    data = bytes(range(256)) * 3000 + b"tail"
+    payload = compress(codec, data)
+    bound = inflate_bound(codec, payload)
+    out = np.full(bound + 16, 7, np.uint8)
+    assert out[: inflate_into(codec, payload, out[:bound])].tobytes() == data
+    assert (out[bound:] == 7).all()
+    short = np.full(len(data), 7, np.uint8)
+    with pytest.raises(CorruptRecordError, match="past the 768003 bytes their framing declares") as err:
+        inflate_into(codec, payload, short[:-1], path="t-0/x.log", position=61)
+    assert (err.value.path, err.value.position) == ("t-0/x.log", 61)
+    assert short[-1] == 7
+    with pytest.raises(CorruptRecordError):  # cut short
+        inflate_into(codec, payload[:-5], out)
+
+
+@pytest.mark.parametrize("codec", [CODEC_ZSTD, CODEC_LZ4, CODEC_SNAPPY], ids=lambda c: CODEC_NAMES[c])
+def test_a_bomb_inflated_into_a_buffer_stops_at_the_limit(codec):
+    """A bomb whose framing declares more than the buffer: refused by `inflate` at the limit, typed."""
+    bomb = BOMBS[codec](64 * MiB)
+    assert inflate_bound(codec, bomb) >= 64 * MiB
+    with pytest.raises(InflateLimitError):
+        inflate_into(codec, bomb, np.empty(MiB, np.uint8), limit=8 * MiB)
+    with pytest.raises(CorruptRecordError, match="past the"):
+        inflate_into(codec, bomb, np.empty(MiB, np.uint8), limit=64 * MiB)
 
 
 def test_the_size_check_comes_before_inflating(monkeypatch):

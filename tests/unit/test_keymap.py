@@ -160,22 +160,20 @@ def test_growth_keeps_ids_and_latest(monkeypatch, expected_keys, region_keys, gr
     _check(table, outs, calls)
 
 
-@pytest.mark.parametrize("reserve", [0, 5_000, 20_000, 100_000])
-def test_reserve_between_segments_keeps_ids_and_latest(reserve):
-    # The scan sizes the map from its first segment (`reserve`) once it has keys in it: the
-    # ids given before stay valid, later segments find the keys, and a big enough reserve means
-    # no further growth.
+def _segments_of_20k_keys() -> list:
+    """Five calls of 4,000 records over 20,000 distinct keys (of varied lengths)."""
     n = 20_000
     keys = [b"k%d" % (i * 7919 % n) + b"y" * (i % 23) for i in range(n)]
-    calls = [
+    return [
         (keys[i : i + 4000], [1] * 4000, [i % 3 != 0] * 4000, list(range(i, i + 4000)))
         for i in range(0, n, 4000)
     ]
-    table, outs = _run(calls[:1], [[0] * 4000])
-    table.reserve(reserve)
-    assert table.cap * table.regions >= reserve and table.n_slots >= 2 * table.cap
-    sized = (table.cap, table.n_slots, table.arena_cap)
-    for keys_, usable, dirty, offsets in calls[1:]:
+
+
+def _assign_each(table: KeyTable, calls, outs: list) -> list[int]:
+    """`calls` assigned one after the other (keys in the segment buffer); the table's `cap` after each."""
+    caps = []
+    for keys_, usable, dirty, offsets in calls:
         file, side, split, pos, lens = _layout(keys_, [0] * len(keys_))
         outs.append(
             table.assign(
@@ -189,8 +187,43 @@ def test_reserve_between_segments_keeps_ids_and_latest(reserve):
                 np.array(offsets, np.int64),
             ).tolist()
         )
-    assert ((table.cap, table.n_slots, table.arena_cap) == sized) == (reserve >= n)
+        caps.append(table.cap)
+    return caps
+
+
+@pytest.mark.parametrize("reserve", [0, 5_000, 20_000, 100_000])
+def test_reserve_between_segments_keeps_ids_and_latest(reserve):
+    # A map sized (`reserve`) once it has keys in it: the ids given before stay valid, later
+    # segments find the keys, and a big enough reserve means no further growth.
+    calls = _segments_of_20k_keys()
+    table, outs = _run(calls[:1], [[0] * 4000])
+    table.reserve(reserve)
+    assert table.cap * table.regions >= reserve and table.n_slots >= 2 * table.cap
+    sized = (table.cap, table.n_slots, table.arena_cap)
+    _assign_each(table, calls[1:], outs)
+    assert ((table.cap, table.n_slots, table.arena_cap) == sized) == (reserve >= 20_000)
     _check(table, outs, calls)
+
+
+@pytest.mark.parametrize("expected", [0, 30_000])
+def test_an_expected_size_is_reached_in_one_growth_and_costs_nothing_while_there_is_room(expected):
+    # The scan projects the key count after each segment (`expect`): a table that fills grows
+    # there at once, not by doublings; a projection the keys never reach allocates nothing.
+    calls = _segments_of_20k_keys()
+    table, outs = _run(calls[:1], [[0] * 4000])
+    table.expect(expected)
+    first = (table.cap, table.n_slots, table.arena_cap)
+    caps = _assign_each(table, calls[1:], outs)
+    assert table.cap > first[0]  # 4,000 keys' room, filled
+    grown = sorted(set(caps) - {first[0]})
+    if expected:
+        assert grown == [table.cap] and table.cap * table.regions >= expected
+    else:
+        assert len(grown) > 1  # doubled more than once
+    _check(table, outs, calls)
+    roomy, _ = _run(calls[:1], [[0] * 4000])
+    roomy.expect(10**7)
+    assert (roomy.cap, roomy.n_slots) == first[:2] and roomy.slots.size == first[1] * roomy.regions
 
 
 _key = st.one_of(st.none(), st.binary(max_size=6))

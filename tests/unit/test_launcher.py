@@ -143,7 +143,7 @@ def test_on_a_host_without_the_kernels_cache_the_daemon_leaves_them_to_the_worke
 
 
 def test_the_launcher_imports_neither_pyspark_nor_numba():
-    # It runs before every round, in front of two JVM starts: numba alone cost it 0.2 s.
+    # It runs before every round, in front of two JVM starts: importing numba would add to each.
     code = (
         "import sys; from compaction.cli import launcher, options, preflight, class_archive; "
         "print(sorted(m for m in ('numba', 'pyspark') if m in sys.modules))"

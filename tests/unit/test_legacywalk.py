@@ -1,4 +1,4 @@
-"""format/legacywalk.py and the legacy part of scan_segment: the compiled walk of v0/v1 messages
+"""kernels/legacywalk.py and the legacy part of scan_segment: the compiled walk of v0/v1 messages
 against its plain-Python reference and against `legacy.LegacyBatch` (the reader Kafka's rules were
 written down in), golden bytes, typed errors in file order, and the compiled checksums."""
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from e2ekit import decode_log_dir as kafka_python
 from e2ekit import segment_logs, state_offsets_as_of
+from open_txn import last_stable_offset, open_offsets, open_txn_log_dir
 
 from compaction.errors import CrcMismatchError, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
@@ -140,6 +141,37 @@ def test_compacted_as_of_an_offset(log_dir):
     }
     assert got == state_offsets_as_of(m, cut)
     assert got != state_offsets_as_of(m, m.log_end_offset)
+
+
+@pytest.fixture(scope="module")
+def open_txn_dir(tmp_path_factory):
+    """One partition whose log ends inside transactions (committed and aborted ones before)."""
+    root = str(tmp_path_factory.mktemp("open-txn"))
+    return (root, *open_txn_log_dir(root))
+
+
+def test_read_committed_stops_at_the_last_stable_offset(open_txn_dir):
+    """A read_committed consumer reads up to the LSO: no record of a transaction open at the log
+    end, nor any record after its first offset; aborted ones before it left out."""
+    root, m, cut = open_txn_dir
+    lso = last_stable_offset(m, cut)
+    got = sorted(r["offset"] for r in rows(root, **{"kafka.isolation.level": "read_committed"}))
+    assert got == [o for o in range(lso) if not m.is_control[o] and m.txn[o] != TXN_ABORTED]
+    everything = {r["offset"] for r in rows(root)}
+    assert open_offsets(m, cut) <= everything and max(everything) >= lso
+    ending = f'{{"orders":{{"0":{lso - 5}}}}}'
+    capped = rows(root, endingOffsets=ending, **{"kafka.isolation.level": "read_committed"})
+    assert sorted(r["offset"] for r in capped) == [o for o in got if o < lso - 5]
+
+
+def test_compacted_leaves_transactions_open_at_the_end_out(open_txn_dir):
+    """The state as of the log end holds committed records only: an open transaction's records
+    are not in it (the key keeps its latest committed record), records after it are."""
+    root, m, cut = open_txn_dir
+    got = {r["key"]: r["offset"] for r in rows(root, compacted="true")}
+    assert got == state_offsets_as_of(m, cut)
+    assert not set(got.values()) & open_offsets(m, cut)
+    assert max(got.values()) > last_stable_offset(m, cut)
 
 
 def test_starting_and_ending_timestamps_are_offsets_for_times(log_dir):

@@ -242,17 +242,34 @@ def test_chunked_crc_and_walk_equal_one_walk_and_keys_hash_in_passing(log, chunk
 @given(
     st.lists(batches_st(codecs=(0, 1, 2, 3, 4)), min_size=1, max_size=6).map(b"".join),
     st.sampled_from([1, 64, 200, 1 << 20]),
+    st.sampled_from([0, 1, scan_paths.SIDE_FIRST_RATIO]),
 )
-def test_compressed_batches_are_walked_and_hashed_chunk_by_chunk(log, chunk):
-    """The decompressed records are walked ~CHUNK_BYTES at a time as they are copied into the side
-    buffer: the same records as one scan does, in batch order with the plain batches' ones, and
-    their keys hashed in passing."""
+def test_compressed_batches_are_walked_and_hashed_chunk_by_chunk(log, chunk, first_ratio):
+    """The decompressed records are walked ~CHUNK_BYTES at a time as they are written into the
+    side buffer, which grows when it is first made too small for them (`first_ratio`): the same
+    records as one scan does, in batch order with the plain batches' ones, and their keys hashed
+    in passing."""
     buf = u8(log)
     whole = scan_segment(buf, "packed.log")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(scan_paths, "CHUNK_BYTES", chunk)
+        mp.setattr(scan_paths, "SIDE_FIRST_RATIO", first_ratio)
         s = scan_segment(buf, "packed.log", hash_keys=True)
     assert_records_equal(s.records, whole.records)
+    assert seg_decode(s) == kp_decode(log)
+    assert_keys_hashed(s)
+
+
+@pytest.mark.parametrize("first_ratio", [0, 1])
+def test_a_side_buffer_made_too_small_grows_keeping_what_it_holds(monkeypatch, first_ratio):
+    """Batches of every codec decompressed straight into a side buffer first made smaller than
+    they declare (lz4: a 64 KiB block each): it grows, and the records decoded before are intact."""
+    log = b"".join(
+        kp_batch(i * 10, [(j, 1, b"k%d" % j, b"v%d" % i * 20, []) for j in range(5)], codec)
+        for i, codec in enumerate([3, 4, 3, 1, 2, 4])
+    )
+    monkeypatch.setattr(scan_paths, "SIDE_FIRST_RATIO", first_ratio)
+    s = scan_segment(u8(log), "p.log", hash_keys=True)
     assert seg_decode(s) == kp_decode(log)
     assert_keys_hashed(s)
 

@@ -1,4 +1,4 @@
-"""format/upconvert.py (kept v0/v1 messages re-encoded as v2 batches by one kernel call) against
+"""kernels/upconvert.py (kept v0/v1 messages re-encoded as v2 batches by one kernel call) against
 `build_batch` and kafka-python, and the rewrite of legacy segments (messages decided vectorised,
 wrappers batch by batch) against Kafka's rules applied message by message."""
 
