@@ -1,5 +1,5 @@
 """An erasing pass beside a plain compaction round on the same partition, in this process (no
-Spark): the whole-partition task (spark_stages.compact_partition) three ways,
+Spark): the whole-partition task (stages.compact_partition) three ways,
 
 * plain: the round's compaction (non-active segments, the active one read for producer state);
 * erase + compaction: the same, `--erase-keys` with `--keys-listed` keys, the active segment

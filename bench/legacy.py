@@ -39,7 +39,7 @@ def cpu() -> float:
 
 
 def run(spec: GroupSpec) -> tuple[float, float, float, dict]:
-    """(scan CPU-s, scan + map CPU-s, rewrite CPU-s, the rewrite's stats row): `scan_segment` of
+    """(scan CPU-s, scan + map CPU-s, rewrite CPU-s, the rewrite's result): `scan_segment` of
     every segment alone, then the whole-partition task's two phases as `compact_partition` runs
     them (`scan_partition` keeping the scans in a ScanCache, `rewrite_unit` from it)."""
     t = cpu()
@@ -75,8 +75,8 @@ def main() -> int:
             f"scan alone {scan_s:.2f} s ({scan_s / gib:.1f} CPU-s/GiB); task: scan + map {map_s:.2f} s "
             f"({map_s / gib:.1f}), "
             f"rewrite {rewrite_s:.2f} s ({rewrite_s / gib:.1f}); wall {wall:.2f} s; "
-            f"{row['records_written']:,}/{row['records_read']:,} records, "
-            f"{row['bytes_written'] / (1 << 20):,.1f} MiB written, {len(out)} file(s)"
+            f"{row.records_written:,}/{row.records_read:,} records, "
+            f"{row.bytes_written / (1 << 20):,.1f} MiB written, {len(out)} file(s)"
         )
         for f in args.part.glob("*" + CLEANED):
             f.unlink()

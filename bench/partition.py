@@ -1,4 +1,4 @@
-"""CPU and wall of one whole-partition task (spark_stages.compact_partition) in this process, no
+"""CPU and wall of one whole-partition task (stages.compact_partition) in this process, no
 Spark: the unit of work of the job's one Spark stage, measured without its scheduling.
 
     .venv/bin/python bench/partition.py [--records 947755] [--keys 250000] [--codec none]

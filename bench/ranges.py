@@ -41,7 +41,9 @@ from compaction.runtime.storage import Storage  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
 from compaction.settings import Settings  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
-from compaction.steps.range_task import STATS_ROW, RangePlan, run_task  # noqa: E402
+from compaction.steps.range_task import run_task  # noqa: E402
+from compaction.steps.results import STATS_ROW, as_rows  # noqa: E402
+from compaction.steps.schedule import RangePlan  # noqa: E402
 
 
 def _task(args) -> tuple[float, dict, int]:
@@ -49,11 +51,11 @@ def _task(args) -> tuple[float, dict, int]:
     prepare_worker(WORKER)
     started, faults = time.perf_counter(), _minor_faults()
     with _profiled(profile / f"task-{t}.prof" if profile else None):
-        rows = run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes)
-    errors = [r["error"] for r in rows if r.get("error")]
+        out = as_rows(run_task(t, plan, Exchange(Storage.local(), root), WORKER.scan_reuse_max_bytes))
+    errors = [r["error"] for r in out if r.get("error")]
     if errors:
         raise SystemExit(errors[0])
-    stats = next(r for r in rows if r["group_id"] == STATS_ROW)
+    stats = next(r for r in out if r["group_id"] == STATS_ROW)
     return time.perf_counter() - started, stats, _minor_faults() - faults
 
 

@@ -5,7 +5,7 @@
 
 Defaults mirror one partition of bench/e2e.py (1 GB / 4 partitions: ~260 MB of .log, ~31% of the
 records kept). The log dir is generated once under bench/out/rewrite/<params> and reused. The
-offset map is computed the way spark_stages would (scan_group rows -> max dirty offset per key),
+offset map is computed the way a whole-partition task would (scan_group rows -> max dirty offset per key),
 outside the timed part. Every non-active segment forms one output group (segment.bytes 1 GB), as
 in the e2e run. Prints MB read per second of rewrite_unit on one core (one Python thread), and
 the peak RSS growth of the process during the rewrite.
@@ -129,8 +129,8 @@ def main() -> int:
         wall, cpu = time.perf_counter() - t, time.process_time() - cpu
         print(
             f"rewrite_unit: {wall:.2f} s wall, {cpu:.2f} s cpu -> {size / 1e6 / wall:.0f} MB/s wall, "
-            f"{size / 1e6 / cpu:.0f} MB/s per cpu-second; wrote {res['bytes_written'] / 1e6:.1f} MB, "
-            f"{res['records_written']:,}/{res['records_read']:,} records; load avg {load:.1f}"
+            f"{size / 1e6 / cpu:.0f} MB/s per cpu-second; wrote {res.bytes_written / 1e6:.1f} MB, "
+            f"{res.records_written:,}/{res.records_read:,} records; load avg {load:.1f}"
         )
         if prof:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)

@@ -29,7 +29,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from compaction.errors import UsageError
 
@@ -67,8 +67,10 @@ MAX_INFLATED_BATCH_BYTES = 1 << 30
 PART_CHUNK_BYTES = 32 << 20
 # How a task reads its source segments and writes its cleaned ones (`--read-mode`, `--write-mode`;
 # runtime/segment_io.py).
-READ_MODES = ("buffered", "direct", "mmap")
-WRITE_MODES = ("direct", "buffered")
+ReadMode = Literal["buffered", "direct", "mmap"]
+WriteMode = Literal["direct", "buffered"]
+READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
+WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
 # With `--read-mode direct`, smaller segments are mapped: one syscall, nothing to flush.
 DIRECT_MIN_BYTES = 8 << 20
 # Segments a task keeps in the page cache from scan to rewrite (`--read-mode buffered`).

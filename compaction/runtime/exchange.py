@@ -74,7 +74,7 @@ HEARTBEAT_SECONDS = 1.0
 
 
 class Block(NamedTuple):
-    """One unit of the exchange. `range_id`: the range's id (`steps/range_task.py` `RangePlan`);
+    """One unit of the exchange. `range_id`: the range's id (`steps/schedule.py` `RangePlan`);
     `kind`: what it holds (`steps/ranges.py` SUMMARY, IDS, ...); `bucket`: the merge bucket of a
     SUMMARY block, else -1; `seq` orders a range's blocks of one kind (segment index for IDS,
     first id for LATEST); `data`: the block's bytes (an Arrow buffer as `to_block` makes it,

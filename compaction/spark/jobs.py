@@ -19,16 +19,9 @@ from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
 from compaction.steps import report as rpt
 from compaction.steps.outcome import task_rows
-from compaction.steps.plan_round import (
-    Planned,
-    cut_into_ranges,
-    partition_bytes,
-    plan_one,
-    selected,
-    set_specs,
-    task_count,
-)
-from compaction.steps.range_task import MERGE, PART, REWRITE, RangePlan, finish
+from compaction.steps.plan_round import Planned, plan_one, selected, set_specs
+from compaction.steps.range_task import MERGE, PIECE, REWRITE, finish
+from compaction.steps.schedule import RangePlan, cut_into_ranges, pack, partition_bytes, task_count
 
 log = logging.getLogger("compaction")
 
@@ -57,7 +50,11 @@ def scan_and_rewrite(
         starter.settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri
     )
     work = 2 * sum(seg.size for p in todo for s in p.specs for seg in s.segments)
-    with channel, progress.watch(sc, sum(map(partition_bytes, todo)), len(todo), channel, work), watch:
+    with (
+        channel,
+        progress.watch(sc, sum(partition_bytes(p.specs) for p in todo), len(todo), channel, work),
+        watch,
+    ):
         try:
             results, replan = run_stages(sc, todo, opts, starter.settings, timings, channel.uri)
             if replan:
@@ -101,7 +98,7 @@ def _replan_open_transactions(
 
 
 def _cut(sc, todo: list[Planned], settings: Settings) -> list[bool]:
-    sizes = [partition_bytes(p) for p in todo]
+    sizes = [partition_bytes(p.specs) for p in todo]
     return cut_into_ranges(
         sizes, [len(p.specs) for p in todo], sc.defaultParallelism, settings.partition_task_max_bytes
     )
@@ -150,18 +147,18 @@ def _run_partition_tasks(
     settings: Settings,
     progress: str | None = None,
 ):
-    """Partitions compacted whole in their task (spark_stages.compact_partition), packed by bytes
+    """Partitions compacted whole in their task (`stages.compact_partition`), packed by bytes
     into at most `tasks_per_core` tasks per core, biggest first (a task's fixed cost - Python
     worker, imports, Spark scheduling - is paid per task, not per partition; see `task_count`)."""
     from compaction.spark import stages as st  # pyspark: see _run_ranges
 
-    sizes = [partition_bytes(p) for p in todo]
-    bins = st.pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
+    sizes = [partition_bytes(p.specs) for p in todo]
+    bins = pack(sizes, task_count(sum(sizes), sc.defaultParallelism, opts.tasks_per_core))
     sc.setJobGroup("partitions", "scan, offset map, producer state and rewrite, whole partitions per task")
-    parts = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
+    by_bin = sc.broadcast({b: [todo[i].specs for i in ids] for b, ids in enumerate(bins)})
     holds = [[todo[i].result.name for i in ids] for ids in bins]
     return task_rows(
-        collected(st.fused(sc, len(bins), parts, settings.worker, progress), holds), todo, timings
+        collected(st.fused(sc, len(bins), by_bin, settings.worker, progress), holds), todo, timings
     )
 
 
@@ -190,7 +187,7 @@ def _run_ranges(
         settings.exchange_dir, sc.master.startswith("local"), todo[0].log_dir.uri, settings.peer_wait_seconds
     ) as ex:
         names = [p.result.name for p in todo]
-        holds = [sorted({names[plan.ranges[r][1]] for r in rids}) for rids in plan.tasks]
+        holds = [sorted({names[plan.ranges[r].partition] for r in rids}) for rids in plan.tasks]
         rows = collected(st.ranged(sc, bplan, ex, settings.worker, progress), holds)
 
         def run(kind: str, items: list) -> list[dict]:
@@ -206,7 +203,7 @@ def _run_ranges(
             sc.setJobGroup("ranges", f"ranges left undone: {kind}, {len(items)} tasks")
             held = {
                 MERGE: lambda k: names,
-                PART: lambda r: [names[plan.ranges[r][1]]],
+                PIECE: lambda r: [names[plan.ranges[r].partition]],
                 REWRITE: lambda i: [names[i[1]]],
             }
             return collected(

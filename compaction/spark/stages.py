@@ -6,7 +6,8 @@
   left undone when one of them stopped early, as stages that wait for nothing.
 
 Errors inside a task never fail the Spark job: they come back as rows with `error`, so one
-damaged partition cannot stop the others.
+damaged partition cannot stop the others. The tasks' typed records (compaction/steps/results.py)
+become Spark rows here, and only here.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ from compaction.errors import PARTITION_ERRORS, error_text
 from compaction.runtime import task_progress
 from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
-from compaction.steps import ranges
+from compaction.steps import results
 from compaction.steps.group import GroupSpec
+from compaction.steps.pipeline import compact_whole
 from compaction.steps.range_task import configure, resume, run_task
-from compaction.steps.rewrite import rewrite_unit
-from compaction.steps.scan import ScanCache, check_partition_epochs, scan_partition
-from compaction.steps.validate import checked_alongside
 
 RESULT_FIELDS = (
     ("group_id", T.IntegerType()),
@@ -80,11 +79,8 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        prepare_worker(worker)
-        configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress, _task_name()):
-            for t in task_ids:
-                yield from map(typed, run_task(t, plan.value, ex, worker.scan_reuse_max_bytes))
+        reuse = worker.scan_reuse_max_bytes
+        return _ranges_rows(task_ids, lambda t: run_task(t, plan.value, ex, reuse), worker, progress)
 
     return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
 
@@ -101,22 +97,30 @@ def resumed(
     """What the ranges stage left undone, of one `kind` (`range_task.finish`): one task per item,
     as an RDD of result rows."""
 
-    def run(part: Iterator) -> Iterator[dict]:
-        prepare_worker(worker)
-        configure(worker.part_chunk_bytes)
-        with task_progress.reporting(progress, _task_name()):
-            for item in part:
-                yield from map(typed, resume(kind, item, plan.value, ex, worker.scan_reuse_max_bytes))
+    def run(task_items: Iterator) -> Iterator[dict]:
+        reuse = worker.scan_reuse_max_bytes
+        return _ranges_rows(
+            task_items, lambda item: resume(kind, item, plan.value, ex, reuse), worker, progress
+        )
 
     return sc.parallelize(items, max(1, len(items))).mapPartitions(run)
 
 
+def _ranges_rows(items: Iterator, task, worker: WorkerSettings, progress: str | None) -> Iterator[dict]:
+    """The rows of `task(item)` for each of a Spark task's `items`, in a worker set up for `worker`
+    and for the ranges stage."""
+    prepare_worker(worker)
+    configure(worker.part_chunk_bytes)
+    with task_progress.reporting(progress, _task_name()):
+        for item in items:
+            yield from map(typed, results.as_rows(task(item)))
+
+
 # --- one task per partition ----------------------------------------------------------------
 #
-# A partition that is not cut into ranges is compacted whole in one task: scan its groups, build
-# its offset map in the task (exact key bytes, `KeyTable`), derive producer state from its batch
-# headers, then rewrite its groups in log order. It is the one-range case of compaction/steps/ranges.py
-# with nothing to exchange: no block leaves the task. Decisions are the same either way.
+# A partition that is not cut into ranges is compacted whole in one task
+# (compaction/steps/pipeline.py `compact_whole`). It is the one-range case of the ranges stage with
+# nothing to exchange: no block leaves the task. Decisions are the same either way.
 
 FUSED_FIELDS = (
     *RESULT_FIELDS,  # cpu_seconds: of the whole partition
@@ -128,30 +132,15 @@ FUSED_FIELDS = (
 
 def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_reuse_max_bytes) -> list[dict]:
     """The round for one partition (`specs`: all its groups, log order) in this process, keeping
-    up to `scan_reuse_bytes` of its scans for the rewrite.
+    up to `scan_reuse_bytes` of its scans for the rewrite (`compact_whole`), as Spark rows.
 
     Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
-    transaction below the planned bound: nothing was written, the driver plans again)."""
-    import dataclasses
-
-    started, cpu = time.monotonic(), time.process_time()
-    cache = ScanCache(scan_reuse_bytes) if scan_reuse_bytes > 0 else None
-    epochs: list = []  # leader-epoch runs per segment: checked before anything is written
-    # The index checks the driver leaves to the task that reads the partition anyway; their
-    # error, like the scan's, becomes the partition's rows in `fused`.
-    pmap, producers = checked_alongside(
-        specs[0].storage, specs[0].part_path, lambda: scan_partition(specs, cache, epochs=epochs)
-    )
-    check_partition_epochs(specs, epochs)
-    state = ranges.producer_state(producers)
-    scanned = time.monotonic()
-    if state.first_unstable is not None and state.first_unstable < specs[0].upper_bound:
-        return [{"group_id": s.group_id, "first_unstable": state.first_unstable} for s in specs]
-    specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
-    mapped = time.monotonic()
-    rows = rewrite_unit(specs, pmap, cache)
-    cpu = time.process_time() - cpu
-    rows[0].update(scan_seconds=scanned - started, map_seconds=mapped - scanned, cpu_seconds=cpu)
+    transaction below the planned bound: nothing was written, the driver plans again); the task's
+    timings on the first group's row."""
+    found, timings = compact_whole(specs, scan_reuse_bytes)
+    rows = results.as_rows(found)
+    if timings is not None:
+        rows[0].update(timings.row())
     return rows
 
 
@@ -190,22 +179,10 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
                     try:
                         rows = _profiled(compact, specs, worker.profile_dir)
                     except PARTITION_ERRORS as exc:  # anything else fails the job: a bug (errors.py)
-                        rows = [{"group_id": s.group_id, "error": error_text(exc)} for s in specs]
+                        rows = results.as_rows(results.failed((s.group_id for s in specs), error_text(exc)))
                     yield from map(typed, rows)
 
     return sc.parallelize(range(bins), max(1, bins)).mapPartitions(run)
-
-
-def pack(sizes: list[int], bins: int) -> list[list[int]]:
-    """Indexes of `sizes` in at most `bins` bins, biggest first into the least loaded bin (LPT);
-    bins ordered by load, heaviest first, so the longest tasks start first."""
-    load = [0] * max(1, min(bins, len(sizes)))
-    out: list[list[int]] = [[] for _ in load]
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        j = load.index(min(load))
-        out[j].append(i)
-        load[j] += sizes[i]
-    return [out[j] for j in sorted(range(len(out)), key=lambda j: -load[j]) if out[j]]
 
 
 _PY_KINDS = {T.IntegerType: int, T.StringType: str, T.LongType: int, T.DoubleType: float}
@@ -223,7 +200,6 @@ __all__ = [
     "GroupSpec",
     "compact_partition",
     "fused",
-    "pack",
     "ranged",
     "resumed",
     "task_slots",

@@ -32,7 +32,8 @@ from compaction.runtime.worker import prepare_worker
 from compaction.settings import WorkerSettings
 from compaction.spark.stages import compact_partition
 from compaction.steps.group import GroupSpec, SourceSegment
-from compaction.steps.range_task import RangePlan, run_task
+from compaction.steps.range_task import run_task
+from compaction.steps.schedule import RangePlan
 
 _NOW_MS = 1_700_000_000_000
 
@@ -121,9 +122,9 @@ def _warm_ranges(spec) -> None:
     """The tiny partition as one range through a ranges task: its kernels loaded too."""
     root = os.path.join(os.path.dirname(spec.part_path), "exchange")
     os.mkdir(root)
-    rows = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
-    if rows[0].get("error"):
-        raise RuntimeError(rows[0]["error"])
+    found = run_task(0, RangePlan.cut([[spec]], 1), Exchange(Storage.local(), root), 1 << 20)
+    if getattr(found[0], "error", None):
+        raise RuntimeError(found[0].error)
 
 
 _warmed = False  # this process (or the daemon it was forked from) has run the tiny round

@@ -195,8 +195,8 @@ class ErasingMap:
     def erased_in(self, group_id: int) -> int:
         return self.stats.get(group_id, EraseStats()).records
 
-    def row_fields(self, group_id: int) -> dict:
-        """The erase counts of a group's result row."""
+    def erase_counts(self, group_id: int) -> dict[str, int]:
+        """The erase counts of a group's result (`GroupResult` fields)."""
         st = self.stats.get(group_id, EraseStats())
         return {"erased_records": st.records, "erased_bytes": st.bytes}
 

@@ -9,7 +9,7 @@ from compaction.format import naming
 from compaction.format.txnindex import AbortedTxn
 from compaction.policy.txn_state import LastRecord
 from compaction.runtime.storage import Storage
-from compaction.settings import MAX_INFLATED_BATCH_BYTES
+from compaction.settings import MAX_INFLATED_BATCH_BYTES, ReadMode, WriteMode
 
 CLEANED = ".cleaned"
 
@@ -50,8 +50,8 @@ class GroupSpec:
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
     # --max-inflated-batch-bytes: a batch whose records inflate past it fails the partition
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES
-    read_mode: str = "buffered"  # settings.READ_MODES: how source segments are read (--read-mode)
-    write_mode: str = "direct"  # settings.WRITE_MODES: how cleaned segments are written (--write-mode)
+    read_mode: ReadMode = "buffered"  # how source segments are read (--read-mode)
+    write_mode: WriteMode = "direct"  # how cleaned segments are written (--write-mode)
     dry_run: bool = False  # --dry-run: everything decided and sized as in a round, nothing written
     leader_epoch_checkpoint: str | None = None  # its path, when the partition dir holds one
     # --erase-keys: the listed keys (erase.EraseSet, shared by every spec: pickled once a job).

@@ -1,8 +1,9 @@
 """What the rewrite tasks' rows say about each partition: failed, or its sizes and erase counts
 for the report (`rpt.PartitionResult`), and a dry run's verdict.
 
-A task's row (compaction/spark/stages.py `FUSED_FIELDS`) is one group's rewrite: its bytes and
-records read and written, its seconds, or the `error` that failed it.
+A task's row (compaction/spark/stages.py `FUSED_FIELDS`, made of a `results.GroupResult`) is one
+group's rewrite: its bytes and records read and written, its seconds, or the `error` that failed
+it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from compaction.steps import report as rpt
 from compaction.steps.erase import key_count, unpack_bits
-from compaction.steps.range_task import STATS_ROW
+from compaction.steps.results import STATS_ROW
 
 if TYPE_CHECKING:
     from compaction.steps.plan_round import Planned

@@ -1,5 +1,5 @@
 """Planning a round: each partition's state read from its listing, its plan (compaction/policy/plan.py),
-its groups as `GroupSpec`s, and how the partitions are cut into Spark tasks.
+and its groups as `GroupSpec`s (how they are laid over Spark tasks: compaction/steps/schedule.py).
 
 A partition is planned from its listing and reads no more of its files than the plan's rules
 look at (`partition_state`); the rules themselves are all in compaction/policy/plan.py.
@@ -301,7 +301,7 @@ def _check_and_rebuild_indexes(p: Planned, opts: JobOptions, config: TopicConfig
     missing = [seg for seg in part.segments if seg.index is None]
     if opts.dry_run or missing:
         # A real round checks the index files in the task that reads the partition anyway
-        # (spark_stages.compact_partition; the driver for partitions on the Spark map path):
+        # (`pipeline.checked_scan`; the driver for partitions on the Spark map path):
         # 10,000 partitions' indexes are not read one by one here. A dry run reports
         # damage without tasks; a missing index is rebuilt only in a partition found sound.
         if opts.dry_run:  # how the segments fit together, as far as their first batches show
@@ -366,36 +366,3 @@ def to_clean(
             p.result.status = rpt.ELIGIBLE  # not skipped: a round would take it
             p.result.reason = f"{what} (plan only)" if opts.plan_only else f"{what} (recover only)"
     return todo
-
-
-# --- cutting the round into Spark tasks --------------------------------------------------------
-
-# A partition of one group below this is compacted whole even when it is more than a core's share
-# of the round: the ranges stage's exchange costs more than the second core saves.
-RANGES_MIN_BYTES = 128 << 20
-
-MIN_SPLIT_TASK_BYTES = 1 << 30  # below this per task, more tasks than cores cost more than they balance
-
-
-def partition_bytes(p: Planned) -> int:
-    return sum(seg.size for s in p.specs for seg in (*s.segments, *s.tail_segments))
-
-
-def cut_into_ranges(sizes: list[int], groups: list[int], cores: int, limit: int) -> list[bool]:
-    """Per partition: cut into ranges (compaction/steps/range_task.py) or compacted whole. Cut when it
-    holds more than `limit` bytes, or more than a core's share of the round (one big partition
-    alone would leave the other cores idle) and either several groups or RANGES_MIN_BYTES."""
-    share = sum(sizes) / max(1, cores)
-    return [
-        size > limit or (size > share and (n > 1 or size >= RANGES_MIN_BYTES))
-        for size, n in zip(sizes, groups)
-    ]
-
-
-def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
-    """Whole-partition tasks for `total_bytes` of partitions: `tasks_per_core` per core, so that
-    Spark can even out partitions whose cost their bytes misjudge (codecs), but never more than
-    one per core unless each holds MIN_SPLIT_TASK_BYTES: between two tasks on a core Spark spends
-    ~0.2-0.3 s (result, scheduling, the worker's task set-up), what a core compacts ~150 MB in."""
-    wanted = max(1, cores) * max(1, tasks_per_core)
-    return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))

@@ -28,9 +28,9 @@ Block layout: an Arrow IPC stream of one record batch (`exchange.to_block` / `fr
     PRODUCERS the columns of `scan.producer_batches`
     EPOCHS    the leader-epoch runs of the range's segments (`log_structure.epoch_columns`), for
               the check across the partition (`scan.check_partition_epochs`)
-    PART      position, size, last_offset, max_timestamp int64 per batch of a
-              range's cleaned bytes (`part-<range>.log`), made by the task that holds the range
-              for the task that rewrites its group (`rewrite.rewrite_part`)
+    PIECE     position, size, last_offset, max_timestamp int64 per batch of a
+              range's cleaned bytes (`piece-<range>.log`), made by the task that holds the range
+              for the task that rewrites its group (`rewrite.rewrite_piece`)
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from compaction.runtime.exchange import Block, from_block, to_block
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.scan import scan_partition
 
-SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PART = range(7)
+SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PIECE = range(7)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
 # never means holding a range's whole key set.
 BLOCK_ROWS = 1 << 20
@@ -101,19 +101,19 @@ class Held(NamedTuple):
 
 
 def scan_range(
-    rid: int, spec: GroupSpec, part: int, cache=None, buckets: int = FINE_BUCKETS
+    rid: int, spec: GroupSpec, partition: int, cache=None, buckets: int = FINE_BUCKETS
 ) -> tuple[Held, list[Block]]:
     """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
     `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
-    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS. `part`
-    numbers the range's partition in the round: keys of different partitions never merge."""
+    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS.
+    `partition` numbers the range's partition in the round: keys of different partitions never merge."""
     epochs: list = []
     pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
     arena, starts, stops, latest = table.export()
     del pmap, table  # the key bytes live on in `arena` until the summaries are built
-    blocks = list(_summaries(rid, part, arena, starts, stops, latest, buckets))
+    blocks = list(_summaries(rid, partition, arena, starts, stops, latest, buckets))
     blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
     headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
     if headers is not None and headers.num_rows:
@@ -133,7 +133,7 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
+def _summaries(rid: int, partition: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
     bucket = bucket_of(data, starts, stops, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
@@ -153,7 +153,7 @@ def _summaries(rid: int, part: int, data, starts, stops, latest, buckets: int) -
                     key=keys.slice(at, to - at),
                     latest=key_latest[at:to],
                     id=ids[at:to],
-                    part=np.full(to - at, part, np.int32),
+                    part=np.full(to - at, partition, np.int32),
                 ),
             )
 

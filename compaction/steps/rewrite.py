@@ -21,7 +21,7 @@ import posixpath
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,16 +53,31 @@ from compaction.steps.emit import emit_segment
 from compaction.steps.erase import ERASED, ErasingMap
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.steps.offset_map import OffsetMap
+from compaction.steps.results import GroupResult
 from compaction.steps.scan import ScanCache, read_ahead, read_segment
 from compaction.steps.writer import Output
 
 
 @dataclass
-class _Stats:
+class RewriteStats:
+    """What the rewrite of a group (or of a piece of one) read."""
+
     bytes_read: int = 0
     records_read: int = 0
     batches_read: int = 0
     invalid_records: int = 0
+
+
+@dataclass(frozen=True)
+class PieceSpec:
+    """A cut group rewritten from one of its ranges: its segments `lo` to `hi` are cleaned here,
+    the others are pieces other tasks cleaned (`rewrite_piece`), added to the group's output by
+    `before(out, stats)` (the earlier ones) and `after(out, stats)` (the later ones)."""
+
+    lo: int
+    hi: int
+    before: Callable[[Output, RewriteStats], None]
+    after: Callable[[Output, RewriteStats], None]
 
 
 def _control_type(scan: SegmentScan, first: int, last: int) -> int | None:
@@ -77,7 +92,7 @@ def _clean_segment(
     offset_map: OffsetMap,
     txn: CleanedTransactionMetadata,
     out: Output,
-    stats: _Stats,
+    stats: RewriteStats,
     scan: SegmentScan | None = None,
     data: np.ndarray | None = None,
 ) -> None:
@@ -142,7 +157,12 @@ def _clean_segment(
 
 
 def _erase_segment(
-    spec: GroupSpec, seg: SourceSegment, scan: SegmentScan, found: np.ndarray, out: Output, stats: _Stats
+    spec: GroupSpec,
+    seg: SourceSegment,
+    scan: SegmentScan,
+    found: np.ndarray,
+    out: Output,
+    stats: RewriteStats,
 ) -> None:
     """An erasing-only group's segment: only the records of listed keys go (`decide_erase_only`).
     A batch left empty stays, as an empty batch, where Kafka's rules keep one: the last data batch
@@ -197,7 +217,7 @@ def _decide_one(
     kind: np.ndarray,
     kept: np.ndarray,
     horizon: np.ndarray,
-    stats: _Stats,
+    stats: RewriteStats,
 ) -> None:
     """The per-batch path (transactional, control and legacy batches), in log order: the
     transaction state moves here. Fills kind/kept/horizon[i]; overrides `keep` for the records of
@@ -302,16 +322,14 @@ def rewrite_unit(
     specs: list[GroupSpec],
     offset_map: OffsetMap,
     cache: ScanCache | None = None,
-    parts: dict[int, tuple[int, int, Callable[[Output, _Stats], None], Callable[[Output, _Stats], None]]]
-    | None = None,
-) -> list[dict]:
-    """Clean the groups of one unit in log order; one stats dict per group. `offset_map` answers
+    pieces: dict[int, PieceSpec] | None = None,
+) -> list[GroupResult]:
+    """Clean the groups of one unit in log order; one result per group. `offset_map` answers
     map.get(key) per record (see `OffsetMap`). Segments whose scan `cache` holds (from
     `scan_partition` in the same task) are not walked again; the segment bytes it did not keep
-    are read again, one segment ahead. `parts` {group id: (lo, hi, before, after)}: a group whose
-    segments lo to hi are cleaned here, and the others by other tasks (`rewrite_part`): the
-    earlier ones added by `before(out, stats)`, the later ones by `after(out, stats)`."""
-    parts = parts or {}
+    are read again, one segment ahead. `pieces` {group id: its `PieceSpec`}: the cut groups
+    rewritten here from one of their ranges."""
+    pieces = pieces or {}
     txn = CleanedTransactionMetadata()
     if specs:
         txn.add_aborted(specs[0].aborted_txns)
@@ -319,8 +337,8 @@ def rewrite_unit(
         offset_map = ErasingMap(offset_map, specs[0].erase, specs[0].topic)
     results = []
     own = {
-        spec.group_id: spec.segments[slice(*parts[spec.group_id][:2])]
-        if spec.group_id in parts
+        spec.group_id: spec.segments[pieces[spec.group_id].lo : pieces[spec.group_id].hi]
+        if spec.group_id in pieces
         else spec.segments
         for spec in specs
     }
@@ -330,12 +348,13 @@ def rewrite_unit(
     with _segment_inputs(specs, todo, cache) as inputs, _disk_full(specs) as writing, durability.deferred():
         for spec in specs:
             started = time.monotonic()
-            out, stats, entries = Output(), _Stats(), []
+            out, stats, entries = Output(), RewriteStats(), []
             writing.out = out
             txn.set_cleaned_index(entries)
-            if spec.group_id in parts:
+            piece = pieces.get(spec.group_id)
+            if piece is not None:
                 out.open(spec)
-                parts[spec.group_id][2](out, stats)
+                piece.before(out, stats)
             for seg in own[spec.group_id]:
                 scan, data = next(inputs)
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
@@ -343,8 +362,8 @@ def rewrite_unit(
                 if spec.erase_only:
                     entries.extend(_erase_only_txn_entries(spec, seg))
                 del scan, data
-            if spec.group_id in parts:
-                parts[spec.group_id][3](out, stats)
+            if piece is not None:
+                piece.after(out, stats)
             unchanged = spec.erase_only and not offset_map.erased_in(spec.group_id)
             if not unchanged:
                 _write_cleaned(spec, out, entries, writing)
@@ -353,33 +372,33 @@ def rewrite_unit(
                 out.open(spec, discard=True)
                 out.writer.close()
             results.append(
-                {
-                    **(offset_map.row_fields(spec.group_id) if spec.erase is not None else {}),
-                    "unchanged": int(unchanged),
-                    "group_id": spec.group_id,
-                    "bytes_read": stats.bytes_read,
-                    "bytes_written": out.size,
-                    "records_read": stats.records_read,
-                    "records_written": out.records,
-                    "batches_read": stats.batches_read,
-                    "batches_written": out.batches,
-                    "invalid_records": stats.invalid_records,
-                    "seconds": time.monotonic() - started,
-                }
+                GroupResult(
+                    spec.group_id,
+                    bytes_read=stats.bytes_read,
+                    bytes_written=out.size,
+                    records_read=stats.records_read,
+                    records_written=out.records,
+                    batches_read=stats.batches_read,
+                    batches_written=out.batches,
+                    invalid_records=stats.invalid_records,
+                    seconds=time.monotonic() - started,
+                    unchanged=int(unchanged),
+                    **(offset_map.erase_counts(spec.group_id) if spec.erase is not None else {}),
+                )
             )
     if isinstance(offset_map, ErasingMap) and results:
-        results[0]["erase_found"] = offset_map.found_bits()
+        results[0] = replace(results[0], erase_found=offset_map.found_bits())
     return results
 
 
-def rewrite_part(
+def rewrite_piece(
     spec: GroupSpec, offset_map: OffsetMap, writer, cache: ScanCache | None = None
-) -> tuple[Output, _Stats]:
+) -> tuple[Output, RewriteStats]:
     """The segments of `spec` (a stretch of a group that another task rewrites, of a partition
     without transactions: no transaction state crosses into it) cleaned into `writer` exactly as
     `rewrite_unit` would clean them in the group; the output's columns (positions from the part's
-    start) and the stats, for that task's `rewrite_unit(parts=...)`."""
-    out, stats = Output(writer=writer), _Stats()
+    start) and the stats, for that task's `rewrite_unit(pieces=...)`."""
+    out, stats = Output(writer=writer), RewriteStats()
     txn = CleanedTransactionMetadata()
     txn.set_cleaned_index([])
     with (

@@ -1,4 +1,4 @@
-"""The dealing of the merge's buckets among the ranges stage's tasks (compaction/steps/deal.py):
+"""The dealing of the merge's buckets among the ranges stage's tasks (compaction/steps/schedule.py):
 the estimates it rests on, and that every bucket is merged exactly once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction.steps.deal import RangeStats, deal, key_universe, rewrite_seconds
+from compaction.steps.schedule import RangeStats, deal, key_universe, rewrite_seconds
 
 GIB = 1 << 30
 

@@ -200,11 +200,11 @@ def test_erase_only_keeps_the_batches_producer_state_and_the_log_end_need(tmp_pa
     erase = build_erase_set([(None, b"x"), (None, b"q"), (None, b"x")])
     specs = _erasing(log, log.segments, erase, {7: LastRecord(2, 0)})
     rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
-    assert [r["unchanged"] for r in rows] == [0, 1, 0]
-    assert [r["erased_records"] for r in rows] == [2, 0, 2]
-    assert [r["erased_bytes"] for r in rows] == [2 + 2, 0, 2 + 1]
+    assert [r.unchanged for r in rows] == [0, 1, 0]
+    assert [r.erased_records for r in rows] == [2, 0, 2]
+    assert [r.erased_bytes for r in rows] == [2 + 2, 0, 2 + 1]
     listed = key_count(erase, specs[0].topic)
-    assert listed == 2 and unpack_bits(rows[0]["erase_found"], listed).tolist() == [True, False]
+    assert listed == 2 and unpack_bits(rows[0].erase_found, listed).tolist() == [True, False]
     first = batches_of(log.read(0, ".cleaned"))
     assert [
         (h.base_offset, h.last_offset, h.records_count, h.producer_id, h.base_sequence) for h, _, _ in first
@@ -238,7 +238,7 @@ def test_a_listed_key_equal_to_a_markers_key_leaves_the_marker(tmp_path):
     erase = build_erase_set([(None, b"x"), (None, commit_key), (None, abort_key)])
     specs = _erasing(log, log.segments, erase, {7: LastRecord(1, 0)})
     rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
-    assert [r["erased_records"] for r in rows] == [2, 0]  # x and the data record keyed like a marker
+    assert [r.erased_records for r in rows] == [2, 0]  # x and the data record keyed like a marker
     controls = [
         (h.base_offset, recs[0].key)
         for h, recs, _ in batches_of(log.read(0, ".cleaned"))
@@ -344,8 +344,8 @@ def test_erase_only_rewrite_matches_the_reference(segments_in, listed):
         rows = rewrite_unit(specs, KeyLookup(pa.array([], pa.binary()), np.empty(0, np.int64)))
         for spec, row, want, batches in zip(specs, rows, _expected(segments, listed), segments, strict=True):
             base = spec.new_base
-            assert row["unchanged"] == (not os.path.exists(log.file(base, ".log", ".cleaned")))
-            data = log.read(base) if row["unchanged"] else log.read(base, ".cleaned")
+            assert row.unchanged == (not os.path.exists(log.file(base, ".log", ".cleaned")))
+            data = log.read(base) if row.unchanged else log.read(base, ".cleaned")
             got = [
                 (
                     h.base_offset,

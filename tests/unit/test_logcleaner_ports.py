@@ -17,7 +17,7 @@ for every ABORT marker that ends an open transaction.
 `KafkaLog.clean(now, ...)` is `Cleaner.doClean(LogToClean(log, firstDirty, upperBound), now)` on
 our code, without Spark: the groups come from `grouping.group_segments_by_size`, the legacy horizon
 from `plan.legacy_delete_horizon_ms`, the aborted transactions from the `.txnindex` files, the
-offset map is the one `spark_stages.offset_map` computes (max dirty offset per key of
+offset map is the one a whole-partition task computes (max dirty offset per key of
 `scan_group`'s rows), producer state comes from `ranges.producer_state` and the units are cut as
 the job's tasks cut them,
 the groups are rewritten by `rewrite_unit` and swapped in with `commit_partition`. As in the job,

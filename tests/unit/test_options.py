@@ -89,7 +89,7 @@ def test_report_entries_equal_asdict_and_do_not_share_lists():
     ],
 )
 def test_whole_partition_tasks_split_beyond_one_per_core_only_above_a_gib_each(total, cores, per_core, tasks):
-    from compaction.steps.plan_round import task_count
+    from compaction.steps.schedule import task_count
 
     assert task_count(total, cores, per_core) == tasks
 

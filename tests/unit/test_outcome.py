@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from compaction.steps import report as rpt
 from compaction.steps.outcome import dry_outcome, outcome, record_sizes, task_rows
 from compaction.steps.plan_round import Planned
-from compaction.steps.range_task import STATS_ROW
+from compaction.steps.results import STATS_ROW
 
 
 def _planned(group_ids, segments_per_group=2, compacting=True) -> Planned:

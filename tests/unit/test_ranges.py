@@ -24,7 +24,9 @@ from compaction.runtime.storage import Storage
 from compaction.spark.stages import compact_partition
 from compaction.steps import range_task, ranges
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
-from compaction.steps.range_task import STATS_ROW, RangePlan, finish, resume, run_task
+from compaction.steps.range_task import finish, resume, run_task
+from compaction.steps.results import STATS_ROW, as_rows
+from compaction.steps.schedule import RangePlan
 
 
 def cleaned(part: Path) -> dict[str, bytes]:
@@ -50,8 +52,8 @@ def in_ranges(
     ex = Exchange(Storage.local(), str(where), peer_wait=peer_wait)
     with ThreadPoolExecutor(len(plan.tasks)) as pool:
         outs = list(pool.map(lambda t: run_task(t, plan, ex, reuse), range(len(plan.tasks))))
-    run = lambda kind, items: [r for item in items for r in resume(kind, item, plan, ex, reuse)]  # noqa: E731
-    rows = finish(plan, ex, [r for out in outs for r in out], run)
+    run = lambda kind, items: as_rows(r for item in items for r in resume(kind, item, plan, ex, reuse))  # noqa: E731
+    rows = finish(plan, ex, as_rows(r for out in outs for r in out), run)
     return sorted((r for r in rows if r["group_id"] != STATS_ROW), key=lambda r: r["group_id"])
 
 
@@ -126,7 +128,7 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
     # by the tasks that hold them; no range's ids are handed over (no task stopped early).
     names = [p.name for p in (tmp_path / "exchange").iterdir()]
     cut = any(len(rids) > 1 for _, rids in plan.groups.values())
-    assert any(n.startswith("part-") for n in names) == (cut and "transactions" not in case)
+    assert any(n.startswith("piece-") for n in names) == (cut and "transactions" not in case)
     assert not any(n.startswith("ids-") for n in names) or "transactions" in case
 
 
@@ -196,7 +198,7 @@ def test_tasks_run_one_after_another_leave_the_rest_to_finish(tmp_path, case, n_
     ex = Exchange(Storage.local(), str(tmp_path / "exchange"), peer_wait=0.3)
     (tmp_path / "exchange").mkdir()
     started = time.monotonic()
-    outs = [r for t in range(tasks) for r in run_task(t, plan, ex, 1 << 30)]
+    outs = as_rows(r for t in range(tasks) for r in run_task(t, plan, ex, 1 << 30))
     assert time.monotonic() - started < 10  # each gave up after peer_wait, not a day
     names = {p.name for p in (tmp_path / "exchange").iterdir()}
     assert {f"gone-{t}" for t in range(tasks)} <= names  # every task stopped early: none had all its peers
@@ -204,11 +206,11 @@ def test_tasks_run_one_after_another_leave_the_rest_to_finish(tmp_path, case, n_
 
     def run(kind, items):
         kinds.append((kind, len(items)))
-        return [r for item in items for r in resume(kind, item, plan, ex, 1 << 30)]
+        return as_rows(r for item in items for r in resume(kind, item, plan, ex, 1 << 30))
 
     rows = finish(plan, ex, outs, run)
     cut = any(len(rids) > 1 for _, rids in plan.groups.values()) and "transactions" not in case
-    assert [k for k, n in kinds if n] == (["merge", "part", "rewrite"] if cut else ["merge", "rewrite"])
+    assert [k for k, n in kinds if n] == (["merge", "piece", "rewrite"] if cut else ["merge", "rewrite"])
     _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
 
 
@@ -216,7 +218,7 @@ class _Killed(BaseException):
     """An attempt that dies where it stands (its process killed): nothing of it returns."""
 
 
-@pytest.mark.parametrize("phase", ["_merge", "_write_part", "_rewrite"])
+@pytest.mark.parametrize("phase", ["_merge", "_write_piece", "_rewrite"])
 @pytest.mark.parametrize("n_groups, tasks", SHAPES)
 def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(
     tmp_path, monkeypatch, phase, n_groups, tasks
@@ -250,7 +252,7 @@ def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(
             return run_task(t, plan, ex, 1 << 30)
 
     with ThreadPoolExecutor(tasks) as pool:
-        outs = [r for out in pool.map(attempt, range(tasks)) for r in out]
+        outs = as_rows(r for out in pool.map(attempt, range(tasks)) for r in out)
     left = []
     rows = finish(plan, ex, outs, lambda kind, items: left.extend(items) or [])
     assert not left, f"the peers gave up on the retried task: {left}"
@@ -258,11 +260,11 @@ def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(
     _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
 
 
-def test_a_rewriter_that_gives_up_on_a_part_leaves_the_group_to_a_follow_up(tmp_path, monkeypatch):
+def test_a_rewriter_that_gives_up_on_a_piece_leaves_the_group_to_a_follow_up(tmp_path, monkeypatch):
     """One group cut between two tasks: the task holding the smaller range dies while it cleans
-    its part, and its retry comes later than the rewriter will wait. The rewriter gives up in the
-    middle of the group, leaving its own range's ids in the exchange; the retry cleans the part;
-    `finish` rewrites the group from those ids and the part: the bytes of one task."""
+    its piece, and its retry comes later than the rewriter will wait. The rewriter gives up in the
+    middle of the group, leaving its own range's ids in the exchange; the retry cleans the piece;
+    `finish` rewrites the group from those ids and the piece: the bytes of one task."""
     part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
     one = _whole(part)
     specs = specs_for(part, 1)
@@ -271,7 +273,7 @@ def test_a_rewriter_that_gives_up_on_a_part_leaves_the_group_to_a_follow_up(tmp_
     victim = 1 - rewriter
     ex = Exchange(Storage.local(), str(tmp_path / "exchange"), peer_wait=0.5)
     (tmp_path / "exchange").mkdir()
-    real, died = range_task._write_part, []
+    real, died = range_task._write_piece, []
 
     def dies_once(*args):
         if threading.current_thread().name == "victim" and not died:
@@ -279,7 +281,7 @@ def test_a_rewriter_that_gives_up_on_a_part_leaves_the_group_to_a_follow_up(tmp_
             raise _Killed
         return real(*args)
 
-    monkeypatch.setattr(range_task, "_write_part", dies_once)
+    monkeypatch.setattr(range_task, "_write_piece", dies_once)
 
     def attempt(t):
         threading.current_thread().name = "victim" if t == victim else "rewriter"
@@ -291,34 +293,34 @@ def test_a_rewriter_that_gives_up_on_a_part_leaves_the_group_to_a_follow_up(tmp_
             return run_task(t, plan, ex, 1 << 30)
 
     with ThreadPoolExecutor(2) as pool:
-        outs = [r for out in pool.map(attempt, range(2)) for r in out]
+        outs = as_rows(r for out in pool.map(attempt, range(2)) for r in out)
     assert [p.name for p in (tmp_path / "exchange").glob("ids-*")] == [f"ids-{plan.tasks[rewriter][0]}"]
     kinds = []
 
     def run(kind, items):
         kinds.append((kind, len(items)))
-        return [r for item in items for r in resume(kind, item, plan, ex, 1 << 30)]
+        return as_rows(r for item in items for r in resume(kind, item, plan, ex, 1 << 30))
 
     rows = finish(plan, ex, outs, run)
-    assert [k for k, n in kinds if n] == ["rewrite"]  # the merges and the part were done in the stage
+    assert [k for k, n in kinds if n] == ["rewrite"]  # the merges and the piece were done in the stage
     _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
 
 
-def test_a_part_that_fails_fails_its_group_in_the_rewriter(tmp_path, monkeypatch):
+def test_a_piece_that_fails_fails_its_group_in_the_rewriter(tmp_path, monkeypatch):
     """One group cut between two tasks: the task holding the smaller range fails to clean it into
-    its part. The rewriter must report that error for the group, not write the group without the
-    part's records."""
+    its piece. The rewriter must report that error for the group, not write the group without the
+    piece's records."""
     part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
     specs = specs_for(part, 1)
 
     def fails(*args, **kw):
-        raise OSError("the part's disk went away")
+        raise OSError("the piece's disk went away")
 
-    monkeypatch.setattr(range_task, "rewrite_part", fails)
+    monkeypatch.setattr(range_task, "rewrite_piece", fails)
     rows = in_ranges(specs, 2, tmp_path / "exchange")
     assert [r["group_id"] for r in rows] == [specs[0].group_id]
-    assert "the part's disk went away" in (rows[0].get("error") or ""), rows
-    assert any(p.name.startswith("part-") for p in (tmp_path / "exchange").iterdir())  # the part path ran
+    assert "the piece's disk went away" in (rows[0].get("error") or ""), rows
+    assert any(p.name.startswith("piece-") for p in (tmp_path / "exchange").iterdir())  # the piece path ran
 
 
 def test_a_merge_that_fails_fails_every_group_it_feeds(tmp_path, monkeypatch):
@@ -508,18 +510,18 @@ def test_plan_cuts_the_segments_into_equal_contiguous_shares():
         for n, k in enumerate((3, 1, 4))
     ]
     plan = RangePlan.cut([specs], 2)
-    scanned = [[s.base_offset for r in rids for s in plan.ranges[r][0].segments] for rids in plan.tasks]
+    scanned = [[s.base_offset for r in rids for s in plan.ranges[r].scan.segments] for rids in plan.tasks]
     assert scanned == [[0, 1, 2, 100], [200, 201, 202, 203]]
-    assert {g: rids for g, (_, rids) in plan.groups.items()} == {7: [0], 8: [1], 9: [2]}
+    assert {g: group.ranges for g, group in plan.groups.items()} == {7: [0], 8: [1], 9: [2]}
     assert plan.rewriter == {7: 0, 8: 0, 9: 1}
-    assert [plan.ranges[r][2] for r in range(3)] == [True, False, False]  # index checks with the first
-    assert plan.ranges[2][0].tail_segments == specs[2].tail_segments
+    assert [plan.ranges[r].validate for r in range(3)] == [True, False, False]  # index checks with the first
+    assert plan.ranges[2].scan.tail_segments == specs[2].tail_segments
     cut = RangePlan.cut([specs[:1]], 2)  # one group of three segments: two ranges, two tasks
-    assert [[s.base_offset for s in cut.ranges[r][0].segments] for r in sorted(cut.ranges)] == [[0], [1, 2]]
-    assert cut.groups[7][1] == [0, 1] and cut.rewriter == {7: 1} and cut.tasks == [[0], [1]]
-    # A tie goes to the later task, whose newer range keeps more: the earlier range is the part.
+    assert [[s.base_offset for s in cut.ranges[r].scan.segments] for r in sorted(cut.ranges)] == [[0], [1, 2]]
+    assert cut.groups[7].ranges == [0, 1] and cut.rewriter == {7: 1} and cut.tasks == [[0], [1]]
+    # A tie goes to the later task, whose newer range keeps more: the earlier range is the piece.
     tie = RangePlan.cut([[dataclasses.replace(specs[0], segments=specs[0].segments[:2])]], 2)
-    assert tie.groups[7][1] == [0, 1] and tie.rewriter == {7: 1}
+    assert tie.groups[7].ranges == [0, 1] and tie.rewriter == {7: 1}
 
 
 MiB = 1 << 20
@@ -537,7 +539,7 @@ MiB = 1 << 20
     ],
 )
 def test_which_partitions_are_cut_into_ranges(sizes, groups, expect):
-    from compaction.steps.plan_round import cut_into_ranges
+    from compaction.steps.schedule import cut_into_ranges
 
     assert cut_into_ranges(sizes, groups, 2, 1 << 30) == expect
 

@@ -32,6 +32,7 @@ from compaction.policy.txn_state import LastRecord
 from compaction.runtime.storage import Storage
 from compaction.steps.commit import Replacement, commit_partition
 from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.results import GroupResult
 from compaction.steps.rewrite import rewrite_unit
 from compaction.steps.scan import read_segment
 
@@ -152,7 +153,7 @@ def batches_of(data: bytes) -> list[tuple[fb.BatchHeader, list[fb.Record], bytes
 
 
 def offset_map(specs: list[GroupSpec]) -> dict[bytes, int]:
-    """What spark_stages.offset_map computes for one partition: max dirty offset per key, keys
+    """What a whole-partition task's offset map computes for one partition: max dirty offset per key, keys
     without a dirty record left out."""
     m: dict[bytes, int] = {}
     for s in specs:
@@ -163,7 +164,7 @@ def offset_map(specs: list[GroupSpec]) -> dict[bytes, int]:
     return m
 
 
-def clean(specs: list[GroupSpec], m: dict) -> list[dict]:
+def clean(specs: list[GroupSpec], m: dict) -> list[GroupResult]:
     keys = pa.array([_b(k) for k in m], pa.binary())
     latest = np.array(list(m.values()), dtype=np.int64)
     return rewrite_unit(specs, KeyLookup(keys, latest))
@@ -327,10 +328,10 @@ def test_rewrite_verbatim_copies_rebuilds_indexes_and_mtime(tmp_path):
     assert log.read(0) == b0 + b1 and log.read(3) == b2 + b3  # sources untouched
     assert not os.path.exists(log.file(3, ".log", ".cleaned"))  # one output per group, at its base
 
-    assert res["group_id"] == 0
-    assert (res["bytes_read"], res["bytes_written"]) == (s0.size + s1.size, len(data))
-    assert (res["records_read"], res["records_written"]) == (5, 4)
-    assert (res["batches_read"], res["batches_written"], res["invalid_records"]) == (4, 4, 0)
+    assert res.group_id == 0
+    assert (res.bytes_read, res.bytes_written) == (s0.size + s1.size, len(data))
+    assert (res.records_read, res.records_written) == (5, 4)
+    assert (res.batches_read, res.batches_written, res.invalid_records) == (4, 4, 0)
 
 
 def test_rewrite_delete_horizon(tmp_path):
@@ -401,7 +402,7 @@ def test_rewrite_aborted_data_dropped_and_abort_marker_kept_with_txn_index(tmp_p
     assert out[0][0].delete_horizon_ms is None  # markers are not "discardable" while their txn has data
     assert read_txn_index(open(log.file(0, ".txnindex", ".cleaned"), "rb").read()) == [aborted]
     # The aborted batch is dropped unread (DELETE): its record is not counted (CleanerStats.messagesRead).
-    assert res["records_read"] == 4 and res["records_written"] == 4
+    assert res.records_read == 4 and res.records_written == 4
 
 
 # --- LogCleanerTest / MemoryRecordsTest ports ------------------------------------------------------
@@ -421,7 +422,7 @@ def test_testCleanSegments(tmp_path):
     (res,) = clean([spec], {k: HUGE for k in removed})
     should_remain = [str(o).encode() for o in range(12) if o not in removed]
     assert keys_in_log(cleaned_batches(log, spec)) == should_remain
-    assert res["bytes_read"] == sum(s.size for s in group)
+    assert res.bytes_read == sum(s.size for s in group)
 
 
 def test_testCleanSegmentsRetainingLastEmptyBatch(tmp_path):
@@ -436,8 +437,8 @@ def test_testCleanSegmentsRetainingLastEmptyBatch(tmp_path):
     header, _records, raw = out[0]
     assert (header.last_offset, header.records_count, len(raw)) == (spec.upper_bound - 1, 0, 61)
     assert header.base_offset == 11 and header.max_timestamp == NOW - 10_000 + 11
-    assert res["bytes_read"] == sum(s.size for s in group)
-    assert (res["records_written"], res["bytes_written"]) == (0, 61)
+    assert res.bytes_read == sum(s.size for s in group)
+    assert (res.records_written, res.bytes_written) == (0, 61)
 
 
 def test_testCleaningWithDeletes(tmp_path):
@@ -501,7 +502,7 @@ def test_testCleaningWithUnkeyedMessages(tmp_path):
     assert all(r.key is not None for _, rs, _ in batches_of(data) for r in rs)
     assert len(data) == s0.size + s1.size - sum(map(len, unkeyed))  # expectedSizeAfterCleaning
     assert data == b"".join(keyed)
-    assert res["invalid_records"] == 4
+    assert res.invalid_records == 4
 
 
 def test_testLogCleanerStats(tmp_path):
@@ -515,12 +516,12 @@ def test_testLogCleanerStats(tmp_path):
     (res,) = clean([spec], m)
     data = log.read(0, ".cleaned")
     assert kv(batches_of(data)) == [(3, b"1", b"1"), (4, b"0", b"0")]
-    assert res["records_read"] == 5
-    assert res["bytes_read"] == seg.size
-    assert res["records_written"] == 2
-    assert res["bytes_written"] == len(data)
-    assert res["invalid_records"] == 0
-    assert res["seconds"] >= 0
+    assert res.records_read == 5
+    assert res.bytes_read == seg.size
+    assert res.records_written == 2
+    assert res.bytes_written == len(data)
+    assert res.invalid_records == 0
+    assert res.seconds >= 0
 
 
 def test_testPartialSegmentClean_equivalent(tmp_path):
@@ -566,7 +567,7 @@ def test_testFilterToAlreadyCompactedLog(tmp_path, codec):
     # v2 keeps the first and last offsets of the original batch.
     assert (header.base_offset, header.last_offset) == (0, 10)
     assert header.codec == codec
-    assert res["invalid_records"] == 2
+    assert res.invalid_records == 2
 
 
 def test_testFilterToPreservesProducerInfo(tmp_path):
@@ -706,7 +707,7 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     independently from scan_group's distinct keys (KeyLookup): mixed codecs, transactions
     (committed and aborted), idempotent producers, tombstones, headers."""
     from compaction.__main__ import main as cli
-    from compaction.spark import stages as spark_stages
+    from compaction.spark import stages
 
     log_dir = tmp_path / "logs"
     cli(
@@ -739,18 +740,20 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     )
     specs = _partition_specs(log_dir)
     assert len(specs) > 1 and sum(len(s.segments) for s in specs) > 5
-    kept_ids = spark_stages.compact_partition(specs)
+    kept_ids = stages.compact_partition(specs)
     with_ids = _cleaned_files(log_dir)
-    looked_up = spark_stages.compact_partition(specs, scan_reuse_bytes=0)
+    looked_up = stages.compact_partition(specs, scan_reuse_bytes=0)
     without_cache = _cleaned_files(log_dir)
-    real_rewrite = spark_stages.rewrite_unit
+    from compaction.steps import pipeline
+
+    real_rewrite = pipeline.rewrite_unit
 
     def with_key_lookup(unit_specs, _pmap, cache=None):
         m = offset_map(unit_specs)
         return real_rewrite(unit_specs, KeyLookup(pa.array(list(m), pa.binary()), np.array(list(m.values()))))
 
-    monkeypatch.setattr(spark_stages, "rewrite_unit", with_key_lookup)
-    independent = spark_stages.compact_partition(specs)
+    monkeypatch.setattr(pipeline, "rewrite_unit", with_key_lookup)
+    independent = stages.compact_partition(specs)
     reference = _cleaned_files(log_dir)
     assert with_ids and with_ids == without_cache == reference
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
@@ -763,7 +766,7 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     (every segment read, decompressed and walked again by the rewrite): the same bytes, on mixed
     codecs without transactions (so segments are packed: checked), tombstones and headers."""
     from compaction.__main__ import main as cli
-    from compaction.spark import stages as spark_stages
+    from compaction.spark import stages
     from compaction.steps import scan as scan_step
 
     log_dir = tmp_path / "logs"
@@ -799,10 +802,10 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(scan_step, "pack_side", counting_pack)
-    rows = spark_stages.compact_partition(specs)
+    rows = stages.compact_partition(specs)
     with_packing = _cleaned_files(log_dir)
     assert sum(packed) >= 3, packed
-    again = spark_stages.compact_partition(specs, scan_reuse_bytes=0)
+    again = stages.compact_partition(specs, scan_reuse_bytes=0)
     assert with_packing and with_packing == _cleaned_files(log_dir)
     strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
     assert strip(rows) == strip(again)
@@ -835,7 +838,7 @@ def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, le
     """Whatever the slice size (one batch per slice up to the whole segment), the same bytes and
     rows: rebuilt, converted and verbatim batches of several slices meet in the runs of one file."""
     from compaction.__main__ import main as cli
-    from compaction.spark import stages as spark_stages
+    from compaction.spark import stages
     from compaction.steps import emit
 
     log_dir = tmp_path / "logs"
@@ -865,10 +868,7 @@ def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, le
     for step in (1 << 30, 1, 700, 5000):
         monkeypatch.setattr(emit, "SLICE_BYTES", step)
         rows.append(
-            [
-                {k: v for k, v in r.items() if "seconds" not in k}
-                for r in spark_stages.compact_partition(specs)
-            ]
+            [{k: v for k, v in r.items() if "seconds" not in k} for r in stages.compact_partition(specs)]
         )
         outputs.append(_cleaned_files(log_dir))
     assert outputs[0] and all(o == outputs[0] for o in outputs) and all(r == rows[0] for r in rows)
@@ -879,7 +879,7 @@ def test_every_cleaned_file_is_durable_when_compact_partition_returns(tmp_path, 
     """The rewrite syncs its groups' files together at its end (runtime/durability.py): each
     `.cleaned` file and the partition dir fsynced before the task returns, none while it writes."""
     from compaction.__main__ import main as cli
-    from compaction.spark import stages as spark_stages
+    from compaction.spark import stages
 
     log_dir = tmp_path / "logs"
     cli(
@@ -915,7 +915,7 @@ def test_every_cleaned_file_is_durable_when_compact_partition_returns(tmp_path, 
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "open", opened)
-    spark_stages.compact_partition(specs)
+    stages.compact_partition(specs)
     created = [p for kind, p in events if kind == "create" and p.endswith(".cleaned")]
     synced = [p for kind, p in events if kind == "fsync"]
     part = str(log_dir / "t-0")

@@ -458,7 +458,7 @@ def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
 
 def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, direct_always, monkeypatch):
     from compaction.__main__ import main as cli
-    from compaction.spark import stages as spark_stages
+    from compaction.spark import stages
 
     log_dir = tmp_path / "logs"
     cli(
@@ -487,26 +487,24 @@ def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, di
     )
     specs = _partition_specs(log_dir)
     assert NOW and all(s.read_mode == "buffered" for s in specs)
-    buffered_rows = spark_stages.compact_partition(specs)
+    buffered_rows = stages.compact_partition(specs)
     read_buffered = _cleaned_files(log_dir)
     specs = [dataclasses.replace(s, read_mode="direct") for s in specs]
-    direct_rows = spark_stages.compact_partition(specs)
+    direct_rows = stages.compact_partition(specs)
     direct = _cleaned_files(log_dir)
-    mapped_rows = spark_stages.compact_partition([dataclasses.replace(s, read_mode="mmap") for s in specs])
+    mapped_rows = stages.compact_partition([dataclasses.replace(s, read_mode="mmap") for s in specs])
     mapped = _cleaned_files(log_dir)
     # Every decompressed side buffer and rebuilt payload from the pool as well, however small.
     from compaction.kernels import rebuild, scan_paths
 
     monkeypatch.setattr(scan_paths, "POOLED_MIN_BYTES", 0)
     monkeypatch.setattr(rebuild, "POOLED_MIN_BYTES", 0)
-    pooled_rows = spark_stages.compact_partition(specs)
+    pooled_rows = stages.compact_partition(specs)
     pooled = _cleaned_files(log_dir)
-    written_rows = spark_stages.compact_partition(
-        [dataclasses.replace(s, write_mode="buffered") for s in specs]
-    )
+    written_rows = stages.compact_partition([dataclasses.replace(s, write_mode="buffered") for s in specs])
     written = _cleaned_files(log_dir)
     # every segment read and walked again
-    uncached_rows = spark_stages.compact_partition(specs, scan_reuse_bytes=0)
+    uncached_rows = stages.compact_partition(specs, scan_reuse_bytes=0)
     uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
     assert direct and read_buffered == direct == mapped == pooled == written == uncached

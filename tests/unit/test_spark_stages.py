@@ -19,9 +19,11 @@ from test_ranges import cleaned, generate, in_ranges, specs_for
 
 from compaction.runtime.exchange import Exchange
 from compaction.runtime.storage import Storage
-from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, pack, ranged, resumed, task_slots
+from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, ranged, resumed, task_slots
 from compaction.steps.group import CLEANED
-from compaction.steps.range_task import STATS_ROW, RangePlan, finish
+from compaction.steps.range_task import finish
+from compaction.steps.results import STATS_ROW
+from compaction.steps.schedule import RangePlan, pack
 
 TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
 

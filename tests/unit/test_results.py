@@ -1,0 +1,53 @@
+"""What a partition task hands back (compaction/steps/results.py) and the rule both kinds of task
+apply before they write (compaction/steps/pipeline.py `open_transaction`): the typed records, the
+Spark rows they become, and the re-plan bound."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from compaction.spark.stages import FUSED_FIELDS, typed
+from compaction.steps.pipeline import open_transaction
+from compaction.steps.ranges import ProducerState
+from compaction.steps.results import STATS_ROW, GroupResult, TaskTimings, as_rows, failed, unstable
+
+
+@pytest.mark.parametrize("record", [GroupResult, TaskTimings])
+def test_every_field_of_a_task_record_is_in_the_stage_schema(record):
+    """`typed` keeps only the schema's names: a field it lacks would vanish on its way to the driver."""
+    names = {n for n, _ in FUSED_FIELDS}
+    assert {f.name for f in dataclasses.fields(record)} <= names
+
+
+def test_rows_carry_the_known_fields_only_and_timings_as_their_own_row():
+    done = GroupResult(3, bytes_read=10, bytes_written=4, seconds=0.5, unchanged=0)
+    rows = as_rows([done, *failed([4, 5], "damaged"), *unstable([6], 120), TaskTimings(1.0, 0.25, 2.0)])
+    assert rows == [
+        {"group_id": 3, "bytes_read": 10, "bytes_written": 4, "seconds": 0.5, "unchanged": 0},
+        {"group_id": 4, "error": "damaged"},
+        {"group_id": 5, "error": "damaged"},
+        {"group_id": 6, "first_unstable": 120},
+        {"group_id": STATS_ROW, "scan_seconds": 1.0, "map_seconds": 0.25, "cpu_seconds": 2.0},
+    ]
+    assert typed(rows[0])["records_read"] is None and typed(rows[0])["bytes_read"] == 10
+
+
+@pytest.mark.parametrize(
+    "first_unstable, bound, replan",
+    [
+        (None, 100, None),  # no open transaction
+        (99, 100, 99),  # below the planned bound: plan again with it
+        (100, 100, None),  # at the bound: the round stops there anyway
+        (150, 100, None),
+        (0, 0, None),  # an erasing-only partition's bound (0) holds nothing below it
+    ],
+)
+def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_planning(
+    first_unstable, bound, replan
+):
+    state = ProducerState(first_unstable, {}, first_unstable is not None)
+    specs = [SimpleNamespace(upper_bound=bound), SimpleNamespace(upper_bound=bound + 1000)]
+    assert open_transaction(state, specs) == replan
