@@ -63,7 +63,8 @@ def task_count(total_bytes: int, cores: int, tasks_per_core: int) -> int:
     """Whole-partition tasks for `total_bytes` of partitions: `tasks_per_core` per core, so that
     Spark can even out partitions whose cost their bytes misjudge (codecs), but never more than
     one per core unless each holds MIN_SPLIT_TASK_BYTES: between two tasks on a core Spark spends
-    ~0.2-0.3 s (result, scheduling, the worker's task set-up), what a core compacts ~150 MB in."""
+    the time of its result, scheduling and the worker's task set-up, in which a core would have
+    compacted about that many bytes (bench/startup.py)."""
     wanted = max(1, cores) * max(1, tasks_per_core)
     return max(1, min(cores, wanted), min(wanted, total_bytes // MIN_SPLIT_TASK_BYTES))
 
@@ -175,9 +176,8 @@ class RangePlan:
 
 # --- the merge's buckets -------------------------------------------------------------------------
 
-# From the per-phase timings of `bench/ranges.py bench/out/vs_kafka/v2-2g-1p/kafka-0 --tasks 2` (the
-# partition bench/vs_kafka.py --input v2 --gb 2 --partitions 1 generates):
-# each task's rewrite of 1 GiB keeping ~70 or ~470 MiB, and the merge of ~1.7M summary rows.
+# Fitted to the per-phase timings bench/ranges.py prints for the 2 GiB single partition of
+# BENCHMARKS.md: each task's rewrite of its range, what it keeps, and the merge of the summaries.
 READ_SECONDS = 0.29 / (1 << 30)
 KEPT_SECONDS = 0.77 / (1 << 30)
 MERGE_SECONDS = 70e-9

@@ -48,6 +48,12 @@ MODULES = {
         "tests/unit/test_broker_lock.py",
     ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
+    # the partition pipeline both tasks call: its re-plan rule and the checks beside the scan
+    "compaction/steps/pipeline.py": [
+        "tests/unit/test_results.py",
+        "tests/unit/test_ranges.py",
+        "tests/unit/test_rewrite_unit.py",
+    ],
     "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
     "compaction/runtime/storage.py": [
         "tests/unit/test_durability.py",
