@@ -233,6 +233,7 @@ class RecordBatch:
         return self.computed_crc() == self.header.crc
 
     def ensure_valid(self) -> None:
+        """Kafka's `RecordBatch.ensureValid`. Test-only: the job checks CRCs in the scan kernels."""
         actual = self.computed_crc()
         if actual != self.header.crc:
             raise CrcMismatchError(

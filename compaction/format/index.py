@@ -81,7 +81,9 @@ def _relative(offset: int, base_offset: int, path: str) -> int:
 
 
 def write_offset_index(entries: Iterable[Sequence[int]], base_offset: int, path: str = "<memory>") -> bytes:
-    """Entries `(offset, position)`; offsets strictly increasing, positions in [0, 2**31-1]."""
+    """Entries `(offset, position)`; offsets strictly increasing, positions in [0, 2**31-1].
+
+    Test-only: the job's indexes come from kernels/index_build.py; tests write them with this."""
     out = bytearray()
     last = None
     for offset, position in entries:
@@ -118,7 +120,9 @@ def write_time_index(entries: Iterable[Sequence[int]], base_offset: int, path: s
 
 
 def lookup_offset(entries: np.ndarray, target: int, base_offset: int) -> tuple[int, int]:
-    """`OffsetIndex.lookup`: the entry with the largest offset <= target, else `(base_offset, 0)`."""
+    """`OffsetIndex.lookup`: the entry with the largest offset <= target, else `(base_offset, 0)`.
+
+    Test-only: what a broker does with the index the job writes, as the tests' oracle."""
     i = int(np.searchsorted(entries[:, 0], target, side="right")) - 1
     return (base_offset, 0) if i < 0 else (int(entries[i, 0]), int(entries[i, 1]))
 

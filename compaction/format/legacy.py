@@ -208,6 +208,7 @@ class LegacyBatch:
         return self.computed_crc() == self._message.crc
 
     def ensure_valid(self) -> None:
+        """Kafka's `LegacyRecord.ensureValid`. Test-only: the job checks CRCs in the scan kernels."""
         actual = self.computed_crc()
         if actual != self._message.crc:
             raise CrcMismatchError(

@@ -160,7 +160,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 
 def list_partition_segments(names: Iterable[str]) -> dict[int, dict[str, str]]:
-    """Group a partition dir's file names by base offset.
+    """Group a partition dir's file names by base offset (test-only: the job lists through Storage).
 
     Returns `{base_offset: {full_suffix: file_name}}` ordered by base offset, where `full_suffix`
     is e.g. `'.log'`, `'.index'`, `'.log.cleaned'`, `'.snapshot'`. Names that are not segment files

@@ -88,6 +88,7 @@ class SegmentReader:
 
     @property
     def trailing_position(self) -> int | None:
+        """Where trailing bytes begin, if any. Test-only: the job reads the scan's stop fields."""
         return self.stop_position if self.trailing_bytes else None
 
     def __iter__(self) -> Iterator[RecordBatch | LegacyBatch]:

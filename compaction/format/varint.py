@@ -107,6 +107,7 @@ def read_varlong(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def size_of_varint(value: int) -> int:
+    """Kafka's `ByteUtils.sizeOfVarint`. Test-only: the kernels size records themselves."""
     return len(encode_varint(value))
 
 

@@ -32,7 +32,9 @@ class BufferPool:
         return sum(len(e[1]) for e in self._entries)
 
     def trim(self) -> None:
-        """Forget the buffers no one uses (they are freed with their last reference)."""
+        """Forget the buffers no one uses (they are freed with their last reference).
+
+        Test-only: the job relies on the pool's bound; tests use this to see what it holds."""
         with self._lock:
             self._entries = [e for e in self._entries if sys.getrefcount(e[0]) > 3]
 
