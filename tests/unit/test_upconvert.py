@@ -174,9 +174,7 @@ def test_a_run_of_converted_messages_is_written_between_other_batches(tmp_path):
     row = clean([spec], {r.key: r.offset for r in recs})[0]
     cleaned = store.read(0, ".cleaned")
     assert cleaned == expected_cleaned(log, {r.key: r.offset for r in recs}, 12, True)
-    assert (
-        row["records_written"] == 12 and row["batches_written"] == 10 and row["bytes_written"] == len(cleaned)
-    )
+    assert row.records_written == 12 and row.batches_written == 10 and row.bytes_written == len(cleaned)
     b = scan_batches(u8(cleaned))
     assert b.last_offset.tolist() == [0, 1, 2, 3, 4, 7, 8, 9, 10, 11]
     assert b.max_timestamp.tolist() == [100, 101, 102, 103, 104, 107, -1, -1, -1, -1]
