@@ -509,7 +509,7 @@ def _lz4_compress(data: bytes, broken_header_checksum: bool) -> bytes:
 def _lz4_inflate(frame: bytes, magic: int, limit: int) -> Pieces:
     if len(frame) < LZ4_MIN_HEADER or frame[: len(LZ4_FRAME_MAGIC)] != LZ4_FRAME_MAGIC:
         raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic")
-    if not frame[LZ4_FLG_OFFSET] & LZ4_FLG_BLOCK_INDEPENDENT:
+    if not _lz4_independent(frame):
         raise CorruptRecordError("Dependent block stream is unsupported (lz4 FLG without block independence)")
     if magic == MAGIC_V0:
         hc_index = _lz4_header_checksum_index(frame)
