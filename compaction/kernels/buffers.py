@@ -38,8 +38,9 @@ class BufferPool:
         with self._lock:
             self._entries = [e for e in self._entries if sys.getrefcount(e[0]) > 3]
 
-    def take(self, n: int) -> np.ndarray:
-        """A writable, page-aligned buffer of at least n bytes that no one else uses."""
+    def take(self, n: int, whole: bool = False) -> np.ndarray:
+        """A writable, page-aligned buffer of n bytes that no one else uses; `whole`: all of the
+        buffer found (at least n bytes), for a caller that fills what room it gets."""
         with self._lock:
             best = None  # the smallest free buffer that fits: a big one stays free for a big request
             for entry in self._entries:
@@ -50,14 +51,22 @@ class BufferPool:
                     if sys.getrefcount(entry[0]) <= 3:
                         best = entry
             if best is not None:
-                return best[1][:n]
+                return best[1][: len(best[1]) if whole else n]
             cap = -(-max(n, 1) // _CAPACITY_STEP) * _CAPACITY_STEP
             base = np.empty(cap + ALIGN, dtype=np.uint8)
             skip = -base.ctypes.data % ALIGN
             view = base[skip : skip + cap]
             if self.held + cap <= self.max_bytes:
                 self._entries.append((base, view))
-            return view[:n]
+            return view[: cap if whole else n]
 
 
 POOL = BufferPool()
+
+
+def held_bytes(a: np.ndarray) -> int:
+    """The bytes of the allocation `a` is a view of: what holding `a` keeps from reuse (a slice
+    of a pool buffer holds the whole buffer)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a.nbytes

@@ -380,7 +380,9 @@ class _Side:
 
     @staticmethod
     def _take(n: int) -> np.ndarray:
-        return POOL.take(n) if n >= POOLED_MIN_BYTES else np.empty(n, dtype=np.uint8)
+        # All of the pool buffer's room: a segment that inflates past its first guess grows into
+        # it instead of into a second buffer.
+        return POOL.take(n, whole=True) if n >= POOLED_MIN_BYTES else np.empty(n, dtype=np.uint8)
 
     def room(self, n: int) -> np.ndarray:
         """buf[at:at + n], the buffer grown first (by half at least) if it is too small."""

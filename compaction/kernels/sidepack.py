@@ -7,8 +7,8 @@ partition are about twice its size on disk, all fresh memory: page faults and sy
 each first task of a worker (what a first touch costs: bench/fresh_memory.py). But
 the scan runs newest segment first, so once a segment is scanned the latest offset of each of its
 keys is final (`scan.scan_partition`), and most of its records are known to be dropped. This
-module copies the others into a smaller buffer; the full one goes back to the pool for the next
-segment.
+module copies the others into a buffer of exactly their size; the full one goes back to the pool
+for the next segment.
 
 Layout of the packed `side` (what `rebuild.record_regions` and the rebuild kernel read): the
 batches' regions stay back to back in file order from side offset 0; a region holds, for each
@@ -39,7 +39,6 @@ from compaction.format.layout import (
     TRANSACTIONAL_MASK,
 )
 from compaction.format.varint import read_varint
-from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
@@ -48,22 +47,25 @@ from compaction.kernels.scan_kernels import _skip_headers
 
 FAR = np.int64(1) << np.int64(62)  # the position of a record not copied: past any buffer
 ERR_OK, ERR_LAYOUT = 0, 1
+_NO_BYTES = np.empty(0, np.uint8)
 
 
 @_njit
-def pack_records(side, split, first, last, keep, key_pos, key_len, value_pos, value_len, out):
+def pack_records(side, split, first, last, keep, key_pos, key_len, value_pos, value_len, out, copy):
     """Copy records first[j] .. last[j] - 1 of each region j (the kept ones and each region's
     last) from `side` into `out`, back to back; rewrites their `key_pos`/`value_pos` (combined
     positions: side starts at `split`) and sets FAR for the others. Returns (err, region, bytes
-    used)."""
+    used). Without `copy`, only the bytes the copy would use are counted (nothing is written, `out`
+    is not read): what `out` must hold."""
     side, out = borrow(side), borrow(out)
     o = np.int64(0)
     n_side = len(side)
     for j in range(len(first)):
         for r in range(first[j], last[j]):
             if not keep[r] and r != last[j] - 1:
-                key_pos[r] = FAR
-                value_pos[r] = FAR
+                if copy:
+                    key_pos[r] = FAR
+                    value_pos[r] = FAR
                 continue
             kp = key_pos[r] - split
             vp = value_pos[r] - split
@@ -74,20 +76,22 @@ def pack_records(side, split, first, last, keep, key_pos, key_len, value_pos, va
             if end < 0:
                 return ERR_LAYOUT, j, o
             n = end - kp
-            memcpy_at(out, o, side, kp, n)
-            key_pos[r] = split + o
-            value_pos[r] = split + o + (vp - kp)
+            if copy:
+                memcpy_at(out, o, side, kp, n)
+                key_pos[r] = split + o
+                value_pos[r] = split + o + (vp - kp)
             o += n
     return ERR_OK, -1, o
 
 
-def pack_records_py(side, split, first, last, keep, key_pos, key_len, value_pos, value_len, out):
+def pack_records_py(side, split, first, last, keep, key_pos, key_len, value_pos, value_len, out, copy):
     """Plain-Python `pack_records`, the reference the tests compare it with."""
     raw, o = bytes(side), 0
     for j in range(len(first)):
         for r in range(int(first[j]), int(last[j])):
             if not keep[r] and r != last[j] - 1:
-                key_pos[r] = value_pos[r] = FAR
+                if copy:
+                    key_pos[r] = value_pos[r] = FAR
                 continue
             kp, vp = int(key_pos[r]) - split, int(value_pos[r]) - split
             hpos = vp + max(int(value_len[r]), 0)
@@ -96,8 +100,9 @@ def pack_records_py(side, split, first, last, keep, key_pos, key_len, value_pos,
             end = _headers_end_py(raw, hpos)
             if end < 0:
                 return ERR_LAYOUT, j, o
-            out[o : o + end - kp] = side[kp:end]
-            key_pos[r], value_pos[r] = split + o, split + o + (vp - kp)
+            if copy:
+                out[o : o + end - kp] = side[kp:end]
+                key_pos[r], value_pos[r] = split + o, split + o + (vp - kp)
             o += end - kp
     return ERR_OK, -1, o
 
@@ -142,20 +147,25 @@ def pack_side(scan: SegmentScan, may_keep: np.ndarray, kernel=pack_records) -> S
     bounds = np.searchsorted(rec.batch_index, np.arange(len(scan.batches) + 1))
     first, last = bounds[idx].astype(np.int64), bounds[idx + 1].astype(np.int64)
     key_pos, value_pos = rec.key_pos.copy(), rec.value_pos.copy()
-    cap = len(scan.side)
-    out = POOL.take(cap) if cap >= POOLED_MIN_BYTES else np.empty(cap, np.uint8)
-    err, j, used = kernel(
+    keep = np.ascontiguousarray(may_keep, np.bool_)
+    args = (
         scan.side,
         np.int64(scan.split),
         first,
         last,
-        np.ascontiguousarray(may_keep, np.bool_),
+        keep,
         key_pos,
         rec.key_len,
         value_pos,
         rec.value_len,
-        out,
     )
+    # Counted first, then copied into a buffer of exactly that size: the packed side is held
+    # until the rewrite (scan.ScanCache counts its allocation), a whole side's room would hold
+    # several times what it needs, and a pool buffer held there is none the next segment reuses.
+    err, j, used = kernel(*args, _NO_BYTES, False)
+    if err == ERR_OK:
+        out = np.empty(used, np.uint8)
+        err, j, used = kernel(*args, out, True)
     if err != ERR_OK:
         i = int(idx[j])
         raise CorruptRecordError(
@@ -176,4 +186,4 @@ def pack_side(scan: SegmentScan, may_keep: np.ndarray, kernel=pack_records) -> S
         rec.error_position,
         rec.error_batch,
     )
-    return SegmentScan(scan.path, scan.file, out[:used], scan.batches, packed, scan.keys)
+    return SegmentScan(scan.path, scan.file, out, scan.batches, packed, scan.keys)

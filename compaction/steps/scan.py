@@ -15,6 +15,7 @@ from compaction.errors import CorruptRecordError
 from compaction.format import naming
 from compaction.format.checkpoint import LEADER_EPOCH_CHECKPOINT, parse_leader_epoch_checkpoint
 from compaction.format.index import read_offset_index, read_time_index
+from compaction.kernels.buffers import held_bytes
 from compaction.kernels.scan import SegmentScan, scan_batches, scan_segment
 from compaction.kernels.sidepack import pack_side
 from compaction.policy.keep import may_keep
@@ -117,10 +118,11 @@ class ScanCache:
     and columns stay. Memory-mapped segments and those of object stores are kept whole.
 
     Bounded: a scan is kept only while the kept scans' own memory (decompressed `side` buffers,
-    record and batch columns, and the segment bytes when kept and not memory-mapped) stays within
-    `max_bytes`; the segments that do not fit are read and walked again by the rewrite, as
-    without a cache. `take` hands a scan over once (the rewrite drops it after its segment), so
-    the memory held only shrinks during the rewrite."""
+    record and batch columns, and the segment bytes when kept and not memory-mapped; a buffer
+    counted whole where a scan holds a view of it) stays within `max_bytes`; the segments that do
+    not fit are read and walked again by the rewrite, as without a cache. `take` hands a scan
+    over once (the rewrite drops it after its segment), so the memory held only shrinks during
+    the rewrite."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -130,9 +132,10 @@ class ScanCache:
 
     @staticmethod
     def footprint(scan: SegmentScan, with_file: bool = True) -> int:
-        n = scan.side.nbytes
+        # The allocations held, not the views' lengths: a view of a pool buffer holds all of it.
+        n = held_bytes(scan.side)
         if with_file and not is_mapped(scan.file):  # page cache, not task memory, when mapped
-            n += scan.file.nbytes
+            n += held_bytes(scan.file)
         for cols in (scan.records, scan.batches):
             values = (getattr(cols, f) for f in cols.__slots__)
             n += sum(v.nbytes for v in values if isinstance(v, np.ndarray))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
-from compaction.kernels.buffers import ALIGN, BufferPool
+from compaction.kernels.buffers import ALIGN, BufferPool, held_bytes
 from compaction.runtime import segment_io
 from compaction.runtime.segment_io import ReadAhead, SegmentWriter, read_segment_bytes
 from compaction.runtime.storage import Storage
@@ -83,6 +83,20 @@ def test_pool_never_hands_out_a_buffer_held_as_taken():
     assert _address(a) != _address(b)
     del b
     assert _address(pool.take(10)) != _address(a)
+
+
+def test_a_whole_buffer_is_its_room_and_in_use_until_dropped():
+    pool = BufferPool()
+    a = pool.take(100, whole=True)  # fresh
+    at = _address(a)
+    assert len(a) == 8 << 20
+    del a
+    a = pool.take(100, whole=True)  # from the pool
+    assert _address(a) == at and len(a) == 8 << 20
+    b = pool.take(100, whole=True)
+    assert _address(b) != at  # a holds it
+    del b
+    assert _address(pool.take(100)) != at
 
 
 def test_pool_serves_the_smallest_free_buffer_that_fits():
@@ -527,9 +541,11 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
         b"".join(build_batch([fb.Record(i, NOW, b"k%d" % i, b"v" * 50)], base_offset=i) for i in range(20))
     )
     scan = scan_segment(read_segment_bytes(LOCAL, str(path), "direct"), str(path))
-    cache = ScanCache(1 << 20)
+    cache = ScanCache(64 << 20)
     assert cache.offer(0, 0, scan, reread=True) and cache.offer(0, 1, scan, reread=False)
-    assert cache.held == 2 * ScanCache.footprint(scan) - len(scan.file)
+    # kept with its bytes, the whole buffer they were read into is held
+    assert held_bytes(scan.file) > len(scan.file)
+    assert cache.held == 2 * ScanCache.footprint(scan) - held_bytes(scan.file)
     assert cache.needs_read(0, 0) and not cache.needs_read(0, 1) and cache.needs_read(0, 2)
     again = cache.take(0, 0, read_segment_bytes(LOCAL, str(path), "direct"))
     assert (

@@ -20,6 +20,7 @@ from compaction.errors import CorruptRecordError, RebuildError
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
 from compaction.format.legacy import build_legacy_message_set
+from compaction.kernels.buffers import BufferPool, held_bytes
 from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, rebuild_records, record_regions
 from compaction.kernels.scan import scan_segment
 from compaction.kernels.sidepack import FAR, pack_records, pack_records_py, pack_side, packable
@@ -95,6 +96,7 @@ def _pack_args(scan, keep):
         scan.records.value_pos.copy(),
         scan.records.value_len,
         np.zeros(len(scan.side) + 1, np.uint8),
+        True,
     )
 
 
@@ -105,8 +107,14 @@ def test_packed_scan_rebuilds_the_same_and_kernel_equals_reference(seg):
     scan = scan_segment(np.frombuffer(raw, dtype=np.uint8))
     if packable(scan) is not None:
         fast, ref = _pack_args(scan, keep), _pack_args(scan, keep)
+        # counted only: the same bytes used, nothing written
+        counted = (*_pack_args(scan, keep)[:-1], False)
+        untouched = [np.array(a, copy=True) for a in counted]
+        assert pack_records(*counted) == pack_records_py(*counted)
+        for a, b in zip(counted, untouched, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), b)
         got, want = pack_records(*fast), pack_records_py(*ref)
-        assert got == want and got[0] == 0
+        assert got == want and got[0] == 0 and pack_records(*counted) == got
         for a, b in zip(fast, ref, strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     packed = pack_side(scan, keep)
@@ -114,6 +122,7 @@ def test_packed_scan_rebuilds_the_same_and_kernel_equals_reference(seg):
         assert not len(scan.side) or keep.all()
         return
     assert len(packed.side) <= len(scan.side)
+    assert held_bytes(packed.side) == len(packed.side)  # its own allocation, of exactly what it holds
     assert rebuild_all(packed, keep) == rebuild_all(scan, keep)
     dropped = ~keep & (scan.records.key_pos >= scan.split)
     last_of_batch = np.r_[scan.records.batch_index[1:] != scan.records.batch_index[:-1], True]
@@ -178,3 +187,52 @@ def test_columns_that_do_not_match_the_bytes_fail_naming_the_batch():
         pack_side(dataclasses.replace(scan, records=moved), np.zeros(12, bool))
     compressed = scan.batches.position[scan.batches.codec != 0].tolist()
     assert info.value.path == "/x/00.log" and info.value.position in compressed
+
+
+def test_a_reused_side_buffer_holds_nothing_of_the_segment_before(monkeypatch):
+    """Segments decompressed one after another into the same pool buffer: each scan, packed or
+    not, reads exactly what a scan into fresh memory reads, and the packed side holds none of the
+    pool's bytes (it is held past the next segment's decompression)."""
+    from compaction.kernels import scan_paths
+
+    pool = BufferPool()
+    monkeypatch.setattr(scan_paths, "POOL", pool)
+    monkeypatch.setattr(scan_paths, "POOLED_MIN_BYTES", 0)
+    big = [fb.Record(i, 100 + i, b"k%d" % i, bytes([65 + i % 26]) * 3000) for i in range(40)]
+    small = [fb.Record(i, 100 + i, b"k%d" % (i % 4), b"v%d" % i, (("h", b"x"),)) for i in range(9)]
+    first = build_batch(big, base_offset=0, codec=3)
+    second = build_batch(small[:5], base_offset=0, codec=3) + build_batch(small[5:], base_offset=5, codec=4)
+    keep = np.array([False, True, False, False, False, True, True, False, True])
+    scan_a = scan_segment(np.frombuffer(first, dtype=np.uint8))
+    del scan_a  # its buffers are free again
+    written = {view.ctypes.data: view for _, view in pool._entries}
+    scan_b = scan_segment(np.frombuffer(second, dtype=np.uint8))
+    used = scan_b.side.ctypes.data
+    # the same pages, the first segment's bytes past the second's end
+    assert used in written and written[used][len(scan_b.side) : 120_000].any()
+    monkeypatch.setattr(scan_paths, "POOLED_MIN_BYTES", 1 << 40)
+    fresh = scan_segment(np.frombuffer(second, dtype=np.uint8))
+    assert scan_b.side.tobytes() == fresh.side.tobytes()
+    for i in range(9):
+        assert scan_b.key(i) == fresh.key(i) and scan_b.value(i) == fresh.value(i)
+    packed = pack_side(scan_b, keep)
+    assert packed.side.ctypes.data != used and held_bytes(packed.side) == len(packed.side)
+    assert rebuild_all(packed, keep) == rebuild_all(fresh, keep)
+
+
+def test_the_scan_cache_counts_the_whole_buffer_a_scan_holds(monkeypatch):
+    """A scan whose side is a view of a pool buffer holds all of it: the cache's bound counts the
+    buffer, not the view; the packed scan holds only its own bytes and fits."""
+    from compaction.kernels import scan_paths
+    from compaction.steps.scan import ScanCache
+
+    monkeypatch.setattr(scan_paths, "POOL", BufferPool())
+    monkeypatch.setattr(scan_paths, "POOLED_MIN_BYTES", 0)
+    scan = scan_segment(np.frombuffer(_mixed_segment(), dtype=np.uint8))
+    assert held_bytes(scan.side) >= 8 << 20 > 1000 > len(scan.side)
+    keep = np.zeros(12, bool)
+    keep[[2, 7, 10]] = True
+    packed = pack_side(scan, keep)
+    cache = ScanCache(1 << 20)
+    assert not cache.offer(0, 0, scan, reread=True) and cache.held == 0
+    assert cache.offer(0, 0, packed, reread=True) and cache.held < 4096
