@@ -26,6 +26,7 @@ import sys
 import headless_chromium
 import pytest
 from e2ekit import REPO, SUBMIT, corrupt_first_batch, tree_hashes
+from genkit import run_generate
 from html_page import Page, expected_rows, partition_rows
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -73,29 +74,9 @@ def runs(tmp_path_factory):
     selection, all over one log dir, with the same metrics file."""
     root = tmp_path_factory.mktemp("ops")
     logs = root / "kafka-logs"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(logs),
-            "--topics",
-            "orders:2,users:1",
-            "--records",
-            "4000",
-            "--keys",
-            "300",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "30k",
-            "--seed",
-            "7",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    run_generate(
+        logs,
+        "--topics orders:2,users:1 --records 4000 --keys 300 --codec mixed --segment-bytes 30k --seed 7",
     )
     corrupt_first_batch(logs / "users-0")
     prom = root / "textfile" / "kafka_compaction.prom"
