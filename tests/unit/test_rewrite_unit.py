@@ -686,7 +686,7 @@ def _partition_specs(log_dir):
     opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), "--segment-bytes", "120000"])
     planned, _ = plan_round.discover_and_plan(opts)
     (p,) = planned
-    config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, p.part.topic))
+    config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, p.partition_dir.topic))
     return plan_round.group_specs(p, opts, config, 0)
 
 

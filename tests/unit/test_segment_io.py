@@ -525,7 +525,9 @@ def test_read_and_write_mode_options_reach_every_group(tmp_path):
     ):
         opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
         planned, _ = plan_round.discover_and_plan(opts)
-        config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, planned[0].part.topic))
+        config = plan_round.resolve_topic_config(
+            None, plan_round.job_config(opts, planned[0].partition_dir.topic)
+        )
         specs = plan_round.group_specs(planned[0], opts, config, 0)
         assert specs and {(s.read_mode, s.write_mode) for s in specs} == {modes}
     with pytest.raises(SystemExit):
