@@ -71,6 +71,9 @@ ReadMode = Literal["buffered", "direct", "mmap"]
 WriteMode = Literal["direct", "buffered"]
 READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
 WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
+# The driver's log lines (`--log-format`; cli/logs.py): text, or one JSON object a line.
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 # With `--read-mode direct`, smaller segments are mapped: one syscall, nothing to flush.
 DIRECT_MIN_BYTES = 8 << 20
 # Segments a task keeps in the page cache from scan to rewrite (`--read-mode buffered`).
@@ -107,13 +110,13 @@ class JobOptions:
     kafka_config: dict[str, object] = field(default_factory=dict)
     topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
     tasks_per_core: int = 2
-    read_mode: str = "buffered"
-    write_mode: str = "direct"
+    read_mode: ReadMode = "buffered"
+    write_mode: WriteMode = "direct"
     # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
     # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
     broker_config: dict[str, object] = field(default_factory=dict)
     io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
-    log_format: str = "text"
+    log_format: LogFormat = "text"
     metrics_file: str | None = None
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
