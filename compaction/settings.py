@@ -47,6 +47,12 @@ SCAN_REUSE_MAX_BYTES = 1 << 30
 # bounds what a whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
 PROGRESS_SECONDS = 5.0
+# How often a running task rewrites its progress file (runtime/task_progress.py): the driver's
+# progress line is as fresh as this. On a local or mounted disk a beat is a rename; on an object
+# store it is one PUT per task, so there the beat is slower (a round of 200 tasks: 20 PUTs a second
+# instead of 200).
+PROGRESS_BEAT_SECONDS = 1.0
+PROGRESS_BEAT_OBJECT_STORE_SECONDS = 10.0
 # The compiled kernels' store by default: beside the first log dir, on the store every executor
 # reads and writes already, and that outlives the executors (runtime/kernel_store.py).
 KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
@@ -227,6 +233,13 @@ class WorkerSettings:
         "bytes of another task's cleaned range that a ranges task copies into a "
         "group's `.cleaned` file at a time (whole batches; at least one)",
         conf=CONF_PREFIX + "partChunkBytes",
+    )
+    progress_beat_object_store_seconds: float = _knob(
+        PROGRESS_BEAT_OBJECT_STORE_SECONDS,
+        float,
+        "seconds between a task's progress files when the progress directory is on an object store "
+        f"(one PUT each; on a disk: every {PROGRESS_BEAT_SECONDS:g} s)",
+        conf=CONF_PREFIX + "progressBeatObjectStoreSeconds",
     )
     profile_dir: str | None = _knob(
         None,
