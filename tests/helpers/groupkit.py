@@ -15,8 +15,9 @@ from compaction.steps.group import GroupSpec, SourceSegment
 NOW_MS = 1_795_305_600_000
 
 
-def generate(out: Path, *args: str) -> Path:
-    run_generate(out, f"--topics t:1 --seed 3 --timestamp-start {NOW_MS - 3_600_000}", *args)
+def generate(out: Path, flags: str = "", *more: str) -> Path:
+    """A log dir of one partition `t-0` (its path returned), the generator's `flags` on one line."""
+    run_generate(out, f"--topics t:1 --seed 3 --timestamp-start {NOW_MS - 3_600_000} {flags}", *more)
     return out / "t-0"
 
 
