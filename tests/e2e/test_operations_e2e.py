@@ -25,7 +25,7 @@ import sys
 
 import headless_chromium
 import pytest
-from e2ekit import REPO, SUBMIT, corrupt_first_batch, tree_hashes
+from e2ekit import LOCAL_SUBMIT, REPO, corrupt_first_batch, tree_hashes
 from genkit import run_generate
 from html_page import Page, expected_rows, partition_rows
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,11 +37,7 @@ ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 def _submit(logs, *args, cwd=REPO):
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         str(logs),
         "--now-ms",
