@@ -115,8 +115,9 @@ class ProgressDir:
         return Storage.for_uri(self.uri)
 
     def beat_seconds(self) -> float:
-        """How often a task rewrites its file here: each beat is a PUT on an object store."""
-        return BEAT_SECONDS if self._storage()[0].is_local else OBJECT_STORE_BEAT_SECONDS
+        """How often a task rewrites its file here: each beat is a PUT on an object store (a store
+        without atomic rename: S3, GCS, ABFS), a rename on a disk or HDFS."""
+        return BEAT_SECONDS if self._storage()[0].atomic_rename else OBJECT_STORE_BEAT_SECONDS
 
     def write(self, name: str, figures: dict) -> None:
         storage, root = self._storage()
