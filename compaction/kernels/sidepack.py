@@ -7,7 +7,7 @@ partition are about twice its size on disk, all fresh memory: page faults and sy
 each first task of a worker (what a first touch costs: bench/fresh_memory.py). But
 the scan runs newest segment first, so once a segment is scanned the latest offset of each of its
 keys is final (`scan.scan_partition`), and most of its records are known to be dropped. This
-module copies the others into a buffer of exactly their size; the full one goes back to the pool
+module copies the others into a buffer of their size; the full one goes back to the pool
 for the next segment.
 
 Layout of the packed `side` (what `rebuild.record_regions` and the rebuild kernel read): the
@@ -39,6 +39,7 @@ from compaction.format.layout import (
     TRANSACTIONAL_MASK,
 )
 from compaction.format.varint import read_varint
+from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.memops import memcpy_at
@@ -159,12 +160,13 @@ def pack_side(scan: SegmentScan, may_keep: np.ndarray, kernel=pack_records) -> S
         value_pos,
         rec.value_len,
     )
-    # Counted first, then copied into a buffer of exactly that size: the packed side is held
-    # until the rewrite (scan.ScanCache counts its allocation), a whole side's room would hold
-    # several times what it needs, and a pool buffer held there is none the next segment reuses.
+    # Counted first, then copied into a buffer of that size: the packed side is held until the
+    # rewrite (scan.ScanCache counts its allocation), where a whole side's room would hold several
+    # times what it needs. From the pool: once the rewrite drops it, its pages serve the rewrite's
+    # own buffers instead of fresh ones.
     err, j, used = kernel(*args, _NO_BYTES, False)
     if err == ERR_OK:
-        out = np.empty(used, np.uint8)
+        out = POOL.take(used) if used >= POOLED_MIN_BYTES else np.empty(used, np.uint8)
         err, j, used = kernel(*args, out, True)
     if err != ERR_OK:
         i = int(idx[j])
