@@ -43,7 +43,14 @@ from compaction.policy.cut import cut_log, parse_as_of_offsets, parse_as_of_time
 from compaction.policy.keep import aborted_batches, map_masks
 from compaction.runtime.segment_io import read_segment_bytes
 from compaction.runtime.storage import Storage
-from compaction.settings import FRAME_BATCH_BYTES, FRAME_BATCH_ROWS, FRAME_SPLIT_BYTES
+from compaction.settings import (
+    FRAME_BATCH_BYTES,
+    FRAME_BATCH_ROWS,
+    FRAME_COMPACTED_KEY_SHARE,
+    FRAME_COMPACTED_RANGE_BYTES,
+    FRAME_COMPACTED_RANGES,
+    FRAME_SPLIT_BYTES,
+)
 from compaction.steps.discover import last_time_entry_ts, read_log_dir
 
 EARLIEST, LATEST = -2, -1  # Spark's Kafka source's offsets JSON: -2 earliest, -1 latest
@@ -154,6 +161,8 @@ class ReadOptions:
     # The compacted state as of a time (epoch ms) or per-partition offsets: `policy/cut.py`.
     as_of_time: int | None = None
     as_of_offsets: dict = field(default_factory=dict)
+    # minPartitions: at least this many input partitions for the compacted state (`cut_compacted`)
+    min_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -196,6 +205,11 @@ class ReadOptions:
         if (as_of_time is not None or as_of_offsets) and not out.compacted:
             raise UsageError("options asOfTime and asOfOffsets cut the compacted state: add compacted=true")
         out = replace(out, as_of_time=as_of_time, as_of_offsets=as_of_offsets)
+        if opts.get("minpartitions") is not None:
+            raw = opts["minpartitions"]
+            if not raw.strip().isdigit() or int(raw) < 1:
+                raise UsageError(f"option minPartitions: expected a positive integer, got {raw!r}")
+            out = replace(out, min_partitions=int(raw))
         if out.starting[0] == LATEST:
             raise UsageError("option startingOffsets: latest is not allowed for a batch read (as in Spark)")
         if out.ending[0] == EARLIEST:
@@ -265,6 +279,10 @@ class Split:
     # The partition's segments after `segments`: their headers alone are read, for the
     # transactions open at the log end (a marker past the rows read still ends one).
     tail: tuple[SegmentRef, ...] = ()
+    # The compacted state cut into ranges (`cut_compacted`): this split emits the rows of
+    # segments[first:last]; the later segments are read for their keys only, the earlier not at all.
+    first: int = 0
+    last: int | None = None
 
     @property
     def size(self) -> int:
@@ -387,6 +405,43 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
     return splits
 
 
+def cut_compacted(splits: list[Split], min_partitions: int | None = None) -> list[Split]:
+    """The compacted state's splits (one per Kafka partition) cut into ranges of segments, so
+    that one big partition keeps several cores busy: a partition over
+    `FRAME_COMPACTED_RANGE_BYTES` into `FRAME_COMPACTED_RANGES`, and more where `min_partitions`
+    asks for more input partitions than that (each partition a share by its bytes, as Spark's
+    Kafka source's `minPartitions` divides offset ranges). Newest range first: the rows come in
+    the order of the uncut split."""
+    total = sum(s.size for s in splits) or 1
+    out: list[Split] = []
+    for split in splits:
+        n = FRAME_COMPACTED_RANGES if split.size > FRAME_COMPACTED_RANGE_BYTES else 1
+        if min_partitions:
+            n = max(n, -(-min_partitions * split.size // total))
+        bounds = range_bounds([s.size for s in split.segments], n)
+        out += [replace(split, first=a, last=b) for a, b in reversed(list(zip(bounds, bounds[1:])))]
+    return out
+
+
+def range_bounds(sizes: list[int], n: int) -> list[int]:
+    """Where n ranges of consecutive segments (sizes in log order) start, then the end: each
+    range's task reads its own segments whole and the keys of every later range's, so the
+    ranges shrink towards the oldest, geometrically by the share a key-only read costs of a whole
+    read (`FRAME_COMPACTED_KEY_SHARE`), for equal work per task. No range is empty."""
+    n = max(1, min(n, len(sizes)))
+    weights = [(1 - FRAME_COMPACTED_KEY_SHARE) ** (n - 1 - k) for k in range(n)]
+    total = sum(sizes)
+    ends = np.cumsum(sizes)
+    bounds = [0]
+    share = 0.0
+    for k in range(n - 1):
+        share += weights[k] / sum(weights)
+        # the first segment whose end reaches the share, leaving a segment for each later range
+        cut = int(np.searchsorted(ends, share * total, side="left")) + 1
+        bounds.append(min(max(cut, bounds[-1] + 1), len(sizes) - (n - 1 - k)))
+    return [*bounds, len(sizes)]
+
+
 def _group_small(refs: list[SegmentRef]) -> list[tuple[SegmentRef, ...]]:
     """Consecutive segments together up to `FRAME_SPLIT_BYTES`; a bigger one alone."""
     groups: list[list[SegmentRef]] = []
@@ -461,8 +516,10 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
     (keyed, not control, not aborted), newest segment first so each segment's keys are final
     once it is added."""
     end, open_txns = _cut(split)
-    table = KeyTable(split.size // 256)
-    for ref in split.segments[::-1]:
+    last = len(split.segments) if split.last is None else split.last
+    table = KeyTable(sum(s.size for s in split.segments[split.first :]) // 256)
+    for i in range(len(split.segments) - 1, split.first - 1, -1):
+        ref = split.segments[i]
         if ref.base_offset >= end:
             continue
         scan = _scan(split, ref, hash_keys=True)
@@ -477,6 +534,9 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
         ids = table.assign(
             scan.file, scan.side, scan.split, rec.key_pos, rec.key_len, usable, usable, rec.offset, scan.keys
         )
+        if i >= last:  # a later range's segment: its keys only, their records are its rows
+            del scan
+            continue
         latest = np.where(ids >= 0, table.latest_of(np.maximum(ids, 0)), -1)
         rows = np.flatnonzero(usable & (rec.offset == latest) & (rec.value_len >= 0))
         yield from record_batches(split, scan, rows, opts.include_headers)

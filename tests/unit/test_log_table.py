@@ -18,7 +18,14 @@ from open_txn import last_stable_offset, open_offsets, open_txn_log_dir
 from compaction.errors import CrcMismatchError, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
 from compaction.kernels.scan import scan_segment
-from compaction.steps.log_table import Bounds, ReadOptions, plan_splits, read_split
+from compaction.steps.log_table import (
+    Bounds,
+    ReadOptions,
+    cut_compacted,
+    plan_splits,
+    range_bounds,
+    read_split,
+)
 from compaction.tools.generator import generate_log_dir
 from compaction.tools.generator_plan import TXN_ABORTED
 
@@ -49,9 +56,15 @@ def log_dir(request, tmp_path_factory):
     return root, manifest, request.param
 
 
-def rows(root: str, **options) -> list[dict]:
+def rows(root: str, *, ranges: int | None = None, **options) -> list[dict]:
+    """The rows of a read; with `ranges`, the compacted state's splits cut as the source cuts
+    them for `minPartitions=ranges`."""
     opts = ReadOptions.parse({"path": root, **options})
-    batches = [b for split in plan_splits(opts) for b in read_split(split, opts)]
+    splits = plan_splits(opts)
+    if ranges is not None:
+        splits = cut_compacted(splits, ranges)
+        assert len(splits) >= min(ranges, sum(len(s.segments) for s in splits))
+    batches = [b for split in splits for b in read_split(split, opts)]
     if not batches:
         return []
     table = pa.Table.from_batches(batches)
@@ -143,6 +156,37 @@ def test_compacted_as_of_an_offset(log_dir):
     assert got != state_offsets_as_of(m, m.log_end_offset)
 
 
+@pytest.mark.parametrize("ranges", [2, 3, 7])
+def test_compacted_cut_into_ranges_is_the_uncut_state_in_its_order(log_dir, ranges):
+    """Each range reads the later ranges' keys before its own rows: together the ranges return
+    the rows of one split per partition, in the same order (newest range first)."""
+    root, manifest, _ = log_dir
+    whole = rows(root, compacted="true")
+    cut = rows(root, compacted="true", ranges=ranges)
+    assert [(r["partition"], r["offset"]) for r in cut] == [(r["partition"], r["offset"]) for r in whole]
+    assert cut == whole
+    m = manifest.partitions[("orders", 0)]
+    at = m.log_end_offset // 2
+    as_of = rows(root, compacted="true", asOfOffsets=f"orders:0={at}", ranges=ranges)
+    assert {r["key"]: r["offset"] for r in as_of if r["partition"] == 0} == state_offsets_as_of(m, at)
+
+
+@pytest.mark.parametrize(
+    "sizes, n, want",
+    [
+        ([64] * 33, 1, [0, 33]),
+        ([64] * 33, 2, [0, 11, 33]),  # the older range a third: it also reads the newer's keys
+        ([64] * 33, 3, [0, 5, 15, 33]),
+        ([64] * 3, 3, [0, 1, 2, 3]),
+        ([64] * 3, 5, [0, 1, 2, 3]),  # never an empty range
+        ([64, 1, 1], 2, [0, 1, 3]),
+        ([5], 2, [0, 1]),
+    ],
+)
+def test_range_bounds(sizes, n, want):
+    assert range_bounds(sizes, n) == want
+
+
 @pytest.fixture(scope="module")
 def open_txn_dir(tmp_path_factory):
     """One partition whose log ends inside transactions (committed and aborted ones before)."""
@@ -172,6 +216,7 @@ def test_compacted_leaves_transactions_open_at_the_end_out(open_txn_dir):
     assert got == state_offsets_as_of(m, cut)
     assert not set(got.values()) & open_offsets(m, cut)
     assert max(got.values()) > last_stable_offset(m, cut)
+    assert rows(root, compacted="true", ranges=4) == rows(root, compacted="true")
 
 
 def test_starting_and_ending_timestamps_are_offsets_for_times(log_dir):
@@ -245,6 +290,8 @@ def test_a_bad_crc_fails_the_read_naming_file_byte_and_offset(tmp_path):
         ({"asOfTime": "2026-01-01T00:00:00"}, "zone"),
         ({"asOfTime": "1000"}, "compacted=true"),
         ({"kafka.isolation.level": "serializable"}, "isolation"),
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"minPartitions": "two"}, "minPartitions"),
     ],
 )
 def test_bad_options_are_usage_errors(options, message):
