@@ -16,7 +16,9 @@
    it, against Kafka 0.9's cleaner on the same bytes (`anchor.py measure --repeats 1
    --drop-caches`, as bench/vs_kafka.py runs it), pair by pair. Checked: the state below the
    active segment holds as many records as the cleaner keeps in the segments it cleans (its
-   count leaves the active segment out, as its cleaning does).
+   count leaves the active segment out, as its cleaning does), and exactly those: the first
+   pair keeps the cleaner's output (`--keep-after`), whose records below the active segment
+   must be the state's, offset for offset, with the same keys and values (sums of CRC32s).
 Not a test; prints the figures and the checks, exits 1 when a check fails.
 """
 
@@ -93,6 +95,15 @@ def floor_source():
             return FloorReader(self.options["path"])
 
     return Floor
+
+
+def fingerprint(df) -> tuple:
+    """A DataFrame's offsets in order, and sums of its keys' and values' CRC32s."""
+    from pyspark.sql import functions as F
+
+    offsets = [r.offset for r in df.select("offset").orderBy("offset").collect()]
+    sums = df.agg(F.sum(F.crc32("key")), F.sum(F.crc32("value"))).collect()[0]
+    return offsets, tuple(sums)
 
 
 def timed(fn) -> tuple[float, object]:
@@ -204,7 +215,7 @@ def main() -> int:
         for i in range(args.pairs):
             drop_caches()
             t_ours, _ = timed(compacted)
-            k = kafka(args.kafka09, "vs-dataframe")
+            k = kafka(args.kafka09, "vs-dataframe", keep_after=i == 0)
             same = state == k["kept"]
             bad += not same
             ratios.append(k["seconds"] / t_ours)
@@ -217,6 +228,14 @@ def main() -> int:
                 flush=True,
             )
         print(f"median Kafka 0.9 / compacted=true time: {statistics.median(ratios):.2f}x")
+        after = str(ANCHOR_DATA / args.kafka09 / "after" / "kafka-logs")
+        ours = spark.read.format("kafka_log").options(compacted="true", endingOffsets=below).load(source)
+        theirs = spark.read.format("kafka_log").options(endingOffsets=below).load(after)
+        same = fingerprint(ours) == fingerprint(theirs)
+        bad += not same
+        print(
+            f"records: the state below the active segment {'IS' if same else 'IS NOT'} what the cleaner kept"
+        )
     spark.stop()
     return 1 if bad else 0
 
