@@ -393,12 +393,9 @@ _ENV_NAMES = frozenset(
 FRAME_SPLIT_BYTES = 128 << 20
 FRAME_BATCH_ROWS = 1 << 16
 FRAME_BATCH_BYTES = 64 << 20
-# The compacted state of a Kafka partition over FRAME_COMPACTED_RANGE_BYTES is read as
-# FRAME_COMPACTED_RANGES input partitions (`log_table.cut_compacted`): each reads its range and
-# the keys of the later ones, so every range past two adds work for less gain; more on request
-# (`minPartitions`). FRAME_COMPACTED_KEY_SHARE: what reading a range for its keys alone costs of
-# reading it for its rows too (scan and offset map against those plus handing them to Spark),
-# from bench/dataframe.py --kafka09; it sizes the ranges for equal work.
-FRAME_COMPACTED_RANGE_BYTES = 1 << 30
-FRAME_COMPACTED_RANGES = 2
-FRAME_COMPACTED_KEY_SHARE = 0.5
+# The compacted state of a Kafka partition over FRAME_COMPACTED_SPLIT_BYTES is read as
+# FRAME_COMPACTED_BUCKETS input partitions, each mapping and emitting the keys of one bucket
+# (`log_table.cut_compacted`); each scans the whole partition, so a bucket past the cores
+# that run them at once only repeats that scan; more on request (`minPartitions`).
+FRAME_COMPACTED_SPLIT_BYTES = 1 << 30
+FRAME_COMPACTED_BUCKETS = 2

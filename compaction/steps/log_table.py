@@ -11,7 +11,8 @@ Three steps, no Spark here:
   * `plan_splits`: the log dir listed (`discover.read_log_dir`), each partition's segments cut to
     the offsets and timestamps asked for (options and pushed-down `Bounds`) from file names and
     `.timeindex` tails alone, so segments outside them are never opened; one `Split` per segment,
-    or per run of small ones, or per partition for the compacted state.
+    or per run of small ones, or per partition for the compacted state (`cut_compacted`: per
+    bucket of its keys for a big one).
   * `read_split`: each segment scanned (`kernels/scan.py`: CRCs checked, records decompressed,
     typed errors naming file, byte and offset), the rows kept as masks over the record columns,
     the columns gathered into Arrow buffers (no Python object per record). With `compacted`, the
@@ -19,7 +20,8 @@ Three steps, no Spark here:
     `keep.map_masks` maps: no control record, no aborted one, none of a transaction open at the
     end), tombstoned keys left out.
 
-Rows are in log order within a segment; the compacted state is emitted newest segment first.
+Rows are in log order within a segment; the compacted state is emitted newest segment first
+(within each bucket of keys).
 """
 
 from __future__ import annotations
@@ -46,9 +48,8 @@ from compaction.runtime.storage import Storage
 from compaction.settings import (
     FRAME_BATCH_BYTES,
     FRAME_BATCH_ROWS,
-    FRAME_COMPACTED_KEY_SHARE,
-    FRAME_COMPACTED_RANGE_BYTES,
-    FRAME_COMPACTED_RANGES,
+    FRAME_COMPACTED_BUCKETS,
+    FRAME_COMPACTED_SPLIT_BYTES,
     FRAME_SPLIT_BYTES,
 )
 from compaction.steps.discover import last_time_entry_ts, read_log_dir
@@ -279,10 +280,10 @@ class Split:
     # The partition's segments after `segments`: their headers alone are read, for the
     # transactions open at the log end (a marker past the rows read still ends one).
     tail: tuple[SegmentRef, ...] = ()
-    # The compacted state cut into ranges (`cut_compacted`): this split emits the rows of
-    # segments[first:last]; the later segments are read for their keys only, the earlier not at all.
-    first: int = 0
-    last: int | None = None
+    # The compacted state cut by key (`cut_compacted`): this split maps and emits the keys
+    # whose `key_bucket` is `bucket` of `buckets`.
+    bucket: int = 0
+    buckets: int = 1
 
     @property
     def size(self) -> int:
@@ -406,40 +407,27 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
 
 
 def cut_compacted(splits: list[Split], min_partitions: int | None = None) -> list[Split]:
-    """The compacted state's splits (one per Kafka partition) cut into ranges of segments, so
-    that one big partition keeps several cores busy: a partition over
-    `FRAME_COMPACTED_RANGE_BYTES` into `FRAME_COMPACTED_RANGES`, and more where `min_partitions`
-    asks for more input partitions than that (each partition a share by its bytes, as Spark's
-    Kafka source's `minPartitions` divides offset ranges). Newest range first: the rows come in
-    the order of the uncut split."""
+    """The compacted state's splits (one per Kafka partition) cut by key, so that one big
+    partition keeps several cores busy: a partition over `FRAME_COMPACTED_SPLIT_BYTES` into
+    `FRAME_COMPACTED_BUCKETS` splits, and more where `min_partitions` asks for more input
+    partitions than that (each partition a share by its bytes, as Spark's Kafka source's
+    `minPartitions` divides offset ranges). Each split scans the whole partition and maps and
+    emits the keys of its bucket (`key_bucket`): the scan is repeated, the offset map, the rows
+    and their transfer to Spark are shared out."""
     total = sum(s.size for s in splits) or 1
     out: list[Split] = []
     for split in splits:
-        n = FRAME_COMPACTED_RANGES if split.size > FRAME_COMPACTED_RANGE_BYTES else 1
+        n = FRAME_COMPACTED_BUCKETS if split.size > FRAME_COMPACTED_SPLIT_BYTES else 1
         if min_partitions:
             n = max(n, -(-min_partitions * split.size // total))
-        bounds = range_bounds([s.size for s in split.segments], n)
-        out += [replace(split, first=a, last=b) for a, b in reversed(list(zip(bounds, bounds[1:])))]
+        out += [replace(split, bucket=k, buckets=n) for k in range(n)] if n > 1 else [split]
     return out
 
 
-def range_bounds(sizes: list[int], n: int) -> list[int]:
-    """Where n ranges of consecutive segments (sizes in log order) start, then the end: each
-    range's task reads its own segments whole and the keys of every later range's, so the
-    ranges shrink towards the oldest, geometrically by the share a key-only read costs of a whole
-    read (`FRAME_COMPACTED_KEY_SHARE`), for equal work per task. No range is empty."""
-    n = max(1, min(n, len(sizes)))
-    weights = [(1 - FRAME_COMPACTED_KEY_SHARE) ** (n - 1 - k) for k in range(n)]
-    total = sum(sizes)
-    ends = np.cumsum(sizes)
-    bounds = [0]
-    share = 0.0
-    for k in range(n - 1):
-        share += weights[k] / sum(weights)
-        # the first segment whose end reaches the share, leaving a segment for each later range
-        cut = int(np.searchsorted(ends, share * total, side="left")) + 1
-        bounds.append(min(max(cut, bounds[-1] + 1), len(sizes) - (n - 1 - k)))
-    return [*bounds, len(sizes)]
+def key_bucket(hashes: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each key hash: bits the key table's regions (the top ones) and slots (the
+    low ones) do not use on their own, so that a bucket's keys spread over the whole table."""
+    return ((hashes >> np.uint64(24)) % np.uint64(buckets)).astype(np.int64)
 
 
 def _group_small(refs: list[SegmentRef]) -> list[tuple[SegmentRef, ...]]:
@@ -516,10 +504,8 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
     (keyed, not control, not aborted), newest segment first so each segment's keys are final
     once it is added."""
     end, open_txns = _cut(split)
-    last = len(split.segments) if split.last is None else split.last
-    table = KeyTable(sum(s.size for s in split.segments[split.first :]) // 256)
-    for i in range(len(split.segments) - 1, split.first - 1, -1):
-        ref = split.segments[i]
+    table = KeyTable(split.size // 256 // split.buckets)
+    for ref in split.segments[::-1]:
         if ref.base_offset >= end:
             continue
         scan = _scan(split, ref, hash_keys=True)
@@ -531,16 +517,32 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
             txn = (b.attributes.astype(np.int64) & TRANSACTIONAL_MASK) != 0
             for pid, first in open_txns.items():
                 usable &= ~(txn & (b.producer_id == pid) & (b.base_offset >= first))[rec.batch_index]
-        ids = table.assign(
-            scan.file, scan.side, scan.split, rec.key_pos, rec.key_len, usable, usable, rec.offset, scan.keys
+        hashes, packed, packed_offs = scan.keys
+        # this split's keys: every record of the others is left out of the table
+        mine = (
+            np.flatnonzero(key_bucket(hashes, split.buckets) == split.bucket) if split.buckets > 1 else None
         )
-        if i >= last:  # a later range's segment: its keys only, their records are its rows
-            del scan
-            continue
+        ok, offset = _pick(usable, mine), _pick(rec.offset, mine)
+        ids = table.assign(
+            scan.file,
+            scan.side,
+            scan.split,
+            _pick(rec.key_pos, mine),
+            _pick(rec.key_len, mine),
+            ok,
+            ok,
+            offset,
+            (_pick(hashes, mine), packed, _pick(packed_offs, mine)),
+        )
         latest = np.where(ids >= 0, table.latest_of(np.maximum(ids, 0)), -1)
-        rows = np.flatnonzero(usable & (rec.offset == latest) & (rec.value_len >= 0))
+        kept = np.flatnonzero(ok & (offset == latest) & (_pick(rec.value_len, mine) >= 0))
+        rows = mine[kept] if mine is not None else kept
         yield from record_batches(split, scan, rows, opts.include_headers)
         del scan
+
+
+def _pick(column: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    return column if rows is None else column[rows]
 
 
 class _Header(NamedTuple):

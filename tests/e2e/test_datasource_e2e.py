@@ -122,10 +122,10 @@ def test_compacted_is_latest_per_key_of_committed_records(spark, kafka_log, log_
     assert_df_equality(got, spark.createDataFrame(want, schema), ignore_row_order=True, ignore_nullable=True)
 
 
-def test_compacted_in_ranges_is_the_single_split_state(spark, kafka_log, log_dir, open_txn_dir):
-    """minPartitions cuts each partition's compacted state into ranges of segments, one input
-    partition each: the same rows as one input partition per Kafka partition (transactions,
-    aborts, tombstones; a transaction open at the log end)."""
+def test_compacted_cut_by_key_is_the_single_split_state(spark, kafka_log, log_dir, open_txn_dir):
+    """minPartitions cuts each partition's compacted state by key, one input partition per
+    bucket: the same rows as one input partition per Kafka partition (transactions, aborts,
+    tombstones; a transaction open at the log end)."""
     for root in (log_dir, open_txn_dir[0]):
         whole = kafka_log(root, compacted="true", includeHeaders="true")
         cut = kafka_log(root, compacted="true", includeHeaders="true", minPartitions="9")
