@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (
 )
 
 from compaction.runtime.worker import keep_zip_directories
+from compaction.settings import FRAME_SPARK_BATCH_ROWS
 from compaction.steps.log_table import (
     Bounds,
     ReadOptions,
@@ -78,7 +79,9 @@ class KafkaLogReader(DataSourceReader):
 
     def read(self, partition):
         keep_zip_directories()
-        yield from read_split(partition.value, self.opts)
+        for batch in read_split(partition.value, self.opts):
+            for start in range(0, batch.num_rows, FRAME_SPARK_BATCH_ROWS):
+                yield batch.slice(start, FRAME_SPARK_BATCH_ROWS)
 
 
 class PushdownKafkaLogReader(KafkaLogReader):
