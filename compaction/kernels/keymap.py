@@ -13,17 +13,25 @@ from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.keyhash import key_hash as _hash
-from compaction.kernels.memops import memcpy_at, prefetch
+from compaction.kernels.memops import load_le64, memcpy_at, prefetch
 
 
 @_njit
 def equal_bytes(a, a0, a1, b, b0, b1):
-    if a1 - a0 != b1 - b0:
+    """a[a0:a1] == b[b0:b1], 8 bytes at a time (the last word of a key of 8 bytes or more overlaps
+    the one before it)."""
+    n = a1 - a0
+    if n != b1 - b0:
         return False
-    for i in range(a1 - a0):
-        if a[a0 + i] != b[b0 + i]:
+    if n < 8:
+        for i in range(n):
+            if a[a0 + i] != b[b0 + i]:
+                return False
+        return True
+    for i in range(0, n - 8, 8):
+        if load_le64(a, a0 + i) != load_le64(b, b0 + i):
             return False
-    return True
+    return load_le64(a, a1 - 8) == load_le64(b, b1 - 8)
 
 
 # --- KeyTable: key ids straight from segment buffers, radix-partitioned ------------------------
