@@ -10,7 +10,7 @@ ones (which pick the slot and the merge bucket). A key of n >= 8 bytes is its wo
 below n - 8, then the word at n - 8 (overlapping the one before: the words of two keys of one
 length are equal only if their bytes are); shorter keys are one word of their bytes. The tables
 compare keys byte for byte, so the hash only needs to spread keys, never to tell them apart; a
-byte-at-a-time hash (FNV-1a) cost a multiply's latency per byte, several times this per key.
+byte-at-a-time hash would wait for a multiply per byte, several times this per key.
 Every process of a round (scans, range summaries' buckets, the merge) hashes with this one
 function; nothing hashed is kept between rounds. `key_hash_reference` states it in plain Python
 (the tests hold the kernel to it).

@@ -41,8 +41,8 @@ def test_every_length_hashes_as_the_reference_at_any_position(n):
         assert int(key_hash(buf, lead, lead + n)) == key_hash_reference(key)
 
 
-def test_reference_worked_values():
-    # the tables read these bits: a change of hash must be made on purpose (tests and docs name it)
+def test_lengths_and_single_bytes_hash_apart():
+    # the length is in the seed: keys of zero bytes that differ in length only
     assert key_hash_reference(b"") != key_hash_reference(b"\0")
     assert key_hash_reference(b"\0" * 8) != key_hash_reference(b"\0" * 9)
     assert len({key_hash_reference(bytes([b])) for b in range(256)}) == 256
