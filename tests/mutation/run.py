@@ -46,6 +46,7 @@ MODULES = {
         "tests/unit/test_power_loss.py",
         "tests/unit/test_commit.py",
         "tests/unit/test_broker_lock.py",
+        "tests/unit/test_discover_lazy.py",
     ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
     # the partition pipeline both tasks call: its re-plan rule and the checks beside the scan
