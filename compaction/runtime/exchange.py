@@ -174,8 +174,14 @@ class Exchange:
         """An output stream whose file appears, whole, when it closes."""
         path = self.path(name)
         if not self.storage.is_local:  # an object appears whole when its upload completes
-            with self.storage.fs.open_output_stream(path, compression=None) as out:
-                yield out
+            try:
+                with self.storage.fs.open_output_stream(path, compression=None) as out:
+                    yield out
+            except BaseException:
+                # Leaving the `with` closed the stream, which completes the upload of what was
+                # written: the part of a file, which a retry's `exists` would take for the file.
+                self.storage.delete(path, missing_ok=True)
+                raise
             return
         os.makedirs(self.root, exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -215,9 +221,9 @@ class Exchange:
                 size = f.size()
                 (n,) = INDEX_LENGTH.unpack(f.read_at(INDEX_LENGTH.size, size - INDEX_LENGTH.size))
                 raw = f.read_at(n, size - INDEX_LENGTH.size - n)
-        except (OSError, struct.error) as exc:
+            table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+        except (OSError, struct.error, pa.ArrowInvalid) as exc:  # missing, cut short, or its index damaged
             raise ExchangeError(f"cannot read the exchange file {path}: {exc}") from exc
-        table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
         return {f.name: table.column(f.name).to_numpy() for f in _INDEX}
 
     def read_blocks(self, name: str, select=None, index: dict | None = None) -> Iterator:

@@ -55,7 +55,7 @@ MODULES = {
         "tests/unit/test_ranges.py",
         "tests/unit/test_rewrite_unit.py",
     ],
-    "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
+    "compaction/runtime/exchange.py": ["tests/unit/test_exchange.py", "tests/unit/test_ranges.py"],
     "compaction/runtime/storage.py": [
         "tests/unit/test_durability.py",
         "tests/unit/test_storage.py",
