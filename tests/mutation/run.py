@@ -284,7 +284,9 @@ def run_module(
     done = [(job, result) for job, result in tried if result.get("test_outcome") in ("killed", "survived")]
     survived = [(job, result) for job, result in done if result["test_outcome"] == "survived"]
     killed = len(done) - len(survived)
+    timeouts = sum(1 for _, result in done if result.get("output") == "timeout")
     return {
+        "timeouts": timeouts,
         "module": module,
         "mutants": len(tried),
         "done": len(done),
@@ -321,7 +323,8 @@ def main() -> int:
         r = run_module(module, MODULES[module], out, args.timeout, only, args.max_examples)
         score = r["killed"] / r["done"] if r["done"] else 0.0
         print(
-            f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}), {len(r['survived'])} survived, "
+            f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}; {r['timeouts']} by the timeout), "
+            f"{len(r['survived'])} survived, "
             f"{r['mutants']} mutants, {r['seconds']} s",
             flush=True,
         )
