@@ -5,12 +5,14 @@ Spark rows they become, and the re-plan bound."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from types import SimpleNamespace
 
 import pytest
+from groupkit import generate, specs_for
 
 from compaction.spark.stages import FUSED_FIELDS, typed
-from compaction.steps.pipeline import open_transaction
+from compaction.steps.pipeline import compact_whole, open_transaction
 from compaction.steps.ranges import ProducerState
 from compaction.steps.results import STATS_ROW, GroupResult, TaskTimings, as_rows, failed, unstable
 
@@ -51,3 +53,16 @@ def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_plannin
     state = ProducerState(first_unstable, {}, first_unstable is not None)
     specs = [SimpleNamespace(upper_bound=bound), SimpleNamespace(upper_bound=bound + 1000)]
     assert open_transaction(state, specs) == replan
+
+
+def test_a_whole_partition_tasks_timings_lie_within_its_run(tmp_path):
+    """The scan and map seconds a task reports are parts of its wall time, its CPU seconds at most
+    what this process spent meanwhile (summed by the driver into the run's report)."""
+    part = generate(tmp_path / "logs", "--records", "3000", "--keys", "300", "--segment-bytes", "30000")
+    wall, cpu = time.monotonic(), time.process_time()
+    results, timings = compact_whole(specs_for(part, 2), 0)
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    assert len(results) == 2 and not any(r.error or r.first_unstable for r in results)
+    assert 0 <= timings.scan_seconds and 0 <= timings.map_seconds
+    assert timings.scan_seconds + timings.map_seconds <= wall
+    assert 0 < timings.cpu_seconds <= cpu
