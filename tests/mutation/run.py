@@ -306,6 +306,10 @@ def main() -> int:
         help="comma-separated top-level functions, classes or Class.method of the module: mutate only these",
     )
     parser.add_argument(
+        "--tests",
+        help="comma-separated test files: this selection instead of the module's (a quicker run)",
+    )
+    parser.add_argument(
         "--max-examples",
         type=int,
         default=25,
@@ -320,7 +324,8 @@ def main() -> int:
     total_survived = 0
     for module in args.modules:
         only = args.only.split(",") if args.only else None
-        r = run_module(module, MODULES[module], out, args.timeout, only, args.max_examples)
+        tests = args.tests.split(",") if args.tests else MODULES[module]
+        r = run_module(module, tests, out, args.timeout, only, args.max_examples)
         score = r["killed"] / r["done"] if r["done"] else 0.0
         print(
             f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}; {r['timeouts']} by the timeout), "
