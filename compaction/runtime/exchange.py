@@ -114,10 +114,8 @@ class PeerGone(BaseException):
 class Exchange:
     """The exchange directory of one stage (picklable: tasks receive it in their closure)."""
 
-    def __init__(
-        self, storage: Storage, root: str, local_temp: bool = False, peer_wait: float = PEER_WAIT_SECONDS
-    ) -> None:
-        self.storage, self.root, self._local_temp = storage, root, local_temp
+    def __init__(self, storage: Storage, root: str, peer_wait: float = PEER_WAIT_SECONDS) -> None:
+        self.storage, self.root = storage, root
         self.peer_wait = peer_wait  # 0: never wait (the driver's follow-up stages: all is there)
 
     @classmethod
@@ -130,7 +128,7 @@ class Exchange:
             root = f"{base.rstrip('/')}/{PREFIX}{uuid.uuid4().hex[:12]}"
         elif local_master:
             storage, root = Storage.local(), tempfile.mkdtemp(prefix=PREFIX)
-            return cls(storage, root, local_temp=True, peer_wait=peer_wait)
+            return cls(storage, root, peer_wait=peer_wait)
         else:
             storage, base = Storage.for_uri(log_dir)
             root = f"{os.path.dirname(base.rstrip('/'))}/{PREFIX}{uuid.uuid4().hex[:12]}"
@@ -140,7 +138,7 @@ class Exchange:
 
     def no_wait(self) -> Exchange:
         """The same directory for tasks that must find every marker they read already there."""
-        return Exchange(self.storage, self.root, self._local_temp, peer_wait=0)
+        return Exchange(self.storage, self.root, peer_wait=0)
 
     def remove(self) -> None:
         if self.storage.is_local:
