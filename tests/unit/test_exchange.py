@@ -155,6 +155,26 @@ def test_a_heartbeat_beats_while_its_block_runs_and_stops_after(ex, monkeypatch)
     assert not ex.storage.exists(ex.path("gone-0"))
 
 
+def test_a_heartbeat_that_cannot_be_written_once_beats_on(ex, monkeypatch):
+    """A store that refuses one write of the heartbeat file (a throttled request) costs one beat,
+    not the heart: the waiters would otherwise give up on a task that is running."""
+    monkeypatch.setattr(xm, "HEARTBEAT_SECONDS", 0.05)
+    real, refused = Exchange._create, []
+
+    def refuses_the_first_beat(self, name):
+        if name == "alive-0" and not refused:
+            refused.append(name)
+            raise OSError("503 slow down")
+        return real(self, name)
+
+    monkeypatch.setattr(Exchange, "_create", refuses_the_first_beat)
+    with ex.heartbeat(0):
+        deadline = time.monotonic() + 10
+        while not ex.storage.exists(ex.path("alive-0")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert refused and int(ex.storage.read_bytes(ex.path("alive-0"))) >= 1
+
+
 def test_remove_leaves_nothing(ex):
     ex.write_blocks("scan-0", _blocks())
     ex.post("scan", 0, {})
