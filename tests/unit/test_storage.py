@@ -96,8 +96,8 @@ def test_write_atomic_leaves_no_tmp(tmp_path):
     assert os.listdir(tmp_path) == ["cleaner-offset-checkpoint"]
 
 
-def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
-    synced = []
+def _fsynced(monkeypatch) -> list[str]:
+    synced: list[str] = []
     real_fsync = os.fsync
 
     def fsync(fd):
@@ -105,9 +105,34 @@ def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
+    synced = _fsynced(monkeypatch)
     path = str(tmp_path / "x.log")
     Storage.local().write_durable(path, b"abc")
     assert synced == [path, str(tmp_path)]
+
+
+def test_a_durable_rename_fsyncs_each_directory_it_changes(tmp_path, monkeypatch):
+    """A rename is durable once the directories whose entries it changed are fsynced: the
+    destination's, and the source's when it left another one. `durable=False` leaves that to the
+    caller (one fsync after a batch of renames)."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x").write_bytes(d.encode())
+    synced = _fsynced(monkeypatch)
+    storage = Storage.local()
+    storage.rename(str(tmp_path / "a" / "x"), str(tmp_path / "a" / "y"))
+    assert synced == [str(tmp_path / "a")]
+    synced.clear()
+    storage.rename(str(tmp_path / "a" / "y"), str(tmp_path / "b" / "z"))
+    assert synced == [str(tmp_path / "b"), str(tmp_path / "a")]
+    synced.clear()
+    storage.rename(str(tmp_path / "b" / "z"), str(tmp_path / "b" / "w"), durable=False)
+    assert synced == []
+    assert sorted(os.listdir(tmp_path / "a")) == [] and sorted(os.listdir(tmp_path / "b")) == ["w", "x"]
 
 
 def test_storage_pickles_and_works_in_another_process(tmp_path):
