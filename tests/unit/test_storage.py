@@ -115,6 +115,21 @@ def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
     assert synced == [path, str(tmp_path)]
 
 
+def test_written_files_have_the_mode_of_kafkas_own(tmp_path):
+    """rw-r--r-- under the usual umask, as a broker writes its segments: a broker or tool running
+    as another user of the group reads them, and none can write them."""
+    old = os.umask(0o022)
+    try:
+        Storage.local().write_durable(str(tmp_path / "x.log"), b"abc")
+        Storage.local().write_atomic(str(tmp_path / "cleaner-offset-checkpoint"), b"0\n0\n")
+    finally:
+        os.umask(old)
+    assert {f.name: f.stat().st_mode & 0o777 for f in tmp_path.iterdir()} == {
+        "x.log": 0o644,
+        "cleaner-offset-checkpoint": 0o644,
+    }
+
+
 def test_a_durable_rename_fsyncs_each_directory_it_changes(tmp_path, monkeypatch):
     """A rename is durable once the directories whose entries it changed are fsynced: the
     destination's, and the source's when it left another one. `durable=False` leaves that to the
