@@ -47,6 +47,12 @@ SCAN_REUSE_MAX_BYTES = 1 << 30
 # bounds what a whole-partition task holds by its keys.
 PARTITION_TASK_MAX_BYTES = 1 << 30
 PROGRESS_SECONDS = 5.0
+# How often a running task rewrites its progress file (runtime/task_progress.py): the driver's
+# progress line is as fresh as this. On a local or mounted disk a beat is a rename; on an object
+# store it is one PUT per task, so there the beat is slower (a round of 200 tasks: 20 PUTs a second
+# instead of 200).
+PROGRESS_BEAT_SECONDS = 1.0
+PROGRESS_BEAT_OBJECT_STORE_SECONDS = 10.0
 # The compiled kernels' store by default: beside the first log dir, on the store every executor
 # reads and writes already, and that outlives the executors (runtime/kernel_store.py).
 KERNEL_CACHE_NAME = ".kafka-compaction-kernels"
@@ -71,6 +77,9 @@ ReadMode = Literal["buffered", "direct", "mmap"]
 WriteMode = Literal["direct", "buffered"]
 READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
 WRITE_MODES: tuple[WriteMode, ...] = get_args(WriteMode)
+# The driver's log lines (`--log-format`; cli/logs.py): text, or one JSON object a line.
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 # With `--read-mode direct`, smaller segments are mapped: one syscall, nothing to flush.
 DIRECT_MIN_BYTES = 8 << 20
 # Segments a task keeps in the page cache from scan to rewrite (`--read-mode buffered`).
@@ -107,13 +116,13 @@ class JobOptions:
     kafka_config: dict[str, object] = field(default_factory=dict)
     topic_config: dict[str, dict[str, object]] = field(default_factory=dict)
     tasks_per_core: int = 2
-    read_mode: str = "buffered"
-    write_mode: str = "direct"
+    read_mode: ReadMode = "buffered"
+    write_mode: WriteMode = "direct"
     # Broker-level defaults (server.properties names, keyed by their topic-level synonym): below the
     # job-wide flags and the per-topic overrides, as a broker's own config is below a topic's.
     broker_config: dict[str, object] = field(default_factory=dict)
     io_max_bytes_per_second: float | None = None  # read + written bytes/s of the job's tasks on a host
-    log_format: str = "text"
+    log_format: LogFormat = "text"
     metrics_file: str | None = None
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
@@ -224,6 +233,13 @@ class WorkerSettings:
         "bytes of another task's cleaned range that a ranges task copies into a "
         "group's `.cleaned` file at a time (whole batches; at least one)",
         conf=CONF_PREFIX + "partChunkBytes",
+    )
+    progress_beat_object_store_seconds: float = _knob(
+        PROGRESS_BEAT_OBJECT_STORE_SECONDS,
+        float,
+        "seconds between a task's progress files when the progress directory is on an object store "
+        f"(one PUT each; on a disk: every {PROGRESS_BEAT_SECONDS:g} s)",
+        conf=CONF_PREFIX + "progressBeatObjectStoreSeconds",
     )
     profile_dir: str | None = _knob(
         None,

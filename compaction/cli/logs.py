@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 
+from compaction.settings import LogFormat
 from compaction.steps import report as rpt
 
 log = logging.getLogger("compaction")
@@ -45,7 +46,7 @@ class OneLineFormatter(logging.Formatter):
         return super().format(record).replace("\n", "\\n").replace("\t", " ")
 
 
-def setup(log_format: str = "text", stream=None) -> None:
+def setup(log_format: LogFormat = "text", stream=None) -> None:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else OneLineFormatter(TEXT_FORMAT))
     root = logging.getLogger()

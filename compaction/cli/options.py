@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import re
 import sys
 import time
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from compaction import __version__
 from compaction.errors import ConfigError, UsageError
@@ -33,6 +36,7 @@ from compaction.policy.cut import parse_as_of_offsets, parse_as_of_time
 from compaction.policy.topic_config import excerpt, resolve_topic_config
 from compaction.settings import (
     DIRECT_MIN_BYTES,
+    LOG_FORMATS,
     MAX_INFLATED_BATCH_BYTES,
     READ_MODES,
     WRITE_MODES,
@@ -40,6 +44,9 @@ from compaction.settings import (
 )
 
 LONG_MAX = 2**63 - 1
+
+T = TypeVar("T")
+M = TypeVar("M", bound=str)
 
 # Spark's size suffixes (JavaUtils.byteStringAs): binary multiples, case-insensitive.
 SIZE_SUFFIXES = {
@@ -64,7 +71,7 @@ def byte_size(text: str) -> int:
     type: a bad value is argparse's usage error)."""
     m = _SIZE.fullmatch(str(text))
     mult = SIZE_SUFFIXES.get(m.group(2).lower()) if m else None
-    if mult is None:
+    if m is None or mult is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a size: a number of bytes, or with a suffix k, m, g, t (e.g. 512m, 1g)"
         )
@@ -142,20 +149,19 @@ class SuggestingParser(argparse.ArgumentParser):
                     flags += [o for o in sub._option_string_actions if o.startswith("--")]
         return flags
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         super().error(message + suggestion(message, self.known_flags()))
 
 
 class OneLineParser(SuggestingParser):
     """argparse, but a usage error is one line that names the fix (`--help`), exit code 2."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         message += suggestion(message, self.known_flags())
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 VERSION = f"kafka-offline-compaction {__version__}"
-LOG_FORMATS = ("text", "json")
 
 
 def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> argparse.ArgumentParser:
@@ -467,11 +473,11 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         kafka_config=kafka_config,
         topic_config=topic_config,
         tasks_per_core=args.tasks_per_core,
-        read_mode=args.read_mode,
-        write_mode=args.write_mode,
+        read_mode=_one_of(READ_MODES, args.read_mode),
+        write_mode=_one_of(WRITE_MODES, args.write_mode),
         broker_config={k: v for k, v in broker.items() if k != IO_MAX_BYTES_PER_SECOND},
         io_max_bytes_per_second=io_max if io_max is not None and io_max < 1.7e308 else None,  # Double.MAX
-        log_format=args.log_format,
+        log_format=_one_of(LOG_FORMATS, args.log_format),
         metrics_file=args.metrics_file,
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
@@ -486,7 +492,13 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
     )
 
 
-def _parsed(flag: str, parse, text: str | None):
+def _one_of(modes: tuple[M, ...], value: str) -> M:
+    """`value` as the mode of `modes` it names, typed as that mode (argparse's `choices` refused
+    any other with its own message)."""
+    return modes[modes.index(value)]
+
+
+def _parsed(flag: str, parse: Callable[[str], T], text: str | None) -> T | None:
     try:
         return None if text is None else parse(text)
     except ValueError as exc:
@@ -496,7 +508,9 @@ def _parsed(flag: str, parse, text: str | None):
 # --- config files: --config (broker-wide) and --topic-config (per topic) ---------------------------
 
 
-def _config_files(args) -> tuple[dict[str, object], dict[str, object], dict[str, dict[str, object]]]:
+def _config_files(
+    args: argparse.Namespace,
+) -> tuple[dict[str, object], dict[str, object], dict[str, dict[str, object]]]:
     """(broker defaults, job-wide topic values, per-topic overrides) from --config and --topic-config."""
     broker: dict[str, object] = {}
     job: dict[str, object] = {}
@@ -562,6 +576,10 @@ def _quoted_key(key: str) -> str:
     return text if len(text) <= 80 else text[:80] + f"...({len(key)} characters)"
 
 
+def _entry_at(topic: str, name: str) -> str:
+    return f" at {_json_path(topic, name)}"
+
+
 def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
     """(broker defaults, per-topic overrides) of a --topic-config file.
 
@@ -584,7 +602,7 @@ def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str,
     broker, _ = split_job_config(broker_entries, path, {k: f" at {_json_path(k)}" for k in broker_entries})
     topics = {topic: dict(cfg) for topic, cfg in data.items() if isinstance(cfg, dict)}
     for topic, cfg in topics.items():
-        check_topic_config(topic, cfg, path, lambda name, topic=topic: f" at {_json_path(topic, name)}")
+        check_topic_config(topic, cfg, path, functools.partial(_entry_at, topic))
     return broker, topics
 
 

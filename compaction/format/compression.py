@@ -62,7 +62,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, cast
 
 import cramjam
@@ -280,7 +280,8 @@ def inflate_into(
         if codec == CODEC_LZ4 and magic != MAGIC_V0 and _lz4_independent(data):
             return cramjam.lz4.decompress_into(data, out)
         if codec == CODEC_SNAPPY:
-            return _snappy_into(_xerial_chunks(memoryview(data)), out)
+            chunks = _xerial_chunks(memoryview(data))
+            return _snappy_into(((c, cramjam.snappy.decompress_raw_len(c)) for c in chunks), out)
     except (_OverLimit, CorruptRecordError, *_DECODE_ERRORS):
         pass
     pieces = inflate(codec, data, magic, path=path, position=position, limit=limit)
@@ -426,26 +427,22 @@ def _xerial_chunks(view: memoryview) -> list[memoryview]:
 
 def _snappy_run(run: list[tuple[memoryview, int]], total: int) -> bytearray:
     out = bytearray(total)
-    into, at = memoryview(out), 0
-    for chunk, size in run:
-        at += _snappy_block_into(chunk, size, into[at : at + size])
+    _snappy_into(run, memoryview(out))
     return out
 
 
-def _snappy_into(chunks: list[memoryview], out: memoryview) -> int:
+def _snappy_into(chunks: Iterable[tuple[memoryview, int]], out: memoryview) -> int:
+    """Raw snappy blocks, each with the length it declares, decompressed one after the other into
+    `out`: `_OverLimit` for a block past its end, a block that holds fewer bytes than it declares
+    is corrupt. Returns the bytes written."""
     at = 0
-    for chunk in chunks:
-        size = cramjam.snappy.decompress_raw_len(chunk)
+    for chunk, size in chunks:
         if at + size > len(out):
             raise _OverLimit
-        at += _snappy_block_into(chunk, size, out[at : at + size])
+        if cramjam.snappy.decompress_raw_into(chunk, out[at : at + size]) != size:
+            raise CorruptRecordError(f"a snappy block declares {size} bytes and holds fewer")
+        at += size
     return at
-
-
-def _snappy_block_into(chunk: memoryview, size: int, into: memoryview) -> int:
-    if cramjam.snappy.decompress_raw_into(chunk, into) != size:
-        raise CorruptRecordError(f"a snappy block declares {size} bytes and holds fewer")
-    return size
 
 
 # --- lz4 -------------------------------------------------------------------------------------

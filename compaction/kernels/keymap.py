@@ -13,17 +13,25 @@ from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.keyhash import key_hash as _hash
-from compaction.kernels.memops import memcpy_at, prefetch
+from compaction.kernels.memops import load_le64, memcpy_at, prefetch
 
 
 @_njit
 def equal_bytes(a, a0, a1, b, b0, b1):
-    if a1 - a0 != b1 - b0:
+    """a[a0:a1] == b[b0:b1], 8 bytes at a time (the last word of a key of 8 bytes or more overlaps
+    the one before it)."""
+    n = a1 - a0
+    if n != b1 - b0:
         return False
-    for i in range(a1 - a0):
-        if a[a0 + i] != b[b0 + i]:
+    if n < 8:
+        for i in range(n):
+            if a[a0 + i] != b[b0 + i]:
+                return False
+        return True
+    for i in range(0, n - 8, 8):
+        if load_le64(a, a0 + i) != load_le64(b, b0 + i):
             return False
-    return True
+    return load_le64(a, a1 - 8) == load_le64(b, b1 - 8)
 
 
 # --- KeyTable: key ids straight from segment buffers, radix-partitioned ------------------------
@@ -57,15 +65,13 @@ def _region_of(h, log_p):
 
 
 @_njit
-def _region_counts(key_len, hashes, log_p, rec_starts, byte_starts, out):
+def _region_counts(key_len, hashes, log_p, rec_starts, byte_starts):
     """Pass 1, over keys packed and hashed in record order (`keyhash.hash_keys`, by the scan or by
-    `assign`): records and key bytes per region (as starts: prefix sums, entry p = totals); -1
-    in `out` for null keys."""
+    `assign`): records and key bytes per region (as starts: prefix sums, entry p = totals)."""
     p = 1 << log_p
     for r in range(len(key_len)):
         kl = key_len[r]
         if kl < 0:
-            out[r] = -1
             continue
         t = _region_of(hashes[r], log_p)
         rec_starts[t + 1] += 1
@@ -87,7 +93,7 @@ def _distribute(
     hashes,
     rec_starts,
     byte_starts,
-    order,
+    pos_of,
     h_ord,
     flags_ord,
     off_ord,
@@ -95,7 +101,9 @@ def _distribute(
     stage,
 ):
     """Pass 2, in record order (reads sequential, writes in one stream per region): each keyed
-    record's index, hash, flags, offset and key bytes, laid out region by region."""
+    record's hash, flags, offset and key bytes, laid out region by region; pos_of[r] = where
+    record r went (a sequential write: the probe's ids come back to record order by a gather,
+    `_ids_in_record_order`)."""
     p = 1 << log_p
     fill_rec = rec_starts[:p].copy()
     fill_bytes = byte_starts[:p].copy()
@@ -107,7 +115,7 @@ def _distribute(
         t = _region_of(h, log_p)
         i = fill_rec[t]
         fill_rec[t] = i + 1
-        order[i] = r
+        pos_of[r] = i
         h_ord[i] = h
         flags_ord[i] = (1 if usable[r] else 0) | (2 if dirty[r] else 0)
         off_ord[i] = offsets[r]
@@ -147,7 +155,6 @@ def _prefetch_probe(i, h_ord, log_p, slots, n_slots, arena, arena_cap, offs, cap
 
 @_njit
 def _probe_regions(
-    order,
     counts,
     h_ord,
     stage,
@@ -164,11 +171,14 @@ def _probe_regions(
     latest,
     count,
     used,
-    out,
+    id_ord,
     first,
 ):
-    """Probe (and insert into) each region for the ordered records from position `first` on.
-    Returns (position reached, what must grow): the caller grows the regions and resumes."""
+    """Probe (and insert into) each region for the ordered records from position `first` on,
+    id_ord[i] = the id found (-1: absent and not added). Written in probe order: a scatter into
+    record order here cost a cache miss per record that the probe's loads waited behind (the
+    store buffer fills). Returns (position reached, what must grow): the caller grows the regions
+    and resumes."""
     h_ord, stage, slots, arena, offs, latest = (
         borrow(h_ord),
         borrow(stage),
@@ -206,7 +216,7 @@ def _probe_regions(
             j = (j + 1) & mask
         if k < 0:
             if not flags_ord[i] & 1:
-                out[order[i]] = -1
+                id_ord[i] = -1
                 continue
             grow = 0
             if 2 * (count[t] + 1) > n_slots:
@@ -225,7 +235,7 @@ def _probe_regions(
             offs[base_o + k] = a
             offs[base_o + k + 1] = a + kl
             used[t] = a + kl
-        out[order[i]] = (k << log_p) | t
+        id_ord[i] = (k << log_p) | t
         if flags_ord[i] & 2 and off_ord[i] > latest[base_l + k]:
             latest[base_l + k] = off_ord[i]
     return keyed, 0
@@ -290,9 +300,10 @@ class KeyTable:
             packed = self._scratch("packed", max(1, key_bytes), np.uint8)
             packed_offs = self._scratch("poffs", n + 1, np.int64)
             hash_keys(file, side, split, key_pos, key_len, 0, n, packed, packed_offs, hashes, 0)
-        _region_counts(key_len, hashes, self.log_p, rec_starts, byte_starts, out)
+        _region_counts(key_len, hashes, self.log_p, rec_starts, byte_starts)
         keyed = int(rec_starts[p])
-        order, off_ord = self._scratch("order", keyed, np.int64), self._scratch("off", keyed, np.int64)
+        pos_of, off_ord = self._scratch("pos_of", n, np.int64), self._scratch("off", keyed, np.int64)
+        id_ord = self._scratch("id_ord", keyed, np.int64)
         stage_offs = self._scratch("stage_offs", keyed + 1, np.int64)
         h_ord, flags_ord = self._scratch("h", keyed, np.uint64), self._scratch("flags", keyed, np.uint8)
         stage = self._scratch("stage", max(1, int(byte_starts[p])), np.uint8)
@@ -307,7 +318,7 @@ class KeyTable:
             hashes,
             rec_starts,
             byte_starts,
-            order,
+            pos_of,
             h_ord,
             flags_ord,
             off_ord,
@@ -317,7 +328,6 @@ class KeyTable:
         at = 0
         while True:
             at, grow = _probe_regions(
-                order,
                 rec_starts,
                 h_ord,
                 stage,
@@ -334,10 +344,11 @@ class KeyTable:
                 self.latest,
                 self.count,
                 self.used,
-                out,
+                id_ord,
                 at,
             )
             if not grow:
+                _ids_in_record_order(key_len, pos_of, id_ord, out)
                 return out
             self._grow(grow, int(stage_offs[at + 1] - stage_offs[at]))
 
@@ -449,6 +460,14 @@ class KeyTable:
                 keys.append(self.arena[a + self.offs[o + k] : a + self.offs[o + k + 1]].tobytes())
             latest.append(self.latest[t * self.cap : t * self.cap + int(self.count[t])])
         return keys, np.concatenate(latest) if latest else np.empty(0, np.int64)
+
+
+@_njit
+def _ids_in_record_order(key_len, pos_of, id_ord, out):
+    """out[r] = the id probed for record r (-1 for a null key): a gather, whose independent loads
+    overlap where the stores of a scatter queued behind one another."""
+    for r in range(len(key_len)):
+        out[r] = id_ord[pos_of[r]] if key_len[r] >= 0 else -1
 
 
 @_njit

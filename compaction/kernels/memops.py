@@ -11,6 +11,9 @@ rather than a ctypes call to libc so that kernels using it stay cacheable (`cach
 
 `put_be32` / `put_be64` write big-endian integers, as Kafka's headers hold them.
 `copy_bytes` copies from the combined address space of a `SegmentScan` (file, then side).
+`load_le64` / `load_le32` read a little-endian integer from any byte position of a uint8 array
+in one (unaligned) load, where a loop over its bytes costs one load, shift and or per byte: for
+kernels that hash or compare keys a word at a time.
 `prefetch` asks the CPU to bring an array element's cache line in (LLVM's `llvm.prefetch`): for
 kernels whose loads depend on one another, which out-of-order execution cannot overlap.
 `prefetch_ahead` does so for the next `PREFETCH_BYTES` of a walk over a log from start to end:
@@ -22,6 +25,8 @@ No bounds checks, as with numba's own indexing: callers pass ranges they have ch
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -29,6 +34,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from compaction.kernels.jit import njit
+
+_BIG_ENDIAN = sys.byteorder == "big"  # a native load is byte-swapped to read little-endian
 
 
 @intrinsic
@@ -72,6 +79,38 @@ def prefetch(typingctx, arr, index):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _load_le(bits: int, result):
+    def typer(typingctx, arr, pos):
+        if not (isinstance(arr, types.Array) and arr.dtype == types.uint8 and arr.ndim == 1):
+            return None
+        if not isinstance(pos, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            a, i = args
+            ary = context.make_array(signature.args[0])(context, builder, a)
+            i = context.cast(builder, i, signature.args[1], types.int64)
+            word = ir.IntType(bits)
+            ptr = builder.bitcast(builder.gep(ary.data, [i]), word.as_pointer())
+            v = builder.load(ptr, align=1)
+            if _BIG_ENDIAN:
+                fn = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(word, [word]), f"llvm.bswap.i{bits}"
+                )
+                v = builder.call(fn, [v])
+            return builder.zext(v, ir.IntType(64)) if bits < 64 else v
+
+        return result(arr, pos), codegen
+
+    return typer
+
+
+load_le64 = intrinsic(_load_le(64, types.uint64))
+load_le64.__doc__ = "arr[pos:pos + 8] as a little-endian uint64 (1-D contiguous uint8 array)."
+load_le32 = intrinsic(_load_le(32, types.uint64))
+load_le32.__doc__ = "arr[pos:pos + 4] as a little-endian unsigned integer, as uint64 (1-D contiguous uint8)."
 
 
 PREFETCH_BYTES = 4096  # how far ahead of a sequential walk its bytes are asked for

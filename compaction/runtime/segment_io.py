@@ -57,7 +57,7 @@ import numpy as np
 from compaction.kernels.buffers import ALIGN, POOL
 from compaction.runtime import durability, task_progress, throttle
 from compaction.runtime.storage import Storage
-from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES
+from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES, ReadMode, WriteMode
 
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
 # Full staging buffers a writer may have queued for its thread. The rewrite makes its output in
@@ -91,7 +91,9 @@ def configure(min_bytes: int, cache_bytes: int = CACHE_MAX_BYTES) -> None:
     _cached.clear()
 
 
-def read_segment_bytes(storage: Storage, path: str, mode: str = "buffered", last: bool = False) -> np.ndarray:
+def read_segment_bytes(
+    storage: Storage, path: str, mode: ReadMode = "buffered", last: bool = False
+) -> np.ndarray:
     """The whole file as a read-only uint8 array (see the module docstring for `mode`). `last`:
     no later read of this run needs the file, so `buffered` lets the page cache drop it."""
     if not storage.is_local:
@@ -250,7 +252,7 @@ class SegmentWriter:
     of the file and of its directory). Chunks are copied at `write`, so the caller's buffers are
     free again as soon as it returns."""
 
-    def __init__(self, path: str, mode: str = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
+    def __init__(self, path: str, mode: WriteMode = "direct", buffer_bytes: int = WRITE_BUFFER) -> None:
         self.path = path
         self.direct = False
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC

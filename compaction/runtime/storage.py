@@ -379,13 +379,8 @@ class Storage:
 
     def fsync_dir(self, path: str) -> None:
         """Make created/renamed entries of a local directory durable. No-op elsewhere."""
-        if not self.is_local:
-            return
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self.is_local:
+            durability.fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def _write_all(fd: int, chunk: Buffer) -> int:

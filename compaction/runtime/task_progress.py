@@ -3,8 +3,9 @@
 Spark's accumulators reach the driver only when a task ends, and one task may hold a whole
 partition for minutes. So each task counts, in its own process, the segment bytes it read and
 wrote (told by the I/O code, next to the throttle) and the bytes of segments its scan and its
-rewrite finished, and a thread of the task writes them every BEAT_SECONDS into a small file of a
-directory the driver reads: the round's progress directory, on the same store as the exchange
+rewrite finished, and a thread of the task writes them every beat (`beat_seconds`: BEAT_SECONDS on a
+disk, longer on an object store, where each beat is a PUT) into a small file of a directory the
+driver reads: the round's progress directory, on the same store as the exchange
 directory of the ranges stage (a temporary directory on the driver's host under a local master,
 else beside the first log dir or under `spark.kafka.compaction.exchangeDir`: where every executor
 can write and the driver can list).
@@ -30,15 +31,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from compaction.runtime.storage import Storage
-from compaction.settings import beside
+from compaction.settings import PROGRESS_BEAT_OBJECT_STORE_SECONDS, PROGRESS_BEAT_SECONDS, beside
 
 PREFIX = ".kafka-compaction-progress-"
-# How often a running task rewrites its progress file: the driver's line and bar are as fresh as
-# this (an object store pays one small PUT per task per beat).
-BEAT_SECONDS = 1.0
+BEAT_SECONDS = PROGRESS_BEAT_SECONDS  # on a disk (settings.py)
+OBJECT_STORE_BEAT_SECONDS = PROGRESS_BEAT_OBJECT_STORE_SECONDS  # this worker's (`configure`)
 
 _lock = threading.Lock()
 _counts = {"read": 0, "written": 0, "done": 0}
+
+
+def configure(object_store_seconds: float) -> None:
+    """This worker's beat on an object store (`WorkerSettings.progress_beat_object_store_seconds`)."""
+    global OBJECT_STORE_BEAT_SECONDS
+    OBJECT_STORE_BEAT_SECONDS = object_store_seconds
 
 
 def count(read: int = 0, written: int = 0, done: int = 0) -> None:
@@ -108,6 +114,11 @@ class ProgressDir:
     def _storage(self):
         return Storage.for_uri(self.uri)
 
+    def beat_seconds(self) -> float:
+        """How often a task rewrites its file here: each beat is a PUT on an object store (a store
+        without atomic rename: S3, GCS, ABFS), a rename on a disk or HDFS."""
+        return BEAT_SECONDS if self._storage()[0].atomic_rename else OBJECT_STORE_BEAT_SECONDS
+
     def write(self, name: str, figures: dict) -> None:
         storage, root = self._storage()
         path, data = f"{root.rstrip('/')}/{name}.json", json.dumps(figures).encode()
@@ -155,7 +166,7 @@ def _within(dir_uri: str, name: str) -> str:
 @contextmanager
 def reporting(uri: str | None, name: str | None = None):
     """Around one task's work: its figures (this process's counts since it started) written to the
-    progress directory `uri` every BEAT_SECONDS and once more, `finished`, when it ends, as
+    progress directory `uri` every `ProgressDir.beat_seconds` and once more, `finished`, when it ends, as
     `name` (`<stage>-<partition>`: a retried attempt replaces its predecessor's file; by default
     this thread's). Nothing without a directory (a task run outside a round)."""
     if not uri:
@@ -163,6 +174,7 @@ def reporting(uri: str | None, name: str | None = None):
         return
     name = name or f"task-{threading.get_ident()}"
     pdir, start, stop = ProgressDir(uri), counts(), threading.Event()
+    period = pdir.beat_seconds()
 
     def figures(finished: bool, beat: int) -> dict:
         now = counts()
@@ -170,7 +182,7 @@ def reporting(uri: str | None, name: str | None = None):
 
     def beat() -> None:
         n = 0
-        while not stop.wait(BEAT_SECONDS if n else 0.0):
+        while not stop.wait(period if n else 0.0):
             try:
                 pdir.write(name, figures(False, n))
             except OSError:
@@ -190,4 +202,13 @@ def reporting(uri: str | None, name: str | None = None):
             pass
 
 
-__all__ = ["BEAT_SECONDS", "ProgressDir", "Totals", "count", "counts", "reporting"]
+__all__ = [
+    "BEAT_SECONDS",
+    "OBJECT_STORE_BEAT_SECONDS",
+    "ProgressDir",
+    "Totals",
+    "configure",
+    "count",
+    "counts",
+    "reporting",
+]

@@ -4,7 +4,8 @@ compaction/spark/stages.py, the warm-up's in compaction/spark/warmup.py), never 
 
 - The round's worker settings (`WorkerSettings`, resolved on the driver and carried inside the
   task function): the segment I/O throttle (runtime/throttle.py) and the size from which local
-  segments are read with O_DIRECT (runtime/segment_io.py).
+  segments are read with O_DIRECT (runtime/segment_io.py), the progress files' beat on an object
+  store (runtime/task_progress.py).
 - glibc's malloc keeps the memory a task frees (`keep_freed_heap`).
 - The zip importers keep their archive's directory from task to task (`keep_zip_directories`).
 - The objects the imports made are left out of Python's cyclic garbage collection
@@ -28,7 +29,7 @@ import sys
 import zipimport
 
 from compaction.kernels.cache import count_compiles
-from compaction.runtime import kernel_store, segment_io, throttle
+from compaction.runtime import kernel_store, segment_io, task_progress, throttle
 from compaction.settings import WorkerSettings
 
 
@@ -42,6 +43,7 @@ def prepare_worker(settings: WorkerSettings | None = None) -> None:
     freeze_imported_objects()
     throttle.configure(settings.io_max_bytes_per_second, settings.io_throttle_file)
     segment_io.configure(settings.direct_min_bytes, settings.cache_max_bytes)
+    task_progress.configure(settings.progress_beat_object_store_seconds)
     count_compiles()
     kernel_store.fetch(settings.kernel_cache_dir)
     kernel_store.publish_new(settings.kernel_cache_dir)

@@ -82,7 +82,7 @@ def _replan_open_transactions(
     again = []
     for i, first_unstable in replan.items():
         old = todo[i]
-        new = plan_one(old.log_dir, old.part, opts, first_unstable, old.erase)
+        new = plan_one(old.log_dir, old.partition_dir, opts, first_unstable, old.erase)
         new.result.recovery = old.result.recovery
         planned[next(k for k, x in enumerate(planned) if x is old)] = todo[i] = new
         if new.plan is not None and selected(new, opts):

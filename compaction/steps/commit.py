@@ -150,7 +150,7 @@ def commit(p: Planned, results: dict[int, dict]) -> None:
         return
     for rebuilt in p.rebuilt:  # before the intent: a replaced segment's rebuilt index goes with it
         p.result.recovery.append(write_rebuilt(p.log_dir.storage, rebuilt))
-    commit_partition(p.log_dir.storage, p.part.path, replacements, remove_old=False)
+    commit_partition(p.log_dir.storage, p.partition_dir.path, replacements, remove_old=False)
     p.result.status, p.result.reason = (
         rpt.CLEANED,
         None if p.compacting else "erased (erase only, not compacted)",
@@ -159,7 +159,7 @@ def commit(p: Planned, results: dict[int, dict]) -> None:
 
 def _discard_cleaned(p: Planned) -> None:
     storage = p.log_dir.storage
-    for info in storage.list_dir(p.part.path):
+    for info in storage.list_dir(p.partition_dir.path):
         if info.name.endswith(CLEANED):
             storage.delete(info.path)
 
@@ -173,9 +173,9 @@ def advance_checkpoints(planned: list[Planned], dirs: list[LogDirState]) -> None
                 continue
             # erasing alone leaves the dirty section as it was
             if p.result.status == rpt.CLEANED and p.compacting:
-                updates[p.part.key] = p.plan.first_uncleanable_offset
+                updates[p.partition_dir.key] = p.plan.first_uncleanable_offset
             elif p.plan.force_update_checkpoint and p.result.status != rpt.FAILED:
-                updates[p.part.key] = p.plan.first_dirty_offset  # Kafka resets invalid checkpoints
+                updates[p.partition_dir.key] = p.plan.first_dirty_offset  # Kafka resets invalid checkpoints
         if updates:
             path = f"{ld.path}/{CLEANER_CHECKPOINT}"
             write_checkpoint(ld.storage, path, {**read_checkpoint(ld.storage, path), **updates})
@@ -185,9 +185,11 @@ def remove_replaced_segments(p: Planned) -> None:
     """The replaced segments' files (`*.deleted`) once the checkpoint is advanced, as Kafka
     deletes them asynchronously; a failure leaves them to the next run's recovery."""
     try:
-        remove_replaced(p.log_dir.storage, p.part.path)
+        remove_replaced(p.log_dir.storage, p.partition_dir.path)
     except OSError as exc:
-        log.warning("could not remove the replaced segments of %s (the next run will): %s", p.part.path, exc)
+        log.warning(
+            "could not remove the replaced segments of %s (the next run will): %s", p.partition_dir.path, exc
+        )
 
 
 def is_segment_object(name: str) -> bool:
@@ -200,6 +202,6 @@ def purge_replaced_versions(p: Planned) -> tuple[int, int] | OSError:
     """The noncurrent versions and delete markers of the segment objects of a partition on a
     versioned bucket (`Storage.purge_noncurrent_versions`): (count, bytes), or the error."""
     try:
-        return p.log_dir.storage.purge_noncurrent_versions(p.part.path, is_segment_object)
+        return p.log_dir.storage.purge_noncurrent_versions(p.partition_dir.path, is_segment_object)
     except OSError as exc:
         return exc

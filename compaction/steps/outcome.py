@@ -59,7 +59,7 @@ def _record_erasure(p: Planned, rows: list[dict]) -> None:
     """The partition's erase counts from its groups' rows: records and bytes, and the listed keys
     met by any unit (their bitmaps OR-ed) or by none."""
     erase = p.specs[0].erase
-    n = key_count(erase, p.part.topic)
+    n = key_count(erase, p.partition_dir.topic)
     met = np.zeros(n, bool)
     for row in rows:
         met |= unpack_bits(row.get("erase_found"), n)

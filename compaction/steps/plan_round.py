@@ -56,7 +56,7 @@ class Planned:
     """A partition on its way through the round."""
 
     log_dir: LogDirState
-    part: PartitionDir
+    partition_dir: PartitionDir
     result: rpt.PartitionResult
     plan: PartitionPlan | None = None
     specs: list[GroupSpec] = dataclasses.field(default_factory=list)
@@ -99,7 +99,7 @@ def sized_segments(segs, checkpoint: int | None, start: int):
 
 def partition_state(
     ld: LogDirState,
-    part: PartitionDir,
+    partition_dir: PartitionDir,
     config: TopicConfig,
     first_unstable: int | None = None,
     *,
@@ -123,12 +123,12 @@ def partition_state(
 
     Values not read are left unknown (`segment_meta`); the planner never looks at them.
     """
-    storage, segs = ld.storage, part.segments
+    storage, segs = ld.storage, partition_dir.segments
     active = segs[-1]
     base = active.base_offset  # the LEO is at least this
-    start = max(ld.log_start_offsets.get(part.key, 0), segs[0].base_offset)
-    checkpoint = ld.cleaner_checkpoint.get(part.key)
-    hw = ld.high_watermarks.get(part.key)
+    start = max(ld.log_start_offsets.get(partition_dir.key, 0), segs[0].base_offset)
+    checkpoint = ld.cleaner_checkpoint.get(partition_dir.key)
+    hw = ld.high_watermarks.get(partition_dir.key)
     need_leo = (
         (checkpoint is not None and checkpoint > base)
         or (first_unstable is not None and first_unstable >= base and (hw is None or hw > base))
@@ -141,14 +141,14 @@ def partition_state(
     sized = sized_segments(segs, checkpoint, start)
     metas = [segment_meta(storage, s, index_sizes=index_sizes, sizes=i in sized) for i, s in enumerate(segs)]
     first_dirty, _ = validated_checkpoint(checkpoint, start, end)
-    _lag_timestamps(storage, part, metas, config, first_dirty, now_ms)
+    _lag_timestamps(storage, partition_dir, metas, config, first_dirty, now_ms)
     lso = last_stable_offset(hw, first_unstable, leo, base)
     return PartitionState(tuple(metas), start, end, checkpoint, lso, high_watermark_in_reach(hw, leo, base))
 
 
 def _lag_timestamps(
     storage: Storage,
-    part: PartitionDir,
+    partition_dir: PartitionDir,
     metas: list,
     config: TopicConfig,
     first_dirty: int,
@@ -166,7 +166,7 @@ def _lag_timestamps(
     at = {m.base_offset: i for i, m in enumerate(metas)}
     for m in non_active_segments_from(metas, first_dirty):
         i = at[m.base_offset]
-        seg = part.segments[i]
+        seg = partition_dir.segments[i]
         if min_lag:
             metas[i] = dataclasses.replace(metas[i], largest_timestamp=last_time_entry_ts(storage, seg))
         if max_lag:
@@ -179,9 +179,9 @@ def _lag_timestamps(
                 break
 
 
-def _aborted_txns(storage: Storage, part: PartitionDir) -> tuple:
+def _aborted_txns(storage: Storage, partition_dir: PartitionDir) -> tuple:
     out = []
-    for seg in part.segments:
+    for seg in partition_dir.segments:
         if seg.txnindex is not None and seg.txnindex.size:
             out.extend(read_txn_index(storage.read_small(seg.txnindex.path)))
     return tuple(out)
@@ -191,20 +191,21 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
     """The groups of a partition: the plan's, and with --erase-keys one erasing-only group per
     segment the compaction does not rewrite (all of them with --erase-only or when the partition
     is not eligible), the active one included, all in log order."""
-    plan, part, ld = p.plan, p.part, p.log_dir
+    plan, partition_dir, ld = p.plan, p.partition_dir, p.log_dir
     erase = p.erase
     p.erasing = erase is not None
     p.compacting = plan.eligible and not opts.erase_only
-    by_base = {s.base_offset: s for s in part.segments}
-    after = {a.base_offset: b.base_offset for a, b in zip(part.segments, part.segments[1:])}
+    by_base = {s.base_offset: s for s in partition_dir.segments}
+    after = {a.base_offset: b.base_offset for a, b in zip(partition_dir.segments, partition_dir.segments[1:])}
     src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns, after.get(s.base_offset))  # noqa: E731
-    tail = tuple(src(s) for s in part.segments if s.base_offset >= plan.first_uncleanable_offset)
-    aborted = _aborted_txns(ld.storage, part)
+    tail = tuple(src(s) for s in partition_dir.segments if s.base_offset >= plan.first_uncleanable_offset)
+    aborted = _aborted_txns(ld.storage, partition_dir)
     groups = [(tuple(g), False) for g in plan.groups] if p.compacting else []
     if p.erasing:  # the erasing-only groups read every other segment: no tail is left to read apart
         covered = {b for g, _ in groups for b in g}
         groups = sorted(
-            groups + [((s.base_offset,), True) for s in part.segments if s.base_offset not in covered]
+            groups
+            + [((s.base_offset,), True) for s in partition_dir.segments if s.base_offset not in covered]
         )
         tail = ()
     # An erasing-only partition has no dirty section: nothing enters the offset map as dirty,
@@ -213,10 +214,10 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
     return [
         GroupSpec(
             group_id=next_id + n,
-            topic=part.topic,
-            partition=part.partition,
+            topic=partition_dir.topic,
+            partition=partition_dir.partition,
             storage=ld.storage,
-            part_path=part.path,
+            part_path=partition_dir.path,
             segments=tuple(src(by_base[b]) for b in group),
             first_dirty_offset=first_dirty,
             upper_bound=bound,
@@ -232,7 +233,7 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
             read_mode=opts.read_mode,
             write_mode=opts.write_mode,
             dry_run=opts.dry_run,
-            leader_epoch_checkpoint=part.leader_epoch_checkpoint,
+            leader_epoch_checkpoint=partition_dir.leader_epoch_checkpoint,
             erase=erase,
             erase_only=erase_only,
         )
@@ -243,14 +244,14 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
 def set_specs(todo: list[Planned], opts: JobOptions, next_id: int = 0) -> int:
     """Give each partition of `todo` its groups, numbered from `next_id`; returns the next free id."""
     for p in todo:
-        p.specs = group_specs(p, opts, topic_config(opts, p.part.topic), next_id)
+        p.specs = group_specs(p, opts, topic_config(opts, p.partition_dir.topic), next_id)
         next_id += len(p.specs)
     return next_id
 
 
 def plan_one(
     ld: LogDirState,
-    part: PartitionDir,
+    partition_dir: PartitionDir,
     opts: JobOptions,
     first_unstable: int | None = None,
     erase: EraseSet | None = None,
@@ -260,20 +261,25 @@ def plan_one(
     partition's task, or on the driver for a dry run). A skipped partition is read no further than
     its plan needs (`partition_state`), so a damaged file in it is not seen: it is left as found."""
     result = rpt.PartitionResult(
-        part.topic,
-        part.partition,
+        partition_dir.topic,
+        partition_dir.partition,
         redact_uri(ld.uri),  # no credentials in the report
-        segmentsBefore=len(part.segments),
+        segmentsBefore=len(partition_dir.segments),
     )
     # `erase`: the round's key file, loaded once by `discover_and_plan`, kept where it applies.
-    p = Planned(ld, part, result, erase=erase if erase is not None and erase.applies_to(part.topic) else None)
+    p = Planned(
+        ld,
+        partition_dir,
+        result,
+        erase=erase if erase is not None and erase.applies_to(partition_dir.topic) else None,
+    )
     try:
-        check_listing(part)
-        config = topic_config(opts, part.topic)
+        check_listing(partition_dir)
+        config = topic_config(opts, partition_dir.topic)
 
         def plan(**kw) -> PartitionPlan:
-            state = partition_state(ld, part, config, first_unstable, now_ms=opts.now_ms, **kw)
-            return plan_partition(part.topic, part.partition, state, config, opts.now_ms)
+            state = partition_state(ld, partition_dir, config, first_unstable, now_ms=opts.now_ms, **kw)
+            return plan_partition(partition_dir.topic, partition_dir.partition, state, config, opts.now_ms)
 
         p.plan = plan(exact_lso=False, index_sizes=False)
         if not p.plan.eligible and p.plan.reason in (REASON_LAG_BOUND, REASON_NOTHING_CLEANABLE):
@@ -290,29 +296,29 @@ def plan_one(
     result.dirtyBytes = plan.dirty_bytes
     result.firstDirtyOffset = plan.first_dirty_offset
     result.firstUncleanableOffset = plan.first_uncleanable_offset
-    result.segmentsAfter = len(part.segments)
+    result.segmentsAfter = len(partition_dir.segments)
     if not plan.eligible:
         result.reason = plan.reason
     return p
 
 
 def _check_and_rebuild_indexes(p: Planned, opts: JobOptions, config: TopicConfig) -> None:
-    ld, part = p.log_dir, p.part
-    missing = [seg for seg in part.segments if seg.index is None]
+    ld, partition_dir = p.log_dir, p.partition_dir
+    missing = [seg for seg in partition_dir.segments if seg.index is None]
     if opts.dry_run or missing:
         # A real round checks the index files in the task that reads the partition anyway
         # (`pipeline.checked_scan`; the driver for partitions on the Spark map path):
         # 10,000 partitions' indexes are not read one by one here. A dry run reports
         # damage without tasks; a missing index is rebuilt only in a partition found sound.
         if opts.dry_run:  # how the segments fit together, as far as their first batches show
-            audit_structure(ld.storage, part)
-        validate_contents(ld.storage, part, index_bounds=opts.dry_run)
+            audit_structure(ld.storage, partition_dir)
+        validate_contents(ld.storage, partition_dir, index_bounds=opts.dry_run)
     if missing and not opts.recover_only:
         # Rebuilt from the verified .log as a broker's LogLoader would
         # (docs/kafka-rules.md#broker-load-checks), in memory: written only when the round cleans
         # the partition (a skipped or refused partition is left exactly as found).
         for seg in missing:
-            p.rebuilt.append(rebuilt_index(ld.storage, part, seg, config.index_interval_bytes))
+            p.rebuilt.append(rebuilt_index(ld.storage, partition_dir, seg, config.index_interval_bytes))
         if opts.dry_run:
             p.result.recovery += [planned_rebuild(r) for r in p.rebuilt]
 
@@ -334,7 +340,9 @@ def discover_and_plan(
                 timings["listSeconds"] = timings.get("listSeconds", 0.0) + time.monotonic() - t
         dirs.append(ld)
         with gc_paused():  # ~1M SegmentMeta objects at 10,000 x 100: see gc_paused
-            planned += map_threads(lambda part, ld=ld: plan_one(ld, part, opts, None, erase), ld.partitions)
+            planned += map_threads(
+                lambda partition_dir, ld=ld: plan_one(ld, partition_dir, opts, None, erase), ld.partitions
+            )
     return planned, dirs
 
 
@@ -354,7 +362,7 @@ def to_clean(
     """The partitions the round's stages take, each partition's recovery actions put first in its
     report; with --plan-only or --recover-only none is taken further, and the report says why."""
     for p in planned:
-        p.result.recovery = recovered.get((p.log_dir.uri, p.part.path), []) + p.result.recovery
+        p.result.recovery = recovered.get((p.log_dir.uri, p.partition_dir.path), []) + p.result.recovery
     todo = [p for p in planned if selected(p, opts)]
     chosen = {id(p) for p in todo}
     for p in planned:

@@ -25,6 +25,7 @@ import numpy as np
 from compaction.runtime import task_progress, throttle
 from compaction.runtime.segment_io import SegmentWriter
 from compaction.runtime.storage import Storage
+from compaction.settings import WriteMode
 from compaction.steps.group import CLEANED, GroupSpec
 
 
@@ -36,7 +37,7 @@ class LogWriter:
 
     FLUSH_BYTES = 4 << 20
 
-    def __init__(self, storage: Storage, path: str, write_mode: str = "direct") -> None:
+    def __init__(self, storage: Storage, path: str, write_mode: WriteMode = "direct") -> None:
         self.storage, self.path = storage, path
         self._local = SegmentWriter(path, write_mode) if storage.is_local else None
         if self._local is None:  # compression=None: the default would guess a codec from the file extension

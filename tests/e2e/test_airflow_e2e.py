@@ -23,6 +23,7 @@ import sys
 
 import pytest
 from e2ekit import REPO, cleanable_bound, decode_partition, latest_per_key
+from genkit import run_generate
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -129,29 +130,9 @@ def test_dags_test_compacts_a_generated_log_dir(airflow, tmp_path):
     venv, env = airflow
     log_dir, reports = tmp_path / "kafka-logs", tmp_path / "reports"
     reports.mkdir()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(log_dir),
-            "--topics",
-            "orders:2",
-            "--records",
-            "3000",
-            "--keys",
-            "250",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "30000",
-            "--seed",
-            "3",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    run_generate(
+        log_dir,
+        "--topics orders:2 --records 3000 --keys 250 --codec mixed --segment-bytes 30000 --seed 3",
     )
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}
     bounds = {p: cleanable_bound(str(log_dir / f"orders-{p}")) for p in range(2)}

@@ -17,7 +17,7 @@ import time
 import urllib.parse
 
 import pytest
-from e2ekit import REPO, SUBMIT
+from e2ekit import LOCAL_SUBMIT, REPO
 from faultkit import kill_session, start_submit
 from round_model import expected_archive, snapshot
 from s3kit import moto_server, upload
@@ -133,11 +133,7 @@ def runs(iam_s3, tmp_path_factory):
 
     def run(prefix):
         cmd = [
-            SUBMIT,
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
+            *LOCAL_SUBMIT,
             "--log-dir",
             source,
             "--output-dir",

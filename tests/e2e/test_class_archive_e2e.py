@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from e2ekit import REPO, SUBMIT, segment_logs
+from e2ekit import LOCAL_SUBMIT, REPO, segment_logs
 
 from compaction.tools.generator import generate_log_dir
 
@@ -44,11 +44,7 @@ def _round(tmp_path, name: str, cache: str, corrupt: bool = False):
         os.truncate(first, os.path.getsize(first) - 7)
     report = str(tmp_path / f"{name}.json")
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         log_dir,
         "--report",

@@ -19,10 +19,10 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 from e2ekit import REPO, decode_partition, latest_per_key
+from genkit import run_generate
 
 from compaction.format.checkpoint import parse_offset_checkpoint
 from compaction.kernels.cache import COMPILE_LOG_ENV, current_key
@@ -43,29 +43,9 @@ TOPIC, PARTITIONS = "orders", 2
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("cluster")
     log_dir = root / "kafka-logs"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(log_dir),
-            "--topics",
-            f"{TOPIC}:{PARTITIONS}",
-            "--records",
-            "3000",
-            "--keys",
-            "400",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "40000",
-            "--seed",
-            "7",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    run_generate(
+        log_dir,
+        f"--topics {TOPIC}:{PARTITIONS} --records 3000 --keys 400 --codec mixed --segment-bytes 40000 --seed 7",
     )
     before = {p: decode_partition(str(log_dir / f"{TOPIC}-{p}")) for p in range(PARTITIONS)}
     python = standalone.executor_python(root)

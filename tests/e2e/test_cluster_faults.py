@@ -18,13 +18,13 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from e2ekit import REPO
+from genkit import run_generate
 
 _spec = importlib.util.spec_from_file_location("bench_cluster", os.path.join(REPO, "bench", "cluster.py"))
 standalone = importlib.util.module_from_spec(_spec)
@@ -47,31 +47,10 @@ def source(tmp_path_factory):
     """The input, and the bytes an uninterrupted round leaves (local mode, same clock)."""
     root = tmp_path_factory.mktemp("faults")
     log_dir = root / "input"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(log_dir),
-            "--topics",
-            f"{TOPIC}:{PARTITIONS}",
-            "--records",
-            "160000",
-            "--keys",
-            "40000",
-            "--value-size",
-            "100:1024",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "4000000",
-            "--seed",
-            "11",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    run_generate(
+        log_dir,
+        f"--topics {TOPIC}:{PARTITIONS} --records 160000 --keys 40000 --value-size 100:1024 --codec mixed"
+        " --segment-bytes 4000000 --seed 11",
     )
     reference = root / "reference"
     shutil.copytree(log_dir, reference)

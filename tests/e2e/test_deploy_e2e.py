@@ -19,6 +19,7 @@ import sys
 import pyspark
 import pytest
 from e2ekit import REPO, decode_partition, latest_per_key
+from genkit import generate_argv
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -112,23 +113,11 @@ def test_the_images_steps_install_warm_up_and_run_the_job(tmp_path):
     log_dir, report = tmp_path / "sample" / "kafka-logs", tmp_path / "report.json"
     env["TMPDIR"] = str(tmp_path)
     subprocess.run(
-        [
-            "kafka-compaction",
-            "generate",
-            str(log_dir),
-            "--topics",
-            "orders:2",
-            "--records",
-            "3000",
-            "--keys",
-            "250",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "30000",
-            "--seed",
-            "5",
-        ],
+        generate_argv(
+            log_dir,
+            "--topics orders:2 --records 3000 --keys 250 --codec mixed --segment-bytes 30000 --seed 5",
+            command=("kafka-compaction",),
+        ),
         env=env,
         check=True,
         timeout=300,

@@ -12,7 +12,7 @@ import sys
 
 import headless_chromium
 import pytest
-from e2ekit import REPO, SUBMIT, tree_hashes
+from e2ekit import LOCAL_SUBMIT, REPO, tree_hashes
 from html_page import Page, expected_rows, partition_rows
 
 from compaction.cli.report_chart import AFTER_FILL, BEFORE_FILL
@@ -25,11 +25,7 @@ NOW = 1_800_000_000_000
 
 def _submit(log_dir: str, report: str, *args: str) -> subprocess.CompletedProcess:
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         log_dir,
         "--report",

@@ -25,7 +25,8 @@ import sys
 
 import headless_chromium
 import pytest
-from e2ekit import REPO, SUBMIT, corrupt_first_batch, tree_hashes
+from e2ekit import LOCAL_SUBMIT, REPO, corrupt_first_batch, tree_hashes
+from genkit import run_generate
 from html_page import Page, expected_rows, partition_rows
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,11 +37,7 @@ ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 def _submit(logs, *args, cwd=REPO):
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         str(logs),
         "--now-ms",
@@ -73,29 +70,9 @@ def runs(tmp_path_factory):
     selection, all over one log dir, with the same metrics file."""
     root = tmp_path_factory.mktemp("ops")
     logs = root / "kafka-logs"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(logs),
-            "--topics",
-            "orders:2,users:1",
-            "--records",
-            "4000",
-            "--keys",
-            "300",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "30k",
-            "--seed",
-            "7",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    run_generate(
+        logs,
+        "--topics orders:2,users:1 --records 4000 --keys 300 --codec mixed --segment-bytes 30k --seed 7",
     )
     corrupt_first_batch(logs / "users-0")
     prom = root / "textfile" / "kafka_compaction.prom"

@@ -28,6 +28,7 @@ from e2ekit import (
     latest_per_key,
     tree_hashes,
 )
+from genkit import run_generate
 from prometheus_client.parser import text_string_to_metric_families
 
 NOW = 1_800_000_000_000
@@ -46,29 +47,9 @@ def _entry_points():
 def log_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("operator")
     path = root / "kafka-logs"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(path),
-            "--topics",
-            "orders:2,users:1",
-            "--records",
-            "4000",
-            "--keys",
-            "300",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "30000",
-            "--seed",
-            "11",
-        ],
-        check=True,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
+    run_generate(
+        path,
+        "--topics orders:2,users:1 --records 4000 --keys 300 --codec mixed --segment-bytes 30000 --seed 11",
     )
     return path
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from e2ekit import REPO, SUBMIT
+from e2ekit import LOCAL_SUBMIT, REPO
 
 from compaction.tools.generator import generate_log_dir
 
@@ -46,11 +46,7 @@ def _round(root, *args, **popen):
     }
     env.pop("KAFKA_COMPACTION_PROGRESS_TTY", None)
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         str(root / "logs"),
         "--now-ms",

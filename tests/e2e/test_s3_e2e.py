@@ -27,7 +27,7 @@ import sys
 import time
 
 import pytest
-from e2ekit import REPO, SUBMIT, decode_partition
+from e2ekit import LOCAL_SUBMIT, REPO, decode_partition
 from faultkit import assert_loads, expected_after, kill_session, parts, start_submit
 from s3kit import KEY, REGION, SECRET, client, moto_server, objects, upload, versions
 
@@ -108,11 +108,7 @@ def rounds(s3_endpoint, tmp_path_factory):
     client.create_bucket(Bucket="reports")
     # Every partition cut into ranges, whose tasks meet through an exchange directory on S3 too.
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         uri["clean"],
         "--log-dir",
@@ -275,11 +271,7 @@ def test_erase_keys_on_s3(s3_endpoint, tmp_path):
     assert os.path.exists(mark), proc.stderr.read()[-4000:]
     assert [k for k in _objects(client, "erase") if k.endswith(".deleted")]  # killed mid-commit
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         f"s3://{KEY}:{SECRET}@erase/logs",
         "--report",
@@ -351,11 +343,7 @@ def test_versioned_bucket_said_refused_for_erasing_then_purged(s3_endpoint, tmp_
     }
     log_dir = f"s3a://{KEY}:{SECRET}@versioned/logs"
     base = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         log_dir,
         "--now-ms",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from e2ekit import REPO, cleanable_bound, decode_partition, latest_per_key
+from genkit import generate_argv
 
 _spec = importlib.util.spec_from_file_location("bench_cluster", os.path.join(REPO, "bench", "cluster.py"))
 standalone = importlib.util.module_from_spec(_spec)
@@ -144,25 +145,10 @@ def test_a_round_on_a_standalone_cluster_from_the_wheel_alone(packed, tmp_path):
     venv, archive, _ = packed
     log_dir = tmp_path / "kafka-logs"
     _run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(log_dir),
-            "--topics",
-            "orders:2",
-            "--records",
-            "3000",
-            "--keys",
-            "400",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "40000",
-            "--seed",
-            "5",
-        ],
+        generate_argv(
+            log_dir,
+            "--topics orders:2 --records 3000 --keys 400 --codec mixed --segment-bytes 40000 --seed 5",
+        ),
         cwd=REPO,
     )
     before = {p: decode_partition(str(log_dir / f"orders-{p}")) for p in range(2)}

@@ -17,6 +17,8 @@ kafka_python_shims.install()
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUBMIT = os.path.join(REPO, "spark-submit.sh")
+# The launcher on a local master of two cores, without the Spark UI: how the tests run a round.
+LOCAL_SUBMIT = (SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false")
 SHARED_FIXTURES = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "real-kafka")
 
 
@@ -37,11 +39,7 @@ def run_job(
     """`./spark-submit.sh --log-dir DIR ...`; returns (exit code, JSON report, stderr tail)."""
     report = report or os.path.join(os.path.dirname(log_dir.rstrip("/")), "report.json")
     cmd = [
-        SUBMIT,
-        "--master",
-        "local[2]",
-        "--conf",
-        "spark.ui.enabled=false",
+        *LOCAL_SUBMIT,
         "--log-dir",
         log_dir,
         "--report",

@@ -3,11 +3,10 @@ rewrite (or the ranges stage) directly, without Spark."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from genkit import run_generate
 
 from compaction.format import naming
 from compaction.runtime.storage import Storage
@@ -16,24 +15,9 @@ from compaction.steps.group import GroupSpec, SourceSegment
 NOW_MS = 1_795_305_600_000
 
 
-def generate(out: Path, *args: str) -> Path:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compaction",
-            "generate",
-            str(out),
-            "--topics",
-            "t:1",
-            "--seed",
-            "3",
-            "--timestamp-start",
-            str(NOW_MS - 3_600_000),
-            *args,
-        ],
-        check=True,
-    )
+def generate(out: Path, flags: str = "", *more: str) -> Path:
+    """A log dir of one partition `t-0` (its path returned), the generator's `flags` on one line."""
+    run_generate(out, f"--topics t:1 --seed 3 --timestamp-start {NOW_MS - 3_600_000} {flags}", *more)
     return out / "t-0"
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from e2ekit import files_under
 
+from compaction.runtime import durability
 from compaction.runtime import storage as storage_module
 from compaction.runtime.storage import Storage
 
@@ -46,9 +47,10 @@ def _join(data) -> bytes:  # the object store's PUT body
 
 class RecordingStorage(Storage):
     """The local filesystem, every durability-relevant system call of `Storage` recorded in `ops`:
-    while `recording()` is active, compaction/runtime/storage.py sees an `os` whose open, write,
-    fsync and replace are recorded as they run (so that an fsync the code leaves out is missing
-    from the record too); unlinks are recorded at `delete`."""
+    while `recording()` is active, the modules that make files durable (RECORDED: `Storage` and
+    the fsyncs it leaves to runtime/durability.py) see an `os` whose open, write, fsync and
+    replace are recorded as they run (so that an fsync the code leaves out is missing from the
+    record too); unlinks are recorded at `delete`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,12 +58,14 @@ class RecordingStorage(Storage):
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
-        real = storage_module.os
-        storage_module.os = _RecordingOs(self.ops)
+        recorder = _RecordingOs(self.ops)  # one for all: an fd opened in one module is synced in another
+        for module in RECORDED:
+            module.os = recorder
         try:
             yield
         finally:
-            storage_module.os = real
+            for module in RECORDED:
+                module.os = os
 
     def delete(self, path: str, *, missing_ok: bool = False) -> None:
         if missing_ok and not os.path.exists(path):
@@ -70,8 +74,12 @@ class RecordingStorage(Storage):
         super().delete(path, missing_ok=missing_ok)
 
 
+RECORDED = (storage_module, durability)
+
+
 class _RecordingOs:
-    """`os` for compaction/runtime/storage.py, recording what becomes durable when."""
+    """`os` for the RECORDED modules, recording what becomes durable when (from any thread:
+    `durability.sync` fsyncs from a pool)."""
 
     def __init__(self, ops: list[Op]) -> None:
         self._ops, self._paths, self._dirs = ops, {}, set()

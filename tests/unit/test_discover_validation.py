@@ -130,7 +130,7 @@ def test_plan_one_rebuilds_only_in_partitions_it_cleans(tmp_path):
     assert cleaned.plan.eligible and cleaned.result.status != "failed", cleaned.result.reason
     # Rebuilt in memory, its size in the plan; written only when the round commits the partition.
     assert [f.name for r in cleaned.rebuilt for f in r.files.values()] == [SEG1 + ".index"]
-    assert cleaned.part.segments[1].index.size == len(cleaned.rebuilt[0].files[".index"].data)
+    assert cleaned.partition_dir.segments[1].index.size == len(cleaned.rebuilt[0].files[".index"].data)
     assert not os.path.exists(os.path.join(part_dir, SEG1 + ".index"))
 
 

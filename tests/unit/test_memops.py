@@ -8,7 +8,16 @@ import numba
 import numpy as np
 import pytest
 
-from compaction.kernels.memops import PREFETCH_BYTES, memcpy_at, prefetch, prefetch_ahead, put_be32, put_be64
+from compaction.kernels.memops import (
+    PREFETCH_BYTES,
+    load_le32,
+    load_le64,
+    memcpy_at,
+    prefetch,
+    prefetch_ahead,
+    put_be32,
+    put_be64,
+)
 
 
 @numba.njit(cache=True)
@@ -105,3 +114,24 @@ def test_big_endian_writes_are_structs(value):
     out[:] = 0xAA
     put_be32(out, 3, value)
     assert out.tobytes() == b"\xaa" * 3 + struct.pack(">I", value & 0xFFFFFFFF) + b"\xaa" * 5
+
+
+@numba.njit(cache=True)
+def _loads(a, i):
+    return load_le64(a, i), load_le32(a, i)
+
+
+@pytest.mark.parametrize("at", [0, 1, 5, 8, 13, 24])
+def test_load_le_reads_little_endian_words_at_any_position(at):
+    a = np.random.default_rng(at).integers(0, 256, 32, dtype=np.uint8)
+    a.flags.writeable = False
+    w64, w32 = _loads(a, at)
+    assert (int(w64), int(w32)) == (
+        int.from_bytes(a[at : at + 8].tobytes(), "little"),
+        int.from_bytes(a[at : at + 4].tobytes(), "little"),
+    )
+
+
+def test_load_le_refuses_other_types():
+    with pytest.raises(numba.TypingError):
+        _loads(np.zeros(4, np.int64), 0)

@@ -193,3 +193,27 @@ def test_a_mistyped_flag_names_the_closest_one():
     )
     assert suggestion("unrecognized arguments: --zzzzzz", flags) == ""
     assert suggestion("argument --topics: expected one argument", flags) == ""
+
+
+# --- the run's modes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, field, default, modes",
+    [
+        ("--read-mode", "read_mode", "buffered", ("buffered", "direct", "mmap")),
+        ("--write-mode", "write_mode", "direct", ("direct", "buffered")),
+        ("--log-format", "log_format", "text", ("text", "json")),
+    ],
+)
+def test_each_mode_flag_takes_its_modes_and_refuses_others_with_the_choices(
+    flag, field, default, modes, capsys
+):
+    assert getattr(parse_args(["--log-dir", "a"]), field) == default
+    for mode in modes:
+        assert getattr(parse_args(["--log-dir", "a", flag, mode]), field) == mode
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--log-dir", "a", flag, "nope"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {flag}: invalid choice: 'nope' (choose from " in err
+    assert all(m in err.split("choose from", 1)[1] for m in modes) and "--help" in err

@@ -49,17 +49,7 @@ def cleaned_partition(tmp_path_factory):
     replacements and the checkpoint the round advances to."""
     root = tmp_path_factory.mktemp("durable")
     part = generate(
-        root / "logs",
-        "--records",
-        "600",
-        "--keys",
-        "120",
-        "--segment-bytes",
-        "12000",
-        "--codec",
-        "mixed",
-        "--tombstone-ratio",
-        "0.1",
+        root / "logs", "--records 600 --keys 120 --segment-bytes 12000 --codec mixed --tombstone-ratio 0.1"
     )
     log_dir = str(part.parent)
     write_checkpoint(Storage.local(), os.path.join(log_dir, CHECKPOINT), OLD_CHECKPOINT)

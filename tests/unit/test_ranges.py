@@ -57,56 +57,23 @@ def in_ranges(
     return sorted((r for r in rows if r["group_id"] != STATS_ROW), key=lambda r: r["group_id"])
 
 
-CASES = {
-    "mixed codecs, tombstones": [
-        "--records",
-        "6000",
-        "--keys",
-        "700",
-        "--codec",
-        "mixed",
-        "--tombstone-ratio",
-        "0.1",
-        "--segment-bytes",
-        "40000",
-    ],
-    "transactions, aborts": [
-        "--records",
-        "5000",
-        "--keys",
-        "400",
-        "--transactions",
-        "0.5",
-        "--abort-ratio",
-        "0.3",
-        "--idempotent",
-        "0.3",
-        "--segment-bytes",
-        "40000",
-    ],
-    "legacy v1 gzip": [
-        "--records",
-        "3000",
-        "--keys",
-        "300",
-        "--legacy",
-        "v1",
-        "--codec",
-        "gzip",
-        "--segment-bytes",
-        "30000",
-    ],
+# Each case's generator flags, one line: `generate(dir, CASE_FLAGS[case])` (tests/helpers/groupkit.py).
+CASE_FLAGS = {
+    "mixed codecs, tombstones": "--records 6000 --keys 700 --codec mixed --tombstone-ratio 0.1 --segment-bytes 40000",
+    "transactions, aborts": "--records 5000 --keys 400 --transactions 0.5 --abort-ratio 0.3 --idempotent 0.3"
+    " --segment-bytes 40000",
+    "legacy v1 gzip": "--records 3000 --keys 300 --legacy v1 --codec gzip --segment-bytes 30000",
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(CASE_FLAGS))
 # (groups, tasks, scan cache bytes): one group cut between three tasks; groups cut across tasks
 # with and without kept scans; more groups than tasks.
 @pytest.mark.parametrize(
     "n_ranges, tasks, reuse", [(1, 3, 1 << 30), (2, 3, 0), (3, 2, 1 << 30), (5, 2, 20_000)]
 )
 def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse):
-    part = generate(tmp_path / "logs", *CASES[case])
+    part = generate(tmp_path / "logs", CASE_FLAGS[case])
     whole = compact_partition(specs_for(part, 1))
     assert not any(r.get("error") or r.get("first_unstable") for r in whole), whole
     one = cleaned(part)
@@ -136,7 +103,7 @@ def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatc
     """The group of the partition's newest range needs nothing from the merge: its task rewrites
     it before the merge is done (here the merge does not end before that group's file is written,
     which would never happen if the rewrite waited for it), and the bytes are those of one task."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     compact_partition(specs_for(part, 1))
     one = cleaned(part)
     specs = specs_for(part, 2)
@@ -191,7 +158,7 @@ def test_tasks_run_one_after_another_leave_the_rest_to_finish(tmp_path, case, n_
     """One slot for the stage's tasks (dynamic allocation with one executor, or the others lost):
     each task runs alone, gives up on the peers that never ran, and `finish` does the merge, the
     parts and the rewrites they left: the bytes of one whole-partition task."""
-    part = generate(tmp_path / "logs", *CASES[case])
+    part = generate(tmp_path / "logs", CASE_FLAGS[case])
     one = _whole(part)
     specs = specs_for(part, n_groups)
     plan = RangePlan.cut([specs], tasks)
@@ -226,7 +193,7 @@ def test_a_task_that_dies_is_retried_and_its_peers_wait_for_the_retry(
     """The last task's first attempt dies in `phase` (or, where it has none there, goes on); Spark
     runs it again: its peers wait for the retry's markers (its heart beats again), and the retry
     writes what the first attempt would have. The bytes are those of one whole-partition task."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     one = _whole(part)
     specs = specs_for(part, n_groups)
     plan = RangePlan.cut([specs], tasks)
@@ -265,7 +232,7 @@ def test_a_rewriter_that_gives_up_on_a_piece_leaves_the_group_to_a_follow_up(tmp
     its piece, and its retry comes later than the rewriter will wait. The rewriter gives up in the
     middle of the group, leaving its own range's ids in the exchange; the retry cleans the piece;
     `finish` rewrites the group from those ids and the piece: the bytes of one task."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     one = _whole(part)
     specs = specs_for(part, 1)
     plan = RangePlan.cut([specs], 2)
@@ -310,7 +277,7 @@ def test_a_piece_that_fails_fails_its_group_in_the_rewriter(tmp_path, monkeypatc
     """One group cut between two tasks: the task holding the smaller range fails to clean it into
     its piece. The rewriter must report that error for the group, not write the group without the
     piece's records."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     specs = specs_for(part, 1)
 
     def fails(*args, **kw):
@@ -328,7 +295,7 @@ def test_a_merge_that_fails_fails_every_group_it_feeds(tmp_path, monkeypatch):
     the merge's FOUND entries (its keys' later offsets): it reports the error. The last group
     needs nothing from the merge (no later range), and is rewritten while the merge runs; the
     partition fails as a whole at commit (steps/outcome.py)."""
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     specs = specs_for(part, 2)
 
     def fails(rows):
@@ -384,8 +351,8 @@ def test_a_cut_group_writes_and_counts_what_one_task_does(tmp_path, monkeypatch,
 
 
 def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_path):
-    a = generate(tmp_path / "a", *CASES["mixed codecs, tombstones"])
-    b = generate(tmp_path / "b", *CASES["mixed codecs, tombstones"])
+    a = generate(tmp_path / "a", CASE_FLAGS["mixed codecs, tombstones"])
+    b = generate(tmp_path / "b", CASE_FLAGS["mixed codecs, tombstones"])
     one = _whole(b)
     specs_a = specs_for(a, 2)
     specs_b = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(b, 2)]
@@ -403,7 +370,7 @@ def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_pat
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
-    part = generate(tmp_path / "logs", "--records", "4000", "--keys", "2000", "--segment-bytes", "30000")
+    part = generate(tmp_path / "logs", "--records 4000 --keys 2000 --segment-bytes 30000")
     bases = sorted(naming.parse_segment_file_name(f.name).base_offset for f in part.glob("*.log"))
     first_dirty = bases[len(bases) // 2]
     compact_partition(specs_for(part, 1, first_dirty))
@@ -515,7 +482,7 @@ def test_key_table_export_is_dense_and_complete():
 def test_dry_run_sizes_the_output_exactly_and_writes_nothing(tmp_path, n_ranges, case):
     """A dry run decides and builds everything a round would (its report's sizes are exact) and
     leaves the partition as it found it."""
-    part = generate(tmp_path / "logs", *CASES[case], "--tombstone-ratio", "0.1")
+    part = generate(tmp_path / "logs", f"{CASE_FLAGS[case]} --tombstone-ratio 0.1")
     before = {f.name: f.read_bytes() for f in part.iterdir()}
     dry = [dataclasses.replace(s, dry_run=True) for s in specs_for(part, n_ranges)]
     rows = compact_partition(dry) if n_ranges == 1 else in_ranges(dry, 2, tmp_path / "dry")

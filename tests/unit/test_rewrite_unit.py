@@ -19,6 +19,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
+from genkit import generate
 from reference_map import KeyLookup, found_offsets, scan_group
 
 from compaction.format import batch as fb
@@ -685,7 +686,7 @@ def _partition_specs(log_dir):
     opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), "--segment-bytes", "120000"])
     planned, _ = plan_round.discover_and_plan(opts)
     (p,) = planned
-    config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, p.part.topic))
+    config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, p.partition_dir.topic))
     return plan_round.group_specs(p, opts, config, 0)
 
 
@@ -706,37 +707,13 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     the scan is not kept) writes exactly what the same rewrite writes with a map built
     independently from scan_group's distinct keys (KeyLookup): mixed codecs, transactions
     (committed and aborted), idempotent producers, tombstones, headers."""
-    from compaction.__main__ import main as cli
     from compaction.spark import stages
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "6000",
-            "--keys",
-            "700",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "60000",
-            "--tombstone-ratio",
-            "0.1",
-            "--headers",
-            "1",
-            "--transactions",
-            "0.2",
-            "--abort-ratio",
-            "0.3",
-            "--idempotent",
-            "0.3",
-            "--seed",
-            "7",
-        ]
+    generate(
+        log_dir,
+        "--topics t:1 --records 6000 --keys 700 --codec mixed --segment-bytes 60000 --tombstone-ratio 0.1"
+        " --headers 1 --transactions 0.2 --abort-ratio 0.3 --idempotent 0.3 --seed 7",
     )
     specs = _partition_specs(log_dir)
     assert len(specs) > 1 and sum(len(s.segments) for s in specs) > 5
@@ -765,32 +742,14 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     """Newest-first scan with packed decompressed records (sidepack) against no kept scans at all
     (every segment read, decompressed and walked again by the rewrite): the same bytes, on mixed
     codecs without transactions (so segments are packed: checked), tombstones and headers."""
-    from compaction.__main__ import main as cli
     from compaction.spark import stages
     from compaction.steps import scan as scan_step
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "8000",
-            "--keys",
-            "900",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "60000",
-            "--tombstone-ratio",
-            "0.1",
-            "--headers",
-            "2",
-            "--seed",
-            "11",
-        ]
+    generate(
+        log_dir,
+        "--topics t:1 --records 8000 --keys 900 --codec mixed --segment-bytes 60000 --tombstone-ratio 0.1"
+        " --headers 2 --seed 11",
     )
     specs = _partition_specs(log_dir)
     packed = []
@@ -837,31 +796,15 @@ def test_slices_cut_at_the_first_batch_past_each_step(position, step, cuts):
 def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, legacy):
     """Whatever the slice size (one batch per slice up to the whole segment), the same bytes and
     rows: rebuilt, converted and verbatim batches of several slices meet in the runs of one file."""
-    from compaction.__main__ import main as cli
     from compaction.spark import stages
     from compaction.steps import emit
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "6000",
-            "--keys",
-            "700",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "60000",
-            "--tombstone-ratio",
-            "0.1",
-            "--seed",
-            "5",
-            *(["--legacy", legacy] if legacy else ["--transactions", "0.2", "--abort-ratio", "0.3"]),
-        ]
+    generate(
+        log_dir,
+        "--topics t:1 --records 6000 --keys 700 --codec mixed --segment-bytes 60000 --tombstone-ratio 0.1"
+        " --seed 5",
+        *(["--legacy", legacy] if legacy else ["--transactions", "0.2", "--abort-ratio", "0.3"]),
     )
     specs = _partition_specs(log_dir)
     outputs, rows = [], []
@@ -878,28 +821,10 @@ def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, le
 def test_every_cleaned_file_is_durable_when_compact_partition_returns(tmp_path, monkeypatch):
     """The rewrite syncs its groups' files together at its end (runtime/durability.py): each
     `.cleaned` file and the partition dir fsynced before the task returns, none while it writes."""
-    from compaction.__main__ import main as cli
     from compaction.spark import stages
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "3000",
-            "--keys",
-            "300",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "30000",
-            "--seed",
-            "3",
-        ]
-    )
+    generate(log_dir, "--topics t:1 --records 3000 --keys 300 --codec mixed --segment-bytes 30000 --seed 3")
     specs = _partition_specs(log_dir)
     events: list[tuple[str, str]] = []
     real_fsync, real_open = os.fsync, os.open

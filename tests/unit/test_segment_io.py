@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
+from genkit import generate
 from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
 from compaction.kernels.buffers import ALIGN, BufferPool
@@ -189,26 +190,10 @@ def test_prefetch_advises_each_file_that_exists_and_changes_none(tmp_path, monke
 
 
 def test_the_scan_starts_reading_each_segments_indexes_before_its_bytes(tmp_path, monkeypatch):
-    from compaction.__main__ import main as cli
     from compaction.steps import scan
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "3000",
-            "--keys",
-            "300",
-            "--segment-bytes",
-            "40000",
-            "--seed",
-            "5",
-        ]
-    )
+    generate(log_dir, "--topics t:1 --records 3000 --keys 300 --segment-bytes 40000 --seed 5")
     specs = _partition_specs(log_dir)
     events = []
     monkeypatch.setattr(scan, "prefetch", lambda paths: events.extend(os.path.basename(p) for p in paths))
@@ -457,33 +442,13 @@ def test_staged_write_is_fsynced_with_its_directory(tmp_path, monkeypatch):
 
 
 def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, direct_always, monkeypatch):
-    from compaction.__main__ import main as cli
     from compaction.spark import stages
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "5000",
-            "--keys",
-            "600",
-            "--codec",
-            "mixed",
-            "--segment-bytes",
-            "60000",
-            "--tombstone-ratio",
-            "0.1",
-            "--transactions",
-            "0.2",
-            "--abort-ratio",
-            "0.3",
-            "--seed",
-            "11",
-        ]
+    generate(
+        log_dir,
+        "--topics t:1 --records 5000 --keys 600 --codec mixed --segment-bytes 60000 --tombstone-ratio 0.1"
+        " --transactions 0.2 --abort-ratio 0.3 --seed 11",
     )
     specs = _partition_specs(log_dir)
     assert NOW and all(s.read_mode == "buffered" for s in specs)
@@ -547,25 +512,11 @@ def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_al
 
 
 def test_read_and_write_mode_options_reach_every_group(tmp_path):
-    from compaction.__main__ import main as cli
     from compaction.cli.options import parse_args
     from compaction.steps import plan_round
 
     log_dir = tmp_path / "logs"
-    cli(
-        [
-            "generate",
-            str(log_dir),
-            "--topics",
-            "t:1",
-            "--records",
-            "800",
-            "--keys",
-            "100",
-            "--segment-bytes",
-            "20000",
-        ]
-    )
+    generate(log_dir, "--topics t:1 --records 800 --keys 100 --segment-bytes 20000")
     for argv, modes in (
         ([], ("buffered", "direct")),
         (["--read-mode", "mmap"], ("mmap", "direct")),
@@ -574,7 +525,9 @@ def test_read_and_write_mode_options_reach_every_group(tmp_path):
     ):
         opts = parse_args(["--log-dir", str(log_dir), "--now-ms", str(NOW), *argv])
         planned, _ = plan_round.discover_and_plan(opts)
-        config = plan_round.resolve_topic_config(None, plan_round.job_config(opts, planned[0].part.topic))
+        config = plan_round.resolve_topic_config(
+            None, plan_round.job_config(opts, planned[0].partition_dir.topic)
+        )
         specs = plan_round.group_specs(planned[0], opts, config, 0)
         assert specs and {(s.read_mode, s.write_mode) for s in specs} == {modes}
     with pytest.raises(SystemExit):

@@ -32,16 +32,7 @@ TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
 def partition(tmp_path_factory):
     part = generate(
         tmp_path_factory.mktemp("stages") / "logs",
-        "--records",
-        "3000",
-        "--keys",
-        "400",
-        "--codec",
-        "mixed",
-        "--tombstone-ratio",
-        "0.1",
-        "--segment-bytes",
-        "30000",
+        "--records 3000 --keys 400 --codec mixed --tombstone-ratio 0.1 --segment-bytes 30000",
     )
     return part, specs_for(part, 3)
 
@@ -96,7 +87,7 @@ def test_more_tasks_than_slots_finish_through_the_follow_up_stages(spark, partit
 
 def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, partition, tmp_path):
     part, specs = partition
-    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other = generate(tmp_path / "other", "--records 2000 --keys 300 --segment-bytes 30000")
     other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
     (part / "00000000000000000000.log").rename(part / "moved-away")
     try:
@@ -113,7 +104,7 @@ def test_a_damaged_range_fails_its_partition_and_the_other_is_cleaned(spark, par
 
 def test_fused_stage_writes_what_compact_partition_writes_in_process(spark, partition, tmp_path):
     part, specs = partition
-    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other = generate(tmp_path / "other", "--records 2000 --keys 300 --segment-bytes 30000")
     other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
     reference_rows = compact_partition(specs) + compact_partition(other_specs)
     reference = cleaned(part), cleaned(other)
@@ -129,7 +120,7 @@ def test_fused_stage_writes_what_compact_partition_writes_in_process(spark, part
 
 def test_a_damaged_partition_fails_alone_in_the_fused_stage(spark, partition, tmp_path):
     part, specs = partition
-    other = generate(tmp_path / "other", "--records", "2000", "--keys", "300", "--segment-bytes", "30000")
+    other = generate(tmp_path / "other", "--records 2000 --keys 300 --segment-bytes 30000")
     other_specs = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(other, 2)]
     sc = spark.sparkContext
     (part / "00000000000000000000.log").rename(part / "moved-away")

@@ -3,11 +3,15 @@ the driver sums, and where the directory goes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 
+from s3kit import KEY, REGION, SECRET, client, moto_server
+
 from compaction.runtime import task_progress
+from compaction.runtime.storage import Storage
 from compaction.runtime.task_progress import ProgressDir, Totals
 
 
@@ -59,3 +63,50 @@ def test_a_beat_during_a_rewrites_batch_of_deferred_syncs_is_not_taken_into_it(t
         pdir.write("1-0", {"read": 1})
         pdir.write("1-0", {"read": 2})
     assert pdir.totals().read == 2 and os.listdir(tmp_path) == ["1-0.json"]
+
+
+# --- the beat: every second on a disk, slower on an object store (one PUT a beat) -----------------
+
+
+def _beats_within(uri: str, seconds: float) -> int:
+    """The beat counter of a task's file after `seconds` of work under `reporting(uri)`."""
+    with task_progress.reporting(uri, "1-0"):
+        time.sleep(seconds)
+        storage, root = Storage.for_uri(uri)
+        beat = json.loads(storage.read_bytes(f"{root.rstrip('/')}/1-0.json"))["beat"]
+    return beat
+
+
+def test_a_task_beats_slower_on_an_object_store_than_on_a_disk(tmp_path, monkeypatch):
+    """The same task, its progress directory on a local disk then on a real S3 server (moto): on
+    the disk every BEAT_SECONDS, on the store every OBJECT_STORE_BEAT_SECONDS (as a worker
+    configured from its settings has it), each beat one PUT."""
+    monkeypatch.setattr(task_progress, "BEAT_SECONDS", 0.02)
+    monkeypatch.setattr(task_progress, "OBJECT_STORE_BEAT_SECONDS", task_progress.OBJECT_STORE_BEAT_SECONDS)
+    task_progress.configure(0.5)
+    (tmp_path / "local").mkdir()
+    assert _beats_within(str(tmp_path / "local"), 1.2) >= 5  # a beat every 0.02 s: dozens, bar a stall
+    with moto_server(str(tmp_path / "moto.log")) as endpoint:
+        client(endpoint).create_bucket(Bucket="progress")
+        uri = (
+            f"s3://{KEY}:{SECRET}@progress/round?endpoint_override={endpoint.removeprefix('http://')}"
+            f"&scheme=http&region={REGION}"
+        )
+        assert ProgressDir(uri).beat_seconds() == 0.5 and ProgressDir(str(tmp_path)).beat_seconds() == 0.02
+        # beats at 0, 0.5 and 1.0 s at the most; never faster, however the machine is loaded
+        assert 1 <= _beats_within(uri, 1.2) <= 3
+
+
+def test_the_object_store_beat_is_a_worker_setting_from_the_spark_conf():
+    from compaction.runtime.worker import prepare_worker
+    from compaction.settings import PROGRESS_BEAT_OBJECT_STORE_SECONDS, Settings, WorkerSettings
+
+    assert WorkerSettings().progress_beat_object_store_seconds == PROGRESS_BEAT_OBJECT_STORE_SECONDS
+    conf = {"spark.kafka.compaction.progressBeatObjectStoreSeconds": "30"}
+    worker = Settings.resolve(None, conf, {}).worker
+    assert worker.progress_beat_object_store_seconds == 30.0
+    try:
+        prepare_worker(dataclasses.replace(worker, kernel_cache_dir="off"))
+        assert task_progress.OBJECT_STORE_BEAT_SECONDS == 30.0
+    finally:
+        task_progress.configure(PROGRESS_BEAT_OBJECT_STORE_SECONDS)
