@@ -312,7 +312,7 @@ def test_a_hand_over_that_fails_fails_the_partition_it_hands_over(tmp_path, monk
     """A partition with transactions is one unit, rewritten by one task: the other task hands its
     ranges over as ids. When writing them fails, the error is reported for every group of the
     unit (the task does not die with it) and nothing is written."""
-    part = generate(tmp_path / "logs", *CASES["transactions, aborts"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["transactions, aborts"])
     specs = specs_for(part, 2)
     handed = []
 
@@ -336,7 +336,7 @@ def test_a_cut_group_writes_and_counts_what_one_task_does(tmp_path, monkeypatch,
     The files and the report are those of one whole-partition task."""
     if chunk is not None:
         monkeypatch.setattr(range_task, "_piece_chunk_bytes", chunk)
-    part = generate(tmp_path / "logs", *CASES["mixed codecs, tombstones"])
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     whole = compact_partition(specs_for(part, 1))
     one = cleaned(part)
     specs = specs_for(part, 1)
