@@ -286,3 +286,31 @@ def test_run_lock_never_locks_a_file_its_holder_removed(tmp_path, monkeypatch):
     b.release()
     fcntl.flock(stale_fd, fcntl.LOCK_UN)
     os.close(stale_fd)
+
+
+class _DeletesSeen:
+    """A filesystem that records the files deleted through it (the rest as the one it wraps)."""
+
+    def __init__(self, fs: pafs.FileSystem) -> None:
+        self._fs, self.deleted = fs, []
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def delete_file(self, path: str) -> None:
+        self.deleted.append(path)
+        self._fs.delete_file(path)
+
+
+def test_a_store_whose_move_replaces_is_never_left_without_the_destination():
+    """On a store whose move replaces its destination, a rename over a file moves onto it: no
+    delete first, so a reader never finds the name missing (only HDFS refuses to overwrite)."""
+    fs = pafs._MockFileSystem()
+    fs.create_dir("b")
+    for name, data in (("b/checkpoint.tmp", b"new"), ("b/checkpoint", b"old")):
+        with fs.open_output_stream(name) as out:
+            out.write(data)
+    seen = _DeletesSeen(fs)
+    Storage(seen).rename("b/checkpoint.tmp", "b/checkpoint")
+    assert seen.deleted == []
+    assert Storage(fs).read_bytes("b/checkpoint") == b"new" and not Storage(fs).exists("b/checkpoint.tmp")
