@@ -12,11 +12,16 @@
    partition as fill its bytes), so the time left is Spark's alone: the Python worker writing
    Arrow to the JVM, the JVM reading it into rows. What kafka_log costs above it is ours.
 2. With `--kafka09 NAME`: `compacted=true` counted over the bytes Kafka 0.9.0.1 was produced to by
-   ../shared/anchors/kafka09 (`anchor.py --name NAME produce` first), page cache dropped before
-   it, against Kafka 0.9's cleaner on the same bytes (`anchor.py measure --repeats 1
-   --drop-caches`, as bench/vs_kafka.py runs it), pair by pair. Checked: the state below the
-   active segment holds as many records as the cleaner keeps in the segments it cleans (its
-   count leaves the active segment out, as its cleaning does).
+   ../shared/anchors/kafka09 (`anchor.py --name NAME produce` first), Python workers started
+   and the page cache dropped before it, against Kafka 0.9's cleaner on the same bytes
+   (`anchor.py measure --repeats 1 --drop-caches`, as bench/vs_kafka.py runs it), pair by pair.
+   Checked: the state below the active segment holds as many records as the cleaner keeps in
+   the segments it cleans (its count leaves the active segment out, as its cleaning does), and
+   exactly those: the first pair keeps the cleaner's output (`--keep-after`), whose records
+   below the active segment must be the state's, offset for offset, with the same keys and
+   values (sums of CRC32s). With `--uncut`, also in each pair: the same count with one input
+   partition per Kafka partition (`plan_splits` without `cut_compacted`), workers started and
+   the page cache dropped before it too.
 Not a test; prints the figures and the checks, exits 1 when a check fails.
 """
 
@@ -95,6 +100,35 @@ def floor_source():
     return Floor
 
 
+def fingerprint(df) -> tuple:
+    """A DataFrame's offsets in order, and sums of its keys' and values' CRC32s."""
+    from pyspark.sql import functions as F
+
+    offsets = [r.offset for r in df.select("offset").orderBy("offset").collect()]
+    sums = df.agg(F.sum(F.crc32("key")), F.sum(F.crc32("value"))).collect()[0]
+    return offsets, tuple(sums)
+
+
+def uncut_source():
+    """`kafka_log` with the compacted state read by one input partition per Kafka partition."""
+    from compaction.spark.datasource import KafkaLogDataSource, KafkaLogReader, SplitPartition
+    from compaction.steps.log_table import ReadOptions, plan_splits
+
+    class UncutReader(KafkaLogReader):
+        def partitions(self):
+            return [SplitPartition(split) for split in plan_splits(self.opts, self.bounds)]
+
+    class Uncut(KafkaLogDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "kafka_log_uncut"
+
+        def reader(self, schema):
+            return UncutReader(ReadOptions.parse(dict(self.options)))
+
+    return Uncut
+
+
 def timed(fn) -> tuple[float, object]:
     t = time.perf_counter()
     value = fn()
@@ -114,6 +148,7 @@ def main() -> int:
         "--kafka09", metavar="NAME", help="also compacted=true against Kafka 0.9's cleaner on NAME"
     )
     ap.add_argument("--floor", action="store_true", help="also Spark's transfer alone (no decode)")
+    ap.add_argument("--uncut", action="store_true", help="--kafka09: also one task per Kafka partition")
     ap.add_argument("--skip-parquet", action="store_true", help="only the Kafka 0.9 comparison")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -134,6 +169,8 @@ def main() -> int:
     spark.dataSource.register(compaction.KafkaLogDataSource)
     if args.floor:
         spark.dataSource.register(floor_source())
+    if args.uncut:
+        spark.dataSource.register(uncut_source())
     bad = 0
 
     if not args.skip_parquet:
@@ -200,23 +237,53 @@ def main() -> int:
             .count()
         )
         compacted = lambda: spark.read.format("kafka_log").option("compacted", "true").load(source).count()  # noqa: E731
-        ratios = []
-        for i in range(args.pairs):
+        first = json.dumps({topic: {partition: 1000}})
+
+        def cold(fmt: str) -> None:
+            """Python workers started for both cores (Spark ends idle ones after a minute, and
+            the cleaner's run takes longer; its time leaves its JVM's start out), then the page
+            cache dropped."""
+            opts = {"compacted": "true", "endingOffsets": first, "minPartitions": "2"}
+            spark.read.format(fmt).options(**opts).load(source).count()
             drop_caches()
+
+        ratios, uncut_ratios = [], []
+        for i in range(args.pairs):
+            cold("kafka_log")
             t_ours, _ = timed(compacted)
-            k = kafka(args.kafka09, "vs-dataframe")
+            k = kafka(args.kafka09, "vs-dataframe", keep_after=i == 0)
             same = state == k["kept"]
             bad += not same
             ratios.append(k["seconds"] / t_ours)
+            uncut = ""
+            if args.uncut:
+                cold("kafka_log_uncut")
+                t_uncut, _ = timed(
+                    lambda: (
+                        spark.read.format("kafka_log_uncut").option("compacted", "true").load(source).count()
+                    )
+                )
+                uncut_ratios.append(k["seconds"] / t_uncut)
+                uncut = f" | one task per partition {t_uncut:.2f} s, Kafka/that {k['seconds'] / t_uncut:.2f}x"
             print(
                 f"pair {i + 1}: compacted=true count {t_ours:.2f} s (cold cache) | "
                 f"Kafka 0.9 cleaner {k['seconds']:.2f} s "
                 f"in {k['rounds']} round(s) | Kafka/ours {k['seconds'] / t_ours:.2f}x | state below the active "
                 f"segment {state:,} (active segment: {tail:,} more), Kafka kept {k['kept']:,} "
-                f"{'OK' if same else 'MISMATCH'}",
+                f"{'OK' if same else 'MISMATCH'}{uncut}, load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
         print(f"median Kafka 0.9 / compacted=true time: {statistics.median(ratios):.2f}x")
+        if uncut_ratios:
+            print(f"median Kafka 0.9 / one task per partition: {statistics.median(uncut_ratios):.2f}x")
+        after = str(ANCHOR_DATA / args.kafka09 / "after" / "kafka-logs")
+        ours = spark.read.format("kafka_log").options(compacted="true", endingOffsets=below).load(source)
+        theirs = spark.read.format("kafka_log").options(endingOffsets=below).load(after)
+        same = fingerprint(ours) == fingerprint(theirs)
+        bad += not same
+        print(
+            f"records: the state below the active segment {'IS' if same else 'IS NOT'} what the cleaner kept"
+        )
     spark.stop()
     return 1 if bad else 0
 

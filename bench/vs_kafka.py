@@ -120,7 +120,9 @@ def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
     }
 
 
-def kafka(name: str, label: str, dedupe_buffer: int | None = None) -> dict:
+def kafka(name: str, label: str, dedupe_buffer: int | None = None, keep_after: bool = False) -> dict:
+    """Kafka 0.9's cleaner over the harness's bytes, timed by the harness; `keep_after`: its
+    cleaned copy left at <name>/after/kafka-logs."""
     buffer = ["--dedupe-buffer", str(dedupe_buffer)] if dedupe_buffer else []
     cmd = [
         sys.executable,
@@ -134,6 +136,7 @@ def kafka(name: str, label: str, dedupe_buffer: int | None = None) -> dict:
         "--drop-caches",
         "--label",
         label,
+        *(["--keep-after"] if keep_after else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

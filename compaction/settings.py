@@ -409,3 +409,13 @@ _ENV_NAMES = frozenset(
 FRAME_SPLIT_BYTES = 128 << 20
 FRAME_BATCH_ROWS = 1 << 16
 FRAME_BATCH_BYTES = 64 << 20
+# The `kafka_log` source hands Spark those batches in slices of at most this many rows (no copy
+# here): Spark's Python worker and JVM move small Arrow batches to rows faster than big ones
+# (`bench/dataframe.py --floor` feeds Spark ready batches). `export` writes the whole batches.
+FRAME_SPARK_BATCH_ROWS = 8192
+# The compacted state of a Kafka partition over FRAME_COMPACTED_SPLIT_BYTES is read as
+# FRAME_COMPACTED_BUCKETS input partitions, each mapping and emitting the keys of one bucket
+# (`log_table.cut_compacted`); each scans the whole partition, so a bucket past the cores
+# that run them at once only repeats that scan; more on request (`minPartitions`).
+FRAME_COMPACTED_SPLIT_BYTES = 1 << 30
+FRAME_COMPACTED_BUCKETS = 2

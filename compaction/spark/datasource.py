@@ -32,7 +32,15 @@ from pyspark.sql.datasource import (
 )
 
 from compaction.runtime.worker import keep_zip_directories
-from compaction.steps.log_table import Bounds, ReadOptions, plan_splits, read_split, schema_ddl
+from compaction.settings import FRAME_SPARK_BATCH_ROWS
+from compaction.steps.log_table import (
+    Bounds,
+    ReadOptions,
+    cut_compacted,
+    plan_splits,
+    read_split,
+    schema_ddl,
+)
 
 _COLUMNS = {"topic", "partition", "offset", "timestamp"}
 
@@ -64,11 +72,16 @@ class KafkaLogReader(DataSourceReader):
         self.bounds = Bounds()
 
     def partitions(self):
-        return [SplitPartition(split) for split in plan_splits(self.opts, self.bounds)]
+        splits = plan_splits(self.opts, self.bounds)
+        if self.opts.compacted:
+            splits = cut_compacted(splits, self.opts.min_partitions)
+        return [SplitPartition(split) for split in splits]
 
     def read(self, partition):
         keep_zip_directories()
-        yield from read_split(partition.value, self.opts)
+        for batch in read_split(partition.value, self.opts):
+            for start in range(0, batch.num_rows, FRAME_SPARK_BATCH_ROWS):
+                yield batch.slice(start, FRAME_SPARK_BATCH_ROWS)
 
 
 class PushdownKafkaLogReader(KafkaLogReader):

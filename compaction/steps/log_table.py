@@ -11,7 +11,8 @@ Three steps, no Spark here:
   * `plan_splits`: the log dir listed (`discover.read_log_dir`), each partition's segments cut to
     the offsets and timestamps asked for (options and pushed-down `Bounds`) from file names and
     `.timeindex` tails alone, so segments outside them are never opened; one `Split` per segment,
-    or per run of small ones, or per partition for the compacted state.
+    or per run of small ones, or per partition for the compacted state (`cut_compacted`: per
+    bucket of its keys for a big one).
   * `read_split`: each segment scanned (`kernels/scan.py`: CRCs checked, records decompressed,
     typed errors naming file, byte and offset), the rows kept as masks over the record columns,
     the columns gathered into Arrow buffers (no Python object per record). With `compacted`, the
@@ -19,7 +20,8 @@ Three steps, no Spark here:
     `keep.map_masks` maps: no control record, no aborted one, none of a transaction open at the
     end), tombstoned keys left out.
 
-Rows are in log order within a segment; the compacted state is emitted newest segment first.
+Rows are in log order within a segment; the compacted state is emitted newest segment first
+(within each bucket of keys).
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ from compaction.policy.cut import cut_log, parse_as_of_offsets, parse_as_of_time
 from compaction.policy.keep import aborted_batches, map_masks
 from compaction.runtime.segment_io import read_segment_bytes
 from compaction.runtime.storage import Storage
-from compaction.settings import FRAME_BATCH_BYTES, FRAME_BATCH_ROWS, FRAME_SPLIT_BYTES
+from compaction.settings import (
+    FRAME_BATCH_BYTES,
+    FRAME_BATCH_ROWS,
+    FRAME_COMPACTED_BUCKETS,
+    FRAME_COMPACTED_SPLIT_BYTES,
+    FRAME_SPLIT_BYTES,
+)
 from compaction.steps.discover import last_time_entry_ts, read_log_dir
 
 EARLIEST, LATEST = -2, -1  # Spark's Kafka source's offsets JSON: -2 earliest, -1 latest
@@ -154,6 +162,8 @@ class ReadOptions:
     # The compacted state as of a time (epoch ms) or per-partition offsets: `policy/cut.py`.
     as_of_time: int | None = None
     as_of_offsets: dict = field(default_factory=dict)
+    # minPartitions: at least this many input partitions for the compacted state (`cut_compacted`)
+    min_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -196,6 +206,11 @@ class ReadOptions:
         if (as_of_time is not None or as_of_offsets) and not out.compacted:
             raise UsageError("options asOfTime and asOfOffsets cut the compacted state: add compacted=true")
         out = replace(out, as_of_time=as_of_time, as_of_offsets=as_of_offsets)
+        if opts.get("minpartitions") is not None:
+            raw = opts["minpartitions"]
+            if not raw.strip().isdigit() or int(raw) < 1:
+                raise UsageError(f"option minPartitions: expected a positive integer, got {raw!r}")
+            out = replace(out, min_partitions=int(raw))
         if out.starting[0] == LATEST:
             raise UsageError("option startingOffsets: latest is not allowed for a batch read (as in Spark)")
         if out.ending[0] == EARLIEST:
@@ -265,6 +280,10 @@ class Split:
     # The partition's segments after `segments`: their headers alone are read, for the
     # transactions open at the log end (a marker past the rows read still ends one).
     tail: tuple[SegmentRef, ...] = ()
+    # The compacted state cut by key (`cut_compacted`): this split maps and emits the keys
+    # whose `key_bucket` is `bucket` of `buckets`.
+    bucket: int = 0
+    buckets: int = 1
 
     @property
     def size(self) -> int:
@@ -387,6 +406,30 @@ def plan_splits(opts: ReadOptions, bounds: Bounds = Bounds()) -> list[Split]:
     return splits
 
 
+def cut_compacted(splits: list[Split], min_partitions: int | None = None) -> list[Split]:
+    """The compacted state's splits (one per Kafka partition) cut by key, so that one big
+    partition keeps several cores busy: a partition over `FRAME_COMPACTED_SPLIT_BYTES` into
+    `FRAME_COMPACTED_BUCKETS` splits, and more where `min_partitions` asks for more input
+    partitions than that (each partition a share by its bytes, as Spark's Kafka source's
+    `minPartitions` divides offset ranges). Each split scans the whole partition and maps and
+    emits the keys of its bucket (`key_bucket`): the scan is repeated, the offset map, the rows
+    and their transfer to Spark are shared out."""
+    total = sum(s.size for s in splits) or 1
+    out: list[Split] = []
+    for split in splits:
+        n = FRAME_COMPACTED_BUCKETS if split.size > FRAME_COMPACTED_SPLIT_BYTES else 1
+        if min_partitions:
+            n = max(n, -(-min_partitions * split.size // total))
+        out += [replace(split, bucket=k, buckets=n) for k in range(n)] if n > 1 else [split]
+    return out
+
+
+def key_bucket(hashes: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket of each key hash: bits the key table's regions (the top ones) and slots (the
+    low ones) do not use on their own, so that a bucket's keys spread over the whole table."""
+    return ((hashes >> np.uint64(24)) % np.uint64(buckets)).astype(np.int64)
+
+
 def _group_small(refs: list[SegmentRef]) -> list[tuple[SegmentRef, ...]]:
     """Consecutive segments together up to `FRAME_SPLIT_BYTES`; a bigger one alone."""
     groups: list[list[SegmentRef]] = []
@@ -461,7 +504,7 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
     (keyed, not control, not aborted), newest segment first so each segment's keys are final
     once it is added."""
     end, open_txns = _cut(split)
-    table = KeyTable(split.size // 256)
+    table = KeyTable(split.size // 256 // split.buckets)
     for ref in split.segments[::-1]:
         if ref.base_offset >= end:
             continue
@@ -474,13 +517,32 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
             txn = (b.attributes.astype(np.int64) & TRANSACTIONAL_MASK) != 0
             for pid, first in open_txns.items():
                 usable &= ~(txn & (b.producer_id == pid) & (b.base_offset >= first))[rec.batch_index]
+        hashes, packed, packed_offs = scan.keys
+        # this split's keys: every record of the others is left out of the table
+        mine = (
+            np.flatnonzero(key_bucket(hashes, split.buckets) == split.bucket) if split.buckets > 1 else None
+        )
+        ok, offset = _pick(usable, mine), _pick(rec.offset, mine)
         ids = table.assign(
-            scan.file, scan.side, scan.split, rec.key_pos, rec.key_len, usable, usable, rec.offset, scan.keys
+            scan.file,
+            scan.side,
+            scan.split,
+            _pick(rec.key_pos, mine),
+            _pick(rec.key_len, mine),
+            ok,
+            ok,
+            offset,
+            (_pick(hashes, mine), packed, _pick(packed_offs, mine)),
         )
         latest = np.where(ids >= 0, table.latest_of(np.maximum(ids, 0)), -1)
-        rows = np.flatnonzero(usable & (rec.offset == latest) & (rec.value_len >= 0))
+        kept = np.flatnonzero(ok & (offset == latest) & (_pick(rec.value_len, mine) >= 0))
+        rows = mine[kept] if mine is not None else kept
         yield from record_batches(split, scan, rows, opts.include_headers)
         del scan
+
+
+def _pick(column: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    return column if rows is None else column[rows]
 
 
 class _Header(NamedTuple):

@@ -122,6 +122,17 @@ def test_compacted_is_latest_per_key_of_committed_records(spark, kafka_log, log_
     assert_df_equality(got, spark.createDataFrame(want, schema), ignore_row_order=True, ignore_nullable=True)
 
 
+def test_compacted_cut_by_key_is_the_single_split_state(spark, kafka_log, log_dir, open_txn_dir):
+    """minPartitions cuts each partition's compacted state by key, one input partition per
+    bucket: the same rows as one input partition per Kafka partition (transactions, aborts,
+    tombstones; a transaction open at the log end)."""
+    for root in (log_dir, open_txn_dir[0]):
+        whole = kafka_log(root, compacted="true", includeHeaders="true")
+        cut = kafka_log(root, compacted="true", includeHeaders="true", minPartitions="9")
+        assert cut.rdd.getNumPartitions() >= 9 > whole.rdd.getNumPartitions()
+        assert_df_equality(cut, whole, ignore_row_order=True)
+
+
 def test_pushed_filters_read_only_matching_segments(spark, kafka_log, log_dir):
     df = kafka_log(log_dir).where("topic = 'orders' and partition = 1 and offset >= 1000 and offset < 1010")
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(1000, 1010))

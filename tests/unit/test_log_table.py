@@ -18,7 +18,13 @@ from open_txn import last_stable_offset, open_offsets, open_txn_log_dir
 from compaction.errors import CrcMismatchError, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
 from compaction.kernels.scan import scan_segment
-from compaction.steps.log_table import Bounds, ReadOptions, plan_splits, read_split
+from compaction.steps.log_table import (
+    Bounds,
+    ReadOptions,
+    cut_compacted,
+    plan_splits,
+    read_split,
+)
 from compaction.tools.generator import generate_log_dir
 from compaction.tools.generator_plan import TXN_ABORTED
 
@@ -49,9 +55,15 @@ def log_dir(request, tmp_path_factory):
     return root, manifest, request.param
 
 
-def rows(root: str, **options) -> list[dict]:
+def rows(root: str, *, buckets: int | None = None, **options) -> list[dict]:
+    """The rows of a read; with `buckets`, the compacted state's splits cut by key as the source
+    cuts them for `minPartitions=buckets`."""
     opts = ReadOptions.parse({"path": root, **options})
-    batches = [b for split in plan_splits(opts) for b in read_split(split, opts)]
+    splits = plan_splits(opts)
+    if buckets is not None:
+        splits = cut_compacted(splits, buckets)
+        assert len(splits) >= buckets
+    batches = [b for split in splits for b in read_split(split, opts)]
     if not batches:
         return []
     table = pa.Table.from_batches(batches)
@@ -143,6 +155,33 @@ def test_compacted_as_of_an_offset(log_dir):
     assert got != state_offsets_as_of(m, m.log_end_offset)
 
 
+def by_offset(table_rows: list[dict]) -> list[dict]:
+    return sorted(table_rows, key=lambda r: (r["partition"], r["offset"]))
+
+
+@pytest.mark.parametrize("buckets", [2, 3, 7])
+def test_compacted_cut_by_key_is_the_uncut_state(log_dir, buckets):
+    """Each split maps and emits the keys of its bucket: together they return the rows of one
+    split per partition, each once."""
+    root, manifest, _ = log_dir
+    whole = rows(root, compacted="true")
+    cut = rows(root, compacted="true", buckets=buckets)
+    assert by_offset(cut) == by_offset(whole)
+    m = manifest.partitions[("orders", 0)]
+    at = m.log_end_offset // 2
+    as_of = rows(root, compacted="true", asOfOffsets=f"orders:0={at}", buckets=buckets)
+    assert {r["key"]: r["offset"] for r in as_of if r["partition"] == 0} == state_offsets_as_of(m, at)
+
+
+def test_every_split_of_a_cut_state_has_rows(log_dir):
+    """The buckets share the keys out: no split is left without rows (the cut spreads work)."""
+    root, _, _ = log_dir
+    opts = ReadOptions.parse({"path": root, "compacted": "true"})
+    splits = cut_compacted(plan_splits(opts), 4)
+    counts = [sum(b.num_rows for b in read_split(s, opts)) for s in splits]
+    assert len(counts) >= 4 and min(counts) > 0
+
+
 @pytest.fixture(scope="module")
 def open_txn_dir(tmp_path_factory):
     """One partition whose log ends inside transactions (committed and aborted ones before)."""
@@ -172,6 +211,7 @@ def test_compacted_leaves_transactions_open_at_the_end_out(open_txn_dir):
     assert got == state_offsets_as_of(m, cut)
     assert not set(got.values()) & open_offsets(m, cut)
     assert max(got.values()) > last_stable_offset(m, cut)
+    assert by_offset(rows(root, compacted="true", buckets=4)) == by_offset(rows(root, compacted="true"))
 
 
 def test_starting_and_ending_timestamps_are_offsets_for_times(log_dir):
@@ -245,6 +285,8 @@ def test_a_bad_crc_fails_the_read_naming_file_byte_and_offset(tmp_path):
         ({"asOfTime": "2026-01-01T00:00:00"}, "zone"),
         ({"asOfTime": "1000"}, "compacted=true"),
         ({"kafka.isolation.level": "serializable"}, "isolation"),
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"minPartitions": "two"}, "minPartitions"),
     ],
 )
 def test_bad_options_are_usage_errors(options, message):
