@@ -114,10 +114,8 @@ class PeerGone(BaseException):
 class Exchange:
     """The exchange directory of one stage (picklable: tasks receive it in their closure)."""
 
-    def __init__(
-        self, storage: Storage, root: str, local_temp: bool = False, peer_wait: float = PEER_WAIT_SECONDS
-    ) -> None:
-        self.storage, self.root, self._local_temp = storage, root, local_temp
+    def __init__(self, storage: Storage, root: str, peer_wait: float = PEER_WAIT_SECONDS) -> None:
+        self.storage, self.root = storage, root
         self.peer_wait = peer_wait  # 0: never wait (the driver's follow-up stages: all is there)
 
     @classmethod
@@ -130,7 +128,7 @@ class Exchange:
             root = f"{base.rstrip('/')}/{PREFIX}{uuid.uuid4().hex[:12]}"
         elif local_master:
             storage, root = Storage.local(), tempfile.mkdtemp(prefix=PREFIX)
-            return cls(storage, root, local_temp=True, peer_wait=peer_wait)
+            return cls(storage, root, peer_wait=peer_wait)
         else:
             storage, base = Storage.for_uri(log_dir)
             root = f"{os.path.dirname(base.rstrip('/'))}/{PREFIX}{uuid.uuid4().hex[:12]}"
@@ -140,7 +138,7 @@ class Exchange:
 
     def no_wait(self) -> Exchange:
         """The same directory for tasks that must find every marker they read already there."""
-        return Exchange(self.storage, self.root, self._local_temp, peer_wait=0)
+        return Exchange(self.storage, self.root, peer_wait=0)
 
     def remove(self) -> None:
         if self.storage.is_local:
@@ -174,8 +172,14 @@ class Exchange:
         """An output stream whose file appears, whole, when it closes."""
         path = self.path(name)
         if not self.storage.is_local:  # an object appears whole when its upload completes
-            with self.storage.fs.open_output_stream(path, compression=None) as out:
-                yield out
+            try:
+                with self.storage.fs.open_output_stream(path, compression=None) as out:
+                    yield out
+            except BaseException:
+                # Leaving the `with` closed the stream, which completes the upload of what was
+                # written: the part of a file, which a retry's `exists` would take for the file.
+                self.storage.delete(path, missing_ok=True)
+                raise
             return
         os.makedirs(self.root, exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -215,9 +219,9 @@ class Exchange:
                 size = f.size()
                 (n,) = INDEX_LENGTH.unpack(f.read_at(INDEX_LENGTH.size, size - INDEX_LENGTH.size))
                 raw = f.read_at(n, size - INDEX_LENGTH.size - n)
-        except (OSError, struct.error) as exc:
+            table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+        except (OSError, struct.error, pa.ArrowInvalid) as exc:  # missing, cut short, or its index damaged
             raise ExchangeError(f"cannot read the exchange file {path}: {exc}") from exc
-        table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
         return {f.name: table.column(f.name).to_numpy() for f in _INDEX}
 
     def read_blocks(self, name: str, select=None, index: dict | None = None) -> Iterator:

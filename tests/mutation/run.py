@@ -46,6 +46,7 @@ MODULES = {
         "tests/unit/test_power_loss.py",
         "tests/unit/test_commit.py",
         "tests/unit/test_broker_lock.py",
+        "tests/unit/test_discover_lazy.py",
     ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
     # the partition pipeline both tasks call: its re-plan rule and the checks beside the scan
@@ -54,7 +55,7 @@ MODULES = {
         "tests/unit/test_ranges.py",
         "tests/unit/test_rewrite_unit.py",
     ],
-    "compaction/runtime/exchange.py": ["tests/unit/test_ranges.py"],
+    "compaction/runtime/exchange.py": ["tests/unit/test_exchange.py", "tests/unit/test_ranges.py"],
     "compaction/runtime/storage.py": [
         "tests/unit/test_durability.py",
         "tests/unit/test_storage.py",
@@ -182,7 +183,9 @@ def run_mutant(module: str) -> int:
     # The quickest first: a killed mutant's run ends at its first failing test.
     tests = [linemap["tests"][i] for i in sorted(chosen, key=lambda i: linemap["seconds"][i])]
     print(f"line(s) {sorted(lines)}: {len(tests)} test(s)", flush=True)
-    return subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *tests]).returncode
+    fewer = ["-p", "fewer_examples"] if int(os.environ.get("MUTATION_MAX_EXAMPLES", "0")) > 0 else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here / "tests" / "mutation")])}
+    return subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *fewer, *tests], env=env).returncode
 
 
 def baseline(module: str, tests: list[str], scratch: Path, env: dict) -> None:
@@ -231,13 +234,19 @@ def skip_outside(session: Path, keep: list[tuple[int, int]]) -> None:
 
 
 def run_module(
-    module: str, tests: list[str], out: Path, timeout: float, only: list[str] | None = None
+    module: str,
+    tests: list[str],
+    out: Path,
+    timeout: float,
+    only: list[str] | None = None,
+    max_examples: int = 0,
 ) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
         copy_checkout(scratch)
         env = {**os.environ, "PYTHONPATH": str(scratch), "CI": ""}
         baseline(module, tests, scratch, env)
+        env["MUTATION_MAX_EXAMPLES"] = str(max_examples)  # the mutants' runs only (fewer_examples.py)
         config = scratch / "cosmic-ray.toml"
         # The scratch copy comes first on the path: `python -m pytest` puts the working directory
         # ahead of the checkout that the venv's editable install names.
@@ -275,7 +284,9 @@ def run_module(
     done = [(job, result) for job, result in tried if result.get("test_outcome") in ("killed", "survived")]
     survived = [(job, result) for job, result in done if result["test_outcome"] == "survived"]
     killed = len(done) - len(survived)
+    timeouts = sum(1 for _, result in done if result.get("output") == "timeout")
     return {
+        "timeouts": timeouts,
         "module": module,
         "mutants": len(tried),
         "done": len(done),
@@ -294,6 +305,16 @@ def main() -> int:
         "--only",
         help="comma-separated top-level functions, classes or Class.method of the module: mutate only these",
     )
+    parser.add_argument(
+        "--tests",
+        help="comma-separated test files: this selection instead of the module's (a quicker run)",
+    )
+    parser.add_argument(
+        "--max-examples",
+        type=int,
+        default=25,
+        help="a mutant's hypothesis tests run at most this many examples, derandomized (0: as written)",
+    )
     parser.add_argument("--mutant", help=argparse.SUPPRESS)  # cosmic-ray's test command (run_mutant)
     args = parser.parse_args()
     if args.mutant:
@@ -302,12 +323,13 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     total_survived = 0
     for module in args.modules:
-        r = run_module(
-            module, MODULES[module], out, args.timeout, args.only.split(",") if args.only else None
-        )
+        only = args.only.split(",") if args.only else None
+        tests = args.tests.split(",") if args.tests else MODULES[module]
+        r = run_module(module, tests, out, args.timeout, only, args.max_examples)
         score = r["killed"] / r["done"] if r["done"] else 0.0
         print(
-            f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}), {len(r['survived'])} survived, "
+            f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}; {r['timeouts']} by the timeout), "
+            f"{len(r['survived'])} survived, "
             f"{r['mutants']} mutants, {r['seconds']} s",
             flush=True,
         )

@@ -192,6 +192,22 @@ def test_crash_at_every_step_recovers_to_old_or_new(tmp_path):
     assert outcomes[switch:] == ["new"] * (len(outcomes) - switch)
 
 
+def test_a_broker_loading_the_dir_during_step_1_finds_the_log_as_it_was(tmp_path):
+    """A broker started on the dir while step 1 runs never reads the intent file: its LogLoader
+    removes every `.cleaned` file and every `.swap` at or above the lowest `.cleaned` base, and
+    completes the `.swap` files below it. Step 1 renames the highest names first, so until its
+    last rename a `.cleaned` file is left below every `.swap`: the broker finds the old segments,
+    every byte, never a log swapped up to a group and not after it."""
+    for n in range(len(CLEANED)):
+        part = setup_dir(tmp_path, f"n{n}")
+        with crash_after(n), pytest.raises(Crash):
+            commit_partition(Storage.local(), part, REPLACEMENTS)
+        assert sum(f.endswith(".swap") for f in os.listdir(part)) == n
+        os.remove(os.path.join(part, INTENT_FILE))  # what the broker does not read
+        recover_partition(Storage.local(), part)  # without an intent file: the LogLoader's rules
+        assert snapshot(part) == OLD_STATE, n
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_any_subset_of_the_old_files_renames_surviving_a_crash_recovers_to_the_new_set(

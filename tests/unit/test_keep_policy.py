@@ -378,6 +378,31 @@ def test_last_data_batches_matches_is_last_of_producer(case):
             assert got[i] == is_last_of_producer(batch.info, lasts), i
 
 
+# (producer id, last offset) of a batch -> whether it holds its producer's last data offset, for
+# producers 5 (last 10), 9 (last 20) and 11 (no data batch): the lowest and highest ids, ids
+# between, below and above them, and offsets either side of the last.
+LAST_OF_PRODUCER = [
+    (5, 10, True),
+    (9, 20, True),
+    (9, 19, False),
+    (9, 21, False),
+    (5, 20, False),
+    (11, 20, False),
+    (7, 10, False),
+    (3, 10, False),
+    (12, 20, False),
+    (-1, 10, False),
+]
+
+
+def test_last_data_batches_boundaries():
+    lasts = {9: LastRecord(20, 0), 5: LastRecord(10, 1), 11: LastRecord(None, 0)}
+    pid = np.array([p for p, _, _ in LAST_OF_PRODUCER], dtype=np.int64)
+    last = np.array([o for _, o, _ in LAST_OF_PRODUCER], dtype=np.int64)
+    assert pk.last_data_batches(lasts, pid, last).tolist() == [e for _, _, e in LAST_OF_PRODUCER]
+    assert pk.last_data_batches({}, pid, last).tolist() == [False] * len(pid)
+
+
 def per_batch(seg: Segment, omap: dict, upper: int, lasts: dict, retain_last: bool, retain_legacy: bool):
     """(output, records kept, needs a new horizon) of every batch, one at a time as the cleaner
     decides them: check_batch_retention, should_retain_record per record, filter_batch_output

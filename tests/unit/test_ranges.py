@@ -25,7 +25,7 @@ from compaction.spark.stages import compact_partition
 from compaction.steps import range_task, ranges
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.steps.range_task import finish, resume, run_task
-from compaction.steps.results import STATS_ROW, as_rows
+from compaction.steps.results import STATS_ROW, GroupResult, as_rows
 from compaction.steps.schedule import RangePlan
 
 
@@ -306,6 +306,48 @@ def test_a_merge_that_fails_fails_every_group_it_feeds(tmp_path, monkeypatch):
     assert [r["group_id"] for r in rows] == [s.group_id for s in specs]
     assert "the merge's exchange went away" in (rows[0].get("error") or ""), rows
     assert not rows[1].get("error"), rows
+
+
+def test_a_hand_over_that_fails_fails_the_partition_it_hands_over(tmp_path, monkeypatch):
+    """A partition with transactions is one unit, rewritten by one task: the other task hands its
+    ranges over as ids. When writing them fails, the error is reported for every group of the
+    unit (the task does not die with it) and nothing is written."""
+    part = generate(tmp_path / "logs", CASE_FLAGS["transactions, aborts"])
+    specs = specs_for(part, 2)
+    handed = []
+
+    def fails(r, held):
+        handed.append(r)
+        raise OSError("the exchange refused the ids")
+
+    monkeypatch.setattr(ranges, "held_blocks", fails)
+    rows = in_ranges(specs, 2, tmp_path / "exchange")
+    assert handed, "no range was handed over"
+    assert [r["group_id"] for r in rows] == [s.group_id for s in specs]
+    assert all("the exchange refused the ids" in (r.get("error") or "") for r in rows), rows
+    assert not cleaned(part)
+
+
+@pytest.mark.parametrize("chunk", [1, 3000, None])
+def test_a_cut_group_writes_and_counts_what_one_task_does(tmp_path, monkeypatch, chunk):
+    """One group cut between three tasks: the rewriter copies the other ranges' pieces into the
+    group's file whole batches at a time, at most `chunk` bytes each (1: a batch a chunk; 3000:
+    a few; None: the worker's default, a piece a chunk), and adds their counts to the group's.
+    The files and the report are those of one whole-partition task."""
+    if chunk is not None:
+        monkeypatch.setattr(range_task, "_piece_chunk_bytes", chunk)
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    whole = compact_partition(specs_for(part, 1))
+    one = cleaned(part)
+    specs = specs_for(part, 1)
+    rows = in_ranges(specs, 3, tmp_path / "exchange")
+    assert any(p.name.startswith("piece-") for p in (tmp_path / "exchange").iterdir())
+    assert cleaned(part) == one
+    counts = [
+        n for n in dataclasses.fields(GroupResult) if n.name.endswith(("_read", "_written", "_records"))
+    ]
+    assert len(rows) == 1 and len(counts) >= 7
+    assert {n.name: rows[0].get(n.name) for n in counts} == {n.name: whole[0].get(n.name) for n in counts}
 
 
 def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_path):

@@ -5,12 +5,15 @@ Spark rows they become, and the re-plan bound."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from types import SimpleNamespace
 
 import pytest
+from groupkit import generate, specs_for
 
+from compaction.errors import IndexCorruptError
 from compaction.spark.stages import FUSED_FIELDS, typed
-from compaction.steps.pipeline import open_transaction
+from compaction.steps.pipeline import compact_whole, open_transaction
 from compaction.steps.ranges import ProducerState
 from compaction.steps.results import STATS_ROW, GroupResult, TaskTimings, as_rows, failed, unstable
 
@@ -51,3 +54,33 @@ def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_plannin
     state = ProducerState(first_unstable, {}, first_unstable is not None)
     specs = [SimpleNamespace(upper_bound=bound), SimpleNamespace(upper_bound=bound + 1000)]
     assert open_transaction(state, specs) == replan
+
+
+def test_a_whole_partition_tasks_timings_lie_within_its_run(tmp_path):
+    """The scan and map seconds a task reports are parts of its wall time, its CPU seconds at most
+    what this process spent meanwhile (summed by the driver into the run's report)."""
+    part = generate(tmp_path / "logs", "--records", "3000", "--keys", "300", "--segment-bytes", "30000")
+    wall, cpu = time.monotonic(), time.process_time()
+    results, timings = compact_whole(specs_for(part, 2), 0)
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    assert len(results) == 2 and not any(r.error or r.first_unstable for r in results)
+    assert 0 <= timings.scan_seconds and 0 <= timings.map_seconds
+    assert timings.scan_seconds + timings.map_seconds <= wall
+    assert 0 < timings.cpu_seconds <= cpu
+
+
+def test_a_whole_partition_task_runs_the_index_checks_and_writes_nothing_past_a_damaged_index(tmp_path):
+    """The driver leaves the index checks to the task that scans the partition: an entry past its
+    segment's end fails the task, naming the file and the entry's position, before anything is
+    written."""
+    part = generate(tmp_path / "logs", "--records", "3000", "--keys", "300", "--segment-bytes", "30000")
+    index = sorted(part.glob("*.index"))[1]
+    n = index.stat().st_size // 8
+    assert n >= 2
+    with open(index, "r+b") as fh:
+        fh.seek((n - 1) * 8 + 4)
+        fh.write((99_999_999).to_bytes(4, "big"))
+    with pytest.raises(IndexCorruptError, match="past the end") as err:
+        compact_whole(specs_for(part, 2), 0)
+    assert (err.value.path, err.value.position) == (str(index), (n - 1) * 8)
+    assert not list(part.glob("*.cleaned"))

@@ -96,8 +96,8 @@ def test_write_atomic_leaves_no_tmp(tmp_path):
     assert os.listdir(tmp_path) == ["cleaner-offset-checkpoint"]
 
 
-def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
-    synced = []
+def _fsynced(monkeypatch) -> list[str]:
+    synced: list[str] = []
     real_fsync = os.fsync
 
     def fsync(fd):
@@ -105,9 +105,49 @@ def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
+    synced = _fsynced(monkeypatch)
     path = str(tmp_path / "x.log")
     Storage.local().write_durable(path, b"abc")
     assert synced == [path, str(tmp_path)]
+
+
+def test_written_files_have_the_mode_of_kafkas_own(tmp_path):
+    """rw-r--r-- under the usual umask, as a broker writes its segments: a broker or tool running
+    as another user of the group reads them, and none can write them."""
+    old = os.umask(0o022)
+    try:
+        Storage.local().write_durable(str(tmp_path / "x.log"), b"abc")
+        Storage.local().write_atomic(str(tmp_path / "cleaner-offset-checkpoint"), b"0\n0\n")
+    finally:
+        os.umask(old)
+    assert {f.name: f.stat().st_mode & 0o777 for f in tmp_path.iterdir()} == {
+        "x.log": 0o644,
+        "cleaner-offset-checkpoint": 0o644,
+    }
+
+
+def test_a_durable_rename_fsyncs_each_directory_it_changes(tmp_path, monkeypatch):
+    """A rename is durable once the directories whose entries it changed are fsynced: the
+    destination's, and the source's when it left another one. `durable=False` leaves that to the
+    caller (one fsync after a batch of renames)."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "x").write_bytes(d.encode())
+    synced = _fsynced(monkeypatch)
+    storage = Storage.local()
+    storage.rename(str(tmp_path / "a" / "x"), str(tmp_path / "a" / "y"))
+    assert synced == [str(tmp_path / "a")]
+    synced.clear()
+    storage.rename(str(tmp_path / "a" / "y"), str(tmp_path / "b" / "z"))
+    assert synced == [str(tmp_path / "b"), str(tmp_path / "a")]
+    synced.clear()
+    storage.rename(str(tmp_path / "b" / "z"), str(tmp_path / "b" / "w"), durable=False)
+    assert synced == []
+    assert sorted(os.listdir(tmp_path / "a")) == [] and sorted(os.listdir(tmp_path / "b")) == ["w", "x"]
 
 
 def test_storage_pickles_and_works_in_another_process(tmp_path):
@@ -246,3 +286,31 @@ def test_run_lock_never_locks_a_file_its_holder_removed(tmp_path, monkeypatch):
     b.release()
     fcntl.flock(stale_fd, fcntl.LOCK_UN)
     os.close(stale_fd)
+
+
+class _DeletesSeen:
+    """A filesystem that records the files deleted through it (the rest as the one it wraps)."""
+
+    def __init__(self, fs: pafs.FileSystem) -> None:
+        self._fs, self.deleted = fs, []
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def delete_file(self, path: str) -> None:
+        self.deleted.append(path)
+        self._fs.delete_file(path)
+
+
+def test_a_store_whose_move_replaces_is_never_left_without_the_destination():
+    """On a store whose move replaces its destination, a rename over a file moves onto it: no
+    delete first, so a reader never finds the name missing (only HDFS refuses to overwrite)."""
+    fs = pafs._MockFileSystem()
+    fs.create_dir("b")
+    for name, data in (("b/checkpoint.tmp", b"new"), ("b/checkpoint", b"old")):
+        with fs.open_output_stream(name) as out:
+            out.write(data)
+    seen = _DeletesSeen(fs)
+    Storage(seen).rename("b/checkpoint.tmp", "b/checkpoint")
+    assert seen.deleted == []
+    assert Storage(fs).read_bytes("b/checkpoint") == b"new" and not Storage(fs).exists("b/checkpoint.tmp")
