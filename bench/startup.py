@@ -10,9 +10,10 @@ with its `--*-env` variables (e.g. `--b-env KAFKA_COMPACTION_CDS_DIR=off`: B wit
 JVM's class-data archive). LOG_DIR is copied before each run and not changed (e.g. the 2 GiB
 single partition bench/vs_kafka.py keeps in bench/out/vs_kafka/v2-2g-1p). Per run: the
 spark-submit wall, the report's round (`totalSeconds`: Spark's start-up and warm-up, the plan,
-the stages, the commit and the deletion of the replaced files) and the rest, outside the report
-(the launcher, the JVMs' start and stop, the driver's imports). Prints the medians and the ratio
-B/A of the walls, pair by pair. Each run must clean every partition. Not a test.
+the stages, the commit and the deletion of the replaced files), the CPU of every task
+(`taskCpuSeconds`) and the rest, outside the report (the launcher, the JVMs' start and stop, the
+driver's imports). Prints the medians and the ratios B/A of the walls, the stages and the task
+CPU, pair by pair. Each run must clean every partition. Not a test.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ FIGURES = (
     "workerWarmupSeconds",
     "workerKernelCompiles",
     "stagesSeconds",
+    "taskCpuSeconds",
     "deleteSeconds",
 )
 
@@ -115,10 +117,13 @@ def main() -> int:
                 f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f} s" for k in FIGURES
             )
         )
-    ratios = [b["wall"] / a["wall"] for a, b in zip(runs["A"], runs["B"])]
-    print(
-        f"wall B/A pair by pair: median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})"
-    )
+    for figure in ("wall", "stagesSeconds", "taskCpuSeconds"):
+        ratios = [b[figure] / a[figure] for a, b in zip(runs["A"], runs["B"]) if a[figure] > 0]
+        if ratios:
+            print(
+                f"{figure.replace('Seconds', '')} B/A pair by pair: median {statistics.median(ratios):.2f}x "
+                f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+            )
     shutil.rmtree(args.work / "logs", ignore_errors=True)
     return 0
 
