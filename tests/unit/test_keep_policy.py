@@ -534,3 +534,19 @@ def test_decide_erase_only_is_filter_to_without_conversion(seg, data):
             assert got[i] == (pk.REBUILD_V2 if v2 else pk.REBUILD_WRAPPER), i
         else:
             assert got[i] == kind_of(batch, output), i
+
+
+def test_decide_plain_keeps_the_emptied_last_batch_of_producer_zero():
+    # Producer id 0 is a real producer (ids start at 0); only -1 means "no producer". An emptied
+    # batch that is its producer's last data batch stays as an empty batch (Kafka keeps the
+    # producer's sequence state); any other emptied batch goes.
+    b = SimpleNamespace(
+        producer_id=np.array([0, 0, -1], dtype=np.int64),
+        last_offset=np.array([4, 9, 14], dtype=np.int64),
+    )
+    zeros = np.zeros(3, dtype=np.int64)
+    kind, need_horizon = pk.decide_plain(
+        b, np.full(3, 5), zeros, zeros, np.zeros(3, dtype=bool), {0: LastRecord(9, 0)}, None
+    )
+    assert kind.tolist() == [pk.DROP, pk.EMPTY, pk.DROP]
+    assert need_horizon.tolist() == [False, False, False]
