@@ -206,6 +206,44 @@ def test_batch_view_reads_the_header_the_rules_read(seg):
             assert getattr(view, name) == getattr(info, name), (i, name)
 
 
+# A legacy (v0/v1) message's attribute bits above the codec and timestamp type mean nothing:
+# Kafka's legacy batches are never transactional or control and carry no delete horizon, whatever
+# those bits hold. (magic, attributes) -> (is_transactional, is_control, delete_horizon_ms)
+HEADER_BITS = [
+    (0, 0x70, False, False, None),
+    (1, 0x70, False, False, None),
+    (1, 0x7B, False, False, None),
+    (2, 0x00, False, False, None),
+    (2, fb.TRANSACTIONAL_MASK, True, False, None),
+    (2, fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK, True, True, None),
+    (2, fb.DELETE_HORIZON_MASK, False, False, 1234),
+]
+
+
+@pytest.mark.parametrize(("magic", "attrs", "transactional", "control", "horizon"), HEADER_BITS)
+def test_batch_view_header_bits_by_magic(magic, attrs, transactional, control, horizon):
+    def col(value):
+        return np.array([value], dtype=np.int64)
+
+    b = SimpleNamespace(
+        position=col(0),
+        magic=col(magic),
+        attributes=col(attrs),
+        base_offset=col(0),
+        last_offset=col(0),
+        base_timestamp=col(1234),
+        max_timestamp=col(1234),
+        producer_id=col(-1),
+        producer_epoch=col(-1),
+    )
+    view = pk.batch_view(b, 0, 1)
+    assert (view.is_transactional, view.is_control, view.delete_horizon_ms) == (
+        transactional,
+        control,
+        horizon,
+    )
+
+
 # --- the offset map's input: map_masks, aborted_batches ---------------------------------------
 
 
