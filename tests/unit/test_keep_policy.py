@@ -247,6 +247,32 @@ def test_batch_view_header_bits_by_magic(magic, attrs, transactional, control, h
 # --- the offset map's input: map_masks, aborted_batches ---------------------------------------
 
 
+# Producer 7 aborted [10, 20] (its marker at 20). Only its transactional data batches in that
+# range are aborted data: not its non-transactional ones (as Kafka's CleanedTransactionMetadata
+# reads them), not control batches, not other producers'. (producer, base offset, attributes, aborted)
+ABORTED_RANGE = [
+    (7, 9, fb.TRANSACTIONAL_MASK, False),
+    (7, 10, fb.TRANSACTIONAL_MASK, True),
+    (7, 15, 0, False),
+    (7, 15, fb.TRANSACTIONAL_MASK | 1, True),
+    (8, 15, fb.TRANSACTIONAL_MASK, False),
+    (7, 20, fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK, False),
+    (7, 21, fb.TRANSACTIONAL_MASK, False),
+]
+
+
+def test_aborted_batches_boundaries():
+    b = SimpleNamespace(
+        position=np.arange(len(ABORTED_RANGE), dtype=np.int64),
+        producer_id=np.array([p for p, _, _, _ in ABORTED_RANGE], dtype=np.int64),
+        base_offset=np.array([o for _, o, _, _ in ABORTED_RANGE], dtype=np.int64),
+        attributes=np.array([a for _, _, a, _ in ABORTED_RANGE], dtype=np.int64),
+    )
+    aborted = (AbortedTxn(7, 10, 20, 10),)
+    assert pk.aborted_batches(b, aborted).tolist() == [e for _, _, _, e in ABORTED_RANGE]
+    assert pk.aborted_batches(b, ()).tolist() == [False] * len(ABORTED_RANGE)
+
+
 @settings(max_examples=300, deadline=None)
 @given(segments(), st.data())
 def test_map_masks_and_aborted_batches_match_build_offset_map(seg, data):
