@@ -181,6 +181,12 @@ def found_for(seg: Segment, omap: dict) -> np.ndarray:
     return np.array([-1 if k is None else omap.get(k, -1) for _, (_, k, _) in seg.records], np.int64)
 
 
+def batch_columns(**columns) -> SimpleNamespace:
+    """Per-batch columns (`keep.BatchArrays`, those a rule reads) from lists, as int64 arrays: the
+    boundary tables' batches."""
+    return SimpleNamespace(**{name: np.array(values, dtype=np.int64) for name, values in columns.items()})
+
+
 # --- batch_view -------------------------------------------------------------------------------
 
 
@@ -222,19 +228,16 @@ HEADER_BITS = [
 
 @pytest.mark.parametrize(("magic", "attrs", "transactional", "control", "horizon"), HEADER_BITS)
 def test_batch_view_header_bits_by_magic(magic, attrs, transactional, control, horizon):
-    def col(value):
-        return np.array([value], dtype=np.int64)
-
-    b = SimpleNamespace(
-        position=col(0),
-        magic=col(magic),
-        attributes=col(attrs),
-        base_offset=col(0),
-        last_offset=col(0),
-        base_timestamp=col(1234),
-        max_timestamp=col(1234),
-        producer_id=col(-1),
-        producer_epoch=col(-1),
+    b = batch_columns(
+        position=[0],
+        magic=[magic],
+        attributes=[attrs],
+        base_offset=[0],
+        last_offset=[0],
+        base_timestamp=[1234],
+        max_timestamp=[1234],
+        producer_id=[-1],
+        producer_epoch=[-1],
     )
     view = pk.batch_view(b, 0, 1)
     assert (view.is_transactional, view.is_control, view.delete_horizon_ms) == (
@@ -262,11 +265,11 @@ ABORTED_RANGE = [
 
 
 def test_aborted_batches_boundaries():
-    b = SimpleNamespace(
-        position=np.arange(len(ABORTED_RANGE), dtype=np.int64),
-        producer_id=np.array([p for p, _, _, _ in ABORTED_RANGE], dtype=np.int64),
-        base_offset=np.array([o for _, o, _, _ in ABORTED_RANGE], dtype=np.int64),
-        attributes=np.array([a for _, _, a, _ in ABORTED_RANGE], dtype=np.int64),
+    b = batch_columns(
+        position=list(range(len(ABORTED_RANGE))),
+        producer_id=[p for p, _, _, _ in ABORTED_RANGE],
+        base_offset=[o for _, o, _, _ in ABORTED_RANGE],
+        attributes=[a for _, _, a, _ in ABORTED_RANGE],
     )
     aborted = (AbortedTxn(7, 10, 20, 10),)
     assert pk.aborted_batches(b, aborted).tolist() == [e for _, _, _, e in ABORTED_RANGE]
@@ -604,10 +607,7 @@ def test_decide_plain_keeps_the_emptied_last_batch_of_producer_zero():
     # Producer id 0 is a real producer (ids start at 0); only -1 means "no producer". An emptied
     # batch that is its producer's last data batch stays as an empty batch (Kafka keeps the
     # producer's sequence state); any other emptied batch goes.
-    b = SimpleNamespace(
-        producer_id=np.array([0, 0, -1], dtype=np.int64),
-        last_offset=np.array([4, 9, 14], dtype=np.int64),
-    )
+    b = batch_columns(producer_id=[0, 0, -1], last_offset=[4, 9, 14])
     zeros = np.zeros(3, dtype=np.int64)
     kind, need_horizon = pk.decide_plain(
         b, np.full(3, 5), zeros, zeros, np.zeros(3, dtype=bool), {0: LastRecord(9, 0)}, None
