@@ -533,6 +533,12 @@ def test_segment_decisions_match_the_per_batch_rules(case, retain_last, retain_l
     the cleaner's rules applied one batch and one record at a time. Also shows that the batches
     decided at once never move the transaction state the per-batch path reads."""
     (seg, omap, upper), lasts = case
+    check_segment_decisions(seg, omap, upper, lasts, retain_last, retain_legacy)
+
+
+def check_segment_decisions(
+    seg: Segment, omap: dict, upper: int, lasts: dict, retain_last: bool, retain_legacy: bool
+):
     b, rec = seg.columns()
     nb = len(seg.batches)
     _, keep, _ = vector_keep(seg, omap, upper - 1, retain_legacy)
@@ -575,6 +581,43 @@ def test_segment_decisions_match_the_per_batch_rules(case, retain_last, retain_l
             assert got[i][0] == pk.DROP, (i, batch, got[i])
         else:
             assert got[i] == (expected, n_kept, need_horizon), (i, batch)
+
+
+# Batches of the per-batch path that keep no record yet stay as an empty batch: the decision must
+# say 0 records kept and no new delete horizon (Kafka sets one only on a batch it rebuilds with
+# records). (segment, active producers' last records, upper bound of the round).
+KEEPS_NOTHING = {
+    # aborted data, discarded, kept empty as its producer's last data batch
+    "aborted last data batch": (
+        Segment(
+            [
+                Batch(BatchInfo(0, 0, 0, 0, True, False, 1, 2, None, NOW), [(0, b"a", True)]),
+                Batch(
+                    BatchInfo(1, 1, 0, 0, True, True, 1, 2, None, NOW),
+                    [(1, fb.control_record(CONTROL_ABORT)[0], True)],
+                    control_type=CONTROL_ABORT,
+                ),
+            ],
+            (AbortedTxn(0, 0, 1, 1),),
+        ),
+        {0: LastRecord(0, 0)},
+        3,
+    ),
+    # an empty control batch (a marker an earlier clean emptied), discardable, with no delete
+    # horizon, kept empty at the round's upper bound
+    "empty marker at the upper bound": (
+        Segment([Batch(BatchInfo(0, 0, 0, 0, True, True, 0, 2, None, NOW), [], control_type=None)], ()),
+        {},
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", KEEPS_NOTHING.values(), ids=KEEPS_NOTHING.keys())
+def test_a_batch_kept_empty_keeps_no_record_and_gets_no_horizon(case):
+    seg, lasts, upper = case
+    assert per_batch(seg, {}, upper, lasts, True, True)[0][0] is BatchOutput.EMPTY_HEADER
+    check_segment_decisions(seg, {}, upper, lasts, True, True)
 
 
 @settings(max_examples=300, deadline=None)
