@@ -16,6 +16,9 @@ import pytest
 from groupkit import NOW_MS, generate, specs_for
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from index_oracle import index_files
+from open_txn import last_stable_offset, open_txn_log_dir
+from structkit import bases, seg_path
 
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
@@ -367,6 +370,32 @@ def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_pat
     assert not any(by_group[s.group_id].get("error") for s in specs_b)
     assert _logs(cleaned(b)) == _logs(one)
     assert not cleaned(a)
+
+
+@pytest.mark.parametrize("n_groups, tasks", [(1, 3), (3, 2)])
+def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_planning(tmp_path, n_groups, tasks):
+    """A partition whose log ends inside a transaction, its segment rolled at the log end (the
+    planned bound above the open transaction's first offset): no range task rewrites any of its
+    groups, since the cleaner would drop the open transaction's records as if it had aborted; every
+    group comes back with the last stable offset (from the generator's manifest) to plan again."""
+    root = tmp_path / "logs"
+    m, cut = open_txn_log_dir(str(root))
+    part = root / "orders-0"
+    # The broker's roll at the log end: the segment's indexes trimmed to it, a new active segment.
+    last = max(bases(str(part)))
+    index, timeindex = index_files(Path(seg_path(str(part), last)).read_bytes(), last)
+    Path(seg_path(str(part), last, ".index")).write_bytes(index)
+    Path(seg_path(str(part), last, ".timeindex")).write_bytes(timeindex)
+    (part / naming.segment_file_name(cut)).write_bytes(b"")
+    before = {f.name: f.read_bytes() for f in part.iterdir()}
+    specs = specs_for(part, n_groups)
+    lso = last_stable_offset(m, cut)
+    assert lso < specs[0].upper_bound == cut
+    rows = in_ranges(specs, tasks, tmp_path / "exchange")
+    assert [(r["group_id"], r.get("error"), r.get("first_unstable")) for r in rows] == [
+        (s.group_id, None, lso) for s in specs
+    ]
+    assert {f.name: f.read_bytes() for f in part.iterdir()} == before
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
