@@ -185,6 +185,33 @@ def test_remove_leaves_nothing(ex):
     ex.remove()  # again (the driver's cleanup after a stage that removed it): nothing to do, no error
 
 
+@pytest.mark.parametrize("refused", ["delete", "listing"])
+def test_a_removal_the_object_store_refuses_is_left_undone_without_an_error(monkeypatch, refused):
+    """The driver removes the directory after the stage has done its work: a store that refuses a
+    delete or the listing (a throttled request) leaves the files there, and the job goes on."""
+    fs = pafs._MockFileSystem()
+    fs.create_dir("bucket/exchange")
+    ex = Exchange(Storage(fs), "bucket/exchange")
+    ex.write_blocks("scan-0", _blocks())
+
+    def refuse(*args, **kwargs):
+        raise OSError("503 slow down")
+
+    class RefusesListings:
+        get_file_info = staticmethod(refuse)
+
+        def __getattr__(self, name):
+            return getattr(fs, name)
+
+    if refused == "delete":
+        monkeypatch.setattr(Storage, "delete", refuse)
+    else:
+        monkeypatch.setattr(ex.storage, "_fs", RefusesListings())
+    ex.remove()
+    monkeypatch.undo()
+    assert ex.storage.exists(ex.path("scan-0"))
+
+
 def test_the_directory_is_the_configured_one_the_drivers_temp_or_beside_the_log_dir(tmp_path):
     configured = Exchange.create(str(tmp_path / "conf"), local_master=True, log_dir=str(tmp_path / "logs"))
     assert os.path.dirname(configured.root) == str(tmp_path / "conf")
