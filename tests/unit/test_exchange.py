@@ -83,6 +83,27 @@ def test_a_file_whose_writer_fails_does_not_appear(ex):
     assert list(ex.read_blocks("found-0")) == _blocks()
 
 
+def test_an_upload_the_object_store_refuses_fails_with_the_stores_error(monkeypatch):
+    """A store that refuses the upload itself leaves no object: the writer's cleanup finds nothing
+    to delete, and the error the task reports is the store's, not a missing file's."""
+    fs = pafs._MockFileSystem()
+    fs.create_dir("bucket/exchange")
+    ex = Exchange(Storage(fs), "bucket/exchange")
+
+    class RefusesUploads:
+        def open_output_stream(self, *args, **kwargs):
+            raise OSError("503 slow down")
+
+        def __getattr__(self, name):
+            return getattr(fs, name)
+
+    monkeypatch.setattr(ex.storage, "_fs", RefusesUploads())
+    with pytest.raises(OSError, match="503 slow down"):
+        ex.write_blocks("found-0", _blocks())
+    monkeypatch.undo()
+    assert not ex.storage.exists(ex.path("found-0"))
+
+
 def test_statuses_are_gathered_once_every_task_posted(ex):
     assert not ex.posted("scan", 1)
     ex.post("scan", 0, {"error": None, "n": 1})
