@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from index_oracle import index_files
 from open_txn import last_stable_offset, open_txn_log_dir
-from structkit import bases, seg_path
+from structkit import bases, seg_path, set_epochs
 
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
@@ -367,6 +367,27 @@ def test_a_damaged_partition_is_reported_by_finish_and_the_other_cleaned(tmp_pat
     by_group = {r["group_id"]: r for r in rows}
     assert sorted(by_group) == sorted(s.group_id for s in specs_a + specs_b)
     assert all(seg.name in by_group[s.group_id]["error"] for s in specs_a), rows
+    assert not any(by_group[s.group_id].get("error") for s in specs_b)
+    assert _logs(cleaned(b)) == _logs(one)
+    assert not cleaned(a)
+
+
+def test_leader_epochs_that_go_back_fail_their_partition_and_the_other_is_cleaned(tmp_path):
+    """The check of a partition's leader epochs across its ranges, made once its ranges' scans
+    are all in: a partition whose second segment's epoch is below its first's fails every group
+    with the error naming that segment, and the other partition of the stage is cleaned."""
+    a = generate(tmp_path / "a", CASE_FLAGS["mixed codecs, tombstones"])
+    b = generate(tmp_path / "b", CASE_FLAGS["mixed codecs, tombstones"])
+    one = _whole(b)
+    first, second = bases(str(a))[:2]
+    set_epochs(str(a), first, 5)  # a later leader's epoch before an earlier one's (0)
+    specs_a = specs_for(a, 2)
+    specs_b = [dataclasses.replace(s, group_id=s.group_id + 100) for s in specs_for(b, 2)]
+    rows = in_ranges([], 2, tmp_path / "exchange", partitions=[specs_a, specs_b])
+    by_group = {r["group_id"]: r for r in rows}
+    assert sorted(by_group) == sorted(s.group_id for s in specs_a + specs_b)
+    name = naming.segment_file_name(second)
+    assert all(f"{name} has leader epoch 0" in by_group[s.group_id]["error"] for s in specs_a), rows
     assert not any(by_group[s.group_id].get("error") for s in specs_b)
     assert _logs(cleaned(b)) == _logs(one)
     assert not cleaned(a)
