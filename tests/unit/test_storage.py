@@ -196,6 +196,113 @@ def test_mock_filesystem_has_no_compression_detection():
     assert storage.read_bytes("x.log.gz") == b"raw"
 
 
+# --- reads and listings: every filesystem answers alike -----------------------------------------
+
+DATA = b"hello world"  # 11 bytes
+
+# (offset, length) -> the bytes every read gives: lengths past the end stop there, and a read
+# from the end or past it is empty.
+READS = [
+    ((0, None), DATA),
+    ((6, None), b"world"),
+    ((2, 3), b"llo"),
+    ((0, 1), b"h"),
+    ((10, 1), b"d"),
+    ((10, None), b"d"),
+    ((9, 5), b"ld"),
+    ((11, None), b""),
+    ((11, 5), b""),
+    ((20, None), b""),
+    ((0, 0), b""),
+]
+
+
+def _stores(tmp_path):
+    """The local disk, a pyarrow path over it (no OS calls) and pyarrow's in-memory store (which
+    refuses a read past the end, as S3 does), each holding `d/f` with DATA."""
+    mock = pafs._MockFileSystem()
+    mock.create_dir("d")
+    with mock.open_output_stream("d/f") as out:
+        out.write(DATA)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(DATA)
+    return [
+        (Storage.local(), str(tmp_path / "d" / "f")),
+        (Storage(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())), "d/f"),
+        (Storage(mock), "d/f"),
+    ]
+
+
+@pytest.mark.parametrize(("at", "expected"), READS)
+def test_reads_stop_at_the_end_of_the_file_on_every_filesystem(tmp_path, at, expected):
+    for storage, path in _stores(tmp_path):
+        assert storage.read_bytes(path, *at) == expected, (storage, at)
+        assert storage.read_small(path, *at) == expected, (storage, at)
+
+
+def test_a_small_read_goes_on_after_a_short_pread(tmp_path, monkeypatch):
+    """POSIX lets `pread` return fewer bytes than asked (a signal, a network filesystem): the read
+    goes on from where it stopped until it has them all or the file ends."""
+    path = str(tmp_path / "f")
+    (tmp_path / "f").write_bytes(DATA)
+    real_pread = os.pread
+    calls = []
+
+    def pread(fd, n, offset):
+        calls.append((n, offset))
+        return real_pread(fd, min(n, 3), offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    storage = Storage.local()
+    for at, expected in READS:
+        assert storage.read_small(path, *at) == expected, at
+    calls.clear()
+    assert storage.read_small(path, 1, 8) == b"ello wor"
+    assert calls == [(8, 1), (5, 4), (2, 7)]
+
+
+def test_a_scan_and_a_listing_report_the_same_entries(tmp_path):
+    """`scan_dir` (local: `os.scandir`, sizes and mtimes on first use) gives what `list_dir` does,
+    directories with size -1, and says which entries are links (a partition linked from another
+    disk); elsewhere it is the listing itself."""
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(DATA)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "t-1")
+    (tmp_path / "cleaner-offset-checkpoint").write_bytes(b"0\n0\n")
+    storage = Storage.local()
+    scanned = sorted(storage.scan_dir(str(tmp_path)), key=lambda f: f.name)
+    listed = storage.list_dir(str(tmp_path))
+    fields = lambda f: (f.name, f.path, f.size, f.mtime_ns, f.is_dir)  # noqa: E731
+    assert [fields(f) for f in scanned] == [fields(f) for f in listed]
+    assert [(f.name, f.size, f.is_dir, f.is_link) for f in scanned] == [
+        ("cleaner-offset-checkpoint", 4, False, False),
+        ("elsewhere", -1, True, False),
+        ("t-0", -1, True, False),
+        ("t-1", -1, True, True),
+    ]
+    assert [storage.info(f.path).size for f in scanned] == [4, -1, -1, -1]
+    assert scanned[0].mtime_ns == os.stat(tmp_path / "cleaner-offset-checkpoint").st_mtime_ns
+    remote = Storage(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    assert [fields(f) for f in remote.scan_dir("t-0")] == [fields(f) for f in remote.list_dir("t-0")]
+    assert [(f.name, f.size) for f in remote.scan_dir("t-0")] == [("00000000000000000000.log", 11)]
+    assert [(f.name, f.size) for f in remote.list_dir("")][-2:] == [("t-0", -1), ("t-1", -1)]
+    assert remote.info("t-0").size == -1
+
+
+def test_mkdir_makes_the_missing_parents(tmp_path):
+    storage = Storage.local()
+    storage.mkdir(str(tmp_path / "a" / "b" / "t-0"))
+    storage.mkdir(str(tmp_path / "a" / "b" / "t-0"))  # already there: nothing to do
+    assert (tmp_path / "a" / "b" / "t-0").is_dir()
+
+
+def test_a_storage_is_shown_without_its_credentials():
+    storage, _ = Storage.for_uri("s3://AKIA:s3cret@bucket/logs?region=us-east-1")
+    assert repr(storage) == "Storage(s3://***@bucket/logs?region=us-east-1)"
+    assert repr(Storage.local()) == "Storage(local)"
+
+
 # --- locks ---------------------------------------------------------------------------------------
 
 
