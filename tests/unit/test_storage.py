@@ -238,6 +238,7 @@ def test_reads_stop_at_the_end_of_the_file_on_every_filesystem(tmp_path, at, exp
     for storage, path in _stores(tmp_path):
         assert storage.read_bytes(path, *at) == expected, (storage, at)
         assert storage.read_small(path, *at) == expected, (storage, at)
+        assert storage.read_bytes(path) == storage.read_small(path) == DATA
 
 
 def test_a_small_read_goes_on_after_a_short_pread(tmp_path, monkeypatch):
@@ -358,6 +359,42 @@ def test_kafka_lock_detection(tmp_path):
         broker.kill()
         broker.wait()
     assert not kafka_lock_held(str(tmp_path))
+
+
+def test_the_run_lock_file_has_the_mode_of_kafkas_own(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with RunLock(str(tmp_path)):
+            assert (tmp_path / COMPACTION_LOCK_FILE).stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)
+
+
+def test_a_run_lock_whose_file_was_removed_meanwhile_is_released(tmp_path):
+    """Someone removed the lock file while a run held it: the run still ends cleanly and unlocks."""
+    lock = acquire_run_lock(str(tmp_path))
+    os.unlink(tmp_path / COMPACTION_LOCK_FILE)
+    lock.release()
+    assert not lock.held and os.listdir(tmp_path) == []
+    acquire_run_lock(str(tmp_path)).release()
+
+
+def test_a_held_broker_lock_is_overridden_only_when_asked(tmp_path):
+    """`ensure_kafka_not_running` answers whether it overrode a held lock: False when none is held
+    (with or without the override), True when it is held and `ignore` says go on; held and not
+    ignored, it raises."""
+    (tmp_path / KAFKA_LOCK_FILE).write_bytes(b"")
+    assert ensure_kafka_not_running(str(tmp_path)) is False
+    assert ensure_kafka_not_running(str(tmp_path), ignore=True) is False
+    broker = _hold_lock(tmp_path / KAFKA_LOCK_FILE, "flock")
+    try:
+        assert ensure_kafka_not_running(str(tmp_path), ignore=True) is True
+        with pytest.raises(LockHeldError, match=f"{tmp_path}/{KAFKA_LOCK_FILE} is locked: a Kafka broker"):
+            ensure_kafka_not_running(str(tmp_path))
+    finally:
+        broker.kill()
+        broker.wait()
+    assert ensure_kafka_not_running(str(tmp_path)) is False
 
 
 def test_run_lock_leaves_no_file_behind(tmp_path):
