@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -395,6 +396,51 @@ def test_a_held_broker_lock_is_overridden_only_when_asked(tmp_path):
         broker.kill()
         broker.wait()
     assert ensure_kafka_not_running(str(tmp_path)) is False
+
+
+def _without_write_rights() -> list[str]:
+    """The command prefix that runs a process which, like a tool running as another user than the
+    broker's, cannot write a file the permission bits forbid (root: without CAP_DAC_OVERRIDE)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root and no setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.parametrize("kind", ["posix", "flock"])
+def test_a_broker_lock_this_user_cannot_write_is_still_seen_held(tmp_path, kind):
+    """A broker's `.lock` is rw-r--r-- and its owner's: a tool running as another user opens it
+    read-only, and its shared lock still conflicts with the broker's exclusive one."""
+    lock_file = tmp_path / KAFKA_LOCK_FILE
+    lock_file.write_bytes(b"")
+    lock_file.chmod(0o444)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    check = [
+        *_without_write_rights(),
+        sys.executable,
+        "-c",
+        "import os, sys; from compaction.runtime.storage import kafka_lock_held as held\n"
+        "try:\n    os.open(sys.argv[2], os.O_RDWR)\nexcept PermissionError:\n    pass\n"
+        "else:\n    sys.exit('the .lock is writable here')\n"
+        "print(held(sys.argv[1]))",
+        str(tmp_path),
+        str(lock_file),
+    ]
+
+    def held() -> str:
+        out = subprocess.run(check, capture_output=True, text=True, cwd=repo)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert held() == "False"
+    broker = _hold_lock(lock_file, kind)
+    try:
+        assert held() == "True"
+    finally:
+        broker.kill()
+        broker.wait()
+    assert held() == "False"
 
 
 def test_run_lock_leaves_no_file_behind(tmp_path):
