@@ -264,6 +264,8 @@ def test_a_small_read_goes_on_after_a_short_pread(tmp_path, monkeypatch):
     calls.clear()
     assert storage.read_small(path, 4) == b"o world"
     assert calls == [(7, 4), (4, 7), (1, 10)]  # it asks for the rest only: no call past the end
+    calls.clear()
+    assert storage.read_small(path, 11) == b"" and calls == []  # nothing left: nothing asked
 
 
 def test_a_scan_and_a_listing_report_the_same_entries(tmp_path):
