@@ -23,6 +23,15 @@ from compaction.runtime.storage import (
 )
 
 
+def test_storage_imports_without_the_packages_its_annotations_name():
+    """`typing_extensions` (for `Buffer`) is no dependency of the package: only type checkers
+    import it."""
+    code = "import sys; sys.modules['typing_extensions'] = None; import compaction.runtime.storage"
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo)
+    assert out.returncode == 0, out.stderr
+
+
 def test_for_uri_local_forms(tmp_path):
     for uri in (str(tmp_path), f"file://{tmp_path}"):
         storage, path = Storage.for_uri(uri)
