@@ -166,8 +166,9 @@ def test_storage_pickles_and_works_in_another_process(tmp_path):
     clone.write_durable(clone.join(root, "a"), b"1")
     assert storage.read_bytes(storage.join(root, "a")) == b"1"
     # plain Storage() (no URI) pickles its pyarrow filesystem
-    plain = pickle.loads(pickle.dumps(Storage.local()))
-    assert plain.is_local and plain.read_bytes(str(tmp_path / "a")) == b"1"
+    for local in (Storage.local(), Storage()):
+        plain = pickle.loads(pickle.dumps(local))
+        assert plain.is_local and plain.read_bytes(str(tmp_path / "a")) == b"1"
     # and in a separate interpreter, as in a Spark executor
     code = (
         "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
@@ -197,6 +198,19 @@ def test_non_local_filesystem_paths(tmp_path):
     assert storage.set_mtime("d/g", 1) is False
     storage.fsync_dir("d")  # no-op
     assert pickle.loads(pickle.dumps(storage)).read_bytes("d/g") == b"abc"
+
+
+def test_an_assumed_role_stays_with_pyarrow():
+    """Under an assumed role (`role_arn`) only pyarrow holds the session: no boto3 deleter is made
+    (it would act with other credentials), and what needs one is an OSError naming the role."""
+    storage = Storage(pafs.S3FileSystem(role_arn="arn:aws:iam::123456789012:role/c", region="us-east-1"))
+    assert storage.is_s3 and storage._s3_deleter() is None
+    with pytest.raises(OSError, match=r"assumed role \(role_arn\)"):
+        storage.bucket_versioning("bucket/logs")
+    with pytest.raises(OSError, match=r"assumed role \(role_arn\)"):
+        storage.purge_noncurrent_versions("bucket/logs", lambda name: True)
+    keys = Storage(pafs.S3FileSystem(access_key="AKIA", secret_key="s3cret", region="us-east-1"))
+    assert keys._s3_deleter() is not None and keys._s3_deleter() is keys._s3_deleter()
 
 
 def test_mock_filesystem_has_no_compression_detection():
@@ -297,7 +311,7 @@ def test_a_scan_and_a_listing_report_the_same_entries(tmp_path):
         ("t-0", -1, True, False),
         ("t-1", -1, True, True),
     ]
-    assert [storage.info(f.path).size for f in scanned] == [4, -1, -1, -1]
+    assert [fields(storage.info(f.path)) for f in scanned] == [fields(f) for f in listed]
     assert scanned[0].mtime_ns == os.stat(tmp_path / "cleaner-offset-checkpoint").st_mtime_ns
     remote = Storage(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
     assert [fields(f) for f in remote.scan_dir("t-0")] == [fields(f) for f in remote.list_dir("t-0")]
