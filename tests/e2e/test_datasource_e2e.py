@@ -133,6 +133,42 @@ def test_compacted_cut_by_key_is_the_single_split_state(spark, kafka_log, log_di
         assert_df_equality(cut, whole, ignore_row_order=True)
 
 
+@pytest.mark.parametrize("compacted", ["false", "true"])
+def test_a_user_schema_reads_only_its_columns(spark, kafka_log, log_dir, compacted):
+    """`.schema(...)` with some of the source's columns: the rows of the full read in those
+    columns, and the batches handed to Spark hold those columns alone."""
+    full = kafka_log(log_dir, compacted=compacted, includeHeaders="true")
+    for ddl, columns in [
+        ("offset long", ["offset"]),
+        ("key binary, OFFSET long, timestamp timestamp", ["key", "OFFSET", "timestamp"]),
+        ("headers array<struct<key:string,value:binary>>, value binary, partition int", None),
+    ]:
+        narrow = spark.read.format("kafka_log").schema(ddl).options(compacted=compacted).load(log_dir)
+        columns = columns or [f.name for f in narrow.schema.fields]
+        assert narrow.columns == columns
+        assert_df_equality(narrow, full.select(*columns), ignore_row_order=True, ignore_nullable=True)
+    assert (
+        spark.read.format("kafka_log").schema("offset long").load(log_dir).count()
+        == kafka_log(log_dir).count()
+    )
+
+    from pyspark.sql.types import StructType
+
+    source = compaction.KafkaLogDataSource({"path": log_dir, "compacted": compacted})
+    reader = source.reader(StructType.fromDDL("value binary, Offset long"))
+    batches = [b for p in reader.partitions() for b in reader.read(p)]
+    assert batches and {tuple(b.schema.names) for b in batches} == {("value", "Offset")}
+
+
+def test_a_user_schema_with_a_column_not_ours_fails_naming_it(spark, kafka_log, log_dir):
+    for ddl, message in [
+        ("offst long", r"kafka_log has no column 'offst'; its columns: key binary, value binary"),
+        ("offset int", r"column offset is bigint in kafka_log, not int; its columns: key binary"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            spark.read.format("kafka_log").schema(ddl).load(log_dir).count()
+
+
 def test_pushed_filters_read_only_matching_segments(spark, kafka_log, log_dir):
     df = kafka_log(log_dir).where("topic = 'orders' and partition = 1 and offset >= 1000 and offset < 1010")
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(1000, 1010))
