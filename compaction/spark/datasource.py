@@ -4,7 +4,8 @@
     spark.read.format("kafka_log").option("subscribePattern", "orders.*").load("s3://bucket/kafka-logs")
 
 Spark's Python Data Source API (4.0+); the rows are built by `steps/log_table.py` as Arrow
-record batches. The options (`subscribe`, `startingOffsets`, ...) choose the segments read.
+record batches. The options (`subscribe`, `startingOffsets`, ...) choose the segments read; a
+schema given with `.schema("offset long")` chooses the columns built and handed to Spark.
 
 With `pushFilters=true` (and `spark.sql.python.filterPushdown.enabled=true`), filters on `topic`,
 `partition`, `offset` and `timestamp` choose them too (`pushFilters`, Spark 4.1); Spark still

@@ -1,7 +1,7 @@
 """`spark.read.format("kafka_log")` in a real SparkSession: the source's DataFrame against the
 records kafka-python decodes (chispa), the compacted state against the latest record per key,
-pushed-down filters (the segments outside them never opened) and `export` on moto's S3 read
-back with pyarrow and DuckDB."""
+a user schema's columns against the full read's, pushed-down filters (the segments outside them
+never opened) and `export` on moto's S3 read back with pyarrow and DuckDB, cut by key or not."""
 
 from __future__ import annotations
 
