@@ -311,6 +311,26 @@ def test_a_merge_that_fails_fails_every_group_it_feeds(tmp_path, monkeypatch):
     assert not rows[1].get("error"), rows
 
 
+def test_one_merge_that_fails_fails_the_cut_group_and_its_pieces_are_not_cleaned(tmp_path, monkeypatch):
+    """One group cut between three tasks, the merge of one task failing: the group reports that
+    merge's error, and the tasks that hold its other ranges post their pieces' status with it and
+    clean nothing (its rewriter waits for no piece)."""
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    specs = specs_for(part, 1)
+    merge = range_task._merge
+
+    def fails_in_task_0(t, *args):
+        return "task 0's merge: the exchange went away" if t == 0 else merge(t, *args)
+
+    monkeypatch.setattr(range_task, "_merge", fails_in_task_0)
+    rows = in_ranges(specs, 3, tmp_path / "exchange")
+    assert [(r["group_id"], r.get("error")) for r in rows] == [(10, "task 0's merge: the exchange went away")]
+    names = [p.name for p in (tmp_path / "exchange").iterdir()]
+    assert any(n.startswith("done-piece-") for n in names), names
+    assert not any(n.startswith("piece-") for n in names), names
+    assert not cleaned(part)
+
+
 def test_a_hand_over_that_fails_fails_the_partition_it_hands_over(tmp_path, monkeypatch):
     """A partition with transactions is one unit, rewritten by one task: the other task hands its
     ranges over as ids. When writing them fails, the error is reported for every group of the
