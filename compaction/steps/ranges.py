@@ -5,9 +5,10 @@ without any task holding the partition's key set.
 A range is consecutive segments of one output group (log order): a group is one range or is
 cut into several, so that the ranges of a round spread evenly over the tasks.
 
-1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
-   whole-partition task scans, `scan.scan_partition`), which gives each record the dense id of
-   its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
+1. `scan_ranges`: a task's ranges of one partition scanned newest first into one `KeyTable`
+   (exactly as a whole-partition task scans, `scan.scan_segments`), which gives each record the
+   id of its key; each range numbers its own keys densely. Kept by its task (`Held`): the ids per
+   segment and the latest dirty offset per id (over the task's ranges from this one on).
    Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
    in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
 2. `merge_bucket`: one fine bucket's SUMMARY blocks of every range of every partition, merged by
@@ -53,7 +54,7 @@ from compaction.policy.log_structure import epoch_columns
 from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
 from compaction.runtime.exchange import Block, from_block, to_block
 from compaction.steps.group import GroupSpec, SourceSegment
-from compaction.steps.scan import scan_partition
+from compaction.steps.scan import scan_segments, tail_producers
 
 SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PIECE = range(7)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
@@ -100,26 +101,80 @@ class Held(NamedTuple):
     latest: np.ndarray
 
 
-def scan_range(
-    rid: int, spec: GroupSpec, partition: int, cache=None, buckets: int = FINE_BUCKETS
-) -> tuple[Held, list[Block]]:
-    """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
-    `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
-    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS.
-    `partition` numbers the range's partition in the round: keys of different partitions never merge."""
+def scan_ranges(
+    rids: list[int], specs: list[GroupSpec], partition: int, cache=None, buckets: int = FINE_BUCKETS
+) -> list[tuple[Held, list[Block]]]:
+    """Scan the consecutive ranges `rids` of one partition (log order; `specs` their segments) in
+    one pass newest first into one `KeyTable`, exactly as a whole-partition task scans
+    (`scan.scan_segments`; `cache` keeps the scans for the rewrite). Per range: what the task
+    holds of it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS.
+    `partition` numbers the ranges' partition in the round: keys of different partitions never
+    merge.
+
+    One table for a task's ranges, not one per range: a range's kept scan then holds only the
+    records no later range of the task supersedes (a partition of many small groups would
+    otherwise keep most of each segment's records, overflow the cache and be decompressed
+    twice), and each key is hashed into one table. A range still ships its own keys, each with
+    its latest dirty offset over the task's ranges from it on (a true offset of the key, so the
+    merge's maximum is unchanged; the range just needs no FOUND entry for them)."""
     epochs: list = []
-    pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
+    pmap, headers = scan_segments(specs, cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
-    ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
+    dense = [[table.dense_ids(pmap.take_ids(spec, seg)) for seg in spec.segments] for spec in specs]
     arena, starts, stops, latest = table.export()
     del pmap, table  # the key bytes live on in `arena` until the summaries are built
-    blocks = list(_summaries(rid, partition, arena, starts, stops, latest, buckets))
-    blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
-    headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
-    if headers is not None and headers.num_rows:
-        cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
-        blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
-    return Held(ids, latest), blocks
+    marks = np.full(len(latest), -1, np.int64)  # reused: each range resets the marks it set
+    out, at = [], 0
+    for rid, spec, seg_ids in zip(rids, specs, dense, strict=True):
+        keys, ids = local_ids(seg_ids, marks)
+        marks[keys] = -1
+        held = Held(ids, latest[keys])
+        blocks = list(_summaries(rid, partition, arena, starts[keys], stops[keys], held.latest, buckets))
+        own = {seg.base_offset for seg in spec.segments}
+        range_epochs = [e for e in epochs if e.base_offset in own]
+        producers = tail_producers(spec, range_epochs) + headers[at : at + len(spec.segments)]
+        at += len(spec.segments)
+        blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(range_epochs))))
+        table_ = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
+        if table_ is not None and table_.num_rows:
+            cols = {n: table_.column(n).combine_chunks() for n in table_.column_names}
+            blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
+        out.append((held, blocks))
+    return out
+
+
+def local_ids(seg_ids: list[np.ndarray], marks: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A range's own numbering of the keys of a table shared with other ranges: `seg_ids` the
+    table's dense ids of the range's records per segment (-1: none). Returns the table ids of
+    the range's keys in order of first sight, and per segment each record's row among them
+    (int32; -1 stays -1). `marks` (one per table key, all -1) is scratch, left marked at the
+    returned ids."""
+    keys = np.empty(max(1, min(len(marks), sum(len(d) for d in seg_ids))), np.int64)
+    count, out = 0, []
+    for d in seg_ids:
+        local = np.empty(len(d), np.int32)
+        count = _renumber(np.ascontiguousarray(d, np.int64), marks, keys, local, count)
+        out.append(local)
+    return keys[:count], out
+
+
+@_njit
+def _renumber(ids, marks, keys, local, count):
+    """local[i] = the row of ids[i] among the keys seen so far (`marks`), a new row at the end
+    of `keys` for a key first seen here; -1 for -1. Returns the new key count."""
+    for i in range(len(ids)):
+        k = ids[i]
+        if k < 0:
+            local[i] = -1
+            continue
+        m = marks[k]
+        if m < 0:
+            m = count
+            marks[k] = m
+            keys[count] = k
+            count += 1
+        local[i] = m
+    return count
 
 
 def held_blocks(rid: int, held: Held) -> Iterator[Block]:
