@@ -114,67 +114,56 @@ def scan_ranges(
     One table for a task's ranges, not one per range: a range's kept scan then holds only the
     records no later range of the task supersedes (a partition of many small groups would
     otherwise keep most of each segment's records, overflow the cache and be decompressed
-    twice), and each key is hashed into one table. A range still ships its own keys, each with
-    its latest dirty offset over the task's ranges from it on (a true offset of the key, so the
-    merge's maximum is unchanged; the range just needs no FOUND entry for them)."""
+    twice), and each key is hashed into one table. A range holds its own keys, numbered densely
+    (`local_ids`), each with its latest dirty offset over the task's ranges from it on (a true
+    offset of the key, so the merge's maximum is unchanged); it ships only those whose latest
+    is not in a later range of these (the others need no FOUND entry)."""
     epochs: list = []
     pmap, headers = scan_segments(specs, cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
     dense = [[table.dense_ids(pmap.take_ids(spec, seg)) for seg in spec.segments] for spec in specs]
     arena, starts, stops, latest = table.export()
     del pmap, table  # the key bytes live on in `arena` until the summaries are built
-    marks = np.full(len(latest), -1, np.int64)  # reused: each range resets the marks it set
     out, at = [], 0
-    for rid, spec, seg_ids in zip(rids, specs, dense, strict=True):
-        keys, ids = local_ids(seg_ids, marks)
-        marks[keys] = -1
+    for n, (rid, spec, seg_ids) in enumerate(zip(rids, specs, dense, strict=True)):
+        keys, ids = local_ids(seg_ids, len(latest))
         held = Held(ids, latest[keys])
-        blocks = list(_summaries(rid, partition, arena, starts[keys], stops[keys], held.latest, buckets))
+        # A key whose latest lies in a later range of these is left out of the range's summary:
+        # every record of it in the range is below that offset, dropped whatever the merge finds.
+        rows = (
+            None
+            if n + 1 == len(specs)
+            else np.flatnonzero(held.latest < specs[n + 1].segments[0].base_offset)
+        )
+        ship = keys if rows is None else keys[rows]
+        blocks = list(
+            _summaries(rid, partition, arena, starts[ship], stops[ship], latest[ship], buckets, rows)
+        )
         own = {seg.base_offset for seg in spec.segments}
         range_epochs = [e for e in epochs if e.base_offset in own]
         producers = tail_producers(spec, range_epochs) + headers[at : at + len(spec.segments)]
         at += len(spec.segments)
         blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(range_epochs))))
-        table_ = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
-        if table_ is not None and table_.num_rows:
-            cols = {n: table_.column(n).combine_chunks() for n in table_.column_names}
+        produced = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
+        if produced is not None and produced.num_rows:
+            cols = {c: produced.column(c).combine_chunks() for c in produced.column_names}
             blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
         out.append((held, blocks))
     return out
 
 
-def local_ids(seg_ids: list[np.ndarray], marks: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """A range's own numbering of the keys of a table shared with other ranges: `seg_ids` the
-    table's dense ids of the range's records per segment (-1: none). Returns the table ids of
-    the range's keys in order of first sight, and per segment each record's row among them
-    (int32; -1 stays -1). `marks` (one per table key, all -1) is scratch, left marked at the
-    returned ids."""
-    keys = np.empty(max(1, min(len(marks), sum(len(d) for d in seg_ids))), np.int64)
-    count, out = 0, []
+def local_ids(seg_ids: list[np.ndarray], n_keys: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A range's own numbering of the keys of a table of `n_keys` keys shared with other ranges:
+    `seg_ids` the table's dense ids of the range's records per segment (-1: none). Returns the
+    table ids of the range's keys, ascending (their bytes then lie in the table's arena in
+    order), and per segment each record's row among them (int32; -1 stays -1)."""
+    present = np.zeros(n_keys, bool)
     for d in seg_ids:
-        local = np.empty(len(d), np.int32)
-        count = _renumber(np.ascontiguousarray(d, np.int64), marks, keys, local, count)
-        out.append(local)
-    return keys[:count], out
-
-
-@_njit
-def _renumber(ids, marks, keys, local, count):
-    """local[i] = the row of ids[i] among the keys seen so far (`marks`), a new row at the end
-    of `keys` for a key first seen here; -1 for -1. Returns the new key count."""
-    for i in range(len(ids)):
-        k = ids[i]
-        if k < 0:
-            local[i] = -1
-            continue
-        m = marks[k]
-        if m < 0:
-            m = count
-            marks[k] = m
-            keys[count] = k
-            count += 1
-        local[i] = m
-    return count
+        present[d[d >= 0]] = True
+    keys = np.flatnonzero(present)
+    rank = np.full(n_keys + 1, -1, np.int32)  # rank[-1]: -1, for the records without an id
+    rank[keys] = np.arange(len(keys), dtype=np.int32)
+    return keys, [rank[d] for d in seg_ids]
 
 
 def held_blocks(rid: int, held: Held) -> Iterator[Block]:
@@ -188,14 +177,18 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(rid: int, partition: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
+def _summaries(
+    rid: int, partition: int, data, starts, stops, latest, buckets: int, rows: np.ndarray | None = None
+) -> Iterator[Block]:
+    """The SUMMARY blocks of the keys data[starts[i]:stops[i]], whose ids in the range are
+    `rows` (None: 0, 1, ...)."""
     bucket = bucket_of(data, starts, stops, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
     size = int(stops.sum() - starts.sum())  # no array of lengths: fresh memory costs more than the sums
     keys, key_offs, key_latest = np.empty(size, np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
     _by_bucket(data, starts, stops, latest, bucket, order, ends, keys, key_offs, key_latest)
-    keys, ids = _binary(keys, key_offs), order.astype(np.int32)
+    keys, ids = _binary(keys, key_offs), (order if rows is None else rows[order]).astype(np.int32)
     for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
             to = min(at + BLOCK_ROWS, int(ends[b + 1]))
