@@ -8,10 +8,10 @@ is cut between two tasks. Each group is rewritten by the task that holds most of
 tie the later task: the newer range keeps more of its records). Each task goes through three phases:
 
 1. **scan** its ranges, those of one partition together (compaction/steps/ranges.py
-   `scan_ranges`): it keeps each range's key ids and
-   latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
-   others need into `scan-<range>`: SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each
-   range's error, if any, whether it holds transactional batches, and its bytes, records and keys.
+   `scan_ranges`): it keeps each range's key ids and latest offsets (and, within the cache
+   budget, the scans themselves) and writes the blocks the others need into `scan-<range>`:
+   SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each range's error, if any, whether it
+   holds transactional batches, and its bytes, records and keys.
 2. **merge** the fine buckets dealt to it over every range of every sound partition
    (`merge_bucket`), into `found-<task>`: the ids each range must raise to a later range's
    offset. The buckets go to the tasks with the least rewrite ahead of them, estimated from the
