@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the state as of these log end offsets (exclusive)",
     )
     parser.add_argument("--include-headers", action="store_true", help="add the records' headers column")
+    parser.add_argument(
+        "--min-partitions",
+        type=int,
+        metavar="N",
+        help="at least N tasks: a big partition's keys cut into buckets by its share of the bytes "
+        "(default: Spark's default parallelism)",
+    )
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
 
 
@@ -44,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if args.as_of_offset:
         options["asOfOffsets"] = args.as_of_offset
     try:
+        if args.min_partitions is not None and args.min_partitions < 1:
+            raise UsageError(f"--min-partitions: expected a positive integer, got {args.min_partitions}")
         opts = ReadOptions.parse(options)
         storage, root = Storage.for_uri(args.out)
         info = storage.info(root)
@@ -52,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"kafka-compaction export: {exc}", file=sys.stderr)
         return 2
-    rows = run_export(opts, args.out, args.master)
-    print(json.dumps({"partitions": sorted(rows, key=lambda r: (r["topic"], r["partition"]))}, indent=1))
+    files = run_export(opts, args.out, args.master, args.min_partitions)
+    print(
+        json.dumps({"files": sorted(files, key=lambda r: (r["topic"], r["partition"], r["path"]))}, indent=1)
+    )
     return 0

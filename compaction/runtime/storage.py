@@ -68,7 +68,7 @@ class LocalFile:
 
     __slots__ = ("_stat", "is_dir", "is_link", "name", "path")
 
-    def __init__(self, name: str, path: str, is_dir: bool, is_link: bool = False) -> None:
+    def __init__(self, name: str, path: str, is_dir: bool, is_link: bool) -> None:
         self.name, self.path, self.is_dir, self.is_link = name, path, is_dir, is_link
         self._stat: os.stat_result | None = None
 

@@ -4,7 +4,8 @@
     spark.read.format("kafka_log").option("subscribePattern", "orders.*").load("s3://bucket/kafka-logs")
 
 Spark's Python Data Source API (4.0+); the rows are built by `steps/log_table.py` as Arrow
-record batches. The options (`subscribe`, `startingOffsets`, ...) choose the segments read.
+record batches. The options (`subscribe`, `startingOffsets`, ...) choose the segments read; a
+schema given with `.schema("offset long")` chooses the columns built and handed to Spark.
 
 With `pushFilters=true` (and `spark.sql.python.filterPushdown.enabled=true`), filters on `topic`,
 `partition`, `offset` and `timestamp` choose them too (`pushFilters`, Spark 4.1); Spark still
@@ -18,7 +19,9 @@ source in that later query, so no workaround on this side can tell the two apart
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -36,7 +39,9 @@ from compaction.settings import FRAME_SPARK_BATCH_ROWS
 from compaction.steps.log_table import (
     Bounds,
     ReadOptions,
+    chosen_columns,
     cut_compacted,
+    fields,
     plan_splits,
     read_split,
     schema_ddl,
@@ -57,19 +62,37 @@ class KafkaLogDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         opts = ReadOptions.parse(dict(self.options))
-        if str(self.options.get("pushFilters", "false")).lower() == "true":
-            return PushdownKafkaLogReader(opts)
-        return KafkaLogReader(opts)
+        # Spark passes a schema the user gave (`.schema("offset long")`) here instead of asking
+        # `schema()`, and takes rows of exactly its columns: only those are built and handed
+        # over (Spark's Python sources get no column pruning of their own).
+        columns = chosen_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
+        if columns != tuple(name for name, _ in fields(opts.include_headers)):
+            opts = replace(opts, columns=columns)
+        names = tuple(f.name for f in schema.fields)
+        reader = (
+            PushdownKafkaLogReader(opts)
+            if _bool_option(self.options, "pushFilters")
+            else KafkaLogReader(opts)
+        )
+        reader.names = names if opts.columns and names != opts.columns else None
+        return reader
 
 
 class SplitPartition(InputPartition):
     """One input partition: a `log_table.Split` (pickled to the executor)."""
 
 
+def _bool_option(options, name: str) -> bool:
+    return str(options.get(name, "false")).lower() == "true"
+
+
 class KafkaLogReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self.bounds = Bounds()
+        # The user schema's spelling of the columns where it differs from ours (Spark 4.1 checks
+        # a batch's column names against the schema's, as spelt)
+        self.names: tuple[str, ...] | None = None
 
     def partitions(self):
         splits = plan_splits(self.opts, self.bounds)
@@ -80,6 +103,8 @@ class KafkaLogReader(DataSourceReader):
     def read(self, partition):
         keep_zip_directories()
         for batch in read_split(partition.value, self.opts):
+            if self.names:
+                batch = pa.RecordBatch.from_arrays(batch.columns, names=list(self.names))
             for start in range(0, batch.num_rows, FRAME_SPARK_BATCH_ROWS):
                 yield batch.slice(start, FRAME_SPARK_BATCH_ROWS)
 

@@ -26,6 +26,7 @@ Rows are in log order within a segment; the compacted state is emitted newest se
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -97,8 +98,35 @@ def schema_ddl(include_headers: bool) -> str:
     return ", ".join(f"{name} {typ}" for name, typ in fields(include_headers))
 
 
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    return pa.schema([(name, _ARROW_TYPES[typ]) for name, typ in fields(include_headers)])
+def arrow_schema(include_headers: bool, columns: tuple[str, ...] | None = None) -> pa.Schema:
+    """The Arrow schema of the rows: every column, or `columns` in their order."""
+    types = {name: _ARROW_TYPES[typ] for name, typ in fields(include_headers or bool(columns))}
+    return pa.schema([(name, types[name]) for name in columns or types])
+
+
+# Spark's names of the types where its DDL and its `DataType.simpleString()` differ.
+_SIMPLE_TYPES = {"long": "bigint"}
+
+
+def chosen_columns(requested: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The columns a user-given schema asks for, as `(name, Spark simpleString type)` pairs:
+    any of the source's columns (`headers` included), in any order, each with its own type, so
+    that only these are built and handed to Spark. Names match as Spark's do, whatever the case;
+    the rows carry them as the schema spells them."""
+    ours = {name.lower(): (name, _SIMPLE_TYPES.get(typ, typ)) for name, typ in fields(True)}
+    allowed = ", ".join(f"{name} {typ}" for name, typ in ours.values())
+    out = []
+    for name, typ in requested:
+        if name.lower() not in ours:
+            raise UsageError(f"schema: kafka_log has no column {name!r}; its columns: {allowed}")
+        if typ != ours[name.lower()][1]:
+            raise UsageError(
+                f"schema: column {name} is {ours[name.lower()][1]} in kafka_log, not {typ}; its columns: {allowed}"
+            )
+        out.append(ours[name.lower()][0])
+    if len(set(out)) < len(out):
+        raise UsageError(f"schema: a column named twice in {[name for name, _ in requested]}")
+    return tuple(out)
 
 
 # --- options -------------------------------------------------------------------------------------
@@ -164,6 +192,8 @@ class ReadOptions:
     as_of_offsets: dict = field(default_factory=dict)
     # minPartitions: at least this many input partitions for the compacted state (`cut_compacted`)
     min_partitions: int | None = None
+    # The columns built, in this order (`chosen_columns`); None: every column of the schema.
+    columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -494,7 +524,7 @@ def read_split(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]:
     for ref in split.segments:
         scan = _scan(split, ref)
         rows = np.flatnonzero(_row_mask(split, ref, scan, opts))
-        yield from record_batches(split, scan, rows, opts.include_headers)
+        yield from record_batches(split, scan, rows, opts.include_headers, opts.columns)
         del scan
 
 
@@ -537,7 +567,7 @@ def _read_compacted(split: Split, opts: ReadOptions) -> Iterator[pa.RecordBatch]
         latest = np.where(ids >= 0, table.latest_of(np.maximum(ids, 0)), -1)
         kept = np.flatnonzero(ok & (offset == latest) & (_pick(rec.value_len, mine) >= 0))
         rows = mine[kept] if mine is not None else kept
-        yield from record_batches(split, scan, rows, opts.include_headers)
+        yield from record_batches(split, scan, rows, opts.include_headers, opts.columns)
         del scan
 
 
@@ -649,49 +679,82 @@ def _headers(scan: SegmentScan, rows: np.ndarray, v2: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pairs)
 
 
+class _Chunk:
+    """The fields of one chunk of rows that several columns share, each gathered when first used."""
+
+    def __init__(self, scan: SegmentScan, r: np.ndarray) -> None:
+        self.scan, self.r = scan, r
+
+    @functools.cached_property
+    def bi(self) -> np.ndarray:
+        return self.scan.records.batch_index[self.r]
+
+    @functools.cached_property
+    def offset(self) -> np.ndarray:
+        return self.scan.records.offset[self.r]
+
+    @functools.cached_property
+    def attrs(self) -> np.ndarray:
+        return self.scan.batches.attributes[self.bi].astype(np.int64)
+
+    @functools.cached_property
+    def v2(self) -> np.ndarray:
+        return self.scan.batches.magic[self.bi] == MAGIC_V2
+
+    @functools.cached_property
+    def no_ts(self) -> np.ndarray:
+        return self.scan.batches.magic[self.bi] == MAGIC_V0
+
+    def batch_field(self, name: str, dtype) -> pa.Array:
+        return pa.array(getattr(self.scan.batches, name)[self.bi].astype(dtype))
+
+
+def _timestamp(c: _Chunk) -> pa.Array:
+    no_ts = c.no_ts
+    return pa.Array.from_buffers(
+        pa.timestamp("us", tz="UTC"),
+        len(c.r),
+        [
+            pa.py_buffer(np.packbits(~no_ts, bitorder="little")) if no_ts.any() else None,
+            pa.py_buffer(c.scan.records.timestamp[c.r] * 1000),
+        ],
+    )
+
+
+# How each column is built from a chunk of rows; a read builds only the columns it returns.
+_BUILD = {
+    "key": lambda s, c: _binary(c.scan, c.scan.records.key_pos[c.r], c.scan.records.key_len[c.r]),
+    "value": lambda s, c: _binary(c.scan, c.scan.records.value_pos[c.r], c.scan.records.value_len[c.r]),
+    "topic": lambda s, c: pa.repeat(pa.scalar(s.topic, pa.string()), len(c.r)),
+    "partition": lambda s, c: pa.array(np.full(len(c.r), s.partition, np.int32)),
+    "offset": lambda s, c: pa.array(c.offset),
+    "timestamp": lambda s, c: _timestamp(c),
+    "timestampType": lambda s, c: pa.array(
+        np.where(c.no_ts, -1, (c.attrs & TIMESTAMP_TYPE_MASK != 0).astype(np.int32)).astype(np.int32)
+    ),
+    "headers": lambda s, c: _headers(c.scan, c.r, c.v2),
+    "leaderEpoch": lambda s, c: c.batch_field("partition_leader_epoch", np.int32),
+    "producerId": lambda s, c: c.batch_field("producer_id", np.int64),
+    "producerEpoch": lambda s, c: c.batch_field("producer_epoch", np.int32),
+    "baseSequence": lambda s, c: c.batch_field("base_sequence", np.int32),
+    "sequence": lambda s, c: pa.array(
+        _sequences(c.scan.batches.base_sequence[c.bi], c.offset - c.scan.batches.base_offset[c.bi])
+    ),
+    "isTransactional": lambda s, c: pa.array(c.v2 & (c.attrs & TRANSACTIONAL_MASK != 0)),
+    "isControl": lambda s, c: pa.array(c.v2 & (c.attrs & CONTROL_MASK != 0)),
+}
+
+
 def record_batches(
-    split: Split, scan: SegmentScan, rows: np.ndarray, include_headers: bool
+    split: Split,
+    scan: SegmentScan,
+    rows: np.ndarray,
+    include_headers: bool,
+    columns: tuple[str, ...] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows `rows` (indexes into the scan's records) as record batches of the schema."""
-    rec, b = scan.records, scan.batches
-    schema = arrow_schema(include_headers)
-    for start, end in _chunks(rec.value_len[rows]):
-        r = rows[start:end]
-        n = len(r)
-        bi = rec.batch_index[r]
-        magic = b.magic[bi]
-        attrs = b.attributes[bi].astype(np.int64)
-        v2 = magic == MAGIC_V2
-        offset = rec.offset[r]
-        ts = rec.timestamp[r]
-        no_ts = magic == MAGIC_V0
-        timestamp = pa.Array.from_buffers(
-            pa.timestamp("us", tz="UTC"),
-            n,
-            [
-                pa.py_buffer(np.packbits(~no_ts, bitorder="little")) if no_ts.any() else None,
-                pa.py_buffer(ts * 1000),
-            ],
-        )
-        ts_type = np.where(no_ts, -1, (attrs & TIMESTAMP_TYPE_MASK != 0).astype(np.int32)).astype(np.int32)
-        columns = [
-            _binary(scan, rec.key_pos[r], rec.key_len[r]),
-            _binary(scan, rec.value_pos[r], rec.value_len[r]),
-            pa.repeat(pa.scalar(split.topic, pa.string()), n),
-            pa.array(np.full(n, split.partition, np.int32)),
-            pa.array(offset),
-            timestamp,
-            pa.array(ts_type),
-        ]
-        if include_headers:
-            columns.append(_headers(scan, r, v2))
-        columns += [
-            pa.array(b.partition_leader_epoch[bi].astype(np.int32)),
-            pa.array(b.producer_id[bi].astype(np.int64)),
-            pa.array(b.producer_epoch[bi].astype(np.int32)),
-            pa.array(b.base_sequence[bi].astype(np.int32)),
-            pa.array(_sequences(b.base_sequence[bi], offset - b.base_offset[bi])),
-            pa.array(v2 & (attrs & TRANSACTIONAL_MASK != 0)),
-            pa.array(v2 & (attrs & CONTROL_MASK != 0)),
-        ]
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+    """The rows `rows` (indexes into the scan's records) as record batches of the schema, or of
+    `columns` alone (the others never built)."""
+    schema = arrow_schema(include_headers, columns)
+    for start, end in _chunks(scan.records.value_len[rows]):
+        chunk = _Chunk(scan, rows[start:end])
+        yield pa.RecordBatch.from_arrays([_BUILD[name](split, chunk) for name in schema.names], schema=schema)

@@ -1,7 +1,7 @@
 """`spark.read.format("kafka_log")` in a real SparkSession: the source's DataFrame against the
 records kafka-python decodes (chispa), the compacted state against the latest record per key,
-pushed-down filters (the segments outside them never opened) and `export` on moto's S3 read
-back with pyarrow and DuckDB."""
+a user schema's columns against the full read's, pushed-down filters (the segments outside them
+never opened) and `export` on moto's S3 read back with pyarrow and DuckDB, cut by key or not."""
 
 from __future__ import annotations
 
@@ -131,6 +131,42 @@ def test_compacted_cut_by_key_is_the_single_split_state(spark, kafka_log, log_di
         cut = kafka_log(root, compacted="true", includeHeaders="true", minPartitions="9")
         assert cut.rdd.getNumPartitions() >= 9 > whole.rdd.getNumPartitions()
         assert_df_equality(cut, whole, ignore_row_order=True)
+
+
+@pytest.mark.parametrize("compacted", ["false", "true"])
+def test_a_user_schema_reads_only_its_columns(spark, kafka_log, log_dir, compacted):
+    """`.schema(...)` with some of the source's columns: the rows of the full read in those
+    columns, and the batches handed to Spark hold those columns alone."""
+    full = kafka_log(log_dir, compacted=compacted, includeHeaders="true")
+    for ddl, columns in [
+        ("offset long", ["offset"]),
+        ("key binary, OFFSET long, timestamp timestamp", ["key", "OFFSET", "timestamp"]),
+        ("headers array<struct<key:string,value:binary>>, value binary, partition int", None),
+    ]:
+        narrow = spark.read.format("kafka_log").schema(ddl).options(compacted=compacted).load(log_dir)
+        columns = columns or [f.name for f in narrow.schema.fields]
+        assert narrow.columns == columns
+        assert_df_equality(narrow, full.select(*columns), ignore_row_order=True, ignore_nullable=True)
+    assert (
+        spark.read.format("kafka_log").schema("offset long").load(log_dir).count()
+        == kafka_log(log_dir).count()
+    )
+
+    from pyspark.sql.types import StructType
+
+    source = compaction.KafkaLogDataSource({"path": log_dir, "compacted": compacted})
+    reader = source.reader(StructType.fromDDL("value binary, Offset long"))
+    batches = [b for p in reader.partitions() for b in reader.read(p)]
+    assert batches and {tuple(b.schema.names) for b in batches} == {("value", "Offset")}
+
+
+def test_a_user_schema_with_a_column_not_ours_fails_naming_it(spark, kafka_log, log_dir):
+    for ddl, message in [
+        ("offst long", r"kafka_log has no column 'offst'; its columns: key binary, value binary"),
+        ("offset int", r"column offset is bigint in kafka_log, not int; its columns: key binary"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            spark.read.format("kafka_log").schema(ddl).load(log_dir).count()
 
 
 def test_pushed_filters_read_only_matching_segments(spark, kafka_log, log_dir):
@@ -302,6 +338,8 @@ def test_export_cli_locally(tmp_path, open_txn_dir):
             out,
             "--topics",
             "orders",
+            "--min-partitions",
+            "3",
             "--master",
             "local[1]",
         ],
@@ -315,6 +353,44 @@ def test_export_cli_locally(tmp_path, open_txn_dir):
 
     table = ds.dataset(out, partitioning="hive").to_table()
     assert set(table.column("topic").to_pylist()) == {"orders"}
+    assert sorted(os.listdir(os.path.join(out, "topic=orders", "partition=0"))) == [
+        f"part-{k}.parquet" for k in range(3)
+    ]
     decoded = {r.offset: r for r in decode_partition(os.path.join(root, "orders-0"))}
     want = {(o, k, decoded[o].value) for k, o in state_offsets_as_of(m, cut).items()}
     assert {(r["offset"], r["key"], r["value"]) for r in table.to_pylist()} == want
+
+
+def test_export_cut_by_key_is_the_uncut_export(spark, kafka_log, tmp_path, log_dir):
+    """`export` of a partition as several tasks (one bucket of its keys each, one file each):
+    read back with pyarrow and DuckDB, the same rows as one task per partition writes."""
+    duckdb = pytest.importorskip("duckdb")
+    import pyarrow.dataset as ds
+
+    from compaction.spark.export import run_export
+    from compaction.steps.log_table import ReadOptions
+
+    opts = ReadOptions.parse({"path": log_dir, "compacted": "true", "includeHeaders": "true"})
+    got = {}
+    for tasks in (1, 7):
+        out = str(tmp_path / f"state-{tasks}")
+        files = run_export(opts, out, None, tasks)
+        per_partition = {(f["topic"], f["partition"]) for f in files}
+        assert len(per_partition) == 3 and (len(files) > 3) == (tasks > 1)
+        table = ds.dataset(out, partitioning="hive").to_table()
+        rows = sorted(
+            (r["topic"], r["partition"], r["offset"], r["key"], r["value"], str(r["headers"]))
+            for r in table.to_pylist()
+        )
+        assert len(rows) == sum(f["rows"] for f in files) > 0
+        duck = duckdb.sql(
+            f"SELECT topic, partition, \"offset\", key, value FROM read_parquet('{out}/**/*.parquet', "
+            "hive_partitioning = true)"
+        ).fetchall()
+        assert sorted(
+            (t, int(p), o, bytes(k), None if v is None else bytes(v)) for t, p, o, k, v in duck
+        ) == [r[:5] for r in rows]
+        got[tasks] = rows
+    assert got[7] == got[1]
+    whole = kafka_log(log_dir, compacted="true", includeHeaders="true").count()
+    assert len(got[1]) == whole

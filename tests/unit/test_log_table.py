@@ -7,6 +7,7 @@ damaged batch."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,7 @@ from compaction.kernels.scan import scan_segment
 from compaction.steps.log_table import (
     Bounds,
     ReadOptions,
+    chosen_columns,
     cut_compacted,
     plan_splits,
     read_split,
@@ -180,6 +182,44 @@ def test_every_split_of_a_cut_state_has_rows(log_dir):
     splits = cut_compacted(plan_splits(opts), 4)
     counts = [sum(b.num_rows for b in read_split(s, opts)) for s in splits]
     assert len(counts) >= 4 and min(counts) > 0
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ("offset",),
+        ("value",),
+        ("key", "offset", "timestamp"),
+        ("isControl", "headers", "partition", "sequence"),
+    ],
+)
+@pytest.mark.parametrize("compacted", ["false", "true"])
+def test_chosen_columns_are_the_full_rows_projected(log_dir, columns, compacted):
+    """A read of some columns builds batches of exactly those, in that order, holding what the
+    full read holds in them, row for row (headers too, without includeHeaders)."""
+    root, _, _ = log_dir
+    full = ReadOptions.parse({"path": root, "compacted": compacted, "includeHeaders": "true"})
+    narrow = replace(ReadOptions.parse({"path": root, "compacted": compacted}), columns=columns)
+    for split in plan_splits(full):
+        want = [b.select(list(columns)) for b in read_split(split, full)]
+        got = list(read_split(split, narrow))
+        assert [b.schema.names for b in got] == [list(columns)] * len(want)
+        assert pa.Table.from_batches(got, got[0].schema if got else None).equals(
+            pa.Table.from_batches(want, want[0].schema if want else None)
+        )
+
+
+def test_chosen_columns_check_names_and_types():
+    assert chosen_columns([("OFFSET", "bigint"), ("value", "binary")]) == ("offset", "value")
+    assert chosen_columns([("headers", "array<struct<key:string,value:binary>>")]) == ("headers",)
+    with pytest.raises(UsageError, match=r"no column 'offst'.*offset bigint.*isControl boolean"):
+        chosen_columns([("offst", "bigint")])
+    with pytest.raises(UsageError, match=r"column offset is bigint in kafka_log, not int.*key binary"):
+        chosen_columns([("offset", "int")])
+    with pytest.raises(UsageError, match=r"column timestamp is timestamp in kafka_log, not timestamp_ntz"):
+        chosen_columns([("timestamp", "timestamp_ntz")])
+    with pytest.raises(UsageError, match="named twice"):
+        chosen_columns([("key", "binary"), ("Key", "binary")])
 
 
 @pytest.fixture(scope="module")

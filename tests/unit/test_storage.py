@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,15 @@ from compaction.runtime.storage import (
     ensure_kafka_not_running,
     kafka_lock_held,
 )
+
+
+def test_storage_imports_without_the_packages_its_annotations_name():
+    """`typing_extensions` (for `Buffer`) is no dependency of the package: only type checkers
+    import it."""
+    code = "import sys; sys.modules['typing_extensions'] = None; import compaction.runtime.storage"
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo)
+    assert out.returncode == 0, out.stderr
 
 
 def test_for_uri_local_forms(tmp_path):
@@ -156,8 +166,9 @@ def test_storage_pickles_and_works_in_another_process(tmp_path):
     clone.write_durable(clone.join(root, "a"), b"1")
     assert storage.read_bytes(storage.join(root, "a")) == b"1"
     # plain Storage() (no URI) pickles its pyarrow filesystem
-    plain = pickle.loads(pickle.dumps(Storage.local()))
-    assert plain.is_local and plain.read_bytes(str(tmp_path / "a")) == b"1"
+    for local in (Storage.local(), Storage()):
+        plain = pickle.loads(pickle.dumps(local))
+        assert plain.is_local and plain.read_bytes(str(tmp_path / "a")) == b"1"
     # and in a separate interpreter, as in a Spark executor
     code = (
         "import pickle, sys; s = pickle.loads(sys.stdin.buffer.read()); "
@@ -189,11 +200,137 @@ def test_non_local_filesystem_paths(tmp_path):
     assert pickle.loads(pickle.dumps(storage)).read_bytes("d/g") == b"abc"
 
 
+def test_an_assumed_role_stays_with_pyarrow():
+    """Under an assumed role (`role_arn`) only pyarrow holds the session: no boto3 deleter is made
+    (it would act with other credentials), and what needs one is an OSError naming the role."""
+    storage = Storage(pafs.S3FileSystem(role_arn="arn:aws:iam::123456789012:role/c", region="us-east-1"))
+    assert storage.is_s3 and storage._s3_deleter() is None
+    with pytest.raises(OSError, match=r"assumed role \(role_arn\)"):
+        storage.bucket_versioning("bucket/logs")
+    with pytest.raises(OSError, match=r"assumed role \(role_arn\)"):
+        storage.purge_noncurrent_versions("bucket/logs", lambda name: True)
+    keys = Storage(pafs.S3FileSystem(access_key="AKIA", secret_key="s3cret", region="us-east-1"))
+    assert keys._s3_deleter() is not None and keys._s3_deleter() is keys._s3_deleter()
+
+
 def test_mock_filesystem_has_no_compression_detection():
     # A '.gz'-looking name must be written as-is (compression=None).
     storage = Storage(pafs._MockFileSystem())
     storage.write_durable("x.log.gz", b"raw")
     assert storage.read_bytes("x.log.gz") == b"raw"
+
+
+# --- reads and listings: every filesystem answers alike -----------------------------------------
+
+DATA = b"hello world"  # 11 bytes
+
+# (offset, length) -> the bytes every read gives: lengths past the end stop there, and a read
+# from the end or past it is empty.
+READS = [
+    ((0, None), DATA),
+    ((6, None), b"world"),
+    ((2, 3), b"llo"),
+    ((0, 1), b"h"),
+    ((10, 1), b"d"),
+    ((10, None), b"d"),
+    ((9, 5), b"ld"),
+    ((11, None), b""),
+    ((11, 5), b""),
+    ((20, None), b""),
+    ((0, 0), b""),
+]
+
+
+def _stores(tmp_path):
+    """The local disk, a pyarrow path over it (no OS calls) and pyarrow's in-memory store (which
+    refuses a read past the end, as S3 does), each holding `d/f` with DATA."""
+    mock = pafs._MockFileSystem()
+    mock.create_dir("d")
+    with mock.open_output_stream("d/f") as out:
+        out.write(DATA)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(DATA)
+    return [
+        (Storage.local(), str(tmp_path / "d" / "f")),
+        (Storage(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())), "d/f"),
+        (Storage(mock), "d/f"),
+    ]
+
+
+@pytest.mark.parametrize(("at", "expected"), READS)
+def test_reads_stop_at_the_end_of_the_file_on_every_filesystem(tmp_path, at, expected):
+    for storage, path in _stores(tmp_path):
+        assert storage.read_bytes(path, *at) == expected, (storage, at)
+        assert storage.read_small(path, *at) == expected, (storage, at)
+        assert storage.read_bytes(path) == storage.read_small(path) == DATA
+
+
+def test_a_small_read_goes_on_after_a_short_pread(tmp_path, monkeypatch):
+    """POSIX lets `pread` return fewer bytes than asked (a signal, a network filesystem): the read
+    goes on from where it stopped until it has them all or the file ends."""
+    path = str(tmp_path / "f")
+    (tmp_path / "f").write_bytes(DATA)
+    real_pread = os.pread
+    calls = []
+
+    def pread(fd, n, offset):
+        calls.append((n, offset))
+        return real_pread(fd, min(n, 3), offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    storage = Storage.local()
+    for at, expected in READS:
+        assert storage.read_small(path, *at) == expected, at
+    calls.clear()
+    assert storage.read_small(path, 1, 8) == b"ello wor"
+    assert calls == [(8, 1), (5, 4), (2, 7)]
+    calls.clear()
+    assert storage.read_small(path, 4) == b"o world"
+    assert calls == [(7, 4), (4, 7), (1, 10)]  # it asks for the rest only: no call past the end
+    calls.clear()
+    assert storage.read_small(path, 11) == b"" and calls == []  # nothing left: nothing asked
+
+
+def test_a_scan_and_a_listing_report_the_same_entries(tmp_path):
+    """`scan_dir` (local: `os.scandir`, sizes and mtimes on first use) gives what `list_dir` does,
+    directories with size -1, and says which entries are links (a partition linked from another
+    disk); elsewhere it is the listing itself."""
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / "00000000000000000000.log").write_bytes(DATA)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "t-1")
+    (tmp_path / "cleaner-offset-checkpoint").write_bytes(b"0\n0\n")
+    storage = Storage.local()
+    scanned = sorted(storage.scan_dir(str(tmp_path)), key=lambda f: f.name)
+    listed = storage.list_dir(str(tmp_path))
+    fields = lambda f: (f.name, f.path, f.size, f.mtime_ns, f.is_dir)  # noqa: E731
+    assert [fields(f) for f in scanned] == [fields(f) for f in listed]
+    assert [(f.name, f.size, f.is_dir, f.is_link) for f in scanned] == [
+        ("cleaner-offset-checkpoint", 4, False, False),
+        ("elsewhere", -1, True, False),
+        ("t-0", -1, True, False),
+        ("t-1", -1, True, True),
+    ]
+    assert [fields(storage.info(f.path)) for f in scanned] == [fields(f) for f in listed]
+    assert scanned[0].mtime_ns == os.stat(tmp_path / "cleaner-offset-checkpoint").st_mtime_ns
+    remote = Storage(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()))
+    assert [fields(f) for f in remote.scan_dir("t-0")] == [fields(f) for f in remote.list_dir("t-0")]
+    assert [(f.name, f.size) for f in remote.scan_dir("t-0")] == [("00000000000000000000.log", 11)]
+    assert [(f.name, f.size) for f in remote.list_dir("")][-2:] == [("t-0", -1), ("t-1", -1)]
+    assert remote.info("t-0").size == -1
+
+
+def test_mkdir_makes_the_missing_parents(tmp_path):
+    storage = Storage.local()
+    storage.mkdir(str(tmp_path / "a" / "b" / "t-0"))
+    storage.mkdir(str(tmp_path / "a" / "b" / "t-0"))  # already there: nothing to do
+    assert (tmp_path / "a" / "b" / "t-0").is_dir()
+
+
+def test_a_storage_is_shown_without_its_credentials():
+    storage, _ = Storage.for_uri("s3://AKIA:s3cret@bucket/logs?region=us-east-1")
+    assert repr(storage) == "Storage(s3://***@bucket/logs?region=us-east-1)"
+    assert repr(Storage.local()) == "Storage(local)"
 
 
 # --- locks ---------------------------------------------------------------------------------------
@@ -251,6 +388,87 @@ def test_kafka_lock_detection(tmp_path):
         broker.kill()
         broker.wait()
     assert not kafka_lock_held(str(tmp_path))
+
+
+def test_the_run_lock_file_has_the_mode_of_kafkas_own(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with RunLock(str(tmp_path)):
+            assert (tmp_path / COMPACTION_LOCK_FILE).stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(old)
+
+
+def test_a_run_lock_whose_file_was_removed_meanwhile_is_released(tmp_path):
+    """Someone removed the lock file while a run held it: the run still ends cleanly and unlocks."""
+    lock = acquire_run_lock(str(tmp_path))
+    os.unlink(tmp_path / COMPACTION_LOCK_FILE)
+    lock.release()
+    assert not lock.held and os.listdir(tmp_path) == []
+    acquire_run_lock(str(tmp_path)).release()
+
+
+def test_a_held_broker_lock_is_overridden_only_when_asked(tmp_path):
+    """`ensure_kafka_not_running` answers whether it overrode a held lock: False when none is held
+    (with or without the override), True when it is held and `ignore` says go on; held and not
+    ignored, it raises."""
+    (tmp_path / KAFKA_LOCK_FILE).write_bytes(b"")
+    assert ensure_kafka_not_running(str(tmp_path)) is False
+    assert ensure_kafka_not_running(str(tmp_path), ignore=True) is False
+    broker = _hold_lock(tmp_path / KAFKA_LOCK_FILE, "flock")
+    try:
+        assert ensure_kafka_not_running(str(tmp_path), ignore=True) is True
+        with pytest.raises(LockHeldError, match=f"{tmp_path}/{KAFKA_LOCK_FILE} is locked: a Kafka broker"):
+            ensure_kafka_not_running(str(tmp_path))
+    finally:
+        broker.kill()
+        broker.wait()
+    assert ensure_kafka_not_running(str(tmp_path)) is False
+
+
+def _without_write_rights() -> list[str]:
+    """The command prefix that runs a process which, like a tool running as another user than the
+    broker's, cannot write a file the permission bits forbid (root: without CAP_DAC_OVERRIDE)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root and no setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.parametrize("kind", ["posix", "flock"])
+def test_a_broker_lock_this_user_cannot_write_is_still_seen_held(tmp_path, kind):
+    """A broker's `.lock` is rw-r--r-- and its owner's: a tool running as another user opens it
+    read-only, and its shared lock still conflicts with the broker's exclusive one."""
+    lock_file = tmp_path / KAFKA_LOCK_FILE
+    lock_file.write_bytes(b"")
+    lock_file.chmod(0o444)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    check = [
+        *_without_write_rights(),
+        sys.executable,
+        "-c",
+        "import os, sys; from compaction.runtime.storage import kafka_lock_held as held\n"
+        "try:\n    os.open(sys.argv[2], os.O_RDWR)\nexcept PermissionError:\n    pass\n"
+        "else:\n    sys.exit('the .lock is writable here')\n"
+        "print(held(sys.argv[1]))",
+        str(tmp_path),
+        str(lock_file),
+    ]
+
+    def held() -> str:
+        out = subprocess.run(check, capture_output=True, text=True, cwd=repo)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert held() == "False"
+    broker = _hold_lock(lock_file, kind)
+    try:
+        assert held() == "True"
+    finally:
+        broker.kill()
+        broker.wait()
+    assert held() == "False"
 
 
 def test_run_lock_leaves_no_file_behind(tmp_path):
