@@ -3,7 +3,7 @@ another's (or the same with other environment variables), alternated pair by pai
 of one log dir with the page cache dropped before each run.
 
     .venv/bin/python bench/startup.py LOG_DIR [--pairs 3] [--warmup 1] [--b-checkout DIR]
-        [--b-env K=V ...] [--a-env K=V ...]
+        [--b-env K=V ...] [--a-env K=V ...] [--job-args "--segment-bytes 67108864"]
 
 A is this checkout's ./spark-submit.sh, B the one of `--b-checkout` (default this one too), each
 with its `--*-env` variables (e.g. `--b-env KAFKA_COMPACTION_CDS_DIR=off`: B without the driver
@@ -12,8 +12,10 @@ single partition bench/vs_kafka.py keeps in bench/out/vs_kafka/v2-2g-1p). Per ru
 spark-submit wall, the report's round (`totalSeconds`: Spark's start-up and warm-up, the plan,
 the stages, the commit and the deletion of the replaced files), the CPU of every task
 (`taskCpuSeconds`) and the rest, outside the report (the launcher, the JVMs' start and stop, the
-driver's imports). Prints the medians and the ratios B/A of the walls, the stages and the task
-CPU, pair by pair. Each run must clean every partition. Not a test.
+driver's imports). `--job-args`: more options of the job, for both sides (e.g. Kafka's 64 MiB
+`segment.bytes` of bench/vs_kafka.py's topics, where the job's default is 1 GiB). Prints the
+medians and the ratios B/A of the walls, the stages and the task CPU, pair by pair. Each run
+must clean every partition. Not a test.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ FIGURES = (
 )
 
 
-def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
+def run(checkout: Path, env_pairs: list[str], source: Path, work: Path, job_args: tuple = ()) -> dict:
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(source, work, ignore=shutil.ignore_patterns(".lock"))
@@ -62,6 +64,7 @@ def run(checkout: Path, env_pairs: list[str], source: Path, work: Path) -> dict:
         str(work),
         "--report",
         str(report),
+        *job_args,
     ]
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, env=env)
@@ -93,18 +96,20 @@ def main() -> int:
     ap.add_argument("--a-env", action="append", default=[])
     ap.add_argument("--b-env", action="append", default=[])
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "startup")
+    ap.add_argument("--job-args", default="", help="more options of the job, for both sides")
     args = ap.parse_args()
+    job_args = tuple(args.job_args.split())
     args.work.mkdir(parents=True, exist_ok=True)
     sides = {"A": (REPO, args.a_env), "B": (args.b_checkout.resolve(), args.b_env)}
     for name, (checkout, env) in sides.items():
         print(f"{name}: {checkout}/spark-submit.sh {' '.join(env)}".rstrip(), flush=True)
     for _ in range(args.warmup):
         for checkout, env in sides.values():
-            run(checkout, env, args.log_dir, args.work / "logs")
+            run(checkout, env, args.log_dir, args.work / "logs", job_args)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for i in range(1, args.pairs + 1):
         for name, (checkout, env) in sides.items():
-            r = run(checkout, env, args.log_dir, args.work / "logs")
+            r = run(checkout, env, args.log_dir, args.work / "logs", job_args)
             runs[name].append(r)
             print(
                 f"pair {i} {name}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES),

@@ -7,10 +7,11 @@ range is the stretch of one output group that falls into one share, so a group i
 is cut between two tasks. Each group is rewritten by the task that holds most of its bytes (on a
 tie the later task: the newer range keeps more of its records). Each task goes through three phases:
 
-1. **scan** its ranges (compaction/steps/ranges.py `scan_range`): it keeps each range's key ids and
-   latest offsets (and, within the cache budget, the scans themselves) and writes the blocks the
-   others need into `scan-<range>`: SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each
-   range's error, if any, whether it holds transactional batches, and its bytes, records and keys.
+1. **scan** its ranges, those of one partition together (compaction/steps/ranges.py
+   `scan_ranges`): it keeps each range's key ids and latest offsets (and, within the cache
+   budget, the scans themselves) and writes the blocks the others need into `scan-<range>`:
+   SUMMARY per fine bucket, EPOCHS, PRODUCERS. Posts each range's error, if any, whether it
+   holds transactional batches, and its bytes, records and keys.
 2. **merge** the fine buckets dealt to it over every range of every sound partition
    (`merge_bucket`), into `found-<task>`: the ids each range must raise to a later range's
    offset. The buckets go to the tasks with the least rewrite ahead of them, estimated from the
@@ -183,7 +184,11 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
 
 def _scan_phase(t: int, task: _Task) -> Work:
     """Scan the task's ranges, post their statuses, and wait for every task's."""
-    status = {str(r): _scan(r, task) for r in task.plan.tasks[t]}
+    status = {
+        r: s
+        for run in _runs_of_partitions(task.plan.tasks[t], task.plan)
+        for r, s in _scan(run, task).items()
+    }
     task.ex.post("scan", t, status)
     return Work.of(task.plan, task.ex.gather("scan", len(task.plan.tasks)))
 
@@ -273,27 +278,45 @@ def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> 
 # --- scan, hand-over, merge --------------------------------------------------------------------
 
 
-def _scan(rid: int, task: _Task) -> dict:
-    """Scan range `rid` into `task.held` and its blocks into `scan-<rid>`; its status."""
-    spec, partition, validate = task.plan.ranges[rid]
+def _scan(rids: list[int], task: _Task) -> dict[str, dict]:
+    """Scan the consecutive ranges `rids` of one partition together (`ranges.scan_ranges`) into
+    `task.held` and each one's blocks into `scan-<rid>`; {rid: its status}."""
+    specs = [task.plan.ranges[r].scan for r in rids]
+    partition = task.plan.ranges[rids[0]].partition
+    validate = any(task.plan.ranges[r].validate for r in rids)
     held = task.held
     try:
-        scan = lambda: ranges.scan_range(rid, spec, partition, task.cache)  # noqa: E731
-        held[rid], blocks = pipeline.checked_scan(spec, validate, scan)
-        task.ex.write_blocks(f"scan-{rid}", blocks)
+        scan = lambda: ranges.scan_ranges(rids, specs, partition, task.cache)  # noqa: E731
+        scanned = pipeline.checked_scan(specs[0], validate, scan)
+        for rid, (held[rid], blocks) in zip(rids, scanned, strict=True):
+            task.ex.write_blocks(f"scan-{rid}", blocks)
     except PARTITION_ERRORS as exc:
-        held.pop(rid, None)
-        return {"error": error_text(exc), "txn": False}
-    stats = [
-        sum(seg.size for seg in spec.segments),
-        sum(len(ids) for ids in held[rid].ids),
-        len(held[rid].latest),
-    ]
-    return {
-        "error": None,
-        "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS),
-        "stats": stats,
-    }
+        for rid in rids:
+            held.pop(rid, None)
+        return {str(rid): {"error": error_text(exc), "txn": False} for rid in rids}
+    status = {}
+    for rid, spec, (_, blocks) in zip(rids, specs, scanned, strict=True):
+        status[str(rid)] = {
+            "error": None,
+            "txn": any(_transactional(b) for b in blocks if b.kind == ranges.PRODUCERS),
+            "stats": [
+                sum(seg.size for seg in spec.segments),
+                sum(len(ids) for ids in held[rid].ids),
+                len(held[rid].latest),
+            ],
+        }
+    return status
+
+
+def _runs_of_partitions(rids: list[int], plan: RangePlan) -> list[list[int]]:
+    """`rids` (log order) cut where the partition changes: the ranges scanned together."""
+    runs: list[list[int]] = []
+    for r in rids:
+        if runs and plan.ranges[runs[-1][-1]].partition == plan.ranges[r].partition:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
 
 
 def _transactional(block: ranges.Block) -> bool:

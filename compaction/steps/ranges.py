@@ -5,9 +5,10 @@ without any task holding the partition's key set.
 A range is consecutive segments of one output group (log order): a group is one range or is
 cut into several, so that the ranges of a round spread evenly over the tasks.
 
-1. `scan_range`: the range's segments scanned newest first into a `KeyTable` (exactly as a
-   whole-partition task scans, `scan.scan_partition`), which gives each record the dense id of
-   its key. Kept by its task (`Held`): the ids per segment and the latest dirty offset per id.
+1. `scan_ranges`: a task's ranges of one partition scanned newest first into one `KeyTable`
+   (exactly as a whole-partition task scans, `scan.scan_segments`), which gives each record the
+   id of its key; each range numbers its own keys densely. Kept by its task (`Held`): the ids per
+   segment and the latest dirty offset per id (over the task's ranges from this one on).
    Handed to the others: SUMMARY blocks (one per fine bucket: the range's keys whose hash falls
    in it, with their latest dirty offset in the range), EPOCHS and PRODUCERS.
 2. `merge_bucket`: one fine bucket's SUMMARY blocks of every range of every partition, merged by
@@ -53,7 +54,7 @@ from compaction.policy.log_structure import epoch_columns
 from compaction.policy.txn_state import first_unstable_offset, last_records_of_active_producers
 from compaction.runtime.exchange import Block, from_block, to_block
 from compaction.steps.group import GroupSpec, SourceSegment
-from compaction.steps.scan import scan_partition
+from compaction.steps.scan import scan_segments, tail_producers
 
 SUMMARY, IDS, LATEST, FOUND, PRODUCERS, EPOCHS, PIECE = range(7)
 # Rows (ids) or keys per block: blocks stay a few MB whatever the range, so that reading one
@@ -100,26 +101,69 @@ class Held(NamedTuple):
     latest: np.ndarray
 
 
-def scan_range(
-    rid: int, spec: GroupSpec, partition: int, cache=None, buckets: int = FINE_BUCKETS
-) -> tuple[Held, list[Block]]:
-    """Scan range `rid`, the segments of `spec` (exactly as a whole-partition task scans,
-    `scan.scan_partition`; `cache` keeps its scans for the rewrite): what the task holds of
-    it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS.
-    `partition` numbers the range's partition in the round: keys of different partitions never merge."""
+def scan_ranges(
+    rids: list[int], specs: list[GroupSpec], partition: int, cache=None, buckets: int = FINE_BUCKETS
+) -> list[tuple[Held, list[Block]]]:
+    """Scan the consecutive ranges `rids` of one partition (log order; `specs` their segments) in
+    one pass newest first into one `KeyTable`, exactly as a whole-partition task scans
+    (`scan.scan_segments`; `cache` keeps the scans for the rewrite). Per range: what the task
+    holds of it, and the blocks it hands the other tasks: SUMMARY per bucket, EPOCHS, PRODUCERS.
+    `partition` numbers the ranges' partition in the round: keys of different partitions never
+    merge.
+
+    One table for a task's ranges, not one per range: a range's kept scan then holds only the
+    records no later range of the task supersedes (a partition of many small groups would
+    otherwise keep most of each segment's records, overflow the cache and be decompressed
+    twice), and each key is hashed into one table. A range holds its own keys, numbered densely
+    (`local_ids`), each with its latest dirty offset over the task's ranges from it on (a true
+    offset of the key, so the merge's maximum is unchanged); it ships only those whose latest
+    is not in a later range of these (the others need no FOUND entry)."""
     epochs: list = []
-    pmap, producers = scan_partition([spec], cache, keep_ids=True, epochs=epochs)
+    pmap, headers = scan_segments(specs, cache, keep_ids=True, epochs=epochs)
     table: KeyTable = pmap.table
-    ids = [table.dense_ids(pmap.take_ids(spec, seg)).astype(np.int32) for seg in spec.segments]
+    dense = [[table.dense_ids(pmap.take_ids(spec, seg)) for seg in spec.segments] for spec in specs]
     arena, starts, stops, latest = table.export()
     del pmap, table  # the key bytes live on in `arena` until the summaries are built
-    blocks = list(_summaries(rid, partition, arena, starts, stops, latest, buckets))
-    blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(epochs))))
-    headers = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
-    if headers is not None and headers.num_rows:
-        cols = {n: headers.column(n).combine_chunks() for n in headers.column_names}
-        blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
-    return Held(ids, latest), blocks
+    out, at = [], 0
+    for n, (rid, spec, seg_ids) in enumerate(zip(rids, specs, dense, strict=True)):
+        keys, ids = local_ids(seg_ids, len(latest))
+        held = Held(ids, latest[keys])
+        # A key whose latest lies in a later range of these is left out of the range's summary:
+        # every record of it in the range is below that offset, dropped whatever the merge finds.
+        rows = (
+            None
+            if n + 1 == len(specs)
+            else np.flatnonzero(held.latest < specs[n + 1].segments[0].base_offset)
+        )
+        ship = keys if rows is None else keys[rows]
+        blocks = list(
+            _summaries(rid, partition, arena, starts[ship], stops[ship], latest[ship], buckets, rows)
+        )
+        own = {seg.base_offset for seg in spec.segments}
+        range_epochs = [e for e in epochs if e.base_offset in own]
+        producers = tail_producers(spec, range_epochs) + headers[at : at + len(spec.segments)]
+        at += len(spec.segments)
+        blocks.append(Block(rid, EPOCHS, -1, 0, to_block(**epoch_columns(range_epochs))))
+        produced = pa.concat_tables([pa.table(p) for p in producers]) if producers else None
+        if produced is not None and produced.num_rows:
+            cols = {c: produced.column(c).combine_chunks() for c in produced.column_names}
+            blocks.append(Block(rid, PRODUCERS, -1, 0, to_block(**cols)))
+        out.append((held, blocks))
+    return out
+
+
+def local_ids(seg_ids: list[np.ndarray], n_keys: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A range's own numbering of the keys of a table of `n_keys` keys shared with other ranges:
+    `seg_ids` the table's dense ids of the range's records per segment (-1: none). Returns the
+    table ids of the range's keys, ascending (their bytes then lie in the table's arena in
+    order), and per segment each record's row among them (int32; -1 stays -1)."""
+    present = np.zeros(n_keys, bool)
+    for d in seg_ids:
+        present[d[d >= 0]] = True
+    keys = np.flatnonzero(present)
+    rank = np.full(n_keys + 1, -1, np.int32)  # rank[-1]: -1, for the records without an id
+    rank[keys] = np.arange(len(keys), dtype=np.int32)
+    return keys, [rank[d] for d in seg_ids]
 
 
 def held_blocks(rid: int, held: Held) -> Iterator[Block]:
@@ -133,14 +177,18 @@ def held_blocks(rid: int, held: Held) -> Iterator[Block]:
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
-def _summaries(rid: int, partition: int, data, starts, stops, latest, buckets: int) -> Iterator[Block]:
+def _summaries(
+    rid: int, partition: int, data, starts, stops, latest, buckets: int, rows: np.ndarray | None = None
+) -> Iterator[Block]:
+    """The SUMMARY blocks of the keys data[starts[i]:stops[i]], whose ids in the range are
+    `rows` (None: 0, 1, ...)."""
     bucket = bucket_of(data, starts, stops, buckets)
     n = len(bucket)
     order, ends = np.empty(n, np.int64), np.zeros(buckets + 1, np.int64)
     size = int(stops.sum() - starts.sum())  # no array of lengths: fresh memory costs more than the sums
     keys, key_offs, key_latest = np.empty(size, np.uint8), np.empty(n + 1, np.int64), np.empty(n, np.int64)
     _by_bucket(data, starts, stops, latest, bucket, order, ends, keys, key_offs, key_latest)
-    keys, ids = _binary(keys, key_offs), order.astype(np.int32)
+    keys, ids = _binary(keys, key_offs), (order if rows is None else rows[order]).astype(np.int32)
     for b in range(buckets):
         for at in range(int(ends[b]), int(ends[b + 1]), BLOCK_ROWS):
             to = min(at + BLOCK_ROWS, int(ends[b + 1]))

@@ -249,6 +249,20 @@ def scan_partition(
     """The whole-partition scan: the offset map of all `specs` (one partition, log order) and the
     producer batch headers (including those of the tail segments). Every segment's place in the
     log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
+    See `scan_segments`."""
+    pmap, headers = scan_segments(specs, cache, keep_ids, epochs)
+    return pmap, [p for spec in specs for p in tail_producers(spec, epochs)] + headers
+
+
+def scan_segments(
+    specs: list[GroupSpec],
+    cache: ScanCache | None = None,
+    keep_ids: bool = False,
+    epochs: list[SegmentEpochs] | None = None,
+) -> tuple[PartitionMap | Unmapped, list[dict]]:
+    """The offset map of the segments of `specs` (one partition, log order) and each segment's
+    producer batch headers, in log order (the tail segments left out). Every segment's place in
+    the log is checked as it is read (`check_structure`); `epochs` receives its leader-epoch runs.
 
     Newest segment first: once a segment is added, the latest offset of each of its keys is
     final (any later record of the key was added before it; earlier ones have lower offsets), so
@@ -288,7 +302,7 @@ def scan_partition(
                     pmap.keep_ids(spec, seg, ids)
                 del packed, keep
             del scan  # its bytes' buffer is free for the read after next: two buffers in use, not three
-    return pmap, [p for spec in specs for p in tail_producers(spec, epochs)] + headers[::-1]
+    return pmap, headers[::-1]
 
 
 def producer_batches(b) -> dict[str, np.ndarray]:

@@ -451,6 +451,50 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
     assert logs(many) == logs(one)
 
 
+def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path):
+    """One task's ranges of a partition are scanned into one key table: their kept scans hold
+    exactly what the whole-partition task's scan keeps (only the records no later segment
+    supersedes), and a range ships no key whose latest offset lies in a later range of the task."""
+    from compaction.steps.scan import ScanCache, scan_partition
+
+    part = generate(tmp_path / "logs", "--records 6000 --keys 500 --codec mixed --segment-bytes 40000")
+    whole = ScanCache(1 << 30)
+    scan_partition(specs_for(part, 1), whole)
+    plan = RangePlan.cut([specs_for(part, 4)], 1)
+    rids = plan.tasks[0]
+    assert len(rids) == 4
+    together = ScanCache(1 << 30)
+    specs = [plan.ranges[r].scan for r in rids]
+    scanned = ranges.scan_ranges(rids, specs, 0, together)
+    assert together.held == whole.held
+    omitted = 0
+    for n, (held, blocks) in enumerate(scanned[:-1]):
+        summary = [ranges.from_block(b.data) for b in blocks if b.kind == ranges.SUMMARY]
+        none = [np.empty(0, np.int64)]
+        shipped = np.concatenate([ranges.column(b, "latest", np.int64) for b in summary] or none)
+        ids = np.concatenate([ranges.column(b, "id", np.int32) for b in summary] or none)
+        later = specs[n + 1].segments[0].base_offset
+        assert (shipped < later).all() and len(shipped) == int((held.latest < later).sum())
+        assert (held.latest[ids] == shipped).all()
+        omitted += len(held.latest) - len(shipped)
+    assert omitted > 0
+
+
+@pytest.mark.parametrize(
+    "seg_ids, n_keys, keys, local",
+    [
+        ([[]], 0, [], [[]]),
+        ([[-1, -1]], 3, [], [[-1, -1]]),
+        ([[2, 0, 2], [-1, 0]], 4, [0, 2], [[1, 0, 1], [-1, 0]]),
+        ([[3], [1, 3, -1]], 4, [1, 3], [[1], [0, 1, -1]]),
+    ],
+)
+def test_local_ids_number_a_ranges_keys_in_table_order(seg_ids, n_keys, keys, local):
+    got_keys, got = ranges.local_ids([np.array(d, np.int64) for d in seg_ids], n_keys)
+    assert got_keys.tolist() == keys
+    assert [g.tolist() for g in got] == local and all(g.dtype == np.int32 for g in got)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=6), st.integers(-1, 50)), max_size=60),
