@@ -102,6 +102,20 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
     assert not any(n.startswith("ids-") for n in names) or "transactions" in case
 
 
+def test_a_partition_of_idempotent_producers_is_cut_into_pieces_as_one_without_producers(tmp_path):
+    """Producer ids without transactions (idempotent producers) ask for no transaction state across
+    ranges: a group cut between three tasks is cleaned in pieces by the tasks that hold its ranges,
+    as a partition without producers is (only transactional batches make a partition one unit),
+    and the bytes are those of one task."""
+    part = generate(tmp_path / "logs", "--records 5000 --keys 400 --idempotent 0.6 --segment-bytes 40000")
+    one = _whole(part)
+    rows = in_ranges(specs_for(part, 1), 3, tmp_path / "exchange")
+    assert not any(r.get("error") for r in rows), rows
+    assert cleaned(part) == one
+    names = [p.name for p in (tmp_path / "exchange").iterdir()]
+    assert any(n.startswith("piece-") for n in names) and not any(n.startswith("ids-") for n in names), names
+
+
 def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatch):
     """The group of the partition's newest range needs nothing from the merge: its task rewrites
     it before the merge is done (here the merge does not end before that group's file is written,
