@@ -494,6 +494,25 @@ def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path
     assert omitted > 0
 
 
+@pytest.mark.parametrize("groups, tasks", [((3, 2), 1), ((1, 3, 1), 1), ((3, 2), 2), ((2, 1, 2), 3)])
+def test_a_tasks_ranges_are_scanned_together_partition_by_partition(tmp_path, groups, tasks):
+    """A task's ranges (log order) are cut into runs where the partition changes: each run is one
+    scan, one key table (`scan_ranges`), never two partitions', and a partition's ranges in the
+    task are one run. `groups`: the number of groups of each partition."""
+    part = generate(tmp_path / "logs", "--records 600 --keys 50 --segment-bytes 4000")
+    partitions = [
+        [dataclasses.replace(s, group_id=s.group_id + 100 * n) for s in specs_for(part, g)]
+        for n, g in enumerate(groups)
+    ]
+    plan = RangePlan.cut(partitions, tasks)
+    assert len(plan.tasks) == tasks
+    for rids in plan.tasks:
+        present = sorted({plan.ranges[r].partition for r in rids})
+        want = [[r for r in rids if plan.ranges[r].partition == p] for p in present]
+        assert range_task._runs_of_partitions(rids, plan) == want
+    assert range_task._runs_of_partitions([], plan) == []
+
+
 @pytest.mark.parametrize(
     "seg_ids, n_keys, keys, local",
     [
