@@ -465,6 +465,33 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
     assert logs(many) == logs(one)
 
 
+def test_a_scan_whose_blocks_cannot_be_written_fails_its_ranges_and_holds_none(tmp_path, monkeypatch):
+    """A task's ranges of a partition scanned together, the exchange refusing the last one's
+    blocks after the others' were written: every range of the scan reports the error, and the
+    task holds none of them (nothing of a failed partition is kept, or handed to a follow-up)."""
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    plan = RangePlan.cut([specs_for(part, 3)], 1)
+    rids = plan.tasks[0]
+    assert len(rids) == 3
+    (tmp_path / "exchange").mkdir()
+    written = []
+    write = Exchange.write_blocks
+
+    def refuses_the_last(self, name, blocks):
+        if name == f"scan-{rids[-1]}":
+            raise OSError("the exchange refused the blocks")
+        written.append(name)
+        return write(self, name, blocks)
+
+    monkeypatch.setattr(Exchange, "write_blocks", refuses_the_last)
+    task = range_task._Task(plan, Exchange(Storage.local(), str(tmp_path / "exchange")), None)
+    status = range_task._scan(rids, task)
+    assert written == [f"scan-{r}" for r in rids[:-1]]
+    assert sorted(status) == sorted(str(r) for r in rids)
+    assert all("the exchange refused the blocks" in s["error"] for s in status.values()), status
+    assert task.held == {}
+
+
 def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path):
     """One task's ranges of a partition are scanned into one key table: their kept scans hold
     exactly what the whole-partition task's scan keeps (only the records no later segment
