@@ -49,6 +49,8 @@ MODULES = {
         "tests/unit/test_discover_lazy.py",
     ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
+    # a task's ranges scanned into one key table, and what each range leaves out of its summary
+    "compaction/steps/ranges.py": ["tests/unit/test_ranges.py"],
     # the partition pipeline both tasks call: its re-plan rule and the checks beside the scan
     "compaction/steps/pipeline.py": [
         "tests/unit/test_results.py",

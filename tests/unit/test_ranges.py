@@ -465,6 +465,33 @@ def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
     assert logs(many) == logs(one)
 
 
+def test_a_scan_whose_blocks_cannot_be_written_fails_its_ranges_and_holds_none(tmp_path, monkeypatch):
+    """A task's ranges of a partition scanned together, the exchange refusing the last one's
+    blocks after the others' were written: every range of the scan reports the error, and the
+    task holds none of them (nothing of a failed partition is kept, or handed to a follow-up)."""
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    plan = RangePlan.cut([specs_for(part, 3)], 1)
+    rids = plan.tasks[0]
+    assert len(rids) == 3
+    (tmp_path / "exchange").mkdir()
+    written = []
+    write = Exchange.write_blocks
+
+    def refuses_the_last(self, name, blocks):
+        if name == f"scan-{rids[-1]}":
+            raise OSError("the exchange refused the blocks")
+        written.append(name)
+        return write(self, name, blocks)
+
+    monkeypatch.setattr(Exchange, "write_blocks", refuses_the_last)
+    task = range_task._Task(plan, Exchange(Storage.local(), str(tmp_path / "exchange")), None)
+    status = range_task._scan(rids, task)
+    assert written == [f"scan-{r}" for r in rids[:-1]]
+    assert sorted(status) == sorted(str(r) for r in rids)
+    assert all("the exchange refused the blocks" in s["error"] for s in status.values()), status
+    assert task.held == {}
+
+
 def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path):
     """One task's ranges of a partition are scanned into one key table: their kept scans hold
     exactly what the whole-partition task's scan keeps (only the records no later segment
@@ -492,6 +519,25 @@ def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path
         assert (held.latest[ids] == shipped).all()
         omitted += len(held.latest) - len(shipped)
     assert omitted > 0
+
+
+@pytest.mark.parametrize("groups, tasks", [((3, 2), 1), ((1, 3, 1), 1), ((3, 2), 2), ((2, 1, 2), 3)])
+def test_a_tasks_ranges_are_scanned_together_partition_by_partition(tmp_path, groups, tasks):
+    """A task's ranges (log order) are cut into runs where the partition changes: each run is one
+    scan, one key table (`scan_ranges`), never two partitions', and a partition's ranges in the
+    task are one run. `groups`: the number of groups of each partition."""
+    part = generate(tmp_path / "logs", "--records 600 --keys 50 --segment-bytes 4000")
+    partitions = [
+        [dataclasses.replace(s, group_id=s.group_id + 100 * n) for s in specs_for(part, g)]
+        for n, g in enumerate(groups)
+    ]
+    plan = RangePlan.cut(partitions, tasks)
+    assert len(plan.tasks) == tasks
+    for rids in plan.tasks:
+        present = sorted({plan.ranges[r].partition for r in rids})
+        want = [[r for r in rids if plan.ranges[r].partition == p] for p in present]
+        assert range_task._runs_of_partitions(rids, plan) == want
+    assert range_task._runs_of_partitions([], plan) == []
 
 
 @pytest.mark.parametrize(
@@ -582,6 +628,32 @@ def test_summaries_lay_the_keys_out_by_bucket_as_a_stable_sort_would(keys, bucke
     assert ends.tolist() == np.searchsorted(bucket[want], np.arange(buckets + 1)).tolist()
     assert [out[out_offs[j] : out_offs[j + 1]].tobytes() for j in range(n)] == [keys[i][0] for i in want]
     assert out_latest.tolist() == latest[want].tolist() and out_offs[n] == size
+
+
+def test_summaries_of_a_large_range_ship_each_key_once_in_its_bucket():
+    """`_summaries` of every other key of a 6 MB arena (400k keys of 15 bytes; `rows` their ids):
+    each shipped key in exactly one SUMMARY block, of its bucket, with its latest offset, its id
+    and the partition. Its buffer holds the shipped keys' bytes: one sized from where the keys
+    lie in the arena instead of from their lengths would be hundreds of GB here."""
+    n = 400_000
+    data = np.frombuffer(b"".join(b"%015d" % (i * 7919) for i in range(n)), np.uint8)
+    starts = np.arange(n, dtype=np.int64) * 15
+    stops = starts + 15
+    latest = np.arange(n, dtype=np.int64) * 3 - 1
+    ship = np.arange(0, n, 2)
+    blocks = list(ranges._summaries(5, 2, data, starts[ship], stops[ship], latest[ship], 64, ship))
+    assert {(b.range_id, b.kind) for b in blocks} == {(5, ranges.SUMMARY)}
+    got: dict[int, tuple[int, int, int]] = {}
+    for b in blocks:
+        f = ranges.from_block(b.data)
+        ids = ranges.column(f, "id", np.int64)
+        assert (ranges.bucket_of(data, starts[ids], stops[ids], 64) == b.bucket).all()
+        keys = f.column("key").to_pylist()
+        assert keys == [data[starts[i] : stops[i]].tobytes() for i in ids]
+        for i, lat, part in zip(ids.tolist(), f.column("latest").to_pylist(), f.column("part").to_pylist()):
+            assert i not in got
+            got[i] = (lat, part)
+    assert got == {i: (int(latest[i]), 2) for i in ship.tolist()}
 
 
 def test_key_table_export_is_dense_and_complete():
