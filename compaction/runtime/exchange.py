@@ -217,8 +217,14 @@ class Exchange:
         try:
             with self.storage.open_input(path) as f:
                 size = f.size()
-                (n,) = INDEX_LENGTH.unpack(f.read_at(INDEX_LENGTH.size, size - INDEX_LENGTH.size))
-                raw = f.read_at(n, size - INDEX_LENGTH.size - n)
+                at = size - INDEX_LENGTH.size
+                (n,) = INDEX_LENGTH.unpack(f.read_at(INDEX_LENGTH.size, at))
+                if n > at:  # a damaged trailer: reading it would ask for bytes the file does not hold
+                    raise ExchangeError(
+                        f"cannot read the exchange file {path}: the trailer at byte {at} gives an index"
+                        f" of {n} bytes, more than the {at} before it"
+                    )
+                raw = f.read_at(n, at - n)
             table = pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
         except (OSError, struct.error, pa.ArrowInvalid) as exc:  # missing, cut short, or its index damaged
             raise ExchangeError(f"cannot read the exchange file {path}: {exc}") from exc

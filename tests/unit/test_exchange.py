@@ -16,7 +16,7 @@ import pytest
 
 from compaction.errors import ExchangeError
 from compaction.runtime import exchange as xm
-from compaction.runtime.exchange import PREFIX, Block, Exchange, PeerGone, from_block, to_block
+from compaction.runtime.exchange import INDEX_LENGTH, PREFIX, Block, Exchange, PeerGone, from_block, to_block
 from compaction.runtime.storage import Storage
 
 
@@ -69,6 +69,19 @@ def test_a_damaged_or_missing_file_is_an_error_naming_it(ex, cut):
         list(ex.read_blocks("scan-1"))
     with pytest.raises(ExchangeError, match="scan-2"):
         ex.read_index("scan-2")
+
+
+@pytest.mark.parametrize("trailer", [INDEX_LENGTH.pack(2**64 - 1), INDEX_LENGTH.pack(2**40)])
+def test_a_trailer_that_names_more_bytes_than_the_file_holds_is_an_error_naming_it(ex, trailer):
+    """A damaged trailer is the file's error (its partition fails), not a read of exabytes."""
+    ex.write_blocks("scan-1", _blocks())
+    path = ex.path("scan-1")
+    data = ex.storage.read_bytes(path)
+    with ex.storage.fs.open_output_stream(path) as out:
+        out.write(data[: -INDEX_LENGTH.size] + trailer)
+    at = len(data) - INDEX_LENGTH.size
+    with pytest.raises(ExchangeError, match=f"scan-1: the trailer at byte {at} gives an index of"):
+        list(ex.read_blocks("scan-1"))
 
 
 def test_a_file_whose_writer_fails_does_not_appear(ex):
