@@ -25,7 +25,7 @@ from compaction.kernels.keymap import KeyTable
 from compaction.runtime.exchange import Exchange
 from compaction.runtime.storage import Storage
 from compaction.spark.stages import compact_partition
-from compaction.steps import range_task, ranges
+from compaction.steps import pipeline, range_task, ranges
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.steps.range_task import finish, resume, run_task
 from compaction.steps.results import STATS_ROW, GroupResult, as_rows
@@ -538,6 +538,31 @@ def test_a_tasks_ranges_are_scanned_together_partition_by_partition(tmp_path, gr
         want = [[r for r in rids if plan.ranges[r].partition == p] for p in present]
         assert range_task._runs_of_partitions(rids, plan) == want
     assert range_task._runs_of_partitions([], plan) == []
+
+
+# (the marks a task reached, seconds after it started) -> its (scan, map) seconds; a mark not
+# reached is the moment the timings are taken (`now`, 20 s after the start here).
+@pytest.mark.parametrize(
+    "marks, scan, map_",
+    [
+        ({"scanned": 1, "posted": 3, "rewritten": 4, "merged": 9}, 1, 2 + 5),  # merge, then the wait
+        ({"scanned": 1, "posted": 3, "rewritten": 4}, 1, 2 + 16),  # gave up waiting for the merges: until now
+        ({"scanned": 1, "posted": 3, "rewritten": 4, "merged": 4}, 1, 2),  # the others' merges done first
+        ({"scanned": 2}, 2, 0),  # stopped after the scan (its peers gone)
+        ({}, 20, 0),  # stopped during its scan
+    ],
+)
+def test_a_range_tasks_timings_are_its_scan_and_its_merge_with_the_wait_for_the_others(marks, scan, map_):
+    """A ranges task's scan seconds end at its scan's end; its map seconds are its own merge and
+    the wait for the others' merges (not the rewrite it does meanwhile): what a whole-partition
+    task spends on its offset map."""
+    clock = pipeline.TaskClock()
+    now = time.monotonic()
+    clock.started = now - 20
+    timings = range_task._timings(clock, {k: clock.started + v for k, v in marks.items()})
+    later = time.monotonic() - now  # the moment taken for a mark not reached: at most this late
+    assert scan <= timings.scan_seconds <= scan + (later if "scanned" not in marks else 0)
+    assert map_ <= timings.map_seconds <= map_ + later
 
 
 @pytest.mark.parametrize(
