@@ -290,6 +290,50 @@ def test_a_rewriter_that_gives_up_on_a_piece_leaves_the_group_to_a_follow_up(tmp
     _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
 
 
+@pytest.mark.parametrize("n_groups, tasks", SHAPES)
+def test_a_merge_that_fails_in_the_follow_up_fails_the_groups_it_feeds(
+    tmp_path, monkeypatch, n_groups, tasks
+):
+    """The stage's tasks run one after another (each gives up on its peers) and the merges fail:
+    the follow-up's rewrites report the merge's error for every group that needs a merge, clean
+    no piece of a cut group, and write nothing for them; the partition's last group, when it is
+    one range, needs no merge and is cleaned."""
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    specs = specs_for(part, n_groups)
+    plan = RangePlan.cut([specs], tasks)
+    ex = Exchange(Storage.local(), str(tmp_path / "exchange"), peer_wait=0.3)
+    (tmp_path / "exchange").mkdir()
+
+    def fails(rows):
+        raise OSError("the merge's exchange went away")
+
+    monkeypatch.setattr(ranges, "merge_bucket", fails)
+    outs = as_rows(r for t in range(tasks) for r in run_task(t, plan, ex, 1 << 30))
+    kinds = []
+
+    def run(kind, items):
+        kinds.append((kind, len(items)))
+        return as_rows(r for item in items for r in resume(kind, item, plan, ex, 1 << 30))
+
+    rows = finish(plan, ex, outs, run)
+    assert [k for k, n in kinds if n] == ["merge", "rewrite"]
+    errors = {
+        r["group_id"]: "the merge's exchange went away" in (r.get("error") or "")
+        for r in rows
+        if r["group_id"] != STATS_ROW
+    }
+    early = {g for g, (_, rids) in plan.groups.items() if len(rids) == 1 and plan.is_last(rids[0])}
+    assert early == ({specs[-1].group_id} if n_groups > 1 else set())
+    assert errors == {s.group_id: s.group_id not in early for s in specs}
+    assert sorted(cleaned(part)) == sorted(
+        naming.segment_file_name(s.segments[0].base_offset, suffix) + CLEANED
+        for s in specs
+        if s.group_id in early
+        for suffix in (".log", ".index", ".timeindex")
+    )
+    assert not any(p.name.startswith("piece-") for p in (tmp_path / "exchange").iterdir())
+
+
 def test_a_piece_that_fails_fails_its_group_in_the_rewriter(tmp_path, monkeypatch):
     """One group cut between two tasks: the task holding the smaller range fails to clean it into
     its piece. The rewriter must report that error for the group, not write the group without the
