@@ -609,6 +609,60 @@ def test_a_range_tasks_timings_are_its_scan_and_its_merge_with_the_wait_for_the_
     assert map_ <= timings.map_seconds <= map_ + later
 
 
+@pytest.mark.parametrize("txn", [False, True])
+def test_who_does_what_follows_from_the_plan_and_the_ranges_scans(tmp_path, txn):
+    """`Work.of`, the same in every task and on the driver: three partitions over two tasks, the
+    first damaged in both its ranges (it fails with its first range's error, in log order, as a
+    whole-partition scan stops at the first damage), the second with a group cut between the two
+    tasks, the third whole in task 1. Without transactions the second's groups are units of their
+    own, the cut one rewritten from pieces; with them (`txn`, seen in its last range) the
+    partition is one unit, rewritten by the rewriter of its first group, and nothing is a piece.
+    A unit of one range that is its partition's last needs no merge (`early`)."""
+    part = generate(tmp_path / "logs", "--records 600 --keys 50 --segment-bytes 4000")
+    partitions = [
+        [dataclasses.replace(s, group_id=s.group_id + 100 * n) for s in specs_for(part, g)]
+        for n, g in enumerate((2, 3, 2))
+    ]
+    plan = RangePlan.cut(partitions, 2)
+    assert plan.tasks == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert {g: c.ranges for g, c in plan.groups.items()} == {
+        10: [0],
+        11: [1],
+        110: [2],
+        111: [3, 4],
+        112: [5],
+        210: [6],
+        211: [7],
+    }
+    assert plan.rewriter == {10: 0, 11: 0, 110: 0, 111: 1, 112: 1, 210: 1, 211: 1}
+
+    def status(r):
+        error = f"range {r} damaged" if r in (0, 1) else None
+        return {"error": error, "txn": txn and r == 5, "stats": [1000 * (r + 1), 100, 10]}
+
+    work = range_task.Work.of(plan, [{str(r): status(r) for r in rids} for rids in plan.tasks])
+    assert work.dead == {0: "range 0 damaged"}
+    assert work.holder == {0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1, 7: 1}
+    if txn:
+        assert work.units == {110: [110, 111, 112], 210: [210], 211: [211]}
+        assert work.split == frozenset() and work.early == {211}
+        assert work.task_of == {110: 0, 111: 0, 112: 0, 210: 1, 211: 1}
+        assert work.rewrites(0, plan, early=False) == {1: [[110, 111, 112]]}
+        assert work.rewrites(1, plan, early=False) == {2: [[210]]}
+    else:
+        assert work.units == {g: [g] for g in (110, 111, 112, 210, 211)}
+        assert work.split == {111} and work.early == {112, 211}
+        assert work.task_of == {110: 0, 111: 1, 112: 1, 210: 1, 211: 1}
+        assert work.rewrites(0, plan, early=False) == {1: [[110]]}
+        assert work.rewrites(1, plan, early=False) == {1: [[111]], 2: [[210]]}
+        assert work.rewrites(1, plan, early=True) == {1: [[112]], 2: [[211]]}
+    assert work.rewrites(0, plan, early=True) == {}
+    assert work.pieces_of(0, plan) == ([] if txn else [3]) and work.pieces_of(1, plan) == []
+    assert len(work.buckets) == 2 and sorted(b for bs in work.buckets for b in bs) == list(
+        range(ranges.FINE_BUCKETS)
+    )
+
+
 @pytest.mark.parametrize(
     "seg_ids, n_keys, keys, local",
     [
