@@ -100,6 +100,15 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
     cut = any(len(rids) > 1 for _, rids in plan.groups.values())
     assert any(n.startswith("piece-") for n in names) == (cut and "transactions" not in case)
     assert not any(n.startswith("ids-") for n in names) or "transactions" in case
+    # A key a later range holds is found once, by the merge of its bucket, for each earlier range.
+    ex = Exchange(Storage.local(), str(tmp_path / "exchange"))
+    found = [
+        (b.range_id, i)
+        for k in range(tasks)
+        for b in ex.read_blocks(f"found-{k}")
+        for i in ranges.from_block(b.data).column("id").to_pylist()
+    ]
+    assert len(found) == len(set(found)) and bool(found) == (len(plan.ranges) > 1)
 
 
 def test_a_partition_of_idempotent_producers_is_cut_into_pieces_as_one_without_producers(tmp_path):
