@@ -207,6 +207,34 @@ def test_tasks_run_one_after_another_leave_the_rest_to_finish(tmp_path, case, n_
     _check(part, [r for r in rows if r["group_id"] != STATS_ROW], one, specs)
 
 
+def test_a_follow_up_of_units_that_need_no_merge_neither_runs_nor_waits_for_the_merges(tmp_path):
+    """Two partitions of one range each, over two tasks run one after another: the later task
+    rewrites its own partition and gives up on the earlier one's merge; `finish` rewrites the
+    earlier one's partition without running that merge or reading the merges' statuses (one is
+    missing for good): the bytes of one whole-partition task each."""
+    parts = [generate(tmp_path / name, "--records 600 --keys 50 --segment-bytes 4000") for name in "ab"]
+    ones = [_whole(part) for part in parts]
+    partitions = [
+        [dataclasses.replace(s, group_id=s.group_id + 100 * n) for s in specs_for(part, 1)]
+        for n, part in enumerate(parts)
+    ]
+    plan = RangePlan.cut(partitions, 2)
+    assert plan.tasks == [[0], [1]]
+    ex = Exchange(Storage.local(), str(tmp_path / "exchange"), peer_wait=0.3)
+    (tmp_path / "exchange").mkdir()
+    outs = as_rows(r for t in (1, 0) for r in run_task(t, plan, ex, 1 << 30))
+    kinds = []
+
+    def run(kind, items):
+        kinds.append((kind, len(items)))
+        return as_rows(r for item in items for r in resume(kind, item, plan, ex, 1 << 30))
+
+    rows = finish(plan, ex, outs, run)
+    assert [k for k, n in kinds if n] == ["rewrite"]
+    for part, one, specs in zip(parts, ones, partitions, strict=True):
+        _check(part, [r for r in rows if r["group_id"] in {s.group_id for s in specs}], one, specs)
+
+
 class _Killed(BaseException):
     """An attempt that dies where it stands (its process killed): nothing of it returns."""
 
