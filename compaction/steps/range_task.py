@@ -170,15 +170,23 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
     marks["scanned"] = time.monotonic()
     _merge_phase(t, task, work)
     marks["posted"] = time.monotonic()
-    # The units whose rewrite needs nothing from the merge go first, without waiting for it.
+    # What needs nothing from the merge goes first, without waiting for it: the pieces of ranges
+    # the merge finds nothing for (their rewriters wait for them), then such units. Should a
+    # merge fail, such a piece is never read: its group's rewriter reports the merge's error.
+    pieces = work.pieces_of(t, plan)
+    for r in pieces:
+        if not plan.merged(r):
+            _write_piece(t, r, task, [])
     for partition, units in work.rewrites(t, plan, early=True).items():  # a damaged partition has no units
         results += _rewrite(partition, units, task, work)
     marks["rewritten"] = time.monotonic()
-    merge_errors = _merge_errors(task)
+    pieces, later = [r for r in pieces if plan.merged(r)], work.rewrites(t, plan, early=False)
+    # A task with nothing left that reads the merge (a partition's last task, mostly) ends here.
+    merge_errors = _merge_errors(task) if pieces or later else []
     marks["merged"] = time.monotonic()
-    for r in work.pieces_of(t, plan):
+    for r in pieces:
         _write_piece(t, r, task, merge_errors)
-    for partition, units in work.rewrites(t, plan, early=False).items():
+    for partition, units in later.items():
         results += _rewrite_after_merge(partition, units, task, work, merge_errors)
 
 
@@ -373,9 +381,10 @@ def _merge(t: int, task: _Task, dead: dict, buckets: list[int]) -> str | None:
 
 def _needs_no_merge(unit: list[int], plan: RangePlan) -> bool:
     """Whether the unit's rewrite reads nothing the merge writes: each of its groups one range
-    (not cut, so no piece of another task to wait for), the last of its partition (no later range
-    holds a key of it, so no FOUND entry is for it)."""
-    return all(len(plan.groups[g].ranges) == 1 and plan.is_last(plan.groups[g].ranges[0]) for g in unit)
+    (not cut, so no piece of another task to wait for) that no later range of another task
+    follows (`RangePlan.merged`: no FOUND entry is ever for it). Every group of a partition's
+    last task is such a unit, so that task rewrites them all while the others merge."""
+    return all(len(plan.groups[g].ranges) == 1 and not plan.merged(plan.groups[g].ranges[0]) for g in unit)
 
 
 def _summary_of(bucket: int):
@@ -459,7 +468,7 @@ def _shipped(rids: list[int], task: _Task) -> ranges.ShippedMap:
             shipped.hold(r, scan_spec, held.pop(r))
         else:
             shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
-    merged = [r for r in rids if not plan.is_last(r)]  # the merge finds nothing for the others
+    merged = [r for r in rids if plan.merged(r)]  # the merge finds nothing for the others
     for k in range(len(plan.tasks)) if merged else ():
         for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], merged)):
             shipped.apply_found(b.range_id, b)

@@ -116,29 +116,35 @@ def test_a_partition_of_idempotent_producers_is_cut_into_pieces_as_one_without_p
     assert any(n.startswith("piece-") for n in names) and not any(n.startswith("ids-") for n in names), names
 
 
-def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatch):
-    """The group of the partition's newest range needs nothing from the merge: its task rewrites
-    it before the merge is done (here the merge does not end before that group's file is written,
-    which would never happen if the rewrite waited for it), and the bytes are those of one task."""
+@pytest.mark.parametrize("n_groups", [2, 5])
+def test_the_last_tasks_groups_are_rewritten_while_the_merge_runs(tmp_path, monkeypatch, n_groups):
+    """Every group of the partition's last task needs nothing from the merge (the later ranges of
+    its own task were scanned with it; no other task's range follows): that task rewrites them all
+    before the merge is done (here the merge does not end before their files are written, which
+    would never happen if one of those rewrites waited for it), and the bytes are those of one task."""
     part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     compact_partition(specs_for(part, 1))
     one = cleaned(part)
-    specs = specs_for(part, 2)
-    newest = Path(specs[-1].segment_path(specs[-1].new_base)).with_suffix(".log" + CLEANED)
+    specs = specs_for(part, n_groups)
+    plan = RangePlan.cut([specs], 2)
+    last = [g for g, cut in plan.groups.items() if cut.ranges[0] in plan.tasks[1]]
+    assert len(last) == (1 if n_groups == 2 else 2)
+    files = [Path(plan.groups[g].spec.segment_path(plan.groups[g].spec.new_base)) for g in last]
+    files = [f.with_suffix(".log" + CLEANED) for f in files]
     merge, waited = range_task._merge, []
 
-    def merge_after_the_newest_group(t, *args):
+    def merge_after_the_last_tasks_groups(t, *args):
         deadline = time.monotonic() + 10
-        while t == 0 and not newest.exists():
-            if time.monotonic() > deadline:  # the rewrite waits for this merge: go on, and fail below
+        while t == 0 and not all(f.exists() for f in files):
+            if time.monotonic() > deadline:  # a rewrite waits for this merge: go on, and fail below
                 waited.append(t)
                 break
             time.sleep(0.01)
         return merge(t, *args)
 
-    monkeypatch.setattr(range_task, "_merge", merge_after_the_newest_group)
+    monkeypatch.setattr(range_task, "_merge", merge_after_the_last_tasks_groups)
     rows = in_ranges(specs, 2, tmp_path / "exchange")
-    assert not waited, "the newest range's rewrite waited for the merge"
+    assert not waited, "a rewrite of the last task's groups waited for the merge"
     assert not any(r.get("error") for r in rows), rows
     logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
     assert logs(cleaned(part)) == logs(one)
