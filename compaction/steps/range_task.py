@@ -44,6 +44,7 @@ import numpy as np
 from compaction.errors import PARTITION_ERRORS, CompactionError, error_text
 from compaction.format import batch as fb
 from compaction.policy.log_structure import epochs_from_columns
+from compaction.runtime import durability
 from compaction.runtime.exchange import Exchange, PeerGone
 from compaction.settings import PART_CHUNK_BYTES
 from compaction.steps import pipeline, ranges
@@ -436,7 +437,10 @@ def _rewrite(partition: int, units: list[list[int]], task: _Task, work: Work) ->
     first_unstable = pipeline.open_transaction(state, specs)
     if first_unstable is not None:
         return unstable(group_ids, first_unstable)
-    return [row for unit in units for row in _rewrite_unit(unit, state, task, work)]
+    # The units' files made durable together at the end (runtime/durability.py), as a whole
+    # partition's are, not unit by unit; a unit that stops at a `PeerGone` lets no row out.
+    with durability.deferred():
+        return [row for unit in units for row in _rewrite_unit(unit, state, task, work)]
 
 
 def _rewrite_unit(unit: list[int], state: ranges.ProducerState, task: _Task, work: Work) -> list[GroupResult]:

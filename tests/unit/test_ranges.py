@@ -777,3 +777,41 @@ def test_plan_keeps_a_task_that_holds_no_segment():
     )
     plan = RangePlan.cut([[spec]], 3)
     assert plan.tasks == [[], [0], [1]] and plan.rewriter == {3: 1}
+
+
+def test_a_tasks_groups_are_made_durable_together_before_their_rows_leave(tmp_path, monkeypatch):
+    """A task's groups of one partition are synced together at the end of their rewrite
+    (runtime/durability.py), as a whole-partition task's are: every `.cleaned` file of the last
+    task's groups, and the partition dir, fsynced before the task returns, none of them before the
+    last of them is created."""
+    import os
+
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    specs = specs_for(part, 5)
+    plan = RangePlan.cut([specs], 2)
+    last = [plan.groups[g].spec for g, cut in plan.groups.items() if cut.ranges[0] in plan.tasks[1]]
+    assert len(last) == 2
+    bases = tuple(naming.offset_prefix(s.new_base) + "." for s in last)
+    events: list[tuple[str, str]] = []
+    real_fsync, real_open = os.fsync, os.open
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def opened(path, flags, *a, **kw):
+        if flags & os.O_CREAT:
+            events.append(("create", str(path)))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "open", opened)
+    rows = in_ranges(specs, 2, tmp_path / "exchange")
+    assert not any(r.get("error") for r in rows), rows
+    mine = lambda p: Path(p).name.startswith(bases) and p.endswith(CLEANED)  # noqa: E731
+    created = [i for i, (kind, p) in enumerate(events) if kind == "create" and mine(p)]
+    synced = [i for i, (kind, p) in enumerate(events) if kind == "fsync" and mine(p)]
+    assert len(created) >= 3 * len(last)
+    assert {events[i][1] for i in created} <= {events[i][1] for i in synced}
+    assert min(synced) > max(created)  # together at the end, not group by group
+    assert str(part) in {p for kind, p in events if kind == "fsync"}
