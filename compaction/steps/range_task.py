@@ -171,22 +171,21 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
     marks["scanned"] = time.monotonic()
     _merge_phase(t, task, work)
     marks["posted"] = time.monotonic()
-    # What needs nothing from the merge goes first, without waiting for it: the pieces of ranges
-    # the merge finds nothing for (their rewriters wait for them), then such units. Should a
-    # merge fail, such a piece is never read: its group's rewriter reports the merge's error.
-    pieces = work.pieces_of(t, plan)
-    for r in pieces:
-        if not plan.merged(r):
-            _write_piece(t, r, task, [])
-    for partition, units in work.rewrites(t, plan, early=True).items():  # a damaged partition has no units
+    early = work.rewrites(t, plan, early=True)  # a damaged partition has no units
+    pieces, later = work.pieces_of(t, plan), work.rewrites(t, plan, early=False)
+    # The units whose rewrite needs nothing from the merge go first, without waiting for it,
+    # unless the task cleans pieces: a piece is cleaned once every merge is known to have
+    # succeeded, and its group's rewriter waits for it.
+    for partition, units in {} if pieces else early.items():
         results += _rewrite(partition, units, task, work)
     marks["rewritten"] = time.monotonic()
-    pieces, later = [r for r in pieces if plan.merged(r)], work.rewrites(t, plan, early=False)
     # A task with nothing left that reads the merge (a partition's last task, mostly) ends here.
     merge_errors = _merge_errors(task) if pieces or later else []
     marks["merged"] = time.monotonic()
     for r in pieces:
         _write_piece(t, r, task, merge_errors)
+    for partition, units in early.items() if pieces else {}:
+        results += _rewrite(partition, units, task, work)
     for partition, units in later.items():
         results += _rewrite_after_merge(partition, units, task, work, merge_errors)
 
