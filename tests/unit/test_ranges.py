@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from index_oracle import index_files
 from open_txn import last_stable_offset, open_txn_log_dir
 from structkit import bases, seg_path, set_epochs
+from synckit import record_creates_and_fsyncs
 
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
@@ -792,28 +793,13 @@ def test_a_tasks_groups_are_made_durable_together_before_their_rows_leave(tmp_pa
     (runtime/durability.py), as a whole-partition task's are: every `.cleaned` file of the last
     task's groups, and the partition dir, fsynced before the task returns, none of them before the
     last of them is created."""
-    import os
-
     part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     specs = specs_for(part, 5)
     plan = RangePlan.cut([specs], 2)
     last = [plan.groups[g].spec for g, cut in plan.groups.items() if cut.ranges[0] in plan.tasks[1]]
     assert len(last) == 2
     bases = tuple(naming.offset_prefix(s.new_base) + "." for s in last)
-    events: list[tuple[str, str]] = []
-    real_fsync, real_open = os.fsync, os.open
-
-    def fsync(fd):
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def opened(path, flags, *a, **kw):
-        if flags & os.O_CREAT:
-            events.append(("create", str(path)))
-        return real_open(path, flags, *a, **kw)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "open", opened)
+    events = record_creates_and_fsyncs(monkeypatch)
     rows = in_ranges(specs, 2, tmp_path / "exchange")
     assert not any(r.get("error") for r in rows), rows
     mine = lambda p: Path(p).name.startswith(bases) and p.endswith(CLEANED)  # noqa: E731
