@@ -361,6 +361,21 @@ def test_testRecoveryAfterCrash_swap_before_old_files_renamed(tmp_path):
     assert any("replaced by swap" in a for a in report.actions)
 
 
+def test_a_completed_broker_swap_leaves_no_file_of_the_segments_it_replaced(tmp_path):
+    """Every file of an old segment in [minSwap, maxSwap) goes, the one at the swap's own base
+    included: its `.txnindex` (the new segment has none: an old one left would give it aborted
+    ranges that are not its own) and its `.snapshot`, as a broker's LogLoader deletes them. The
+    segment after the range keeps all of its files."""
+    old = {**K_OLD, name(0, ".txnindex"): b"x0" * 17, name(0, ".snapshot"): b"snap0"}
+    old[name(10, ".snapshot")] = b"snap10"
+    part = _kafka_dir(tmp_path, "s3c", {**old, **{n + ".swap": d for n, d in K_NEW_SEG.items()}})
+    report = _recover_twice(part)
+    assert snapshot(part) == dict(sorted({**K_NEW, name(10, ".snapshot"): b"snap10"}.items()))
+    assert sorted(a for a in report.actions if "replaced by swap" in a) == sorted(
+        f"removed {n} (replaced by swap)" for n in old if n.startswith(("0" * 20, name(5)[:20]))
+    )
+
+
 def test_testRecoveryAfterCrash_async_delete_pending(tmp_path):
     # 4) swap complete, old files still .deleted (async deletion pending): they are removed.
     part = _kafka_dir(tmp_path, "s4", {**_old_with(".deleted"), **K_NEW_SEG})
