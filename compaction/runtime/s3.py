@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
+from compaction.settings import S3_DELETE_RETRIES
+
 # Query parameters of pyarrow's S3/GCS URIs that carry secrets.
 _SECRET_PARAMS = frozenset({"access_key", "secret_key", "session_token", "access_token", "credential"})
 REDACTED = "***"
@@ -86,7 +88,9 @@ class ObjectDeleter:
             aws_session_token=kw.get("session_token") or None,
             region_name=kw.get("region") or None,
         )
-        config = Config(s3={"addressing_style": style}, retries={"mode": "standard", "max_attempts": 3})
+        config = Config(
+            s3={"addressing_style": style}, retries={"mode": "standard", "max_attempts": S3_DELETE_RETRIES}
+        )
         if kw.get("anonymous"):
             from botocore import UNSIGNED
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from botocore.exceptions import ClientError
 from s3kit import KEY, REGION, SECRET, client, moto_server, throttling, versions
 
 from compaction.cli.preflight import check_round, check_versioning
@@ -67,21 +68,30 @@ def test_renames_and_deletes_leave_exactly_the_log_dirs_objects(s3):
     assert c.get_object(Bucket="swap", Key=f"{part}/{SEG}.log")["Body"].read() == b"cleaned"
 
 
-def test_a_delete_goes_through_a_store_that_sheds_load_three_times(s3):
-    """S3 answers `503 SlowDown` when it sheds load: the removal of a replaced segment retries 3 times
-    (as pyarrow does for its own requests) instead of failing the round's commit."""
+@pytest.mark.parametrize("refusals, through", [(1, True), (3, True), (4, False)])
+def test_a_delete_retries_a_store_that_sheds_load_three_times(s3, refusals, through):
+    """S3 answers `503 SlowDown` when it sheds load: the removal of a replaced segment is retried
+    3 times after its first request (`S3_DELETE_RETRIES`, as pyarrow does for its own requests)
+    instead of failing the round's commit at once; a fourth refusal is the store's answer, met
+    after 4 requests and no more."""
     c, endpoint = s3
-    _bucket(s3, "busy", None)
+    bucket = f"busy-{refusals}"
+    _bucket(s3, bucket, None)
     key = f"logs/orders-0/{SEG}.log.deleted"
-    c.put_object(Bucket="busy", Key=key, Body=b"replaced")
+    c.put_object(Bucket=bucket, Key=key, Body=b"replaced")
     with throttling(f"http://{endpoint}", 0) as (proxy, left):
-        storage, _ = Storage.for_uri(_uri(proxy.removeprefix("http://"), "busy"))
+        storage, _ = Storage.for_uri(_uri(proxy.removeprefix("http://"), bucket))
         deleter = storage._s3_deleter()  # built before the store turns busy
-        left[0] = 3
-        deleter.delete(f"busy/{key}")
-        assert left[0] < 0  # every refusal was met
-    listed = c.list_objects_v2(Bucket="busy", Prefix="logs/orders-0/")["Contents"]
-    assert [o["Key"] for o in listed] == [f"logs/orders-0/{SEG}.log"]
+        left[0] = refusals
+        if through:
+            deleter.delete(f"{bucket}/{key}")
+            assert left[0] == -1  # every refusal met, then one request through
+        else:
+            with pytest.raises(ClientError, match="SlowDown"):
+                deleter.delete(f"{bucket}/{key}")
+            assert left[0] == 0  # 4 requests, each refused
+    listed = c.list_objects_v2(Bucket=bucket, Prefix="logs/orders-0/")["Contents"]
+    assert [o["Key"] for o in listed] == [f"logs/orders-0/{SEG}.log"] + ([] if through else [key])
 
 
 @pytest.mark.parametrize("status", ["Enabled", "Suspended"])
