@@ -100,9 +100,17 @@ class ObjectDeleter:
         )
 
     def delete(self, path: str) -> None:
-        """Delete the object `bucket/key` (no error if it is already gone)."""
+        """Delete the object `bucket/key` (no error if it is already gone). A request the store
+        refuses, after the retries of a transient error, is an `OSError` naming the object, as
+        pyarrow's are: a storage error, which fails its partition alone (botocore's own errors
+        are no `OSError`, and would end the round)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         bucket, _, key = path.partition("/")
-        self._client.delete_object(Bucket=bucket, Key=key)
+        try:
+            self._client.delete_object(Bucket=bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            raise OSError(f"s3://{bucket}/{key}: could not delete it: {exc}") from None
 
     def versioning(self, bucket: str) -> str | None:
         """'Enabled', 'Suspended', or None for a bucket whose versioning was never turned on.
@@ -122,6 +130,14 @@ class ObjectDeleter:
         Versions go first, delete markers after: a marker removed while a version under it
         remained would make that version current again (an old `.swap` would reappear for the
         next run's recovery to act on)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return self._purge_noncurrent(prefix, wanted)
+        except (ClientError, BotoCoreError) as exc:  # an OSError naming the prefix, as `delete`'s
+            raise OSError(f"s3://{prefix}: could not purge its noncurrent versions: {exc}") from None
+
+    def _purge_noncurrent(self, prefix: str, wanted: Callable[[str], bool]) -> tuple[int, int]:
         bucket, _, key_prefix = prefix.rstrip("/").partition("/")
         key_prefix += "/"
         versions, markers = [], []

@@ -9,7 +9,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from botocore.exceptions import ClientError
 from s3kit import KEY, REGION, SECRET, client, moto_server, throttling, versions
 
 from compaction.cli.preflight import check_round, check_versioning
@@ -73,7 +72,7 @@ def test_a_delete_retries_a_store_that_sheds_load_three_times(s3, refusals, thro
     """S3 answers `503 SlowDown` when it sheds load: the removal of a replaced segment is retried
     3 times after its first request (`S3_DELETE_RETRIES`, as pyarrow does for its own requests)
     instead of failing the round's commit at once; a fourth refusal is the store's answer, met
-    after 4 requests and no more."""
+    after 4 requests and no more: an `OSError` naming the object, as a storage error is."""
     c, endpoint = s3
     bucket = f"busy-{refusals}"
     _bucket(s3, bucket, None)
@@ -87,8 +86,8 @@ def test_a_delete_retries_a_store_that_sheds_load_three_times(s3, refusals, thro
             deleter.delete(f"{bucket}/{key}")
             assert left[0] == -1  # every refusal met, then one request through
         else:
-            with pytest.raises(ClientError, match="SlowDown"):
-                deleter.delete(f"{bucket}/{key}")
+            with pytest.raises(OSError, match=rf"^s3://{bucket}/{key}: could not delete it: .*SlowDown"):
+                storage.delete(f"{bucket}/{key}", missing_ok=True)
             assert left[0] == 0  # 4 requests, each refused
     listed = c.list_objects_v2(Bucket=bucket, Prefix="logs/orders-0/")["Contents"]
     assert [o["Key"] for o in listed] == [f"logs/orders-0/{SEG}.log"] + ([] if through else [key])
@@ -223,6 +222,24 @@ def test_a_purge_the_bucket_refuses_fails_naming_the_object_and_the_reason(s3):
     assert f"s3://locked/{key}" in str(err.value) and "AccessDenied" in str(err.value)
     assert SECRET not in str(err.value)
     assert c.get_object(Bucket="locked", Key=key)["Body"].read() == b"rewritten"
+
+
+def test_a_purge_whose_listing_the_store_keeps_refusing_is_an_os_error_naming_the_partition(s3):
+    """A store that sheds load past the retries: the purge's failure is an `OSError` naming the
+    partition's prefix (the round reports it for that partition), and nothing is deleted."""
+    c, endpoint = s3
+    _bucket(s3, "busy-purge", "Enabled")
+    key = f"logs/orders-0/{SEG}.log"
+    c.put_object(Bucket="busy-purge", Key=key, Body=b"rewritten")
+    before = versions(c, "busy-purge")
+    with throttling(f"http://{endpoint}", 0) as (proxy, left):
+        storage, path = Storage.for_uri(_uri(proxy.removeprefix("http://"), "busy-purge"))
+        storage._s3_deleter()  # built before the store turns busy
+        left[0] = 4
+        with pytest.raises(OSError, match=r"^s3://busy-purge/logs/orders-0: could not purge .*SlowDown"):
+            storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
+        assert left[0] == 0
+    assert versions(c, "busy-purge") == before
 
 
 def test_a_purge_interrupted_between_versions_and_markers_resurrects_nothing(s3, monkeypatch):
