@@ -72,13 +72,9 @@ class KafkaLogDataSource(DataSource):
         if columns != tuple(name for name, _ in fields(opts.include_headers)):
             opts = replace(opts, columns=columns)
         names = tuple(f.name for f in schema.fields)
-        reader = (
-            PushdownKafkaLogReader(opts)
-            if _bool_option(self.options, "pushFilters")
-            else KafkaLogReader(opts)
-        )
-        reader.names = names if opts.columns and names != opts.columns else None
-        return reader
+        names = names if opts.columns and names != opts.columns else None
+        kind = PushdownKafkaLogReader if _bool_option(self.options, "pushFilters") else KafkaLogReader
+        return kind(opts, names)
 
 
 def _nullable(dtype) -> bool:
@@ -101,12 +97,12 @@ def _bool_option(options, name: str) -> bool:
 
 
 class KafkaLogReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, names: tuple[str, ...] | None = None) -> None:
         self.opts = opts
         self.bounds = Bounds()
         # The user schema's spelling of the columns where it differs from ours (Spark 4.1 checks
         # a batch's column names against the schema's, as spelt)
-        self.names: tuple[str, ...] | None = None
+        self.names = names
 
     def partitions(self):
         splits = plan_splits(self.opts, self.bounds)
