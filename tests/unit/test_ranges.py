@@ -468,6 +468,31 @@ def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_plannin
     assert {f.name: f.read_bytes() for f in part.iterdir()} == before
 
 
+@pytest.mark.parametrize("n_groups, tasks", [(1, 3), (3, 2)])
+def test_an_open_transaction_from_the_bound_on_leaves_the_partition_to_the_ranges(tmp_path, n_groups, tasks):
+    """The bound planned at the last stable offset, where a segment starts (the open transaction
+    in the tail after it, as a broker's active segment holds one): the range tasks clean the
+    partition, none sends it back to planning, and they write what a whole-partition task
+    writes."""
+    root = tmp_path / "logs"
+    m, cut = open_txn_log_dir(str(root))
+    part = root / "orders-0"
+    lso = last_stable_offset(m, cut)
+    assert lso in bases(str(part))[1:-1]  # the bound a segment's base, the open transaction after it
+    last = max(bases(str(part)))  # its indexes trimmed to the log end, as a broker's recovery does
+    index, timeindex = index_files(Path(seg_path(str(part), last)).read_bytes(), last)
+    Path(seg_path(str(part), last, ".index")).write_bytes(index)
+    Path(seg_path(str(part), last, ".timeindex")).write_bytes(timeindex)
+    specs = specs_for(part, n_groups, upper_bound=lso)
+    rows = in_ranges(specs, tasks, tmp_path / "exchange")
+    assert [(r["group_id"], r.get("error"), r.get("first_unstable")) for r in rows] == [
+        (s.group_id, None, None) for s in specs
+    ]
+    many = cleaned(part)
+    compact_partition(specs)
+    assert _logs(many) == _logs(cleaned(part)) != b""
+
+
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
     part = generate(tmp_path / "logs", "--records 4000 --keys 2000 --segment-bytes 30000")
     bases = sorted(naming.parse_segment_file_name(f.name).base_offset for f in part.glob("*.log"))
