@@ -348,8 +348,8 @@ def test_a_merge_that_fails_in_the_follow_up_fails_the_groups_it_feeds(
 ):
     """The stage's tasks run one after another (each gives up on its peers) and the merges fail:
     the follow-up's rewrites report the merge's error for every group that needs a merge, clean
-    no piece of a cut group, and write nothing for them; the partition's last group, when it is
-    one range, needs no merge and is cleaned."""
+    no piece of a cut group, and write nothing for them; a group of one range that no later
+    range of another task follows needs no merge and is cleaned."""
     part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     specs = specs_for(part, n_groups)
     plan = RangePlan.cut([specs], tasks)
@@ -374,7 +374,7 @@ def test_a_merge_that_fails_in_the_follow_up_fails_the_groups_it_feeds(
         for r in rows
         if r["group_id"] != STATS_ROW
     }
-    early = {g for g, (_, rids) in plan.groups.items() if len(rids) == 1 and plan.is_last(rids[0])}
+    early = {g for g, (_, rids) in plan.groups.items() if len(rids) == 1 and not plan.merged(rids[0])}
     assert early == ({specs[-1].group_id} if n_groups > 1 else set())
     assert errors == {s.group_id: s.group_id not in early for s in specs}
     assert sorted(cleaned(part)) == sorted(
@@ -694,7 +694,7 @@ def test_who_does_what_follows_from_the_plan_and_the_ranges_scans(tmp_path, txn)
     tasks, the third whole in task 1. Without transactions the second's groups are units of their
     own, the cut one rewritten from pieces; with them (`txn`, seen in its last range) the
     partition is one unit, rewritten by the rewriter of its first group, and nothing is a piece.
-    A unit of one range that is its partition's last needs no merge (`early`)."""
+    A unit of one range that no later range of another task follows needs no merge (`early`)."""
     part = generate(tmp_path / "logs", "--records 600 --keys 50 --segment-bytes 4000")
     partitions = [
         [dataclasses.replace(s, group_id=s.group_id + 100 * n) for s in specs_for(part, g)]
@@ -722,17 +722,18 @@ def test_who_does_what_follows_from_the_plan_and_the_ranges_scans(tmp_path, txn)
     assert work.holder == {0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1, 6: 1, 7: 1}
     if txn:
         assert work.units == {110: [110, 111, 112], 210: [210], 211: [211]}
-        assert work.split == frozenset() and work.early == {211}
+        assert work.split == frozenset() and work.early == {210, 211}
         assert work.task_of == {110: 0, 111: 0, 112: 0, 210: 1, 211: 1}
         assert work.rewrites(0, plan, early=False) == {1: [[110, 111, 112]]}
-        assert work.rewrites(1, plan, early=False) == {2: [[210]]}
+        assert work.rewrites(1, plan, early=False) == {}
+        assert work.rewrites(1, plan, early=True) == {2: [[210], [211]]}
     else:
         assert work.units == {g: [g] for g in (110, 111, 112, 210, 211)}
-        assert work.split == {111} and work.early == {112, 211}
+        assert work.split == {111} and work.early == {112, 210, 211}
         assert work.task_of == {110: 0, 111: 1, 112: 1, 210: 1, 211: 1}
         assert work.rewrites(0, plan, early=False) == {1: [[110]]}
-        assert work.rewrites(1, plan, early=False) == {1: [[111]], 2: [[210]]}
-        assert work.rewrites(1, plan, early=True) == {1: [[112]], 2: [[211]]}
+        assert work.rewrites(1, plan, early=False) == {1: [[111]]}
+        assert work.rewrites(1, plan, early=True) == {1: [[112]], 2: [[210], [211]]}
     assert work.rewrites(0, plan, early=True) == {}
     assert work.pieces_of(0, plan) == ([] if txn else [3]) and work.pieces_of(1, plan) == []
     assert len(work.buckets) == 2 and sorted(b for bs in work.buckets for b in bs) == list(
