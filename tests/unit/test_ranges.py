@@ -605,6 +605,66 @@ def _check_merge(rows):
         assert got.get(r, {}) == want
 
 
+# (range, key, latest) rows: ranges 0 and 1 are partition 0, range 2 partition 1 (`_check_merge`).
+MERGE_ROWS = {
+    "the later range's offset reaches the earlier": [(0, b"k", 3), (1, b"k", 9)],
+    "the earlier range's offset reaches the later": [(0, b"k", 9), (1, b"k", 3)],
+    "equal offsets: no FOUND": [(0, b"k", 5), (1, b"k", 5)],
+    "offset 0 beats no dirty record": [(0, b"k", -1), (1, b"k", 0)],
+    "empty keys": [(0, b"", 2), (1, b"", 7), (2, b"", 1)],
+    "keys that are prefixes of each other": [(0, b"ab", 4), (0, b"abc", 1), (1, b"abc", 8), (1, b"a", 9)],
+    "the other partition's higher offset is not taken": [(0, b"k", 3), (1, b"k", 5), (2, b"k", 9)],
+    # more keys than the table's 16 smallest slots: probes past taken slots
+    "40 keys in both ranges": [(r, b"%d" % i, i if r == 0 else 40 - i) for r in (0, 1) for i in range(40)]
+    + [(2, b"%d" % i, 100) for i in range(0, 40, 3)],
+}
+
+
+@pytest.mark.parametrize("cached_rows", [1 << 19, 0])
+@pytest.mark.parametrize("case", sorted(MERGE_ROWS))
+def test_merge_of_a_key_in_two_ranges_of_a_partition(case, cached_rows):
+    """The merge's boundary table, both ways of merging a bucket: a key in two ranges of one
+    partition gets the higher offset in the other range, never one of another partition."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ranges, "CACHED_MERGE_ROWS", cached_rows)
+        _check_merge(MERGE_ROWS[case])
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [],
+        [pa.array([], pa.binary())],
+        [pa.array([b""], pa.binary()), pa.array([b"", b""], pa.large_binary())],
+        [pa.array([b"ab", b"", b"cde"], pa.binary())],
+        [pa.array([b"xy", b"ab", b"", b"cde", b"f"], pa.binary()).slice(1, 3)],
+        [
+            pa.array([b"q", b"rs"], pa.large_binary()).slice(1),
+            pa.array([b"tuv"], pa.binary()),
+            pa.array([b"w", b"", b"xyz"], pa.binary()).slice(2),
+        ],
+    ],
+)
+def test_flat_lays_the_keys_of_sliced_arrays_end_to_end(arrays):
+    """`_flat` reads the arrays' buffers: a slice starts inside its buffers (offset and first
+    value offset not 0), a large binary array has 64-bit offsets, an array of empty keys may
+    have no data buffer."""
+    keys = [k for a in arrays for k in a.to_pylist()]
+    data, offs = ranges._flat(arrays)
+    assert data.tobytes() == b"".join(keys)
+    assert offs.tolist() == np.cumsum([0] + [len(k) for k in keys]).tolist()
+
+
+def test_prefixed_puts_each_keys_partition_before_it_big_endian():
+    keys = [b"ab", b"", b"cde", b"ab"]
+    part = np.array([0, 7, 1 << 24, 258], np.int64)
+    offs = np.cumsum([0] + [len(k) for k in keys]).astype(np.int64)
+    data, new_offs = ranges._prefixed(np.frombuffer(b"".join(keys), np.uint8), offs, part)
+    want = [int(p).to_bytes(4, "big") + k for p, k in zip(part.tolist(), keys)]
+    assert data.tobytes() == b"".join(want)
+    assert new_offs.tolist() == np.cumsum([0] + [len(w) for w in want]).tolist()
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.binary(max_size=9), st.integers(-1, 10**12)), max_size=80),
