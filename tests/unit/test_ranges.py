@@ -630,6 +630,22 @@ def test_merge_of_a_key_in_two_ranges_of_a_partition(case, cached_rows):
         _check_merge(MERGE_ROWS[case])
 
 
+def test_merge_table_probes_wrap_inside_its_slots():
+    """`_max_by_key` with 20 rows of 14 keys in 16 slots, the slots the head of a larger zeroed
+    buffer: every probe wraps at the end of the table (a compiled kernel checks no index, so one
+    past it would take the buffer's next word as a free slot), and each row gets its key's max."""
+    keys = [b"%d" % (i % 14) for i in range(20)]
+    latest = np.array([(i * 7) % 23 for i in range(20)], np.int64)
+    offs = np.cumsum([0] + [len(k) for k in keys]).astype(np.int64)
+    buf = np.zeros(64, np.uint64)
+    out, rep = np.empty(20, np.int64), np.empty(20, np.int64)
+    part = np.zeros(20, np.int32)
+    ranges._max_by_key(np.frombuffer(b"".join(keys), np.uint8), offs, part, latest, buf[:16], rep, out)
+    assert (buf[16:] == 0).all()
+    best = {k: max(int(v) for kk, v in zip(keys, latest) if kk == k) for k in keys}
+    assert out.tolist() == [best[k] for k in keys]
+
+
 @pytest.mark.parametrize(
     "arrays",
     [
