@@ -33,6 +33,7 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
+from pyspark.sql.types import ArrayType, MapType, StructType
 
 from compaction.runtime.worker import keep_zip_directories
 from compaction.settings import FRAME_SPARK_BATCH_ROWS
@@ -65,17 +66,26 @@ class KafkaLogDataSource(DataSource):
         # Spark passes a schema the user gave (`.schema("offset long")`) here instead of asking
         # `schema()`, and takes rows of exactly its columns: only those are built and handed
         # over (Spark's Python sources get no column pruning of their own).
-        columns = chosen_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
+        columns = chosen_columns(
+            [(f.name, f.dataType.simpleString(), f.nullable and _nullable(f.dataType)) for f in schema.fields]
+        )
         if columns != tuple(name for name, _ in fields(opts.include_headers)):
             opts = replace(opts, columns=columns)
         names = tuple(f.name for f in schema.fields)
-        reader = (
-            PushdownKafkaLogReader(opts)
-            if _bool_option(self.options, "pushFilters")
-            else KafkaLogReader(opts)
-        )
-        reader.names = names if opts.columns and names != opts.columns else None
-        return reader
+        names = names if opts.columns and names != opts.columns else None
+        kind = PushdownKafkaLogReader if _bool_option(self.options, "pushFilters") else KafkaLogReader
+        return kind(opts, names)
+
+
+def _nullable(dtype) -> bool:
+    """Whether nothing inside `dtype` is declared NOT NULL (`array<struct<key:string not null>>`)."""
+    if isinstance(dtype, StructType):
+        return all(f.nullable and _nullable(f.dataType) for f in dtype.fields)
+    if isinstance(dtype, ArrayType):
+        return dtype.containsNull and _nullable(dtype.elementType)
+    if isinstance(dtype, MapType):
+        return dtype.valueContainsNull and _nullable(dtype.keyType) and _nullable(dtype.valueType)
+    return True
 
 
 class SplitPartition(InputPartition):
@@ -87,12 +97,12 @@ def _bool_option(options, name: str) -> bool:
 
 
 class KafkaLogReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, names: tuple[str, ...] | None = None) -> None:
         self.opts = opts
         self.bounds = Bounds()
         # The user schema's spelling of the columns where it differs from ours (Spark 4.1 checks
         # a batch's column names against the schema's, as spelt)
-        self.names: tuple[str, ...] | None = None
+        self.names = names
 
     def partitions(self):
         splits = plan_splits(self.opts, self.bounds)

@@ -108,24 +108,34 @@ def arrow_schema(include_headers: bool, columns: tuple[str, ...] | None = None) 
 _SIMPLE_TYPES = {"long": "bigint"}
 
 
-def chosen_columns(requested: list[tuple[str, str]]) -> tuple[str, ...]:
-    """The columns a user-given schema asks for, as `(name, Spark simpleString type)` pairs:
+def chosen_columns(requested: list[tuple[str, str, bool]]) -> tuple[str, ...]:
+    """The columns a user-given schema asks for, as `(name, Spark simpleString type, nullable)`:
     any of the source's columns (`headers` included), in any order, each with its own type, so
-    that only these are built and handed to Spark. Names match as Spark's do, whatever the case;
-    the rows carry them as the schema spells them."""
+    that only these are built and handed to Spark. Names match as Spark's do by default
+    (`spark.sql.caseSensitive` false), whatever the case; the rows carry them as the schema spells
+    them. `nullable` is false when the schema declares the column, or anything inside its type,
+    NOT NULL: Spark trusts that declaration (`value IS NULL` is then planned as false and a
+    tombstone count comes back 0), and every column of a log may be null (a tombstone's value, a
+    key-less record's key, a v0 record's timestamp), so it is refused. Spark's file sources make a
+    user's schema nullable instead; a Python source cannot."""
     ours = {name.lower(): (name, _SIMPLE_TYPES.get(typ, typ)) for name, typ in fields(True)}
     allowed = ", ".join(f"{name} {typ}" for name, typ in ours.values())
     out = []
-    for name, typ in requested:
+    for name, typ, nullable in requested:
         if name.lower() not in ours:
             raise UsageError(f"schema: kafka_log has no column {name!r}; its columns: {allowed}")
         if typ != ours[name.lower()][1]:
             raise UsageError(
                 f"schema: column {name} is {ours[name.lower()][1]} in kafka_log, not {typ}; its columns: {allowed}"
             )
+        if not nullable:
+            raise UsageError(
+                f"schema: column {name} is declared NOT NULL, but kafka_log's columns may hold nulls "
+                "and Spark would trust the declaration; declare it without NOT NULL"
+            )
         out.append(ours[name.lower()][0])
     if len(set(out)) < len(out):
-        raise UsageError(f"schema: a column named twice in {[name for name, _ in requested]}")
+        raise UsageError(f"schema: a column named twice in {[name for name, _, _ in requested]}")
     return tuple(out)
 
 

@@ -160,10 +160,13 @@ def test_a_user_schema_reads_only_its_columns(spark, kafka_log, log_dir, compact
     assert batches and {tuple(b.schema.names) for b in batches} == {("value", "Offset")}
 
 
-def test_a_user_schema_with_a_column_not_ours_fails_naming_it(spark, kafka_log, log_dir):
+def test_a_user_schema_spark_would_misread_fails_naming_the_column(spark, kafka_log, log_dir):
     for ddl, message in [
         ("offst long", r"kafka_log has no column 'offst'; its columns: key binary, value binary"),
         ("offset int", r"column offset is bigint in kafka_log, not int; its columns: key binary"),
+        # Trusted by Spark, `value IS NULL` would count no tombstone.
+        ("value binary not null", r"column value is declared NOT NULL"),
+        ("headers array<struct<key:string not null,value:binary>>", r"column headers is declared NOT NULL"),
     ]:
         with pytest.raises(Exception, match=message):
             spark.read.format("kafka_log").schema(ddl).load(log_dir).count()

@@ -210,16 +210,21 @@ def test_chosen_columns_are_the_full_rows_projected(log_dir, columns, compacted)
 
 
 def test_chosen_columns_check_names_and_types():
-    assert chosen_columns([("OFFSET", "bigint"), ("value", "binary")]) == ("offset", "value")
-    assert chosen_columns([("headers", "array<struct<key:string,value:binary>>")]) == ("headers",)
+    assert chosen_columns([("OFFSET", "bigint", True), ("value", "binary", True)]) == ("offset", "value")
+    headers = [("headers", "array<struct<key:string,value:binary>>", True)]
+    assert chosen_columns(headers) == ("headers",)
     with pytest.raises(UsageError, match=r"no column 'offst'.*offset bigint.*isControl boolean"):
-        chosen_columns([("offst", "bigint")])
+        chosen_columns([("offst", "bigint", True)])
     with pytest.raises(UsageError, match=r"column offset is bigint in kafka_log, not int.*key binary"):
-        chosen_columns([("offset", "int")])
+        chosen_columns([("offset", "int", True)])
     with pytest.raises(UsageError, match=r"column timestamp is timestamp in kafka_log, not timestamp_ntz"):
-        chosen_columns([("timestamp", "timestamp_ntz")])
+        chosen_columns([("timestamp", "timestamp_ntz", True)])
     with pytest.raises(UsageError, match="named twice"):
-        chosen_columns([("key", "binary"), ("Key", "binary")])
+        chosen_columns([("key", "binary", True), ("Key", "binary", True)])
+    # A NOT NULL column, even one no record leaves null: Spark would plan `IS NULL` on it as false.
+    for name, typ in [("value", "binary"), ("offset", "bigint"), headers[0][:2]]:
+        with pytest.raises(UsageError, match=rf"column {name} is declared NOT NULL"):
+            chosen_columns([(name, typ, False)])
 
 
 @pytest.fixture(scope="module")
