@@ -521,6 +521,32 @@ def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path
     assert omitted > 0
 
 
+def test_a_tasks_ranges_ship_the_producer_headers_of_the_whole_scan(tmp_path):
+    """A task's four ranges of a partition of transactions and idempotent producers, scanned
+    together: each range's PRODUCERS block holds the producer batch headers of its own segments
+    (and its tail's), and over the ranges they are exactly the whole-partition scan's, each once."""
+    from compaction.steps.scan import scan_partition
+
+    part = generate(tmp_path / "logs", CASE_FLAGS["transactions, aborts"])
+    _, whole = scan_partition(specs_for(part, 1))
+    plan = RangePlan.cut([specs_for(part, 4)], 1)
+    rids = plan.tasks[0]
+    assert len(rids) == 4
+    specs = [plan.ranges[r].scan for r in rids]
+
+    def rows(tables) -> list[tuple]:
+        cols = [[pa.table(t).column(c).to_pylist() for c in ranges.HEADER_COLUMNS] for t in tables]
+        return sorted(r for c in cols for r in zip(*c))
+
+    shipped = []
+    for n, (_, blocks) in enumerate(ranges.scan_ranges(rids, specs, 0)):
+        mine = rows(ranges.from_block(b.data) for b in blocks if b.kind == ranges.PRODUCERS)
+        end = specs[n + 1].segments[0].base_offset if n + 1 < len(specs) else float("inf")
+        assert mine and all(specs[n].segments[0].base_offset <= r[2] < end for r in mine)
+        shipped += mine
+    assert sorted(shipped) == rows(whole)
+
+
 @pytest.mark.parametrize("groups, tasks", [((3, 2), 1), ((1, 3, 1), 1), ((3, 2), 2), ((2, 1, 2), 3)])
 def test_a_tasks_ranges_are_scanned_together_partition_by_partition(tmp_path, groups, tasks):
     """A task's ranges (log order) are cut into runs where the partition changes: each run is one
