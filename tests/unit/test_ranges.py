@@ -656,20 +656,26 @@ def test_merge_of_a_key_in_two_ranges_of_a_partition(case, cached_rows):
         _check_merge(MERGE_ROWS[case])
 
 
-def test_merge_table_probes_wrap_inside_its_slots():
-    """`_max_by_key` with 20 rows of 14 keys in 16 slots, the slots the head of a larger zeroed
-    buffer: every probe wraps at the end of the table (a compiled kernel checks no index, so one
-    past it would take the buffer's next word as a free slot), and each row gets its key's max."""
-    keys = [b"%d" % (i % 14) for i in range(20)]
-    latest = np.array([(i * 7) % 23 for i in range(20)], np.int64)
-    offs = np.cumsum([0] + [len(k) for k in keys]).astype(np.int64)
+@pytest.mark.parametrize("prefix", [b"", b"k", b"key-"])
+def test_merge_table_probes_wrap_inside_its_slots(prefix):
+    """`_max_by_key` with 15 (partition, key) pairs, 8 keys in partition 0 and 7 of them in
+    partition 1, 20 rows, in 16 slots that are the head of a larger zeroed buffer: every probe
+    wraps at the end of the table (a compiled kernel checks no index, so one past it would take
+    the buffer's next word as a free slot), the long probes pass the same key of the other
+    partition without taking it, and each row gets the max of its (partition, key)."""
+    rows = [(0, b"%s%d" % (prefix, i), i) for i in range(8)]
+    rows += [(1, b"%s%d" % (prefix, i), 20 - i) for i in range(7)]
+    rows += [(p, k, (v * 7) % 23) for p, k, v in rows[:5]]
+    part = np.array([p for p, _, _ in rows], np.int32)
+    latest = np.array([v for _, _, v in rows], np.int64)
+    offs = np.cumsum([0] + [len(k) for _, k, _ in rows]).astype(np.int64)
     buf = np.zeros(64, np.uint64)
-    out, rep = np.empty(20, np.int64), np.empty(20, np.int64)
-    part = np.zeros(20, np.int32)
-    ranges._max_by_key(np.frombuffer(b"".join(keys), np.uint8), offs, part, latest, buf[:16], rep, out)
+    out, rep = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+    data = np.frombuffer(b"".join(k for _, k, _ in rows), np.uint8)
+    ranges._max_by_key(data, offs, part, latest, buf[:16], rep, out)
     assert (buf[16:] == 0).all()
-    best = {k: max(int(v) for kk, v in zip(keys, latest) if kk == k) for k in keys}
-    assert out.tolist() == [best[k] for k in keys]
+    best = {(p, k): max(v for pp, kk, v in rows if (pp, kk) == (p, k)) for p, k, _ in rows}
+    assert out.tolist() == [best[(p, k)] for p, k, _ in rows]
 
 
 @pytest.mark.parametrize(
