@@ -89,6 +89,11 @@ CACHE_MAX_BYTES = 1 << 30
 # thread needs it) and for a retried task's new executor to start; short against a round that
 # would otherwise never end.
 PEER_WAIT_SECONDS = 60.0
+# The retries of a `DeleteObject` on S3 (runtime/s3.py: a replaced segment's removal, a rename's
+# delete) that the store answered `503 SlowDown` or another transient error: botocore's standard
+# mode, these after the first request, with its exponential backoff (up to ~7 s in all), so that a
+# store shedding load for a moment does not fail the round's commit.
+S3_DELETE_RETRIES = 3
 
 
 # Partitions `--output-dir` copies at once on the driver: each thread holds one source segment

@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
+from compaction.settings import S3_DELETE_RETRIES
+
 # Query parameters of pyarrow's S3/GCS URIs that carry secrets.
 _SECRET_PARAMS = frozenset({"access_key", "secret_key", "session_token", "access_token", "credential"})
 REDACTED = "***"
@@ -86,7 +88,9 @@ class ObjectDeleter:
             aws_session_token=kw.get("session_token") or None,
             region_name=kw.get("region") or None,
         )
-        config = Config(s3={"addressing_style": style}, retries={"mode": "standard", "max_attempts": 3})
+        config = Config(
+            s3={"addressing_style": style}, retries={"mode": "standard", "max_attempts": S3_DELETE_RETRIES}
+        )
         if kw.get("anonymous"):
             from botocore import UNSIGNED
 
@@ -96,9 +100,17 @@ class ObjectDeleter:
         )
 
     def delete(self, path: str) -> None:
-        """Delete the object `bucket/key` (no error if it is already gone)."""
+        """Delete the object `bucket/key` (no error if it is already gone). A request the store
+        refuses, after the retries of a transient error, is an `OSError` naming the object, as
+        pyarrow's are: a storage error, which fails its partition alone (botocore's own errors
+        are no `OSError`, and would end the round)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         bucket, _, key = path.partition("/")
-        self._client.delete_object(Bucket=bucket, Key=key)
+        try:
+            self._client.delete_object(Bucket=bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            raise OSError(f"s3://{bucket}/{key}: could not delete it: {exc}") from None
 
     def versioning(self, bucket: str) -> str | None:
         """'Enabled', 'Suspended', or None for a bucket whose versioning was never turned on.
@@ -118,6 +130,14 @@ class ObjectDeleter:
         Versions go first, delete markers after: a marker removed while a version under it
         remained would make that version current again (an old `.swap` would reappear for the
         next run's recovery to act on)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return self._purge_noncurrent(prefix, wanted)
+        except (ClientError, BotoCoreError) as exc:  # an OSError naming the prefix, as `delete`'s
+            raise OSError(f"s3://{prefix}: could not purge its noncurrent versions: {exc}") from None
+
+    def _purge_noncurrent(self, prefix: str, wanted: Callable[[str], bool]) -> tuple[int, int]:
         bucket, _, key_prefix = prefix.rstrip("/").partition("/")
         key_prefix += "/"
         versions, markers = [], []

@@ -44,6 +44,7 @@ import numpy as np
 from compaction.errors import PARTITION_ERRORS, CompactionError, error_text
 from compaction.format import batch as fb
 from compaction.policy.log_structure import epochs_from_columns
+from compaction.runtime import durability
 from compaction.runtime.exchange import Exchange, PeerGone
 from compaction.settings import PART_CHUNK_BYTES
 from compaction.steps import pipeline, ranges
@@ -170,15 +171,22 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
     marks["scanned"] = time.monotonic()
     _merge_phase(t, task, work)
     marks["posted"] = time.monotonic()
-    # The units whose rewrite needs nothing from the merge go first, without waiting for it.
-    for partition, units in work.rewrites(t, plan, early=True).items():  # a damaged partition has no units
+    early = work.rewrites(t, plan, early=True)  # a damaged partition has no units
+    pieces, later = work.pieces_of(t, plan), work.rewrites(t, plan, early=False)
+    # The units whose rewrite needs nothing from the merge go first, without waiting for it,
+    # unless the task cleans pieces: a piece is cleaned once every merge is known to have
+    # succeeded, and its group's rewriter waits for it.
+    for partition, units in {} if pieces else early.items():
         results += _rewrite(partition, units, task, work)
     marks["rewritten"] = time.monotonic()
-    merge_errors = _merge_errors(task)
+    # A task with nothing left that reads the merge (a partition's last task, mostly) ends here.
+    merge_errors = _merge_errors(task) if pieces or later else []
     marks["merged"] = time.monotonic()
-    for r in work.pieces_of(t, plan):
+    for r in pieces:
         _write_piece(t, r, task, merge_errors)
-    for partition, units in work.rewrites(t, plan, early=False).items():
+    for partition, units in early.items() if pieces else {}:
+        results += _rewrite(partition, units, task, work)
+    for partition, units in later.items():
         results += _rewrite_after_merge(partition, units, task, work, merge_errors)
 
 
@@ -373,9 +381,10 @@ def _merge(t: int, task: _Task, dead: dict, buckets: list[int]) -> str | None:
 
 def _needs_no_merge(unit: list[int], plan: RangePlan) -> bool:
     """Whether the unit's rewrite reads nothing the merge writes: each of its groups one range
-    (not cut, so no piece of another task to wait for), the last of its partition (no later range
-    holds a key of it, so no FOUND entry is for it)."""
-    return all(len(plan.groups[g].ranges) == 1 and plan.is_last(plan.groups[g].ranges[0]) for g in unit)
+    (not cut, so no piece of another task to wait for) that no later range of another task
+    follows (`RangePlan.merged`: no FOUND entry is ever for it). Every group of a partition's
+    last task is such a unit, so that task rewrites them all while the others merge."""
+    return all(len(plan.groups[g].ranges) == 1 and not plan.merged(plan.groups[g].ranges[0]) for g in unit)
 
 
 def _summary_of(bucket: int):
@@ -427,7 +436,10 @@ def _rewrite(partition: int, units: list[list[int]], task: _Task, work: Work) ->
     first_unstable = pipeline.open_transaction(state, specs)
     if first_unstable is not None:
         return unstable(group_ids, first_unstable)
-    return [row for unit in units for row in _rewrite_unit(unit, state, task, work)]
+    # The units' files made durable together at the end (runtime/durability.py), as a whole
+    # partition's are, not unit by unit; a unit that stops at a `PeerGone` lets no row out.
+    with durability.deferred():
+        return [row for unit in units for row in _rewrite_unit(unit, state, task, work)]
 
 
 def _rewrite_unit(unit: list[int], state: ranges.ProducerState, task: _Task, work: Work) -> list[GroupResult]:
@@ -459,7 +471,7 @@ def _shipped(rids: list[int], task: _Task) -> ranges.ShippedMap:
             shipped.hold(r, scan_spec, held.pop(r))
         else:
             shipped.add_blocks(r, scan_spec, list(ex.read_blocks(f"ids-{r}")))
-    merged = [r for r in rids if not plan.is_last(r)]  # the merge finds nothing for the others
+    merged = [r for r in rids if plan.merged(r)]  # the merge finds nothing for the others
     for k in range(len(plan.tasks)) if merged else ():
         for b in ex.read_blocks(f"found-{k}", lambda ix: np.isin(ix["range_id"], merged)):
             shipped.apply_found(b.range_id, b)

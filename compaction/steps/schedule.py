@@ -28,6 +28,7 @@ An estimate only decides who merges what; any dealing cleans the same bytes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -161,10 +162,18 @@ class RangePlan:
         """The ranges of groups `group_ids` (a partition's, in log order), in log order."""
         return [r for g in group_ids for r in self.groups[g].ranges]
 
-    def is_last(self, rid: int) -> bool:
-        """Whether range `rid` is the last of its partition (no later range holds a key of it)."""
+    def merged(self, rid: int) -> bool:
+        """Whether the merge may find a key of range `rid` a later offset: a later range of its
+        partition lies in another task, i.e. (the tasks' shares being contiguous in log order)
+        its partition's last range does. The later ranges of its own task are scanned with it
+        into one table (`ranges.scan_ranges`), so its held offsets already are theirs, and a
+        range of an earlier task lies before it in the log."""
         last_group = self.partitions[self.ranges[rid].partition][-1]
-        return self.groups[last_group].ranges[-1] == rid
+        return self._holder[self.groups[last_group].ranges[-1]] != self._holder[rid]
+
+    @functools.cached_property
+    def _holder(self) -> dict[int, int]:
+        return {r: t for t, rids in enumerate(self.tasks) for r in rids}
 
     def specs_of(self, partition: int) -> list[GroupSpec]:
         """The groups of `partition`, in log order."""

@@ -21,15 +21,20 @@ def generate(out: Path, flags: str = "", *more: str) -> Path:
     return out / "t-0"
 
 
-def specs_for(part: Path, groups: int, first_dirty: int = 0) -> list[GroupSpec]:
-    """The non-active segments cut into `groups` groups, the active one as the last group's tail."""
+def specs_for(
+    part: Path, groups: int, first_dirty: int = 0, upper_bound: int | None = None
+) -> list[GroupSpec]:
+    """The non-active segments cut into `groups` groups, the active one as the last group's tail
+    (with `upper_bound`, a segment's base: the segments below it, and those from it on as the
+    tail)."""
     segs = []
     for f in sorted(part.glob("*.log")):
         st_ = f.stat()
         segs.append(
             SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns)
         )
-    body, tail = segs[:-1], segs[-1]
+    cut = len(segs) - 1 if upper_bound is None else [s.base_offset for s in segs].index(upper_bound)
+    body, tail = segs[:cut], tuple(segs[cut:])
     cuts = np.array_split(np.arange(len(body)), groups)
     return [
         GroupSpec(
@@ -40,12 +45,12 @@ def specs_for(part: Path, groups: int, first_dirty: int = 0) -> list[GroupSpec]:
             part_path=str(part),
             segments=tuple(body[i] for i in idx),
             first_dirty_offset=first_dirty,
-            upper_bound=tail.base_offset,
+            upper_bound=tail[0].base_offset,
             now_ms=NOW_MS,
             delete_retention_ms=60_000,
             legacy_delete_horizon_ms=0,
             index_interval_bytes=4096,
-            tail_segments=(tail,) if n == groups - 1 else (),
+            tail_segments=tail if n == groups - 1 else (),
         )
         for n, idx in enumerate(cuts)
     ]

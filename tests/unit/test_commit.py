@@ -19,15 +19,22 @@ import sys
 from contextlib import contextmanager
 
 import pytest
+from faultkit import small_partition
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from index_oracle import index_files
 
+from compaction.cli.options import parse_args
 from compaction.format import batch as fb
 from compaction.format import naming
 from compaction.format.batch_build import build_batch
 from compaction.runtime.storage import Storage
-from compaction.steps.commit import INTENT_FILE, Replacement, commit_partition, remove_replaced
+from compaction.steps import plan_round
+from compaction.steps.commit import INTENT_FILE, Replacement, commit, commit_partition, remove_replaced
+from compaction.steps.discover import read_log_dir
+from compaction.steps.pipeline import compact_whole
 from compaction.steps.recover import recover_partition
+from compaction.steps.results import as_rows
 
 T0 = 1_700_000_000_000
 OTHER_FILES = {"leader-epoch-checkpoint": b"0\n1\n0 0\n", "partition.metadata": b"version: 0\ntopic_id: x\n"}
@@ -354,6 +361,21 @@ def test_testRecoveryAfterCrash_swap_before_old_files_renamed(tmp_path):
     assert any("replaced by swap" in a for a in report.actions)
 
 
+def test_a_completed_broker_swap_leaves_no_file_of_the_segments_it_replaced(tmp_path):
+    """Every file of an old segment in [minSwap, maxSwap) goes, the one at the swap's own base
+    included: its `.txnindex` (the new segment has none: an old one left would give it aborted
+    ranges that are not its own) and its `.snapshot`, as a broker's LogLoader deletes them. The
+    segment after the range keeps all of its files."""
+    old = {**K_OLD, name(0, ".txnindex"): b"x0" * 17, name(0, ".snapshot"): b"snap0"}
+    old[name(10, ".snapshot")] = b"snap10"
+    part = _kafka_dir(tmp_path, "s3c", {**old, **{n + ".swap": d for n, d in K_NEW_SEG.items()}})
+    report = _recover_twice(part)
+    assert snapshot(part) == dict(sorted({**K_NEW, name(10, ".snapshot"): b"snap10"}.items()))
+    assert sorted(a for a in report.actions if "replaced by swap" in a) == sorted(
+        f"removed {n} (replaced by swap)" for n in old if n.startswith(("0" * 20, name(5)[:20]))
+    )
+
+
 def test_testRecoveryAfterCrash_async_delete_pending(tmp_path):
     # 4) swap complete, old files still .deleted (async deletion pending): they are removed.
     part = _kafka_dir(tmp_path, "s4", {**_old_with(".deleted"), **K_NEW_SEG})
@@ -433,3 +455,44 @@ def test_sigkill_mid_commit_recovers(tmp_path):
         outcomes[stop] = assert_consistent(part)
         assert recover_partition(Storage.local(), part).actions == []
     assert outcomes[1] == "old" and outcomes[total] == "new"
+
+
+# --- a round's commit of a partition whose index planning rebuilt ---------------------------------
+
+
+def test_a_round_that_cleans_a_partition_writes_the_indexes_planning_rebuilt(tmp_path):
+    """A missing `.index` is rebuilt in memory by planning and written by the commit, before the
+    intent file: the active segment's lands in place (its segment stays), and the replaced
+    segment's goes to `.deleted` with the rest of its files."""
+    log_dir = str(tmp_path / "logs")
+    part_dir = os.path.join(log_dir, "t-0")
+    small_partition(part_dir)
+    logs = {b: open(os.path.join(part_dir, name(b)), "rb").read() for b in (0, 10, 20)}
+    for base in (10, 20):
+        os.remove(os.path.join(part_dir, name(base, ".index")))
+    ld = read_log_dir(log_dir)
+    args = ["--log-dir", log_dir, "--now-ms", "0", "--index-interval-bytes", "100"]
+    opts = parse_args(args)
+    p = plan_round.plan_one(ld, ld.partitions[0], opts)
+    plan_round.set_specs([p], opts)
+    assert p.plan.eligible and [f.name for r in p.rebuilt for f in r.files.values()] == [
+        name(10, ".index"),
+        name(20, ".index"),
+    ]
+    assert [(s.new_base, [x.base_offset for x in s.segments]) for s in p.specs] == [(0, [0, 10])]
+    results, _ = compact_whole(p.specs, 0)
+    commit(p, {row["group_id"]: row for row in as_rows(results)})
+    assert p.result.status == "cleaned", p.result.reason
+    assert [a.split(" from ")[0] for a in p.result.recovery] == [
+        f"rebuilt missing {name(10, '.index')}",
+        f"rebuilt missing {name(20, '.index')}",
+    ]
+    files = snapshot(part_dir)
+    # Both written from their `.log` (an oracle that shares no code with the job's builder).
+    assert files[name(20, ".index")] == index_files(logs[20], 20, 100)[0]
+    assert files[name(10, ".index", ".deleted")] == index_files(logs[10], 10, 100)[0] != b""
+    remove_replaced(Storage.local(), part_dir)
+    assert sorted(snapshot(part_dir)) == sorted(
+        [name(0, s) for s in (".log", ".index", ".timeindex")]
+        + [name(20, s) for s in (".log", ".index", ".timeindex")]
+    )

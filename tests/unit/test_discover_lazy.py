@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+from types import SimpleNamespace
 
 import pyarrow.fs as pafs
 import pytest
@@ -247,6 +248,24 @@ def test_recover_lists_once_and_relists_recovered_partitions(tmp_path):
     planned, dirs = plan_round.discover_and_plan(opts, listed)
     assert dirs == [ld] and [p.result.status for p in planned] == ["skipped", "skipped"]
     assert all(p.plan is not None and p.plan.eligible for p in planned)  # "eligible (plan only)" in run()
+
+
+def test_recover_reports_the_seconds_its_listings_took(tmp_path, monkeypatch):
+    """The report's `listSeconds`: the listings' seconds, added up over the log dirs from 0 (a
+    clock that moves only as the test says, so that the figure is exact); planning, given those
+    listings, lists nothing more."""
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for d in dirs:
+        small_partition(os.path.join(d, "t-0"))
+    clock = iter([100.0, 100.25, 200.0, 200.5])
+    monkeypatch.setattr(recover, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    opts = parse_args([x for d in dirs for x in ("--log-dir", d)] + ["--now-ms", "0"])
+    listed: dict = {}
+    timings: dict = {}
+    recover.recover(opts, listed, timings)
+    assert timings == {"listSeconds": 0.75} and list(listed) == dirs
+    plan_round.discover_and_plan(opts, listed, timings)
+    assert timings == {"listSeconds": 0.75}
 
 
 def test_max_lag_default_reads_nothing_and_set_reads_first_batches(log_dir, monkeypatch):

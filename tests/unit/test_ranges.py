@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from index_oracle import index_files
 from open_txn import last_stable_offset, open_txn_log_dir
 from structkit import bases, seg_path, set_epochs
+from synckit import record_creates_and_fsyncs
 
 from compaction.format import naming
 from compaction.kernels.keymap import KeyTable
@@ -116,29 +117,36 @@ def test_a_partition_of_idempotent_producers_is_cut_into_pieces_as_one_without_p
     assert any(n.startswith("piece-") for n in names) and not any(n.startswith("ids-") for n in names), names
 
 
-def test_the_newest_range_is_rewritten_while_the_merge_runs(tmp_path, monkeypatch):
-    """The group of the partition's newest range needs nothing from the merge: its task rewrites
-    it before the merge is done (here the merge does not end before that group's file is written,
-    which would never happen if the rewrite waited for it), and the bytes are those of one task."""
+def test_the_last_tasks_groups_are_rewritten_while_the_merge_runs(tmp_path, monkeypatch):
+    """Every group of the partition's last task needs nothing from the merge (the later ranges of
+    its own task were scanned with it; no other task's range follows): that task rewrites them all
+    before the merge is done (here the merge does not end before their files are written, which
+    would never happen if one of those rewrites waited for it), and the bytes are those of one task."""
     part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
     compact_partition(specs_for(part, 1))
     one = cleaned(part)
-    specs = specs_for(part, 2)
-    newest = Path(specs[-1].segment_path(specs[-1].new_base)).with_suffix(".log" + CLEANED)
+    specs = specs_for(part, 8)
+    plan = RangePlan.cut([specs], 2)
+    last = [g for g, cut in plan.groups.items() if cut.ranges[0] in plan.tasks[1]]
+    # the shape meant: several groups in the last task, none cut (a task with a piece to clean
+    # waits for the merges before its rewrites, so that its piece's rewriter waits the least)
+    assert len(last) >= 3 and all(len(cut.ranges) == 1 for cut in plan.groups.values())
+    files = [Path(plan.groups[g].spec.segment_path(plan.groups[g].spec.new_base)) for g in last]
+    files = [f.with_suffix(".log" + CLEANED) for f in files]
     merge, waited = range_task._merge, []
 
-    def merge_after_the_newest_group(t, *args):
+    def merge_after_the_last_tasks_groups(t, *args):
         deadline = time.monotonic() + 10
-        while t == 0 and not newest.exists():
-            if time.monotonic() > deadline:  # the rewrite waits for this merge: go on, and fail below
+        while t == 0 and not all(f.exists() for f in files):
+            if time.monotonic() > deadline:  # a rewrite waits for this merge: go on, and fail below
                 waited.append(t)
                 break
             time.sleep(0.01)
         return merge(t, *args)
 
-    monkeypatch.setattr(range_task, "_merge", merge_after_the_newest_group)
+    monkeypatch.setattr(range_task, "_merge", merge_after_the_last_tasks_groups)
     rows = in_ranges(specs, 2, tmp_path / "exchange")
-    assert not waited, "the newest range's rewrite waited for the merge"
+    assert not waited, "a rewrite of the last task's groups waited for the merge"
     assert not any(r.get("error") for r in rows), rows
     logs = lambda files: b"".join(v for k, v in sorted(files.items()) if k.endswith(".log" + CLEANED))  # noqa: E731
     assert logs(cleaned(part)) == logs(one)
@@ -185,7 +193,14 @@ def test_tasks_run_one_after_another_leave_the_rest_to_finish(tmp_path, case, n_
     outs = as_rows(r for t in range(tasks) for r in run_task(t, plan, ex, 1 << 30))
     assert time.monotonic() - started < 10  # each gave up after peer_wait, not a day
     names = {p.name for p in (tmp_path / "exchange").iterdir()}
-    assert {f"gone-{t}" for t in range(tasks)} <= names  # every task stopped early: none had all its peers
+    # Every task but the last stopped early: none had all its peers' scans. The last had them; it
+    # waits for the merges only for what reads them (a piece to clean, a unit the merge feeds).
+    plan_work = range_task.Work.of(plan, ex.no_wait().gather("scan", tasks))
+    last_waits = bool(
+        plan_work.pieces_of(tasks - 1, plan) or plan_work.rewrites(tasks - 1, plan, early=False)
+    )
+    gone = {f"gone-{t}" for t in range(tasks)} & names
+    assert gone == {f"gone-{t}" for t in range(tasks - 1 + last_waits)}
     kinds = []
 
     def run(kind, items):
@@ -451,6 +466,31 @@ def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_plannin
         (s.group_id, None, lso) for s in specs
     ]
     assert {f.name: f.read_bytes() for f in part.iterdir()} == before
+
+
+@pytest.mark.parametrize("n_groups, tasks", [(1, 3), (3, 2)])
+def test_an_open_transaction_from_the_bound_on_leaves_the_partition_to_the_ranges(tmp_path, n_groups, tasks):
+    """The bound planned at the last stable offset, where a segment starts (the open transaction
+    in the tail after it, as a broker's active segment holds one): the range tasks clean the
+    partition, none sends it back to planning, and they write what a whole-partition task
+    writes."""
+    root = tmp_path / "logs"
+    m, cut = open_txn_log_dir(str(root))
+    part = root / "orders-0"
+    lso = last_stable_offset(m, cut)
+    assert lso in bases(str(part))[1:-1]  # the bound a segment's base, the open transaction after it
+    last = max(bases(str(part)))  # its indexes trimmed to the log end, as a broker's recovery does
+    index, timeindex = index_files(Path(seg_path(str(part), last)).read_bytes(), last)
+    Path(seg_path(str(part), last, ".index")).write_bytes(index)
+    Path(seg_path(str(part), last, ".timeindex")).write_bytes(timeindex)
+    specs = specs_for(part, n_groups, upper_bound=lso)
+    rows = in_ranges(specs, tasks, tmp_path / "exchange")
+    assert [(r["group_id"], r.get("error"), r.get("first_unstable")) for r in rows] == [
+        (s.group_id, None, None) for s in specs
+    ]
+    many = cleaned(part)
+    compact_partition(specs)
+    assert _logs(many) == _logs(cleaned(part)) != b""
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
@@ -879,3 +919,26 @@ def test_plan_keeps_a_task_that_holds_no_segment():
     )
     plan = RangePlan.cut([[spec]], 3)
     assert plan.tasks == [[], [0], [1]] and plan.rewriter == {3: 1}
+
+
+def test_a_tasks_groups_are_made_durable_together_before_their_rows_leave(tmp_path, monkeypatch):
+    """A task's groups of one partition are synced together at the end of their rewrite
+    (runtime/durability.py), as a whole-partition task's are: every `.cleaned` file of the last
+    task's groups, and the partition dir, fsynced before the task returns, none of them before the
+    last of them is created."""
+    part = generate(tmp_path / "logs", CASE_FLAGS["mixed codecs, tombstones"])
+    specs = specs_for(part, 5)
+    plan = RangePlan.cut([specs], 2)
+    last = [plan.groups[g].spec for g, cut in plan.groups.items() if cut.ranges[0] in plan.tasks[1]]
+    assert len(last) == 2
+    bases = tuple(naming.offset_prefix(s.new_base) + "." for s in last)
+    events = record_creates_and_fsyncs(monkeypatch)
+    rows = in_ranges(specs, 2, tmp_path / "exchange")
+    assert not any(r.get("error") for r in rows), rows
+    mine = lambda p: Path(p).name.startswith(bases) and p.endswith(CLEANED)  # noqa: E731
+    created = [i for i, (kind, p) in enumerate(events) if kind == "create" and mine(p)]
+    synced = [i for i, (kind, p) in enumerate(events) if kind == "fsync" and mine(p)]
+    assert len(created) >= 3 * len(last)
+    assert {events[i][1] for i in created} <= {events[i][1] for i in synced}
+    assert min(synced) > max(created)  # together at the end, not group by group
+    assert str(part) in {p for kind, p in events if kind == "fsync"}

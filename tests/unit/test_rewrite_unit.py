@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from genkit import generate
 from reference_map import KeyLookup, found_offsets, scan_group
+from synckit import record_creates_and_fsyncs
 
 from compaction.format import batch as fb
 from compaction.format import compression, naming
@@ -826,20 +827,7 @@ def test_every_cleaned_file_is_durable_when_compact_partition_returns(tmp_path, 
     log_dir = tmp_path / "logs"
     generate(log_dir, "--topics t:1 --records 3000 --keys 300 --codec mixed --segment-bytes 30000 --seed 3")
     specs = _partition_specs(log_dir)
-    events: list[tuple[str, str]] = []
-    real_fsync, real_open = os.fsync, os.open
-
-    def fsync(fd):
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def opened(path, flags, *a, **kw):
-        if flags & os.O_CREAT:
-            events.append(("create", str(path)))
-        return real_open(path, flags, *a, **kw)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "open", opened)
+    events = record_creates_and_fsyncs(monkeypatch)
     stages.compact_partition(specs)
     created = [p for kind, p in events if kind == "create" and p.endswith(".cleaned")]
     synced = [p for kind, p in events if kind == "fsync"]

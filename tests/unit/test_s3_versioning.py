@@ -67,21 +67,30 @@ def test_renames_and_deletes_leave_exactly_the_log_dirs_objects(s3):
     assert c.get_object(Bucket="swap", Key=f"{part}/{SEG}.log")["Body"].read() == b"cleaned"
 
 
-def test_a_delete_goes_through_a_store_that_sheds_load_three_times(s3):
-    """S3 answers `503 SlowDown` when it sheds load: the removal of a replaced segment retries 3 times
-    (as pyarrow does for its own requests) instead of failing the round's commit."""
+@pytest.mark.parametrize("refusals, through", [(1, True), (3, True), (4, False)])
+def test_a_delete_retries_a_store_that_sheds_load_three_times(s3, refusals, through):
+    """S3 answers `503 SlowDown` when it sheds load: the removal of a replaced segment is retried
+    3 times after its first request (`S3_DELETE_RETRIES`, as pyarrow does for its own requests)
+    instead of failing the round's commit at once; a fourth refusal is the store's answer, met
+    after 4 requests and no more: an `OSError` naming the object, as a storage error is."""
     c, endpoint = s3
-    _bucket(s3, "busy", None)
+    bucket = f"busy-{refusals}"
+    _bucket(s3, bucket, None)
     key = f"logs/orders-0/{SEG}.log.deleted"
-    c.put_object(Bucket="busy", Key=key, Body=b"replaced")
+    c.put_object(Bucket=bucket, Key=key, Body=b"replaced")
     with throttling(f"http://{endpoint}", 0) as (proxy, left):
-        storage, _ = Storage.for_uri(_uri(proxy.removeprefix("http://"), "busy"))
+        storage, _ = Storage.for_uri(_uri(proxy.removeprefix("http://"), bucket))
         deleter = storage._s3_deleter()  # built before the store turns busy
-        left[0] = 3
-        deleter.delete(f"busy/{key}")
-        assert left[0] < 0  # every refusal was met
-    listed = c.list_objects_v2(Bucket="busy", Prefix="logs/orders-0/")["Contents"]
-    assert [o["Key"] for o in listed] == [f"logs/orders-0/{SEG}.log"]
+        left[0] = refusals
+        if through:
+            deleter.delete(f"{bucket}/{key}")
+            assert left[0] == -1  # every refusal met, then one request through
+        else:
+            with pytest.raises(OSError, match=rf"^s3://{bucket}/{key}: could not delete it: .*SlowDown"):
+                storage.delete(f"{bucket}/{key}", missing_ok=True)
+            assert left[0] == 0  # 4 requests, each refused
+    listed = c.list_objects_v2(Bucket=bucket, Prefix="logs/orders-0/")["Contents"]
+    assert [o["Key"] for o in listed] == [f"logs/orders-0/{SEG}.log"] + ([] if through else [key])
 
 
 @pytest.mark.parametrize("status", ["Enabled", "Suspended"])
@@ -213,6 +222,24 @@ def test_a_purge_the_bucket_refuses_fails_naming_the_object_and_the_reason(s3):
     assert f"s3://locked/{key}" in str(err.value) and "AccessDenied" in str(err.value)
     assert SECRET not in str(err.value)
     assert c.get_object(Bucket="locked", Key=key)["Body"].read() == b"rewritten"
+
+
+def test_a_purge_whose_listing_the_store_keeps_refusing_is_an_os_error_naming_the_partition(s3):
+    """A store that sheds load past the retries: the purge's failure is an `OSError` naming the
+    partition's prefix (the round reports it for that partition), and nothing is deleted."""
+    c, endpoint = s3
+    _bucket(s3, "busy-purge", "Enabled")
+    key = f"logs/orders-0/{SEG}.log"
+    c.put_object(Bucket="busy-purge", Key=key, Body=b"rewritten")
+    before = versions(c, "busy-purge")
+    with throttling(f"http://{endpoint}", 0) as (proxy, left):
+        storage, path = Storage.for_uri(_uri(proxy.removeprefix("http://"), "busy-purge"))
+        storage._s3_deleter()  # built before the store turns busy
+        left[0] = 4
+        with pytest.raises(OSError, match=r"^s3://busy-purge/logs/orders-0: could not purge .*SlowDown"):
+            storage.purge_noncurrent_versions(f"{path}/orders-0", is_segment_object)
+        assert left[0] == 0
+    assert versions(c, "busy-purge") == before
 
 
 def test_a_purge_interrupted_between_versions_and_markers_resurrects_nothing(s3, monkeypatch):

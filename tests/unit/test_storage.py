@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from compaction.errors import LockHeldError
+from compaction.runtime import faults
 from compaction.runtime.storage import (
     COMPACTION_LOCK_FILE,
     KAFKA_LOCK_FILE,
@@ -123,6 +124,41 @@ def test_write_durable_fsyncs_file_and_dir(tmp_path, monkeypatch):
     path = str(tmp_path / "x.log")
     Storage.local().write_durable(path, b"abc")
     assert synced == [path, str(tmp_path)]
+
+
+SEG = "00000000000000000010"
+
+
+@pytest.mark.parametrize(
+    "name, fires",
+    [
+        (f"{SEG}.log.cleaned", False),
+        (f"{SEG}.index.cleaned", False),
+        (f"{SEG}.timeindex.cleaned", True),  # a rewrite's last file: `.log` and `.index` are written
+        (f"{SEG}.txnindex.cleaned", False),
+        (f"{SEG}.timeindex", False),  # a rebuilt index, or anything else not the rewrite's
+        (f"{SEG}.timeindex.swap", False),
+        ("cleaner-offset-checkpoint", False),
+    ],
+)
+def test_the_rewrite_crash_point_fires_on_the_time_index_a_rewrite_writes_and_no_other_write(
+    tmp_path, monkeypatch, name, fires
+):
+    """The crash tests' `rewrite` step (runtime/faults.py) stops a task between a cleaned
+    segment's `.index` and its `.timeindex`: armed to raise, only that write reaches it, before
+    the file is made."""
+    monkeypatch.setattr(faults, "_arrivals", {})
+    monkeypatch.setenv(faults.ENV, "rewrite")
+    monkeypatch.setenv(faults.HOW_ENV, "raise")
+    path = str(tmp_path / name)
+    if fires:
+        with pytest.raises(AssertionError, match="crash point rewrite"):
+            Storage.local().write_durable(path, b"abc")
+        assert os.listdir(tmp_path) == []
+    else:
+        assert Storage.local().write_durable(path, b"abc") == 3
+        assert os.listdir(tmp_path) == [name]
+    assert faults._arrivals == ({"rewrite": 1} if fires else {})
 
 
 def test_written_files_have_the_mode_of_kafkas_own(tmp_path):
