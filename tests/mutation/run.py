@@ -165,6 +165,19 @@ def statement_lines(source: str, lines: set[int]) -> set[int]:
     return out
 
 
+def kernel_lines(source: str) -> set[int]:
+    """The lines of the module's numba kernels (functions decorated `njit` or `_njit`): compiled,
+    they never run as Python lines, so coverage.py records none of them."""
+    out: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and any(
+            (d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")).endswith("njit")
+            for d in (x.func if isinstance(x, ast.Call) else x for x in node.decorator_list)
+        ):
+            out.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return out
+
+
 def run_mutant(module: str) -> int:
     """cosmic-ray's test command, in the scratch copy holding one mutant: the tests that run the
     mutated lines."""
@@ -177,6 +190,8 @@ def run_mutant(module: str) -> int:
     chosen: set[int] = set()
     for line in sorted(lines):
         chosen.update(linemap["lines"].get(str(line), []))
+    if not chosen and lines & kernel_lines("\n".join(original)):
+        chosen = {-1}  # coverage does not see inside a compiled kernel: the whole selection
     if not chosen:
         print(f"no test of the selection runs line(s) {sorted(lines)}: survives untested", flush=True)
         return 0
@@ -186,8 +201,13 @@ def run_mutant(module: str) -> int:
     tests = [linemap["tests"][i] for i in sorted(chosen, key=lambda i: linemap["seconds"][i])]
     print(f"line(s) {sorted(lines)}: {len(tests)} test(s)", flush=True)
     fewer = ["-p", "fewer_examples"] if int(os.environ.get("MUTATION_MAX_EXAMPLES", "0")) > 0 else []
+    fewer += ["-p", "steady_kernels"] if os.environ.get("MUTATION_KERNEL_DIGEST") else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here / "tests" / "mutation")])}
-    return subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *fewer, *tests], env=env).returncode
+    code = subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *fewer, *tests], env=env).returncode
+    if code in (3, 4, 5):  # pytest's internal error, usage error, no test: the run, not the mutant, failed
+        print(f"pytest exited {code}: no test ran, so the mutant is counted surviving", flush=True)
+        return 0
+    return code
 
 
 def baseline(module: str, tests: list[str], scratch: Path, env: dict) -> None:
@@ -203,6 +223,14 @@ def baseline(module: str, tests: list[str], scratch: Path, env: dict) -> None:
     cmd = [sys.executable, "-m", *PYTEST.split()[2:], "-p", "linemap", *tests]
     if subprocess.run(cmd, cwd=scratch, env=env).returncode != 0:
         raise SystemExit(f"{module}: its test selection fails on the unmutated code")
+
+
+def kernel_digest(scratch: Path, env: dict) -> str:
+    """The unmutated kernel sources' digest (`kernels/cache.py`), which the mutants' runs keep
+    (`steady_kernels.py`)."""
+    code = "from compaction.kernels.cache import sources_digest; print(sources_digest())"
+    run = subprocess.run([sys.executable, "-c", code], cwd=scratch, env=env, capture_output=True, text=True)
+    return run.stdout.strip()
 
 
 def spans(source: str, names: list[str]) -> list[tuple[int, int]]:
@@ -242,6 +270,7 @@ def run_module(
     timeout: float,
     only: list[str] | None = None,
     max_examples: int = 0,
+    resume: Path | None = None,
 ) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="mutation-"))
     try:
@@ -249,6 +278,7 @@ def run_module(
         env = {**os.environ, "PYTHONPATH": str(scratch), "CI": ""}
         baseline(module, tests, scratch, env)
         env["MUTATION_MAX_EXAMPLES"] = str(max_examples)  # the mutants' runs only (fewer_examples.py)
+        env["MUTATION_KERNEL_DIGEST"] = kernel_digest(scratch, env)
         config = scratch / "cosmic-ray.toml"
         # The scratch copy comes first on the path: `python -m pytest` puts the working directory
         # ahead of the checkout that the venv's editable install names.
@@ -263,17 +293,28 @@ def run_module(
             f'exclude-operators = ["core/(?!(?:{"|".join(OPERATORS)})$).*"]\n'
         )
         session = out / (module.replace("/", ".").removesuffix(".py") + ".sqlite")
-        session.unlink(missing_ok=True)
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
-        subprocess.run([*cr, "init", str(config), str(session)], cwd=scratch, env=env, check=True)
-        subprocess.run(
-            [sys.executable, "-m", "cosmic_ray.tools.filters.operators_filter", str(session), str(config)],
-            cwd=scratch,
-            env=env,
-            check=True,
-        )
-        if only:
-            skip_outside(session, spans((scratch / module).read_text(), only))
+        if resume:
+            # a stopped run's session: `exec` runs only its mutants without a result
+            if resume.resolve() != session.resolve():
+                shutil.copy2(resume, session)
+        else:
+            session.unlink(missing_ok=True)
+            subprocess.run([*cr, "init", str(config), str(session)], cwd=scratch, env=env, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "cosmic_ray.tools.filters.operators_filter",
+                    str(session),
+                    str(config),
+                ],
+                cwd=scratch,
+                env=env,
+                check=True,
+            )
+            if only:
+                skip_outside(session, spans((scratch / module).read_text(), only))
         t = time.monotonic()
         subprocess.run([*cr, "exec", str(config), str(session)], cwd=scratch, env=env, check=True)
         dump = subprocess.run(
@@ -317,6 +358,11 @@ def main() -> int:
         default=25,
         help="a mutant's hypothesis tests run at most this many examples, derandomized (0: as written)",
     )
+    parser.add_argument(
+        "--resume",
+        help="a stopped run's session file (DIR/<module>.sqlite): run only its mutants without a result"
+        " (the module unchanged since; the summary counts the earlier results too)",
+    )
     parser.add_argument("--mutant", help=argparse.SUPPRESS)  # cosmic-ray's test command (run_mutant)
     args = parser.parse_args()
     if args.mutant:
@@ -327,7 +373,8 @@ def main() -> int:
     for module in args.modules:
         only = args.only.split(",") if args.only else None
         tests = args.tests.split(",") if args.tests else MODULES[module]
-        r = run_module(module, tests, out, args.timeout, only, args.max_examples)
+        resume = Path(args.resume) if args.resume else None
+        r = run_module(module, tests, out, args.timeout, only, args.max_examples, resume)
         score = r["killed"] / r["done"] if r["done"] else 0.0
         print(
             f"{module}: {r['killed']}/{r['done']} killed ({score:.1%}; {r['timeouts']} by the timeout), "

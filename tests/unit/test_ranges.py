@@ -642,6 +642,32 @@ def test_a_tasks_ranges_scanned_together_keep_what_one_whole_scan_keeps(tmp_path
     assert omitted > 0
 
 
+def test_a_tasks_ranges_ship_the_producer_headers_of_the_whole_scan(tmp_path):
+    """A task's four ranges of a partition of transactions and idempotent producers, scanned
+    together: each range's PRODUCERS block holds the producer batch headers of its own segments
+    (and its tail's), and over the ranges they are exactly the whole-partition scan's, each once."""
+    from compaction.steps.scan import scan_partition
+
+    part = generate(tmp_path / "logs", CASE_FLAGS["transactions, aborts"])
+    _, whole = scan_partition(specs_for(part, 1))
+    plan = RangePlan.cut([specs_for(part, 4)], 1)
+    rids = plan.tasks[0]
+    assert len(rids) == 4
+    specs = [plan.ranges[r].scan for r in rids]
+
+    def rows(tables) -> list[tuple]:
+        cols = [[pa.table(t).column(c).to_pylist() for c in ranges.HEADER_COLUMNS] for t in tables]
+        return sorted(r for c in cols for r in zip(*c))
+
+    shipped = []
+    for n, (_, blocks) in enumerate(ranges.scan_ranges(rids, specs, 0)):
+        mine = rows(ranges.from_block(b.data) for b in blocks if b.kind == ranges.PRODUCERS)
+        end = specs[n + 1].segments[0].base_offset if n + 1 < len(specs) else float("inf")
+        assert mine and all(specs[n].segments[0].base_offset <= r[2] < end for r in mine)
+        shipped += mine
+    assert sorted(shipped) == rows(whole)
+
+
 @pytest.mark.parametrize("groups, tasks", [((3, 2), 1), ((1, 3, 1), 1), ((3, 2), 2), ((2, 1, 2), 3)])
 def test_a_tasks_ranges_are_scanned_together_partition_by_partition(tmp_path, groups, tasks):
     """A task's ranges (log order) are cut into runs where the partition changes: each run is one
@@ -804,6 +830,88 @@ def _check_merge(rows):
     for r, keys in by_range.items():
         want = {i: expect[(part_of[r], k)] for i, k in enumerate(keys) if expect[(part_of[r], k)] > keys[k]}
         assert got.get(r, {}) == want
+
+
+# (range, key, latest) rows: ranges 0 and 1 are partition 0, range 2 partition 1 (`_check_merge`).
+MERGE_ROWS = {
+    "the later range's offset reaches the earlier": [(0, b"k", 3), (1, b"k", 9)],
+    "the earlier range's offset reaches the later": [(0, b"k", 9), (1, b"k", 3)],
+    "equal offsets: no FOUND": [(0, b"k", 5), (1, b"k", 5)],
+    "offset 0 beats no dirty record": [(0, b"k", -1), (1, b"k", 0)],
+    "empty keys": [(0, b"", 2), (1, b"", 7), (2, b"", 1)],
+    "keys that are prefixes of each other": [(0, b"ab", 4), (0, b"abc", 1), (1, b"abc", 8), (1, b"a", 9)],
+    "the other partition's higher offset is not taken": [(0, b"k", 3), (1, b"k", 5), (2, b"k", 9)],
+    # more keys than the table's 16 smallest slots: probes past taken slots
+    "40 keys in both ranges": [(r, b"%d" % i, i if r == 0 else 40 - i) for r in (0, 1) for i in range(40)]
+    + [(2, b"%d" % i, 100) for i in range(0, 40, 3)],
+}
+
+
+@pytest.mark.parametrize("cached_rows", [1 << 19, 0])
+@pytest.mark.parametrize("case", sorted(MERGE_ROWS))
+def test_merge_of_a_key_in_two_ranges_of_a_partition(case, cached_rows):
+    """The merge's boundary table, both ways of merging a bucket: a key in two ranges of one
+    partition gets the higher offset in the other range, never one of another partition."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ranges, "CACHED_MERGE_ROWS", cached_rows)
+        _check_merge(MERGE_ROWS[case])
+
+
+@pytest.mark.parametrize("prefix", [b"", b"k", b"key-"])
+def test_merge_table_probes_wrap_inside_its_slots(prefix):
+    """`_max_by_key` with 15 (partition, key) pairs, 8 keys in partition 0 and 7 of them in
+    partition 1, 20 rows, in 16 slots that are the head of a larger zeroed buffer: every probe
+    wraps at the end of the table (a compiled kernel checks no index, so one past it would take
+    the buffer's next word as a free slot), the long probes pass the same key of the other
+    partition without taking it, and each row gets the max of its (partition, key)."""
+    rows = [(0, b"%s%d" % (prefix, i), i) for i in range(8)]
+    rows += [(1, b"%s%d" % (prefix, i), 20 - i) for i in range(7)]
+    rows += [(p, k, (v * 7) % 23) for p, k, v in rows[:5]]
+    part = np.array([p for p, _, _ in rows], np.int32)
+    latest = np.array([v for _, _, v in rows], np.int64)
+    offs = np.cumsum([0] + [len(k) for _, k, _ in rows]).astype(np.int64)
+    buf = np.zeros(64, np.uint64)
+    out, rep = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+    data = np.frombuffer(b"".join(k for _, k, _ in rows), np.uint8)
+    ranges._max_by_key(data, offs, part, latest, buf[:16], rep, out)
+    assert (buf[16:] == 0).all()
+    best = {(p, k): max(v for pp, kk, v in rows if (pp, kk) == (p, k)) for p, k, _ in rows}
+    assert out.tolist() == [best[(p, k)] for p, k, _ in rows]
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [],
+        [pa.array([], pa.binary())],
+        [pa.array([b""], pa.binary()), pa.array([b"", b""], pa.large_binary())],
+        [pa.array([b"ab", b"", b"cde"], pa.binary())],
+        [pa.array([b"xy", b"ab", b"", b"cde", b"f"], pa.binary()).slice(1, 3)],
+        [
+            pa.array([b"q", b"rs"], pa.large_binary()).slice(1),
+            pa.array([b"tuv"], pa.binary()),
+            pa.array([b"w", b"", b"xyz"], pa.binary()).slice(2),
+        ],
+    ],
+)
+def test_flat_lays_the_keys_of_sliced_arrays_end_to_end(arrays):
+    """`_flat` reads the arrays' buffers: a slice starts inside its buffers (offset and first
+    value offset not 0), a large binary array has 64-bit offsets, an array of empty keys may
+    have no data buffer."""
+    keys = [k for a in arrays for k in a.to_pylist()]
+    data, offs = ranges._flat(arrays)
+    assert data.tobytes() == b"".join(keys)
+    assert offs.tolist() == np.cumsum([0] + [len(k) for k in keys]).tolist()
+
+
+def test_prefixed_puts_each_keys_partition_before_it_big_endian():
+    keys = [b"ab", b"", b"cde", b"ab"]
+    part = np.array([0, 7, 1 << 24, 258], np.int64)
+    offs = np.cumsum([0] + [len(k) for k in keys]).astype(np.int64)
+    data, new_offs = ranges._prefixed(np.frombuffer(b"".join(keys), np.uint8), offs, part)
+    want = [int(p).to_bytes(4, "big") + k for p, k in zip(part.tolist(), keys)]
+    assert data.tobytes() == b"".join(want)
+    assert new_offs.tolist() == np.cumsum([0] + [len(w) for w in want]).tolist()
 
 
 @settings(max_examples=60, deadline=None)
