@@ -111,6 +111,8 @@ class KafkaLogReader(DataSourceReader):
         return [SplitPartition(split) for split in splits]
 
     def read(self, partition):
+        if partition is None:  # `partitions()` found none: Spark reads one partition of nothing
+            return
         keep_zip_directories()
         for batch in read_split(partition.value, self.opts):
             if self.names:

@@ -172,6 +172,11 @@ def test_a_user_schema_spark_would_misread_fails_naming_the_column(spark, kafka_
             spark.read.format("kafka_log").schema(ddl).load(log_dir).count()
 
 
+def test_a_read_of_no_partition_is_empty(spark, kafka_log, log_dir):
+    assert kafka_log(log_dir, subscribePattern="no-such-topic").count() == 0
+    assert kafka_log(log_dir, subscribePattern="no-such-topic", compacted="true").count() == 0
+
+
 def test_pushed_filters_read_only_matching_segments(spark, kafka_log, log_dir):
     df = kafka_log(log_dir).where("topic = 'orders' and partition = 1 and offset >= 1000 and offset < 1010")
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(1000, 1010))

@@ -16,7 +16,7 @@ from e2ekit import decode_log_dir as kafka_python
 from e2ekit import segment_logs, state_offsets_as_of
 from open_txn import last_stable_offset, open_offsets, open_txn_log_dir
 
-from compaction.errors import CrcMismatchError, UsageError
+from compaction.errors import CrcMismatchError, PartitionInvalid, UsageError
 from compaction.kernels.headers import header_starts, walk_headers, walk_headers_py
 from compaction.kernels.scan import scan_segment
 from compaction.steps.log_table import (
@@ -225,6 +225,23 @@ def test_chosen_columns_check_names_and_types():
     for name, typ in [("value", "binary"), ("offset", "bigint"), headers[0][:2]]:
         with pytest.raises(UsageError, match=rf"column {name} is declared NOT NULL"):
             chosen_columns([(name, typ, False)])
+
+
+def test_a_partition_dir_a_broker_would_not_write_fails_the_read_naming_the_file(tmp_path):
+    """A segment that is a link is not listed as a segment: the read would come back short. It
+    fails naming the link, as the job refuses the partition."""
+    generate_log_dir(
+        str(tmp_path / "logs"), topics=(("orders", 2),), records=400, keys=30, segment_bytes=8000
+    )
+    part = tmp_path / "logs" / "orders-1"
+    first = sorted(part.glob("*.log"))[0]
+    os.rename(first, tmp_path / first.name)
+    os.symlink(tmp_path / first.name, first)
+    with pytest.raises(PartitionInvalid, match=rf"orders-1/{first.name}: is a symbolic link"):
+        plan_splits(ReadOptions.parse({"path": str(tmp_path / "logs")}))
+    # A partition the pushed filters leave out is not looked at.
+    opts = ReadOptions.parse({"path": str(tmp_path / "logs")})
+    assert [s.partition for s in plan_splits(opts, Bounds(partitions=frozenset({0})))] == [0]
 
 
 @pytest.fixture(scope="module")
