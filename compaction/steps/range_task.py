@@ -93,7 +93,7 @@ class Work:
                 split.update(
                     g for g in gids if len(plan.groups[g].ranges) > 1 and plan.groups[g].spec.erase is None
                 )
-        holder = {r: k for k, rids in enumerate(plan.tasks) for r in rids}
+        holder = plan.holder
         # a cut group is its own unit
         task_of = {g: plan.rewriter[first] for first, gids in units.items() for g in gids}
         buckets = deal_buckets(plan, scans, dead, units, task_of, holder)
@@ -176,7 +176,8 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
     # The units whose rewrite needs nothing from the merge go first, without waiting for it,
     # unless the task cleans pieces: a piece is cleaned once every merge is known to have
     # succeeded, and its group's rewriter waits for it.
-    for partition, units in {} if pieces else early.items():
+    before, after = ({}, early) if pieces else (early, {})
+    for partition, units in before.items():
         results += _rewrite(partition, units, task, work)
     marks["rewritten"] = time.monotonic()
     # A task with nothing left that reads the merge (a partition's last task, mostly) ends here.
@@ -184,7 +185,7 @@ def _run(t: int, task: _Task, results: list[GroupResult], marks: dict[str, float
     marks["merged"] = time.monotonic()
     for r in pieces:
         _write_piece(t, r, task, merge_errors)
-    for partition, units in early.items() if pieces else {}:
+    for partition, units in after.items():
         results += _rewrite(partition, units, task, work)
     for partition, units in later.items():
         results += _rewrite_after_merge(partition, units, task, work, merge_errors)

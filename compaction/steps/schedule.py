@@ -169,10 +169,11 @@ class RangePlan:
         into one table (`ranges.scan_ranges`), so its held offsets already are theirs, and a
         range of an earlier task lies before it in the log."""
         last_group = self.partitions[self.ranges[rid].partition][-1]
-        return self._holder[self.groups[last_group].ranges[-1]] != self._holder[rid]
+        return self.holder[self.groups[last_group].ranges[-1]] != self.holder[rid]
 
     @functools.cached_property
-    def _holder(self) -> dict[int, int]:
+    def holder(self) -> dict[int, int]:
+        """{range id: the task that scans it}."""
         return {r: t for t, rids in enumerate(self.tasks) for r in rids}
 
     def specs_of(self, partition: int) -> list[GroupSpec]:
