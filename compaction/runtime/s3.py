@@ -21,6 +21,7 @@ pyarrow accepts) never reach a log line or the run report, and `s3_scheme`: the 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -104,23 +105,15 @@ class ObjectDeleter:
         refuses, after the retries of a transient error, is an `OSError` naming the object, as
         pyarrow's are: a storage error, which fails its partition alone (botocore's own errors
         are no `OSError`, and would end the round)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
         bucket, _, key = path.partition("/")
-        try:
+        with _refusal_as_os_error(f"s3://{bucket}/{key}: could not delete it"):
             self._client.delete_object(Bucket=bucket, Key=key)
-        except (ClientError, BotoCoreError) as exc:
-            raise OSError(f"s3://{bucket}/{key}: could not delete it: {exc}") from None
 
     def versioning(self, bucket: str) -> str | None:
         """'Enabled', 'Suspended', or None for a bucket whose versioning was never turned on.
         Raises OSError when the server refuses to say (s3:GetBucketVersioning not granted)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        with _refusal_as_os_error(f"cannot read the versioning of bucket {bucket}"):
             return self._client.get_bucket_versioning(Bucket=bucket).get("Status") or None
-        except (ClientError, BotoCoreError) as exc:
-            raise OSError(f"cannot read the versioning of bucket {bucket}: {exc}") from None
 
     def purge_noncurrent(self, prefix: str, wanted: Callable[[str], bool]) -> tuple[int, int]:
         """Delete every noncurrent version and every delete marker of the keys directly under
@@ -130,12 +123,8 @@ class ObjectDeleter:
         Versions go first, delete markers after: a marker removed while a version under it
         remained would make that version current again (an old `.swap` would reappear for the
         next run's recovery to act on)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        with _refusal_as_os_error(f"s3://{prefix}: could not purge its noncurrent versions"):
             return self._purge_noncurrent(prefix, wanted)
-        except (ClientError, BotoCoreError) as exc:  # an OSError naming the prefix, as `delete`'s
-            raise OSError(f"s3://{prefix}: could not purge its noncurrent versions: {exc}") from None
 
     def _purge_noncurrent(self, prefix: str, wanted: Callable[[str], bool]) -> tuple[int, int]:
         bucket, _, key_prefix = prefix.rstrip("/").partition("/")
@@ -161,6 +150,18 @@ class ObjectDeleter:
                         f"{e.get('Code')} {e.get('Message')}"
                     )
         return len(versions), sum(v.get("Size", 0) for v in versions)
+
+
+@contextlib.contextmanager
+def _refusal_as_os_error(what: str):
+    """botocore's errors (no `OSError`: they would end the round) as an `OSError` "`what`: the
+    error", as pyarrow's storage errors are: one that fails its partition alone."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        raise OSError(f"{what}: {exc}") from None
 
 
 def _direct_child(key: str, prefix: str, wanted: Callable[[str], bool]) -> bool:
