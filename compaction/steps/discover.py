@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compaction.errors import SegmentNameError
+from compaction.errors import PartitionInvalid, SegmentNameError
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, read_time_index
@@ -84,6 +84,13 @@ class PartitionDir:
     @property
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
+
+    def refuse_problems(self) -> None:
+        """PartitionInvalid naming the files a broker would not have written, if any: the job
+        does not clean such a partition, nor does a read return it (a linked segment is not
+        listed as one, so its rows would be missing)."""
+        if self.problems:
+            raise PartitionInvalid("unexpected file in partition dir: " + "; ".join(self.problems))
 
 
 @dataclass

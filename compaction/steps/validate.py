@@ -34,8 +34,7 @@ T = TypeVar("T")
 def check_listing(part: PartitionDir) -> None:
     """What the listing alone shows (no read): files a broker would not have written, directories
     where files belong, no segment at all. Run for every partition before it is planned."""
-    if part.problems:
-        raise PartitionInvalid("unexpected file in partition dir: " + "; ".join(part.problems))
+    part.refuse_problems()
     if not part.segments:
         raise PartitionInvalid(f"{part.path}: partition dir holds no segment (.log) file")
 
