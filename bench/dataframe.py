@@ -1,6 +1,7 @@
 """The `kafka_log` data source against Parquet, and its compacted state against Kafka 0.9's cleaner.
 
     flock /tmp/bench.lock .venv/bin/python bench/dataframe.py [--log-dir DIR] [--pairs 3] [--floor] [--kafka09 w2g]
+        [--jvm] [--scratch DIR]
 
 1. `df.count()` and `df.agg(sum(length(value)))` over a v2 log dir (default the 2 GiB, one
    partition dir of `bench/kafka_workload.py --gb 2 --partitions 1` under /work/benchdata) with
@@ -24,6 +25,12 @@
    values (sums of CRC32s). With `--uncut`, also in each pair: the same count with one input
    partition per Kafka partition (`plan_splits` without `cut_compacted`), workers started and
    the page cache dropped before it too.
+3. With `--jvm`: the JVM reader `kafka_log_jvm` (compaction/jvm, its jar from
+   `compaction.jvm.reader_jar()` on `spark.jars`; docs/jvm-source.md) in place
+   of the queries of 1: `count()` (pushed down as COUNT(*): one count per input partition from
+   the v2 batch headers, every batch's CRC checked, or with `checkCrc=false` only the headers read) and
+   the sum (only `value` built, columnar), each against the same Parquet query, then kafka_log
+   with the one-column schemas of 1 for comparison.
 Not a test; prints the figures and the checks, exits 1 when a check fails.
 """
 
@@ -152,6 +159,13 @@ def main() -> int:
     ap.add_argument("--floor", action="store_true", help="also Spark's transfer alone (no decode)")
     ap.add_argument("--uncut", action="store_true", help="--kafka09: also one task per Kafka partition")
     ap.add_argument("--skip-parquet", action="store_true", help="only the Kafka 0.9 comparison")
+    ap.add_argument(
+        "--jvm",
+        action="store_true",
+        help="the JVM reader kafka_log_jvm (compaction.jvm.reader_jar()) against Parquet, beside "
+        "kafka_log with one-column schemas, instead of the kafka_log queries alone",
+    )
+    ap.add_argument("--scratch", help="where the Parquet copy is written (default: beside the log dir)")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -160,8 +174,13 @@ def main() -> int:
 
     import compaction
 
+    builder = SparkSession.builder
+    if args.jvm:
+        from compaction.jvm import reader_jar
+
+        builder = builder.config("spark.jars", reader_jar())
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "4g")
         .config("spark.sql.python.filterPushdown.enabled", "true")
@@ -176,7 +195,7 @@ def main() -> int:
     bad = 0
 
     if not args.skip_parquet:
-        with tempfile.TemporaryDirectory(dir=str(Path(args.log_dir).parent)) as tmp:
+        with tempfile.TemporaryDirectory(dir=args.scratch or str(Path(args.log_dir).parent)) as tmp:
             t, rows = timed(lambda: write_parquet(args.log_dir, Path(tmp)))
             size = sum(f.stat().st_size for f in Path(tmp).iterdir())
             print(
@@ -195,6 +214,21 @@ def main() -> int:
                 'count, .schema("offset long")': (lambda: narrow("offset long"), count),
                 'sum(length(value)), .schema("value binary")': (lambda: narrow("value binary"), total),
             }
+            if args.jvm:
+                jvm = lambda crc="true": (  # noqa: E731
+                    lambda: spark.read.format("kafka_log_jvm").option("checkCrc", crc).load(args.log_dir)
+                )
+                queries = {
+                    "count, JVM source": (jvm(), count),
+                    "count, JVM source, checkCrc=false": (jvm("false"), count),
+                    "sum(length(value)), JVM source": (jvm(), total),
+                    'count, kafka_log .schema("offset long")': queries['count, .schema("offset long")'],
+                    'sum(length(value)), kafka_log .schema("value binary")': queries[
+                        'sum(length(value)), .schema("value binary")'
+                    ],
+                }
+                plan = jvm()().groupBy().count()._jdf.queryExecution().executedPlan().toString()
+                print("JVM count() plan:", "COUNT(*) pushed down" if "COUNT(*)" in plan else plan)
             floor = lambda: spark.read.format("kafka_log_floor").load(args.log_dir)  # noqa: E731
             for name, (
                 source,
@@ -218,14 +252,14 @@ def main() -> int:
                         floor_ratios[name].append(t_floor / t_pq)
                         extra = f", floor {t_floor:.2f} s ({t_floor / t_pq:.2f}x Parquet)"
                     print(
-                        f"pair {i + 1} {name}: kafka_log {t_log:.2f} s, Parquet {t_pq:.2f} s{extra}, "
+                        f"pair {i + 1} {name}: {t_log:.2f} s, Parquet {t_pq:.2f} s{extra}, "
                         f"ratio {t_log / t_pq:.2f}x {'same result' if same else 'DIFFERENT RESULT'}, "
                         f"load {os.getloadavg()[0]:.1f}",
                         flush=True,
                     )
             for name, r in ratios.items():
                 print(
-                    f"median {name}: kafka_log / Parquet {statistics.median(r):.2f}x "
+                    f"median {name}: / Parquet {statistics.median(r):.2f}x "
                     f"(min {min(r):.2f}, max {max(r):.2f})"
                 )
                 if floor_ratios[name]:
