@@ -42,7 +42,6 @@ import time
 import numpy as np
 
 from compaction.errors import PARTITION_ERRORS, CompactionError, error_text
-from compaction.format import batch as fb
 from compaction.policy.log_structure import epochs_from_columns
 from compaction.runtime import durability
 from compaction.runtime.exchange import Exchange, PeerGone
@@ -329,8 +328,7 @@ def _runs_of_partitions(rids: list[int], plan: RangePlan) -> list[list[int]]:
 
 
 def _transactional(block: ranges.Block) -> bool:
-    attrs = ranges.from_block(block.data).column("attributes").to_numpy()
-    return bool(np.any(attrs & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))
+    return ranges.crosses_groups(ranges.from_block(block.data).column("attributes").to_numpy())
 
 
 def _hand_over(t: int, task: _Task, work: Work) -> str | None:

@@ -167,13 +167,13 @@ def local_ids(seg_ids: list[np.ndarray], n_keys: int) -> tuple[np.ndarray, list[
 
 
 def held_blocks(rid: int, held: Held) -> Iterator[Block]:
-    """A held range as IDS and LATEST blocks, for the task that rewrites its group."""
+    """A held range as IDS and LATEST blocks for the task that rewrites its group (none: empty)."""
     for i, ids in enumerate(held.ids):
-        for at in range(0, max(1, len(ids)), BLOCK_ROWS):
+        for at in range(0, len(ids), BLOCK_ROWS):
             yield Block(
                 rid, IDS, -1, i * (1 << 20) + at // BLOCK_ROWS, to_block(id=ids[at : at + BLOCK_ROWS])
             )
-    for at in range(0, max(1, len(held.latest)), BLOCK_ROWS):
+    for at in range(0, len(held.latest), BLOCK_ROWS):
         yield Block(rid, LATEST, -1, at, to_block(latest=held.latest[at : at + BLOCK_ROWS]))
 
 
@@ -472,13 +472,20 @@ def header_rows(tables: list) -> list[HeaderRow]:
 class ProducerState(NamedTuple):
     first_unstable: int | None  # an open transaction's first offset (the broker's LSO), if any
     last_records: dict  # txn_state.last_records_of_active_producers
-    transactional: bool  # transaction state crosses groups: the partition is one rewrite unit
 
 
-def producer_state(tables: list) -> ProducerState:
+def producer_state(
+    tables: list, now_ms: int | None = None, producer_id_expiration_ms: int | None = None
+) -> ProducerState:
     rows = header_rows(tables)
     return ProducerState(
-        first_unstable_offset(rows),
-        last_records_of_active_producers(rows),
-        any(r.is_transactional or r.is_control for r in rows),
+        first_unstable_offset(rows), last_records_of_active_producers(rows, now_ms, producer_id_expiration_ms)
     )
+
+
+def crosses_groups(attributes: np.ndarray) -> bool:
+    """Whether transaction state crosses groups, from producer batch headers' `attributes` (a
+    range's, every range of a partition's in turn): a transactional or control batch. A partition
+    with one is rewritten as one unit: which transactions are aborted or still hold data carries
+    from group to group (`CleanedTransactionMetadata`)."""
+    return bool(np.any(attributes & (fb.TRANSACTIONAL_MASK | fb.CONTROL_MASK)))

@@ -49,8 +49,9 @@ MODULES = {
         "tests/unit/test_discover_lazy.py",
     ],
     "compaction/steps/range_task.py": ["tests/unit/test_ranges.py"],
-    # a task's ranges scanned into one key table, and what each range leaves out of its summary
-    "compaction/steps/ranges.py": ["tests/unit/test_ranges.py"],
+    # a task's ranges scanned into one key table, what each range leaves out of its summary, and the
+    # offset map its rewrite reads (held, or handed over in blocks)
+    "compaction/steps/ranges.py": ["tests/unit/test_shipped_map.py", "tests/unit/test_ranges.py"],
     # the partition pipeline both tasks call: its re-plan rule and the checks beside the scan
     "compaction/steps/pipeline.py": [
         "tests/unit/test_results.py",
@@ -205,6 +206,15 @@ def run_mutant(module: str) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here / "tests" / "mutation")])}
     code = subprocess.run([sys.executable, "-m", *PYTEST.split()[2:], *fewer, *tests], env=env).returncode
     if code in (3, 4, 5):  # pytest's internal error, usage error, no test: the run, not the mutant, failed
+        # unless the mutated module no longer imports (the tests' files then fail to collect, and
+        # the test ids given are not found): the baseline imported it, so that is the mutant's doing
+        name = module.removesuffix(".py").replace("/", ".")
+        probe = subprocess.run(
+            [sys.executable, "-c", f"import {name}"], env=env, capture_output=True, text=True
+        )
+        if probe.returncode != 0:
+            print(f"{probe.stderr[-2000:]}the mutated module does not import: killed", flush=True)
+            return 1
         print(f"pytest exited {code}: no test ran, so the mutant is counted surviving", flush=True)
         return 0
     return code
@@ -233,20 +243,27 @@ def kernel_digest(scratch: Path, env: dict) -> str:
     return run.stdout.strip()
 
 
+MODULE_LEVEL = "<module>"  # an --only name: the statements outside every function and class
+
+
 def spans(source: str, names: list[str]) -> list[tuple[int, int]]:
     """The line spans of the module's top-level functions and classes named in `names`
-    (`Class.method` for a method)."""
+    (`Class.method` for a method; `<module>` for its top-level statements outside them, such as
+    its constants, imports and `if TYPE_CHECKING` blocks)."""
     found: dict[str, tuple[int, int]] = {}
+    level: list[tuple[int, int]] = []
     for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            level.append((node.lineno, node.end_lineno or node.lineno))
+        else:
             found[node.name] = (node.lineno, node.end_lineno or node.lineno)
             for sub in node.body if isinstance(node, ast.ClassDef) else ():
                 if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found[f"{node.name}.{sub.name}"] = (sub.lineno, sub.end_lineno or sub.lineno)
-    missing = [n for n in names if n not in found]
+    missing = [n for n in names if n not in found and n != MODULE_LEVEL]
     if missing:
         raise SystemExit(f"not a top-level function, class or method of the module: {', '.join(missing)}")
-    return [found[n] for n in names]
+    return [span for n in names for span in (level if n == MODULE_LEVEL else [found[n]])]
 
 
 def skip_outside(session: Path, keep: list[tuple[int, int]]) -> None:
@@ -346,7 +363,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a mutant's tests may take")
     parser.add_argument(
         "--only",
-        help="comma-separated top-level functions, classes or Class.method of the module: mutate only these",
+        help="comma-separated top-level functions, classes or Class.method of the module, or <module> for"
+        " its statements outside them: mutate only these",
     )
     parser.add_argument(
         "--tests",

@@ -18,15 +18,18 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from index_oracle import index_files
 from open_txn import last_stable_offset, open_txn_log_dir
+from round_model import R as DELETE_RETENTION_MS
+from round_model import decode_batches, expected_round, snapshot
 from structkit import bases, seg_path, set_epochs
 from synckit import record_creates_and_fsyncs
 
 from compaction.format import naming
+from compaction.format.txnindex import AbortedTxn
 from compaction.kernels.keymap import KeyTable
 from compaction.runtime.exchange import Exchange
 from compaction.runtime.storage import Storage
 from compaction.spark.stages import compact_partition
-from compaction.steps import pipeline, range_task, ranges
+from compaction.steps import pipeline, range_task, ranges, rewrite
 from compaction.steps.group import CLEANED, GroupSpec, SourceSegment
 from compaction.steps.range_task import finish, resume, run_task
 from compaction.steps.results import STATS_ROW, GroupResult, as_rows
@@ -110,6 +113,27 @@ def test_n_ranges_write_the_bytes_of_one(tmp_path, case, n_ranges, tasks, reuse)
         for i in ranges.from_block(b.data).column("id").to_pylist()
     ]
     assert len(found) == len(set(found)) and bool(found) == (len(plan.ranges) > 1)
+
+
+@pytest.mark.parametrize("case", ["mixed codecs, tombstones", "transactions, aborts"])
+def test_the_rewrite_from_ranges_reads_its_segments_without_hashing_keys_or_checking_crcs_again(
+    tmp_path, monkeypatch, case
+):
+    """The ranges' scan gave every record its key id and checked every CRC: a rewrite that reads a
+    segment again (its scan not kept: a cache of 0 bytes) asks for neither, in its own ranges or
+    in those handed over by another task (`ShippedMap.hashes_keys`, `verified`)."""
+    part = generate(tmp_path / "logs", CASE_FLAGS[case])
+    asked = []
+    read = rewrite.read_segment
+
+    def read_segment(spec, seg, data=None, hash_keys=True, **kw):
+        asked.append((hash_keys, kw.get("verify_crc", True)))
+        return read(spec, seg, data, hash_keys, **kw)
+
+    monkeypatch.setattr(rewrite, "read_segment", read_segment)
+    rows = in_ranges(specs_for(part, 3), 2, tmp_path / "exchange", reuse=0)
+    assert not any(r.get("error") for r in rows), rows
+    assert len(asked) == len(list(part.glob("*.log"))) - 1 and set(asked) == {(False, False)}
 
 
 def test_a_partition_of_idempotent_producers_is_cut_into_pieces_as_one_without_producers(tmp_path):
@@ -572,6 +596,53 @@ def test_an_open_transaction_from_the_bound_on_leaves_the_partition_to_the_range
     many = cleaned(part)
     compact_partition(specs)
     assert _logs(many) == _logs(cleaned(part)) != b""
+
+
+# One transaction over the whole log, its marker in the active segment: the round holds its data
+# and no marker at all.
+MARKER_PAST_THE_BOUND = (
+    "--records 3000 --keys 300 --transactions 0.3 --txn-producers 1 --txn-batches 400 --segment-bytes 20000"
+)
+
+
+@pytest.mark.parametrize("abort_ratio", ["1.0", "0.0"])
+@pytest.mark.parametrize("n_groups, tasks", [(1, 3), (3, 2)])
+def test_a_transaction_whose_marker_is_past_the_bound_is_cleaned_by_the_ranges_as_kafka_does(
+    tmp_path, abort_ratio, n_groups, tasks
+):
+    """A partition cut into ranges whose round holds transactional data and no marker (the
+    transaction's ABORT or COMMIT marker, and its `.txnindex` entry, in the active segment past the
+    bound): no open transaction, so the range tasks clean it, and they write what Kafka's cleaner
+    keeps (the round model over kafka-python's decoding: an aborted transaction's data dropped,
+    since `collectAbortedTransactions` reads the later segments' indexes; a committed one's
+    compacted) and the bytes of a whole-partition task."""
+    part = generate(tmp_path / "logs", f"{MARKER_PAST_THE_BOUND} --abort-ratio {abort_ratio}")
+    snap = snapshot(str(part))
+    entries = [e for _, _, es in snap.segments for e in es]
+    round_ = [b for b in snap.batches if b.base < snap.active_base]
+    assert any(b.txn for b in round_) and not any(b.control for b in round_)
+    assert [b.control for b in snap.batches if b.base >= snap.active_base].count(True) == 1
+    assert len(entries) == (abort_ratio == "1.0")
+    aborted = tuple(AbortedTxn(*e) for e in entries)
+    # the model's delete.retention.ms (Kafka's default), for the horizons it gives
+    specs = [
+        dataclasses.replace(s, aborted_txns=aborted, delete_retention_ms=DELETE_RETENTION_MS)
+        for s in specs_for(part, n_groups)
+    ]
+    assert len(RangePlan.cut([specs], tasks).ranges) > len(specs)  # the groups cut into ranges
+    rows = in_ranges(specs, tasks, tmp_path / "exchange")
+    assert [(r["group_id"], r.get("error"), r.get("first_unstable")) for r in rows] == [
+        (s.group_id, None, None) for s in specs
+    ]
+    many = cleaned(part)
+    out = tmp_path / "out.log"
+    out.write_bytes(_logs(many))
+    expected, _ = expected_round(snap, NOW_MS)
+    kept = [b for b in expected if b.base < snap.active_base]
+    assert decode_batches(str(out)) == kept
+    assert any(b.txn and b.records for b in kept) == (abort_ratio == "0.0")  # the aborted data dropped
+    compact_partition(specs)
+    assert _logs(many) == _logs(cleaned(part))
 
 
 def test_clean_section_keys_absent_from_later_ranges_are_kept(tmp_path):
