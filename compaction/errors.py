@@ -205,6 +205,12 @@ class RebuildError(CompactionError):
         self.code, self.index, self.position = code, index, position
 
 
+class IndexFullError(CompactionError):
+    """A cleaned segment whose `.index` or `.timeindex` needs more entries than `segment.index.bytes`
+    holds: Kafka's cleaner fails on the same group (an append to a full index) and marks the
+    partition uncleanable; the job fails the partition and leaves it as found."""
+
+
 class PartitionInvalid(CompactionError):
     """A partition dir we will not touch: unknown files, no segment, a broken index."""
 

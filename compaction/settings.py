@@ -67,6 +67,10 @@ KERNEL_CACHE_KEEP_SECONDS = 30 * 24 * 3600
 # reach at all (1032:1 at best, and only on a run of one byte), ~50 times what zstd makes of
 # JSON or logs, and 50 times a 20 MiB `max.message.bytes` at that ratio.
 MAX_INFLATED_BATCH_BYTES = 1 << 30
+# Kafka's producer.id.expiration.ms default (one day): a broker that loads a log expires producers
+# idle that long, so the round does too unless `--producer-id-expiration-ms` or `--config` says
+# otherwise (docs/kafka-rules.md#producer-state).
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
 # A range cleaned by another task than its group's rewriter (steps/range_task.py) is copied into
 # the group's `.cleaned` file this many bytes at a time (whole batches): what the rewriter holds of
 # a part at once.
@@ -132,6 +136,8 @@ class JobOptions:
     erase_keys: str | None = None  # a key file (compaction/steps/erase.py); only its path is kept here
     erase_only: bool = False  # erase, without the round's compaction decisions
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES  # a batch inflating past it fails its partition
+    # --producer-id-expiration-ms, else the --config broker's producer.id.expiration.ms, else Kafka's
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS
     # --output-dir (compaction/archive.py): the compacted copy's log dir; the log dirs are then only read.
     output_dir: str | None = None
     as_of_time_ms: int | None = None  # --as-of-time, epoch ms (policy/cut.py)
@@ -424,3 +430,15 @@ FRAME_SPARK_BATCH_ROWS = 8192
 # that run them at once only repeats that scan; more on request (`minPartitions`).
 FRAME_COMPACTED_SPLIT_BYTES = 1 << 30
 FRAME_COMPACTED_BUCKETS = 2
+# The JVM reader `kafka_log_jvm` (compaction/jvm): the defaults of its options, written into its
+# jar when `compaction.jvm.reader_jar()` builds it. A task holds one batch of at most
+# JVM_MAX_BATCH_BYTES (Kafka's `message.max.bytes` is 1 MiB by default; topics raise it rarely past
+# a few tens of MiB) and, of a compressed batch, one record (the batch's records together inflate
+# to at most MAX_INFLATED_BATCH_BYTES). Columnar batches hold JVM_BATCH_ROWS rows (Spark's own
+# columnar readers' default) and about JVM_BATCH_BYTES of keys and values; input partitions group
+# consecutive segments up to FRAME_SPLIT_BYTES, as `kafka_log`'s do.
+JVM_MAX_BATCH_BYTES = 256 << 20
+JVM_BATCH_ROWS = 4096
+JVM_BATCH_BYTES = 64 << 20
+# Where `reader_jar()` keeps the jars it compiles (a dir; default `~/.cache/kafka-compaction/reader`).
+JVM_READER_DIR_ENV = "KAFKA_COMPACTION_READER_DIR"

@@ -25,7 +25,9 @@ from compaction.format.erase_keys import KEY_FILE_FORMAT
 from compaction.format.naming import parse_partition_dir_name
 from compaction.policy.broker_config import (
     BROKER_TO_TOPIC,
+    BROKER_WIDE,
     IO_MAX_BYTES_PER_SECOND,
+    PRODUCER_ID_EXPIRATION_MS,
     TOPIC_CONFIGS,
     check_topic_config,
     checked_value,
@@ -41,6 +43,9 @@ from compaction.settings import (
     READ_MODES,
     WRITE_MODES,
     JobOptions,
+)
+from compaction.settings import (
+    PRODUCER_ID_EXPIRATION_MS as DEFAULT_PRODUCER_ID_EXPIRATION_MS,
 )
 
 LONG_MAX = 2**63 - 1
@@ -257,6 +262,16 @@ def build_parser(prog: str = "spark-submit.sh", epilog: str | None = None) -> ar
         help="the most bytes one compressed batch's records may inflate to; a batch beyond it "
         f"fails its partition (default {MAX_INFLATED_BATCH_BYTES}: 1 GiB)",
     )
+    p.add_argument(
+        "--producer-id-expiration-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="the broker's producer.id.expiration.ms: a producer idle that long before --now-ms (no "
+        "open transaction) is expired, so its last batch is not kept for it, as on a broker "
+        "(default: --config's producer.id.expiration.ms, else Kafka's "
+        f"{DEFAULT_PRODUCER_ID_EXPIRATION_MS}: one day; a value beyond the log's age expires none)",
+    )
     p.add_argument("--tasks-per-core", type=int, default=2, help="scan/rewrite tasks per core (default 2)")
     p.add_argument(
         "--read-mode",
@@ -457,6 +472,13 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         raise UsageError(f"the I/O limit must be positive bytes per second, not {io_max}")
     as_of_time = _parsed("--as-of-time", parse_as_of_time, args.as_of_time)
     as_of = _parsed("--as-of-offset", parse_as_of_offsets, args.as_of_offset) or {}
+    if args.producer_id_expiration_ms is not None and args.producer_id_expiration_ms < 1:
+        raise UsageError(
+            f"--producer-id-expiration-ms must be at least 1, not {args.producer_id_expiration_ms}"
+        )
+    expiration = args.producer_id_expiration_ms
+    if expiration is None:
+        expiration = int(str(broker.get(PRODUCER_ID_EXPIRATION_MS, DEFAULT_PRODUCER_ID_EXPIRATION_MS)))
     if args.max_inflated_batch_bytes <= 0:
         raise UsageError(f"--max-inflated-batch-bytes must be positive, not {args.max_inflated_batch_bytes}")
     return JobOptions(
@@ -475,13 +497,14 @@ def parse_unchecked(argv: list[str] | None, prog: str = "spark-submit.sh") -> Jo
         tasks_per_core=args.tasks_per_core,
         read_mode=_one_of(READ_MODES, args.read_mode),
         write_mode=_one_of(WRITE_MODES, args.write_mode),
-        broker_config={k: v for k, v in broker.items() if k != IO_MAX_BYTES_PER_SECOND},
+        broker_config={k: v for k, v in broker.items() if k not in BROKER_WIDE},
         io_max_bytes_per_second=io_max if io_max is not None and io_max < 1.7e308 else None,  # Double.MAX
         log_format=_one_of(LOG_FORMATS, args.log_format),
         metrics_file=args.metrics_file,
         erase_keys=args.erase_keys,
         erase_only=args.erase_only,
         max_inflated_batch_bytes=args.max_inflated_batch_bytes,
+        producer_id_expiration_ms=expiration,
         output_dir=args.output_dir,
         as_of_time_ms=as_of_time,
         as_of_offsets={f"{t}:{p}": o for (t, p), o in as_of.items()},
@@ -592,7 +615,7 @@ def load_topic_config(path: str) -> tuple[dict[str, object], dict[str, dict[str,
         return parse_topic_properties(text, path)
     data = _load_json_object(path, text)
     broker_entries = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    unknown = set(broker_entries) - set(BROKER_TO_TOPIC) - {IO_MAX_BYTES_PER_SECOND}
+    unknown = set(broker_entries) - set(BROKER_TO_TOPIC) - BROKER_WIDE
     if unknown:
         name = next(k for k in broker_entries if k in unknown)
         raise ConfigError(
@@ -621,7 +644,7 @@ def parse_topic_properties(
     out: dict[str, dict[str, object]] = {}
     lines = parse_properties(text, source)
     for lineno, key, value in lines:
-        if key in BROKER_TO_TOPIC or key == IO_MAX_BYTES_PER_SECOND:
+        if key in BROKER_TO_TOPIC or key in BROKER_WIDE:
             broker_entries[key] = value
             continue
         match = next((n for n in names if key.endswith("." + n)), None)

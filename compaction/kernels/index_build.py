@@ -29,13 +29,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from compaction.errors import CorruptRecordError, IndexCorruptError
+from compaction.errors import CorruptRecordError, IndexCorruptError, IndexFullError
 from compaction.format.index import (
     NO_TIMESTAMP,
     encode_offset_index,
     encode_time_index,
 )
-from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES
+from compaction.format.layout import DEFAULT_INDEX_INTERVAL_BYTES, OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from compaction.kernels.jit import njit as _njit
 from compaction.kernels.scan import STOP_END, scan_batches
 
@@ -182,6 +182,75 @@ def build_indexes(
     return (
         encode_offset_index(offset_entries, base_offset, path),
         encode_time_index(time_entries, base_offset, path),
+    )
+
+
+# --- room in a new segment's indexes ----------------------------------------------------------
+
+
+def index_room(segment_index_bytes: int) -> tuple[int, int]:
+    """(offset entries, time entries before the one at close) a new segment's indexes take: Kafka
+    sizes each file at `segment.index.bytes` rounded down to whole entries, and its time index is
+    full one entry early, the last slot kept for the entry written at close (`TimeIndex.isFull`)."""
+    return segment_index_bytes // OFFSET_ENTRY_SIZE, segment_index_bytes // TIME_ENTRY_SIZE - 1
+
+
+def index_full_at(
+    sizes: Sequence[int],
+    max_timestamps: Sequence[int],
+    index_interval_bytes: int,
+    segment_index_bytes: int,
+) -> tuple[str, int] | None:
+    """Where `LogSegment.append` would find a new segment's index full writing these batches (the
+    entry rule above): `(".index" | ".timeindex", batch number)`, or None. The time index is checked
+    for room at every interval crossing, before it looks whether the timestamp grew. Plain Python:
+    it runs only when `check_index_room` finds the entries near the limit."""
+    max_offsets, max_times = index_room(segment_index_bytes)
+    n_offset = n_time = 0
+    last_time_ts = max_so_far = NO_TIMESTAMP
+    bytes_since_last_entry = 0
+    for i, (size, max_timestamp) in enumerate(zip(sizes, max_timestamps, strict=True)):
+        max_so_far = max(max_so_far, int(max_timestamp))
+        if bytes_since_last_entry > index_interval_bytes:
+            if n_offset >= max_offsets:
+                return ".index", i
+            n_offset += 1
+            if n_time >= max_times:
+                return ".timeindex", i
+            if max_so_far > last_time_ts:
+                n_time, last_time_ts = n_time + 1, max_so_far
+            bytes_since_last_entry = 0
+        bytes_since_last_entry += int(size)
+    if max_so_far > last_time_ts and n_time > max_times:  # the entry at close has no slot either
+        return ".timeindex", len(sizes) - 1
+    return None
+
+
+def check_index_room(
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    index_bytes: int,
+    time_index_bytes: int,
+    index_interval_bytes: int,
+    segment_index_bytes: int,
+    path: str,
+) -> None:
+    """Raise `IndexFullError` when Kafka's cleaner could not write this cleaned segment's indexes
+    within `segment.index.bytes` (docs/kafka-rules.md#index-room). `columns` are the segment's
+    (positions, sizes, last offsets, max timestamps); the two sizes those of the built files."""
+    max_offsets, max_times = index_room(segment_index_bytes)
+    if index_bytes // OFFSET_ENTRY_SIZE <= max_offsets and time_index_bytes // TIME_ENTRY_SIZE < max_times:
+        return  # fewer entries in all than the room at any crossing
+    positions, sizes, _, max_timestamps = columns
+    full = index_full_at(sizes, max_timestamps, index_interval_bytes, segment_index_bytes)
+    if full is None:
+        return
+    which, at = full
+    room = max_offsets if which == ".index" else max_times
+    close = " before the one at close" if which == ".timeindex" else ""
+    raise IndexFullError(
+        f"{path}: the cleaned segment's {which} would need more entries than "
+        f"segment.index.bytes={segment_index_bytes} holds ({room}{close}; batch {at} at byte {int(positions[at])}); "
+        "Kafka's cleaner fails on the same segments: raise segment.index.bytes for this topic"
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from compaction.errors import ConfigError
-from compaction.policy.topic_config import excerpt, parse_config_value, parse_double
+from compaction.policy.topic_config import INT_MAX, excerpt, parse_config_value, parse_double, parse_int
 
 # Topic-level name -> its broker-level synonym (docs/kafka-rules.md#configs; ServerTopicConfigSynonyms), for
 # the configs the cleaner reads.
@@ -38,6 +38,14 @@ BROKER_TO_TOPIC = {broker: topic for topic, broker in CLEANER_SYNONYMS.items()}
 # The broker's cleaner I/O throttle (CleanerConfig): bytes read + written per second by all cleaner
 # threads of a broker; here by all tasks of the job on one host (--io-max-bytes-per-second).
 IO_MAX_BYTES_PER_SECOND = "log.cleaner.io.max.bytes.per.second"
+
+# The broker's producer expiry (TransactionLogConfig, an INT of at least 1): a producer with no open
+# transaction whose last batch is this old is dropped from producer state, and with it the last
+# batch the cleaner keeps for it (docs/kafka-rules.md#producer-state).
+PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
+
+# Broker-wide configs that are not synonyms of a topic config: kept under their own names.
+BROKER_WIDE = frozenset({IO_MAX_BYTES_PER_SECOND, PRODUCER_ID_EXPIRATION_MS})
 
 # Every topic-level config of Kafka 2.x-4.x (TopicConfig). Those the cleaner does not read are accepted
 # and ignored, as a broker's cleaner ignores them.
@@ -123,7 +131,8 @@ def split_job_config(
     (broker defaults, job-wide topic values), both keyed by topic-level names, every value the
     cleaner reads checked as Kafka checks it.
 
-    `log.cleaner.io.max.bytes.per.second` is returned among the broker defaults under its own name.
+    `log.cleaner.io.max.bytes.per.second` and `producer.id.expiration.ms` are returned among the
+    broker defaults under their own names.
     Raises `ConfigError` naming `source`, the entry's place in it (`where[name]`: " line 3", a
     JSON path) and the name, for an unknown cleaner-namespace name or a value Kafka refuses.
     """
@@ -135,6 +144,11 @@ def split_job_config(
             broker[BROKER_TO_TOPIC[name]] = checked_value(BROKER_TO_TOPIC[name], value, at, name)
         elif name == IO_MAX_BYTES_PER_SECOND:
             broker[name] = _check_rate(value, at)
+        elif name == PRODUCER_ID_EXPIRATION_MS:
+            try:
+                broker[name] = parse_int(name, value, 1, INT_MAX)
+            except ValueError as exc:
+                raise ConfigError(f"{at}: {exc}") from None
         elif name in TOPIC_CONFIGS:
             job[name] = checked_value(name, value, at, name)
         elif name.startswith("log.") and name not in BROKER_LOG_CONFIGS:

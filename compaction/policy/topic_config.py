@@ -100,7 +100,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _LONG_DIGITS = 19
 
 
-def _parse_int(name: str, value: object, minimum: int, maximum: int) -> int:
+def parse_int(name: str, value: object, minimum: int, maximum: int) -> int:
     """Kafka's INT/LONG config types: a JSON integer or a decimal string of one (not 1.5, not
     1e3, not true), within [minimum, maximum]."""
     text = value.strip() if isinstance(value, str) else ""
@@ -159,7 +159,7 @@ def parse_config_value(name: str, value: object, key: str | None = None) -> obje
         return _parse_ratio(value, label)
     if name in _INT_CONFIGS:
         _, minimum, maximum = _INT_CONFIGS[name]
-        return _parse_int(label, value, minimum, maximum)
+        return parse_int(label, value, minimum, maximum)
     return value
 
 
@@ -180,5 +180,5 @@ def resolve_topic_config(
         values["min_cleanable_dirty_ratio"] = _parse_ratio(merged[MIN_CLEANABLE_DIRTY_RATIO])
     for name, (attr, minimum, maximum) in _INT_CONFIGS.items():
         if name in merged:
-            values[attr] = _parse_int(name, merged[name], minimum, maximum)
+            values[attr] = parse_int(name, merged[name], minimum, maximum)
     return TopicConfig(**values)

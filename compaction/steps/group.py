@@ -48,6 +48,10 @@ class GroupSpec:
     # Uncleanable segments (incl. the active one): read for producer state only, never rewritten.
     tail_segments: tuple[SourceSegment, ...] = ()
     max_message_bytes: int = 2**31 - 1  # max.message.bytes: a larger batch fails the partition
+    # segment.index.bytes: a cleaned segment whose indexes need more fails the partition
+    segment_index_bytes: int = 2**31 - 1
+    # --producer-id-expiration-ms: producers idle that long before now_ms expire (None: none do)
+    producer_id_expiration_ms: int | None = None
     # --max-inflated-batch-bytes: a batch whose records inflate past it fails the partition
     max_inflated_batch_bytes: int = MAX_INFLATED_BATCH_BYTES
     read_mode: ReadMode = "buffered"  # how source segments are read (--read-mode)

@@ -45,7 +45,7 @@ def checked_state(specs: list[GroupSpec], epochs: list, producers: list) -> Prod
     """The partition's producer state from its `producers` tables, once its leader-epoch runs
     `epochs` (log order) check."""
     check_partition_epochs(specs, epochs)
-    return producer_state(producers)
+    return producer_state(producers, specs[0].now_ms, specs[0].producer_id_expiration_ms)
 
 
 def open_transaction(state: ProducerState, specs: list[GroupSpec]) -> int | None:

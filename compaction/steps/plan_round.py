@@ -229,6 +229,8 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
             retain_empty_offset=plan.high_watermark if p.compacting else None,
             tail_segments=tail if n == len(groups) - 1 else (),
             max_message_bytes=config.max_message_bytes,
+            segment_index_bytes=config.segment_index_bytes,
+            producer_id_expiration_ms=opts.producer_id_expiration_ms,
             max_inflated_batch_bytes=opts.max_inflated_batch_bytes,
             read_mode=opts.read_mode,
             write_mode=opts.write_mode,

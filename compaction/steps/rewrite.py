@@ -28,7 +28,7 @@ import numpy as np
 from compaction.errors import DiskFullError, EraseError
 from compaction.format import batch as fb
 from compaction.format.txnindex import AbortedTxn, write_txn_index
-from compaction.kernels.index_build import build_indexes
+from compaction.kernels.index_build import build_indexes, check_index_room
 from compaction.kernels.scan import SegmentScan
 from compaction.policy.keep import (
     COPY,
@@ -304,6 +304,15 @@ def _write_cleaned(
         spec.index_interval_bytes,
         spec.segment_path(base),
     )
+    if not spec.erase_only:  # a segment only erased is no cleaner's output: no group of Kafka's to match
+        check_index_room(
+            out.columns(),
+            len(offset_index),
+            len(time_index),
+            spec.index_interval_bytes,
+            spec.segment_index_bytes,
+            spec.segment_path(base),
+        )
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
         files[".txnindex"] = write_txn_index(txn_entries)

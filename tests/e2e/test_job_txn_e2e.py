@@ -259,24 +259,7 @@ def _open_a_transaction(part_dir: str) -> int:
     logs = segment_logs(part_dir)
     seg = decode_batches(logs[-2])
     first = next(b for b in seg if b.txn and not b.control)
-    for log in logs[-2:]:
-        kept = [
-            raw
-            for base, raw in v2_batches(open(log, "rb").read())
-            if not (decode_batches_raw(raw).pid == first.pid and base > first.base)
-        ]
-        with open(log, "wb") as fh:
-            fh.write(b"".join(kept))
-        stem = log[: -len(".log")]
-        for suffix in (".index", ".timeindex"):  # positions changed: let them be rebuilt
-            if os.path.exists(stem + suffix):
-                os.remove(stem + suffix)
-        entries = [
-            e for e in read_txn_entries(stem + ".txnindex") if not (e[0] == first.pid and e[2] > first.base)
-        ]
-        if os.path.exists(stem + ".txnindex"):
-            with open(stem + ".txnindex", "wb") as fh:
-                fh.write(b"".join(TXN_ENTRY.pack(0, *e) for e in entries))
+    _drop_batches(logs[-2:], first.pid, first.base)
     open_txns: dict[int, int] = {}  # the first unstable offset, from kafka-python's view of the log
     for b in snapshot(part_dir).batches:
         if b.control and b.records:
@@ -285,6 +268,27 @@ def _open_a_transaction(part_dir: str) -> int:
             open_txns.setdefault(b.pid, b.base)
     assert list(open_txns) == [first.pid]
     return open_txns[first.pid]
+
+
+def _drop_batches(logs: list[str], pid: int, after: int) -> None:
+    """Remove the batches of producer `pid` past offset `after` from the segments `logs` (and their
+    `.txnindex` entries), their indexes left to be rebuilt."""
+    for log in logs:
+        kept = [
+            raw
+            for base, raw in v2_batches(open(log, "rb").read())
+            if not (decode_batches_raw(raw).pid == pid and base > after)
+        ]
+        with open(log, "wb") as fh:
+            fh.write(b"".join(kept))
+        stem = log[: -len(".log")]
+        for suffix in (".index", ".timeindex"):  # positions changed: let them be rebuilt
+            if os.path.exists(stem + suffix):
+                os.remove(stem + suffix)
+        entries = [e for e in read_txn_entries(stem + ".txnindex") if not (e[0] == pid and e[2] > after)]
+        if os.path.exists(stem + ".txnindex"):
+            with open(stem + ".txnindex", "wb") as fh:
+                fh.write(b"".join(TXN_ENTRY.pack(0, *e) for e in entries))
 
 
 def decode_batches_raw(raw: bytes) -> KBatch:
@@ -352,3 +356,56 @@ def test_open_transaction_bounds_the_round(open_txn):
             assert open(log, "rb").read() == data, log
     expected, _ = expected_round(replace(before, active_base=bound), NOW)
     assert snapshot(part_dir).batches == expected
+
+
+# --- producer expiry (docs/kafka-rules.md#producer-state) ----------------------------------------
+# An idempotent producer that stopped in the first segment: every later write of its keys empties
+# its last batch, kept for it only while it has not expired. The generated timestamps are ~100 days
+# before NOW, so Kafka's default (one day) expires it; the age of its last batch is the boundary.
+EXPIRY = ("default", "age", "age+1")
+
+
+@pytest.fixture(scope="module", params=EXPIRY)
+def idle_producer(tmp_path_factory, request):
+    root = tmp_path_factory.mktemp(f"idle-{request.param}")
+    log_dir = str(root / "logs")
+    generate_log_dir(
+        log_dir,
+        topics=(("ledger", 1),),
+        records=3000,
+        keys=60,
+        codec="none",
+        batch_records=(1, 6),
+        segment_bytes=30_000,
+        idempotent=0.5,
+        idempotent_producers=3,
+        seed=11,
+    )
+    part_dir = os.path.join(log_dir, "ledger-0")
+    logs = segment_logs(part_dir)
+    first_segment = decode_batches(logs[0])
+    idle = next(b.pid for b in first_segment if b.pid >= 0 and not b.txn)
+    last = max(b.last for b in first_segment if b.pid == idle)
+    _drop_batches(logs[1:], idle, last)
+    before = snapshot(part_dir)
+    assert before.batches[-1].pid != idle  # the log end, the generator's high watermark, is unchanged
+    age = NOW - max(b.max_ts for b in before.batches if b.pid == idle)
+    expiration = {"default": 86_400_000, "age": age, "age+1": age + 1}[request.param]
+    flag = () if request.param == "default" else ("--producer-id-expiration-ms", str(expiration))
+    code, _, err = run_job(log_dir, "--now-ms", str(NOW), *flag, report=str(root / "report.json"))
+    assert code == 0, err
+    return request.param, idle, last, before, expiration, snapshot(part_dir)
+
+
+def test_an_idle_producers_emptied_last_batch_goes_once_it_expired(idle_producer):
+    param, idle, last, before, expiration, after = idle_producer
+    expected, _ = expected_round(before, NOW, expiration=expiration)
+    assert after.batches == expected
+    expired, _ = expected_round(before, NOW, expiration=1)
+    never, _ = expected_round(before, NOW, expiration=2**62)
+    assert expired != never  # the idle producer's last batch is emptied: expiry decides whether it stays
+    at_last = [b for b in after.batches if b.pid == idle and b.last == last]
+    if param == "age+1":
+        assert len(at_last) == 1 and at_last[0].records == ()  # not expired: kept empty
+    else:
+        assert at_last == []

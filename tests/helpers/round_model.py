@@ -13,6 +13,7 @@ from e2ekit import segment_logs
 from kafka.record.memory_records import MemoryRecords
 
 R = 86_400_000  # delete.retention.ms default
+EXPIRATION = 86_400_000  # producer.id.expiration.ms default
 ABORT, COMMIT = 0, 1
 TXN_ENTRY = struct.Struct(">hqqqq")
 
@@ -96,28 +97,40 @@ def snapshot(part_dir: str) -> PartitionSnapshot:
 # --- the independent model of one round (docs/kafka-rules.md#producer-state to #writing-retained-batches) ---
 
 
-def producer_last(batches: list[KBatch]) -> dict[int, tuple[int, int | None]]:
-    """pid -> (epoch, last data offset or None): a replay of batch headers in log order."""
-    state: dict[int, tuple[int, int | None]] = {}
+def producer_last(
+    batches: list[KBatch], now: int, expiration: int = EXPIRATION
+) -> dict[int, tuple[int, int | None]]:
+    """pid -> (epoch, last data offset or None) of the producers still active at `now`: a replay of
+    batch headers in log order, then producer.id.expiration.ms applied once (a producer with no open
+    transaction whose last batch's max timestamp is `expiration` old at `now` is gone)."""
+    state: dict[int, tuple[int, int | None, int, bool]] = {}  # pid -> (epoch, last, last ts, open txn)
     for b in batches:
         if b.pid < 0 or (b.control and not b.records):
             continue
-        epoch, last = state.get(b.pid, (b.epoch, None))
+        epoch, last, _, open_txn = state.get(b.pid, (b.epoch, None, -1, False))
         if epoch != b.epoch:
-            last = None
-        state[b.pid] = (b.epoch, last if b.control else b.last)
-    return state
+            last, open_txn = None, False
+        if b.control:
+            state[b.pid] = (b.epoch, last, b.max_ts, False)
+        else:
+            state[b.pid] = (b.epoch, b.last, b.max_ts, open_txn or b.txn)
+    return {
+        pid: (epoch, last)
+        for pid, (epoch, last, ts, open_txn) in state.items()
+        if open_txn or now - ts < expiration
+    }
 
 
 def expected_round(
-    snap: PartitionSnapshot, now: int, upper: int | None = None
+    snap: PartitionSnapshot, now: int, upper: int | None = None, expiration: int = EXPIRATION
 ) -> tuple[list[KBatch], set[tuple]]:
     """The partition after one round over [0, `upper`) (default: the active base) at `now`, and
-    the `.txnindex` entries the cleaned segments must hold."""
+    the `.txnindex` entries the cleaned segments must hold; producers idle `expiration` ms at `now`
+    (producer.id.expiration.ms) are not active."""
     upper = snap.active_base if upper is None else upper
     # The generator's replication-offset-checkpoint: the high watermark is the log end offset.
     high_watermark = max((b.last + 1 for b in snap.batches), default=0)
-    last = producer_last(snap.batches)
+    last = producer_last(snap.batches, now, expiration)
     entries = sorted((e for _, _, es in snap.segments for e in es), key=lambda e: e[1])
     # Pass 1 (buildOffsetMap): which data batches are aborted, and the key -> latest offset map.
     aborted = _aborted_flags(snap.batches, entries, upper)

@@ -24,6 +24,7 @@ log.segment.bytes=4096
 log.index.interval.bytes: 128
 message.max.bytes=2000000
 log.cleaner.io.max.bytes.per.second=5242880
+producer.id.expiration.ms=3600000
 """
 
 
@@ -45,6 +46,8 @@ def test_server_properties_are_broker_defaults(tmp_path):
     assert cfg.min_compaction_lag_ms == 0  # not in the file: Kafka's default
     assert cfg.compact  # no log.cleanup.policy: the job's topics are compacted
     assert opts.io_max_bytes_per_second == 5242880.0
+    assert opts.producer_id_expiration_ms == 3_600_000
+    assert "producer.id.expiration.ms" not in opts.config_for("orders")
 
 
 def test_topic_override_beats_flag_beats_broker_default_beats_kafka_default(tmp_path):
@@ -123,6 +126,19 @@ def test_flag_beats_the_files_io_limit(tmp_path):
     )
 
 
+def test_producer_id_expiration_flag_beats_the_broker_file_beats_kafkas_default(tmp_path):
+    (tmp_path / "s.properties").write_text("broker.id=1\nproducer.id.expiration.ms=60000\n")
+    (tmp_path / "t.json").write_text(json.dumps({"producer.id.expiration.ms": 120000}))
+    (tmp_path / "bare.properties").write_text("broker.id=1\n")
+    config = ["--log-dir", "x", "--config", str(tmp_path / "s.properties")]
+    assert parse_args(config).producer_id_expiration_ms == 60_000
+    assert parse_args([*config, "--producer-id-expiration-ms", "5"]).producer_id_expiration_ms == 5
+    topic_config = ["--log-dir", "x", "--topic-config", str(tmp_path / "t.json")]
+    assert parse_args(topic_config).producer_id_expiration_ms == 120_000
+    bare = ["--log-dir", "x", "--config", str(tmp_path / "bare.properties")]
+    assert parse_args(bare).producer_id_expiration_ms == 86_400_000
+
+
 @pytest.mark.parametrize(
     "option, name, text, message",
     [
@@ -155,6 +171,19 @@ def test_flag_beats_the_files_io_limit(tmp_path):
             't.json at $["orders"]["segment.bytes"]: segment.bytes=1 is outside [14, 2147483647]',
         ),
         ("--config", "s.properties", "log.cleaner.io.max.bytes.per.second=fast\n", "is not a number"),
+        (
+            "--config",
+            "s.properties",
+            "broker.id=1\nproducer.id.expiration.ms=0\n",
+            "s.properties line 2: producer.id.expiration.ms='0' is outside [1, 2147483647]",
+        ),
+        (
+            "--config",
+            "s.properties",
+            "producer.id.expiration.ms=2147483648\n",
+            "producer.id.expiration.ms='2147483648' is outside [1, 2147483647]",
+        ),
+        ("--config", "s.properties", "producer.id.expiration.ms=1d\n", "'1d' is not an integer"),
         ("--config", "missing.properties", None, "No such file"),
         ("--config", "s.json", '{"orders": {"segment.bytes": 1}}', "per-topic configs go in --topic-config"),
     ],

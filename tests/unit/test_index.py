@@ -12,7 +12,7 @@ from e2ekit import SHARED_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compaction.errors import CorruptRecordError, IndexCorruptError
+from compaction.errors import CorruptRecordError, IndexCorruptError, IndexFullError
 from compaction.format.index import (
     lookup_offset,
     lookup_timestamp,
@@ -26,8 +26,11 @@ from compaction.format.index import (
 from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
 from compaction.kernels.index_build import (
     build_indexes,
+    check_index_room,
     index_entries,
     index_entries_py,
+    index_full_at,
+    index_room,
     rebuild_indexes_from_log,
 )
 
@@ -596,3 +599,60 @@ def test_rebuild_refuses_a_partial_tail_unless_allowed():
     # Like LogSegment.recover: index the valid prefix (the last message is not indexed anyway).
     prefix, _ = rebuild_indexes_from_log(log[:-5], 0, allow_trailing=True)
     assert prefix == full
+
+
+# --- room in a cleaned segment's indexes (docs/kafka-rules.md#index-room) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("segment_index_bytes", "room"),
+    [(64, (8, 4)), (71, (8, 4)), (72, (9, 5)), (24, (3, 1)), (10_485_760, (1_310_720, 873_812))],
+)
+def test_index_room(segment_index_bytes, room):
+    assert index_room(segment_index_bytes) == room
+
+
+# Batches of 200 bytes, interval 100: every batch after the first crosses the interval.
+# segment.index.bytes 64: 8 offset entries, 4 time entries before the one at close.
+@pytest.mark.parametrize(
+    ("n", "timestamps", "want"),
+    [
+        (5, "rising", None),  # 4 crossings, 4 time entries, the 5th at close: the file's 5 slots
+        (6, "rising", (".timeindex", 5)),  # the 5th crossing finds the time index full
+        (6, "flat", None),  # one time entry: only the offset index fills
+        (9, "flat", None),  # 8 crossings: 8 offset entries, the file's 8 slots
+        (10, "flat", (".index", 9)),
+        (10, "none", (".index", 9)),  # no timestamp (-1): the time index stays empty
+    ],
+)
+def test_index_full_at_boundaries(n, timestamps, want):
+    ts = {"rising": list(range(10, 10 + n)), "flat": [7] * n, "none": [-1] * n}[timestamps]
+    assert index_full_at([200] * n, ts, 100, 64) == want
+    batches = _batches([200] * n, list(range(n)), ts)
+    off, tim = build_indexes(*batches, 0, 100)
+    if want is None:
+        check_index_room(batches, len(off), len(tim), 100, 64, "x.log")
+        assert len(off) <= 64 and len(tim) <= 60  # what Kafka's files would hold
+    else:
+        with pytest.raises(
+            IndexFullError, match=rf"x.log: the cleaned segment's \{want[0]} .* at byte {200 * want[1]}"
+        ):
+            check_index_room(batches, len(off), len(tim), 100, 64, "x.log")
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch_lists, st.sampled_from([0, 100, 500]), st.sampled_from([8, 24, 36, 64, 100, 4096]))
+def test_check_index_room_fast_path_agrees_with_the_walk(raw, interval, segment_index_bytes):
+    sizes = [s for s, _, _ in raw]
+    last_offsets = list(np.cumsum([n for _, n, _ in raw]) - 1) if raw else []
+    batches = _batches(sizes, last_offsets, [t for _, _, t in raw])
+    off, tim = build_indexes(*batches, 0, interval)
+    full = index_full_at(batches[1], batches[3], interval, segment_index_bytes)
+    try:
+        check_index_room(batches, len(off), len(tim), interval, segment_index_bytes, "x.log")
+    except IndexFullError:
+        assert full is not None
+    else:
+        assert full is None
+        max_offsets, max_times = index_room(segment_index_bytes)
+        assert len(off) // 8 <= max_offsets and len(tim) // 12 <= max_times + 1

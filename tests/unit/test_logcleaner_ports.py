@@ -302,8 +302,9 @@ class KafkaLog:
                     m[k] = max(m.get(k, -1), d)
         if offset_map is not None:  # a FakeOffsetMap filled by hand, as in the Kafka test
             m = {_b(k): v for k, v in offset_map.items()}
-        # Producer state and units as the job's tasks derive them (range_task._rewrite): one unit
-        # per group, or the whole partition when transaction state crosses groups.
+        # Producer state and units as the job's tasks derive them (range_task._rewrite and
+        # Work.of): one unit per group, or the whole partition when transaction state crosses
+        # groups (`ranges.crosses_groups` of any group's headers).
         state = ranges.producer_state([h for hs in headers.values() for h in hs])
         unstable = state.first_unstable is not None and state.first_unstable < upper
         # Our job stops at the first unstable offset (Kafka's LSO, which the cleaner manager
@@ -312,7 +313,12 @@ class KafkaLog:
             f"open transaction at {state.first_unstable} below the bound {upper}"
         )
         specs = [dataclasses.replace(s, last_records=state.last_records) for s in specs]
-        units = {0: specs} if state.transactional or unstable else {s.group_id: [s] for s in specs}
+        txn = any(
+            ranges.crosses_groups(pa.table(h).column("attributes").to_numpy())
+            for hs in headers.values()
+            for h in hs
+        )
+        units = {0: specs} if txn or unstable else {s.group_id: [s] for s in specs}
         keys = pa.array(list(m), pa.binary())
         latest = np.array(list(m.values()), dtype=np.int64)
         results = [r for unit in units.values() for r in rewrite_unit(unit, KeyLookup(keys, latest))]

@@ -217,3 +217,16 @@ def test_each_mode_flag_takes_its_modes_and_refuses_others_with_the_choices(
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"argument {flag}: invalid choice: 'nope' (choose from " in err
     assert all(m in err.split("choose from", 1)[1] for m in modes) and "--help" in err
+
+
+def test_producer_id_expiration_defaults_to_kafkas_day(capsys):
+    assert parse_args(["--log-dir", "/x"]).producer_id_expiration_ms == 86_400_000
+    opts = parse_args(["--log-dir", "/x", "--producer-id-expiration-ms", "3600000"])
+    assert opts.producer_id_expiration_ms == 3_600_000
+    # beyond Kafka's INT: a value longer than any log's age, so that no producer expires
+    never = parse_args(["--log-dir", "/x", "--producer-id-expiration-ms", str(2**63 - 1)])
+    assert never.producer_id_expiration_ms == 2**63 - 1
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--log-dir", "/x", "--producer-id-expiration-ms", "0"])
+    assert exc.value.code == 2
+    assert "--producer-id-expiration-ms must be at least 1" in capsys.readouterr().err

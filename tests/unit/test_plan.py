@@ -453,6 +453,17 @@ def test_plan_partition_forced_by_max_compaction_lag():
     assert plan.eligible and plan.groups == ((0, 10, 20),)  # clean tail regrouped too
 
 
+def test_plan_partition_compact_delete_leaves_retention_to_the_broker():
+    """docs/kafka-rules.md#differences-from-kafka: with compact,delete Kafka 4.4's cleaner thread
+    first deletes the segments past retention.ms; the job compacts every segment and deletes none."""
+    segs = [seg(0, 100, largest=NOW - DAY, mtime=NOW - DAY), *FOUR[1:]]
+    cfg = resolve_topic_config({"cleanup.policy": "compact,delete", "retention.ms": 1})
+    assert cfg.delete
+    plan = plan_partition("t", 0, state(segs, end=35), cfg, NOW)
+    assert plan.eligible and plan.groups == ((0, 10, 20),)
+    assert plan.first_dirty_offset == 0
+
+
 def test_plan_partition_not_compacted():
     plan = plan_partition("t", 0, state(FOUR, end=35), TopicConfig(), NOW)
     assert not plan.eligible and plan.reason == REASON_NOT_COMPACTED

@@ -51,7 +51,7 @@ def test_rows_carry_the_known_fields_only_and_timings_as_their_own_row():
 def test_an_open_transaction_below_the_bound_sends_the_partition_back_to_planning(
     first_unstable, bound, replan
 ):
-    state = ProducerState(first_unstable, {}, first_unstable is not None)
+    state = ProducerState(first_unstable, {})
     specs = [SimpleNamespace(upper_bound=bound), SimpleNamespace(upper_bound=bound + 1000)]
     assert open_transaction(state, specs) == replan
 

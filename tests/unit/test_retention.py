@@ -261,6 +261,25 @@ def test_last_records_expiration():
     assert len(last_records_of_active_producers(log)) == 3  # no expiration without a clock
 
 
+def test_producer_state_expires_with_the_job_clock():
+    """The job's producer state (steps/ranges.producer_state, from the scan's header columns)
+    applies --producer-id-expiration-ms at the round's now, and nothing without it."""
+    from compaction.steps.ranges import producer_state
+
+    table = {
+        "producer_id": [1, 2],
+        "producer_epoch": [0, 0],
+        "base_offset": [0, 1],
+        "last_offset": [0, 1],
+        "attributes": [0, 0],
+        "records_count": [1, 1],
+        "max_timestamp": [100, 150],
+    }
+    assert set(producer_state([table]).last_records) == {1, 2}
+    assert set(producer_state([table], 199, 50).last_records) == {2}
+    assert set(producer_state([table], 199, None).last_records) == {1, 2}
+
+
 # ------------------------------------------------------------------------------------------
 # Batch and record decisions (docs/kafka-rules.md#batch-retention to #writing-retained-batches)
 # ------------------------------------------------------------------------------------------
