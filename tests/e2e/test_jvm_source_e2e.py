@@ -67,6 +67,13 @@ for case in cases:
                                              {**case.get("options", {}), "checkCrc": "false"}).count()
             out["plan"] = jvm.groupBy().count()._jdf.queryExecution().executedPlan().toString()
             out["pruned_plan"] = jvm.select("offset")._jdf.queryExecution().executedPlan().toString()
+        elif what == "both":
+            # the same read on both readers: rows counted, or the error each one gives
+            for fmt in ("kafka_log_jvm", "kafka_log"):
+                try:
+                    out[fmt] = len(read(fmt, case["root"], case.get("options", {})).collect())
+                except Exception as exc:
+                    out[fmt + "_error"] = str(exc)[:3000]
         elif what == "count":
             out["count"] = jvm.count()
         elif what == "collect":
@@ -76,6 +83,72 @@ for case in cases:
         out["error"] = str(exc)[:3000]
     print("CASE " + json.dumps(out), flush=True)
 """
+
+
+# Partition dirs a broker would not write: (name, what is added to orders-0, the problem each
+# reader names after "unexpected file in partition dir: ", {p} the partition dir).
+NOT_SEGMENT = "the part before the first '.' must be exactly 20 digits, got"
+BROKEN_DIRS = [
+    (
+        "stray_file",
+        {"notes.txt": b"x"},
+        f"{{p}}/notes.txt: 'notes.txt' is not a segment file name: {NOT_SEGMENT} 'notes'",
+    ),
+    (
+        "nineteen_digits",
+        {"0000000000000000001.log": b""},
+        f"{{p}}/0000000000000000001.log: '0000000000000000001.log' is not a segment file name: {NOT_SEGMENT}"
+        " '0000000000000000001'",
+    ),
+    (
+        "unknown_suffix",
+        {"00000000000000000000.log.bak": b""},
+        "{p}/00000000000000000000.log.bak: '00000000000000000000.log.bak': unknown suffix '.log.bak' (expected one"
+        " of .log, .index, .timeindex, .txnindex, .snapshot, optionally followed by one of .cleaned, .swap, .deleted)",
+    ),
+    (
+        "offset_beyond_a_long",
+        {"99999999999999999999.log": b""},
+        "{p}/99999999999999999999.log: '99999999999999999999.log': base offset 99999999999999999999 does not fit"
+        " a Java long",
+    ),
+    ("sub_directory", {"old/": None}, "{p}/old: is a directory, not a file"),
+    (
+        "symbolic_link",
+        {"00000000000000099999.log": "->"},
+        "{p}/00000000000000099999.log: is a symbolic link (to {target}), which a broker never makes",
+    ),
+    (
+        "two_files",
+        {"notes.txt": b"x", "old/": None},
+        f"{{p}}/notes.txt: 'notes.txt' is not a segment file name: {NOT_SEGMENT} 'notes'; {{p}}/old: is a directory,"
+        " not a file",
+    ),
+]
+# Files a broker writes beside its segments (or leaves mid-clean): neither reader refuses them.
+BROKER_FILES = {
+    "leader-epoch-checkpoint": b"0\n0\n",
+    "partition.metadata": b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n",
+    "00000000000000000000.snapshot": b"",
+    "00000000000000000000.log.deleted": b"",
+    "00000000000000000000.index.swap": b"",
+    "00000000000000000000.timeindex.cleaned": b"",
+    "leader-epoch-checkpoint.tmp.checkpoint.part": b"",
+}
+
+
+def _add_files(part: Path, files: dict) -> str:
+    """Adds `files` to partition dir `part` (None: a dir, "->": a link to another file); the link's target."""
+    target = str(part.parent / "elsewhere.log")
+    for name, content in files.items():
+        if content is None:
+            (part / name.rstrip("/")).mkdir()
+        elif content == "->":
+            Path(target).write_bytes(b"")
+            os.symlink(target, part / name)
+        else:
+            (part / name).write_bytes(content)
+    return target
 
 
 def _javac_or_skip() -> None:
@@ -153,7 +226,18 @@ def results(tmp_path_factory) -> dict:
     # offsets of orders-0 from inside its second segment to inside its fourth
     lo, hi = int(orders[1].name[:20]) + 3, int(orders[3].name[:20]) + 5
     before_ruined = {"users": {"0": users_base[2]}}
+    broken = {}
+    for name, files, problem in BROKEN_DIRS:
+        root = tmp / "broken" / name
+        generate_log_dir(str(root), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
+        target = _add_files(root / "orders-0", files)
+        broken[name] = problem.format(p=root / "orders-0", target=target)
+    accepted = tmp / "broker_files"
+    generate_log_dir(str(accepted), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
+    _add_files(accepted / "orders-0", BROKER_FILES)
     cases = [
+        *({"name": f"broken {name}", "root": str(tmp / "broken" / name), "check": "both"} for name in broken),
+        {"name": "broker_files", "root": str(accepted), "check": "same"},
         {"name": "mixed", "root": mixed, "check": "same"},
         *(
             {"name": f"real {name}", "root": os.path.join(SHARED_FIXTURES, name, sub), "check": "same"}
@@ -210,6 +294,7 @@ def results(tmp_path_factory) -> dict:
             case = json.loads(line[5:])
             out[case["case"]] = case
     assert len(out) == len(cases), (proc.returncode, proc.stdout[-3000:], proc.stderr[-5000:])
+    out["_broken"] = broken
     out["_paths"] = {"cut": str(cut_first), "bad": str(bad_seg), "ruined": str(ruined), "lo": lo, "hi": hi}
     yield out
     shutil.rmtree(tmp, ignore_errors=True)
@@ -288,3 +373,16 @@ def test_options_skip_segments_unopened(results):
     lo, hi = results["_paths"]["lo"], results["_paths"]["hi"]
     # orders-0 in [lo, hi) and users-0 up to the ruined segment
     assert results["skip_offsets"]["rows"] > hi - lo
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in BROKEN_DIRS])
+def test_a_partition_dir_a_broker_would_not_write_is_refused_by_both_readers(results, name):
+    case, problem = results[f"broken {name}"], results["_broken"][name]
+    for reader in ("kafka_log_jvm", "kafka_log"):
+        error = case.get(f"{reader}_error", "")
+        assert f"unexpected file in partition dir: {problem}" in error, (reader, problem, case)
+
+
+def test_the_files_a_broker_writes_beside_segments_are_read_past(results):
+    _same(results["broker_files"])
+    assert results["broker_files"]["rows"] > 0
