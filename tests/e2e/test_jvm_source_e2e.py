@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,28 @@ BROKER_FILES = {
 }
 
 
+# Batches no broker writes, in the first of several segments of orders-0: (name, byte of the
+# segment's first batch changed, the bytes written there; None: the segment cut 5 bytes short).
+BAD_BATCHES = [
+    ("crc", -3, None),  # the last record's bytes, in the segment's last batch
+    ("size_below_minimum", 8, b"\x00\x00\x00\x01"),
+    ("magic", 16, b"\x07"),
+    ("cut_short", None, None),
+]
+DAMAGE = re.compile(r"(\S+\.log): byte (\d+): (.*?)(?: \(offset (\d+)\))?(?:\n|$)", re.M)
+
+
+def _damage(path: Path, at: int | None, data: bytes | None) -> None:
+    raw = bytearray(path.read_bytes())
+    if at is None:
+        del raw[-5:]
+    elif data is None:
+        raw[at] ^= 0xFF
+    else:
+        raw[at : at + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
 def _add_files(part: Path, files: dict) -> str:
     """Adds `files` to partition dir `part` (None: a dir, "->": a link to another file); the link's target."""
     target = str(part.parent / "elsewhere.log")
@@ -232,11 +255,19 @@ def results(tmp_path_factory) -> dict:
         generate_log_dir(str(root), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
         target = _add_files(root / "orders-0", files)
         broken[name] = problem.format(p=root / "orders-0", target=target)
+    for name, at, data in BAD_BATCHES:
+        root = tmp / "bad_batch" / name
+        generate_log_dir(str(root), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=9)
+        _damage(_segments(root / "orders-0")[0], at, data)
     accepted = tmp / "broker_files"
     generate_log_dir(str(accepted), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
     _add_files(accepted / "orders-0", BROKER_FILES)
     cases = [
         *({"name": f"broken {name}", "root": str(tmp / "broken" / name), "check": "both"} for name in broken),
+        *(
+            {"name": f"bad_batch {name}", "root": str(tmp / "bad_batch" / name), "check": "both"}
+            for name, _, _ in BAD_BATCHES
+        ),
         {"name": "broker_files", "root": str(accepted), "check": "same"},
         {"name": "mixed", "root": mixed, "check": "same"},
         *(
@@ -295,6 +326,9 @@ def results(tmp_path_factory) -> dict:
             out[case["case"]] = case
     assert len(out) == len(cases), (proc.returncode, proc.stdout[-3000:], proc.stderr[-5000:])
     out["_broken"] = broken
+    out["_bad_batch"] = {
+        name: str(_segments(tmp / "bad_batch" / name / "orders-0")[0]) for name, _, _ in BAD_BATCHES
+    }
     out["_paths"] = {"cut": str(cut_first), "bad": str(bad_seg), "ruined": str(ruined), "lo": lo, "hi": hi}
     yield out
     shutil.rmtree(tmp, ignore_errors=True)
@@ -386,3 +420,14 @@ def test_a_partition_dir_a_broker_would_not_write_is_refused_by_both_readers(res
 def test_the_files_a_broker_writes_beside_segments_are_read_past(results):
     _same(results["broker_files"])
     assert results["broker_files"]["rows"] > 0
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in BAD_BATCHES])
+def test_a_bad_batch_fails_both_readers_naming_the_same_file_byte_and_offset(results, name):
+    case, path = results[f"bad_batch {name}"], results["_bad_batch"][name]
+    named = {}
+    for reader in ("kafka_log_jvm", "kafka_log"):
+        found = [m.groups() for m in DAMAGE.finditer(case.get(f"{reader}_error", "")) if m.group(1) == path]
+        assert found, (reader, path, case)
+        named[reader] = found[0]
+    assert named["kafka_log_jvm"] == named["kafka_log"], named

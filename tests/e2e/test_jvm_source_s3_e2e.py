@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import hadoop_aws
 import pytest
@@ -35,14 +34,15 @@ import json, sys
 from pyspark.sql import SparkSession
 import compaction, compaction.jvm
 
-endpoint, jars, cases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+endpoint, region, key, secret = sys.argv[1:5]
+jars, cases = json.loads(sys.argv[5]), json.loads(sys.argv[6])
 builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
            .config("spark.sql.shuffle.partitions", "2")
            .config("spark.jars", ",".join([compaction.jvm.reader_jar(), *jars])))
 # What a user sets for an S3-compatible store (on AWS itself: the credentials alone, or none
 # with an instance profile).
-for k, v in {"endpoint": endpoint, "endpoint.region": "%(region)s", "path.style.access": "true",
-             "connection.ssl.enabled": "false", "access.key": "%(key)s", "secret.key": "%(secret)s"}.items():
+for k, v in {"endpoint": endpoint, "endpoint.region": region, "path.style.access": "true",
+             "connection.ssl.enabled": "false", "access.key": key, "secret.key": secret}.items():
     builder = builder.config("spark.hadoop.fs.s3a." + k, v)
 spark = builder.getOrCreate()
 spark.dataSource.register(compaction.KafkaLogDataSource)
@@ -68,7 +68,7 @@ for case in cases:
         except Exception as exc:
             out[fmt + "_error"] = str(exc)[:3000]
     print("CASE " + json.dumps(out), flush=True)
-""" % {"region": REGION, "key": KEY, "secret": SECRET}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,14 @@ def results(tmp_path_factory) -> dict:
             AWS_ENDPOINT_URL=endpoint,
         )
         proc = subprocess.run(
-            [sys.executable, "-c", SCRIPT, endpoint, json.dumps(hadoop_aws.jars()), json.dumps(cases)],
+            [
+                sys.executable,
+                "-c",
+                SCRIPT,
+                *(endpoint, REGION, KEY, SECRET),
+                json.dumps(hadoop_aws.jars()),
+                json.dumps(cases),
+            ],
             capture_output=True,
             text=True,
             env=env,
