@@ -249,18 +249,21 @@ def results(tmp_path_factory) -> dict:
     # offsets of orders-0 from inside its second segment to inside its fourth
     lo, hi = int(orders[1].name[:20]) + 3, int(orders[3].name[:20]) + 5
     before_ruined = {"users": {"0": users_base[2]}}
+    # one small dir of several segments, copied for every broken dir
+    small = tmp / "small"
+    generate_log_dir(str(small), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
     broken = {}
     for name, files, problem in BROKEN_DIRS:
         root = tmp / "broken" / name
-        generate_log_dir(str(root), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
+        shutil.copytree(small, root)
         target = _add_files(root / "orders-0", files)
         broken[name] = problem.format(p=root / "orders-0", target=target)
     for name, at, data in BAD_BATCHES:
         root = tmp / "bad_batch" / name
-        generate_log_dir(str(root), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=9)
+        shutil.copytree(small, root)
         _damage(_segments(root / "orders-0")[0], at, data)
     accepted = tmp / "broker_files"
-    generate_log_dir(str(accepted), topics=(("orders", 1),), records=60, keys=10, segment_bytes=4_000, seed=8)
+    shutil.copytree(small, accepted)
     _add_files(accepted / "orders-0", BROKER_FILES)
     cases = [
         *({"name": f"broken {name}", "root": str(tmp / "broken" / name), "check": "both"} for name in broken),

@@ -59,12 +59,15 @@ def rows(df):
 for case in cases:
     out = {"case": case["name"]}
     opts = case.get("options", {})
-    for fmt, root in (("kafka_log_jvm", case["jvm"]), ("kafka_log", case["py"])):
+    for fmt, root in (("kafka_log_jvm", case["jvm"]), ("kafka_log", case.get("py"))):
+        if root is None:
+            continue
         try:
             df = read(fmt, root, opts)
             out[fmt] = rows(df)
-            out[fmt + "_count"] = df.count()
             out[fmt + "_schema"] = df.schema.simpleString()
+            if fmt == "kafka_log_jvm":
+                out["count"] = df.count()  # answered from the batch headers, read through S3A
         except Exception as exc:
             out[fmt + "_error"] = str(exc)[:3000]
     print("CASE " + json.dumps(out), flush=True)
@@ -91,7 +94,7 @@ def results(tmp_path_factory) -> dict:
         records=800,
         keys=50,
         codec="mixed",
-        segment_bytes=12_000,
+        segment_bytes=30_000,
         tombstone_ratio=0.1,
         transactions=0.3,
         abort_ratio=0.3,
@@ -115,7 +118,7 @@ def results(tmp_path_factory) -> dict:
         upload(s3, "archive", str(stranger), prefix="stranger/", create=False)
         cases = [
             {"name": "s3a", "jvm": "s3a://archive/kafka-logs", "py": "s3://archive/kafka-logs"},
-            {"name": "s3", "jvm": "s3://archive/kafka-logs", "py": "s3://archive/kafka-logs"},
+            {"name": "s3", "jvm": "s3://archive/kafka-logs"},
             {
                 "name": "s3a_headers",
                 "jvm": "s3a://archive/kafka-logs",
@@ -164,17 +167,19 @@ def _same(case: dict) -> None:
     assert "kafka_log_error" not in case, case["kafka_log_error"]
     assert case["kafka_log_jvm_schema"] == case["kafka_log_schema"]
     assert case["kafka_log_jvm"] == case["kafka_log"]
-    assert case["kafka_log_jvm_count"] == case["kafka_log_count"] == len(case["kafka_log"]) > 0
+    assert case["count"] == len(case["kafka_log"]) > 0
 
 
-@pytest.mark.parametrize("name", ["s3a", "s3", "s3a_headers"])
+@pytest.mark.parametrize("name", ["s3a", "s3a_headers"])
 def test_a_log_dir_on_s3_reads_as_kafka_log_reads_it(results, name):
     _same(results[name])
 
 
 def test_s3_is_read_as_s3a(results):
-    assert results["s3"]["kafka_log_jvm"] == results["s3a"]["kafka_log_jvm"]
-    assert len(results["s3a"]["kafka_log"]) > 500
+    case = results["s3"]
+    assert "kafka_log_jvm_error" not in case, case["kafka_log_jvm_error"]
+    assert case["kafka_log_jvm"] == results["s3a"]["kafka_log"]
+    assert case["count"] == len(results["s3a"]["kafka_log"]) > 500
 
 
 def test_a_bad_crc_on_s3_fails_naming_the_object_byte_and_offset(results):
