@@ -38,7 +38,10 @@ endpoint, region, key, secret = sys.argv[1:5]
 jars, cases = json.loads(sys.argv[5]), json.loads(sys.argv[6])
 builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
            .config("spark.sql.shuffle.partitions", "2")
-           .config("spark.jars", ",".join([compaction.jvm.reader_jar(), *jars])))
+           .config("spark.jars", compaction.jvm.reader_jar())
+           # local mode runs tasks in the driver: on its class path the 616 MB SDK bundle is not
+           # copied into the session's userFiles, as spark.jars would copy it
+           .config("spark.driver.extraClassPath", ":".join(jars)))
 # What a user sets for an S3-compatible store (on AWS itself: the credentials alone, or none
 # with an instance profile).
 for k, v in {"endpoint": endpoint, "endpoint.region": region, "path.style.access": "true",

@@ -139,6 +139,11 @@ final class SegmentDecoder implements Closeable {
     return new SegmentFormatException(path, position, baseOffset, message);
   }
 
+  /** An entry whose size or magic no broker writes: its offset is not trusted, so not named (as kafka_log). */
+  private SegmentFormatException corruptEntry(String message) {
+    return new SegmentFormatException(path, position, -1, message);
+  }
+
   /**
    * The next batch's header, its body left unread; false at the end of the file (or at a partial
    * trailing batch of the active segment, which a broker truncates on recovery).
@@ -161,7 +166,7 @@ final class SegmentDecoder implements Closeable {
     baseOffset = readLong(header, 0);
     batchLength = readInt(header, 8);
     if (batchLength < MIN_ENTRY) {
-      throw error("record size " + batchLength + " is less than the minimum record overhead (" + MIN_ENTRY + ")");
+      throw corruptEntry("record size " + batchLength + " is less than the minimum record overhead (" + MIN_ENTRY + ")");
     }
     if (left < 17) {
       return partial(LOG_OVERHEAD + (long) batchLength, left);
@@ -169,14 +174,14 @@ final class SegmentDecoder implements Closeable {
     readFully(header, LOG_OVERHEAD, 5);
     int magic = header[16];
     if (magic < 0 || magic > MAGIC_V2) {
-      throw error("invalid magic " + magic);
+      throw corruptEntry("invalid magic " + magic);
     }
     if (magic != MAGIC_V2) {
       throw error("a magic v" + magic + " message: kafka_log_jvm reads v2 record batches only; read this log with"
           + " the kafka_log data source");
     }
     if (LOG_OVERHEAD + batchLength < HEADER) {
-      throw error("entry size " + (LOG_OVERHEAD + batchLength) + " is smaller than the magic v2 header");
+      throw corruptEntry("entry size " + (LOG_OVERHEAD + batchLength) + " is smaller than the magic v2 header");
     }
     if (left < LOG_OVERHEAD + (long) batchLength) {
       return partial(LOG_OVERHEAD + (long) batchLength, left);
