@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 
+import envkit
 import hadoop_aws
 import pytest
 from s3kit import KEY, REGION, SECRET, client, moto_server, upload
@@ -85,9 +86,7 @@ def results(tmp_path_factory) -> dict:
     try:
         javac()
     except UsageError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"kafka_log_jvm tests cannot run: {exc}; .ci/run has a JDK")
-        pytest.skip(f"kafka_log_jvm tests skipped: {exc}")
+        envkit.need("kafka_log_jvm tests", str(exc), ".ci/run has a JDK")
     hadoop_aws.require()
     tmp = tmp_path_factory.mktemp("jvm-s3")
     mixed = tmp / "mixed"

@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+import envkit
 
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -75,14 +75,7 @@ def missing() -> str | None:
 
 def require() -> None:
     """Skip the calling test when the jars are missing (fail it under CI=true)."""
-    import pytest
-
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"s3a tests cannot run: {reason}; .ci/run installs them")
-    pytest.skip(f"s3a tests skipped: {reason}")
+    envkit.need("s3a tests", missing(), ".ci/run installs them")
 
 
 def install() -> None:
@@ -90,26 +83,7 @@ def install() -> None:
     if complete().exists():
         print(f"hadoop-aws {hadoop_version()}: jars in {libs()}")
         return
-    if not shutil.which("mvn"):
-        raise RuntimeError("mvn is not on PATH: Maven fetches hadoop-aws from Maven Central")
-    cache().mkdir(parents=True, exist_ok=True)
-    (cache() / "pom.xml").write_text(POM.format(version=hadoop_version()))
-    if libs().exists():
-        shutil.rmtree(libs())
-    subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(cache() / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={libs()}",
-            "-DincludeScope=runtime",
-        ],
-        check=True,
-    )
-    complete().write_text("\n".join(sorted(p.name for p in libs().glob("*.jar"))) + "\n")
+    envkit.maven_copy(POM.format(version=hadoop_version()), cache(), libs())
     print(f"hadoop-aws {hadoop_version()}: jars in {libs()}")
 
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 
-import pytest
+import envkit
 
 NAMES = ("chromium", "chromium-browser")
 FLAGS = (
@@ -44,16 +44,12 @@ def find() -> str | None:
 def require() -> str:
     """The Chromium binary, or skip the test (fail it in CI)."""
     binary = find()
-    if binary:
-        return binary
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(
-            "chromium is not installed: CI must render the HTML report (.ci/run installs Debian's chromium)"
-        )
-    pytest.skip(
-        "chromium is not installed (Debian: apt-get install chromium): the HTML report's rendering "
-        "is not checked"
+    envkit.need(
+        "the HTML report's rendering",
+        None if binary else "chromium is not installed (Debian: apt-get install chromium)",
+        ".ci/run installs Debian's chromium",
     )
+    return str(binary)
 
 
 def _offline_prefix() -> list[str]:

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import envkit
+
 VERSION = "4.4.0"  # the newest Kafka release Maven Central serves at the time of writing
 SCALA = "2.13"
 CACHE = (
@@ -99,39 +101,13 @@ def missing() -> str | None:
 
 def require() -> None:
     """Skip the calling test when the harness cannot run (fail it under CI=true)."""
-    import pytest
-
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"Kafka {VERSION} broker tests cannot run: {reason}; .ci/run installs them")
-    pytest.skip(f"Kafka {VERSION} broker tests skipped: {reason}")
+    envkit.need(f"Kafka {VERSION} broker tests", missing(), ".ci/run installs them")
 
 
 def install() -> None:
     """Fetch the broker's jars with Maven (once) and compile the client against them."""
     if not COMPLETE.exists():
-        if not shutil.which("mvn"):
-            raise KafkaHarnessError("mvn is not on PATH: Maven fetches Kafka's jars from Maven Central")
-        CACHE.mkdir(parents=True, exist_ok=True)
-        (CACHE / "pom.xml").write_text(POM.format(scala=SCALA, version=VERSION))
-        if LIBS.exists():
-            shutil.rmtree(LIBS)
-        subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "-f",
-                str(CACHE / "pom.xml"),
-                "dependency:copy-dependencies",
-                f"-DoutputDirectory={LIBS}",
-                "-DincludeScope=runtime",
-            ],
-            check=True,
-        )
-        COMPLETE.write_text("\n".join(sorted(p.name for p in LIBS.glob("*.jar"))) + "\n")
+        envkit.maven_copy(POM.format(scala=SCALA, version=VERSION), CACHE, LIBS)
     out = CLASSES / "Kafka4Client.class"
     if not out.exists() or out.stat().st_mtime < CLIENT_SRC.stat().st_mtime:
         CLASSES.mkdir(parents=True, exist_ok=True)
