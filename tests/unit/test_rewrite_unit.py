@@ -386,7 +386,9 @@ def test_rewrite_fails_a_group_whose_indexes_exceed_segment_index_bytes(tmp_path
     time entry before the one at close; a dry run fails the group as the round does, writing nothing."""
     log = Log(tmp_path)
     seg = log.segment(0, [one(i, f"k{i}") for i in range(6)])
-    spec = dataclasses.replace(log.spec([seg]), index_interval_bytes=0, segment_index_bytes=24, dry_run=dry_run)
+    spec = dataclasses.replace(
+        log.spec([seg]), index_interval_bytes=0, segment_index_bytes=24, dry_run=dry_run
+    )
     with pytest.raises(IndexFullError, match=r"00000000000000000000.log: the cleaned segment's \.timeindex"):
         clean([spec], offset_map([spec]))
     # the round's .log.cleaned is the driver's to remove; a dry run never writes one
