@@ -270,8 +270,11 @@ def _clean_with_kafka(broker: Broker, round_no: int) -> tuple[int, int]:
     broker.wait_cleaned(
         _partitions([*MATRIX, MIXED, NO_RETENTION, IDLE, RETAINED] + ([INDEX_FULL] if round_no == 1 else []))
     )
-    _wait_for(broker, re.compile(rf"cleaned log {LAG}-0 "))
-    if round_no > 1:
+    if round_no == 1:
+        # Later rounds find nothing of it cleanable: its first segment, emptied by round 1, counts
+        # as written at its mtime (LogSegment.largestTimestamp), which is within the lag.
+        _wait_for(broker, re.compile(rf"cleaned log {LAG}-0 "))
+    else:
         _wait_for(broker, re.compile(rf"cleaned log {INDEX_FULL}-0 |\({INDEX_FULL}-0\) as uncleanable"))
     _wait_until(
         lambda: _first_base(broker.log_dir / f"{RETAINED}-0") > 0, "the segments past retention.ms go"
@@ -454,11 +457,13 @@ def test_compact_delete_past_retention(rounds):
         past = _max_timestamp(path) < window_start - DAY_MS
         assert past == (int(path.stem) < first), path.name
     for r in range(1, ROUNDS + 1):
-        kafka_start = kafka4.read_checkpoint(root / f"kafka-round{r}" / "log-start-offset-checkpoint")
-        assert kafka_start.get((RETAINED, 0)) == first
         assert _first_base(root / f"kafka-round{r}" / cell) == first
-        ours_start = kafka4.read_checkpoint(root / f"ours-round{r}" / "log-start-offset-checkpoint")
-        assert ours_start.get((RETAINED, 0), 0) == 0
+        assert _first_base(root / f"ours-round{r}" / cell) == 0
+        # Kafka checkpoints a log start offset only beyond the first segment's base: on both sides
+        # the log starts at its first segment.
+        for side in ("kafka", "ours"):
+            starts = kafka4.read_checkpoint(root / f"{side}-round{r}" / "log-start-offset-checkpoint")
+            assert (RETAINED, 0) not in starts
 
 
 def test_index_full_fails_kafka_and_ours_on_the_same_group(rounds):
