@@ -295,9 +295,8 @@ def _write_cleaned(
     storage, base = spec.storage, spec.new_base
     out.open(spec)  # a group always has segments; this only matters for an empty one
     out.writer.close()
-    if spec.dry_run:
-        return
     # An offset that does not fit the index names the group's first segment (its base is the new one's).
+    # A dry run builds the indexes too: a group the round would fail on them fails the dry run alike.
     offset_index, time_index = build_indexes(
         *out.columns(),
         base,
@@ -313,6 +312,8 @@ def _write_cleaned(
             spec.segment_index_bytes,
             spec.segment_path(base),
         )
+    if spec.dry_run:
+        return
     files = {".index": offset_index, ".timeindex": time_index}
     if txn_entries:
         files[".txnindex"] = write_txn_index(txn_entries)

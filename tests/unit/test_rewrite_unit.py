@@ -14,6 +14,7 @@ the whole dirty section and `map.latestOffset` is always `upper_bound - 1`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -23,6 +24,7 @@ from genkit import generate
 from reference_map import KeyLookup, found_offsets, scan_group
 from synckit import record_creates_and_fsyncs
 
+from compaction.errors import IndexFullError
 from compaction.format import batch as fb
 from compaction.format import compression, naming
 from compaction.format.batch_build import build_batch
@@ -376,6 +378,29 @@ def test_rewrite_empty_batch_only_at_high_watermark(tmp_path):
     assert log.read(0, ".cleaned") == b""
     assert os.path.getsize(log.file(0, ".index", ".cleaned")) == 0
     assert os.path.getsize(log.file(0, ".timeindex", ".cleaned")) == 0
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_rewrite_fails_a_group_whose_indexes_exceed_segment_index_bytes(tmp_path, dry_run):
+    """docs/kafka-rules.md#index-room: every batch crosses a 0-byte interval, and 24 bytes hold one
+    time entry before the one at close; a dry run fails the group as the round does, writing nothing."""
+    log = Log(tmp_path)
+    seg = log.segment(0, [one(i, f"k{i}") for i in range(6)])
+    spec = dataclasses.replace(
+        log.spec([seg]), index_interval_bytes=0, segment_index_bytes=24, dry_run=dry_run
+    )
+    with pytest.raises(IndexFullError, match=r"00000000000000000000.log: the cleaned segment's \.timeindex"):
+        clean([spec], offset_map([spec]))
+    # the round's .log.cleaned is the driver's to remove; a dry run never writes one
+    written = {n for n in os.listdir(log.path) if n.endswith(".cleaned")}
+    assert written == (set() if dry_run else {f"{0:020d}.log.cleaned"})
+    roomy = dataclasses.replace(spec, segment_index_bytes=36)  # two time entries: still too few
+    with pytest.raises(IndexFullError):
+        clean([roomy], offset_map([roomy]))
+    enough = dataclasses.replace(spec, segment_index_bytes=72)  # 9 offset and 5 time entries
+    (res,) = clean([enough], offset_map([enough]))
+    assert res.records_written == 6
+    assert os.path.exists(log.file(0, ".index", ".cleaned")) != dry_run
 
 
 def test_rewrite_aborted_data_dropped_and_abort_marker_kept_with_txn_index(tmp_path):
