@@ -342,7 +342,9 @@ def scan_segments(
                 worth = len(scan.side) + len(scan.file)
                 # keep_ids holds every segment's ids anyway; else a displaced scan's go with it
                 gone = None if keep_ids else pmap.drop_ids
-                if cache.offer(spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local, worth, gone):
+                if cache.offer(
+                    spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local, worth, gone
+                ):
                     pmap.keep_ids(spec, seg, ids)
                 del packed, keep
             del scan  # its bytes' buffer is free for the read after next: two buffers in use, not three
