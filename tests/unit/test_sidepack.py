@@ -256,7 +256,10 @@ def test_a_full_scan_cache_displaces_the_least_worth_per_byte_first():
     # room for one more at 2n: 4 (15) and 3 (20), both less dense than 25, go; 1 (30) stays
     assert offer(5, 25) and gone == [2, 4, 3] and cache.held == 2 * n
     assert cache.take(0, 2) is None and cache.take(0, 3) is None and cache.take(0, 1) is not None
+    cache = ScanCache(3 * n)
+    assert offer(1, 30) and offer(2, 10) and offer(3, 20)
+    assert offer(4, 40) and gone == [2, 4, 3, 2]  # the room of one: the least dense goes, alone
     cache = ScanCache(2 * n)
     assert offer(1, 10) and offer(2, 100)
     cache.max_bytes = n  # room only by dropping both, and 2 is denser than the offer: none goes
-    assert not offer(3, 50) and gone == [2, 4, 3] and cache.held == 2 * n
+    assert not offer(3, 50) and gone == [2, 4, 3, 2] and cache.held == 2 * n
