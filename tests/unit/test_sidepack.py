@@ -263,3 +263,25 @@ def test_a_full_scan_cache_displaces_the_least_worth_per_byte_first():
     assert offer(1, 10) and offer(2, 100)
     cache.max_bytes = n  # room only by dropping both, and 2 is denser than the offer: none goes
     assert not offer(3, 50) and gone == [2, 4, 3, 2] and cache.held == 2 * n
+
+
+def test_a_packed_side_takes_no_pool_buffer_far_bigger_than_itself(monkeypatch):
+    """A free pool buffer many times the packed side's size (a previous segment's whole side)
+    is not used for it: the scan cache would count all of it (held_bytes)."""
+    from compaction.kernels import sidepack
+
+    pool = BufferPool()
+    monkeypatch.setattr(sidepack, "POOL", pool)
+    monkeypatch.setattr(sidepack, "POOLED_MIN_BYTES", 0)
+    scan = scan_segment(np.frombuffer(_mixed_segment(), dtype=np.uint8))
+    keep = np.zeros(12, bool)
+    keep[[2, 7, 10]] = True
+    free = pool.take(64 << 20)
+    free_at = free.ctypes.data
+    del free
+    packed = pack_side(scan, keep)
+    assert packed.side.ctypes.data != free_at and held_bytes(packed.side) < 9 << 20
+    del packed
+    # one of its own size class is reused
+    again = pack_side(scan, keep)
+    assert held_bytes(again.side) < 9 << 20 and len(pool._entries) == 2
