@@ -38,21 +38,26 @@ class BufferPool:
         with self._lock:
             self._entries = [e for e in self._entries if sys.getrefcount(e[0]) > 3]
 
-    def take(self, n: int, whole: bool = False) -> np.ndarray:
+    def take(self, n: int, whole: bool = False, most: int | None = None) -> np.ndarray:
         """A writable, page-aligned buffer of n bytes that no one else uses; `whole`: all of the
-        buffer found (at least n bytes), for a caller that fills what room it gets."""
+        buffer found (at least n bytes), for a caller that fills what room it gets. `most`: no
+        free buffer bigger than that is handed out (a new one is made instead), for a caller
+        that holds the buffer for long and is charged for all of it."""
+        cap = -(-max(n, 1) // _CAPACITY_STEP) * _CAPACITY_STEP
+        most = None if most is None else max(most, cap)  # a buffer as made for n always passes
         with self._lock:
             best = None  # the smallest free buffer that fits: a big one stays free for a big request
             for entry in self._entries:
                 # entry[0] is referred to by the entry tuple, by entry[1] (its view) and by the
                 # call's argument: 3 means no outside user. What we hand out is a new slice, whose
                 # base is entry[0], so it counts from here on.
+                if most is not None and len(entry[1]) > most:
+                    continue
                 if len(entry[1]) >= n and (best is None or len(entry[1]) < len(best[1])):
                     if sys.getrefcount(entry[0]) <= 3:
                         best = entry
             if best is not None:
                 return best[1][: len(best[1]) if whole else n]
-            cap = -(-max(n, 1) // _CAPACITY_STEP) * _CAPACITY_STEP
             base = np.empty(cap + ALIGN, dtype=np.uint8)
             skip = -base.ctypes.data % ALIGN
             view = base[skip : skip + cap]

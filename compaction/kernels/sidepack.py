@@ -49,6 +49,7 @@ from compaction.kernels.scan_kernels import _skip_headers
 FAR = np.int64(1) << np.int64(62)  # the position of a record not copied: past any buffer
 ERR_OK, ERR_LAYOUT = 0, 1
 _NO_BYTES = np.empty(0, np.uint8)
+PACKED_SLACK = 2  # a packed side takes a pool buffer of at most this many times its size
 
 
 @_njit
@@ -163,10 +164,13 @@ def pack_side(scan: SegmentScan, may_keep: np.ndarray, kernel=pack_records) -> S
     # Counted first, then copied into a buffer of that size: the packed side is held until the
     # rewrite (scan.ScanCache counts its allocation), where a whole side's room would hold several
     # times what it needs. From the pool: once the rewrite drops it, its pages serve the rewrite's
-    # own buffers instead of fresh ones.
+    # own buffers instead of fresh ones. Not from a free buffer of more than twice its size (a
+    # previous segment's whole side): the cache would count all of it, and fill with a few small
+    # packed sides while the older segments' scans, the smallest, found no room.
     err, j, used = kernel(*args, _NO_BYTES, False)
     if err == ERR_OK:
-        out = POOL.take(used) if used >= POOLED_MIN_BYTES else np.empty(used, np.uint8)
+        big = used >= POOLED_MIN_BYTES
+        out = POOL.take(used, most=PACKED_SLACK * used) if big else np.empty(used, np.uint8)
         err, j, used = kernel(*args, out, True)
     if err != ERR_OK:
         i = int(idx[j])

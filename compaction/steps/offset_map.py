@@ -59,6 +59,10 @@ class PartitionMap:
         """The ids `keep_ids` held for the segment (given up)."""
         return self._ids.pop((spec.group_id, seg.base_offset))
 
+    def drop_ids(self, group_id: int, base_offset: int) -> None:
+        """Give up the ids `keep_ids` held for the segment (its rewrite hashes its keys again)."""
+        self._ids.pop((group_id, base_offset), None)
+
     def latest(self, ids: np.ndarray) -> np.ndarray:
         """map.get(key) per record from its key id (-1: no id)."""
         return np.where(ids >= 0, self.table.latest_of(np.maximum(ids, 0)), -1)
@@ -88,6 +92,9 @@ class Unmapped:
         return np.full(len(scan.records.offset), -1, np.int64)
 
     def keep_ids(self, spec: GroupSpec, seg: SourceSegment, ids: np.ndarray) -> None:
+        pass
+
+    def drop_ids(self, group_id: int, base_offset: int) -> None:
         pass
 
     def latest(self, ids: np.ndarray) -> np.ndarray:

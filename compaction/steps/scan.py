@@ -9,6 +9,8 @@ segment is decompressed and walked once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from compaction.errors import CorruptRecordError
@@ -122,12 +124,20 @@ class ScanCache:
     counted whole where a scan holds a view of it) stays within `max_bytes`; the segments that do
     not fit are read and walked again by the rewrite, as without a cache. `take` hands a scan
     over once (the rewrite drops it after its segment), so the memory held only shrinks during
-    the rewrite."""
+    the rewrite.
+
+    When full, the scans that save the least work per byte held go first: an offer's `worth`
+    (what its rewrite would otherwise decompress and walk again) over its footprint is its
+    density, and a scan that does not fit displaces kept ones of a lower density, lowest first,
+    when that makes room (else nothing is displaced). The scan runs newest segment first and
+    the older segments keep fewer records, so their packed scans are the small ones: first come
+    first kept filled the budget with the newest segments' near-whole sides and decompressed the
+    oldest twice."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.held = 0
-        self._scans: dict[tuple[int, int], tuple[SegmentScan, int]] = {}
+        self._scans: dict[tuple[int, int], tuple[SegmentScan, int, int]] = {}  # (scan, size, worth)
         self.hits = self.misses = 0
 
     @staticmethod
@@ -141,19 +151,48 @@ class ScanCache:
             n += sum(v.nbytes for v in values if isinstance(v, np.ndarray))
         return n
 
-    def offer(self, group_id: int, base_offset: int, scan: SegmentScan, reread: bool = False) -> bool:
+    def offer(
+        self,
+        group_id: int,
+        base_offset: int,
+        scan: SegmentScan,
+        reread: bool = False,
+        worth: int = 0,
+        displaced: Callable[[int, int], None] | None = None,
+    ) -> bool:
         """Keep `scan` (without its segment bytes when `reread` and they are not mapped) if it
-        fits; True when kept."""
+        fits, or once kept scans of a lower density than its `worth` per byte are displaced to
+        make room (each reported as `displaced(group_id, base_offset)`); True when kept."""
         drop = reread and not is_mapped(scan.file)
         size = self.footprint(scan, with_file=not drop)
-        if self.held + size > self.max_bytes:
+        if self.held + size > self.max_bytes and not self._make_room(size, worth, displaced):
             return False
         # Without the packed keys (the map has their ids); without the bytes when `drop`, their
         # length standing in for them (SegmentScan.split must not change).
         file = _Absent(len(scan.file)) if drop else scan.file
         scan = SegmentScan(scan.path, file, scan.side, scan.batches, scan.records)
-        self._scans[(group_id, base_offset)] = (scan, size)
+        self._scans[(group_id, base_offset)] = (scan, size, worth)
         self.held += size
+        return True
+
+    def _make_room(self, size: int, worth: int, displaced: Callable[[int, int], None] | None) -> bool:
+        """Drop the kept scans of a lower density than `worth` / `size`, lowest first, until
+        `size` fits; none when they cannot make the room. True when it fits."""
+        # a / b < c / d as a * d < c * b: exact for ints, and a footprint of 0 is the densest
+        lower = [k for k, (_, n, w) in self._scans.items() if w * size < worth * n]
+        lower.sort(key=lambda k: self._scans[k][2] / max(self._scans[k][1], 1))
+        need, picked = self.held + size - self.max_bytes, []
+        for key in lower:
+            if need <= 0:
+                break
+            picked.append(key)
+            need -= self._scans[key][1]
+        if need > 0:
+            return False
+        for key in picked:
+            self.held -= self._scans.pop(key)[1]
+            if displaced is not None:
+                displaced(*key)
         return True
 
     def needs_read(self, group_id: int, base_offset: int) -> bool:
@@ -298,7 +337,14 @@ def scan_segments(
                 packable = len(scan.side) and spec.erase is None
                 keep = may_keep(scan.records, pmap.latest(ids), spec.upper_bound) if packable else None
                 packed = pack_side(scan, keep) if packable else None
-                if cache.offer(spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local):
+                # What a hit saves the rewrite: decompressing the side and walking the segment
+                # (and hashing its keys again, about as many bytes).
+                worth = len(scan.side) + len(scan.file)
+                # keep_ids holds every segment's ids anyway; else a displaced scan's go with it
+                gone = None if keep_ids else pmap.drop_ids
+                if cache.offer(
+                    spec.group_id, seg.base_offset, packed or scan, spec.storage.is_local, worth, gone
+                ):
                     pmap.keep_ids(spec, seg, ids)
                 del packed, keep
             del scan  # its bytes' buffer is free for the read after next: two buffers in use, not three

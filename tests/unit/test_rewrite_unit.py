@@ -796,6 +796,49 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     assert strip(rows) == strip(again)
 
 
+def test_a_full_scan_cache_displaces_the_newest_scans_and_writes_the_same(tmp_path, monkeypatch):
+    """A scan budget that holds some of the packed scans but not all: the oldest segments (few
+    records kept, small packed scans) displace the newest kept ones, whose key ids go with them,
+    and the rewrite reads those again: the same bytes as all kept and as none kept."""
+    from compaction.spark import stages
+    from compaction.steps import offset_map as om
+    from compaction.steps import scan as scan_step
+
+    log_dir = tmp_path / "logs"
+    generate(
+        log_dir,
+        "--topics t:1 --records 8000 --keys 300 --codec mixed --segment-bytes 60000 --tombstone-ratio 0.1"
+        " --headers 2 --seed 5",
+    )
+    specs = _partition_specs(log_dir)
+    sizes, dropped = [], []
+    real_offer, real_drop = scan_step.ScanCache.offer, om.PartitionMap.drop_ids
+
+    def sizing_offer(self, group_id, base_offset, scan, reread=False, worth=0, displaced=None):
+        sizes.append(self.footprint(scan, with_file=not reread))
+        return real_offer(self, group_id, base_offset, scan, reread, worth, displaced)
+
+    def counting_drop(self, group_id, base_offset):
+        assert (group_id, base_offset) in self._ids
+        dropped.append(base_offset)
+        real_drop(self, group_id, base_offset)
+
+    monkeypatch.setattr(scan_step.ScanCache, "offer", sizing_offer)
+    monkeypatch.setattr(om.PartitionMap, "drop_ids", counting_drop)
+    all_kept = stages.compact_partition(specs)
+    everything = _cleaned_files(log_dir)
+    assert len(sizes) > 5 and not dropped
+    # the newest (scanned first) are packed the least: room for the oldest half only
+    budget = sum(sorted(sizes)[: len(sizes) // 2])
+    some_kept = stages.compact_partition(specs, scan_reuse_bytes=budget)
+    some = _cleaned_files(log_dir)
+    assert dropped and max(dropped) == max(seg.base_offset for s in specs for seg in s.segments)
+    none_kept = stages.compact_partition(specs, scan_reuse_bytes=0)
+    assert everything and everything == some == _cleaned_files(log_dir)
+    strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
+    assert strip(all_kept) == strip(some_kept) == strip(none_kept)
+
+
 # --- a segment emitted a slice at a time ------------------------------------------------------
 
 

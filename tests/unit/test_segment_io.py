@@ -109,6 +109,22 @@ def test_pool_serves_the_smallest_free_buffer_that_fits():
     assert _address(pool.take(9 << 20)) == big_at
 
 
+def test_pool_hands_out_no_buffer_above_most():
+    """`most`: a free buffer bigger than that (or than a new one for the request) is passed
+    over and a new one made; one within it is reused."""
+    pool = BufferPool()
+    big = pool.take(40 << 20)
+    big_at = _address(big)
+    del big
+    small = pool.take(1 << 20, most=2 << 20)  # 8 MiB as made: the 40 MiB one is passed over
+    assert _address(small) != big_at and pool.held == (40 + 8) << 20
+    small_at = _address(small)
+    del small
+    assert _address(pool.take(4 << 20, most=8 << 20)) == small_at
+    assert _address(pool.take(17 << 20, most=40 << 20)) == big_at
+    assert _address(pool.take(17 << 20, most=34 << 20)) not in (big_at, small_at)
+
+
 def test_trim_forgets_free_buffers_only():
     pool = BufferPool()
     busy = pool.take(10)

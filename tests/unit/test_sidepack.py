@@ -236,3 +236,52 @@ def test_the_scan_cache_counts_the_whole_buffer_a_scan_holds(monkeypatch):
     cache = ScanCache(1 << 20)
     assert not cache.offer(0, 0, scan, reread=True) and cache.held == 0
     assert cache.offer(0, 0, packed, reread=True) and cache.held < 4096
+
+
+def test_a_full_scan_cache_displaces_the_least_worth_per_byte_first():
+    """Kept scans of a lower worth per byte than an offer that does not fit go, lowest first,
+    until it fits, each reported; none go when they cannot make the room, nor for an offer of a
+    lower density; a displaced scan is a miss."""
+    from compaction.steps.scan import ScanCache
+
+    scan = scan_segment(np.frombuffer(_mixed_segment(), dtype=np.uint8))
+    n = ScanCache.footprint(scan)
+    cache = ScanCache(3 * n)
+    gone = []
+    offer = lambda key, worth: cache.offer(0, key, scan, worth=worth, displaced=lambda g, b: gone.append(b))  # noqa: E731
+    assert offer(1, 30) and offer(2, 10) and offer(3, 20) and cache.held == 3 * n
+    assert not offer(4, 10) and not offer(4, 5) and not gone  # no denser than the least dense
+    assert offer(4, 15) and gone == [2] and cache.held == 3 * n
+    cache.max_bytes = 2 * n
+    # room for one more at 2n: 4 (15) and 3 (20), both less dense than 25, go; 1 (30) stays
+    assert offer(5, 25) and gone == [2, 4, 3] and cache.held == 2 * n
+    assert cache.take(0, 2) is None and cache.take(0, 3) is None and cache.take(0, 1) is not None
+    cache = ScanCache(3 * n)
+    assert offer(1, 30) and offer(2, 10) and offer(3, 20)
+    assert offer(4, 40) and gone == [2, 4, 3, 2]  # the room of one: the least dense goes, alone
+    cache = ScanCache(2 * n)
+    assert offer(1, 10) and offer(2, 100)
+    cache.max_bytes = n  # room only by dropping both, and 2 is denser than the offer: none goes
+    assert not offer(3, 50) and gone == [2, 4, 3, 2] and cache.held == 2 * n
+
+
+def test_a_packed_side_takes_no_pool_buffer_far_bigger_than_itself(monkeypatch):
+    """A free pool buffer many times the packed side's size (a previous segment's whole side)
+    is not used for it: the scan cache would count all of it (held_bytes)."""
+    from compaction.kernels import sidepack
+
+    pool = BufferPool()
+    monkeypatch.setattr(sidepack, "POOL", pool)
+    monkeypatch.setattr(sidepack, "POOLED_MIN_BYTES", 0)
+    scan = scan_segment(np.frombuffer(_mixed_segment(), dtype=np.uint8))
+    keep = np.zeros(12, bool)
+    keep[[2, 7, 10]] = True
+    free = pool.take(64 << 20)
+    free_at = free.ctypes.data
+    del free
+    packed = pack_side(scan, keep)
+    assert packed.side.ctypes.data != free_at and held_bytes(packed.side) < 9 << 20
+    del packed
+    # one of its own size class is reused
+    again = pack_side(scan, keep)
+    assert held_bytes(again.side) < 9 << 20 and len(pool._entries) == 2
