@@ -204,11 +204,18 @@ def _extra_script(s: Script, rng: random.Random) -> None:
             s.abort("tx") if block % 4 == 3 else s.commit("tx")
         else:
             s.flush("x")
-    # Small batches of increasing timestamps: every segment rolls on a full index.
+    # Small batches of increasing timestamps: every segment rolls on a full index. The batches are
+    # the flushes' (a linger no flush waits for) and every record's timestamp its own millisecond,
+    # so the indexes, and the round-2 group whose cleaned time index overflows, do not depend on the
+    # producer's timing.
+    s.producer("ix", linger_ms=600_000, batch_size=16384)
+    start = int(time.time() * 1000) - 10_000
     for i in range(1500):
-        s.send("x", INDEX_FULL, 0, b"k%03d" % rng.randint(0, 200), b"value-%05d-%s" % (i, b"x" * 12))
+        key, value = b"k%03d" % rng.randint(0, 200), b"value-%05d-%s" % (i, b"x" * 12)
+        s.send("ix", INDEX_FULL, 0, key, value, timestamp=start + i)
         if i % 7 == 6:
-            s.flush("x")
+            s.flush("ix")
+    s.close("ix")
     # Idempotent producers writing three days ago, whose keys the later ones overwrite.
     old = int(time.time() * 1000) - 3 * PRODUCER_ID_EXPIRATION_MS
     for n in range(12):
