@@ -175,16 +175,6 @@ def _add_files(part: Path, files: dict) -> str:
     return target
 
 
-def _javac_or_skip() -> None:
-    from compaction.errors import UsageError
-    from compaction.jvm import javac
-
-    try:
-        javac()
-    except UsageError as exc:
-        envkit.need("kafka_log_jvm tests", str(exc), ".ci/run has a JDK")
-
-
 def _flip(path: Path, position: int) -> None:
     data = bytearray(path.read_bytes())
     data[position] ^= 0xFF
@@ -197,7 +187,7 @@ def _segments(part: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    _javac_or_skip()
+    envkit.need_javac()
     tmp = tmp_path_factory.mktemp("jvm")
     mixed = str(tmp / "mixed")
     generate_log_dir(

@@ -80,13 +80,7 @@ for case in cases:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    from compaction.errors import UsageError
-    from compaction.jvm import javac
-
-    try:
-        javac()
-    except UsageError as exc:
-        envkit.need("kafka_log_jvm tests", str(exc), ".ci/run has a JDK")
+    envkit.need_javac()
     hadoop_aws.require()
     tmp = tmp_path_factory.mktemp("jvm-s3")
     mixed = tmp / "mixed"

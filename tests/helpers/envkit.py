@@ -26,6 +26,18 @@ def need(what: str, reason: str | None, ci_fix: str) -> None:
     pytest.skip(f"{what} skipped: {reason}")
 
 
+def need_javac() -> None:
+    """Skip the calling test when the JDK that compiles the JVM reader is missing (fail it under
+    CI=true)."""
+    from compaction.errors import UsageError
+    from compaction.jvm import javac
+
+    try:
+        javac()
+    except UsageError as exc:
+        need("kafka_log_jvm tests", str(exc), ".ci/run has a JDK")
+
+
 def maven_copy(pom: str, cache: Path, libs: Path) -> None:
     """`pom`'s runtime dependencies copied by Maven into `libs`, `.complete` (their names) written
     last so that a half-filled cache is never taken for a full one."""
