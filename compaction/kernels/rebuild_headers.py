@@ -22,6 +22,7 @@ from compaction.format.layout import (
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
 )
+from compaction.kernels import codec_threads
 from compaction.kernels.crc import crc32c_at
 from compaction.kernels.jit import borrow
 from compaction.kernels.jit import njit as _njit
@@ -138,26 +139,25 @@ def headers_for(
 
 def seal_all(headers: np.ndarray, payload, starts, ends, codecs) -> list[list]:
     """`seal` for every header of `headers_for`: [header bytes, payload] per batch, the records of
-    batch j being payload[starts[j]:ends[j]], compressed with codecs[j]."""
+    batch j being payload[starts[j]:ends[j]], compressed with codecs[j] (on the codec threads)."""
     raw = headers.view(np.uint8).reshape(len(headers), RECORD_BATCH_OVERHEAD)
     view = memoryview(payload)
-    out = []
+    starts, ends = np.asarray(starts).tolist(), np.asarray(ends).tolist()
+    codecs = np.asarray(codecs).tolist()
     covered = layout.CRC_COVERED_FROM
-    for j, (s, e, codec) in enumerate(
-        zip(np.asarray(starts).tolist(), np.asarray(ends).tolist(), np.asarray(codecs).tolist())
-    ):
-        records = view[s:e]
-        if codec:
-            body = compression.compress(codec, records, MAGIC_V2)
-        else:
-            body = records
-        head = raw[j]
-        batch_length = RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD + len(body)
-        fb.BATCH_LENGTH_FIELD.pack_into(head, layout.LENGTH_OFFSET, batch_length)
+
+    def one(j: int) -> list:
+        records = view[starts[j] : ends[j]]
+        body = compression.compress(codecs[j], records, MAGIC_V2) if codecs[j] else records
+        head = raw[j]  # each batch its own row: the threads never write the same bytes
+        fb.BATCH_LENGTH_FIELD.pack_into(
+            head, layout.LENGTH_OFFSET, RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD + len(body)
+        )
         crc = _crc32c.crc32c(body, _crc32c.crc32c(head[covered:]))
         fb.CRC_FIELD.pack_into(head, layout.CRC_OFFSET, crc)
-        out.append([head.tobytes(), body])
-    return out
+        return [head.tobytes(), body]
+
+    return codec_threads.map_batches(one, [e - s for s, e in zip(starts, ends, strict=True)])
 
 
 def seal_plain(headers: np.ndarray, out: np.ndarray, starts, ends) -> None:

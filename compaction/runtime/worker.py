@@ -28,6 +28,7 @@ import gc
 import sys
 import zipimport
 
+from compaction.kernels import codec_threads
 from compaction.kernels.cache import count_compiles
 from compaction.runtime import kernel_store, segment_io, task_progress, throttle
 from compaction.settings import WorkerSettings
@@ -43,6 +44,7 @@ def prepare_worker(settings: WorkerSettings | None = None) -> None:
     freeze_imported_objects()
     throttle.configure(settings.io_max_bytes_per_second, settings.io_throttle_file)
     segment_io.configure(settings.direct_min_bytes, settings.cache_max_bytes)
+    codec_threads.configure(settings.codec_threads)
     task_progress.configure(settings.progress_beat_object_store_seconds)
     count_compiles()
     kernel_store.fetch(settings.kernel_cache_dir)
