@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError, UnsupportedCodecError
-from compaction.format.compression import inflate, inflate_bound, inflate_into
+from compaction.format.compression import inflate, inflate_into
 from compaction.format.layout import (
     COMPRESSION_CODEC_MASK,
     MAGIC_V0,
@@ -27,6 +27,7 @@ from compaction.format.layout import (
 )
 from compaction.format.legacy import LegacyBatch
 from compaction.kernels.buffers import POOL, POOLED_MIN_BYTES
+from compaction.kernels.inflate_bounds import NO_BOUND, inflate_bounds
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
 from compaction.kernels.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
@@ -303,7 +304,8 @@ def _walk_compressed(
     """Compressed v2 batches: decompress each record stream (at most `limit` bytes a batch)
     into the side buffer, walking (and with `hashing`, packing and hashing the keys of) ~CHUNK_BYTES
     of it at a time, right after it is written there, while it is in the CPU cache. A batch whose
-    framing declares its worst case within `limit` (`compression.inflate_bound`) is decompressed
+    framing declares its worst case within `limit` (`compression.inflate_bound`, all of them in one
+    compiled call: `inflate_bounds`) is decompressed
     straight into the side buffer (`inflate_into`), which grows to hold that worst case; another
     is inflated (`compression.inflate`, each piece given back as it is copied: no batch is held
     twice). Returns (columns, side, keys or None)."""
@@ -312,35 +314,31 @@ def _walk_compressed(
         return _empty_records(), _NO_BYTES, walk.keys()
 
     mv = memoryview(file)
-    regions = [
-        (int(batches.position[i]), int(batches.size[i]), int(batches.attributes[i]) & COMPRESSION_CODEC_MASK)
-        for i in idx.tolist()
-    ]
-    # What each batch's framing declares, where that is within the limit (else None: inflated).
-    bounds = [
-        _within(inflate_bound(codec, mv[pos + RECORD_BATCH_OVERHEAD : pos + size]), limit)
-        for pos, size, codec in regions
-    ]
+    position, size = batches.position[idx], batches.size[idx]
+    codecs = batches.attributes[idx] & COMPRESSION_CODEC_MASK
+    # What each batch's framing declares, where that is within the limit (else NO_BOUND: inflated).
+    bounds = inflate_bounds(file, position + RECORD_BATCH_OVERHEAD, position + size, codecs)
+    bounds[bounds > limit] = NO_BOUND
     # Room for what the framing declares (about the records plus a block a batch), at most
     # SIDE_FIRST_RATIO times the compressed bytes: a declared bound is not what the batch holds.
-    compressed = sum(size for _, size, _ in regions)
-    declared = sum(
-        SIDE_FIRST_RATIO * size if b is None else b for b, (_, size, _) in zip(bounds, regions, strict=True)
-    )
+    compressed = int(size.sum())
+    declared = int(np.where(bounds == NO_BOUND, SIDE_FIRST_RATIO * size, bounds).sum())
     side = _Side(min(declared, SIDE_FIRST_RATIO * compressed))
     # Columns for the records the batches declare, at most one per MIN_RECORD_SIZE compressed
     # bytes (more are made room for as the batches are decoded: `advance_growing`).
     none = np.zeros(len(idx), dtype=np.int64)
-    declared_ends = np.array([b or 0 for b in bounds], dtype=np.int64)
+    declared_ends = np.maximum(bounds, 0)
     capacity = min(_capacity(none, declared_ends, batches.records_count[idx]), compressed // MIN_RECORD_SIZE)
     walk = _SubsetWalk(side.buf, batches, idx, none, none.copy(), hashing, capacity)
     start, end = walk.args[0], walk.args[1]  # the walk's regions, set as the batches are decoded
-    walked = 0
-    for j, ((pos, size, codec), bound) in enumerate(zip(regions, bounds, strict=True)):
-        data = mv[pos + RECORD_BATCH_OVERHEAD : pos + size]
-        offset = int(batches.base_offset[idx[j]])
+    walked, last = 0, len(idx) - 1
+    # Python ints, not numpy scalars, in the loop: each batch costs a few Python steps around its
+    # decompression, and numpy scalars' arithmetic and slicing are several times slower.
+    columns = (position, position + size, codecs, bounds, batches.base_offset[idx])
+    for j, (pos, stop, codec, bound, offset) in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
+        data = mv[pos + RECORD_BATCH_OVERHEAD : stop]
         start[j] = side.at
-        if bound is not None:
+        if bound != NO_BOUND:
             into = side.room(bound)
             side.at += _decode(inflate_into, codec, data, into, path, pos, offset, limit)
         else:
@@ -348,7 +346,7 @@ def _walk_compressed(
             side.room(sum(len(p) for p in pieces))
             side.at = _copy_pieces(memoryview(side.buf), side.at, pieces)
         end[j] = side.at
-        if side.at - walked >= CHUNK_BYTES or j == len(idx) - 1:
+        if side.at - walked >= CHUNK_BYTES or j == last:
             walk.file = side.buf
             walk.advance_growing(j + 1)
             walked = side.at
@@ -360,10 +358,6 @@ def _walk_compressed(
     cols.key_pos += base
     cols.value_pos += base
     return cols, out, walk.keys()
-
-
-def _within(bound: int | None, limit: int) -> int | None:
-    return bound if bound is not None and bound <= limit else None
 
 
 # The side buffer first holds at most this many times a segment's compressed records; it grows
