@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.compression import (
+    LZ4_BD_OFFSET,
     LZ4_BLOCK_HEADER_BYTES,
     LZ4_BLOCK_MAX,
     LZ4_BLOCK_UNCOMPRESSED,
-    LZ4_BD_OFFSET,
     LZ4_CHECKSUM_BYTES,
     LZ4_CONTENT_SIZE_BYTES,
     LZ4_DICT_ID_BYTES,
@@ -47,7 +47,9 @@ _LZ4_MAGIC = int.from_bytes(LZ4_FRAME_MAGIC, "little")
 _LZ4_BLOCK_MAX = np.array([LZ4_BLOCK_MAX.get(i, 0) for i in range(8)], dtype=np.int64)
 
 
-def inflate_bounds(buf: np.ndarray, start: np.ndarray, end: np.ndarray, codec: np.ndarray, magic: int = MAGIC_V2):
+def inflate_bounds(
+    buf: np.ndarray, start: np.ndarray, end: np.ndarray, codec: np.ndarray, magic: int = MAGIC_V2
+):
     """Per region buf[start[j]:end[j]] (in bounds, start <= end) compressed with codec[j]:
     `inflate_bound(codec[j], buf[start[j]:end[j]], magic)`, None as NO_BOUND, as int64."""
     start = np.ascontiguousarray(start, np.int64)

@@ -63,7 +63,11 @@ def _zstd(data: bytes, draw) -> bytes:
 
 def _lz4_by_hand(draw) -> bytes:
     """An lz4 frame built from its fields: any FLG and BD, blocks of any size and kind."""
-    flg = draw(st.integers(0, 255)) if draw(st.booleans()) else 0x60 | draw(st.sampled_from([0, 1, 4, 5, 8, 9, 16, 29]))
+    flg = (
+        draw(st.integers(0, 255))
+        if draw(st.booleans())
+        else 0x60 | draw(st.sampled_from([0, 1, 4, 5, 8, 9, 16, 29]))
+    )
     bd = draw(st.integers(0, 255)) if draw(st.booleans()) else draw(st.integers(3, 7)) << 4
     frame = LZ4_FRAME_MAGIC + bytes([flg, bd])
     frame += draw(st.binary(min_size=8, max_size=8)) if flg & 0x08 else b""
@@ -102,7 +106,10 @@ def payloads(draw) -> tuple[int, bytes]:
     data = draw(st.binary(max_size=2000)) * draw(st.integers(1, 300))
     kind = draw(st.sampled_from(["frame", "by hand", "random"]))
     if kind == "random":
-        magic = {CODEC_LZ4: LZ4_FRAME_MAGIC, CODEC_ZSTD: draw(st.sampled_from([ZSTD_MAGIC_BYTES, ZSTD_SKIPPABLE_BYTES]))}
+        magic = {
+            CODEC_LZ4: LZ4_FRAME_MAGIC,
+            CODEC_ZSTD: draw(st.sampled_from([ZSTD_MAGIC_BYTES, ZSTD_SKIPPABLE_BYTES])),
+        }
         return codec, magic.get(codec, b"") + draw(st.binary(max_size=200))
     if kind == "by hand" and codec in (CODEC_LZ4, CODEC_ZSTD):
         payload = _lz4_by_hand(draw) if codec == CODEC_LZ4 else _zstd_by_hand(draw)
@@ -140,7 +147,11 @@ def test_the_kernel_bounds_are_inflate_bound_region_by_region(regions, gap, magi
         end.append(len(buf))
     buf += b"\xa5" * gap
     got = inflate_bounds(
-        np.frombuffer(bytes(buf), np.uint8), np.array(start), np.array(end), np.array([c for c, _ in regions]), magic
+        np.frombuffer(bytes(buf), np.uint8),
+        np.array(start),
+        np.array(end),
+        np.array([c for c, _ in regions]),
+        magic,
     )
     want = [inflate_bound(codec, payload, magic) for codec, payload in regions]
     assert got.tolist() == [NO_BOUND if b is None else b for b in want]
@@ -151,6 +162,11 @@ def test_kafka_framed_batches_have_their_declared_bounds():
     payloads = [compress(c, data) for c in (CODEC_LZ4, CODEC_ZSTD, CODEC_SNAPPY, CODEC_GZIP)]
     buf = np.frombuffer(b"".join(payloads), np.uint8)
     ends = np.cumsum([len(p) for p in payloads])
-    got = inflate_bounds(buf, ends - [len(p) for p in payloads], ends, np.array([CODEC_LZ4, CODEC_ZSTD, CODEC_SNAPPY, CODEC_GZIP]))
+    got = inflate_bounds(
+        buf,
+        ends - [len(p) for p in payloads],
+        ends,
+        np.array([CODEC_LZ4, CODEC_ZSTD, CODEC_SNAPPY, CODEC_GZIP]),
+    )
     # lz4: four 64 KiB blocks (Kafka's block size); zstd: two 128 KiB blocks; snappy: exactly
     assert got.tolist() == [4 * (64 << 10), 2 * (128 << 10), len(data), NO_BOUND]
