@@ -56,7 +56,7 @@ def inflate_bounds(
     end = np.ascontiguousarray(end, np.int64)
     codec = np.ascontiguousarray(codec, np.int64)
     out = np.empty(len(start), dtype=np.int64)
-    _bounds_kernel(borrow(buf), borrow(start), borrow(end), borrow(codec), int(magic), borrow(out))
+    _bounds_kernel(buf, start, end, codec, int(magic), out)
     for j in np.flatnonzero(out == _ASK_PYTHON).tolist():
         bound = inflate_bound(int(codec[j]), memoryview(buf)[start[j] : end[j]], magic)
         out[j] = NO_BOUND if bound is None else bound
@@ -65,6 +65,7 @@ def inflate_bounds(
 
 @njit
 def _bounds_kernel(buf, start, end, codec, magic, out):
+    buf, start, end, codec, out = borrow(buf), borrow(start), borrow(end), borrow(codec), borrow(out)
     for j in range(len(start)):
         c = codec[j]
         if c == CODEC_LZ4:
