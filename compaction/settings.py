@@ -88,9 +88,11 @@ LOG_FORMATS: tuple[LogFormat, ...] = get_args(LogFormat)
 DIRECT_MIN_BYTES = 8 << 20
 # Segments a task keeps in the page cache from scan to rewrite (`--read-mode buffered`).
 CACHE_MAX_BYTES = 1 << 30
-# Threads a task compresses and decompresses batches on (kernels/codec_threads.py). The codec
+# Threads a task compresses its rewritten batches on (kernels/codec_threads.py). The codec
 # libraries release the GIL, so a task whose round leaves a core idle (one big partition) uses a
-# second one for its codec calls; on a busy executor the extra thread only shares its task's core.
+# second one for its compression; on a busy executor the extra thread only shares its task's core.
+# Decompression stays on the task's thread: the scan walks each batch's records right after
+# decompressing them, while they are in that core's cache.
 CODEC_THREADS = 2
 # A task of the ranges stage that waits gives up on a peer whose heart has not beaten for this
 # long (runtime/exchange.py): long enough for a kernel call that holds the GIL (the heartbeat
@@ -245,7 +247,7 @@ class WorkerSettings:
     codec_threads: int = _knob(
         CODEC_THREADS,
         int,
-        "threads a task compresses and decompresses batches on (1: the task's own thread only)",
+        "threads a task compresses its rewritten batches on (1: the task's own thread only)",
         conf=EXECUTOR_ENV + "KAFKA_COMPACTION_CODEC_THREADS",
         env="KAFKA_COMPACTION_CODEC_THREADS",
     )

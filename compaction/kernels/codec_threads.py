@@ -1,7 +1,7 @@
-"""The threads a task runs its codec calls on. zstd, lz4, snappy, gzip and CRC-32C release the
-GIL while they work on a buffer, so the batches of one segment or group can be compressed or
-decompressed side by side; the task's own thread waits for them (it takes no part) and gets the
-results in the batches' order.
+"""The threads a task compresses its rewritten batches on (`rebuild_headers.seal_all`). zstd,
+lz4, snappy, gzip and CRC-32C release the GIL while they work on a buffer, so the batches of one
+slice can be compressed side by side; the task's own thread waits for them (it takes no part)
+and gets the results in the batches' order.
 
 Work is handed out in runs of consecutive batches of at least RUN_MIN_BYTES, so that a thread's
 hand-over (tens of microseconds) stays small against what it does; a call with less than two

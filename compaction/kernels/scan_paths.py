@@ -305,10 +305,9 @@ def _walk_compressed(
     into the side buffer, walking (and with `hashing`, packing and hashing the keys of) ~CHUNK_BYTES
     of it at a time, right after it is written there, while it is in the CPU cache. A batch whose
     framing declares its worst case within `limit` (`compression.inflate_bound`, all of them in one
-    compiled call: `inflate_bounds`) is decompressed
-    straight into the side buffer (`inflate_into`), which grows to hold that worst case; another
-    is inflated (`compression.inflate`, each piece given back as it is copied: no batch is held
-    twice). Returns (columns, side, keys or None)."""
+    compiled call: `inflate_bounds`) is decompressed straight into the side buffer (`inflate_into`),
+    which grows to hold that worst case; another is inflated (`compression.inflate`, each piece
+    given back as it is copied: no batch is held twice). Returns (columns, side, keys or None)."""
     if not len(idx):
         walk = _SubsetWalk(_NO_BYTES, batches, idx, idx, idx, hashing)
         return _empty_records(), _NO_BYTES, walk.keys()
