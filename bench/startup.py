@@ -44,6 +44,8 @@ FIGURES = (
     "workerKernelCompiles",
     "stagesSeconds",
     "taskCpuSeconds",
+    "taskSystemSeconds",
+    "taskMinorFaults",
     "deleteSeconds",
 )
 

@@ -211,7 +211,11 @@ def main() -> int:
         for p in o["problems"][:5]:
             print("   ", p)
         print(
-            "    ours: " + ", ".join(f"{n.removesuffix('Seconds')} {v:.2f}" for n, v in o["timings"].items())
+            "    ours: "
+            + ", ".join(
+                f"{n.removesuffix('Seconds')} {v:.2f}" if isinstance(v, float) else f"{n} {v:,}"
+                for n, v in o["timings"].items()
+            )
         )
     med = statistics.median(r[2] for r in rows)
     o_med = statistics.median(r[0]["bytes"] / MiB / r[0]["seconds"] for r in rows)

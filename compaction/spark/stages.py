@@ -40,6 +40,8 @@ RESULT_FIELDS = (
     ("invalid_records", T.LongType()),
     ("seconds", T.DoubleType()),
     ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process
+    ("system_seconds", T.DoubleType()),  # the kernel's share of it
+    ("minor_faults", T.LongType()),  # page faults the task took (first touches of fresh memory)
     # --erase-keys (compaction/steps/erase.py): records of listed keys removed
     (
         "erased_records",

@@ -26,8 +26,12 @@ def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
     owner = {s.group_id: i for i, p in enumerate(todo) for s in p.specs}
     results, replan = {}, {}
     for d in rows:
-        scan_s, map_s, cpu_s = (d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds"))
+        scan_s, map_s, cpu_s, sys_s = (
+            d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds", "system_seconds")
+        )
         add_seconds(timings, taskScanSeconds=scan_s, taskMapSeconds=map_s, taskCpuSeconds=cpu_s)
+        add_seconds(timings, taskSystemSeconds=sys_s)
+        timings["taskMinorFaults"] = timings.get("taskMinorFaults", 0) + int(d.pop("minor_faults") or 0)
         if d["group_id"] == STATS_ROW:
             continue
         add_seconds(timings, taskRewriteSeconds=d["seconds"] or 0.0)

@@ -16,6 +16,7 @@ through the exchange (compaction/steps/range_task.py); both take these steps fro
 from __future__ import annotations
 
 import dataclasses
+import resource
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -62,15 +63,24 @@ def with_state(specs: list[GroupSpec], state: ProducerState) -> list[GroupSpec]:
 
 
 class TaskClock:
-    """A task's wall and CPU clocks since it started."""
+    """A task's wall and CPU clocks since it started, and its process's page faults (a Python
+    worker runs one task at a time: the process's counts since the start are the task's)."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
         self._cpu = time.process_time()
+        self._usage = resource.getrusage(resource.RUSAGE_SELF)
 
     def timings(self, scan_seconds: float, map_seconds: float) -> TaskTimings:
-        """The task's timings, its CPU seconds counted until now."""
-        return TaskTimings(scan_seconds, map_seconds, time.process_time() - self._cpu)
+        """The task's timings, its CPU seconds and faults counted until now."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return TaskTimings(
+            scan_seconds,
+            map_seconds,
+            time.process_time() - self._cpu,
+            usage.ru_stime - self._usage.ru_stime,
+            usage.ru_minflt - self._usage.ru_minflt,
+        )
 
 
 def compact_whole(specs: list[GroupSpec], reuse_bytes: int) -> tuple[list[GroupResult], TaskTimings | None]:

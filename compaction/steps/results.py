@@ -56,11 +56,15 @@ def unstable(group_ids: Iterable[int], first_unstable: int) -> list[GroupResult]
 @dataclass(frozen=True)
 class TaskTimings:
     """Where a task's time went: scanning, building the offset map (the merge, and the wait for the
-    others' merges, in a ranges task), and its CPU seconds in this process."""
+    others' merges, in a ranges task), its CPU seconds in this process, the kernel's share of them
+    (`system_seconds`) and the minor page faults it took: most of a task's system time is first
+    touches of fresh memory, the cost that grows most when the host is slow."""
 
     scan_seconds: float
     map_seconds: float
     cpu_seconds: float
+    system_seconds: float = 0.0
+    minor_faults: int = 0
 
     def row(self) -> dict:
         return dataclasses.asdict(self)

@@ -41,13 +41,22 @@ def _row(group_id, **kw) -> dict:
         "scan_seconds": 0.25,
         "map_seconds": 0.125,
         "cpu_seconds": 1.0,
+        "system_seconds": 0.125,
+        "minor_faults": 1000,
     }
     return {**row, **kw}
 
 
 def test_task_rows_by_group_with_open_transactions_to_plan_again_and_timings_added():
     todo = [_planned([1, 2]), _planned([3])]
-    stats = {"group_id": STATS_ROW, "scan_seconds": 2.0, "map_seconds": None, "cpu_seconds": 3.0}
+    stats = {
+        "group_id": STATS_ROW,
+        "scan_seconds": 2.0,
+        "map_seconds": None,
+        "cpu_seconds": 3.0,
+        "system_seconds": 0.5,
+        "minor_faults": 20_000,
+    }
     timings = {"taskScanSeconds": 1.0}
     results, replan = task_rows([_row(1), _row(2), _row(3, first_unstable=42), stats], todo, timings)
     assert (
@@ -58,6 +67,8 @@ def test_task_rows_by_group_with_open_transactions_to_plan_again_and_timings_add
         "taskScanSeconds": 1.0 + 3 * 0.25 + 2.0,
         "taskMapSeconds": 3 * 0.125,
         "taskCpuSeconds": 3 * 1.0 + 3.0,
+        "taskSystemSeconds": 3 * 0.125 + 0.5,
+        "taskMinorFaults": 3 * 1000 + 20_000,
         "taskRewriteSeconds": 3 * 0.5,
     }
 

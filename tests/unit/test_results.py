@@ -5,15 +5,17 @@ Spark rows they become, and the re-plan bound."""
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from groupkit import generate, specs_for
 
 from compaction.errors import IndexCorruptError
 from compaction.spark.stages import FUSED_FIELDS, typed
-from compaction.steps.pipeline import compact_whole, open_transaction
+from compaction.steps.pipeline import TaskClock, compact_whole, open_transaction
 from compaction.steps.ranges import ProducerState
 from compaction.steps.results import STATS_ROW, GroupResult, TaskTimings, as_rows, failed, unstable
 
@@ -27,13 +29,22 @@ def test_every_field_of_a_task_record_is_in_the_stage_schema(record):
 
 def test_rows_carry_the_known_fields_only_and_timings_as_their_own_row():
     done = GroupResult(3, bytes_read=10, bytes_written=4, seconds=0.5, unchanged=0)
-    rows = as_rows([done, *failed([4, 5], "damaged"), *unstable([6], 120), TaskTimings(1.0, 0.25, 2.0)])
+    rows = as_rows(
+        [done, *failed([4, 5], "damaged"), *unstable([6], 120), TaskTimings(1.0, 0.25, 2.0, 0.5, 300)]
+    )
     assert rows == [
         {"group_id": 3, "bytes_read": 10, "bytes_written": 4, "seconds": 0.5, "unchanged": 0},
         {"group_id": 4, "error": "damaged"},
         {"group_id": 5, "error": "damaged"},
         {"group_id": 6, "first_unstable": 120},
-        {"group_id": STATS_ROW, "scan_seconds": 1.0, "map_seconds": 0.25, "cpu_seconds": 2.0},
+        {
+            "group_id": STATS_ROW,
+            "scan_seconds": 1.0,
+            "map_seconds": 0.25,
+            "cpu_seconds": 2.0,
+            "system_seconds": 0.5,
+            "minor_faults": 300,
+        },
     ]
     assert typed(rows[0])["records_read"] is None and typed(rows[0])["bytes_read"] == 10
 
@@ -84,3 +95,18 @@ def test_a_whole_partition_task_runs_the_index_checks_and_writes_nothing_past_a_
         compact_whole(specs_for(part, 2), 0)
     assert (err.value.path, err.value.position) == (str(index), (n - 1) * 8)
     assert not list(part.glob("*.cleaned"))
+
+
+def test_a_task_clock_counts_the_first_touches_of_fresh_memory_as_faults_and_system_time():
+    """128 MiB of fresh anonymous memory, one byte written per 4 KiB page (no huge pages): each
+    first touch is a minor fault, the kernel's time (allocating, zeroing) counted as system CPU."""
+    clock = TaskClock()
+    area = mmap.mmap(-1, 128 << 20)
+    area.madvise(mmap.MADV_NOHUGEPAGE)
+    pages = np.frombuffer(area, np.uint8)
+    pages[::4096] = 1
+    t = clock.timings(0.0, 0.0)
+    del pages
+    area.close()
+    assert t.minor_faults >= (128 << 20) // 4096
+    assert 0 < t.system_seconds <= t.cpu_seconds

@@ -25,7 +25,7 @@ from compaction.steps.range_task import finish
 from compaction.steps.results import STATS_ROW
 from compaction.steps.schedule import RangePlan, pack
 
-TIMINGS = ("seconds", "cpu_seconds", "scan_seconds", "map_seconds")
+TIMINGS = ("seconds", "cpu_seconds", "system_seconds", "minor_faults", "scan_seconds", "map_seconds")
 
 
 @pytest.fixture(scope="module")
