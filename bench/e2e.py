@@ -66,6 +66,32 @@ def drop_caches() -> bool:
         return False
 
 
+def host_cpu() -> list[int]:
+    """The host's CPU time counters, in ticks: /proc/stat's first line (user, nice, system, idle,
+    iowait, irq, softirq, steal); [] where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
+def host_window(before: list[int], after: list[int]) -> str:
+    """What the host was like between two `host_cpu` readings: the share of the CPU time its
+    processes wanted that the hypervisor gave to others (steal: a shared VM's "slow window"), and
+    the share of all CPU time spent waiting for the disk."""
+    if len(before) < 8 or len(after) < 8:
+        return "host: unknown"
+    user, nice, system, idle, iowait, irq, softirq, steal = (b - a for a, b in zip(before, after))
+    busy = user + nice + system + irq + softirq
+    total = busy + idle + iowait + steal
+    hz = os.sysconf("SC_CLK_TCK")
+    return (
+        f"host: steal {steal / max(1, busy + steal):.0%} of the CPU wanted ({steal / hz:.1f} of "
+        f"{(busy + steal) / hz:.1f} s), iowait {iowait / max(1, total):.0%}"
+    )
+
+
 def log_files(log_dir: Path) -> list[Path]:
     return sorted(p for p in log_dir.glob("*/*.log"))
 

@@ -24,7 +24,11 @@ cleaner's own rounds, from its log.
 - Kafka: `anchor.py measure --repeats 1 --drop-caches` (one cleaner thread; all its rounds).
 Our output is verified each time: exactly the latest record of every key below the bound, the
 tail untouched (bench/e2e.py's checks); with `--input kafka`, also the same record count as
-Kafka's cleaner kept (its `total.end_messages`). Not a test: exits non-zero when a run fails.
+Kafka's cleaner kept (its `total.end_messages`). Each pair also prints what the host was like
+during each side's run (`e2e.host_window`): the share of the CPU wanted that the hypervisor gave
+to other guests (steal) and the time spent waiting for the disk. Our two tasks want both cores
+where Kafka's one cleaner thread wants one, so a window with steal slows us more than Kafka. Not a
+test: exits non-zero when a run fails.
 """
 
 from __future__ import annotations
@@ -44,7 +48,15 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import kafka4_anchor  # noqa: E402
-from e2e import drop_caches, excluding_start_up, run_generator, scan_partition, verify  # noqa: E402
+from e2e import (  # noqa: E402
+    drop_caches,
+    excluding_start_up,
+    host_cpu,
+    host_window,
+    run_generator,
+    scan_partition,
+    verify,
+)
 
 MiB = float(1 << 20)
 GiB = 1 << 30
@@ -101,9 +113,9 @@ def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
         "--now-ms",
         str(NOW_MS),
     ]
-    t = time.perf_counter()
+    t, host = time.perf_counter(), host_cpu()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.perf_counter() - t
+    wall, host = time.perf_counter() - t, host_window(host, host_cpu())
     if proc.returncode != 0:
         raise SystemExit(f"job failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     report = json.loads(report_path.read_text())
@@ -117,6 +129,7 @@ def ours(source: Path, work: Path, spark_args: list[str]) -> dict:
         "problems": problems,
         "cold": cold,
         "timings": report["timings"],
+        "host": host,
     }
 
 
@@ -192,10 +205,12 @@ def main() -> int:
     rows = []
     for i in range(args.pairs):
         o = ours(source, args.out / "run" / "kafka-logs", spark_args)
+        host = host_cpu()
         if args.kafka == "4":
             k = kafka4(args.name, args.dedupe_buffer)
         else:
             k = kafka(args.name, "vs-ours", args.dedupe_buffer)
+        k["host"] = host_window(host, host_cpu())
         ratio = k["seconds"] / o["seconds"]
         same = args.input != "kafka" or o["kept"] == k["kept"]
         rows.append((o, k, ratio))
@@ -210,6 +225,7 @@ def main() -> int:
         )
         for p in o["problems"][:5]:
             print("   ", p)
+        print(f"    ours' run: {o['host']}; Kafka's run (its broker's start included): {k['host']}")
         print(
             "    ours: "
             + ", ".join(
