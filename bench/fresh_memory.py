@@ -7,7 +7,10 @@ advice off and why the job reuses its large buffers (compaction/kernels/buffers.
 
 Each variant runs in a fresh Python process (the advice is read when numpy is imported) and
 touches one byte per 4 KiB page of --mib MiB in 64 MiB arrays. Prints wall, CPU and system
-seconds and page faults.
+seconds and page faults; then, for contrast, the same pages touched again (mapped now: no fault)
+and the speed of writing every byte of them, which is the memory's own bandwidth. On a VM the
+first touch also costs the hypervisor's work of backing the page: where that is slow (a "slow
+window" of bench/vs_kafka.py) the first touch costs many times the bandwidth's time.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ for _ in range(mib // 64):
     keep.append(a)
 u1 = resource.getrusage(resource.RUSAGE_SELF)
 cpu = u1.ru_utime - u0.ru_utime + u1.ru_stime - u0.ru_stime
-print(f"{time.perf_counter() - t:.2f} {cpu:.2f} {u1.ru_stime - u0.ru_stime:.2f} {u1.ru_minflt - u0.ru_minflt}")
+wall = time.perf_counter() - t
+t = time.perf_counter()
+for a in keep:
+    a[::4096] = 2
+again = time.perf_counter() - t
+t = time.perf_counter()
+for a in keep:
+    a.fill(3)
+fill = time.perf_counter() - t
+print(f"{wall:.2f} {cpu:.2f} {u1.ru_stime - u0.ru_stime:.2f} {u1.ru_minflt - u0.ru_minflt} {again:.3f} {fill:.3f}")
 """
 
 
@@ -55,10 +67,11 @@ def main() -> int:
             text=True,
             check=True,
         ).stdout.split()
-        wall, cpu, system, faults = float(out[0]), float(out[1]), float(out[2]), int(out[3])
+        wall, cpu, system, faults, again, fill = (float(v) for v in out)
         print(
-            f"  {label:45s} wall {wall:5.2f} s  CPU {cpu:5.2f} s  system {system:5.2f} s  {faults:,} faults "
-            f"({system / args.mib * 1024:.2f} s system per GiB)"
+            f"  {label:45s} wall {wall:5.2f} s  CPU {cpu:5.2f} s  system {system:5.2f} s  {faults:,.0f} faults "
+            f"({system / args.mib * 1024:.2f} s system per GiB); the same pages again {again:.3f} s, "
+            f"every byte of them written {args.mib / 1024 / fill:.1f} GiB/s"
         )
     return 0
 

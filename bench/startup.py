@@ -4,6 +4,7 @@ of one log dir with the page cache dropped before each run.
 
     .venv/bin/python bench/startup.py LOG_DIR [--pairs 3] [--warmup 1] [--b-checkout DIR]
         [--b-env K=V ...] [--a-env K=V ...] [--job-args "--segment-bytes 67108864"]
+        [--a-args "--read-mode direct"] [--b-args ...]
 
 A is this checkout's ./spark-submit.sh, B the one of `--b-checkout` (default this one too), each
 with its `--*-env` variables (e.g. `--b-env KAFKA_COMPACTION_CDS_DIR=off`: B without the driver
@@ -13,9 +14,10 @@ spark-submit wall, the report's round (`totalSeconds`: Spark's start-up and warm
 the stages, the commit and the deletion of the replaced files), the CPU of every task
 (`taskCpuSeconds`) and the rest, outside the report (the launcher, the JVMs' start and stop, the
 driver's imports). `--job-args`: more options of the job, for both sides (e.g. Kafka's 64 MiB
-`segment.bytes` of bench/vs_kafka.py's topics, where the job's default is 1 GiB). Prints the
-medians and the ratios B/A of the walls, the stages and the task CPU, pair by pair. Each run
-must clean every partition. Not a test.
+`segment.bytes` of bench/vs_kafka.py's topics, where the job's default is 1 GiB); `--a-args`,
+`--b-args`: options of one side only (e.g. `--a-args "--read-mode direct"`). Prints the
+medians and the ratios B/A of the walls, the stages and the task CPU and its system time, pair by
+pair, with the tasks' page faults beside them. Each run must clean every partition. Not a test.
 """
 
 from __future__ import annotations
@@ -99,19 +101,24 @@ def main() -> int:
     ap.add_argument("--b-env", action="append", default=[])
     ap.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "startup")
     ap.add_argument("--job-args", default="", help="more options of the job, for both sides")
+    ap.add_argument("--a-args", default="", help="more options of the job, for side A only")
+    ap.add_argument("--b-args", default="", help="more options of the job, for side B only")
     args = ap.parse_args()
     job_args = tuple(args.job_args.split())
     args.work.mkdir(parents=True, exist_ok=True)
-    sides = {"A": (REPO, args.a_env), "B": (args.b_checkout.resolve(), args.b_env)}
-    for name, (checkout, env) in sides.items():
-        print(f"{name}: {checkout}/spark-submit.sh {' '.join(env)}".rstrip(), flush=True)
+    sides = {
+        "A": (REPO, args.a_env, job_args + tuple(args.a_args.split())),
+        "B": (args.b_checkout.resolve(), args.b_env, job_args + tuple(args.b_args.split())),
+    }
+    for name, (checkout, env, side_args) in sides.items():
+        print(f"{name}: {' '.join(env)} {checkout}/spark-submit.sh {' '.join(side_args)}".strip(), flush=True)
     for _ in range(args.warmup):
-        for checkout, env in sides.values():
-            run(checkout, env, args.log_dir, args.work / "logs", job_args)
+        for checkout, env, side_args in sides.values():
+            run(checkout, env, args.log_dir, args.work / "logs", side_args)
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     for i in range(1, args.pairs + 1):
-        for name, (checkout, env) in sides.items():
-            r = run(checkout, env, args.log_dir, args.work / "logs", job_args)
+        for name, (checkout, env, side_args) in sides.items():
+            r = run(checkout, env, args.log_dir, args.work / "logs", side_args)
             runs[name].append(r)
             print(
                 f"pair {i} {name}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES),
@@ -124,7 +131,7 @@ def main() -> int:
                 f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f} s" for k in FIGURES
             )
         )
-    for figure in ("wall", "stagesSeconds", "taskCpuSeconds"):
+    for figure in ("wall", "stagesSeconds", "taskCpuSeconds", "taskSystemSeconds"):
         ratios = [b[figure] / a[figure] for a, b in zip(runs["A"], runs["B"]) if a[figure] > 0]
         if ratios:
             print(

@@ -38,6 +38,7 @@ RESULT_FIELDS = (
     ("batches_read", T.LongType()),
     ("batches_written", T.LongType()),
     ("invalid_records", T.LongType()),
+    ("segments_rescanned", T.LongType()),  # scanned again by the rewrite (the scan cache was full)
     ("seconds", T.DoubleType()),
     ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process
     ("system_seconds", T.DoubleType()),  # the kernel's share of it

@@ -35,6 +35,8 @@ def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
         if d["group_id"] == STATS_ROW:
             continue
         add_seconds(timings, taskRewriteSeconds=d["seconds"] or 0.0)
+        rescanned = int(d.pop("segments_rescanned", None) or 0)
+        timings["taskSegmentsRescanned"] = timings.get("taskSegmentsRescanned", 0) + rescanned
         d["task_seconds"] = scan_s + map_s  # a whole partition's scan and map, before its rewrite
         unstable = d.pop("first_unstable")
         if unstable is not None:

@@ -479,7 +479,7 @@ def _shipped(rids: list[int], task: _Task) -> ranges.ShippedMap:
 
 # --- pieces of cut groups ----------------------------------------------------------------------
 
-_PIECE_STATS = ("bytes_read", "records_read", "batches_read", "invalid_records")
+_PIECE_STATS = ("bytes_read", "records_read", "batches_read", "invalid_records", "segments_rescanned")
 _PIECE_COLUMNS = ("position", "size", "last_offset", "max_timestamp")
 
 

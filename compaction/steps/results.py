@@ -15,6 +15,19 @@ from dataclasses import dataclass
 
 # The `group_id` of a ranges task's timings row: its timings are the task's, not a group's.
 STATS_ROW = -1
+# The fields of a task's rows that measure how the run went (its clocks, its page faults, how much
+# its scan cache held), not what it read and wrote: two runs that write the same bytes differ here.
+MEASURED = frozenset(
+    {
+        "seconds",
+        "cpu_seconds",
+        "system_seconds",
+        "minor_faults",
+        "scan_seconds",
+        "map_seconds",
+        "segments_rescanned",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,7 @@ class GroupResult:
     batches_read: int | None = None
     batches_written: int | None = None
     invalid_records: int | None = None
+    segments_rescanned: int | None = None  # scanned again by the rewrite: the scan cache was full
     seconds: float | None = None
     unchanged: int | None = None  # 1: an erasing-only group that erased nothing, nothing written
     erased_records: int | None = None  # --erase-keys: records of listed keys removed
@@ -75,4 +89,4 @@ def as_rows(records: Iterable[GroupResult | TaskTimings]) -> list[dict]:
     return [{"group_id": STATS_ROW, **r.row()} if isinstance(r, TaskTimings) else r.row() for r in records]
 
 
-__all__ = ["STATS_ROW", "GroupResult", "TaskTimings", "as_rows", "failed", "unstable"]
+__all__ = ["MEASURED", "STATS_ROW", "GroupResult", "TaskTimings", "as_rows", "failed", "unstable"]

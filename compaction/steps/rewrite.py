@@ -60,12 +60,14 @@ from compaction.steps.writer import Output
 
 @dataclass
 class RewriteStats:
-    """What the rewrite of a group (or of a piece of one) read."""
+    """What the rewrite of a group (or of a piece of one) read, and how many of its segments it
+    scanned again (walked, CRC-checked, decompressed) because the scan cache had not kept them."""
 
     bytes_read: int = 0
     records_read: int = 0
     batches_read: int = 0
     invalid_records: int = 0
+    segments_rescanned: int = 0
 
 
 @dataclass(frozen=True)
@@ -367,6 +369,7 @@ def rewrite_unit(
                 piece.before(out, stats)
             for seg in own[spec.group_id]:
                 scan, data = next(inputs)
+                stats.segments_rescanned += scan is None
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
                 task_progress.count(done=seg.size)  # the driver's progress line
                 if spec.erase_only:
@@ -391,6 +394,7 @@ def rewrite_unit(
                     batches_read=stats.batches_read,
                     batches_written=out.batches,
                     invalid_records=stats.invalid_records,
+                    segments_rescanned=stats.segments_rescanned,
                     seconds=time.monotonic() - started,
                     unchanged=int(unchanged),
                     **(offset_map.erase_counts(spec.group_id) if spec.erase is not None else {}),
@@ -417,6 +421,7 @@ def rewrite_piece(
     ):
         for seg in spec.segments:
             scan, data = next(inputs)
+            stats.segments_rescanned += scan is None
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
             task_progress.count(done=seg.size)  # the driver's progress line
             del scan, data

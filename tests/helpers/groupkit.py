@@ -11,6 +11,7 @@ from genkit import run_generate
 from compaction.format import naming
 from compaction.runtime.storage import Storage
 from compaction.steps.group import GroupSpec, SourceSegment
+from compaction.steps.results import MEASURED
 
 NOW_MS = 1_795_305_600_000
 
@@ -54,3 +55,8 @@ def specs_for(
         )
         for n, idx in enumerate(cuts)
     ]
+
+
+def outcomes(rows: list[dict]) -> list[dict]:
+    """Task rows without what measures the run (`results.MEASURED`): what it read and wrote."""
+    return [{k: v for k, v in r.items() if k not in MEASURED} for r in rows]

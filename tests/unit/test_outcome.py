@@ -43,6 +43,7 @@ def _row(group_id, **kw) -> dict:
         "cpu_seconds": 1.0,
         "system_seconds": 0.125,
         "minor_faults": 1000,
+        "segments_rescanned": 2,
     }
     return {**row, **kw}
 
@@ -58,7 +59,9 @@ def test_task_rows_by_group_with_open_transactions_to_plan_again_and_timings_add
         "minor_faults": 20_000,
     }
     timings = {"taskScanSeconds": 1.0}
-    results, replan = task_rows([_row(1), _row(2), _row(3, first_unstable=42), stats], todo, timings)
+    results, replan = task_rows(
+        [_row(1), _row(2), _row(3, first_unstable=42, segments_rescanned=None), stats], todo, timings
+    )
     assert (
         sorted(results) == [1, 2] and "first_unstable" not in results[1] and "scan_seconds" not in results[1]
     )
@@ -70,6 +73,7 @@ def test_task_rows_by_group_with_open_transactions_to_plan_again_and_timings_add
         "taskSystemSeconds": 3 * 0.125 + 0.5,
         "taskMinorFaults": 3 * 1000 + 20_000,
         "taskRewriteSeconds": 3 * 0.5,
+        "taskSegmentsRescanned": 2 * 2,  # the groups rewritten; the one planned again has no stats
     }
 
 

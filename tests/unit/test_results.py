@@ -80,6 +80,17 @@ def test_a_whole_partition_tasks_timings_lie_within_its_run(tmp_path):
     assert 0 < timings.cpu_seconds <= cpu
 
 
+@pytest.mark.parametrize("reuse_bytes, rescanned", [(0, "all"), (1 << 30, "none")])
+def test_a_rewrite_counts_the_segments_it_scanned_again(tmp_path, reuse_bytes, rescanned):
+    """Without a scan cache the rewrite scans every segment again; with room for them all, none."""
+    part = generate(tmp_path / "logs", "--records", "3000", "--keys", "300", "--segment-bytes", "30000")
+    specs = specs_for(part, 2)
+    results, _ = compact_whole(specs, reuse_bytes)
+    counts = [r.segments_rescanned for r in results]
+    assert counts == ([len(s.segments) for s in specs] if rescanned == "all" else [0] * len(specs))
+    assert sum(len(s.segments) for s in specs) >= 4
+
+
 def test_a_whole_partition_task_runs_the_index_checks_and_writes_nothing_past_a_damaged_index(tmp_path):
     """The driver leaves the index checks to the task that scans the partition: an entry past its
     segment's end fails the task, naming the file and the entry's position, before anything is

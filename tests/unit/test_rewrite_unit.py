@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from genkit import generate
+from groupkit import outcomes
 from reference_map import KeyLookup, found_offsets, scan_group
 from synckit import record_creates_and_fsyncs
 
@@ -759,8 +760,7 @@ def test_compact_partition_key_table_matches_a_key_lookup(tmp_path, monkeypatch)
     independent = stages.compact_partition(specs)
     reference = _cleaned_files(log_dir)
     assert with_ids and with_ids == without_cache == reference
-    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
-    assert strip(kept_ids) == strip(looked_up) == strip(independent)
+    assert outcomes(kept_ids) == outcomes(looked_up) == outcomes(independent)
     assert sum(r["records_written"] for r in kept_ids) < sum(r["records_read"] for r in kept_ids)
 
 
@@ -792,8 +792,7 @@ def test_packed_scans_write_what_full_scans_write(tmp_path, monkeypatch):
     assert sum(packed) >= 3, packed
     again = stages.compact_partition(specs, scan_reuse_bytes=0)
     assert with_packing and with_packing == _cleaned_files(log_dir)
-    strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
-    assert strip(rows) == strip(again)
+    assert outcomes(rows) == outcomes(again)
 
 
 def test_a_full_scan_cache_displaces_the_newest_scans_and_writes_the_same(tmp_path, monkeypatch):
@@ -835,8 +834,7 @@ def test_a_full_scan_cache_displaces_the_newest_scans_and_writes_the_same(tmp_pa
     assert dropped and max(dropped) == max(seg.base_offset for s in specs for seg in s.segments)
     none_kept = stages.compact_partition(specs, scan_reuse_bytes=0)
     assert everything and everything == some == _cleaned_files(log_dir)
-    strip = lambda rs: [{k: v for k, v in r.items() if "seconds" not in k} for r in rs]  # noqa: E731
-    assert strip(all_kept) == strip(some_kept) == strip(none_kept)
+    assert outcomes(all_kept) == outcomes(some_kept) == outcomes(none_kept)
 
 
 # --- a segment emitted a slice at a time ------------------------------------------------------
@@ -879,9 +877,7 @@ def test_a_segment_emitted_in_slices_is_written_as_one(tmp_path, monkeypatch, le
     outputs, rows = [], []
     for step in (1 << 30, 1, 700, 5000):
         monkeypatch.setattr(emit, "SLICE_BYTES", step)
-        rows.append(
-            [{k: v for k, v in r.items() if "seconds" not in k} for r in stages.compact_partition(specs)]
-        )
+        rows.append(outcomes(stages.compact_partition(specs)))
         outputs.append(_cleaned_files(log_dir))
     assert outputs[0] and all(o == outputs[0] for o in outputs) and all(r == rows[0] for r in rows)
     assert sum(r["records_written"] for r in rows[0]) < sum(r["records_read"] for r in rows[0])

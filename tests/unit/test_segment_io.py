@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from genkit import generate
+from groupkit import outcomes
 from test_rewrite_unit import NOW, _cleaned_files, _partition_specs
 
 from compaction.kernels.buffers import ALIGN, BufferPool, held_bytes
@@ -503,9 +504,8 @@ def test_compact_partition_writes_the_same_files_in_every_read_mode(tmp_path, di
     uncached = _cleaned_files(log_dir)
     segment_io.POOL.trim()
     assert direct and read_buffered == direct == mapped == pooled == written == uncached
-    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
-    assert strip(buffered_rows) == strip(direct_rows) == strip(mapped_rows) == strip(pooled_rows)
-    assert strip(direct_rows) == strip(written_rows) == strip(uncached_rows)
+    assert outcomes(buffered_rows) == outcomes(direct_rows) == outcomes(mapped_rows) == outcomes(pooled_rows)
+    assert outcomes(direct_rows) == outcomes(written_rows) == outcomes(uncached_rows)
 
 
 def test_scan_cache_keeps_local_segments_without_their_bytes(tmp_path, direct_always):

@@ -22,10 +22,8 @@ from compaction.runtime.storage import Storage
 from compaction.spark.stages import FUSED_FIELDS, compact_partition, fused, ranged, resumed, task_slots
 from compaction.steps.group import CLEANED
 from compaction.steps.range_task import finish
-from compaction.steps.results import STATS_ROW
+from compaction.steps.results import MEASURED, STATS_ROW
 from compaction.steps.schedule import RangePlan, pack
-
-TIMINGS = ("seconds", "cpu_seconds", "system_seconds", "minor_faults", "scan_seconds", "map_seconds")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +51,7 @@ def _stage(spark, partitions, where, tasks=None, peer_wait=60.0) -> list[dict]:
 def _frame(spark, rows):
     from pyspark.sql import types as T
 
-    schema = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS if n not in TIMINGS])
+    schema = T.StructType([T.StructField(n, t, True) for n, t in FUSED_FIELDS if n not in MEASURED])
     return spark.createDataFrame([tuple(r.get(n) for n in schema.fieldNames()) for r in rows], schema)
 
 
