@@ -35,7 +35,7 @@ def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
         if d["group_id"] == STATS_ROW:
             continue
         add_seconds(timings, taskRewriteSeconds=d["seconds"] or 0.0)
-        rescanned = int(d.pop("segments_rescanned", None) or 0)
+        rescanned = int(d.pop("segments_rescanned") or 0)
         timings["taskSegmentsRescanned"] = timings.get("taskSegmentsRescanned", 0) + rescanned
         d["task_seconds"] = scan_s + map_s  # a whole partition's scan and map, before its rewrite
         unstable = d.pop("first_unstable")
