@@ -92,6 +92,15 @@ def host_window(before: list[int], after: list[int]) -> str:
     )
 
 
+def timings_text(tm: dict, digits: int = 1) -> str:
+    """A report's `timings` on one line: seconds as seconds, counts (kernel compiles, page faults,
+    segments scanned twice) as counts."""
+    return ", ".join(
+        f"{k.removesuffix('Seconds')} {v:.{digits}f} s" if k.endswith("Seconds") else f"{k} {v:,}"
+        for k, v in tm.items()
+    )
+
+
 def log_files(log_dir: Path) -> list[Path]:
     return sorted(p for p in log_dir.glob("*/*.log"))
 
@@ -396,7 +405,7 @@ def main() -> int:
     )
     warm = no_start + tm.get("workerWarmupSeconds", 0)
     print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MB / warm:,.1f} MB/s")
-    print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))
+    print("report timings: " + timings_text(tm))
     print_spark_stages(event_dir)
     return finish(problems, log_dir, args.keep)
 

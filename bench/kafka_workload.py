@@ -51,6 +51,7 @@ from e2e import (  # noqa: E402 (bench/ joins sys.path above)
     read_speed,
     run_generator,
     scan_partition,
+    timings_text,
     verify,
 )
 from tree_memory import TreeMemory  # noqa: E402
@@ -214,7 +215,7 @@ def main() -> int:
     )
     warm = no_start + tm.get("workerWarmupSeconds", 0)
     print(f"  counting the Python-worker warm-up too ({warm:.1f} s): {size / MiB / warm:,.1f} MiB/s")
-    print("report timings: " + ", ".join(f"{k.removesuffix('Seconds')} {v:.1f} s" for k, v in tm.items()))
+    print("report timings: " + timings_text(tm))
     names = ("taskScanSeconds", "taskMapSeconds", "taskRewriteSeconds", "taskCpuSeconds")
     task = {k[4:].removesuffix("Seconds").lower(): tm[k] for k in names if k in tm}
     if task:

@@ -86,6 +86,13 @@ def run(checkout: Path, env_pairs: list[str], source: Path, work: Path, job_args
     }
 
 
+def _figure(name: str, v: float, unit: str) -> str:
+    """One figure of a run: seconds with their `unit`, counts (compiles, page faults) as counts."""
+    if name in ("workerKernelCompiles", "taskMinorFaults"):
+        return f"{name} {v:,.0f}"
+    return f"{name.replace('Seconds', '')} {v:.2f}{unit}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log_dir", type=Path)
@@ -121,15 +128,13 @@ def main() -> int:
             r = run(checkout, env, args.log_dir, args.work / "logs", side_args)
             runs[name].append(r)
             print(
-                f"pair {i} {name}: " + ", ".join(f"{k.replace('Seconds', '')} {r[k]:.2f}" for k in FIGURES),
+                f"pair {i} {name}: " + ", ".join(_figure(k, r[k], "") for k in FIGURES),
                 flush=True,
             )
     for name, rs in runs.items():
         print(
             f"median {name}: "
-            + ", ".join(
-                f"{k.replace('Seconds', '')} {statistics.median(r[k] for r in rs):.2f} s" for k in FIGURES
-            )
+            + ", ".join(_figure(k, statistics.median(r[k] for r in rs), " s") for k in FIGURES)
         )
     for figure in ("wall", "stagesSeconds", "taskCpuSeconds", "taskSystemSeconds"):
         ratios = [b[figure] / a[figure] for a, b in zip(runs["A"], runs["B"]) if a[figure] > 0]

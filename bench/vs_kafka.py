@@ -55,6 +55,7 @@ from e2e import (  # noqa: E402
     host_window,
     run_generator,
     scan_partition,
+    timings_text,
     verify,
 )
 
@@ -226,13 +227,7 @@ def main() -> int:
         for p in o["problems"][:5]:
             print("   ", p)
         print(f"    ours' run: {o['host']}; Kafka's run (its broker's start included): {k['host']}")
-        print(
-            "    ours: "
-            + ", ".join(
-                f"{n.removesuffix('Seconds')} {v:.2f}" if isinstance(v, float) else f"{n} {v:,}"
-                for n, v in o["timings"].items()
-            )
-        )
+        print("    ours: " + timings_text(o["timings"], 2))
     med = statistics.median(r[2] for r in rows)
     o_med = statistics.median(r[0]["bytes"] / MiB / r[0]["seconds"] for r in rows)
     k_med = statistics.median(r[0]["bytes"] / MiB / r[1]["seconds"] for r in rows)
