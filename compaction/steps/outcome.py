@@ -29,14 +29,18 @@ def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
         scan_s, map_s, cpu_s, sys_s = (
             d.pop(k) or 0.0 for k in ("scan_seconds", "map_seconds", "cpu_seconds", "system_seconds")
         )
-        add_seconds(timings, taskScanSeconds=scan_s, taskMapSeconds=map_s, taskCpuSeconds=cpu_s)
-        add_seconds(timings, taskSystemSeconds=sys_s)
-        timings["taskMinorFaults"] = timings.get("taskMinorFaults", 0) + int(d.pop("minor_faults") or 0)
+        add_seconds(
+            timings,
+            taskScanSeconds=scan_s,
+            taskMapSeconds=map_s,
+            taskCpuSeconds=cpu_s,
+            taskSystemSeconds=sys_s,
+        )
+        add_counts(timings, taskMinorFaults=d.pop("minor_faults"))
         if d["group_id"] == STATS_ROW:
             continue
         add_seconds(timings, taskRewriteSeconds=d["seconds"] or 0.0)
-        rescanned = int(d.pop("segments_rescanned") or 0)
-        timings["taskSegmentsRescanned"] = timings.get("taskSegmentsRescanned", 0) + rescanned
+        add_counts(timings, taskSegmentsRescanned=d.pop("segments_rescanned"))
         d["task_seconds"] = scan_s + map_s  # a whole partition's scan and map, before its rewrite
         unstable = d.pop("first_unstable")
         if unstable is not None:
@@ -49,6 +53,12 @@ def task_rows(rows: list[dict], todo: list[Planned], timings: dict[str, float]):
 def add_seconds(timings: dict[str, float], **seconds: float) -> None:
     for name, v in seconds.items():
         timings[name] = timings.get(name, 0.0) + float(v)
+
+
+def add_counts(timings: dict, **counts: int | None) -> None:
+    """Counts (page faults, segments scanned again) added to the round's `timings`; None is 0."""
+    for name, v in counts.items():
+        timings[name] = timings.get(name, 0) + int(v or 0)
 
 
 def outcome(p: Planned, results: dict[int, dict]) -> list[dict] | None:

@@ -101,6 +101,7 @@ def _clean_segment(
     """Clean one source segment into `out`: from its kept `scan`, else from `data` (its bytes,
     read ahead) or read now."""
     if scan is None:
+        stats.segments_rescanned += 1
         scan = read_segment(spec, seg, data, offset_map.hashes_keys, verify_crc=not offset_map.verified)
     b, rec = scan.batches, scan.records
     nb = len(b.position)
@@ -369,7 +370,6 @@ def rewrite_unit(
                 piece.before(out, stats)
             for seg in own[spec.group_id]:
                 scan, data = next(inputs)
-                stats.segments_rescanned += scan is None
                 _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
                 task_progress.count(done=seg.size)  # the driver's progress line
                 if spec.erase_only:
@@ -421,7 +421,6 @@ def rewrite_piece(
     ):
         for seg in spec.segments:
             scan, data = next(inputs)
-            stats.segments_rescanned += scan is None
             _clean_segment(spec, seg, offset_map, txn, out, stats, scan, data)
             task_progress.count(done=seg.size)  # the driver's progress line
             del scan, data
