@@ -40,6 +40,15 @@ EXECUTOR_ENV = "spark.executorEnv."
 # segment is decompressed and walked once; beyond it segments are scanned again. One default
 # segment group per task.
 SCAN_REUSE_MAX_BYTES = 1 << 30
+# The codecs whose decompressed records a kept scan holds; the rewrite decompresses the other
+# compressed segments again. Held records are fresh memory, touched once: where page faults are
+# dear, that costs more than decompressing lz4 or snappy again, never more than gzip or zstd again;
+# where they are cheap, holding wins on every codec (BENCHMARKS.md, "Slow windows": `lz4` 1.15x
+# faster not held in one window, 0.89x in another; `zstd` 0.86x). Hence all of them by default,
+# lz4 and snappy left out by the operator of such a host. Uncompressed segments' scans are kept by
+# their columns either way.
+COMPRESSION_CODECS = ("gzip", "snappy", "lz4", "zstd")  # the names Kafka gives its codecs
+SCAN_REUSE_CODECS = frozenset(COMPRESSION_CODECS)
 # A partition is compacted whole in one task (scan, offset map, producer state and rewrite in one
 # process: spark/stages.py `compact_partition`) unless it has more than one output group and is
 # bigger than this, or bigger than its share of the cores: then it is cut into ranges, one per
@@ -194,6 +203,14 @@ def _flag(text: str) -> bool:
     return text.lower() != "false"
 
 
+def _codecs(text: str) -> frozenset[str]:
+    """A comma-separated list of codec names ("none": no codec)."""
+    names = frozenset(n.strip().lower() for n in text.split(",") if n.strip()) - {"none"}
+    if not names <= set(COMPRESSION_CODECS):
+        raise ValueError(text)
+    return names
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """What a task's Python worker runs with: carried inside the stage's task function, applied to
@@ -204,6 +221,14 @@ class WorkerSettings:
         int,
         "bytes of segment scans a task keeps for its rewrite instead of scanning again (0: none)",
         env="KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES",
+    )
+    scan_reuse_codecs: frozenset[str] = _knob(
+        SCAN_REUSE_CODECS,
+        _codecs,
+        "the codecs whose decompressed records a kept scan holds (comma-separated names of "
+        f"{', '.join(COMPRESSION_CODECS)}, or none); the rewrite decompresses the other "
+        "compressed segments again",
+        env="KAFKA_COMPACTION_SCAN_REUSE_CODECS",
     )
     cache_max_bytes: int = _knob(
         CACHE_MAX_BYTES,

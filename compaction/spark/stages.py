@@ -38,7 +38,7 @@ RESULT_FIELDS = (
     ("batches_read", T.LongType()),
     ("batches_written", T.LongType()),
     ("invalid_records", T.LongType()),
-    ("segments_rescanned", T.LongType()),  # scanned again by the rewrite (the scan cache was full)
+    ("segments_rescanned", T.LongType()),  # scanned again by the rewrite (not in the scan cache)
     ("seconds", T.DoubleType()),
     ("cpu_seconds", T.DoubleType()),  # CPU time of the task's work in this process
     ("system_seconds", T.DoubleType()),  # the kernel's share of it
@@ -82,8 +82,8 @@ def ranged(sc, plan, ex, worker: WorkerSettings = WorkerSettings(), progress: st
     n_tasks = len(plan.value.tasks)
 
     def run(task_ids: Iterator[int]) -> Iterator[dict]:
-        reuse = worker.scan_reuse_max_bytes
-        return _ranges_rows(task_ids, lambda t: run_task(t, plan.value, ex, reuse), worker, progress)
+        reuse, codecs = worker.scan_reuse_max_bytes, worker.scan_reuse_codecs
+        return _ranges_rows(task_ids, lambda t: run_task(t, plan.value, ex, reuse, codecs), worker, progress)
 
     return sc.parallelize(range(n_tasks), n_tasks).mapPartitions(run)
 
@@ -101,9 +101,9 @@ def resumed(
     as an RDD of result rows."""
 
     def run(task_items: Iterator) -> Iterator[dict]:
-        reuse = worker.scan_reuse_max_bytes
+        reuse, codecs = worker.scan_reuse_max_bytes, worker.scan_reuse_codecs
         return _ranges_rows(
-            task_items, lambda item: resume(kind, item, plan.value, ex, reuse), worker, progress
+            task_items, lambda item: resume(kind, item, plan.value, ex, reuse, codecs), worker, progress
         )
 
     return sc.parallelize(items, max(1, len(items))).mapPartitions(run)
@@ -133,14 +133,19 @@ FUSED_FIELDS = (
 )
 
 
-def compact_partition(specs: list, scan_reuse_bytes: int = WorkerSettings.scan_reuse_max_bytes) -> list[dict]:
+def compact_partition(
+    specs: list,
+    scan_reuse_bytes: int = WorkerSettings.scan_reuse_max_bytes,
+    scan_reuse_codecs: frozenset[str] = WorkerSettings.scan_reuse_codecs,
+) -> list[dict]:
     """The round for one partition (`specs`: all its groups, log order) in this process, keeping
-    up to `scan_reuse_bytes` of its scans for the rewrite (`compact_whole`), as Spark rows.
+    up to `scan_reuse_bytes` of its scans (of compressed segments: `scan_reuse_codecs`) for the
+    rewrite (`compact_whole`), as Spark rows.
 
     Returns one row per group: the rewrite's stats, or `error`, or `first_unstable` (an open
     transaction below the planned bound: nothing was written, the driver plans again); the task's
     timings on the first group's row."""
-    found, timings = compact_whole(specs, scan_reuse_bytes)
+    found, timings = compact_whole(specs, scan_reuse_bytes, scan_reuse_codecs)
     rows = results.as_rows(found)
     if timings is not None:
         rows[0].update(timings.row())
@@ -171,7 +176,11 @@ def fused(sc, bins: int, partitions, worker: WorkerSettings = WorkerSettings(), 
     A Python RDD rather than a DataFrame: its job starts sooner, with no query to analyse and
     compile, and its few rows need no columnar transfer. `progress`: the round's progress
     directory (runtime/task_progress.py)."""
-    compact = functools.partial(compact_partition, scan_reuse_bytes=worker.scan_reuse_max_bytes)
+    compact = functools.partial(
+        compact_partition,
+        scan_reuse_bytes=worker.scan_reuse_max_bytes,
+        scan_reuse_codecs=worker.scan_reuse_codecs,
+    )
 
     def run(bin_ids: Iterator[int]) -> Iterator[dict]:
         prepare_worker(worker)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from compaction.settings import SCAN_REUSE_CODECS
 from compaction.steps.group import GroupSpec
 from compaction.steps.ranges import ProducerState, producer_state
 from compaction.steps.results import GroupResult, TaskTimings, unstable
@@ -31,9 +32,10 @@ from compaction.steps.validate import checked_alongside
 T = TypeVar("T")
 
 
-def scan_cache(reuse_bytes: int) -> ScanCache | None:
-    """Where a task keeps up to `reuse_bytes` of its scans for its rewrite (none at 0)."""
-    return ScanCache(reuse_bytes) if reuse_bytes > 0 else None
+def scan_cache(reuse_bytes: int, codecs: frozenset[str] = SCAN_REUSE_CODECS) -> ScanCache | None:
+    """Where a task keeps up to `reuse_bytes` of its scans for its rewrite (none at 0), those of
+    compressed segments only where a batch is of one of `codecs` (`ScanCache`)."""
+    return ScanCache(reuse_bytes, codecs) if reuse_bytes > 0 else None
 
 
 def checked_scan(spec: GroupSpec, validate: bool, scan: Callable[[], T]) -> T:
@@ -83,14 +85,16 @@ class TaskClock:
         )
 
 
-def compact_whole(specs: list[GroupSpec], reuse_bytes: int) -> tuple[list[GroupResult], TaskTimings | None]:
+def compact_whole(
+    specs: list[GroupSpec], reuse_bytes: int, codecs: frozenset[str] = SCAN_REUSE_CODECS
+) -> tuple[list[GroupResult], TaskTimings | None]:
     """The round for one partition (`specs`: all its groups, log order) in this task, keeping up
-    to `reuse_bytes` of its scans for the rewrite: its offset map built in the task (exact key
+    to `reuse_bytes` of its scans for the rewrite (`scan_cache`): its offset map built in the task (exact key
     bytes, `KeyTable`), its producer state from its batch headers, its groups rewritten in log
     order as one unit. Returns a result per group and the task's timings (none when an open
     transaction stops it before the rewrite)."""
     clock = TaskClock()
-    cache = scan_cache(reuse_bytes)
+    cache = scan_cache(reuse_bytes, codecs)
     epochs: list = []  # leader-epoch runs per segment: checked before anything is written
     offset_map, producers = checked_scan(specs[0], True, lambda: scan_partition(specs, cache, epochs=epochs))
     state = checked_state(specs, epochs, producers)

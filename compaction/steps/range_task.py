@@ -45,7 +45,7 @@ from compaction.errors import PARTITION_ERRORS, CompactionError, error_text
 from compaction.policy.log_structure import epochs_from_columns
 from compaction.runtime import durability
 from compaction.runtime.exchange import Exchange, PeerGone
-from compaction.settings import PART_CHUNK_BYTES
+from compaction.settings import PART_CHUNK_BYTES, SCAN_REUSE_CODECS
 from compaction.steps import pipeline, ranges
 from compaction.steps.group import GroupSpec
 from compaction.steps.results import GroupResult, TaskTimings, failed, unstable
@@ -132,12 +132,14 @@ class _Task:
     held: dict[int, ranges.Held] = dataclasses.field(default_factory=dict)
 
 
-def run_task(t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[GroupResult | TaskTimings]:
+def run_task(
+    t: int, plan: RangePlan, ex: Exchange, reuse_bytes: int, codecs: frozenset[str] = SCAN_REUSE_CODECS
+) -> list[GroupResult | TaskTimings]:
     """Task `t` of the stage: a result per group it rewrote, then its timings (see the module
     docstring). A task whose peer is gone (`PeerGone`) stops at that wait and returns what it
     did: `finish` completes the rest."""
     clock = pipeline.TaskClock()
-    task = _Task(plan, ex, pipeline.scan_cache(reuse_bytes))
+    task = _Task(plan, ex, pipeline.scan_cache(reuse_bytes, codecs))
     results: list[GroupResult] = []
     marks: dict[str, float] = {}
     try:
@@ -264,10 +266,17 @@ def finish(plan: RangePlan, ex: Exchange, rows: list[dict], run) -> list[dict]:
     return rows
 
 
-def resume(kind: str, item, plan: RangePlan, ex: Exchange, reuse_bytes: int) -> list[GroupResult]:
+def resume(
+    kind: str,
+    item,
+    plan: RangePlan,
+    ex: Exchange,
+    reuse_bytes: int,
+    codecs: frozenset[str] = SCAN_REUSE_CODECS,
+) -> list[GroupResult]:
     """One piece of work the stage's tasks left undone (`finish`), with nothing held from their
     scans: the ranges' ids come from the exchange, their segments are read and walked again."""
-    task = _Task(plan, ex.no_wait(), pipeline.scan_cache(reuse_bytes))
+    task = _Task(plan, ex.no_wait(), pipeline.scan_cache(reuse_bytes, codecs))
     work = Work.of(plan, task.ex.gather("scan", len(plan.tasks)))
     if kind == MERGE:
         task.ex.post("merge", item, {"error": _merge(item, task, work.dead, work.buckets[item])})

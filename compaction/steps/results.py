@@ -44,7 +44,7 @@ class GroupResult:
     batches_read: int | None = None
     batches_written: int | None = None
     invalid_records: int | None = None
-    segments_rescanned: int | None = None  # scanned again by the rewrite: the scan cache was full
+    segments_rescanned: int | None = None  # scanned again by the rewrite: not in the scan cache
     seconds: float | None = None
     unchanged: int | None = None  # 1: an erasing-only group that erased nothing, nothing written
     erased_records: int | None = None  # --erase-keys: records of listed keys removed

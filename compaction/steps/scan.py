@@ -16,7 +16,9 @@ import numpy as np
 from compaction.errors import CorruptRecordError
 from compaction.format import naming
 from compaction.format.checkpoint import LEADER_EPOCH_CHECKPOINT, parse_leader_epoch_checkpoint
+from compaction.format.compression import CODEC_NAMES
 from compaction.format.index import read_offset_index, read_time_index
+from compaction.format.layout import COMPRESSION_CODEC_MASK
 from compaction.kernels.buffers import held_bytes
 from compaction.kernels.scan import SegmentScan, scan_batches, scan_segment
 from compaction.kernels.sidepack import pack_side
@@ -31,6 +33,7 @@ from compaction.policy.log_structure import (
 )
 from compaction.runtime import task_progress
 from compaction.runtime.segment_io import ReadAhead, is_mapped, prefetch, read_segment_bytes
+from compaction.settings import SCAN_REUSE_CODECS
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.offset_map import PartitionMap, Unmapped
 
@@ -109,6 +112,17 @@ def check_partition_epochs(specs: list[GroupSpec], epochs: list[SegmentEpochs]) 
     check_leader_epochs(epochs, entries, path or LEADER_EPOCH_CHECKPOINT)
 
 
+def worth_keeping(attributes: np.ndarray, decompressed: bool, codecs: frozenset[str]) -> bool:
+    """Whether a segment's scan is worth keeping for its rewrite, given its batches' `attributes`
+    and whether its scan holds `decompressed` records: a scan of uncompressed batches always (its
+    columns, small beside the walk and key hashing they save); of compressed ones when a batch
+    is of one of `codecs` (`WorkerSettings.scan_reuse_codecs`: those dear to decompress again)."""
+    if not decompressed:
+        return True
+    present = np.unique(np.asarray(attributes) & COMPRESSION_CODEC_MASK)
+    return any(CODEC_NAMES.get(int(c)) in codecs for c in present)
+
+
 class ScanCache:
     """The `SegmentScan`s of a whole-partition task's scan phase, kept for its rewrite phase so
     that each segment is CRC-checked, decompressed and walked once instead of twice.
@@ -132,13 +146,21 @@ class ScanCache:
     when that makes room (else nothing is displaced). The scan runs newest segment first and
     the older segments keep fewer records, so their packed scans are the small ones: first come
     first kept filled the budget with the newest segments' near-whole sides and decompressed the
-    oldest twice."""
+    oldest twice.
 
-    def __init__(self, max_bytes: int) -> None:
+    Only the scans `worth_keeping` under `codecs` are offered: the others are scanned again by
+    the rewrite, as when the cache is full."""
+
+    def __init__(self, max_bytes: int, codecs: frozenset[str] = SCAN_REUSE_CODECS) -> None:
         self.max_bytes = max_bytes
+        self.codecs = codecs
         self.held = 0
         self._scans: dict[tuple[int, int], tuple[SegmentScan, int, int]] = {}  # (scan, size, worth)
         self.hits = self.misses = 0
+
+    def wants(self, scan: SegmentScan) -> bool:
+        """Whether `scan` is worth offering (`worth_keeping` under this cache's `codecs`)."""
+        return worth_keeping(scan.batches.attributes, len(scan.side) > 0, self.codecs)
 
     @staticmethod
     def footprint(scan: SegmentScan, with_file: bool = True) -> int:
@@ -331,7 +353,7 @@ def scan_segments(
                 pmap.table.expect(len(pmap.table) * size // scanned)
             if keep_ids:
                 pmap.keep_ids(spec, seg, ids)
-            if cache is not None:
+            if cache is not None and cache.wants(scan):
                 # Only a decompressed side can be packed: uncompressed segments skip the decision.
                 # An erasing rewrite reads every record's key (ErasingMap): nothing packed away.
                 packable = len(scan.side) and spec.erase is None

@@ -199,8 +199,10 @@ def test_partitions_cut_into_ranges_write_the_same_bytes(compacted, tmp_path):
     summaries merged per bucket, a rewrite task per unit); forced here on the same input, they
     must write exactly what the whole-partition tasks wrote. A range cleaned by another task is
     copied into its group's file one batch at a time (partChunkBytes=1): the copy's loop runs once
-    per batch."""
-    log_dir, _, _, _ = compacted
+    per batch. No decompressed scan is kept for the rewrite here (`scan_reuse_codecs` none), so
+    the compressed segments are decompressed again, to the same bytes; the whole-partition tasks
+    kept every scan."""
+    log_dir, _, _, whole = compacted
     other = str(tmp_path / "logs")
     _generate(other)
     code, report, err = run_job(
@@ -213,8 +215,10 @@ def test_partitions_cut_into_ranges_write_the_same_bytes(compacted, tmp_path):
         "spark.kafka.compaction.partitionTaskMaxBytes=0",
         "--conf",
         "spark.kafka.compaction.partChunkBytes=1",
+        env={"KAFKA_COMPACTION_SCAN_REUSE_CODECS": "none"},
     )
     assert report["timings"].get("rangesSeconds"), report["timings"]
+    assert report["timings"]["taskSegmentsRescanned"] > 0 == whole["timings"]["taskSegmentsRescanned"]
     assert code == 0, err
     assert {p["status"] for p in report["partitions"]} == {"cleaned"}
     ours, theirs = tree_hashes(log_dir), tree_hashes(other)

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from groupkit import generate, specs_for
+from groupkit import generate, outcomes, specs_for
 
 from compaction.errors import IndexCorruptError
+from compaction.settings import COMPRESSION_CODECS
 from compaction.spark.stages import FUSED_FIELDS, typed
 from compaction.steps.pipeline import TaskClock, compact_whole, open_transaction
 from compaction.steps.ranges import ProducerState
@@ -89,6 +90,43 @@ def test_a_rewrite_counts_the_segments_it_scanned_again(tmp_path, reuse_bytes, r
     counts = [r.segments_rescanned for r in results]
     assert counts == ([len(s.segments) for s in specs] if rescanned == "all" else [0] * len(specs))
     assert sum(len(s.segments) for s in specs) >= 4
+
+
+@pytest.mark.parametrize(
+    "codec, kept_codecs, rescanned",
+    [
+        ("lz4", COMPRESSION_CODECS, "none"),
+        ("lz4", ("gzip", "zstd"), "all"),
+        ("zstd", ("gzip", "zstd"), "none"),
+        ("zstd", (), "all"),
+        ("none", (), "none"),  # uncompressed scans are kept by their columns, whatever the codecs
+        ("mixed", ("gzip",), None),
+    ],
+)
+def test_the_scans_of_codecs_left_out_are_scanned_again_to_the_same_bytes(
+    tmp_path, codec, kept_codecs, rescanned
+):
+    """A scan cache with room for every segment keeps the scans of compressed segments only for
+    `scan_reuse_codecs`: the others are decompressed again by the rewrite, which writes the same
+    files either way."""
+    part = generate(
+        tmp_path / "logs", "--records", "3000", "--keys", "300", "--segment-bytes", "30000", "--codec", codec
+    )
+    specs = specs_for(part, 2)
+
+    def run(codecs):
+        results, _ = compact_whole(specs, 1 << 30, frozenset(codecs))
+        cleaned = {f.name: f.read_bytes() for f in sorted(part.glob("*.cleaned"))}
+        return results, cleaned
+
+    results, cleaned = run(kept_codecs)
+    every, cleaned_every = run(COMPRESSION_CODECS)
+    assert outcomes(as_rows(results)) == outcomes(as_rows(every)) and cleaned == cleaned_every
+    assert cleaned and not any(r.error for r in results)
+    assert [r.segments_rescanned for r in every] == [0] * len(specs)
+    counts = [r.segments_rescanned for r in results]
+    if rescanned is not None:
+        assert counts == ([len(s.segments) for s in specs] if rescanned == "all" else [0] * len(specs))
 
 
 def test_a_whole_partition_task_runs_the_index_checks_and_writes_nothing_past_a_damaged_index(tmp_path):

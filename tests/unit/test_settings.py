@@ -15,6 +15,7 @@ from compaction.settings import (
     CACHE_MAX_BYTES,
     DIRECT_MIN_BYTES,
     PARTITION_TASK_MAX_BYTES,
+    SCAN_REUSE_CODECS,
     SCAN_REUSE_MAX_BYTES,
     Settings,
     WorkerSettings,
@@ -32,8 +33,9 @@ def test_defaults_without_options_conf_or_environment():
     s = Settings.resolve(None, None, {})
     assert s == Settings()
     assert s.worker == WorkerSettings(
-        SCAN_REUSE_MAX_BYTES, CACHE_MAX_BYTES, DIRECT_MIN_BYTES, None, None, None
+        SCAN_REUSE_MAX_BYTES, SCAN_REUSE_CODECS, CACHE_MAX_BYTES, DIRECT_MIN_BYTES, None, None, None
     )
+    assert SCAN_REUSE_CODECS == {"gzip", "snappy", "lz4", "zstd"}
     assert (s.partition_task_max_bytes, s.exchange_dir, s.warmup) == (PARTITION_TASK_MAX_BYTES, None, True)
     assert (s.progress_seconds, s.discovery_threads, s.spark_master) == (5.0, None, None)
     assert s.threads == default_discovery_threads()
@@ -108,6 +110,29 @@ def test_spark_master_only_for_a_round_the_launcher_did_not_start(submitted, exp
     if submitted:
         environ["SPARK_HOME_SUBMITTED"] = submitted
     assert Settings.resolve(None, None, environ).spark_master == expected
+
+
+# KAFKA_COMPACTION_SCAN_REUSE_CODECS -> the codecs whose decompressed records a kept scan holds
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("gzip,zstd", {"gzip", "zstd"}),
+        (" ZSTD , gzip ,", {"gzip", "zstd"}),
+        ("lz4", {"lz4"}),
+        ("none", set()),
+        ("none,snappy", {"snappy"}),
+        ("", SCAN_REUSE_CODECS),  # empty is unset
+        ("gzip,brotli", UsageError),
+        ("lz4;zstd", UsageError),
+    ],
+)
+def test_the_codecs_whose_scans_are_kept(text, expected):
+    environ = {"KAFKA_COMPACTION_SCAN_REUSE_CODECS": text}
+    if expected is UsageError:
+        with pytest.raises(UsageError, match=f"KAFKA_COMPACTION_SCAN_REUSE_CODECS={text!r}"):
+            Settings.resolve(None, None, environ)
+    else:
+        assert Settings.resolve(None, None, environ).worker.scan_reuse_codecs == expected
 
 
 def test_a_value_that_does_not_parse_names_its_source():

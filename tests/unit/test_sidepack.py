@@ -19,6 +19,15 @@ from hypothesis import strategies as st
 from compaction.errors import CorruptRecordError, RebuildError
 from compaction.format import batch as fb
 from compaction.format.batch_build import build_batch
+from compaction.format.layout import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+)
 from compaction.format.legacy import build_legacy_message_set
 from compaction.kernels.buffers import BufferPool, held_bytes
 from compaction.kernels.rebuild import NO_HORIZON, SRC_SIDE, rebuild_records, record_regions
@@ -236,6 +245,30 @@ def test_the_scan_cache_counts_the_whole_buffer_a_scan_holds(monkeypatch):
     cache = ScanCache(1 << 20)
     assert not cache.offer(0, 0, scan, reread=True) and cache.held == 0
     assert cache.offer(0, 0, packed, reread=True) and cache.held < 4096
+
+
+# (batch attributes, records decompressed, codecs kept) -> whether the scan is offered to the cache
+@pytest.mark.parametrize(
+    "attributes, decompressed, codecs, expected",
+    [
+        ([], False, set(), True),
+        ([CODEC_NONE, TIMESTAMP_TYPE_MASK], False, set(), True),  # uncompressed: columns only
+        ([CODEC_LZ4], True, {"gzip", "zstd"}, False),
+        ([CODEC_ZSTD], True, {"gzip", "zstd"}, True),
+        ([CODEC_LZ4 | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK], True, {"lz4"}, True),  # the codec bits only
+        ([CODEC_LZ4 | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK], True, {"zstd"}, False),
+        ([CODEC_NONE, CODEC_LZ4], True, {"lz4"}, True),
+        ([CODEC_NONE, CODEC_LZ4], True, {"gzip"}, False),
+        ([CODEC_GZIP, CODEC_LZ4], True, {"gzip"}, True),  # what the gzip batches save is worth it
+        ([CODEC_SNAPPY], True, {"gzip", "snappy", "lz4", "zstd"}, True),
+        ([CODEC_SNAPPY], True, set(), False),
+    ],
+)
+def test_which_scans_are_worth_keeping(attributes, decompressed, codecs, expected):
+    from compaction.steps.scan import worth_keeping
+
+    attrs = np.array(attributes, dtype=np.int16)
+    assert worth_keeping(attrs, decompressed, frozenset(codecs)) is expected
 
 
 def test_a_full_scan_cache_displaces_the_least_worth_per_byte_first():
