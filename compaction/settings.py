@@ -42,11 +42,11 @@ EXECUTOR_ENV = "spark.executorEnv."
 SCAN_REUSE_MAX_BYTES = 1 << 30
 # The codecs whose decompressed records a kept scan holds; the rewrite decompresses the other
 # compressed segments again. Held records are fresh memory, touched once: where page faults are
-# dear, that costs more than decompressing lz4 or snappy again, never more than gzip or zstd again;
-# where they are cheap, holding wins on every codec (BENCHMARKS.md, "Slow windows": `lz4` 1.15x
-# faster not held in one window, 0.89x in another; `zstd` 0.86x). Hence all of them by default,
-# lz4 and snappy left out by the operator of such a host. Uncompressed segments' scans are kept by
-# their columns either way.
+# dear, that costs more than decompressing lz4 or snappy again, and less than zstd again (gzip
+# decompresses slower still); where they are cheap, holding wins on every codec (BENCHMARKS.md,
+# "Slow windows": `lz4` 1.15x faster not held in one window, 0.89x in another; `zstd` 0.86x).
+# Hence all of them by default, lz4 and snappy left out by the operator of such a host.
+# Uncompressed segments' scans are kept by their columns either way.
 COMPRESSION_CODECS = ("gzip", "snappy", "lz4", "zstd")  # the names Kafka gives its codecs
 SCAN_REUSE_CODECS = frozenset(COMPRESSION_CODECS)
 # A partition is compacted whole in one task (scan, offset map, producer state and rewrite in one
