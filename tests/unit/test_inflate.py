@@ -267,3 +267,63 @@ def test_many_small_gzip_members_with_padding_inflate_in_linear_time():
     assert len(data) * compression.DEFLATE_MAX_RATIO > PIECE_BYTES  # the piecewise path
     assert decompress(CODEC_GZIP, data) == b"abc" * 10 * 60_001
     assert decompress(CODEC_GZIP, igzip.compress(b"") * 40_000) == b""
+
+
+# --- LZ4 frames as Kafka frames them, decoded block by block -----------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.one_of(
+        st.binary(max_size=300_000),
+        st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=64), st.integers(1, 20_000)),
+    ),
+    block_size=st.sampled_from(
+        [lz4.frame.BLOCKSIZE_MAX64KB, lz4.frame.BLOCKSIZE_MAX256KB, lz4.frame.BLOCKSIZE_MAX1MB]
+    ),
+)
+def test_a_kafka_framed_lz4_frame_decodes_block_by_block_to_the_frame_decoders_bytes(data, block_size):
+    """Independent blocks, no checksum, no content size (Kafka's Java producer): the block path
+    decodes them into place, stored (incompressible) blocks included, to liblz4 frame's bytes."""
+    frame = lz4.frame.compress(data, block_size=block_size, block_linked=False, store_size=False)
+    assert frame[4] == compression.LZ4_FLG_PLAIN
+    out = memoryview(bytearray(inflate_bound(CODEC_LZ4, frame)))
+    n = compression._lz4_plain_into(memoryview(frame), out)
+    assert n == len(data) and bytes(out[:n]) == data == lz4.frame.decompress(frame)
+
+
+def test_other_lz4_framings_are_left_to_the_frame_decoder():
+    data = b"record bytes " * 20_000
+    plain = lz4.frame.compress(data, block_linked=False, store_size=False)
+    hc = compression._lz4_header_checksum_index(plain)
+    bad_hc = plain[:hc] + bytes([plain[hc] ^ 1]) + plain[hc + 1 :]
+    for frame in [
+        lz4.frame.compress(data, block_linked=False, store_size=True),
+        lz4.frame.compress(data, block_linked=False, store_size=False, block_checksum=True),
+        lz4.frame.compress(data, block_linked=False, store_size=False, content_checksum=True),
+        bad_hc,
+        plain + b"x",
+        plain + plain,
+        plain[:-1],
+    ]:
+        assert compression._lz4_plain_into(memoryview(frame), memoryview(bytearray(1 << 20))) is None
+
+
+def test_kafka_framed_lz4_is_not_handed_to_the_frame_decoder(monkeypatch):
+    """The frame decoder copies each block out of a buffer of its own: the block path is taken."""
+    data = bytes(range(256)) * 3000
+    payload = compress(CODEC_LZ4, data)
+    monkeypatch.setattr(cramjam.lz4, "decompress_into", lambda *a: pytest.fail("frame decoder"))
+    out = np.zeros(inflate_bound(CODEC_LZ4, payload), np.uint8)
+    assert out[: inflate_into(CODEC_LZ4, payload, out)].tobytes() == data
+
+
+def test_a_corrupt_lz4_block_is_a_typed_error_naming_the_file_and_position():
+    data = bytes(range(256)) * 3000
+    payload = bytearray(compress(CODEC_LZ4, data))
+    assert not int.from_bytes(payload[7:11], "little") & compression.LZ4_BLOCK_UNCOMPRESSED
+    payload[12:40] = b"\xff" * 28  # inside the first compressed block
+    out = np.zeros(inflate_bound(CODEC_LZ4, bytes(payload)), np.uint8)
+    with pytest.raises(CorruptRecordError) as err:
+        inflate_into(CODEC_LZ4, bytes(payload), out, path="t-0/x.log", position=61)
+    assert (err.value.path, err.value.position) == ("t-0/x.log", 61)
