@@ -141,8 +141,6 @@ LZ4_MIN_HEADER = LZ4_BD_OFFSET + 2  # magic, FLG, BD, HC
 # Block headers: uint32 LE size, high bit set for a block stored uncompressed; 0 ends the frame.
 LZ4_BLOCK_HEADER_BYTES = 4
 LZ4_BLOCK_UNCOMPRESSED = 0x80000000
-LZ4_FLG_PLAIN = LZ4_FLG_VERSION | LZ4_FLG_BLOCK_INDEPENDENT  # FLG as Kafka's Java producer writes it
-LZ4_BD_RESERVED = 0x8F  # BD bits 7 and 3-0
 LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # BD bits 6-4 -> block maximum size
 
 
@@ -280,8 +278,7 @@ def inflate_into(
         if codec == CODEC_ZSTD:
             return cramjam.zstd.decompress_into(data, out)
         if codec == CODEC_LZ4 and magic != MAGIC_V0 and _lz4_independent(data):
-            written = _lz4_plain_into(memoryview(data), out)
-            return cramjam.lz4.decompress_into(data, out) if written is None else written
+            return cramjam.lz4.decompress_into(data, out)
         if codec == CODEC_SNAPPY:
             chunks = _xerial_chunks(memoryview(data))
             return _snappy_into(((c, cramjam.snappy.decompress_raw_len(c)) for c in chunks), out)
@@ -530,55 +527,6 @@ def _lz4_inflate(frame: bytes, magic: int, limit: int) -> Pieces:
         return piece
 
     return _read_pieces(read, limit)
-
-
-def _lz4_plain_into(view: memoryview, out: memoryview) -> int | None:
-    """Decode an LZ4 frame framed as Kafka's Java producer frames it (FLG: independent blocks,
-    no checksums, content size or dictionary; a correct header checksum; nothing after the end
-    mark) block by block into `out`, each compressed block by liblz4's block decoder straight
-    into place: the frame decoder decodes each block into a buffer of its own and copies it out,
-    a quarter of the decompression's time. Returns the bytes written, or None for any other
-    frame (the frame decoder reads it). A block that does not decode, or would pass the frame's
-    block maximum size or `out`, raises."""
-    n = len(view)
-    if n < LZ4_MIN_HEADER or view[LZ4_FLG_OFFSET] != LZ4_FLG_PLAIN or view[:4] != LZ4_FRAME_MAGIC:
-        return None
-    bd = view[LZ4_BD_OFFSET]
-    block_max = LZ4_BLOCK_MAX.get((bd >> 4) & 7)
-    descriptor = bytes(view[LZ4_FLG_OFFSET : LZ4_BD_OFFSET + 1])
-    if (
-        block_max is None
-        or bd & LZ4_BD_RESERVED
-        or view[LZ4_BD_OFFSET + 1] != (xxh32(descriptor) >> 8) & 0xFF
-    ):
-        return None
-    blocks, pos = [], LZ4_MIN_HEADER
-    while True:
-        if n - pos < LZ4_BLOCK_HEADER_BYTES:
-            return None
-        word = int.from_bytes(view[pos : pos + LZ4_BLOCK_HEADER_BYTES], "little")
-        pos += LZ4_BLOCK_HEADER_BYTES
-        if not word:
-            break
-        size = word & ~LZ4_BLOCK_UNCOMPRESSED
-        if size > block_max or n - pos < size:
-            return None
-        blocks.append((word & LZ4_BLOCK_UNCOMPRESSED, view[pos : pos + size]))
-        pos += size
-    if pos != n:
-        return None
-    at = 0
-    for stored, block in blocks:
-        if stored:
-            if at + len(block) > len(out):
-                raise CorruptRecordError("lz4 frame inflates past its buffer")
-            out[at : at + len(block)] = block
-            at += len(block)
-        else:
-            # the length given: without it cramjam may read the block's first bytes as one
-            room = min(block_max, len(out) - at)
-            at += cramjam.lz4.decompress_block_into(block, out[at : at + room], output_len=room)
-    return at
 
 
 def _lz4_independent(frame: bytes | memoryview) -> bool:
