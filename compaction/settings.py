@@ -47,7 +47,8 @@ SCAN_REUSE_MAX_BYTES = 1 << 30
 # "Slow windows": `lz4` 1.15x faster not held in one window, 0.89x in another; `zstd` 0.86x).
 # Hence all of them by default, lz4 and snappy left out by the operator of such a host.
 # Uncompressed segments' scans are kept by their columns either way.
-COMPRESSION_CODECS = ("gzip", "snappy", "lz4", "zstd")  # the names Kafka gives its codecs
+# the names Kafka gives its codecs (format/compression.py's CODEC_NAMES, which this layer cannot import)
+COMPRESSION_CODECS = ("gzip", "snappy", "lz4", "zstd")
 SCAN_REUSE_CODECS = frozenset(COMPRESSION_CODECS)
 # A partition is compacted whole in one task (scan, offset map, producer state and rewrite in one
 # process: spark/stages.py `compact_partition`) unless it has more than one output group and is

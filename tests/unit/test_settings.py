@@ -13,6 +13,7 @@ from compaction.cli import launcher
 from compaction.errors import UsageError
 from compaction.settings import (
     CACHE_MAX_BYTES,
+    COMPRESSION_CODECS,
     DIRECT_MIN_BYTES,
     PARTITION_TASK_MAX_BYTES,
     SCAN_REUSE_CODECS,
@@ -110,6 +111,13 @@ def test_spark_master_only_for_a_round_the_launcher_did_not_start(submitted, exp
     if submitted:
         environ["SPARK_HOME_SUBMITTED"] = submitted
     assert Settings.resolve(None, None, environ).spark_master == expected
+
+
+def test_the_settings_name_the_codecs_as_the_codec_layer_does():
+    """settings.py sits below format/ and cannot import its names: the two lists must agree."""
+    from compaction.format.compression import CODEC_NAMES
+
+    assert set(COMPRESSION_CODECS) == set(CODEC_NAMES.values()) - {"none"}
 
 
 # KAFKA_COMPACTION_SCAN_REUSE_CODECS -> the codecs whose decompressed records a kept scan holds
