@@ -131,6 +131,19 @@ class StageCounter:
         return done, total, running
 
 
+def reconcile(done: int, total: int, running: int, ex, finished: bool = False) -> tuple[int, int, int]:
+    """Task counts from the tracker (done, total, running) made to agree with the executors' files
+    (`ex`, a `task_progress.Totals`). The tracker is fed by Spark's listener bus, which writes a
+    stage's live figures at most every `spark.ui.liveUpdate.period`: it may not yet have heard that
+    a task started, or that it ended, when its executor has already said so."""
+    if finished:
+        return done, total, 0
+    unseen_ends = max(0, ex.finished - done)
+    done += unseen_ends
+    running = max(ex.running, running - unseen_ends)
+    return done, max(total, done + running), running
+
+
 class Reporter:
     """Reports a round's progress until `stop()`; `watch(sc, ...)` starts the Spark part."""
 
@@ -248,9 +261,7 @@ class _Watch:
         rate, work_rate = ((io - io0) / span, (ex.done - done0) / span) if span > 0 else (0.0, 0.0)
         if work_rate <= 0 and ex.done > 0 and elapsed > 0:
             work_rate = ex.done / elapsed  # nothing finished within the window: the average so far
-        # The executors see a task from its first beat; the tracker (fed by Spark's listener bus)
-        # may not have heard of it yet.
-        running = 0 if finished else max(running, ex.running)
+        done, total, running = reconcile(done, total, running, ex, finished)
         return Snapshot(
             done,
             total,

@@ -14,7 +14,8 @@ One file per task of a stage, `<stage>-<partition>.json`: a retried attempt over
 predecessor's, so a task's bytes are counted once.
 
     {"read": bytes read, "written": bytes written, "done": bytes of source segments scanned +
-     rewritten, "finished": false until the task returns, "beat": a counter}
+     rewritten, "finished": false until the task returns, "failed": true if it raised instead,
+     "beat": a counter}
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ class Totals:
     read: int = 0
     written: int = 0
     done: int = 0
-    running: int = 0  # tasks that have written a file and not finished
+    running: int = 0  # tasks that have written a file and not ended
     tasks: int = 0  # tasks that have written a file
+    finished: int = 0  # tasks whose file says they returned (a failed attempt's says it failed)
 
 
 class ProgressDir:
@@ -136,7 +138,7 @@ class ProgressDir:
     def totals(self) -> Totals:
         """Sums of every task's last file (a file being replaced is read as it was, or skipped)."""
         storage, root = self._storage()
-        sums = {"read": 0, "written": 0, "done": 0, "running": 0, "tasks": 0}
+        sums = {"read": 0, "written": 0, "done": 0, "running": 0, "tasks": 0, "finished": 0}
         try:
             infos = storage.list_dir(root)
         except OSError:
@@ -151,7 +153,8 @@ class ProgressDir:
             for key in ("read", "written", "done"):
                 sums[key] += int(figures.get(key, 0))
             sums["tasks"] += 1
-            sums["running"] += not figures.get("finished")
+            sums["finished"] += bool(figures.get("finished"))
+            sums["running"] += not figures.get("finished") and not figures.get("failed")
         return Totals(**sums)
 
 
@@ -176,9 +179,9 @@ def reporting(uri: str | None, name: str | None = None):
     pdir, start, stop = ProgressDir(uri), counts(), threading.Event()
     period = pdir.beat_seconds()
 
-    def figures(finished: bool, beat: int) -> dict:
+    def figures(finished: bool, beat: int, failed: bool = False) -> dict:
         now = counts()
-        return {**{k: now[k] - start[k] for k in now}, "finished": finished, "beat": beat}
+        return {**{k: now[k] - start[k] for k in now}, "finished": finished, "failed": failed, "beat": beat}
 
     def beat() -> None:
         n = 0
@@ -191,13 +194,15 @@ def reporting(uri: str | None, name: str | None = None):
 
     thread = threading.Thread(target=beat, name="task-progress", daemon=True)
     thread.start()
+    ok = False
     try:
         yield
+        ok = True
     finally:
         stop.set()
         thread.join()
         try:
-            pdir.write(name, figures(True, -1))
+            pdir.write(name, figures(ok, -1, failed=not ok))
         except OSError:
             pass
 

@@ -524,6 +524,28 @@ def test_progress_counts_every_job_since_it_started_also_one_that_ended_between_
     assert counter.poll(finished=True) == (14, 14, 0)
 
 
+@pytest.mark.parametrize(
+    "tracker, files, finished, expected",
+    [
+        ((0, 1, 1), dict(running=1, tasks=1), False, (0, 1, 1)),  # both agree: running
+        ((0, 0, 0), dict(running=1, tasks=1), False, (0, 1, 1)),  # the tracker has not heard of the job
+        ((0, 1, 0), dict(running=1, tasks=1), False, (0, 1, 1)),  # nor of the task's start
+        ((0, 1, 0), dict(tasks=1, finished=1), False, (1, 1, 0)),  # nor of its start, and it ended
+        ((0, 1, 1), dict(tasks=1, finished=1), False, (1, 1, 0)),  # nor of its end
+        ((0, 2, 2), dict(running=1, tasks=2, finished=1), False, (1, 2, 1)),
+        ((0, 2, 1), dict(running=1, tasks=1), False, (0, 2, 1)),  # one task has not beaten yet
+        ((0, 1, 0), dict(tasks=1), False, (0, 1, 0)),  # an attempt failed, its retry not started yet
+        ((6, 9, 2), dict(running=1, tasks=3, finished=2), False, (6, 9, 2)),  # tasks without files count
+        ((0, 1, 1), dict(tasks=1, finished=1), True, (0, 1, 0)),  # every job returned: poll(finished) counts
+    ],
+)
+def test_progress_task_counts_agree_with_what_the_executors_said(tracker, files, finished, expected):
+    from compaction.cli.progress import reconcile
+    from compaction.runtime.task_progress import Totals
+
+    assert reconcile(*tracker, Totals(**files), finished) == expected
+
+
 def test_progress_line_and_bar():
     from compaction.cli.progress import Reporter, Snapshot, bar, describe
 

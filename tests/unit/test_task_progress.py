@@ -26,9 +26,21 @@ def test_a_task_writes_what_it_did_since_it_started_and_says_when_it_finished(tm
             time.sleep(0.01)
         running = pdir.totals()
     assert running == Totals(read=300, written=20, done=4096, running=1, tasks=1)  # beaten while it runs
-    assert pdir.totals() == Totals(read=300, written=20, done=4096, running=0, tasks=1)
+    assert pdir.totals() == Totals(read=300, written=20, done=4096, running=0, tasks=1, finished=1)
     (name,) = os.listdir(tmp_path)
     assert json.loads((tmp_path / name).read_text())["finished"] is True
+
+
+def test_a_task_that_raised_is_neither_running_nor_finished(tmp_path):
+    pdir = ProgressDir(str(tmp_path))
+    try:
+        with task_progress.reporting(str(tmp_path), "4-0"):
+            task_progress.count(read=50)
+            raise OSError("disk gone")
+    except OSError:
+        pass
+    assert pdir.totals() == Totals(read=50, running=0, tasks=1, finished=0)
+    assert json.loads((tmp_path / "4-0.json").read_text())["failed"] is True
 
 
 def test_the_driver_sums_every_tasks_last_file_and_skips_strangers(tmp_path):
@@ -37,7 +49,7 @@ def test_the_driver_sums_every_tasks_last_file_and_skips_strangers(tmp_path):
     pdir.write("3-1", {"read": 7, "written": 0, "done": 2, "finished": False})
     pdir.write("3-1", {"read": 9, "written": 2, "done": 3, "finished": False})  # a later beat replaces it
     (tmp_path / "3-2.json.tmp-1").write_text("{")  # half a write: not a progress file
-    assert pdir.totals() == Totals(read=19, written=3, done=8, running=1, tasks=2)
+    assert pdir.totals() == Totals(read=19, written=3, done=8, running=1, tasks=2, finished=1)
     assert ProgressDir(str(tmp_path / "gone")).totals() == Totals()
 
 
