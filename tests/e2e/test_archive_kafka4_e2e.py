@@ -65,8 +65,7 @@ def test_a_broker_loads_a_snapshot_and_serves_exactly_its_records(tmp_path):
     rng = random.Random(29)
     broker = Broker(tmp_path / "broker", {})
     try:
-        broker.start()
-        broker.run_client(_script(rng))
+        broker.produce_fresh(_script(rng))
     finally:
         broker.stop()
     part = broker.log_dir / f"{TOPIC}-0"

@@ -323,8 +323,7 @@ def rounds(tmp_path_factory):
     _extra_script(script, rng)
     (root / "topics.json").write_text(json.dumps(EXTRA))
     with Broker(root / "produced", {}) as broker:
-        broker.start()
-        broker.run_client(script)
+        broker.produce_fresh(script)
     assert (root / "produced" / "kafka-logs" / ".kafka_cleanshutdown").exists()
     for side in ("kafka", "ours"):
         shutil.copytree(root / "produced", root / side, symlinks=True)

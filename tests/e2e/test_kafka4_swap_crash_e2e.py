@@ -112,8 +112,7 @@ def crashed(tmp_path_factory):
     script = Script()
     _produce(script, random.Random(5))
     with Broker(root / "produced", {}) as broker:
-        broker.start()
-        broker.run_client(script)
+        broker.produce_fresh(script)
         before = broker.consume(TOPIC)[(TOPIC, 0)]
     log_dir = root / "produced" / "kafka-logs"
     part = log_dir / f"{TOPIC}-0"

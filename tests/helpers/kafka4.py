@@ -319,6 +319,23 @@ class Broker:
             )
         return proc.stdout.splitlines()
 
+    def produce_fresh(self, script: Script | str, attempts: int = 2) -> list[str]:
+        """Start on an empty root and run `script`; the broker left running. A broker on a loaded
+        host (pytest-xdist beside Spark) has failed to answer a first client until its delivery
+        timeout: then its root is wiped and it all runs again, up to `attempts` times, and the
+        error carries every attempt's broker log."""
+        tails = []
+        for attempt in range(1, attempts + 1):
+            try:
+                self.start()
+                return self.run_client(script)
+            except (KafkaHarnessError, subprocess.TimeoutExpired) as err:
+                tails.append(f"attempt {attempt}: {err}\nbroker log:\n{self.log_text()[-3000:]}")
+                self.stop()
+                shutil.rmtree(self.root, ignore_errors=True)
+                self.starts = 0
+        raise KafkaHarnessError("\n\n".join(tails))
+
     def consume(self, *topics: str) -> dict[tuple[str, int], list[tuple]]:
         """Every record a read_committed consumer reads from offset 0, per (topic, partition):
         (offset, timestamp, key, value, headers)."""
