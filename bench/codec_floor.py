@@ -5,19 +5,20 @@ and levels, timed alone in the same run.
     .venv/bin/python bench/codec_floor.py --name lz4|zstd [--pairs 3]
     .venv/bin/python bench/codec_floor.py --log-dir DIR [--pairs 3] [-- spark-submit options]
 
-`--name`: the workload of bench/kafka4_anchor.py (`produce --name NAME` first), run with its
-64 MiB `segment.bytes`. Each pair: one round through ./spark-submit.sh (local[*]) on a fresh copy,
-caches dropped, its output verified (bench/e2e.py's checks); the stage CPU is the report's
-`taskCpuSeconds` (CPU of every task's process, its threads included). Then the floor, in a fresh
-Python process of its own, as a task runs in a fresh worker with glibc's malloc set as the
-worker sets it (`keep_freed_heap`): segment by segment, the file read first (untimed), then every
-v2 batch decompressed the way the scan does, into one buffer the size its framing declares
-(`inflate_bound` / `inflate_into`, the libraries the task calls), kept and reused as the task's
-side buffer is; then every batch of the round's output decompressed untimed and compressed again
-timed (`compress`: the codec and level the job writes). Timed: the process's CPU around each
-codec call, nothing else; the minor page faults inside those calls are counted beside it. The
-active segment, which a round does not touch, is left out of both. Prints each side and their
-ratio per pair, then the medians. Not a test.
+`--name`: the workload of bench/kafka4_anchor.py (`produce --name NAME` first), run with its 64 MiB
+`segment.bytes`. Each pair: one round through ./spark-submit.sh (local[*]) on a fresh copy, caches
+dropped, its output verified (bench/e2e.py's checks); the stage CPU is the report's `taskCpuSeconds`
+(CPU of every task's process, its threads included). Then the floor, in a fresh Python process of
+its own, as a task runs in a fresh worker with glibc's malloc set as the worker sets it
+(`keep_freed_heap`): segment by segment, the file read first (untimed), then every v2 batch
+decompressed the way the scan does, into one buffer the size its framing declares (`inflate_bound`,
+then `lz4_frames.lz4_frame_into` for lz4 frames and `inflate_into` for the rest: the decoders the
+task calls), kept and reused as the task's side buffer is (the lz4 frames also timed through the
+frame decoder, segment by segment after it, for comparison); then every batch of the round's output
+decompressed untimed and compressed again timed (`compress`: the codec and level the job writes).
+Timed: the process's CPU around each codec call, nothing else; the minor page faults inside those
+calls are counted beside it. The active segment, which a round does not touch, is left out of both.
+Prints each side and their ratio per pair, then the medians. Not a test.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
@@ -41,7 +44,13 @@ from e2e import drop_caches, scan_partition, verify  # noqa: E402
 
 from compaction.format import compression  # noqa: E402
 from compaction.format.batch import BATCH_HEADER  # noqa: E402
-from compaction.format.layout import COMPRESSION_CODEC_MASK, RECORD_BATCH_OVERHEAD, SIZE_OFFSET  # noqa: E402
+from compaction.format.layout import (  # noqa: E402
+    CODEC_LZ4,
+    COMPRESSION_CODEC_MASK,
+    RECORD_BATCH_OVERHEAD,
+    SIZE_OFFSET,
+)
+from compaction.kernels.lz4_frames import FALLBACK, lz4_frame_into  # noqa: E402
 from compaction.runtime.worker import keep_freed_heap  # noqa: E402
 
 NOW_MS = 1_795_305_600_000
@@ -50,14 +59,14 @@ VERIFY_SAMPLE_BATCHES = 50
 
 
 def batches(data: bytes):
-    """(codec, records region) of every compressed v2 batch of a segment's bytes."""
+    """(codec, records region, where it starts) of every compressed v2 batch of a segment's bytes."""
     view, pos = memoryview(data), 0
     while pos + RECORD_BATCH_OVERHEAD <= len(data):
         fields = BATCH_HEADER.unpack_from(data, pos)
         end = pos + LOG_OVERHEAD + fields[1]
         codec = fields[5] & COMPRESSION_CODEC_MASK
         if fields[3] == 2 and codec:
-            yield codec, view[pos + RECORD_BATCH_OVERHEAD : end]
+            yield codec, view[pos + RECORD_BATCH_OVERHEAD : end], pos + RECORD_BATCH_OVERHEAD
         pos = end
 
 
@@ -91,25 +100,39 @@ class Meter:
 def measure_floor(source: Path, output: Path) -> dict:
     """The floor, measured in this process (meant to be a fresh one: `floor`)."""
     keep_freed_heap()
-    inflate, deflate = Meter(), Meter()
-    side = bytearray()
+    inflate, deflate, frames = Meter(), Meter(), Meter()
+    side = np.empty(0, np.uint8)
+    # loaded before timing, for a read-only source as the segments' bytes are, as the warm-up does
+    lz4_frame_into(np.frombuffer(b"", np.uint8), 0, 0, side, 0, 0)
     for seg in closed_segments(source, output):
-        regions = list(batches(seg.read_bytes()))
-        bounds = [compression.inflate_bound(codec, records) for codec, records in regions]
+        data = seg.read_bytes()
+        src = np.frombuffer(data, np.uint8)
+        regions = list(batches(data))
+        bounds = [compression.inflate_bound(codec, records) for codec, records, _ in regions]
         need = sum(b for b in bounds if b is not None)
         if need > len(side):
             # Written through once, untimed: a worker's side buffer is touched by the segments
             # before, and a first touch is not the codec's cost (bench/fresh_memory.py).
-            side = bytearray(b"\x00") * need
+            side = np.zeros(need, np.uint8)
         out, at = memoryview(side), 0
-        for (codec, records), bound in zip(regions, bounds, strict=True):
+        for (codec, records, lo), bound in zip(regions, bounds, strict=True):
             if bound is None:  # framing without a declared bound: the scan inflates these
                 inflate.time(compression.inflate, codec, records)
-            else:
-                at += inflate.time(compression.inflate_into, codec, records, out[at : at + bound])
+                continue
+            got = FALLBACK
+            if codec == CODEC_LZ4:  # as the scan decodes them (kernels/lz4_frames.py)
+                got = inflate.time(lz4_frame_into, src, lo, lo + len(records), side, at, bound)
+            if got == FALLBACK:
+                got = inflate.time(compression.inflate_into, codec, records, out[at : at + bound])
+            at += got
+        # The segment's lz4 frames again through the frame decoder, for the comparison only.
+        at = 0
+        for (codec, records, _), bound in zip(regions, bounds, strict=True):
+            if codec == CODEC_LZ4 and bound is not None:
+                at += frames.time(compression.inflate_into, codec, records, out[at : at + bound])
         del out
     for seg in closed_segments(output, output):
-        for codec, records in batches(seg.read_bytes()):
+        for codec, records, _ in batches(seg.read_bytes()):
             plain = compression.decompress(codec, records)
             deflate.time(compression.compress, codec, plain)
     return {
@@ -117,6 +140,7 @@ def measure_floor(source: Path, output: Path) -> dict:
         "inflate_faults": inflate.faults,
         "deflate": deflate.seconds,
         "deflate_faults": deflate.faults,
+        "lz4_frame_decoder": frames.seconds,
     }
 
 
@@ -199,7 +223,12 @@ def main() -> int:
         print(
             f"pair {i + 1}: our stage CPU {cpu:.2f} s (stages {stages:.2f} s wall) | floor "
             f"{f['inflate'] + f['deflate']:.2f} s (decompress {f['inflate']:.2f}, {f['inflate_faults']:,} faults "
-            f"+ compress {f['deflate']:.2f}, {f['deflate_faults']:,} faults) | ours / floor {ratio:.2f}x",
+            f"+ compress {f['deflate']:.2f}, {f['deflate_faults']:,} faults) | ours / floor {ratio:.2f}x"
+            + (
+                f" | those lz4 frames through the frame decoder: {f['lz4_frame_decoder']:.2f} s"
+                if f["lz4_frame_decoder"]
+                else ""
+            ),
             flush=True,
         )
     med = lambda k: statistics.median(r[k] for r in rows)  # noqa: E731

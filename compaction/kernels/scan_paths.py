@@ -17,6 +17,7 @@ import numpy as np
 from compaction.errors import CorruptRecordError, CrcMismatchError, KafkaFormatError, UnsupportedCodecError
 from compaction.format.compression import inflate, inflate_into
 from compaction.format.layout import (
+    CODEC_LZ4,
     COMPRESSION_CODEC_MASK,
     MAGIC_V0,
     MAX_CODEC,
@@ -31,6 +32,7 @@ from compaction.kernels.inflate_bounds import NO_BOUND, inflate_bounds
 from compaction.kernels.keyhash import hash_keys
 from compaction.kernels.legacywalk import ERR_NAMES as LEGACY_ERR_NAMES
 from compaction.kernels.legacywalk import entry_crcs, region_capacity, walk_legacy_kernel
+from compaction.kernels.lz4_frames import FALLBACK, lz4_frame_into
 from compaction.kernels.scan_columns import (
     ERR_NAMES,
     ERR_OK,
@@ -339,7 +341,12 @@ def _walk_compressed(
         start[j] = side.at
         if bound != NO_BOUND:
             into = side.room(bound)
-            side.at += _decode(inflate_into, codec, data, into, path, pos, offset, limit)
+            # lz4 frames as producers write them in one compiled call; the rest, and any frame
+            # it does not take, through the libraries (kernels/lz4_frames.py)
+            got = FALLBACK
+            if codec == CODEC_LZ4:
+                got = lz4_frame_into(file, pos + RECORD_BATCH_OVERHEAD, stop, side.buf, side.at, bound)
+            side.at += got if got >= 0 else _decode(inflate_into, codec, data, into, path, pos, offset, limit)
         else:
             pieces = _decode(inflate, codec, data, None, path, pos, offset, limit)
             side.room(sum(len(p) for p in pieces))

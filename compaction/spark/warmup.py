@@ -8,7 +8,7 @@ discovering and planning; Spark keeps the warmed workers for the real stages
 (`spark.python.worker.reuse`, on by default). The tiny task is a real round: it compacts a
 two-segment partition written to a temporary directory through the same code as the job
 (`compact_partition`), so every kernel is loaded with the argument types the job will use
-(memory-mapped and decompressed buffers, uncompressed and gzip batches, a tombstone, and v0/v1
+(memory-mapped and decompressed buffers, uncompressed, gzip and lz4 batches, a tombstone, and v0/v1
 messages ahead of them as in a log upgraded in place: plain ones and a gzip wrapper).
 """
 
@@ -76,9 +76,10 @@ def warm(worker: WorkerSettings = WorkerSettings()) -> float:
         data = {
             0: _legacy(8)
             + _segment(8, compression.CODEC_NONE, 5000)
-            + _segment(5008, compression.CODEC_GZIP),
-            5014: _segment(5014, compression.CODEC_GZIP),
-            5020: _segment(5020, compression.CODEC_NONE),
+            + _segment(5008, compression.CODEC_GZIP)
+            + _segment(5014, compression.CODEC_LZ4),
+            5020: _segment(5020, compression.CODEC_GZIP),
+            5026: _segment(5026, compression.CODEC_NONE),
         }
         for base, payload in data.items():
             with open(os.path.join(part, segment_file_name(base, ".log")), "wb") as fh:
@@ -95,14 +96,14 @@ def warm(worker: WorkerSettings = WorkerSettings()) -> float:
             partition=0,
             storage=Storage.local(),
             part_path=part,
-            segments=(seg(0), seg(5014)),
+            segments=(seg(0), seg(5020)),
             first_dirty_offset=0,
-            upper_bound=5020,
+            upper_bound=5026,
             now_ms=_NOW_MS,
             delete_retention_ms=0,
             legacy_delete_horizon_ms=0,
             index_interval_bytes=4096,
-            tail_segments=(seg(5020),),
+            tail_segments=(seg(5026),),
         )
         rows = compact_partition([spec], worker.scan_reuse_max_bytes)
         if rows[0].get("error"):
