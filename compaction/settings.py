@@ -221,6 +221,7 @@ class WorkerSettings:
         SCAN_REUSE_MAX_BYTES,
         int,
         "bytes of segment scans a task keeps for its rewrite instead of scanning again (0: none)",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES",
         env="KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES",
     )
     scan_reuse_codecs: frozenset[str] = _knob(
@@ -229,6 +230,7 @@ class WorkerSettings:
         "the codecs whose decompressed records a kept scan holds (comma-separated names of "
         f"{', '.join(COMPRESSION_CODECS)}, or none); the rewrite decompresses the other "
         "compressed segments again",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_SCAN_REUSE_CODECS",
         env="KAFKA_COMPACTION_SCAN_REUSE_CODECS",
     )
     cache_max_bytes: int = _knob(
@@ -236,6 +238,7 @@ class WorkerSettings:
         int,
         "bytes of segments a task keeps in the page cache from their scan to their "
         "rewrite (`--read-mode buffered`); the others are read from the disk twice, with O_DIRECT",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_CACHE_MAX_BYTES",
         env="KAFKA_COMPACTION_CACHE_MAX_BYTES",
     )
     direct_min_bytes: int = _knob(
@@ -243,6 +246,7 @@ class WorkerSettings:
         int,
         "local segments from this size on are read with O_DIRECT (`--read-mode "
         "direct`); smaller ones are mapped",
+        conf=EXECUTOR_ENV + "KAFKA_COMPACTION_DIRECT_MIN_BYTES",
         env="KAFKA_COMPACTION_DIRECT_MIN_BYTES",
     )
     io_max_bytes_per_second: float | None = _knob(

@@ -80,6 +80,24 @@ def test_executor_env_conf_over_the_drivers_environment(conf, env, expected):
 
 
 @pytest.mark.parametrize(
+    "name, field, value, expected",
+    [
+        ("KAFKA_COMPACTION_SCAN_REUSE_MAX_BYTES", "scan_reuse_max_bytes", "0", 0),
+        ("KAFKA_COMPACTION_SCAN_REUSE_CODECS", "scan_reuse_codecs", "gzip,zstd", {"gzip", "zstd"}),
+        ("KAFKA_COMPACTION_CACHE_MAX_BYTES", "cache_max_bytes", "1024", 1024),
+        ("KAFKA_COMPACTION_DIRECT_MIN_BYTES", "direct_min_bytes", "4096", 4096),
+        ("KAFKA_COMPACTION_CODEC_THREADS", "codec_threads", "1", 1),
+    ],
+)
+def test_the_executors_memory_and_disk_knobs_are_spark_confs_too(name, field, value, expected):
+    """In cluster deploy mode the driver's environment is the cluster manager's: a `--conf` reaches
+    it (and every executor) where an exported variable does not."""
+    conf = Settings.resolve(None, {"spark.executorEnv." + name: value}, {name: "7"}).worker
+    assert getattr(conf, field) == expected
+    assert getattr(Settings.resolve(None, {}, {name: value}).worker, field) == expected
+
+
+@pytest.mark.parametrize(
     "conf, expected",
     [(None, PARTITION_TASK_MAX_BYTES), ("", PARTITION_TASK_MAX_BYTES), ("0", 0), ("268435456", 1 << 28)],
 )
