@@ -21,7 +21,9 @@ from compaction.kernels.lz4_frames import FALLBACK, IMPLEMENTATION, _xxh32_short
 KIB = 1024
 
 
-def java_frame(data: bytes, block: int = 64 * KIB, stored: tuple[int, ...] = (), content_size: bool = False) -> bytes:
+def java_frame(
+    data: bytes, block: int = 64 * KIB, stored: tuple[int, ...] = (), content_size: bool = False
+) -> bytes:
     """A frame laid out as Kafka's Java producer (`Lz4BlockOutputStream`) writes one: FLG 0x60
     (0x68 with the content size, as librdkafka), BD for `block`, HC, independent blocks (the
     indexes in `stored` written as they are), the end mark."""
@@ -88,7 +90,9 @@ def test_frames_as_producers_write_them_decode_as_the_library_decodes_them(data,
 @pytest.mark.parametrize("store_size", [False, True])
 def test_the_rewrites_own_frames_decode(store_size):
     data = text(700_000, seed=4)
-    frame = lz4.frame.compress(data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, store_size=store_size)
+    frame = lz4.frame.compress(
+        data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, store_size=store_size
+    )
     assert decode(frame) == (len(data), data)
 
 
