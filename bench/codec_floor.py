@@ -14,7 +14,7 @@ its own, as a task runs in a fresh worker with glibc's malloc set as the worker 
 decompressed the way the scan does, into one buffer the size its framing declares (`inflate_bound`,
 then `lz4_frames.lz4_frame_into` for lz4 frames and `inflate_into` for the rest: the decoders the
 task calls), kept and reused as the task's side buffer is (the lz4 frames also timed through the
-frame decoder, segment by segment after it, for comparison); then every batch of the round's output
+frame decoder, for comparison: each first every other segment); then every batch of the round's output
 decompressed untimed and compressed again timed (`compress`: the codec and level the job writes).
 Timed: the process's CPU around each codec call, nothing else; the minor page faults inside those
 calls are counted beside it. The active segment, which a round does not touch, is left out of both.
@@ -97,6 +97,29 @@ class Meter:
         return result
 
 
+def as_the_scan(meter: Meter, src: np.ndarray, regions: list, bounds: list, side: np.ndarray) -> None:
+    """A segment's compressed batches decoded as the scan decodes them, into `side`."""
+    out, at = memoryview(side), 0
+    for (codec, records, lo), bound in zip(regions, bounds, strict=True):
+        if bound is None:  # framing without a declared bound: the scan inflates these
+            meter.time(compression.inflate, codec, records)
+            continue
+        got = FALLBACK
+        if codec == CODEC_LZ4:  # kernels/lz4_frames.py
+            got = meter.time(lz4_frame_into, src, lo, lo + len(records), side, at, bound)
+        if got == FALLBACK:
+            got = meter.time(compression.inflate_into, codec, records, out[at : at + bound])
+        at += got
+
+
+def lz4_through_the_frame_decoder(meter: Meter, src, regions: list, bounds: list, side: np.ndarray) -> None:
+    """The segment's lz4 frames through the library frame decoder, for the comparison only."""
+    out, at = memoryview(side), 0
+    for (codec, records, _), bound in zip(regions, bounds, strict=True):
+        if codec == CODEC_LZ4 and bound is not None:
+            at += meter.time(compression.inflate_into, codec, records, out[at : at + bound])
+
+
 def measure_floor(source: Path, output: Path) -> dict:
     """The floor, measured in this process (meant to be a fresh one: `floor`)."""
     keep_freed_heap()
@@ -104,7 +127,7 @@ def measure_floor(source: Path, output: Path) -> dict:
     side = np.empty(0, np.uint8)
     # loaded before timing, for a read-only source as the segments' bytes are, as the warm-up does
     lz4_frame_into(np.frombuffer(b"", np.uint8), 0, 0, side, 0, 0)
-    for seg in closed_segments(source, output):
+    for i, seg in enumerate(closed_segments(source, output)):
         data = seg.read_bytes()
         src = np.frombuffer(data, np.uint8)
         regions = list(batches(data))
@@ -114,23 +137,11 @@ def measure_floor(source: Path, output: Path) -> dict:
             # Written through once, untimed: a worker's side buffer is touched by the segments
             # before, and a first touch is not the codec's cost (bench/fresh_memory.py).
             side = np.zeros(need, np.uint8)
-        out, at = memoryview(side), 0
-        for (codec, records, lo), bound in zip(regions, bounds, strict=True):
-            if bound is None:  # framing without a declared bound: the scan inflates these
-                inflate.time(compression.inflate, codec, records)
-                continue
-            got = FALLBACK
-            if codec == CODEC_LZ4:  # as the scan decodes them (kernels/lz4_frames.py)
-                got = inflate.time(lz4_frame_into, src, lo, lo + len(records), side, at, bound)
-            if got == FALLBACK:
-                got = inflate.time(compression.inflate_into, codec, records, out[at : at + bound])
-            at += got
-        # The segment's lz4 frames again through the frame decoder, for the comparison only.
-        at = 0
-        for (codec, records, _), bound in zip(regions, bounds, strict=True):
-            if codec == CODEC_LZ4 and bound is not None:
-                at += frames.time(compression.inflate_into, codec, records, out[at : at + bound])
-        del out
+        # Each first every other segment: the first pass over a segment pays what the second
+        # finds done (pages of the buffer the host took back, the segment's bytes into the caches).
+        passes = [(as_the_scan, inflate), (lz4_through_the_frame_decoder, frames)]
+        for decode, meter in passes if i % 2 else passes[::-1]:
+            decode(meter, src, regions, bounds, side)
     for seg in closed_segments(output, output):
         for codec, records, _ in batches(seg.read_bytes()):
             plain = compression.decompress(codec, records)
