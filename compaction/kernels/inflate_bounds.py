@@ -15,22 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from compaction.format.compression import (
-    LZ4_BD_OFFSET,
     LZ4_BLOCK_HEADER_BYTES,
-    LZ4_BLOCK_MAX,
     LZ4_BLOCK_UNCOMPRESSED,
     LZ4_CHECKSUM_BYTES,
-    LZ4_CONTENT_SIZE_BYTES,
-    LZ4_DICT_ID_BYTES,
     LZ4_FLG_BLOCK_CHECKSUM,
-    LZ4_FLG_BLOCK_INDEPENDENT,
     LZ4_FLG_CONTENT_CHECKSUM,
-    LZ4_FLG_CONTENT_SIZE,
-    LZ4_FLG_DICT_ID,
-    LZ4_FLG_OFFSET,
-    LZ4_FLG_VERSION,
-    LZ4_FRAME_MAGIC,
-    LZ4_MIN_HEADER,
     ZSTD_BLOCK_MAX,
     ZSTD_MAGIC,
     ZSTD_SKIPPABLE_MAGIC,
@@ -38,13 +27,11 @@ from compaction.format.compression import (
 )
 from compaction.format.layout import CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD, MAGIC_V0, MAGIC_V2
 from compaction.kernels.jit import borrow, njit
+from compaction.kernels.lz4_frames import frame_header
+from compaction.kernels.memops import le_uint
 
 NO_BOUND = -1  # inflate_bound's None: the framing declares nothing the walk follows
 _ASK_PYTHON = -2  # a codec the kernel does not walk
-
-_LZ4_MAGIC = int.from_bytes(LZ4_FRAME_MAGIC, "little")
-# BD bits 6-4 -> the block maximum size, 0 where the value is not one LZ4 defines
-_LZ4_BLOCK_MAX = np.array([LZ4_BLOCK_MAX.get(i, 0) for i in range(8)], dtype=np.int64)
 
 
 def inflate_bounds(
@@ -79,35 +66,18 @@ def _bounds_kernel(buf, start, end, codec, magic, out):
 
 
 @njit
-def _le(buf, pos, n):
-    """The n-byte little-endian unsigned integer at buf[pos]."""
-    v = 0
-    for i in range(n - 1, -1, -1):
-        v = (v << 8) | np.int64(buf[pos + i])
-    return v
-
-
-@njit
 def _lz4_bound(buf, lo, hi):
     """`compression._lz4_bound` of buf[lo:hi]."""
     n = hi - lo
-    if n < LZ4_MIN_HEADER or _le(buf, lo, 4) != _LZ4_MAGIC:
+    pos, block_max, flg = frame_header(buf, lo, hi)
+    if pos < 0:
         return NO_BOUND
-    flg = np.int64(buf[lo + LZ4_FLG_OFFSET])
-    block_max = _LZ4_BLOCK_MAX[(np.int64(buf[lo + LZ4_BD_OFFSET]) >> 4) & 7]
-    if flg & 0xC0 != LZ4_FLG_VERSION or block_max == 0 or not flg & LZ4_FLG_BLOCK_INDEPENDENT:
-        return NO_BOUND
-    pos = LZ4_MIN_HEADER
-    if flg & LZ4_FLG_CONTENT_SIZE:
-        pos += LZ4_CONTENT_SIZE_BYTES
-    if flg & LZ4_FLG_DICT_ID:
-        pos += LZ4_DICT_ID_BYTES
     trailer = LZ4_CHECKSUM_BYTES if flg & LZ4_FLG_BLOCK_CHECKSUM else 0
     total = 0
     while True:
         if n - pos < LZ4_BLOCK_HEADER_BYTES:
             return NO_BOUND
-        word = _le(buf, lo + pos, LZ4_BLOCK_HEADER_BYTES)
+        word = le_uint(buf, lo + pos, LZ4_BLOCK_HEADER_BYTES)
         pos += LZ4_BLOCK_HEADER_BYTES
         if word == 0:
             break
@@ -126,11 +96,11 @@ def _zstd_bound(buf, lo, hi):
     while pos < n:
         if n - pos < 5:
             return NO_BOUND
-        magic = _le(buf, lo + pos, 4)
+        magic = le_uint(buf, lo + pos, 4)
         if magic & ~0xF == ZSTD_SKIPPABLE_MAGIC:
             if n - pos < 8:
                 return NO_BOUND
-            pos += 8 + _le(buf, lo + pos + 4, 4)
+            pos += 8 + le_uint(buf, lo + pos + 4, 4)
             continue
         if magic != ZSTD_MAGIC:
             return NO_BOUND
@@ -142,7 +112,7 @@ def _zstd_bound(buf, lo, hi):
         while True:
             if n - pos < 3:
                 return NO_BOUND
-            header = _le(buf, lo + pos, 3)
+            header = le_uint(buf, lo + pos, 3)
             kind, size = (header >> 1) & 3, header >> 3
             if kind == 3:  # reserved
                 return NO_BOUND

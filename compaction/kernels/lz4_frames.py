@@ -42,6 +42,7 @@ from compaction.format.compression import (
     LZ4_BLOCK_MAX,
     LZ4_BLOCK_UNCOMPRESSED,
     LZ4_CONTENT_SIZE_BYTES,
+    LZ4_DICT_ID_BYTES,
     LZ4_FLG_BLOCK_CHECKSUM,
     LZ4_FLG_BLOCK_INDEPENDENT,
     LZ4_FLG_CONTENT_CHECKSUM,
@@ -53,7 +54,7 @@ from compaction.format.compression import (
     LZ4_MIN_HEADER,
 )
 from compaction.kernels.jit import borrow, njit
-from compaction.kernels.memops import memcpy_at
+from compaction.kernels.memops import le_uint, memcpy_at
 
 FALLBACK = -1  # a frame the kernel does not decode: the caller's library path does
 _FLG_VERSION_MASK = 0xC0
@@ -122,12 +123,25 @@ def _decompress_block(typingctx, src, spos, n, dst, dpos, cap):
 
 
 @njit
-def _le(buf, pos, n):
-    """The n-byte little-endian unsigned integer at buf[pos]."""
-    v = 0
-    for i in range(n - 1, -1, -1):
-        v = (v << 8) | np.int64(buf[pos + i])
-    return v
+def frame_header(buf, lo, hi):
+    """(where the first block starts, from lo; the block maximum size; FLG) of the LZ4 frame at
+    buf[lo:hi], or (-1, 0, 0) where it is not a frame of independent blocks of a known size, of
+    version 01, long enough for its descriptor."""
+    n = hi - lo
+    if n < LZ4_MIN_HEADER or le_uint(buf, lo, 4) != _LZ4_MAGIC:
+        return -1, 0, 0
+    flg = np.int64(buf[lo + LZ4_FLG_OFFSET])
+    block_max = _BLOCK_MAX[(np.int64(buf[lo + LZ4_BD_OFFSET]) >> _BD_BLOCK_MAX_SHIFT) & _BD_BLOCK_MAX_MASK]
+    if flg & _FLG_VERSION_MASK != LZ4_FLG_VERSION or block_max == 0 or not flg & LZ4_FLG_BLOCK_INDEPENDENT:
+        return -1, 0, 0
+    pos = LZ4_MIN_HEADER
+    if flg & LZ4_FLG_CONTENT_SIZE:
+        pos += LZ4_CONTENT_SIZE_BYTES
+    if flg & LZ4_FLG_DICT_ID:
+        pos += LZ4_DICT_ID_BYTES
+    if pos > n:
+        return -1, 0, 0
+    return pos, block_max, flg
 
 
 @njit
@@ -142,7 +156,7 @@ def _xxh32_short(buf, pos, n):
     h = (_P5 + np.uint64(n)) & _M32
     i = 0
     while i + 4 <= n:
-        h = (h + np.uint64(_le(buf, pos + i, 4)) * _P3) & _M32
+        h = (h + np.uint64(le_uint(buf, pos + i, 4)) * _P3) & _M32
         h = (_rotl(h, 17) * _P4) & _M32
         i += 4
     while i < n:
@@ -162,31 +176,22 @@ def lz4_frame_into(src, lo, hi, out, at, room):
     them); the bytes written, or FALLBACK (see the module docstring)."""
     src, out = borrow(src), borrow(out)
     n = hi - lo
-    if n < LZ4_MIN_HEADER or _le(src, lo, 4) != _LZ4_MAGIC:
+    pos, block_max, flg = frame_header(src, lo, hi)
+    if pos < 0 or flg & _FLG_REFUSED:
         return FALLBACK
-    flg = np.int64(src[lo + LZ4_FLG_OFFSET])
-    block_max = _BLOCK_MAX[(np.int64(src[lo + LZ4_BD_OFFSET]) >> _BD_BLOCK_MAX_SHIFT) & _BD_BLOCK_MAX_MASK]
-    if flg & _FLG_VERSION_MASK != LZ4_FLG_VERSION or not flg & LZ4_FLG_BLOCK_INDEPENDENT:
-        return FALLBACK
-    if flg & _FLG_REFUSED or block_max == 0:
-        return FALLBACK
-    pos = LZ4_MIN_HEADER - 1  # the HC byte, after the optional content size
+    hc = pos - 1  # no dictionary id: the HC byte right after the content size, if any
     content = -1
     if flg & LZ4_FLG_CONTENT_SIZE:
-        if n < LZ4_MIN_HEADER + LZ4_CONTENT_SIZE_BYTES:
+        if src[lo + hc - 1] != 0:  # a size of 2^56 or more: not one a batch decodes to
             return FALLBACK
-        content = _le(src, lo + pos, LZ4_CONTENT_SIZE_BYTES - 1)  # < 2^56: the top byte must be 0
-        if src[lo + pos + LZ4_CONTENT_SIZE_BYTES - 1] != 0:
-            return FALLBACK
-        pos += LZ4_CONTENT_SIZE_BYTES
-    if (_xxh32_short(src, lo + LZ4_FLG_OFFSET, pos - LZ4_FLG_OFFSET) >> 8) & 0xFF != src[lo + pos]:
+        content = le_uint(src, lo + hc - LZ4_CONTENT_SIZE_BYTES, LZ4_CONTENT_SIZE_BYTES - 1)
+    if (_xxh32_short(src, lo + LZ4_FLG_OFFSET, hc - LZ4_FLG_OFFSET) >> 8) & 0xFF != src[lo + hc]:
         return FALLBACK
-    pos += 1
     o = 0
     while True:
         if n - pos < LZ4_BLOCK_HEADER_BYTES:
             return FALLBACK
-        word = _le(src, lo + pos, LZ4_BLOCK_HEADER_BYTES)
+        word = le_uint(src, lo + pos, LZ4_BLOCK_HEADER_BYTES)
         pos += LZ4_BLOCK_HEADER_BYTES
         if word == 0:
             break
@@ -209,4 +214,4 @@ def lz4_frame_into(src, lo, hi, out, at, room):
     return o
 
 
-__all__ = ["FALLBACK", "IMPLEMENTATION", "lz4_frame_into"]
+__all__ = ["FALLBACK", "IMPLEMENTATION", "frame_header", "lz4_frame_into"]

@@ -113,6 +113,15 @@ load_le32 = intrinsic(_load_le(32, types.uint64))
 load_le32.__doc__ = "arr[pos:pos + 4] as a little-endian unsigned integer, as uint64 (1-D contiguous uint8)."
 
 
+@njit
+def le_uint(buf, pos, n):
+    """The n-byte (n <= 7) little-endian unsigned integer at buf[pos], as int64."""
+    v = 0
+    for i in range(n - 1, -1, -1):
+        v = (v << 8) | np.int64(buf[pos + i])
+    return v
+
+
 PREFETCH_BYTES = 4096  # how far ahead of a sequential walk its bytes are asked for
 _LINE = 64  # bytes per cache line
 
