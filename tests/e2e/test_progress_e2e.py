@@ -72,7 +72,7 @@ def test_progress_lines_show_the_executors_bytes_growing_inside_one_task(big_par
     reads = [r["bytesRead"] for r in inside]
     assert len(set(reads)) >= 3, progress
     assert reads == sorted(reads)
-    assert all(r["tasksRunning"] == 1 for r in inside)
+    assert all(r["tasksRunning"] == 1 for r in inside), inside
     etas = [r["etaSeconds"] for r in inside if r["etaSeconds"] is not None]
     assert len(set(etas)) >= 2 and all(e >= 0 for e in etas)
     fractions = [r["fraction"] for r in inside]
