@@ -16,8 +16,10 @@ the stages, the commit and the deletion of the replaced files), the CPU of every
 driver's imports). `--job-args`: more options of the job, for both sides (e.g. Kafka's 64 MiB
 `segment.bytes` of bench/vs_kafka.py's topics, where the job's default is 1 GiB); `--a-args`,
 `--b-args`: options of one side only (e.g. `--a-args "--read-mode direct"`). Prints the
-medians and the ratios B/A of the walls, the stages and the task CPU and its system time, pair by
-pair, with the tasks' page faults beside them. Each run must clean every partition. Not a test.
+medians and the ratios B/A of the walls, the whole CPU, the stages and the task CPU and its system
+time, pair by pair, with the tasks' page faults beside them. `cpu`: the user and system seconds of
+spark-submit and of every process it waited for (the launcher, the JVMs, the driver's and the
+workers' Python), as the kernel accounts them. Each run must clean every partition. Not a test.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,6 +42,7 @@ from e2e import drop_caches  # noqa: E402
 
 FIGURES = (
     "wall",
+    "cpu",
     "round",
     "outside",
     "sparkStartSeconds",
@@ -70,9 +74,12 @@ def run(checkout: Path, env_pairs: list[str], source: Path, work: Path, job_args
         str(report),
         *job_args,
     ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     data = json.loads(report.read_text()) if report.exists() else {}
     statuses = {p["status"] for p in data.get("partitions", [])}
     if proc.returncode != 0 or statuses != {"cleaned"}:
@@ -80,9 +87,10 @@ def run(checkout: Path, env_pairs: list[str], source: Path, work: Path, job_args
     tm = data["timings"]
     return {
         "wall": wall,
+        "cpu": cpu,
         "round": tm["totalSeconds"],
         "outside": wall - tm["totalSeconds"],
-        **{k: tm.get(k, 0.0) for k in FIGURES[3:]},
+        **{k: tm.get(k, 0.0) for k in FIGURES[4:]},
     }
 
 
@@ -136,7 +144,7 @@ def main() -> int:
             f"median {name}: "
             + ", ".join(_figure(k, statistics.median(r[k] for r in rs), " s") for k in FIGURES)
         )
-    for figure in ("wall", "stagesSeconds", "taskCpuSeconds", "taskSystemSeconds"):
+    for figure in ("wall", "cpu", "stagesSeconds", "taskCpuSeconds", "taskSystemSeconds"):
         ratios = [b[figure] / a[figure] for a, b in zip(runs["A"], runs["B"]) if a[figure] > 0]
         if ratios:
             print(
