@@ -31,12 +31,13 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # com
 APPLICATION = os.path.join(PACKAGE_DIR, "job.py")  # the file spark-submit runs on the driver
 LOG4J_CONFIG = os.path.join(PACKAGE_DIR, "log4j2.properties")
 APP_NAME = "kafka-offline-compaction"
-# The driver JVM compiles with C1 only. It schedules the round's tasks and carries their small
-# results; the records never pass through it (the Python workers read and write the files). C2's
-# optimising compiles of Spark's start-up code cost CPU seconds (a quarter of a small round's CPU,
-# BENCHMARKS.md "Start-up") that such a JVM never earns back, and they compete with the Python
-# workers for the same cores in local mode.
-DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+# The driver JVM compiles with C1 only and collects with the serial collector. It schedules the
+# round's tasks and carries their small results; the records never pass through it (the Python
+# workers read and write the files). C2's optimising compiles of Spark's start-up code and G1's
+# concurrent threads cost CPU seconds (a quarter of a small round's CPU, BENCHMARKS.md "Start-up")
+# that such a JVM never earns back, and they compete with the Python workers for the same cores
+# in local mode.
+DRIVER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 ZIP_NAME = "compaction.zip"
 
 # spark-submit's own options (SparkSubmitArguments / SparkSubmitOptionParser), passed through as
@@ -193,7 +194,7 @@ def spark_settings(
 ) -> SparkSettings:
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
     executors, the kernel cache, Spark's console progress off, our log4j configuration and the
-    driver's JIT (unless `user_conf` sets the driver's Java options), and how executors import the package: from its
+    driver's JIT and collector (unless `user_conf` sets the driver's Java options), and how executors import the package: from its
     directory with a local master (numba's cache of compiled kernels is then hit across workers
     and runs; the workers are forked from the package's daemon), else from a zip shipped with
     --py-files (built only when the sources changed).
@@ -217,7 +218,7 @@ def spark_settings(
         conf["spark.executorEnv.NUMBA_CACHE_DIR"] = numba_cache
     if not any(c.startswith("spark.driver.extraJavaOptions=") for c in user_conf):
         conf["spark.driver.extraJavaOptions"] = (
-            f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} {DRIVER_JIT_OPTIONS}"
+            f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} {DRIVER_JVM_OPTIONS}"
         )
     driver_python = driver_python or env.get("PYSPARK_DRIVER_PYTHON") or sys.executable
     if deploy_mode != "cluster":  # else the driver runs where the executors do, on their Python

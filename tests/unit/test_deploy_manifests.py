@@ -15,7 +15,7 @@ import tomllib
 import yaml
 
 import compaction
-from compaction.cli.launcher import DRIVER_JIT_OPTIONS
+from compaction.cli.launcher import DRIVER_JVM_OPTIONS
 from compaction.cli.options import build_parser
 from compaction.settings import CONF_PREFIX, knobs
 
@@ -84,7 +84,7 @@ def test_they_name_the_entry_file_and_python_the_image_has(name, spec):
     )
     assert log4j.startswith(app_dir + "/") and (PACKAGE / os.path.relpath(log4j, app_dir)).is_file()
     # the launcher's driver options, all of them
-    assert set(DRIVER_JIT_OPTIONS.split()) <= set(conf["spark.driver.extraJavaOptions"].split())
+    assert set(DRIVER_JVM_OPTIONS.split()) <= set(conf["spark.driver.extraJavaOptions"].split())
     daemon = conf["spark.python.daemon.module"]
     assert (PACKAGE.parent / (daemon.replace(".", "/") + ".py")).is_file()
 
