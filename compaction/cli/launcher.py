@@ -194,10 +194,11 @@ def spark_settings(
 ) -> SparkSettings:
     """The settings of a round on `master` (else $SPARK_MASTER, else local[*]): the Python of the
     executors, the kernel cache, Spark's console progress off, our log4j configuration and the
-    driver's JIT and collector (unless `user_conf` sets the driver's Java options), and how executors import the package: from its
-    directory with a local master (numba's cache of compiled kernels is then hit across workers
-    and runs; the workers are forked from the package's daemon), else from a zip shipped with
-    --py-files (built only when the sources changed).
+    driver's JIT and collector (unless `user_conf` sets the driver's Java options), and how
+    executors import the package: from its directory with a local master (numba's cache of
+    compiled kernels is then hit across workers and runs; the workers are forked from the
+    package's daemon), else from a zip shipped with --py-files (built only when the sources
+    changed).
     The driver runs on this launcher's Python (client mode): `python` may be a path inside an
     archive only the executors unpack (`./environment/bin/python`)."""
     env = dict(os.environ if env is None else env)
