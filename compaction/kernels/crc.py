@@ -13,6 +13,7 @@ instead.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import crc32c as _crc32c
 import numpy as np
@@ -62,9 +63,11 @@ def _crc32c_table_raw(prev, ptr, n):  # pragma: no cover - only where crc32c exp
     return c
 
 
+@functools.cache
 def _compiled(table_raw):
-    """A table function as a C function. Compiled only where a library lacks its symbol: compiling
-    both at import was a good part of every process's start (the driver's and each worker's)."""
+    """A table function as a C function, compiled once per process. Compiled only where a library
+    lacks its symbol: compiling both at import was a good part of every process's start (the
+    driver's and each worker's)."""
     return _cfunc(_RAW_SIG, cache=False)(table_raw)
 
 
