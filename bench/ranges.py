@@ -4,18 +4,16 @@ whole-partition task on the same segments. Per task: wall and CPU seconds of its
 wait for the others included) and rewrite phases. What the Spark stage costs at the least.
 
     .venv/bin/python bench/ranges.py PARTITION_DIR [--ranges 2] [--tasks 2] [--repeat 2] [--drop-caches]
-                                    [--cut sampled bytes] [--profile DIR]
+                                    [--profile DIR]
 
 PARTITION_DIR: a partition dir whose last segment is the active one (e.g. one written by
 `python -m compaction generate` with bench/kafka_workload.py's options); the others are cut into
-`--ranges` ranges of consecutive segments, laid over the tasks as the job lays them (`--cut
-sampled`: each segment weighted by what a sample of the newest keys says it keeps) or by bytes
-alone (`--cut bytes`); `--cut sampled bytes` runs both in turn in every run. Cleaned files are
-removed after each run; the input is not changed. `--drop-caches`: the page cache dropped
-before each stage and before the whole-partition task (their files read from the disk, as in a
-round). `--profile DIR`: each task's cProfile of the last run in DIR/task-<t>.prof, the
-whole-partition task's in DIR/whole.prof. The tasks and the whole-partition task each run in a
-process forked from this one, which loaded the kernels on the first segment only. Not a test.
+`--ranges` ranges of consecutive segments. Cleaned files are removed after each run; the input is
+not changed. `--drop-caches`: the page cache dropped before the stage and before the whole-partition
+task (their files read from the disk, as in a round). `--profile DIR`: each task's cProfile of the
+last run in DIR/task-<t>.prof, the whole-partition task's in DIR/whole.prof. The tasks and the
+whole-partition task each run in a process forked from this one, which loaded the kernels on the
+first segment only. Not a test.
 """
 
 from __future__ import annotations
@@ -43,10 +41,9 @@ from compaction.runtime.storage import Storage  # noqa: E402
 from compaction.runtime.worker import prepare_worker  # noqa: E402
 from compaction.settings import Settings  # noqa: E402
 from compaction.spark.stages import compact_partition  # noqa: E402
-from compaction.steps.key_sample import sample_partition  # noqa: E402
 from compaction.steps.range_task import run_task  # noqa: E402
 from compaction.steps.results import STATS_ROW, as_rows  # noqa: E402
-from compaction.steps.schedule import RangePlan, keep_model  # noqa: E402
+from compaction.steps.schedule import RangePlan  # noqa: E402
 
 
 def _task(args) -> tuple[float, dict, int]:
@@ -93,13 +90,8 @@ def _profiled(path: Path | None):
 WORKER = Settings.resolve().worker  # as a round's tasks get them: this environment's knobs
 
 
-def stage(part: Path, n_ranges: int, tasks: int, profile: Path | None = None, cut: str = "sampled") -> None:
-    specs = specs_for(part, n_ranges)
-    sample = sample_partition(specs) if cut == "sampled" else None
-    model = keep_model(sample.records, sample.keys, sample.codec) if sample else None
-    plan = RangePlan.cut([specs], tasks, [model])
-    held = [sum(seg.size for r in rids for seg in plan.ranges[r].scan.segments) >> 20 for rids in plan.tasks]
-    print(f"  cut ({cut}: {sample}, {model}): {', '.join(f'{m:,} MiB' for m in held)}", flush=True)
+def stage(part: Path, n_ranges: int, tasks: int, profile: Path | None = None) -> None:
+    plan = RangePlan.cut([specs_for(part, n_ranges)], tasks)
     with tempfile.TemporaryDirectory(prefix="bench-exchange-") as root:
         started = time.perf_counter()
         with multiprocessing.get_context("fork").Pool(len(plan.tasks)) as pool:
@@ -122,14 +114,6 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--drop-caches", action="store_true")
-    ap.add_argument(
-        "--cut",
-        nargs="+",
-        choices=("sampled", "bytes"),
-        default=["sampled"],
-        help="where the ranges are cut: as the job does (weighted by a sample of the newest keys) "
-        "or by bytes alone; several: each in turn per run",
-    )
     ap.add_argument("--profile", type=Path, help="a directory for each task's cProfile (`task-<t>.prof`)")
     args = ap.parse_args()
     cold = (lambda: drop_caches()) if args.drop_caches else (lambda: None)
@@ -157,12 +141,11 @@ def main() -> int:
     cleaned(args.part)
     for run in range(args.repeat):
         print(f"run {run + 1}")
+        cold()
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
-        for cut in args.cut:
-            cold()
-            stage(args.part, args.ranges, args.tasks, args.profile, cut)
-            cleaned(args.part)
+        stage(args.part, args.ranges, args.tasks, args.profile)
+        cleaned(args.part)
         cold()
         with multiprocessing.get_context("fork").Pool(1) as pool:  # forked as the stage's tasks are
             wall, cpu, faults = pool.apply(_whole, (args.part, args.profile))

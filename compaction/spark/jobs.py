@@ -12,26 +12,16 @@ import re
 import time
 
 from compaction.errors import NoExecutors, TaskFailed
-from compaction.runtime.driver import map_threads
 from compaction.runtime.exchange import Exchange
 from compaction.runtime.task_progress import ProgressDir
 from compaction.settings import JobOptions, Settings
 from compaction.spark.failure import one_line
 from compaction.spark.watchdog import NoExecutorWatch
 from compaction.steps import report as rpt
-from compaction.steps.key_sample import sample_partition
 from compaction.steps.outcome import task_rows
 from compaction.steps.plan_round import Planned, plan_one, selected, set_specs
 from compaction.steps.range_task import MERGE, PIECE, REWRITE, finish
-from compaction.steps.schedule import (
-    RANGES_MIN_BYTES,
-    RangePlan,
-    cut_into_ranges,
-    keep_model,
-    pack,
-    partition_bytes,
-    task_count,
-)
+from compaction.steps.schedule import RangePlan, cut_into_ranges, pack, partition_bytes, task_count
 
 log = logging.getLogger("compaction")
 
@@ -49,10 +39,6 @@ def scan_and_rewrite(
     group id."""
     next_id = set_specs(todo, opts)
     starter.planned(todo)
-    # While Spark starts: the big partitions' newest keys, for where the ranges stage cuts them.
-    t = time.monotonic()
-    sample_big_partitions(todo)
-    timings["keySampleSeconds"] = time.monotonic() - t
     with progress.waiting("waiting for Spark (start-up and worker warm-up)"):
         sc = starter.get(timings)
     progress.phase("Spark UI: %s", sc.uiWebUrl or "disabled (spark.ui.enabled=false)")
@@ -192,8 +178,7 @@ def _run_ranges(
     # while SparkStarter's thread imports it and starts the context (spark/session.py).
     from compaction.spark import stages as st
 
-    models = [keep_model(p.sample.records, p.sample.keys, p.sample.codec) if p.sample else None for p in todo]
-    plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc), models)
+    plan = RangePlan.cut([p.specs for p in todo], st.task_slots(sc))
     bplan = sc.broadcast(plan)
     sc.setJobGroup(
         "ranges", f"{sum(map(len, plan.tasks))} ranges in {len(plan.tasks)} tasks: scan, merge, rewrite"
@@ -229,21 +214,6 @@ def _run_ranges(
         # the damaged partitions' rows come from here
         rows = [st.typed(r) for r in finish(plan, ex, rows, run)]
     return task_rows(rows, todo, timings)
-
-
-# The partitions sampled at most: the largest, those the ranges stage may cut (a round of many
-# such partitions lays whole partitions over its tasks, where the sample matters little).
-SAMPLED_PARTITIONS = 16
-
-
-def sample_big_partitions(todo: list[Planned]) -> None:
-    """`Planned.sample` of the largest partitions of RANGES_MIN_BYTES or more, on threads."""
-    big = sorted(
-        (p for p in todo if p.specs and partition_bytes(p.specs) >= RANGES_MIN_BYTES),
-        key=lambda p: -partition_bytes(p.specs),
-    )[:SAMPLED_PARTITIONS]
-    for p, found in zip(big, map_threads(lambda p: sample_partition(p.specs), big)):
-        p.sample = found
 
 
 def collected(rdd, holds: list[list[str]]) -> list:

@@ -41,7 +41,6 @@ from compaction.steps.discover import (
 )
 from compaction.steps.erase import EraseSet, load_erase_set
 from compaction.steps.group import GroupSpec, SourceSegment
-from compaction.steps.key_sample import KeySample
 from compaction.steps.validate import (
     RebuiltIndex,
     audit_structure,
@@ -67,9 +66,6 @@ class Planned:
     # Index files rebuilt from verified segments, written only if the round cleans the partition
     # (`commit.commit`): a partition the round refuses is left exactly as found.
     rebuilt: list[RebuiltIndex] = dataclasses.field(default_factory=list)
-    # Its newest records' keys (steps/key_sample.py), where the ranges stage may cut it: None if not
-    # sampled. Decides only where its ranges are cut (`schedule.RangePlan.cut`).
-    sample: KeySample | None = None
 
 
 def job_config(opts: JobOptions, topic: str) -> dict:

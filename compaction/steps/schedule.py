@@ -3,8 +3,7 @@
 - which partitions are compacted whole and which are cut into ranges (`cut_into_ranges`);
 - how many whole-partition tasks, and which partitions each takes (`task_count`, `pack`);
 - how the ranged partitions' segments are laid over the ranges stage's tasks, and which task
-  rewrites each group (`RangePlan.cut`), each segment weighted by what its rewrite is expected to
-  keep (`segment_weights`, from a sample of the partition's newest records);
+  rewrites each group (`RangePlan.cut`);
 - which task of the ranges stage merges which fine buckets, so that the tasks end together
   (`deal_buckets`, from each range's estimated rewrite: `rewrite_seconds`).
 
@@ -116,33 +115,23 @@ class RangePlan:
     rewriter: dict[int, int]
 
     @classmethod
-    def cut(
-        cls, partitions: list[list[GroupSpec]], slots: int, models: list[KeepModel | None] | None = None
-    ) -> RangePlan:
+    def cut(cls, partitions: list[list[GroupSpec]], slots: int) -> RangePlan:
         """The groups of `partitions` cut into ranges over at most `slots` tasks (every task of
         the stage runs at once): segments in log order, each to the task whose share of the
-        work holds its middle. A segment's work is its bytes, weighted by what its rewrite is
-        expected to keep where the partition's `models` entry estimates it (`segment_weights`)."""
+        bytes holds its middle."""
         segs = [
             (n, spec, seg) for n, specs in enumerate(partitions) for spec in specs for seg in spec.segments
         ]
-        weights = [
-            w
-            for n, specs in enumerate(partitions)
-            for w in segment_weights(
-                [seg for spec in specs for seg in spec.segments], models[n] if models else None
-            )
-        ]
-        total = sum(weights)
+        total = sum(seg.size for _, _, seg in segs)
         n_tasks = max(1, min(slots, len(segs)))
         ranges: dict[int, RangeSpec] = {}
         groups: dict[int, CutGroup] = {}
         tasks: list[list[int]] = [[] for _ in range(n_tasks)]
         held: dict[int, dict[int, int]] = {}  # group id -> {task: bytes}
-        at, last = 0.0, None
-        for (n, spec, seg), weight in zip(segs, weights):
-            t = min(n_tasks - 1, int((at + weight / 2) * n_tasks / total)) if total else 0
-            at += weight
+        at, last = 0, None
+        for n, spec, seg in segs:
+            t = min(n_tasks - 1, int((at + seg.size / 2) * n_tasks / total)) if total else 0
+            at += seg.size
             if last is None or last[:2] != (spec.group_id, t):
                 rid = len(ranges)
                 first_of_partition = spec.group_id == partitions[n][0].group_id and not groups.get(
@@ -193,70 +182,6 @@ class RangePlan:
 
     def partition_of(self, group_id: int) -> int:
         return self.ranges[self.groups[group_id].ranges[0]].partition
-
-
-# --- where the ranges are cut ---------------------------------------------------------------------
-
-# What a kept byte costs the rewrite beside what any byte costs the stage (its read, its scan, its
-# share of the rewrite's read), by the batches' codec: the kept records are rebuilt and compressed
-# again. Fitted to the per-task phases bench/ranges.py prints for the `lz4` and `zstd` partitions
-# of BENCHMARKS.md and the 2 GiB uncompressed one; snappy priced as lz4, gzip above zstd (its
-# compressor is the slowest of the five).
-KEPT_WEIGHT = {0: 0.1, 1: 1.0, 2: 0.4, 3: 0.4, 4: 0.8}
-
-
-class KeepModel(NamedTuple):
-    """How a partition's segments keep their records: `universe` its estimated distinct keys
-    (inf: every record its own key), `kept_weight` a kept byte's cost (`KEPT_WEIGHT`)."""
-
-    universe: float
-    kept_weight: float
-
-
-def keep_model(records: int, keys: int, codec: int) -> KeepModel | None:
-    """The model of a partition whose newest `records` held `keys` distinct keys in batches of
-    `codec` (a key sample, steps/key_sample.py); None without records."""
-    if records <= 0:
-        return None
-    return KeepModel(key_universe(RangeStats(0, records, keys)), KEPT_WEIGHT.get(codec, 0.4))
-
-
-def segment_weights(segments: list, model: KeepModel | None) -> list[float]:
-    """The work of each of a partition's segments (log order): its bytes times 1 + `kept_weight`
-    x the share of its records expected kept. A segment's records are its offsets (next base
-    offset - base offset); with `after` records after it in the partition, a key of K recurring
-    evenly is last seen in it with probability exp(-after / K) (1 - exp(-records / K)), so it keeps
-    about K exp(-after / K) (1 - exp(-records / K)) records. Without a model, or without offsets
-    to count records by: its bytes."""
-    sizes = [float(seg.size) for seg in segments]
-    spans = _record_spans(segments)
-    if model is None or spans is None:
-        return sizes
-    k = model.universe
-    out, after = [], 0
-    for size, span in zip(reversed(sizes), reversed(spans)):
-        kept = 1.0 if math.isinf(k) else min(1.0, k * math.exp(-after / k) * -math.expm1(-span / k) / span)
-        out.append(size * (1 + model.kept_weight * kept))
-        after += span
-    return out[::-1]
-
-
-def _record_spans(segments: list) -> list[int] | None:
-    """Each segment's offsets, where its next base offset says; elsewhere its bytes at the mean
-    bytes per offset of the others. None when no segment says."""
-    known = [(s.next_base_offset - s.base_offset, s.size) for s in segments if s.next_base_offset is not None]
-    offsets, size = sum(k for k, _ in known), sum(b for _, b in known)
-    if offsets <= 0 or size <= 0:
-        return None
-    return [
-        max(
-            1,
-            s.next_base_offset - s.base_offset
-            if s.next_base_offset is not None
-            else round(s.size * offsets / size),
-        )
-        for s in segments
-    ]
 
 
 # --- the merge's buckets -------------------------------------------------------------------------
@@ -334,22 +259,18 @@ def deal_buckets(
 
 
 __all__ = [
-    "KEPT_WEIGHT",
     "MIN_SPLIT_TASK_BYTES",
     "RANGES_MIN_BYTES",
     "CutGroup",
-    "KeepModel",
     "RangePlan",
     "RangeSpec",
     "RangeStats",
     "cut_into_ranges",
     "deal",
     "deal_buckets",
-    "keep_model",
     "key_universe",
     "pack",
     "partition_bytes",
     "rewrite_seconds",
-    "segment_weights",
     "task_count",
 ]

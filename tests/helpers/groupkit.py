@@ -28,12 +28,12 @@ def specs_for(
     """The non-active segments cut into `groups` groups, the active one as the last group's tail
     (with `upper_bound`, a segment's base: the segments below it, and those from it on as the
     tail)."""
-    files = sorted(part.glob("*.log"))
-    bases = [naming.parse_segment_file_name(f.name).base_offset for f in files]
-    segs = [
-        SourceSegment(base, f.stat().st_size, f.stat().st_mtime_ns, nxt)
-        for f, base, nxt in zip(files, bases, [*bases[1:], None])
-    ]
+    segs = []
+    for f in sorted(part.glob("*.log")):
+        st_ = f.stat()
+        segs.append(
+            SourceSegment(naming.parse_segment_file_name(f.name).base_offset, st_.st_size, st_.st_mtime_ns)
+        )
     cut = len(segs) - 1 if upper_bound is None else [s.base_offset for s in segs].index(upper_bound)
     body, tail = segs[:cut], tuple(segs[cut:])
     cuts = np.array_split(np.arange(len(body)), groups)
