@@ -34,7 +34,7 @@ APP_NAME = "kafka-offline-compaction"
 # The driver JVM compiles with C1 only and collects with the serial collector. It schedules the
 # round's tasks and carries their small results; the records never pass through it (the Python
 # workers read and write the files). C2's optimising compiles of Spark's start-up code and G1's
-# concurrent threads cost CPU seconds (a quarter of a small round's CPU, BENCHMARKS.md "Start-up")
+# concurrent threads cost CPU seconds (a quarter of a small round's CPU: BENCHMARKS.md, the design choices' table)
 # that such a JVM never earns back, and they compete with the Python workers for the same cores
 # in local mode.
 DRIVER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
