@@ -121,6 +121,18 @@ class InflateLimitError(KafkaFormatError):
         super().__init__(message, **where)
 
 
+class FileTooLargeError(KafkaFormatError):
+    """A file longer than the most its kind may hold (`limit`): a segment file or index past the
+    int32 size a broker loads (`layout.FILE_MAX_BYTES`), a checkpoint past
+    `checkpoint.CHECKPOINT_MAX_BYTES`. Refused before it is read: what a task holds never follows
+    a length the input claims. `position` is the limit, the first byte that would not be read."""
+
+    def __init__(self, what: str, *, size: int, limit: int, **where: Unpack[Where]) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"{size} bytes, more than the {limit} {what}", **where)
+
+
 class IndexCorruptError(KafkaFormatError):
     """An .index/.timeindex/.txnindex that fails the broker's sanity checks."""
 

@@ -28,6 +28,8 @@ Where we are stricter than the broker (it never writes these, so nothing real is
 numbers must be plain ASCII decimal (Java's parseInt also accepts "+5"; we accept that too, but
 not Python's "5_0" or non-ASCII digits), and a negative partition is refused.
 Duplicate `(topic, partition)` lines are accepted, last one wins, like the broker's `toMap`.
+A file over `CHECKPOINT_MAX_BYTES` is refused unread (the broker sets no bound: its reader holds
+any length the file has).
 
 Read and written through a `Storage` by `runtime/checkpoint_files.py`.
 """
@@ -57,6 +59,10 @@ OFFSET_CHECKPOINT_NAMES = (
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# An entry line is at most ~282 bytes (a topic name of 249 characters, an int32, an int64): 64 MiB
+# holds a log dir of over 200,000 such partitions, or millions of leader epochs.
+CHECKPOINT_MAX_BYTES = 64 << 20
+CHECKPOINT_TOO_LARGE = "a checkpoint file may hold here (CHECKPOINT_MAX_BYTES)"
 
 # Java's BufferedReader.readLine ends a line at \n, \r or \r\n (not at the other characters
 # str.splitlines knows about).

@@ -64,6 +64,9 @@ MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLengt
 MAX_VARINT_BYTES = 5  # int32 zig-zag varint
 MAX_VARLONG_BYTES = 10  # int64 zig-zag varint
 INT32_MAX = 2**31 - 1  # Integer.MAX_VALUE: relative offsets and positions in .index are int32
+# A broker opens no larger `.log` (FileRecords refuses it) nor index (a Java memory map takes an int
+# size); the most of any file this tool reads whole (runtime/storage.py `refuse_longer`).
+FILE_MAX_BYTES = INT32_MAX
 
 # --- legacy v0/v1 message ---------------------------------------------------------------------------------
 LEGACY_CRC_OFFSET = 12

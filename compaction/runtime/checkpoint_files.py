@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from compaction.format.checkpoint import TopicPartition, format_offset_checkpoint, parse_offset_checkpoint
+from compaction.errors import CheckpointError, FileTooLargeError
+from compaction.format.checkpoint import (
+    CHECKPOINT_MAX_BYTES,
+    CHECKPOINT_TOO_LARGE,
+    TopicPartition,
+    format_offset_checkpoint,
+    parse_offset_checkpoint,
+)
 from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage
 
@@ -17,7 +24,17 @@ def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
     """Read an offset checkpoint; a missing file is an empty checkpoint (the broker creates it empty)."""
     if not storage.exists(path):
         return {}
-    return parse_offset_checkpoint(storage.read_bytes(path), path)
+    try:
+        data = read_checkpoint_bytes(storage, path)
+    except FileTooLargeError as exc:  # a malformed checkpoint, as far as the round is concerned
+        raise CheckpointError(exc.message, path=path, position=exc.position) from exc
+    return parse_offset_checkpoint(data, path)
+
+
+def read_checkpoint_bytes(storage: Storage, path: str) -> bytes:
+    """A checkpoint file's bytes (any of them, `leader-epoch-checkpoint` too), refused unread when
+    longer than `CHECKPOINT_MAX_BYTES` (`FileTooLargeError`)."""
+    return storage.read_small(path, most=CHECKPOINT_MAX_BYTES, what=CHECKPOINT_TOO_LARGE)
 
 
 def write_checkpoint(storage: Storage, path: str, entries: Mapping[TopicPartition, int]) -> None:

@@ -56,7 +56,7 @@ import numpy as np
 
 from compaction.kernels.buffers import ALIGN, POOL
 from compaction.runtime import durability, task_progress, throttle
-from compaction.runtime.storage import Storage
+from compaction.runtime.storage import Storage, refuse_longer
 from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES, ReadMode, WriteMode
 
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
@@ -102,6 +102,7 @@ def read_segment_bytes(
         task_progress.count(read=len(data))
         return np.frombuffer(data, dtype=np.uint8)
     size = os.stat(path).st_size
+    refuse_longer(path, size)
     if mode == "buffered":
         if last and _cached.pop(path, None) is not None:
             return _read_buffered(path, size, last)  # where the scan's read left it

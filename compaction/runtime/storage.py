@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from compaction.errors import LockHeldError
+from compaction.errors import FileTooLargeError, LockHeldError
+from compaction.format.layout import FILE_MAX_BYTES
 from compaction.runtime import durability
 from compaction.runtime.faults import crash_point
 from compaction.runtime.s3 import ObjectDeleter, base_s3, redact_uri, s3_scheme
@@ -87,6 +88,17 @@ class LocalFile:
 
     def __repr__(self) -> str:
         return f"LocalFile({self.path!r})"
+
+
+BROKER_LOADS = "a broker loads (a segment file's size is an int32)"
+
+
+def refuse_longer(path: str, size: int, most: int = FILE_MAX_BYTES, what: str = BROKER_LOADS) -> None:
+    """`FileTooLargeError` when `size` bytes of the file at `path` are more than `most`: checked
+    before a read allocates for them, so a file's length (a sparse file claims any) never sizes
+    what a process holds past the limit of its kind (`what`, said in the error)."""
+    if size > most:
+        raise FileTooLargeError(what, size=size, limit=most, path=path, position=most)
 
 
 class Storage:
@@ -188,23 +200,40 @@ class Storage:
     def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
-    def read_bytes(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
-        """`length` bytes from `offset` (to the end when None); shorter only at end of file."""
+    def read_bytes(
+        self,
+        path: str,
+        offset: int = 0,
+        length: int | None = None,
+        most: int = FILE_MAX_BYTES,
+        what: str = BROKER_LOADS,
+    ) -> bytes:
+        """`length` bytes from `offset` (to the end when None); shorter only at end of file.
+        `FileTooLargeError` instead when that is more than `most` (`refuse_longer`)."""
         with self.fs.open_input_file(path) as f:
             if length is None:
                 length = max(f.size() - offset, 0)
+            refuse_longer(path, length, most, what)
             return f.read_at(length, offset) if length else b""
 
-    def read_small(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+    def read_small(
+        self,
+        path: str,
+        offset: int = 0,
+        length: int | None = None,
+        most: int = FILE_MAX_BYTES,
+        what: str = BROKER_LOADS,
+    ) -> bytes:
         """`read_bytes` for a small file (an index, a checkpoint): on the local filesystem with plain
         os calls (open, pread, close), several times cheaper per file than a pyarrow input file,
-        same bytes and OSErrors."""
+        same bytes and errors."""
         if not self.is_local:
-            return self.read_bytes(path, offset, length)
+            return self.read_bytes(path, offset, length, most, what)
         fd = os.open(path, os.O_RDONLY)
         try:
             if length is None:
                 length = max(os.fstat(fd).st_size - offset, 0)
+            refuse_longer(path, length, most, what)
             chunks = []
             while length > 0:
                 chunk = os.pread(fd, length, offset)

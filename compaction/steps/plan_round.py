@@ -66,6 +66,7 @@ class Planned:
     # Index files rebuilt from verified segments, written only if the round cleans the partition
     # (`commit.commit`): a partition the round refuses is left exactly as found.
     rebuilt: list[RebuiltIndex] = dataclasses.field(default_factory=list)
+    aborted: tuple = ()  # its `.txnindex` entries, read when the stages take it (`plan_one`)
 
 
 def job_config(opts: JobOptions, topic: str) -> dict:
@@ -199,7 +200,7 @@ def group_specs(p: Planned, opts: JobOptions, config: TopicConfig, next_id: int)
     after = {a.base_offset: b.base_offset for a, b in zip(partition_dir.segments, partition_dir.segments[1:])}
     src = lambda s: SourceSegment(s.base_offset, s.log.size, s.log.mtime_ns, after.get(s.base_offset))  # noqa: E731
     tail = tuple(src(s) for s in partition_dir.segments if s.base_offset >= plan.first_uncleanable_offset)
-    aborted = _aborted_txns(ld.storage, partition_dir)
+    aborted = p.aborted
     groups = [(tuple(g), False) for g in plan.groups] if p.compacting else []
     if p.erasing:  # the erasing-only groups read every other segment: no tail is left to read apart
         covered = {b for g, _ in groups for b in g}
@@ -290,6 +291,8 @@ def plan_one(
             _check_and_rebuild_indexes(p, opts, config)
             # the groups (groupSegmentsBySize reads the index sizes) and the high watermark
             p.plan = plan(exact_lso=False, exact_hw=True)
+        if selected(p, opts):  # read here, where a file that cannot be read fails its partition alone
+            p.aborted = _aborted_txns(ld.storage, partition_dir)
     except PARTITION_ERRORS as exc:  # anything else is a bug: the round fails (errors.py)
         result.status, result.reason = rpt.FAILED, str(exc)
         return p

@@ -32,6 +32,7 @@ from compaction.policy.log_structure import (
     segment_epochs,
 )
 from compaction.runtime import task_progress
+from compaction.runtime.checkpoint_files import read_checkpoint_bytes
 from compaction.runtime.segment_io import ReadAhead, is_mapped, prefetch, read_segment_bytes
 from compaction.settings import SCAN_REUSE_CODECS
 from compaction.steps.group import GroupSpec, SourceSegment
@@ -108,7 +109,8 @@ def check_partition_epochs(specs: list[GroupSpec], epochs: list[SegmentEpochs]) 
     """Leader epochs of all the partition's segments (`epochs`, from its scan) in order, and
     consistent with its `leader-epoch-checkpoint` when it has one (LogStructureError)."""
     path = specs[0].leader_epoch_checkpoint if specs else None
-    entries = parse_leader_epoch_checkpoint(specs[0].storage.read_bytes(path), path) if path else None
+    data = read_checkpoint_bytes(specs[0].storage, path) if path else None
+    entries = parse_leader_epoch_checkpoint(data, path) if path else None
     check_leader_epochs(epochs, entries, path or LEADER_EPOCH_CHECKPOINT)
 
 

@@ -31,6 +31,7 @@ from compaction.format.segment import SegmentReader
 from compaction.format.txnindex import read_txn_index, write_txn_index
 from compaction.kernels.index_build import rebuild_indexes_from_log
 from compaction.policy.cut import Cut, cut_log
+from compaction.runtime.checkpoint_files import read_checkpoint_bytes
 from compaction.runtime.faults import crash_point
 from compaction.runtime.storage import Storage
 from compaction.steps.discover import PartitionDir
@@ -140,7 +141,8 @@ def stage_partition(
         dst.write_durable(f"{dst_dir}/{naming.segment_file_name(cut.end_offset, suffix)}", b"")
     if part.leader_epoch_checkpoint:
         epochs = ckpt.parse_leader_epoch_checkpoint(
-            src.read_bytes(part.leader_epoch_checkpoint), part.leader_epoch_checkpoint
+            read_checkpoint_bytes(src, part.leader_epoch_checkpoint),
+            part.leader_epoch_checkpoint,
         )
         kept = [(e, o) for e, o in epochs if o < cut.end_offset]  # LeaderEpochFileCache.truncateFromEnd
         dst.write_durable(

@@ -27,6 +27,7 @@ from faultkit import (
     start_submit,
 )
 
+from compaction.format.checkpoint import CHECKPOINT_MAX_BYTES
 from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -257,16 +258,23 @@ def test_second_run_on_a_locked_log_dir_fails_fast(outcome):
     assert outcome["second_seconds"] < 30
 
 
-def test_malformed_checkpoint_stops_the_run_before_writing(tmp_path):
+@pytest.mark.parametrize("too_long", [False, True], ids=["count-mismatch", "longer-than-the-bound"])
+def test_malformed_checkpoint_stops_the_run_before_writing(tmp_path, too_long):
     log_dir = str(tmp_path / "logs")
     small_partition(os.path.join(log_dir, "t-0"))
     with open(os.path.join(log_dir, "t-0", SEG1 + ".index.cleaned"), "wb") as fh:
         fh.write(b"stale")  # recovery would remove it: it must not run either
-    open(os.path.join(log_dir, "cleaner-offset-checkpoint"), "w").write("0\n2\nt 0 5\n")
+    path = os.path.join(log_dir, "cleaner-offset-checkpoint")
+    with open(path, "w") as fh:
+        fh.write("0\n2\nt 0 5\n")
+        if too_long:  # sparse: refused unread, whatever it holds
+            fh.truncate(CHECKPOINT_MAX_BYTES + 1)
     before = tree_hashes(log_dir)
     proc = run_driver_only(log_dir, "--now-ms", str(NOW))
     assert proc.returncode == 2
     assert "cleaner-offset-checkpoint" in proc.stderr and "Nothing was written" in proc.stderr
+    said = f"{path}: byte {CHECKPOINT_MAX_BYTES}: {CHECKPOINT_MAX_BYTES + 1} bytes, more than"
+    assert (said in proc.stderr) == too_long, proc.stderr
     assert "Fix the file" in proc.stderr
     after = tree_hashes(log_dir)
     after.pop(".compaction.lock", None)

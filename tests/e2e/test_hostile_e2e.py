@@ -1,12 +1,14 @@
 """Hostile input, one spark-submit run over one log dir: decompression bombs of every codec (valid
-batches, CRCs right, in a middle segment of their partition) and partitions a careful operator
-would not want touched, beside healthy partitions. Each hostile partition must be `failed` with
-a reason naming the file (and the byte position, codec and bound for a bomb), keep every byte of
-its files, and leave the healthy partitions to be compacted; the Python workers' peak RSS is
-measured while the run goes and must stay bounded by the inflating bound, not by the bombs."""
+batches, CRCs right, in a middle segment of their partition), files longer than a broker loads
+(sparse, never read) and partitions a careful operator would not want touched, beside healthy
+partitions. Each hostile partition must be `failed` with a reason naming the file (and the byte
+position, codec and bound for a bomb), keep every byte of its files, and leave the healthy
+partitions to be compacted; the Python workers' peak RSS is measured while the run goes and must
+stay bounded by the inflating bound, not by the bombs."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -28,7 +30,8 @@ from faultkit import (
     write_partition,
 )
 
-from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD
+from compaction.format.checkpoint import CHECKPOINT_MAX_BYTES
+from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD, FILE_MAX_BYTES
 from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -36,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 NOW = 1_800_000_000_000
 SEG0 = "00000000000000000000"
 SEG1 = "00000000000000000010"
+ACTIVE = "00000000000000000020"  # small_partition's active segment
 LIMIT = 64 * MiB  # --max-inflated-batch-bytes of the run
 MAX_MESSAGE_BYTES = 8 * MiB  # room for the lz4 and snappy bombs (snappy inflates ~21:1 at most)
 # (partition, codec, bytes its bomb inflates to, max.message.bytes of its topic)
@@ -93,6 +97,44 @@ def _same_offsets_twice(log_dir: str) -> None:
     os.remove(os.path.join(part, SEG1 + ".index"))
 
 
+# Partitions with one file longer than a broker loads (sparse: no disk used), refused unread ->
+# (the file, its size). A read of any of them whole would ask for gigabytes.
+OVERSIZE_SEGMENT = FILE_MAX_BYTES + 1
+OVERSIZE = {
+    "bigmiddle-0": (SEG1 + ".log", OVERSIZE_SEGMENT),  # a segment the round would rewrite
+    "bigactive-0": (ACTIVE + ".log", OVERSIZE_SEGMENT),  # read for its producers only
+    "bigindex-0": (SEG1 + ".index", OVERSIZE_SEGMENT),
+    "bigtimeindex-0": (SEG1 + ".timeindex", OVERSIZE_SEGMENT),
+    "bigtxnindex-0": (SEG1 + ".txnindex", OVERSIZE_SEGMENT),  # read on the driver as it plans
+    "bigepochs-0": ("leader-epoch-checkpoint", CHECKPOINT_MAX_BYTES + 1),
+}
+
+
+def _oversize_partition(log_dir: str, name: str) -> str:
+    part = os.path.join(log_dir, name)
+    small_partition(part)
+    filename, size = OVERSIZE[name]
+    path = os.path.join(part, filename)
+    with open(path, "ab") as fh:
+        fh.truncate(size)
+    return path
+
+
+def _fingerprint(root: str) -> dict[str, object]:
+    """Every file's hash, or for the sparse oversize ones its size and mtime (hashing gigabytes of
+    zeros twice per file would be most of the test's time)."""
+    out: dict[str, object] = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            if st.st_size > 64 * MiB:
+                out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+            else:
+                out[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return out
+
+
 def _bomb_partition(part_dir: str, codec: int, inflated: int) -> int:
     """Segments 0 (offsets 0-9), 10 (10-11, the bomb at 12, 13-16) and active 17; returns the
     bomb's byte position in segment 10."""
@@ -122,6 +164,7 @@ def outcome(tmp_path_factory):
     link_target = _symlinked_segment(log_dir, outside)
     _foreign_without_index(log_dir)
     _same_offsets_twice(log_dir)
+    oversize = {name: _oversize_partition(log_dir, name) for name in OVERSIZE}
     # A partition dir that is itself a link (a broker follows it): cleaned like any other.
     linked_target = os.path.join(root, "disk2", "linked-0")
     generate_log_dir(
@@ -139,6 +182,7 @@ def outcome(tmp_path_factory):
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in healthy}
     hashes = {p: tree_hashes(os.path.join(log_dir, p)) for p in [*want, *REFUSED]}
     hashes["outside"] = tree_hashes(outside)
+    hashes.update({name: _fingerprint(os.path.join(log_dir, name)) for name in OVERSIZE})
     config = os.path.join(root, "topics.json")
     json.dump(topic_config, open(config, "w"))
     report = os.path.join(root, "report.json")
@@ -179,6 +223,7 @@ def outcome(tmp_path_factory):
         expected=expected,
         seconds=time.monotonic() - started,
         outside=outside,
+        oversize=oversize,
         link_target=link_target,
         linked_target=linked_target,
         worker_hwm=memory.max_worker_hwm(),
@@ -232,6 +277,17 @@ def test_refused_partition_names_its_file_and_is_left_exactly_as_found(outcome, 
     # Nothing written into it: no rebuilt index, no .cleaned leftover, the link still a link.
     assert tree_hashes(os.path.join(outcome["log_dir"], name)) == outcome["hashes"][name]
     assert entry.get("recovery", []) == [], entry
+
+
+@pytest.mark.parametrize("name", sorted(OVERSIZE))
+def test_a_file_longer_than_a_broker_loads_fails_its_partition_unread(outcome, name):
+    entry = _by_name(outcome["report"])[name]
+    assert entry["status"] == "failed", entry
+    _, size = OVERSIZE[name]
+    limit = CHECKPOINT_MAX_BYTES if size == CHECKPOINT_MAX_BYTES + 1 else FILE_MAX_BYTES
+    want = f"{outcome['oversize'][name]}: byte {limit}: {size} bytes, more than the {limit} "
+    assert want in entry["reason"], entry["reason"]
+    assert _fingerprint(os.path.join(outcome["log_dir"], name)) == outcome["hashes"][name]
 
 
 def test_the_symlinked_segment_and_its_target_are_untouched(outcome):

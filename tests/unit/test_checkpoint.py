@@ -9,6 +9,8 @@ from e2ekit import SHARED_FIXTURES
 
 from compaction.errors import CheckpointError
 from compaction.format.checkpoint import (
+    CHECKPOINT_MAX_BYTES,
+    CLEANER_OFFSET_CHECKPOINT,
     OFFSET_CHECKPOINT_NAMES,
     format_leader_epoch_checkpoint,
     format_offset_checkpoint,
@@ -163,3 +165,16 @@ def test_read_through_storage_names_the_file(tmp_path):
     with pytest.raises(CheckpointError) as err:
         read_checkpoint(Storage.local(), str(path))
     assert err.value.path == str(path) and err.value.line == 4
+
+
+@pytest.mark.parametrize("size, refused", [(CHECKPOINT_MAX_BYTES, False), (CHECKPOINT_MAX_BYTES + 1, True)])
+def test_a_checkpoint_longer_than_the_bound_is_refused_unread(tmp_path, size, refused):
+    """At the bound the file is read and parsed (zeros: a malformed version line); past it it is
+    refused before a byte is read, as a malformed checkpoint (the round writes nothing)."""
+    path = tmp_path / CLEANER_OFFSET_CHECKPOINT
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(Storage.local(), str(path))
+    said = f"{path}: byte {CHECKPOINT_MAX_BYTES}: {size} bytes, more than the {CHECKPOINT_MAX_BYTES}"
+    assert (said in str(err.value)) == refused, str(err.value)

@@ -10,8 +10,10 @@ import textwrap
 import pyarrow.fs as pafs
 import pytest
 
-from compaction.errors import LockHeldError
+from compaction.errors import FileTooLargeError, LockHeldError
+from compaction.format.layout import FILE_MAX_BYTES
 from compaction.runtime import faults
+from compaction.runtime.segment_io import read_segment_bytes
 from compaction.runtime.storage import (
     COMPACTION_LOCK_FILE,
     KAFKA_LOCK_FILE,
@@ -568,3 +570,54 @@ def test_a_store_whose_move_replaces_is_never_left_without_the_destination():
     Storage(seen).rename("b/checkpoint.tmp", "b/checkpoint")
     assert seen.deleted == []
     assert Storage(fs).read_bytes("b/checkpoint") == b"new" and not Storage(fs).exists("b/checkpoint.tmp")
+
+
+def _sparse(path, size: int) -> str:
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return str(path)
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["os", "pyarrow"])
+@pytest.mark.parametrize(
+    "size, most, refused",
+    [
+        (0, 0, False),
+        (100, 100, False),
+        (101, 100, True),
+        (FILE_MAX_BYTES, None, False),
+        (FILE_MAX_BYTES + 1, None, True),
+    ],
+)
+def test_a_whole_file_read_refuses_a_file_longer_than_its_kind_before_reading(
+    tmp_path, local, size, most, refused
+):
+    """The bound on one read: at it the file is read, one byte past it nothing is (sparse files:
+    a read of the refused ones would ask for gigabytes)."""
+    storage = Storage.local() if local else Storage(pafs.LocalFileSystem())
+    path = _sparse(tmp_path / "00000000000000000000.log", size)
+    kw = {} if most is None else {"most": most}
+    limit = FILE_MAX_BYTES if most is None else most
+    if refused:
+        for read in (storage.read_small, storage.read_bytes):
+            with pytest.raises(FileTooLargeError) as err:
+                read(path, **kw)
+            assert (err.value.path, err.value.position, err.value.size, err.value.limit) == (
+                path,
+                limit,
+                size,
+                limit,
+            )
+            assert f"{size} bytes, more than the {limit} a broker loads" in str(err.value)
+        # a range of it within the bound is still read
+        assert storage.read_small(path, size - 8, 8, **kw) == bytes(8)
+    elif size <= 1 << 20:
+        assert storage.read_small(path, **kw) == storage.read_bytes(path, **kw) == bytes(size)
+
+
+@pytest.mark.parametrize("mode", ["buffered", "direct", "mmap"])
+def test_a_segment_longer_than_a_broker_loads_is_refused_in_every_read_mode(tmp_path, mode):
+    path = _sparse(tmp_path / "00000000000000000000.log", FILE_MAX_BYTES + 1)
+    with pytest.raises(FileTooLargeError) as err:
+        read_segment_bytes(Storage.local(), path, mode)
+    assert err.value.path == path and err.value.size == FILE_MAX_BYTES + 1
