@@ -28,6 +28,8 @@ def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
         data = read_checkpoint_bytes(storage, path)
     except FileTooLargeError as exc:  # a malformed checkpoint, as far as the round is concerned
         raise CheckpointError(exc.message, path=path, position=exc.position) from exc
+    except OSError as exc:  # a directory, a pipe, a failing disk: the broker takes the dir offline
+        raise CheckpointError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     return parse_offset_checkpoint(data, path)
 
 

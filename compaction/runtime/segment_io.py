@@ -56,7 +56,7 @@ import numpy as np
 
 from compaction.kernels.buffers import ALIGN, POOL
 from compaction.runtime import durability, task_progress, throttle
-from compaction.runtime.storage import Storage, refuse_longer
+from compaction.runtime.storage import Storage, refuse_longer, refuse_special
 from compaction.settings import CACHE_MAX_BYTES, DIRECT_MIN_BYTES, ReadMode, WriteMode
 
 WRITE_BUFFER = 8 << 20  # staging buffer: bytes per write request
@@ -101,7 +101,9 @@ def read_segment_bytes(
         throttle.acquire(len(data))  # --io-max-bytes-per-second (throttle.py): told after the one request
         task_progress.count(read=len(data))
         return np.frombuffer(data, dtype=np.uint8)
-    size = os.stat(path).st_size
+    st = os.stat(path)
+    refuse_special(path, st.st_mode)
+    size = st.st_size
     refuse_longer(path, size)
     if mode == "buffered":
         if last and _cached.pop(path, None) is not None:

@@ -28,6 +28,7 @@ import errno
 import fcntl
 import os
 import posixpath
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,6 +49,7 @@ COMPACTION_LOCK_FILE = ".compaction.lock"
 KAFKA_LOCK_FILE = ".lock"  # LogManager.LockFileName
 TMP_SUFFIX = ".tmp"  # CheckpointFile writes <file>.tmp then renames
 
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 # pyarrow FileSystem.type_name values whose move() is not an atomic rename.
 _NON_ATOMIC_RENAME_TYPES = frozenset({"s3", "gcs", "abfs"})
 
@@ -67,10 +69,11 @@ class LocalFile:
     its `.log` files only (its index files are never touched). Same fields as `storage.FileInfo`;
     an OSError (file gone) surfaces where the value is first used, in that partition's planning."""
 
-    __slots__ = ("_stat", "is_dir", "is_link", "name", "path")
+    __slots__ = ("_stat", "is_dir", "is_link", "is_special", "name", "path")
 
-    def __init__(self, name: str, path: str, is_dir: bool, is_link: bool) -> None:
+    def __init__(self, name: str, path: str, is_dir: bool, is_link: bool, is_special: bool = False) -> None:
         self.name, self.path, self.is_dir, self.is_link = name, path, is_dir, is_link
+        self.is_special = is_special  # a pipe, socket or device: no regular file, no directory
         self._stat: os.stat_result | None = None
 
     def _st(self) -> os.stat_result:
@@ -88,6 +91,18 @@ class LocalFile:
 
     def __repr__(self) -> str:
         return f"LocalFile({self.path!r})"
+
+
+def _local_file(entry: os.DirEntry) -> LocalFile:
+    is_dir, is_link = entry.is_dir(), entry.is_symlink()
+    return LocalFile(entry.name, entry.path, is_dir, is_link, not (is_dir or is_link or entry.is_file()))
+
+
+def refuse_special(path: str, mode: int) -> None:
+    """OSError (EINVAL) unless `mode` is a regular file's: a read of a pipe waits for a writer
+    that never comes, a device's has no end."""
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file (a pipe, socket, device or directory)", path)
 
 
 BROKER_LOADS = "a broker loads (a segment file's size is an int32)"
@@ -210,6 +225,8 @@ class Storage:
     ) -> bytes:
         """`length` bytes from `offset` (to the end when None); shorter only at end of file.
         `FileTooLargeError` instead when that is more than `most` (`refuse_longer`)."""
+        if self.is_local:  # before the open, which waits for a pipe's writer
+            refuse_special(path, os.stat(path).st_mode)
         with self.fs.open_input_file(path) as f:
             if length is None:
                 length = max(f.size() - offset, 0)
@@ -229,10 +246,12 @@ class Storage:
         same bytes and errors."""
         if not self.is_local:
             return self.read_bytes(path, offset, length, most, what)
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | _O_NONBLOCK)  # a pipe opens without waiting, to be refused
         try:
+            st = os.fstat(fd)
+            refuse_special(path, st.st_mode)
             if length is None:
-                length = max(os.fstat(fd).st_size - offset, 0)
+                length = max(st.st_size - offset, 0)
             refuse_longer(path, length, most, what)
             chunks = []
             while length > 0:
@@ -252,7 +271,7 @@ class Storage:
         if not self.is_local:
             return self.list_dir(path)
         with os.scandir(path) as it:
-            return [LocalFile(e.name, e.path, e.is_dir(), e.is_symlink()) for e in it]
+            return [_local_file(e) for e in it]
 
     def open_input(self, path: str) -> pa.NativeFile:
         """A seekable pyarrow input file (ranged reads on object stores) for streaming reads."""

@@ -168,6 +168,12 @@ def list_partition(storage: Storage, log_dir: str, path: str, topic: str, partit
                 f"{info.path}: is a symbolic link (to {_link_target(info.path)}), which a broker never makes"
             )
             continue
+        if getattr(info, "is_special", False):
+            # A read of a pipe would wait for ever (of a device, never end).
+            part.problems.append(
+                f"{info.path}: is not a regular file (a pipe, socket or device), which a broker never makes"
+            )
+            continue
         # Fast path (nearly every entry): <20 digits>.log/.index/.timeindex/.txnindex, a file.
         attr = _SLOTS.get(name[20:])
         prefix = name[:20]

@@ -1,10 +1,10 @@
 """Hostile input, one spark-submit run over one log dir: decompression bombs of every codec (valid
 batches, CRCs right, in a middle segment of their partition), files longer than a broker loads
-(sparse, never read) and partitions a careful operator would not want touched, beside healthy
-partitions. Each hostile partition must be `failed` with a reason naming the file (and the byte
-position, codec and bound for a bomb), keep every byte of its files, and leave the healthy
-partitions to be compacted; the Python workers' peak RSS is measured while the run goes and must
-stay bounded by the inflating bound, not by the bombs."""
+(sparse, never read), a named pipe, and partitions a careful operator would not want touched,
+beside healthy partitions. Each hostile partition must be `failed` with a reason naming the file
+(and the byte position, codec and bound for a bomb), keep every byte of its files, and leave the
+healthy partitions to be compacted; the Python workers' peak RSS is measured while the run goes
+and must stay bounded by the inflating bound, not by the bombs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -120,15 +121,28 @@ def _oversize_partition(log_dir: str, name: str) -> str:
     return path
 
 
+def _pipe_partition(log_dir: str) -> str:
+    """A partition whose middle segment's `.timeindex` is a named pipe: a read of it would wait
+    for a writer for ever."""
+    part = os.path.join(log_dir, "pipe-0")
+    small_partition(part)
+    path = os.path.join(part, SEG1 + ".timeindex")
+    os.remove(path)
+    os.mkfifo(path)
+    return path
+
+
 def _fingerprint(root: str) -> dict[str, object]:
     """Every file's hash, or for the sparse oversize ones its size and mtime (hashing gigabytes of
-    zeros twice per file would be most of the test's time)."""
+    zeros twice per file would be most of the test's time), and a pipe's mode."""
     out: dict[str, object] = {}
     for dirpath, _, files in os.walk(root):
         for name in files:
             path = os.path.join(dirpath, name)
             st = os.stat(path)
-            if st.st_size > 64 * MiB:
+            if not stat.S_ISREG(st.st_mode):
+                out[os.path.relpath(path, root)] = st.st_mode
+            elif st.st_size > 64 * MiB:
                 out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
             else:
                 out[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
@@ -165,6 +179,7 @@ def outcome(tmp_path_factory):
     _foreign_without_index(log_dir)
     _same_offsets_twice(log_dir)
     oversize = {name: _oversize_partition(log_dir, name) for name in OVERSIZE}
+    pipe = _pipe_partition(log_dir)
     # A partition dir that is itself a link (a broker follows it): cleaned like any other.
     linked_target = os.path.join(root, "disk2", "linked-0")
     generate_log_dir(
@@ -182,7 +197,7 @@ def outcome(tmp_path_factory):
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in healthy}
     hashes = {p: tree_hashes(os.path.join(log_dir, p)) for p in [*want, *REFUSED]}
     hashes["outside"] = tree_hashes(outside)
-    hashes.update({name: _fingerprint(os.path.join(log_dir, name)) for name in OVERSIZE})
+    hashes.update({name: _fingerprint(os.path.join(log_dir, name)) for name in [*OVERSIZE, "pipe-0"]})
     config = os.path.join(root, "topics.json")
     json.dump(topic_config, open(config, "w"))
     report = os.path.join(root, "report.json")
@@ -224,6 +239,7 @@ def outcome(tmp_path_factory):
         seconds=time.monotonic() - started,
         outside=outside,
         oversize=oversize,
+        pipe=pipe,
         link_target=link_target,
         linked_target=linked_target,
         worker_hwm=memory.max_worker_hwm(),
@@ -288,6 +304,13 @@ def test_a_file_longer_than_a_broker_loads_fails_its_partition_unread(outcome, n
     want = f"{outcome['oversize'][name]}: byte {limit}: {size} bytes, more than the {limit} "
     assert want in entry["reason"], entry["reason"]
     assert _fingerprint(os.path.join(outcome["log_dir"], name)) == outcome["hashes"][name]
+
+
+def test_a_pipe_named_like_an_index_fails_its_partition_unopened(outcome):
+    entry = _by_name(outcome["report"])["pipe-0"]
+    assert entry["status"] == "failed", entry
+    assert f"{outcome['pipe']}: is not a regular file (a pipe, socket or device)" in entry["reason"], entry
+    assert _fingerprint(os.path.join(outcome["log_dir"], "pipe-0")) == outcome["hashes"]["pipe-0"]
 
 
 def test_the_symlinked_segment_and_its_target_are_untouched(outcome):

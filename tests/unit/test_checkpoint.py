@@ -178,3 +178,12 @@ def test_a_checkpoint_longer_than_the_bound_is_refused_unread(tmp_path, size, re
         read_checkpoint(Storage.local(), str(path))
     said = f"{path}: byte {CHECKPOINT_MAX_BYTES}: {size} bytes, more than the {CHECKPOINT_MAX_BYTES}"
     assert (said in str(err.value)) == refused, str(err.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["pipe", "directory"])
+def test_a_checkpoint_that_is_no_regular_file_is_a_checkpoint_error_naming_it(tmp_path, kind):
+    path = str(tmp_path / CLEANER_OFFSET_CHECKPOINT)
+    os.mkfifo(path) if kind == "pipe" else os.mkdir(path)
+    with pytest.raises(CheckpointError, match=f"{path}: cannot read: not a regular file"):
+        read_checkpoint(Storage.local(), path)

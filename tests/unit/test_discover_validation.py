@@ -80,6 +80,17 @@ def test_directory_where_a_file_is_expected(tmp_path):
         _validate(log_dir)
 
 
+@pytest.mark.timeout(60)  # a read of the pipe would wait for a writer for ever
+@pytest.mark.parametrize("suffix", [".log", ".timeindex"])
+def test_a_pipe_where_a_file_is_expected(tmp_path, suffix):
+    log_dir, _, _, _ = _part(tmp_path)
+    path = os.path.join(log_dir, "t-0", SEG1 + suffix)
+    os.remove(path)
+    os.mkfifo(path)
+    with pytest.raises(PartitionInvalid, match=f"{path}: is not a regular file"):
+        _validate(log_dir)
+
+
 def test_rebuild_missing_index_durably_and_only_when_asked(tmp_path):
     log_dir, _, _, _ = _part(tmp_path)
     part_dir = os.path.join(log_dir, "t-0")

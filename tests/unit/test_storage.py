@@ -621,3 +621,14 @@ def test_a_segment_longer_than_a_broker_loads_is_refused_in_every_read_mode(tmp_
     with pytest.raises(FileTooLargeError) as err:
         read_segment_bytes(Storage.local(), path, mode)
     assert err.value.path == path and err.value.size == FILE_MAX_BYTES + 1
+
+
+@pytest.mark.timeout(60)  # a read that opened the pipe would wait for a writer for ever
+@pytest.mark.parametrize("kind", ["pipe", "directory"])
+def test_a_read_refuses_what_is_not_a_regular_file_without_waiting(tmp_path, kind):
+    path = str(tmp_path / "00000000000000000000.log")
+    os.mkfifo(path) if kind == "pipe" else os.mkdir(path)
+    storage = Storage.local()
+    for read in (storage.read_small, storage.read_bytes, lambda p: read_segment_bytes(storage, p)):
+        with pytest.raises(OSError, match="not a regular file"):
+            read(path)
