@@ -14,15 +14,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from compaction.errors import SegmentNameError
 from compaction.format import naming
-from compaction.kernels.scan import scan_batches
 from compaction.runtime.storage import KAFKA_LOCK_FILE, Storage, acquire_run_lock, ensure_kafka_not_running
 from compaction.settings import JobOptions
 from compaction.steps.commit import CLEANED, DELETED, INTENT_FILE, SWAP, file_names, finish_swap
 from compaction.steps.discover import LogDirState, read_log_dir, relist_partition
+from compaction.steps.scan import batch_headers
 
 log = logging.getLogger("compaction")
 
@@ -175,5 +173,5 @@ def _complete_kafka_swap(storage: Storage, part: str, swaps: list[str], report: 
 
 
 def _next_offset(storage: Storage, path: str, base: int) -> int:
-    cols = scan_batches(np.frombuffer(storage.read_bytes(path), dtype=np.uint8))
+    cols = batch_headers(storage, path)
     return int(cols.last_offset.max()) + 1 if len(cols.last_offset) else base

@@ -20,7 +20,14 @@ from compaction.format.compression import CODEC_NAMES
 from compaction.format.index import read_offset_index, read_time_index
 from compaction.format.layout import COMPRESSION_CODEC_MASK
 from compaction.kernels.buffers import held_bytes
-from compaction.kernels.scan import SegmentScan, scan_batches, scan_segment
+from compaction.kernels.scan import (
+    BATCH_FIELDS,
+    STOP_CORRUPT,
+    BatchColumns,
+    SegmentScan,
+    scan_batches,
+    scan_segment,
+)
 from compaction.kernels.sidepack import pack_side
 from compaction.policy.keep import may_keep
 from compaction.policy.log_structure import (
@@ -33,7 +40,8 @@ from compaction.policy.log_structure import (
 )
 from compaction.runtime import task_progress
 from compaction.runtime.checkpoint_files import read_checkpoint_bytes
-from compaction.runtime.segment_io import ReadAhead, is_mapped, prefetch, read_segment_bytes
+from compaction.runtime.segment_io import READ_CHUNK, ReadAhead, is_mapped, prefetch, read_segment_bytes
+from compaction.runtime.storage import Storage, refuse_longer
 from compaction.settings import SCAN_REUSE_CODECS
 from compaction.steps.group import GroupSpec, SourceSegment
 from compaction.steps.offset_map import PartitionMap, Unmapped
@@ -257,6 +265,35 @@ class _Absent:
         return self.n
 
 
+def batch_headers(storage: Storage, path: str, chunk: int = READ_CHUNK) -> BatchColumns:
+    """`scan_batches` of the whole file at `path`, read `chunk` bytes at a time (more at once only
+    for a batch longer than that): the headers of a segment read for them alone hold memory of a
+    chunk and the largest batch, not of the file (an active segment of 1 GiB was 1 GiB of fresh
+    memory in each task that read it). Positions are the file's."""
+    info = storage.info(path)
+    size = info.size if info is not None else 0
+    refuse_longer(path, size)
+    parts, pos, want = [], 0, chunk
+    while True:
+        asked = min(want, size - pos)
+        data = storage.read_small(path, pos, asked)
+        cols = scan_batches(np.frombuffer(data, dtype=np.uint8))
+        cols.position += pos
+        parts.append(cols)
+        if len(data) < asked:  # a file that shrank while read ends where the read did
+            size = pos + len(data)
+        if cols.stop_reason == STOP_CORRUPT or pos + len(data) >= size:
+            break
+        # The read ended on a batch boundary or inside a batch: go on from the batch's start,
+        # reading twice as much at once when a batch was longer than the whole read.
+        want = chunk if cols.stop_position else 2 * want
+        pos += cols.stop_position
+    if len(parts) == 1:
+        return parts[0]
+    columns = [np.concatenate([getattr(p, f) for p in parts]) for f in BATCH_FIELDS]
+    return BatchColumns(*columns, stop_position=pos + cols.stop_position, stop_reason=cols.stop_reason)
+
+
 def segment_producers(
     spec: GroupSpec, base_offset: int, epochs: list[SegmentEpochs] | None = None
 ) -> dict[str, np.ndarray]:
@@ -264,7 +301,7 @@ def segment_producers(
     range; the active one may end in a partial batch after a broker crash: not our business).
     Its place in the log is checked as a source segment's is (`check_structure`)."""
     path = spec.segment_path(base_offset)
-    cols = scan_batches(np.frombuffer(spec.storage.read_bytes(path), dtype=np.uint8))
+    cols = batch_headers(spec.storage, path)
     seg = next((s for s in spec.tail_segments if s.base_offset == base_offset), None)
     if seg is not None:
         check_structure(spec, seg, path, cols, epochs)

@@ -3,8 +3,10 @@ real broker data, and typed errors with byte positions for corrupt input."""
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -46,6 +48,8 @@ from compaction.kernels.scan import (
     walk_records,
     walk_records_py,
 )
+from compaction.runtime.storage import Storage
+from compaction.steps.scan import batch_headers
 
 FIXTURES = Path(SHARED_FIXTURES)
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -361,6 +365,29 @@ def test_corrupted_and_truncated_logs_agree(log, flips, cut):
             scan_segment(buf, "broken.log", verify_crc=verify, allow_trailing=True)
         except KafkaFormatError as err:  # typed, placed
             assert err.path == "broken.log" and err.position is not None
+
+
+@PROPERTY
+@given(
+    logs,
+    st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), max_size=2),
+    st.floats(0, 1),
+    st.integers(1, 300),
+)
+def test_batch_headers_read_in_chunks_are_the_whole_files(log, flips, cut, chunk):
+    """A file's batch headers read a chunk at a time (`steps.scan.batch_headers`: batches cut by
+    a chunk's end, longer than a chunk, a partial batch or a corrupt header anywhere) are those of
+    the whole file in one buffer, to the stop position and reason."""
+    raw = bytearray(log)
+    for where, byte in flips:
+        if raw:
+            raw[min(int(where * len(raw)), len(raw) - 1)] = byte
+    raw = bytes(raw[: int(cut * len(raw)) if cut < 0.9 else len(raw)])
+    with tempfile.TemporaryDirectory() as root:
+        path = os.path.join(root, "00000000000000000000.log")
+        with open(path, "wb") as fh:
+            fh.write(raw)
+        assert_batches_equal(batch_headers(Storage.local(), path, chunk), scan_batches(u8(raw)))
 
 
 # byte soup biased towards varint-significant values, so that short valid-looking records appear
