@@ -62,7 +62,6 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # An entry line is at most ~282 bytes (a topic name of 249 characters, an int32, an int64): 64 MiB
 # holds a log dir of over 200,000 such partitions, or millions of leader epochs.
 CHECKPOINT_MAX_BYTES = 64 << 20
-CHECKPOINT_TOO_LARGE = "a checkpoint file may hold here (CHECKPOINT_MAX_BYTES)"
 
 # Java's BufferedReader.readLine ends a line at \n, \r or \r\n (not at the other characters
 # str.splitlines knows about).

@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from compaction.errors import CheckpointError, FileTooLargeError
 from compaction.format.checkpoint import (
     CHECKPOINT_MAX_BYTES,
-    CHECKPOINT_TOO_LARGE,
     TopicPartition,
     format_offset_checkpoint,
     parse_offset_checkpoint,
 )
 from compaction.runtime.faults import crash_point
-from compaction.runtime.storage import Storage
+from compaction.runtime.storage import Bound, Storage
+
+CHECKPOINT_FILE = Bound(CHECKPOINT_MAX_BYTES, "a checkpoint file may hold here (CHECKPOINT_MAX_BYTES)")
 
 
 def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
@@ -36,7 +37,7 @@ def read_checkpoint(storage: Storage, path: str) -> dict[TopicPartition, int]:
 def read_checkpoint_bytes(storage: Storage, path: str) -> bytes:
     """A checkpoint file's bytes (any of them, `leader-epoch-checkpoint` too), refused unread when
     longer than `CHECKPOINT_MAX_BYTES` (`FileTooLargeError`)."""
-    return storage.read_small(path, most=CHECKPOINT_MAX_BYTES, what=CHECKPOINT_TOO_LARGE)
+    return storage.read_small(path, bound=CHECKPOINT_FILE)
 
 
 def write_checkpoint(storage: Storage, path: str, entries: Mapping[TopicPartition, int]) -> None:

@@ -105,15 +105,24 @@ def refuse_special(path: str, mode: int) -> None:
         raise OSError(errno.EINVAL, "not a regular file (a pipe, socket, device or directory)", path)
 
 
-BROKER_LOADS = "a broker loads (a segment file's size is an int32)"
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The most bytes of a kind of file one read takes (`refuse_longer`), and what the error
+    says that limit is."""
+
+    most: int
+    what: str
 
 
-def refuse_longer(path: str, size: int, most: int = FILE_MAX_BYTES, what: str = BROKER_LOADS) -> None:
-    """`FileTooLargeError` when `size` bytes of the file at `path` are more than `most`: checked
-    before a read allocates for them, so a file's length (a sparse file claims any) never sizes
-    what a process holds past the limit of its kind (`what`, said in the error)."""
-    if size > most:
-        raise FileTooLargeError(what, size=size, limit=most, path=path, position=most)
+BROKER_FILE = Bound(FILE_MAX_BYTES, "a broker loads (a segment file's size is an int32)")
+
+
+def refuse_longer(path: str, size: int, bound: Bound = BROKER_FILE) -> None:
+    """`FileTooLargeError` when `size` bytes of the file at `path` are more than `bound` allows:
+    checked before a read allocates for them, so a file's length (a sparse file claims any) never
+    sizes what a process holds past the limit of its kind."""
+    if size > bound.most:
+        raise FileTooLargeError(bound.what, size=size, limit=bound.most, path=path, position=bound.most)
 
 
 class Storage:
@@ -220,17 +229,16 @@ class Storage:
         path: str,
         offset: int = 0,
         length: int | None = None,
-        most: int = FILE_MAX_BYTES,
-        what: str = BROKER_LOADS,
+        bound: Bound = BROKER_FILE,
     ) -> bytes:
         """`length` bytes from `offset` (to the end when None); shorter only at end of file.
-        `FileTooLargeError` instead when that is more than `most` (`refuse_longer`)."""
+        `FileTooLargeError` instead when that is more than `bound` allows (`refuse_longer`)."""
         if self.is_local:  # before the open, which waits for a pipe's writer
             refuse_special(path, os.stat(path).st_mode)
         with self.fs.open_input_file(path) as f:
             if length is None:
                 length = max(f.size() - offset, 0)
-            refuse_longer(path, length, most, what)
+            refuse_longer(path, length, bound)
             return f.read_at(length, offset) if length else b""
 
     def read_small(
@@ -238,21 +246,20 @@ class Storage:
         path: str,
         offset: int = 0,
         length: int | None = None,
-        most: int = FILE_MAX_BYTES,
-        what: str = BROKER_LOADS,
+        bound: Bound = BROKER_FILE,
     ) -> bytes:
         """`read_bytes` for a small file (an index, a checkpoint): on the local filesystem with plain
         os calls (open, pread, close), several times cheaper per file than a pyarrow input file,
         same bytes and errors."""
         if not self.is_local:
-            return self.read_bytes(path, offset, length, most, what)
+            return self.read_bytes(path, offset, length, bound)
         fd = os.open(path, os.O_RDONLY | _O_NONBLOCK)  # a pipe opens without waiting, to be refused
         try:
             st = os.fstat(fd)
             refuse_special(path, st.st_mode)
             if length is None:
                 length = max(st.st_size - offset, 0)
-            refuse_longer(path, length, most, what)
+            refuse_longer(path, length, bound)
             chunks = []
             while length > 0:
                 chunk = os.pread(fd, length, offset)

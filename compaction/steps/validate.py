@@ -20,12 +20,13 @@ from compaction.errors import IndexCorruptError, LogStructureError, PartitionInv
 from compaction.format import checkpoint as ckpt
 from compaction.format import naming
 from compaction.format.index import read_offset_index, sanity_check_offset_index, sanity_check_time_index
-from compaction.format.layout import FILE_MAX_BYTES, OFFSET_ENTRY_SIZE, RECORD_BATCH_OVERHEAD, TIME_ENTRY_SIZE
+from compaction.format.layout import OFFSET_ENTRY_SIZE, RECORD_BATCH_OVERHEAD, TIME_ENTRY_SIZE
 from compaction.format.txnindex import sanity_check_txn_index
 from compaction.kernels.index_build import build_indexes
 from compaction.kernels.scan import scan_segment
 from compaction.policy.log_structure import RULE_INDEX, check_first_batches
-from compaction.runtime.storage import BROKER_LOADS, Storage
+from compaction.runtime.checkpoint_files import CHECKPOINT_FILE
+from compaction.runtime.storage import BROKER_FILE, Bound, Storage
 from compaction.steps.discover import PartitionDir, SegmentFiles, list_partition
 
 T = TypeVar("T")
@@ -108,11 +109,7 @@ def audit_structure(storage: Storage, part: PartitionDir) -> None:
     segs = part.segments
     heads = [_read_checked(storage, s.log.path, 0, RECORD_BATCH_OVERHEAD) for s in segs]
     path = part.leader_epoch_checkpoint
-    data = (
-        _read_checked(storage, path, most=ckpt.CHECKPOINT_MAX_BYTES, what=ckpt.CHECKPOINT_TOO_LARGE)
-        if path
-        else None
-    )
+    data = _read_checked(storage, path, bound=CHECKPOINT_FILE) if path else None
     entries = ckpt.parse_leader_epoch_checkpoint(data, path) if path else None
     check_first_batches(
         [s.log.path for s in segs],
@@ -128,11 +125,10 @@ def _read_checked(
     path: str,
     offset: int = 0,
     length: int | None = None,
-    most: int = FILE_MAX_BYTES,
-    what: str = BROKER_LOADS,
+    bound: Bound = BROKER_FILE,
 ) -> bytes:
     try:
-        return storage.read_small(path, offset, length, most, what)
+        return storage.read_small(path, offset, length, bound)
     except OSError as exc:
         raise PartitionInvalid(f"{path}: cannot read: {exc}") from exc
 

@@ -15,8 +15,10 @@ from compaction.format.layout import FILE_MAX_BYTES
 from compaction.runtime import faults
 from compaction.runtime.segment_io import read_segment_bytes
 from compaction.runtime.storage import (
+    BROKER_FILE,
     COMPACTION_LOCK_FILE,
     KAFKA_LOCK_FILE,
+    Bound,
     FileInfo,
     RunLock,
     Storage,
@@ -596,8 +598,9 @@ def test_a_whole_file_read_refuses_a_file_longer_than_its_kind_before_reading(
     a read of the refused ones would ask for gigabytes)."""
     storage = Storage.local() if local else Storage(pafs.LocalFileSystem())
     path = _sparse(tmp_path / "00000000000000000000.log", size)
-    kw = {} if most is None else {"most": most}
-    limit = FILE_MAX_BYTES if most is None else most
+    bound = BROKER_FILE if most is None else Bound(most, "a test allows")
+    kw = {} if most is None else {"bound": bound}
+    limit = bound.most
     if refused:
         for read in (storage.read_small, storage.read_bytes):
             with pytest.raises(FileTooLargeError) as err:
@@ -608,7 +611,7 @@ def test_a_whole_file_read_refuses_a_file_longer_than_its_kind_before_reading(
                 size,
                 limit,
             )
-            assert f"{size} bytes, more than the {limit} a broker loads" in str(err.value)
+            assert f"{path}: byte {limit}: {size} bytes, more than the {limit} {bound.what}" == str(err.value)
         # a range of it within the bound is still read
         assert storage.read_small(path, size - 8, 8, **kw) == bytes(8)
     elif size <= 1 << 20:
