@@ -121,6 +121,12 @@ BROKEN_DIRS = [
         "{p}/00000000000000099999.log: is a symbolic link (to {target}), which a broker never makes",
     ),
     (
+        "named_pipe",
+        {"00000000000000099999.timeindex": "|"},
+        "{p}/00000000000000099999.timeindex: is not a regular file (a pipe, socket or device), which a broker"
+        " never makes",
+    ),
+    (
         "two_files",
         {"notes.txt": b"x", "old/": None},
         f"{{p}}/notes.txt: 'notes.txt' is not a segment file name: {NOT_SEGMENT} 'notes'; {{p}}/old: is a directory,"
@@ -162,7 +168,8 @@ def _damage(path: Path, at: int | None, data: bytes | None) -> None:
 
 
 def _add_files(part: Path, files: dict) -> str:
-    """Adds `files` to partition dir `part` (None: a dir, "->": a link to another file); the link's target."""
+    """Adds `files` to partition dir `part` (None: a dir, "->": a link to another file, "|": a named
+    pipe); the link's target."""
     target = str(part.parent / "elsewhere.log")
     for name, content in files.items():
         if content is None:
@@ -170,6 +177,8 @@ def _add_files(part: Path, files: dict) -> str:
         elif content == "->":
             Path(target).write_bytes(b"")
             os.symlink(target, part / name)
+        elif content == "|":
+            os.mkfifo(part / name)
         else:
             (part / name).write_bytes(content)
     return target

@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.InvalidPathException;
+import java.nio.file.LinkOption;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -117,6 +118,11 @@ final class LogDir {
         problems.add(shown + ": is a directory, not a file");
         continue;
       }
+      if (isLocalSpecial(f)) {
+        // Hadoop lists it as a file; a read of a pipe would wait for a writer for ever.
+        problems.add(shown + ": is not a regular file (a pipe, socket or device), which a broker never makes");
+        continue;
+      }
       if (KNOWN_FILES.contains(name) || KNOWN_SUFFIXES.stream().anyMatch(name::endsWith)) {
         continue;
       }
@@ -159,6 +165,22 @@ final class LogDir {
           + ", optionally followed by one of " + String.join(", ", TRANSIENT_SUFFIXES) + ")";
     }
     return null;
+  }
+
+  /** Whether a local entry is neither a regular file nor a directory (a named pipe, a socket, a device). */
+  private static boolean isLocalSpecial(FileStatus f) {
+    String scheme = f.getPath().toUri().getScheme();
+    if (scheme != null && !scheme.equals("file")) {
+      return false;
+    }
+    try {
+      java.nio.file.Path p = Paths.get(f.getPath().toUri().getPath());
+      return Files.exists(p, LinkOption.NOFOLLOW_LINKS)
+          && !Files.isRegularFile(p, LinkOption.NOFOLLOW_LINKS)
+          && !Files.isDirectory(p, LinkOption.NOFOLLOW_LINKS);
+    } catch (InvalidPathException e) {
+      return false;
+    }
   }
 
   /** The target of a local symbolic link, else null (object stores and HDFS have none a broker could see). */
