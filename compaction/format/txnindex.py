@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from compaction.errors import IndexCorruptError
 from compaction.format.index import whole_entries
-from compaction.format.layout import ABORTED_TXN_SIZE
+from compaction.format.layout import ABORTED_TXN_SIZE, RECORD_BATCH_OVERHEAD
 
 ABORTED_TXN = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 ABORTED_TXN_VERSION = 0
@@ -31,6 +31,29 @@ class AbortedTxn(NamedTuple):
     first_offset: int
     last_offset: int
     last_stable_offset: int
+
+
+def most_entries(log_bytes: int) -> int:
+    """The most entries the `.txnindex` of a segment of `log_bytes` can hold: one per ABORT marker
+    in that segment (a broker appends the entry as it appends the marker, and its cleaner keeps an
+    entry only with its marker: `CleanedTransactionMetadata`), each marker a batch of at least
+    RECORD_BATCH_OVERHEAD bytes."""
+    return max(log_bytes, 0) // RECORD_BATCH_OVERHEAD
+
+
+def check_txn_index_size(size: int, log_bytes: int, path: str = "<memory>") -> None:
+    """IndexCorruptError when a `.txnindex` of `size` bytes holds more entries than its segment of
+    `log_bytes` holds ABORT markers (`most_entries`): a file no broker writes, refused from its
+    size alone, before it is read (a read would hold every entry it claims)."""
+    most = most_entries(log_bytes) * ABORTED_TXN_SIZE
+    if size > most:
+        raise IndexCorruptError(
+            f"{size} bytes ({size // ABORTED_TXN_SIZE} aborted transactions), more than the "
+            f"{most} bytes of entries its segment's {log_bytes} bytes can hold ABORT markers for "
+            f"(one batch of at least {RECORD_BATCH_OVERHEAD} bytes each): a broker never writes it",
+            path=path,
+            position=most,
+        )
 
 
 def read_txn_index(data: bytes | memoryview) -> list[AbortedTxn]:

@@ -1,12 +1,13 @@
 """Discovery: what is on disk under a Kafka log dir, as plan inputs.
 
-Planning reads only what its decision needs: the directory listings (names;
-sizes and mtimes of the `.log` files), the per-log-dir checkpoint files and, only where a rule
-asks for them, the last `.timeindex` entry of dirty segments (min.compaction.lag.ms > 0), the first
-batch header of dirty segments (max.compaction.lag.ms set) and the tail of the active segment (the
-log end offset, needed only when a checkpoint lies beyond the active segment's base). The contents
-checks (`validate.validate_contents`: every index file) run for the partitions a round cleans only; record
-data is read later, by the executors, whose scan checks every batch.
+Planning reads only what its decision needs: the directory listings (names; sizes and mtimes of
+the `.log` files, sizes of the `.txnindex` files), the per-log-dir checkpoint files and, only
+where a rule asks for them, the last `.timeindex` entry of dirty segments (min.compaction.lag.ms >
+0), the first batch header of dirty segments (max.compaction.lag.ms set) and the tail of the
+active segment (the log end offset, needed only when a checkpoint lies beyond the active segment's
+base). The contents checks (`validate.validate_contents`: every index file) run for the
+partitions a round cleans only; record data is read later, by the executors, whose scan checks
+every batch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from compaction.format.layout import (
     RECORD_BATCH_OVERHEAD,
     TIME_ENTRY_SIZE,
 )
+from compaction.format.txnindex import check_txn_index_size
 from compaction.kernels.scan import scan_batches
 from compaction.kernels.scan_reference import scan_batches_py
 from compaction.policy.plan import SegmentMeta
@@ -88,9 +90,13 @@ class PartitionDir:
     def refuse_problems(self) -> None:
         """PartitionInvalid naming the files a broker would not have written, if any: the job
         does not clean such a partition, nor does a read return it (a linked segment is not
-        listed as one, so its rows would be missing)."""
+        listed as one, so its rows would be missing). Then the IndexCorruptError of the first
+        `.txnindex` longer than its segment can hold entries for (`check_txn_index_size`)."""
         if self.problems:
             raise PartitionInvalid("unexpected file in partition dir: " + "; ".join(self.problems))
+        for seg in self.segments:
+            if seg.txnindex is not None and seg.log is not None:
+                check_txn_index_size(seg.txnindex.size, seg.log.size, seg.txnindex.path)
 
 
 @dataclass

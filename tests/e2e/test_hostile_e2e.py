@@ -1,10 +1,11 @@
 """Hostile input, one spark-submit run over one log dir: decompression bombs of every codec (valid
 batches, CRCs right, in a middle segment of their partition), files longer than a broker loads
-(sparse, never read), a named pipe, and partitions a careful operator would not want touched,
-beside healthy partitions. Each hostile partition must be `failed` with a reason naming the file
-(and the byte position, codec and bound for a bomb), keep every byte of its files, and leave the
-healthy partitions to be compacted; the Python workers' peak RSS is measured while the run goes
-and must stay bounded by the inflating bound, not by the bombs."""
+and `.txnindex` files longer than their segment holds entries for (sparse, never read), a named
+pipe, and partitions a careful operator would not want touched, beside healthy partitions. Each
+hostile partition must be `failed` with a reason naming the file (and the byte position, codec and
+bound for a bomb), keep every byte of its files, and leave the healthy partitions to be
+compacted; the Python workers' peak RSS is measured while the run goes and must stay bounded by
+the inflating bound, not by the bombs."""
 
 from __future__ import annotations
 
@@ -32,7 +33,15 @@ from faultkit import (
 )
 
 from compaction.format.checkpoint import CHECKPOINT_MAX_BYTES
-from compaction.format.layout import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD, FILE_MAX_BYTES
+from compaction.format.layout import (
+    ABORTED_TXN_SIZE,
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    FILE_MAX_BYTES,
+    RECORD_BATCH_OVERHEAD,
+)
 from compaction.tools.generator import generate_log_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -106,15 +115,21 @@ OVERSIZE = {
     "bigactive-0": (ACTIVE + ".log", OVERSIZE_SEGMENT),  # read for its producers only
     "bigindex-0": (SEG1 + ".index", OVERSIZE_SEGMENT),
     "bigtimeindex-0": (SEG1 + ".timeindex", OVERSIZE_SEGMENT),
-    "bigtxnindex-0": (SEG1 + ".txnindex", OVERSIZE_SEGMENT),  # read on the driver as it plans
     "bigepochs-0": ("leader-epoch-checkpoint", CHECKPOINT_MAX_BYTES + 1),
+}
+# Partitions with a `.txnindex` (sparse zeros) longer than its segment can hold ABORT markers for,
+# refused from the listing's sizes: read, half a GiB was 16M aborted transactions on the driver (GBs,
+# minutes), and at base offset 0 zeros pass a broker's load check: the partition was cleaned.
+TOO_MANY_TXNS = {
+    "manytxn-0": (SEG0 + ".txnindex", 512 * MiB),
+    "bigtxnindex-0": (SEG1 + ".txnindex", OVERSIZE_SEGMENT),  # longer than a broker loads, too
 }
 
 
 def _oversize_partition(log_dir: str, name: str) -> str:
     part = os.path.join(log_dir, name)
     small_partition(part)
-    filename, size = OVERSIZE[name]
+    filename, size = {**OVERSIZE, **TOO_MANY_TXNS}[name]
     path = os.path.join(part, filename)
     with open(path, "ab") as fh:
         fh.truncate(size)
@@ -178,7 +193,7 @@ def outcome(tmp_path_factory):
     link_target = _symlinked_segment(log_dir, outside)
     _foreign_without_index(log_dir)
     _same_offsets_twice(log_dir)
-    oversize = {name: _oversize_partition(log_dir, name) for name in OVERSIZE}
+    oversize = {name: _oversize_partition(log_dir, name) for name in [*OVERSIZE, *TOO_MANY_TXNS]}
     pipe = _pipe_partition(log_dir)
     # A partition dir that is itself a link (a broker follows it): cleaned like any other.
     linked_target = os.path.join(root, "disk2", "linked-0")
@@ -197,7 +212,9 @@ def outcome(tmp_path_factory):
     expected = {p: expected_after(os.path.join(log_dir, p)) for p in healthy}
     hashes = {p: tree_hashes(os.path.join(log_dir, p)) for p in [*want, *REFUSED]}
     hashes["outside"] = tree_hashes(outside)
-    hashes.update({name: _fingerprint(os.path.join(log_dir, name)) for name in [*OVERSIZE, "pipe-0"]})
+    hashes.update(
+        {name: _fingerprint(os.path.join(log_dir, name)) for name in [*OVERSIZE, *TOO_MANY_TXNS, "pipe-0"]}
+    )
     config = os.path.join(root, "topics.json")
     json.dump(topic_config, open(config, "w"))
     report = os.path.join(root, "report.json")
@@ -303,6 +320,18 @@ def test_a_file_longer_than_a_broker_loads_fails_its_partition_unread(outcome, n
     limit = CHECKPOINT_MAX_BYTES if size == CHECKPOINT_MAX_BYTES + 1 else FILE_MAX_BYTES
     want = f"{outcome['oversize'][name]}: byte {limit}: {size} bytes, more than the {limit} "
     assert want in entry["reason"], entry["reason"]
+    assert _fingerprint(os.path.join(outcome["log_dir"], name)) == outcome["hashes"][name]
+
+
+@pytest.mark.parametrize("name", sorted(TOO_MANY_TXNS))
+def test_a_txnindex_longer_than_its_segment_holds_markers_for_fails_its_partition_unread(outcome, name):
+    entry = _by_name(outcome["report"])[name]
+    assert entry["status"] == "failed", entry
+    filename, size = TOO_MANY_TXNS[name]
+    log_bytes = os.path.getsize(os.path.join(outcome["log_dir"], name, filename[:20] + ".log"))
+    most = log_bytes // RECORD_BATCH_OVERHEAD * ABORTED_TXN_SIZE
+    want = f"{outcome['oversize'][name]}: byte {most}: {size} bytes ({size // ABORTED_TXN_SIZE} aborted transactions)"
+    assert want in entry["reason"] and "a broker never writes it" in entry["reason"], entry["reason"]
     assert _fingerprint(os.path.join(outcome["log_dir"], name)) == outcome["hashes"][name]
 
 

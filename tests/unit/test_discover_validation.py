@@ -91,6 +91,31 @@ def test_a_pipe_where_a_file_is_expected(tmp_path, suffix):
         _validate(log_dir)
 
 
+@pytest.mark.parametrize("base", ["00000000000000000000", SEG1])
+def test_a_txnindex_longer_than_its_segment_holds_markers_for_is_refused_unread(tmp_path, monkeypatch, base):
+    """Half a GiB of zeros (sparse) beside a segment of a few hundred bytes: entries a broker's
+    load check passes at base offset 0 (lastOffset 0 is not below it). Read, they were millions
+    of aborted transactions in the driver's memory and in every task's specs; refused from the
+    listing's sizes, nothing is read, and the planner fails the partition with the same error."""
+    log_dir, _, _, _ = _part(tmp_path)
+    path = os.path.join(log_dir, "t-0", base + ".txnindex")
+    with open(path, "wb") as fh:
+        fh.truncate(1 << 29)
+    log_bytes = os.path.getsize(os.path.join(log_dir, "t-0", base + ".log"))
+    reads = []
+    monkeypatch.setattr("compaction.runtime.storage.Storage.read_small", lambda *a, **k: reads.append(a))
+    with pytest.raises(IndexCorruptError, match="a broker never writes it") as err:
+        _validate(log_dir)
+    assert err.value.path == path and err.value.position == log_bytes // 61 * 34
+    assert reads == []
+    ld, part = _reload(log_dir)
+    planned = plan_round.plan_one(ld, part, parse_args(["--log-dir", log_dir]))
+    assert (
+        planned.result.status == "failed"
+        and f"{path}: byte {log_bytes // 61 * 34}: " in planned.result.reason
+    )
+
+
 def test_rebuild_missing_index_durably_and_only_when_asked(tmp_path):
     log_dir, _, _, _ = _part(tmp_path)
     part_dir = os.path.join(log_dir, "t-0")

@@ -23,7 +23,14 @@ from compaction.format.index import (
     write_offset_index,
     write_time_index,
 )
-from compaction.format.txnindex import AbortedTxn, read_txn_index, sanity_check_txn_index, write_txn_index
+from compaction.format.layout import ABORTED_TXN_SIZE, RECORD_BATCH_OVERHEAD
+from compaction.format.txnindex import (
+    AbortedTxn,
+    check_txn_index_size,
+    read_txn_index,
+    sanity_check_txn_index,
+    write_txn_index,
+)
 from compaction.kernels.index_build import (
     build_indexes,
     check_index_room,
@@ -208,6 +215,31 @@ def test_txn_index_sanity():
     assert err.value.offset == 105 and err.value.position == 0
     with pytest.raises(IndexCorruptError):
         sanity_check_txn_index(good + b"\x00", 100, strict=True)
+
+
+@pytest.mark.parametrize(
+    "size, log_bytes, refused",
+    [
+        (0, 0, False),
+        (34, 60, True),  # a segment smaller than one batch holds no ABORT marker
+        (34, 61, False),  # one marker at the most: one entry
+        (68, 121, True),
+        (68, 122, False),
+        (34 * 1000, 61 * 1000 - 1, True),
+        (34 * 1000, 61 * 1000, False),
+        (35, 122, False),  # a partial entry past whole ones is the broker's to ignore, as the readers do
+        (1 << 29, 12_345_678, True),  # half a GiB of zeros beside a 12 MB segment
+    ],
+)
+def test_a_txnindex_holds_at_most_one_entry_per_marker_its_segment_can_hold(size, log_bytes, refused):
+    if not refused:
+        check_txn_index_size(size, log_bytes, "s.txnindex")
+        return
+    with pytest.raises(IndexCorruptError, match="a broker never writes it") as err:
+        check_txn_index_size(size, log_bytes, "s.txnindex")
+    assert err.value.path == "s.txnindex"
+    assert err.value.position == (log_bytes // RECORD_BATCH_OVERHEAD) * ABORTED_TXN_SIZE
+    assert f"{size} bytes ({size // ABORTED_TXN_SIZE} aborted transactions)" in str(err.value)
 
 
 # --- the entry rule on hand-made batch lists ----------------------------------------------------
